@@ -1,0 +1,72 @@
+/*
+ * CStampedeSys: the Linux calls and macros Swift cannot import directly.
+ *
+ * Every function returns a non-negative result or a negative errno, never sets errno for the
+ * caller to read. Nothing here knows about TFTP; nothing here calls back into Swift.
+ */
+#ifndef C_STAMPEDE_SYS_H
+#define C_STAMPEDE_SYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <netinet/in.h>
+
+/* struct mmsghdr is behind _GNU_SOURCE, which Swift's Glibc module does not set. Same layout. */
+typedef struct {
+    struct msghdr msg_hdr;
+    unsigned int msg_len;
+} stampede_mmsghdr;
+
+int stampede_recvmmsg(int fd, stampede_mmsghdr *messages, unsigned int count);
+int stampede_sendmmsg(int fd, stampede_mmsghdr *messages, unsigned int count);
+
+/* Room a control buffer needs for one IP_PKTINFO or IPV6_PKTINFO message. */
+size_t stampede_pktinfo_space(void);
+
+/* The local (destination) address of a received datagram, from its PKTINFO control message.
+ * The port is set to `port`. Returns 0, or -ENOENT when the message carries no PKTINFO. */
+int stampede_pktinfo_local(const struct msghdr *message, struct sockaddr_storage *local, uint16_t port);
+
+/* Writes a PKTINFO control message that makes sendmsg use `local` as the source address.
+ * Returns the control length to store in msg_controllen (0 for an unspecified address). */
+size_t stampede_pktinfo_control(void *buffer, size_t capacity, const struct sockaddr_storage *local);
+
+/* A request listener: SO_REUSEPORT, PKTINFO on, IPV6_V6ONLY for IPv6, a receive buffer of at
+ * least `receive_buffer` bytes (forced when privileged), non-blocking. Returns the fd. */
+int stampede_listener_socket(const struct sockaddr_storage *address, int receive_buffer);
+
+/* A transfer socket: bound to `local` (port 0, or the first free port of lo..hi starting at a
+ * point picked from `seed`), connected to `peer`, non-blocking. Returns the fd. */
+int stampede_transfer_socket(const struct sockaddr_storage *local, const struct sockaddr_storage *peer,
+                             uint16_t port_low, uint16_t port_high, uint32_t seed);
+
+/* The bound address of a socket (to learn an ephemeral port). */
+int stampede_socket_address(int fd, struct sockaddr_storage *address);
+
+/* openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS): `path` may not leave `directory` by "..",
+ * an absolute path or a symlink. Returns the fd. */
+int stampede_open_beneath(int directory, const char *path, int flags, unsigned int mode);
+
+/* epoll with the 64-bit user data as a plain tag; the packed epoll_event stays in C. */
+int stampede_epoll_create(void);
+int stampede_epoll_add(int epoll_fd, int fd, uint64_t tag);
+/* Waits at most timeout_ns (negative: forever). Fills tags; returns how many. */
+int stampede_epoll_wait(int epoll_fd, uint64_t *tags, int capacity, int64_t timeout_ns);
+
+/* The MTU of the interface that holds `address`, or -ENOENT. */
+int stampede_interface_mtu(const struct sockaddr_storage *address);
+
+/* SIGINT/SIGTERM set a flag that the workers read; SIGPIPE is ignored. */
+void stampede_install_stop_signals(void);
+int stampede_stop_requested(void);
+void stampede_request_stop(void);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t stampede_monotonic_ns(void);
+
+/* Is fd 0 a datagram socket (inetd mode)? 1 or 0. */
+int stampede_stdin_is_datagram_socket(void);
+
+#endif

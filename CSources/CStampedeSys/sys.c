@@ -1,0 +1,327 @@
+#include "CStampedeSys.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <linux/openat2.h>
+#include <net/if.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+_Static_assert(sizeof(stampede_mmsghdr) == sizeof(struct mmsghdr), "mmsghdr layout");
+_Static_assert(offsetof(stampede_mmsghdr, msg_len) == offsetof(struct mmsghdr, msg_len), "mmsghdr layout");
+
+static int negative_errno(int result)
+{
+    return result < 0 ? -errno : result;
+}
+
+int stampede_recvmmsg(int fd, stampede_mmsghdr *messages, unsigned int count)
+{
+    int n;
+    do {
+        n = recvmmsg(fd, (struct mmsghdr *)messages, count, MSG_DONTWAIT, NULL);
+    } while (n < 0 && errno == EINTR);
+    return negative_errno(n);
+}
+
+int stampede_sendmmsg(int fd, stampede_mmsghdr *messages, unsigned int count)
+{
+    int n;
+    do {
+        n = sendmmsg(fd, (struct mmsghdr *)messages, count, MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    return negative_errno(n);
+}
+
+size_t stampede_pktinfo_space(void)
+{
+    size_t v4 = CMSG_SPACE(sizeof(struct in_pktinfo));
+    size_t v6 = CMSG_SPACE(sizeof(struct in6_pktinfo));
+    return v4 > v6 ? v4 : v6;
+}
+
+int stampede_pktinfo_local(const struct msghdr *message, struct sockaddr_storage *local, uint16_t port)
+{
+    struct cmsghdr *c;
+    memset(local, 0, sizeof(*local));
+    for (c = CMSG_FIRSTHDR((struct msghdr *)message); c; c = CMSG_NXTHDR((struct msghdr *)message, c)) {
+        if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+            struct in_pktinfo info;
+            struct sockaddr_in *sin = (struct sockaddr_in *)local;
+            memcpy(&info, CMSG_DATA(c), sizeof(info));
+            sin->sin_family = AF_INET;
+            sin->sin_addr = info.ipi_addr;
+            sin->sin_port = htons(port);
+            return 0;
+        }
+        if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+            struct in6_pktinfo info;
+            struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)local;
+            memcpy(&info, CMSG_DATA(c), sizeof(info));
+            sin6->sin6_family = AF_INET6;
+            sin6->sin6_addr = info.ipi6_addr;
+            sin6->sin6_port = htons(port);
+            /* A link-local destination only means something on the interface it came in on. */
+            if (IN6_IS_ADDR_LINKLOCAL(&info.ipi6_addr))
+                sin6->sin6_scope_id = info.ipi6_ifindex;
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+size_t stampede_pktinfo_control(void *buffer, size_t capacity, const struct sockaddr_storage *local)
+{
+    struct msghdr message;
+    struct cmsghdr *c;
+    memset(&message, 0, sizeof(message));
+    message.msg_control = buffer;
+    message.msg_controllen = capacity;
+    memset(buffer, 0, capacity);
+    c = CMSG_FIRSTHDR(&message);
+    if (!c)
+        return 0;
+    if (local->ss_family == AF_INET) {
+        struct in_pktinfo info;
+        memset(&info, 0, sizeof(info));
+        info.ipi_spec_dst = ((const struct sockaddr_in *)local)->sin_addr;
+        if (info.ipi_spec_dst.s_addr == htonl(INADDR_ANY) || capacity < CMSG_SPACE(sizeof(info)))
+            return 0;
+        c->cmsg_level = IPPROTO_IP;
+        c->cmsg_type = IP_PKTINFO;
+        c->cmsg_len = CMSG_LEN(sizeof(info));
+        memcpy(CMSG_DATA(c), &info, sizeof(info));
+        return CMSG_SPACE(sizeof(info));
+    }
+    if (local->ss_family == AF_INET6) {
+        struct in6_pktinfo info;
+        const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)local;
+        memset(&info, 0, sizeof(info));
+        info.ipi6_addr = sin6->sin6_addr;
+        info.ipi6_ifindex = sin6->sin6_scope_id;
+        if (IN6_IS_ADDR_UNSPECIFIED(&info.ipi6_addr) || capacity < CMSG_SPACE(sizeof(info)))
+            return 0;
+        c->cmsg_level = IPPROTO_IPV6;
+        c->cmsg_type = IPV6_PKTINFO;
+        c->cmsg_len = CMSG_LEN(sizeof(info));
+        memcpy(CMSG_DATA(c), &info, sizeof(info));
+        return CMSG_SPACE(sizeof(info));
+    }
+    return 0;
+}
+
+static socklen_t address_length(const struct sockaddr_storage *address)
+{
+    return address->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+static int fail_closing(int fd)
+{
+    int error = -errno;
+    close(fd);
+    return error;
+}
+
+int stampede_listener_socket(const struct sockaddr_storage *address, int receive_buffer)
+{
+    int one = 1;
+    int fd = socket(address->ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0)
+        return fail_closing(fd);
+    /* A rack boot is a burst of thousands of RRQs: a large queue drains it instead of dropping.
+     * SO_RCVBUFFORCE passes rmem_max when privileged; otherwise take what the kernel allows. */
+    if (receive_buffer > 0 &&
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &receive_buffer, sizeof(receive_buffer)) < 0)
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+    if (address->ss_family == AF_INET6) {
+        if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0 ||
+            setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one)) < 0)
+            return fail_closing(fd);
+    } else if (setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one)) < 0) {
+        return fail_closing(fd);
+    }
+    if (bind(fd, (const struct sockaddr *)address, address_length(address)) < 0)
+        return fail_closing(fd);
+    return fd;
+}
+
+static void set_port(struct sockaddr_storage *address, uint16_t port)
+{
+    if (address->ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)address)->sin6_port = htons(port);
+    else
+        ((struct sockaddr_in *)address)->sin_port = htons(port);
+}
+
+int stampede_transfer_socket(const struct sockaddr_storage *local, const struct sockaddr_storage *peer,
+                             uint16_t port_low, uint16_t port_high, uint32_t seed)
+{
+    struct sockaddr_storage bound = *local;
+    int fd = socket(local->ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (port_low == 0) {
+        set_port(&bound, 0);
+        if (bind(fd, (struct sockaddr *)&bound, address_length(&bound)) < 0)
+            return fail_closing(fd);
+    } else {
+        uint32_t span = (uint32_t)port_high - port_low + 1, i;
+        int bound_ok = 0;
+        for (i = 0; i < span && !bound_ok; i++) {
+            set_port(&bound, (uint16_t)(port_low + (seed + i) % span));
+            if (bind(fd, (struct sockaddr *)&bound, address_length(&bound)) == 0)
+                bound_ok = 1;
+            else if (errno != EADDRINUSE)
+                return fail_closing(fd);
+        }
+        if (!bound_ok) {
+            close(fd);
+            return -EADDRINUSE;
+        }
+    }
+    if (connect(fd, (const struct sockaddr *)peer, address_length(peer)) < 0)
+        return fail_closing(fd);
+    return fd;
+}
+
+int stampede_socket_address(int fd, struct sockaddr_storage *address)
+{
+    socklen_t length = sizeof(*address);
+    return negative_errno(getsockname(fd, (struct sockaddr *)address, &length));
+}
+
+int stampede_open_beneath(int directory, const char *path, int flags, unsigned int mode)
+{
+    struct open_how how;
+    long fd;
+    memset(&how, 0, sizeof(how));
+    how.flags = (uint64_t)flags | O_CLOEXEC;
+    how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    do {
+        fd = syscall(SYS_openat2, directory, path, &how, sizeof(how));
+    } while (fd < 0 && (errno == EINTR || errno == EAGAIN));
+    return fd < 0 ? -errno : (int)fd;
+}
+
+int stampede_epoll_create(void)
+{
+    return negative_errno(epoll_create1(EPOLL_CLOEXEC));
+}
+
+int stampede_epoll_add(int epoll_fd, int fd, uint64_t tag)
+{
+    struct epoll_event event;
+    memset(&event, 0, sizeof(event));
+    event.events = EPOLLIN;
+    event.data.u64 = tag;
+    return negative_errno(epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event));
+}
+
+int stampede_epoll_wait(int epoll_fd, uint64_t *tags, int capacity, int64_t timeout_ns)
+{
+    struct epoll_event events[256];
+    struct timespec timeout, *wait = NULL;
+    int n, i;
+    if (capacity > 256)
+        capacity = 256;
+    if (timeout_ns >= 0) {
+        timeout.tv_sec = timeout_ns / 1000000000;
+        timeout.tv_nsec = timeout_ns % 1000000000;
+        wait = &timeout;
+    }
+    n = epoll_pwait2(epoll_fd, events, capacity, wait, NULL);
+    if (n < 0)
+        return errno == EINTR ? 0 : -errno;
+    for (i = 0; i < n; i++)
+        tags[i] = events[i].data.u64;
+    return n;
+}
+
+static int same_address(const struct sockaddr *a, const struct sockaddr_storage *b)
+{
+    if (a->sa_family != b->ss_family)
+        return 0;
+    if (a->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->sa_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
+                      sizeof(struct in6_addr)) == 0;
+    return 0;
+}
+
+int stampede_interface_mtu(const struct sockaddr_storage *address)
+{
+    struct ifaddrs *list, *entry;
+    int result = -ENOENT;
+    if (getifaddrs(&list) < 0)
+        return -errno;
+    for (entry = list; entry; entry = entry->ifa_next) {
+        if (entry->ifa_addr && same_address(entry->ifa_addr, address)) {
+            struct ifreq request;
+            int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+            if (fd < 0) {
+                result = -errno;
+                break;
+            }
+            memset(&request, 0, sizeof(request));
+            strncpy(request.ifr_name, entry->ifa_name, IFNAMSIZ - 1);
+            result = ioctl(fd, SIOCGIFMTU, &request) < 0 ? -errno : request.ifr_mtu;
+            close(fd);
+            break;
+        }
+    }
+    freeifaddrs(list);
+    return result;
+}
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_stop_signal(int signal_number)
+{
+    (void)signal_number;
+    stop_flag = 1;
+}
+
+void stampede_install_stop_signals(void)
+{
+    struct sigaction action;
+    memset(&action, 0, sizeof(action));
+    action.sa_handler = on_stop_signal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, NULL);
+    sigaction(SIGTERM, &action, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+int stampede_stop_requested(void)
+{
+    return stop_flag != 0;
+}
+
+void stampede_request_stop(void)
+{
+    stop_flag = 1;
+}
+
+int64_t stampede_monotonic_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+int stampede_stdin_is_datagram_socket(void)
+{
+    int type = 0;
+    socklen_t length = sizeof(type);
+    return getsockopt(0, SOL_SOCKET, SO_TYPE, &type, &length) == 0 && type == SOCK_DGRAM;
+}

@@ -1,0 +1,40 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+// The architecture in four parts (see ../shared/DESIGN.md):
+//   CSources/   C shims for the syscalls and macros Swift cannot see (and, later, the io_uring engine)
+//   StampedeCore   protocol, state machines, policy, file cache, the worker loop over a backend
+//   StampedeGlibc  the pure-Swift epoll + recvmmsg/sendmmsg backend
+//   stampede       the CLI: serve (in.tftpd flags), get, put
+let strictC: [CSetting] = [.define("_GNU_SOURCE"), .unsafeFlags(["-Wall", "-Wextra", "-Werror"])]
+
+let package = Package(
+    name: "Stampede",
+    products: [
+        .executable(name: "stampede", targets: ["stampede"]),
+        .library(name: "Stampede", targets: ["StampedeCore", "StampedeGlibc"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    ],
+    targets: [
+        .target(name: "CStampedeSys", path: "CSources/CStampedeSys", cSettings: strictC),
+        .target(
+            name: "StampedeCore",
+            dependencies: ["CStampedeSys", .product(name: "Logging", package: "swift-log")]
+        ),
+        .target(name: "StampedeGlibc", dependencies: ["StampedeCore", "CStampedeSys"]),
+        .executableTarget(
+            name: "stampede",
+            dependencies: [
+                "StampedeCore", "StampedeGlibc", "CStampedeSys",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(name: "StampedeCoreTests", dependencies: ["StampedeCore"]),
+        .testTarget(name: "StampedeGlibcTests", dependencies: ["StampedeGlibc", "StampedeCore"]),
+    ],
+    swiftLanguageModes: [.v5]
+)

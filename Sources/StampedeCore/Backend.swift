@@ -1,0 +1,52 @@
+/// The contract between the worker and an I/O backend (DESIGN: the backend contract).
+///
+/// Sockets are small integer handles; every socket carries a tag the worker chose, returned with
+/// each datagram. Sends are queued descriptors flushed together by `poll`; a DATA send is a
+/// 4-byte header plus a slice of a file image that the backend gathers with an iovec, never copies.
+public protocol DatagramBackend: AnyObject {
+    /// A human name for logs ("glibc", "uring").
+    var name: String { get }
+
+    /// Opens a request listener (SO_REUSEPORT, PKTINFO). Throws the errno.
+    func openListener(_ address: SocketAddress, tag: UInt64) throws(Errno) -> Int32
+    /// Opens a transfer socket bound to `local` and connected to `peer`.
+    func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?, tag: UInt64) throws(Errno) -> Int32
+    /// The local address a socket is bound to.
+    func localAddress(of socket: Int32) -> SocketAddress?
+    /// Closes a socket; sends queued on it before are still flushed first.
+    func close(_ socket: Int32)
+
+    /// Queues `header` (copied) followed by `payload` (referenced until the next poll returns).
+    func send(_ socket: Int32, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer)
+    /// Queues a datagram (copied) from a listener to `peer`, sourced from `local` (PKTINFO).
+    func send(fromListener socket: Int32, to peer: SocketAddress, from local: SocketAddress, packet: UnsafeRawBufferPointer)
+
+    /// Flushes queued sends, waits for datagrams until `deadline` (monotonic ns; nil: forever),
+    /// and returns how many arrived. They stay valid until the next call.
+    func poll(deadline: Nanoseconds?) -> Int
+    /// The i-th datagram of the last poll.
+    func datagram(_ index: Int) -> Datagram
+
+    /// Counters for the log and metrics.
+    var sendFailures: Int { get }
+}
+
+/// One received datagram, pointing into a backend-owned buffer.
+public struct Datagram {
+    public var tag: UInt64
+    public var bytes: UnsafeRawBufferPointer
+    /// Where it came from.
+    public var peer: SocketAddress
+    /// Where it was sent to (listeners only, from PKTINFO).
+    public var local: SocketAddress
+    /// A pending socket error (ECONNREFUSED: the client's port is gone), or 0.
+    public var error: Int32
+
+    public init(tag: UInt64, bytes: UnsafeRawBufferPointer, peer: SocketAddress, local: SocketAddress, error: Int32 = 0) {
+        self.tag = tag
+        self.bytes = bytes
+        self.peer = peer
+        self.local = local
+        self.error = error
+    }
+}

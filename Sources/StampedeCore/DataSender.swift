@@ -1,0 +1,115 @@
+/// The sending side of a transfer: the server answering an RRQ, or a client's `put`.
+///
+/// Blocks are numbered from 1 (absolute, 64-bit); on the wire they wrap past 65535 to 0 as
+/// dnsmasq, atftpd and tftpd-hpa do. A file of N bytes has N / blksize + 1 blocks: the last is
+/// short, possibly empty. With windowsize W (RFC 7440) up to W blocks are in flight; an ACK
+/// acknowledges everything up to its block and the next window starts right after it.
+public struct DataSender: Sendable {
+    public enum Action: Equatable, Sendable {
+        case none
+        /// Send the OACK (again).
+        case sendOptionAck
+        /// Send blocks first ..< first + count.
+        case sendBlocks(first: Int, count: Int)
+        /// The last block was acknowledged.
+        case finished
+        /// Retries exhausted.
+        case timedOut
+    }
+
+    public let totalBytes: Int
+    public let blockSize: Int
+    public let windowSize: Int
+    public let blockCount: Int
+    public private(set) var timer: RetransmitTimer
+
+    /// Highest block acknowledged (0 = none, or only the OACK).
+    public private(set) var acknowledged = 0
+    /// Highest block sent so far.
+    public private(set) var sentThrough = 0
+    private var awaitingOptionAck: Bool
+    /// A duplicate ACK already caused one resend since the last send.
+    private var resentOnDuplicate = false
+    public private(set) var isFinished = false
+
+    public init(totalBytes: Int, blockSize: Int, windowSize: Int, sendsOptionAck: Bool, timer: RetransmitTimer) {
+        precondition(blockSize >= 8 && windowSize >= 1 && totalBytes >= 0)
+        self.totalBytes = totalBytes
+        self.blockSize = blockSize
+        self.windowSize = windowSize
+        self.blockCount = totalBytes / blockSize + 1
+        self.awaitingOptionAck = sendsOptionAck
+        self.timer = timer
+    }
+
+    /// Byte range of block `n` (1-based) in the image.
+    @inline(__always)
+    public func range(ofBlock n: Int) -> Range<Int> {
+        let start = (n - 1) * blockSize
+        return start..<min(start + blockSize, totalBytes)
+    }
+
+    @inline(__always)
+    public static func wire(_ block: Int) -> UInt16 { UInt16(truncatingIfNeeded: block) }
+
+    public var deadline: Nanoseconds? { timer.deadline }
+    public var retransmits: Int { timer.totalRetransmits }
+    public var bytesAcknowledged: Int { acknowledged == 0 ? 0 : range(ofBlock: acknowledged).upperBound }
+
+    public mutating func start(now: Nanoseconds) -> Action {
+        timer.sentNew(now: now)
+        return awaitingOptionAck ? .sendOptionAck : nextWindow()
+    }
+
+    private mutating func nextWindow() -> Action {
+        let first = acknowledged + 1
+        let count = min(windowSize, blockCount - acknowledged)
+        sentThrough = acknowledged + count
+        resentOnDuplicate = false
+        return .sendBlocks(first: first, count: count)
+    }
+
+    public mutating func receiveAck(_ wireBlock: UInt16, now: Nanoseconds) -> Action {
+        guard !isFinished else { return .none }
+        if awaitingOptionAck {
+            // Only ACK 0 answers an OACK; anything else is stale or confused.
+            guard wireBlock == 0 else { return .none }
+            awaitingOptionAck = false
+            timer.sentNew(now: now)
+            return nextWindow()
+        }
+        // The absolute block this ACK names, if it lies in acknowledged...sentThrough.
+        let distance = Int(wireBlock &- Self.wire(acknowledged))
+        let block = acknowledged + distance
+        guard block <= sentThrough else { return .none }
+        if block == acknowledged {
+            return duplicateAck(now: now)
+        }
+        acknowledged = block
+        if acknowledged == blockCount {
+            isFinished = true
+            timer.stop()
+            return .finished
+        }
+        // Progress; inside a window this restarts the window right after the ACKed block.
+        timer.sentNew(now: now)
+        return nextWindow()
+    }
+
+    /// Sorcerer's Apprentice (RFC 1123 §4.2.3.1): never resend on every duplicate ACK. But a
+    /// lockstep client (U-Boot) that timed out repeats its last ACK and wants the block again:
+    /// resend once, only when the duplicate comes at least half a timeout after our send.
+    private mutating func duplicateAck(now: Nanoseconds) -> Action {
+        guard !resentOnDuplicate, now - timer.lastSent >= timer.current / 2 else { return .none }
+        resentOnDuplicate = true
+        timer.resentEarly(now: now)
+        return .sendBlocks(first: acknowledged + 1, count: sentThrough - acknowledged)
+    }
+
+    public mutating func timeout(now: Nanoseconds) -> Action {
+        guard !isFinished else { return .none }
+        guard timer.retransmit(now: now) else { return .timedOut }
+        if awaitingOptionAck { return .sendOptionAck }
+        return .sendBlocks(first: acknowledged + 1, count: max(1, sentThrough - acknowledged))
+    }
+}

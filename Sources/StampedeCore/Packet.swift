@@ -1,0 +1,194 @@
+/// TFTP opcodes (RFC 1350, RFC 2347 for OACK).
+public enum Opcode: UInt16, Sendable {
+    case readRequest = 1, writeRequest = 2, data = 3, ack = 4, error = 5, optionAck = 6
+}
+
+/// TFTP error codes (RFC 1350 §5, RFC 2347 for 8).
+public enum ErrorCode: UInt16, Sendable, CustomStringConvertible {
+    case notDefined = 0, fileNotFound = 1, accessViolation = 2, diskFull = 3, illegalOperation = 4
+    case unknownTransferID = 5, fileExists = 6, noSuchUser = 7, optionNegotiation = 8
+
+    public var description: String {
+        switch self {
+        case .notDefined: return "not defined"
+        case .fileNotFound: return "file not found"
+        case .accessViolation: return "access violation"
+        case .diskFull: return "disk full"
+        case .illegalOperation: return "illegal operation"
+        case .unknownTransferID: return "unknown transfer ID"
+        case .fileExists: return "file exists"
+        case .noSuchUser: return "no such user"
+        case .optionNegotiation: return "option negotiation refused"
+        }
+    }
+}
+
+/// A TFTP error as it goes on the wire: a code and a short human message.
+public struct TFTPError: Error, Equatable, Sendable {
+    public var code: ErrorCode
+    public var message: String
+    public init(_ code: ErrorCode, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+}
+
+public enum TransferMode: String, Sendable {
+    case octet, netascii
+}
+
+/// A datagram seen by a transfer: decoded in place, nothing copied, nothing allocated.
+/// The payload of `.data` and the message of `.error` point into the receive buffer.
+public enum TransferPacket {
+    case data(block: UInt16, payload: UnsafeRawBufferPointer)
+    case ack(block: UInt16)
+    case error(code: UInt16, message: UnsafeRawBufferPointer)
+    case optionAck(UnsafeRawBufferPointer)
+    case request
+    case malformed
+
+    public init(_ bytes: UnsafeRawBufferPointer) {
+        guard bytes.count >= 2 else { self = .malformed; return }
+        let opcode = UInt16(bytes[0]) << 8 | UInt16(bytes[1])
+        switch Opcode(rawValue: opcode) {
+        case .data where bytes.count >= 4:
+            self = .data(block: UInt16(bytes[2]) << 8 | UInt16(bytes[3]),
+                         payload: UnsafeRawBufferPointer(rebasing: bytes[4...]))
+        case .ack where bytes.count >= 4:
+            self = .ack(block: UInt16(bytes[2]) << 8 | UInt16(bytes[3]))
+        case .error where bytes.count >= 4:
+            self = .error(code: UInt16(bytes[2]) << 8 | UInt16(bytes[3]),
+                          message: UnsafeRawBufferPointer(rebasing: bytes[4...]))
+        case .optionAck:
+            self = .optionAck(UnsafeRawBufferPointer(rebasing: bytes[2...]))
+        case .readRequest, .writeRequest:
+            self = .request
+        default:
+            self = .malformed
+        }
+    }
+}
+
+/// RRQ or WRQ (RFC 1350 §5, RFC 2347 options): the file name is kept as bytes because a
+/// name is a path, not text, and PXE ROMs put junk bytes in it.
+public struct Request: Equatable, Sendable {
+    public var isWrite: Bool
+    public var filename: [UInt8]
+    public var mode: String
+    /// Options in the order given, names lower-cased; values as sent.
+    public var options: [(name: String, value: String)]
+
+    public init(isWrite: Bool, filename: [UInt8], mode: String, options: [(name: String, value: String)] = []) {
+        self.isWrite = isWrite
+        self.filename = filename
+        self.mode = mode
+        self.options = options
+    }
+
+    public static func == (a: Request, b: Request) -> Bool {
+        a.isWrite == b.isWrite && a.filename == b.filename && a.mode == b.mode
+            && a.options.elementsEqual(b.options, by: { $0.name == $1.name && $0.value == $1.value })
+    }
+
+    /// No request carries more options than this; the rest are ignored (a 1,000-option request
+    /// costs no more than a short one).
+    public static let optionLimit = 32
+
+    public enum ParseError: Error, Equatable {
+        case notARequest, missingTerminator, emptyMode
+    }
+
+    public static func parse(_ bytes: UnsafeRawBufferPointer) -> Result<Request, ParseError> {
+        guard bytes.count >= 2, bytes[0] == 0, bytes[1] == 1 || bytes[1] == 2 else { return .failure(.notARequest) }
+        var fields: [ArraySlice<UInt8>] = []
+        var start = 2
+        var index = 2
+        while index < bytes.count {
+            if bytes[index] == 0 {
+                fields.append(ArraySlice(UnsafeRawBufferPointer(rebasing: bytes[start..<index])))
+                start = index + 1
+                if fields.count >= 2 + 2 * optionLimit { break }
+            }
+            index += 1
+        }
+        // Filename and mode must both be NUL-terminated; trailing bytes after the last NUL of an
+        // option list are a client bug we tolerate (some ROMs pad), as tftpd-hpa does.
+        guard fields.count >= 2 else { return .failure(.missingTerminator) }
+        guard !fields[1].isEmpty else { return .failure(.emptyMode) }
+        var options: [(name: String, value: String)] = []
+        var i = 2
+        while i + 1 < fields.count {
+            options.append((String(decoding: fields[i], as: UTF8.self).lowercased(),
+                            String(decoding: fields[i + 1], as: UTF8.self)))
+            i += 2
+        }
+        return .success(Request(isWrite: bytes[1] == 2, filename: Array(fields[0]),
+                                 mode: String(decoding: fields[1], as: UTF8.self).lowercased(), options: options))
+    }
+
+    public func encoded() -> [UInt8] {
+        var out: [UInt8] = [0, isWrite ? 2 : 1]
+        out += filename + [0] + Array(mode.utf8) + [0]
+        for option in options { out += Array(option.name.utf8) + [0] + Array(option.value.utf8) + [0] }
+        return out
+    }
+}
+
+/// Writers of outgoing packets into caller-owned memory. Each returns the byte count written.
+public enum PacketWriter {
+    @inline(__always)
+    static func put16(_ value: UInt16, _ buffer: UnsafeMutableRawBufferPointer, at offset: Int) {
+        buffer[offset] = UInt8(value >> 8)
+        buffer[offset + 1] = UInt8(value & 0xFF)
+    }
+
+    /// The 4-byte DATA header; the payload travels separately as a slice of the file image.
+    public static func dataHeader(block: UInt16, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        put16(Opcode.data.rawValue, buffer, at: 0)
+        put16(block, buffer, at: 2)
+        return 4
+    }
+
+    public static func ack(block: UInt16, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        put16(Opcode.ack.rawValue, buffer, at: 0)
+        put16(block, buffer, at: 2)
+        return 4
+    }
+
+    /// ERROR with its message cut to fit a 512-byte packet.
+    public static func error(_ code: UInt16, message: String, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        put16(Opcode.error.rawValue, buffer, at: 0)
+        put16(code, buffer, at: 2)
+        var offset = 4
+        for byte in message.utf8 where offset < min(buffer.count, 512) - 1 {
+            buffer[offset] = byte
+            offset += 1
+        }
+        buffer[offset] = 0
+        return offset + 1
+    }
+
+    public static func error(_ error: TFTPError) -> [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: 516) { buffer, count in
+            count = Self.error(error.code.rawValue, message: error.message, into: UnsafeMutableRawBufferPointer(buffer))
+        }
+    }
+
+    public static func optionAck(_ options: [(name: String, value: String)]) -> [UInt8] {
+        var out: [UInt8] = [0, UInt8(Opcode.optionAck.rawValue)]
+        for option in options { out += Array(option.name.utf8) + [0] + Array(option.value.utf8) + [0] }
+        return out
+    }
+
+    /// Parses an OACK body into (name, value) pairs, names lower-cased (the client side).
+    public static func parseOptions(_ body: UnsafeRawBufferPointer) -> [(name: String, value: String)] {
+        let fields = body.split(separator: 0, omittingEmptySubsequences: false)
+        var out: [(name: String, value: String)] = []
+        var i = 0
+        while i + 1 < fields.count {
+            out.append((String(decoding: fields[i], as: UTF8.self).lowercased(), String(decoding: fields[i + 1], as: UTF8.self)))
+            i += 2
+        }
+        return out
+    }
+}

@@ -1,0 +1,58 @@
+import CStampedeSys
+import Glibc
+import Logging
+
+/// Runs one worker per core, each on its own thread with its own backend and SO_REUSEPORT
+/// listeners. `prepare` binds every listener first, so the caller can drop privileges before
+/// `run` starts serving.
+public final class Server<Backend: DatagramBackend> {
+    public let workers: [Worker<Backend>]
+    public let boundAddresses: [SocketAddress]
+    let logger: Logger
+
+    public init(configuration: ServerConfiguration, workerCount: Int, cache: FileCache,
+                makeBackend: () throws(Errno) -> Backend) throws(Errno) {
+        var workers: [Worker<Backend>] = []
+        var addresses = configuration.listenAddresses
+        for index in 0..<max(1, workerCount) {
+            let worker = Worker(backend: try makeBackend(), configuration: configuration, cache: cache, index: index)
+            // A port 0 is chosen by the first bind; the other workers share that port.
+            addresses = try worker.bindListeners(addresses)
+            workers.append(worker)
+        }
+        self.workers = workers
+        self.boundAddresses = addresses
+        self.logger = configuration.logger
+    }
+
+    /// Serves until SIGTERM/SIGINT and the grace period; returns the workers' summaries.
+    public func run() -> WorkerSummary {
+        var threads: [pthread_t] = []
+        for worker in workers.dropFirst() {
+            let box = Unmanaged.passRetained(ThreadBody { worker.run() })
+            var thread = pthread_t()
+            let result = pthread_create(&thread, nil, { raw in
+                let box = Unmanaged<ThreadBody>.fromOpaque(raw!).takeRetainedValue()
+                box.body()
+                return nil
+            }, box.toOpaque())
+            precondition(result == 0, "pthread_create: \(result)")
+            threads.append(thread)
+        }
+        workers[0].run()
+        for thread in threads { pthread_join(thread, nil) }
+        var total = WorkerSummary()
+        for worker in workers {
+            total.transfers += worker.summary.transfers
+            total.failed += worker.summary.failed
+            total.bytes += worker.summary.bytes
+        }
+        return total
+    }
+}
+
+/// What a worker thread runs, passed through pthread_create's void pointer.
+final class ThreadBody {
+    let body: () -> Void
+    init(_ body: @escaping () -> Void) { self.body = body }
+}

@@ -1,0 +1,34 @@
+import Glibc
+import Logging
+
+/// Everything a worker needs to know about how to serve; built once by the CLI.
+public struct ServerConfiguration: Sendable {
+    public var listenAddresses: [SocketAddress]
+    public var policy: AccessPolicy
+    public var optionLimits = OptionLimits()
+    /// `-T`: the retransmit timeout when the client did not negotiate one.
+    public var retransmitTimeout: Nanoseconds = Clock.nanosecondsPerSecond
+    public var maxRetries = 5
+    /// `-R`: transfer sockets take their ports from this range.
+    public var portRange: ClosedRange<UInt16>?
+    /// Concurrent transfers per worker before new requests get ERROR 0 "server busy".
+    public var maxTransfersPerWorker = 65536
+    /// SIGTERM/SIGINT: how long running transfers may take to finish.
+    public var shutdownGrace: Nanoseconds = 10 * Clock.nanosecondsPerSecond
+    /// Requested listener receive buffer (bursts of thousands of RRQs).
+    public var listenerReceiveBuffer = 8 << 20
+    public var logger: Logger
+
+    public init(listenAddresses: [SocketAddress], policy: AccessPolicy, logger: Logger) {
+        self.listenAddresses = listenAddresses
+        self.policy = policy
+        self.logger = logger
+    }
+}
+
+/// What the worker learned when it ended, for the process exit.
+public struct WorkerSummary: Sendable {
+    public var transfers = 0
+    public var failed = 0
+    public var bytes = 0
+}

@@ -1,0 +1,74 @@
+/// One slot of a worker's session table: a transfer in progress, or a free slot.
+/// Plain data plus the file image it holds; the generation tells a reused slot from its past.
+struct Transfer {
+    enum Phase { case free, sending, receiving, dallying }
+
+    var generation: UInt32 = 0
+    var phase = Phase.free
+    var socket: Int32 = -1
+    var peer = SocketAddress()
+    var sender: DataSender?
+    var receiver: DataReceiver?
+    var image: FileImage?
+    /// A file too large to cache: blocks are read from this descriptor.
+    var streamFD: Int32 = -1
+    var upload: Upload?
+    var optionAck: [UInt8] = []
+    var record = TransferRecord()
+}
+
+/// What the log line of a finished transfer says.
+struct TransferRecord {
+    var isWrite = false
+    var filename = ""
+    var mode = TransferMode.octet
+    var options = ""
+    var started: Nanoseconds = 0
+    var logged = false
+}
+
+/// How a transfer ended.
+enum Outcome: Equatable {
+    case completed
+    /// The client answered our OACK with an ERROR (the UEFI tsize probe): not a failure.
+    case endedByClientAfterOptionAck(code: UInt16)
+    case clientError(code: UInt16, message: String)
+    case clientGone
+    case timedOut
+    case serverError(TFTPError)
+    case shutdown
+
+    var isFailure: Bool {
+        switch self {
+        case .completed, .endedByClientAfterOptionAck: return false
+        default: return true
+        }
+    }
+
+    var text: String {
+        switch self {
+        case .completed: return "ok"
+        case .endedByClientAfterOptionAck(let code): return "ended by client after OACK (error \(code))"
+        case .clientError(let code, let message): return "client error \(code) \"\(message)\""
+        case .clientGone: return "client port unreachable"
+        case .timedOut: return "timed out"
+        case .serverError(let error): return "error \(error.code.rawValue) \"\(error.message)\""
+        case .shutdown: return "aborted by shutdown"
+        }
+    }
+}
+
+/// File names and client text go through this before a log: printable ASCII stays, the rest
+/// becomes \xNN, and the length is capped (dnsmasq's lesson: logs are read by terminals).
+public func sanitizedForLog<C: Collection>(_ bytes: C, limit: Int = 256) -> String where C.Element == UInt8 {
+    var out = ""
+    for byte in bytes.prefix(limit) {
+        if byte >= 0x20 && byte < 0x7F && byte != UInt8(ascii: "\\") && byte != UInt8(ascii: "\"") {
+            out.unicodeScalars.append(Unicode.Scalar(byte))
+        } else {
+            out += "\\x" + (byte < 16 ? "0" : "") + String(byte, radix: 16)
+        }
+    }
+    if bytes.count > limit { out += "…" }
+    return out
+}

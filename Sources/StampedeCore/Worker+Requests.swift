@@ -1,0 +1,173 @@
+import CStampedeSys
+import Glibc
+import Logging
+
+/// RRQ/WRQ on a listener → parse → policy → file cache → negotiation → a transfer slot with its
+/// own socket (DESIGN: data flow, step 2). Every refusal is an ERROR from the listener, sourced
+/// from the address the request was sent to, and a log line.
+extension Worker {
+    func handleRequest(_ datagram: Datagram, listener index: Int, now: Nanoseconds) {
+        guard index < listeners.count, datagram.error == 0, datagram.peer.port != 0 else { return }
+        let listener = listeners[index].socket
+        let request: Request
+        switch Request.parse(datagram.bytes) {
+        case .success(let parsed):
+            request = parsed
+        case .failure(.notARequest):
+            // DATA, ACK and ERROR have no business on the listener: stay silent rather than
+            // answer (and amplify) stray or spoofed traffic. Unknown opcodes get ERROR 4.
+            let opcode = datagram.bytes.count >= 2 ? UInt16(datagram.bytes[0]) << 8 | UInt16(datagram.bytes[1]) : 0
+            logger.info("\(datagram.peer): ignored a packet with opcode \(opcode) on the listener")
+            if !(3...6).contains(opcode) {
+                refuse(datagram, listener, TFTPError(.illegalOperation, "Illegal TFTP operation"), what: "unknown opcode \(opcode)")
+            }
+            return
+        case .failure(let error):
+            refuse(datagram, listener, TFTPError(.illegalOperation, "Illegal TFTP operation"), what: "malformed request (\(error))")
+            return
+        }
+        let name = sanitizedForLog(request.filename)
+        let what = "\(request.isWrite ? "WRQ" : "RRQ") \"\(name)\" \(sanitizedForLog(request.mode.utf8, limit: 16))"
+        guard let mode = TransferMode(rawValue: request.mode) else {
+            refuse(datagram, listener, TFTPError(.illegalOperation, "Unsupported mode"), what: what)
+            return
+        }
+        guard activeTransfers < configuration.maxTransfersPerWorker else {
+            refuse(datagram, listener, TFTPError(.notDefined, "Server busy, try again later"), what: what)
+            return
+        }
+        var transfer = Transfer()
+        transfer.peer = datagram.peer
+        transfer.record = TransferRecord(isWrite: request.isWrite, filename: name, mode: mode, started: now)
+        let size: Int?
+        if request.isWrite {
+            switch configuration.policy.openForWriting(request.filename) {
+            case .success(let upload):
+                if mode == .netascii { upload.useNetascii() }
+                transfer.upload = upload
+            case .failure(let error):
+                refuse(datagram, listener, error, what: what)
+                return
+            }
+            size = nil
+        } else {
+            switch openImage(request.filename, netascii: mode == .netascii) {
+            case .success(let (image, streamFD, fileSize)):
+                transfer.image = image
+                transfer.streamFD = streamFD
+                size = fileSize
+            case .failure(let error):
+                refuse(datagram, listener, error, what: what)
+                return
+            }
+        }
+        let negotiation = OptionNegotiation(requested: request.options, isWrite: request.isWrite, fileSize: size,
+                                            maxBlockSize: maxBlockSize(for: datagram.local), limits: configuration.optionLimits)
+        transfer.record.options = negotiation.summary
+        if let upload = transfer.upload, let announced = negotiation.options.transferSize {
+            do {
+                try upload.reserve(announced)
+            } catch {
+                release(&transfer)
+                refuse(datagram, listener, error.tftpError, what: what)
+                return
+            }
+        }
+        let slot = allocateSlot()
+        var local = datagram.local
+        local.port = 0
+        do {
+            transfer.socket = try backend.openTransfer(local: local, peer: datagram.peer, ports: configuration.portRange,
+                                                       tag: UInt64(table[slot].generation & 0x7FFF_FFFF) << 32 | UInt64(slot))
+        } catch {
+            freeSlots.append(Int32(slot))
+            release(&transfer)
+            // EMFILE, ENFILE, ENOBUFS, a full port range: a host problem, survived and said.
+            refuse(datagram, listener, TFTPError(.notDefined, "Server out of sockets: \(error)"), what: what)
+            return
+        }
+        transfer.generation = table[slot].generation
+        if !negotiation.acknowledged.isEmpty { transfer.optionAck = PacketWriter.optionAck(negotiation.acknowledged) }
+        let timer = RetransmitTimer(
+            base: negotiation.options.timeoutSeconds.map { Nanoseconds($0) * Clock.nanosecondsPerSecond } ?? configuration.retransmitTimeout,
+            maxRetries: configuration.maxRetries)
+        let options = negotiation.options
+        if request.isWrite {
+            transfer.phase = .receiving
+            transfer.receiver = DataReceiver(blockSize: options.blockSize, windowSize: options.windowSize,
+                                             sendsOptionAck: !transfer.optionAck.isEmpty, timer: timer)
+        } else {
+            transfer.phase = .sending
+            transfer.sender = DataSender(totalBytes: size ?? 0, blockSize: options.blockSize, windowSize: options.windowSize,
+                                         sendsOptionAck: !transfer.optionAck.isEmpty, timer: timer)
+        }
+        table[slot] = transfer
+        activeTransfers += 1
+        logger.debug("\(datagram.peer): \(what) \(negotiation.summary) accepted on \(datagram.local)")
+        if request.isWrite {
+            let reply = table[slot].receiver!.start(now: now)
+            sendReply(slot, reply)
+            scheduleTimer(slot)
+        } else {
+            let action = table[slot].sender!.start(now: now)
+            perform(slot, action, now: now)
+        }
+    }
+
+    /// Opens and checks the file, then takes its image from the cache (or streams it).
+    func openImage(_ filename: [UInt8], netascii: Bool) -> Result<(FileImage?, Int32, Int), TFTPError> {
+        let fd: Int32
+        let info: stat
+        switch configuration.policy.openForReading(filename) {
+        case .success(let opened): (fd, info) = opened
+        case .failure(let error): return .failure(error)
+        }
+        do {
+            switch try cache.acquire(fd: fd, info: info, netascii: netascii) {
+            case .image(let image):
+                close(fd)
+                return .success((image, -1, image.count))
+            case .stream:
+                return .success((nil, fd, Int(info.st_size)))
+            }
+        } catch {
+            close(fd)
+            if error.rawValue == ENOMEM || error.rawValue == EFBIG {
+                return .failure(TFTPError(.notDefined, "File too large to serve now"))
+            }
+            return .failure(error.tftpError)
+        }
+    }
+
+    /// Undoes what a request took before it became a transfer.
+    func release(_ transfer: inout Transfer) {
+        if let image = transfer.image { cache.release(image) }
+        if transfer.streamFD >= 0 { close(transfer.streamFD) }
+        transfer.upload?.abort()
+        transfer = Transfer()
+    }
+
+    func refuse(_ datagram: Datagram, _ listener: Int32, _ error: TFTPError, what: String) {
+        let count = PacketWriter.error(error.code.rawValue, message: error.message, into: scratch)
+        backend.send(fromListener: listener, to: datagram.peer, from: datagram.local,
+                     packet: UnsafeRawBufferPointer(rebasing: scratch[..<count]))
+        summary.transfers += 1
+        summary.failed += 1
+        logger.warning("\(datagram.peer): \(what): refused: error \(error.code.rawValue) \"\(error.message)\"")
+    }
+
+    /// The largest blksize that crosses this address's interface unfragmented (reference quirk 4):
+    /// MTU minus IP, UDP and TFTP headers, unless `-B` says otherwise.
+    func maxBlockSize(for local: SocketAddress) -> Int {
+        if let configured = configuration.optionLimits.maxBlockSize { return configured }
+        let now = stampede_monotonic_ns()
+        if let cached = mtuCache[local], cached.expires > now { return cached.blockSize }
+        var storage = local.storage
+        let mtu = stampede_interface_mtu(&storage)
+        let headers = local.isIPv6 ? 40 + 8 + 4 : 20 + 8 + 4
+        let blockSize = mtu > 0 ? max(512, min(Int(mtu) - headers, OptionNegotiation.blockSizeRange.upperBound)) : 1468
+        if mtuCache.count > 1024 { mtuCache.removeAll() }
+        mtuCache[local] = (blockSize, now + 60 * Clock.nanosecondsPerSecond)
+        return blockSize
+    }
+}

@@ -1,0 +1,183 @@
+import CStampedeSys
+import Glibc
+import Logging
+
+/// One event loop on one core: its listeners, its session table, its timer wheel, its backend.
+/// Workers share only the file cache (DESIGN: data flow).
+public final class Worker<Backend: DatagramBackend> {
+    let backend: Backend
+    let configuration: ServerConfiguration
+    let cache: FileCache
+    var logger: Logger
+
+    var table: [Transfer] = []
+    var freeSlots: [Int32] = []
+    var wheel: TimerWheel
+    var listeners: [(socket: Int32, address: SocketAddress)] = []
+    public internal(set) var activeTransfers = 0
+    public internal(set) var summary = WorkerSummary()
+
+    /// Images of transfers that ended this turn: released after the next flush, because a send
+    /// queued this turn may still point into them.
+    var retiredImages: [FileImage] = []
+    /// Headers, stream reads and netascii decoding.
+    let scratch: UnsafeMutableRawBufferPointer
+    var mtuCache: [SocketAddress: (blockSize: Int, expires: Nanoseconds)] = [:]
+
+    static var listenerBit: UInt64 { 1 << 63 }
+
+    public init(backend: Backend, configuration: ServerConfiguration, cache: FileCache, index: Int) {
+        self.backend = backend
+        self.configuration = configuration
+        self.cache = cache
+        self.logger = configuration.logger
+        self.logger[metadataKey: "worker"] = "\(index)"
+        self.wheel = TimerWheel(capacity: 1024, now: stampede_monotonic_ns())
+        self.scratch = .allocate(byteCount: 65536 + 16, alignment: 16)
+        retiredImages.reserveCapacity(1024)
+        grow(to: 1024)
+    }
+
+    deinit {
+        scratch.deallocate()
+    }
+
+    /// Binds this worker's listeners (SO_REUSEPORT: every worker binds the same addresses).
+    /// Returns the bound addresses, so that a port 0 can be shared with the other workers.
+    @discardableResult
+    public func bindListeners(_ addresses: [SocketAddress]) throws(Errno) -> [SocketAddress] {
+        var bound: [SocketAddress] = []
+        for address in addresses {
+            let socket = try backend.openListener(address, tag: Self.listenerBit | UInt64(listeners.count))
+            let actual = backend.localAddress(of: socket) ?? address
+            listeners.append((socket, actual))
+            bound.append(actual)
+        }
+        return bound
+    }
+
+    // MARK: The loop
+
+    /// Serves until a stop is requested and the running transfers have finished or the grace
+    /// period is over.
+    public func run() {
+        var stopDeadline: Nanoseconds?
+        while true {
+            let now = stampede_monotonic_ns()
+            if stopDeadline == nil && stampede_stop_requested() != 0 {
+                stopDeadline = now + configuration.shutdownGrace
+                stopListening()
+            }
+            if let deadline = stopDeadline {
+                if activeTransfers == 0 { break }
+                if now >= deadline { abortAll(now: now); break }
+            }
+            turn(now: now, maxWait: 500_000_000)
+        }
+        _ = backend.poll(deadline: stampede_monotonic_ns())
+        retiredImages.removeAll(keepingCapacity: true)
+    }
+
+    /// One loop turn: expire timers, flush and wait, dispatch what arrived.
+    public func turn(now: Nanoseconds, maxWait: Nanoseconds) {
+        wheel.expire(now: now) { slot in timerFired(slot, now: now) }
+        var deadline = now + maxWait
+        if let next = wheel.nextDeadline() { deadline = min(deadline, next) }
+        let count = backend.poll(deadline: deadline)
+        // The flush is done: what ended last turn can let go of its memory.
+        for image in retiredImages { cache.release(image) }
+        retiredImages.removeAll(keepingCapacity: true)
+        guard count > 0 else { return }
+        let arrival = stampede_monotonic_ns()
+        for i in 0..<count {
+            let datagram = backend.datagram(i)
+            if datagram.tag & Self.listenerBit != 0 {
+                handleRequest(datagram, listener: Int(datagram.tag & 0xFFFF), now: arrival)
+            } else {
+                handleTransferDatagram(datagram, now: arrival)
+            }
+        }
+    }
+
+    func stopListening() {
+        for listener in listeners { backend.close(listener.socket) }
+        listeners.removeAll()
+        logger.info("stopping: no new requests; \(activeTransfers) transfers finishing")
+    }
+
+    func abortAll(now: Nanoseconds) {
+        for slot in table.indices where table[slot].phase != .free {
+            sendError(slot, TFTPError(.notDefined, "Server shutting down"))
+            finish(slot, .shutdown, now: now)
+        }
+    }
+
+    // MARK: Session table
+
+    func grow(to capacity: Int) {
+        let old = table.count
+        guard capacity > old else { return }
+        table += repeatElement(Transfer(), count: capacity - old)
+        freeSlots.reserveCapacity(capacity)
+        for slot in (old..<capacity).reversed() { freeSlots.append(Int32(slot)) }
+        wheel.grow(to: capacity)
+    }
+
+    func allocateSlot() -> Int {
+        if freeSlots.isEmpty { grow(to: table.count * 2) }
+        return Int(freeSlots.removeLast())
+    }
+
+    func tag(of slot: Int) -> UInt64 {
+        UInt64(table[slot].generation & 0x7FFF_FFFF) << 32 | UInt64(slot)
+    }
+
+    func slot(forTag tag: UInt64) -> Int? {
+        let slot = Int(tag & 0xFFFF_FFFF)
+        guard slot < table.count, table[slot].phase != .free,
+              table[slot].generation & 0x7FFF_FFFF == UInt32(tag >> 32) else { return nil }
+        return slot
+    }
+
+    /// Ends a transfer: one log line, the socket closed, the image released after the flush.
+    func finish(_ slot: Int, _ outcome: Outcome, now: Nanoseconds) {
+        log(slot, outcome, now: now)
+        wheel.cancel(slot)
+        backend.close(table[slot].socket)
+        if let image = table[slot].image { retiredImages.append(image) }
+        if table[slot].streamFD >= 0 { close(table[slot].streamFD) }
+        table[slot].upload?.abort()
+        let generation = table[slot].generation &+ 1
+        table[slot] = Transfer()
+        table[slot].generation = generation
+        freeSlots.append(Int32(slot))
+        activeTransfers -= 1
+    }
+
+    func log(_ slot: Int, _ outcome: Outcome, now: Nanoseconds) {
+        guard !table[slot].record.logged else { return }
+        table[slot].record.logged = true
+        let t = table[slot]
+        let bytes = t.sender?.bytesAcknowledged ?? t.upload?.bytesWritten ?? t.receiver?.bytesReceived ?? 0
+        let retransmits = (t.sender?.retransmits ?? 0) + (t.receiver?.retransmits ?? 0)
+        let seconds = Double(now - t.record.started) / 1e9
+        summary.transfers += 1
+        summary.bytes += bytes
+        if outcome.isFailure { summary.failed += 1 }
+        let line: Logger.Message = """
+            \(t.record.isWrite ? "WRQ" : "RRQ") \(t.peer) "\(t.record.filename)" \(t.record.mode.rawValue)\
+            \(t.record.options.isEmpty ? "" : " " + t.record.options) bytes=\(bytes) \
+            time=\(String(format3: seconds))s retransmits=\(retransmits): \(outcome.text)
+            """
+        if outcome.isFailure { logger.warning(line) } else { logger.info(line) }
+    }
+}
+
+extension String {
+    /// Three decimals without Foundation.
+    init(format3 value: Double) {
+        let millis = Int((value * 1000).rounded())
+        let fraction = String(millis % 1000)
+        self = "\(millis / 1000)." + String(repeating: "0", count: 3 - fraction.count) + fraction
+    }
+}

@@ -1,0 +1,240 @@
+import ArgumentParser
+import CStampedeSys
+import Glibc
+import Logging
+import StampedeCore
+import StampedeGlibc
+
+/// `stampede [serve]`: the in.tftpd (tftpd-hpa) command line, plus long options of our own.
+struct Serve: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Serve a directory over TFTP (accepts tftpd-hpa's in.tftpd flags).")
+
+    @Flag(name: [.customShort("l"), .customLong("listen")], help: "Standalone mode: bind and serve (the only mode yet).")
+    var listen = false
+
+    @Flag(name: [.customShort("L"), .customLong("foreground")], help: "Stay in the foreground (stampede never forks).")
+    var foreground = false
+
+    @Option(name: [.customShort("a"), .customLong("address")],
+            help: "Listen on [ADDRESS][:PORT] (repeatable; default: all addresses, port 69).")
+    var address: [String] = []
+
+    @Flag(name: [.customShort("4"), .customLong("ipv4")], help: "IPv4 only.")
+    var ipv4 = false
+
+    @Flag(name: [.customShort("6"), .customLong("ipv6")], help: "IPv6 only.")
+    var ipv6 = false
+
+    @Flag(name: [.customShort("s"), .customLong("secure")], help: "chroot into the directory before serving.")
+    var secure = false
+
+    @Flag(name: [.customShort("c"), .customLong("create")], help: "Allow uploads to create new files.")
+    var create = false
+
+    @Flag(name: [.customShort("p"), .customLong("permissive")],
+          help: "Only the OS permissions decide: no world-readable/writable requirement.")
+    var permissive = false
+
+    @Option(name: [.customShort("u"), .customLong("user")], help: "Drop privileges to this user after binding.")
+    var user = "nobody"
+
+    @Option(name: [.customShort("U"), .customLong("umask")], help: "umask for created files (octal).")
+    var umask: String?
+
+    @Option(name: [.customShort("P"), .customLong("pidfile")], help: "Write the process ID to this file.")
+    var pidfile: String?
+
+    @Option(name: [.customShort("t"), .customLong("timeout")], help: "inetd mode: exit after this many idle seconds.")
+    var idleTimeout: Int = 900
+
+    @Option(name: [.customShort("T"), .customLong("retransmit")], help: "Retransmit timeout in microseconds.")
+    var retransmit: Int = 1_000_000
+
+    @Option(name: [.customShort("m"), .customLong("map-file")], help: "Remap rules file (not supported yet).")
+    var mapFile: String?
+
+    @Flag(name: [.customShort("v"), .customLong("verbose")], help: "More logging (repeatable).")
+    var verbose: Int
+
+    @Option(name: .customLong("verbosity"), help: "Log level: 0 errors, 1 transfers (default), 2 debug, 3 trace.")
+    var verbosity: Int?
+
+    @Option(name: [.customShort("r"), .customLong("refuse")], help: "Never negotiate this option (repeatable).")
+    var refuse: [String] = []
+
+    @Option(name: [.customShort("B"), .customLong("blocksize")],
+            help: "Largest blksize granted (default: the interface MTU minus headers).")
+    var blocksize: Int?
+
+    @Option(name: [.customShort("W"), .customLong("windowsize")], help: "Largest windowsize granted.")
+    var windowsize: Int = 64
+
+    @Option(name: [.customShort("R"), .customLong("port-range")], help: "Ports for transfers, LOW:HIGH.")
+    var portRange: String?
+
+    @Flag(name: [.customShort("V"), .customLong("version")], help: "Print the version and exit.")
+    var version = false
+
+    @Option(name: .customLong("workers"), help: "Worker threads (default: one per core).")
+    var workers: Int?
+
+    @Option(name: .customLong("backend"), help: "I/O backend: auto, glibc (uring comes with the io_uring engine).")
+    var backend = "auto"
+
+    @Option(name: .customLong("retries"), help: "Retransmissions before a transfer is given up.")
+    var retries = 5
+
+    @Option(name: .customLong("grace"), help: "Seconds running transfers get to finish on SIGTERM.")
+    var grace = 10
+
+    @Option(name: .customLong("cache-size"), help: "Memory budget for cached file images, in MiB.")
+    var cacheSize = 1024
+
+    @Option(name: .customLong("cache-file-limit"), help: "Larger files are streamed instead of cached, in MiB.")
+    var cacheFileLimit = 256
+
+    @Option(name: .customLong("max-transfers"), help: "Concurrent transfers per worker before requests are refused.")
+    var maxTransfers = 65536
+
+    @Argument(help: "The directory to serve.")
+    var directory: [String] = []
+
+    func validate() throws {
+        if mapFile != nil {
+            throw ValidationError("-m/--map-file: remap rules are not supported yet; remove -m or keep in.tftpd for now.")
+        }
+        if !version && !listen && stampede_stdin_is_datagram_socket() != 0 {
+            throw ValidationError("inetd mode (a socket on fd 0, no -l) is not supported yet; run standalone with -l.")
+        }
+        if directory.count > 1 { throw ValidationError("stampede serves one directory; got \(directory.count).") }
+        if let b = blocksize, !OptionNegotiation.blockSizeRange.contains(b) {
+            throw ValidationError("-B must be within 8...65464.")
+        }
+        if !OptionNegotiation.windowSizeRange.contains(windowsize) { throw ValidationError("-W must be within 1...65535.") }
+        if retransmit < 1000 { throw ValidationError("-T is in microseconds and must be at least 1000.") }
+        if let umask, mode_t(umask, radix: 8) == nil { throw ValidationError("-U takes an octal umask, like 022.") }
+        if let portRange, parsePortRange(portRange) == nil { throw ValidationError("-R takes LOW:HIGH, like 4000:4999.") }
+        if !["auto", "glibc"].contains(backend) {
+            throw ValidationError("--backend \(backend): only glibc (and auto) exist until the io_uring engine lands.")
+        }
+        if ipv4 && ipv6 { throw ValidationError("-4 and -6 exclude each other.") }
+    }
+
+    func parsePortRange(_ text: String) -> ClosedRange<UInt16>? {
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 2, let low = UInt16(parts[0]), let high = UInt16(parts[1]), low > 0, low <= high else { return nil }
+        return low...high
+    }
+
+    func listenAddresses() throws -> [SocketAddress] {
+        let specs = address.isEmpty ? [""] : address
+        var result: [SocketAddress] = []
+        for spec in specs {
+            let hostPart = spec.hasPrefix("[") ? spec : String(spec.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
+            let hosts: [String] = hostPart.isEmpty ? (ipv4 ? ["0.0.0.0"] : ipv6 ? ["::"] : ["0.0.0.0", "::"]) : [""]
+            for host in hosts {
+                guard let parsed = SocketAddress(parsing: spec, defaultPort: 69, defaultHost: host.isEmpty ? "0.0.0.0" : host) else {
+                    throw ValidationError("-a \(spec): not an address[:port].")
+                }
+                if (ipv4 && parsed.isIPv6) || (ipv6 && !parsed.isIPv6) { continue }
+                result.append(parsed)
+            }
+        }
+        return result
+    }
+
+    func run() throws {
+        if version {
+            print("stampede \(Stampede.version) (tftp-hpa compatible command line)")
+            return
+        }
+        let level: Logger.Level = switch verbosity ?? (1 + verbose) {
+        case ...0: .warning
+        case 1: .info
+        case 2: .debug
+        default: .trace
+        }
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "stampede")
+        let root = directory.first ?? "/srv/tftp"
+
+        if let umask { Glibc.umask(mode_t(umask, radix: 8)!) }
+        let fileUmask = Glibc.umask(0)
+        Glibc.umask(fileUmask)
+        raiseFileLimit(logger)
+
+        let rootFD: Int32
+        do { rootFD = try AccessPolicy.openRoot(root) } catch { throw failure("cannot open \(root): \(error)") }
+        if secure {
+            guard chroot(root) == 0, chdir("/") == 0 else { throw failure("-s: chroot \(root): \(Errno.current)") }
+        }
+
+        let policy = AccessPolicy(root: rootFD, permissive: permissive, allowCreate: create, umask: fileUmask)
+        var configuration = ServerConfiguration(listenAddresses: try listenAddresses(), policy: policy, logger: logger)
+        configuration.optionLimits = OptionLimits(maxBlockSize: blocksize, maxWindowSize: windowsize,
+                                                  refused: Set(refuse.map { $0.lowercased() }))
+        configuration.retransmitTimeout = Nanoseconds(retransmit) * 1000
+        configuration.maxRetries = retries
+        configuration.portRange = portRange.flatMap(parsePortRange)
+        configuration.shutdownGrace = Nanoseconds(grace) * Clock.nanosecondsPerSecond
+        configuration.maxTransfersPerWorker = maxTransfers
+        let cache = FileCache(limits: .init(budget: cacheSize << 20, fileLimit: cacheFileLimit << 20))
+        let workerCount = workers ?? Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+
+        let server: Server<GlibcBackend>
+        do {
+            server = try Server(configuration: configuration, workerCount: workerCount, cache: cache) { () throws(Errno) in
+                try GlibcBackend()
+            }
+        } catch {
+            throw failure("cannot listen on \(configuration.listenAddresses.map(\.description).joined(separator: ", ")): \(error)")
+        }
+        try dropPrivileges(logger)
+        if let pidfile {
+            let text = "\(getpid())\n"
+            guard let file = fopen(pidfile, "w") else { throw failure("-P \(pidfile): \(Errno.current)") }
+            fputs(text, file)
+            fclose(file)
+        }
+        stampede_install_stop_signals()
+        let reason = backend == "auto" ? "auto: the io_uring backend is not built yet" : "asked for"
+        logger.info("""
+            serving \(root)\(secure ? " (chroot)" : "") on \(server.boundAddresses.map(\.description).joined(separator: ", ")) \
+            with \(workerCount) workers, backend glibc (\(reason))
+            """)
+        let summary = server.run()
+        logger.info("stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes)")
+        if let pidfile { unlink(pidfile) }
+    }
+
+    func failure(_ message: String) -> ExitCode {
+        fputs("stampede: \(message)\n", stderr)
+        return ExitCode(1)
+    }
+
+    /// Thousands of transfers need thousands of sockets: lift the soft fd limit to the hard one.
+    func raiseFileLimit(_ logger: Logger) {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        limit.rlim_cur = limit.rlim_max
+        if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) != 0 {
+            logger.warning("could not raise the open file limit: \(Errno.current)")
+        }
+    }
+
+    /// As in.tftpd: when started as root, become `-u` (default nobody) once the sockets are bound.
+    func dropPrivileges(_ logger: Logger) throws {
+        guard geteuid() == 0 else { return }
+        guard let entry = getpwnam(user) else { throw failure("-u \(user): no such user") }
+        let uid = entry.pointee.pw_uid, gid = entry.pointee.pw_gid
+        guard setgroups(0, nil) == 0, setgid(gid) == 0, setuid(uid) == 0 else {
+            throw failure("-u \(user): cannot drop privileges: \(Errno.current)")
+        }
+        logger.debug("running as \(user) (uid \(uid), gid \(gid))")
+    }
+}
