@@ -33,7 +33,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .testTarget(name: "StampedeCoreTests", dependencies: ["StampedeCore"]),
+        .testTarget(name: "StampedeCoreTests", dependencies: ["StampedeCore", "CStampedeSys"]),
         .testTarget(name: "StampedeGlibcTests", dependencies: ["StampedeGlibc", "StampedeCore"]),
     ],
     swiftLanguageModes: [.v5]

@@ -1,0 +1,66 @@
+import Testing
+@testable import StampedeCore
+
+@Suite struct OptionNegotiationSpec {
+    func negotiate(_ options: [(String, String)], write: Bool = false, size: Int? = 1000, max: Int = 1468,
+                   limits: OptionLimits = OptionLimits()) -> OptionNegotiation {
+        OptionNegotiation(requested: options.map { (name: $0.0, value: $0.1) }, isWrite: write, fileSize: size,
+                          maxBlockSize: max, limits: limits)
+    }
+
+    func oack(_ n: OptionNegotiation) -> [String] { n.acknowledged.map { "\($0.name)=\($0.value)" } }
+
+    @Test func noOptionsMeansNoOptionAck() {
+        let n = negotiate([])
+        #expect(n.acknowledged.isEmpty)
+        #expect(n.options == TransferOptions())
+    }
+
+    @Test func blockSizeIsClampedToTheServerMaximum() {
+        #expect(oack(negotiate([("blksize", "65464")], max: 1468)) == ["blksize=1468"])
+        #expect(oack(negotiate([("blksize", "65465")], max: 65464)) == ["blksize=65464"])
+        #expect(oack(negotiate([("blksize", "8")])) == ["blksize=8"])
+        #expect(negotiate([("blksize", "1024")]).options.blockSize == 1024)
+    }
+
+    @Test(arguments: ["0", "7", "abc", "", "-1", "1468 ", "99999999999999999999999"])
+    func badBlockSizeIsDroppedAndTheTransferRunsAt512(value: String) {
+        let n = negotiate([("blksize", value)])
+        #expect(n.acknowledged.isEmpty)
+        #expect(n.options.blockSize == 512)
+    }
+
+    @Test func windowSizeIsClampedToW() {
+        #expect(oack(negotiate([("windowsize", "200")], limits: OptionLimits(maxWindowSize: 16))) == ["windowsize=16"])
+        #expect(negotiate([("windowsize", "0")]).acknowledged.isEmpty)
+        #expect(negotiate([("windowsize", "4")]).options.windowSize == 4)
+    }
+
+    @Test func timeoutMustBeOneTo255() {
+        #expect(oack(negotiate([("timeout", "1")])) == ["timeout=1"])
+        #expect(oack(negotiate([("timeout", "255")])) == ["timeout=255"])
+        #expect(negotiate([("timeout", "0")]).acknowledged.isEmpty)
+        #expect(negotiate([("timeout", "256")]).acknowledged.isEmpty)
+    }
+
+    @Test func readTransferSizeAnswersTheFileSize() {
+        #expect(oack(negotiate([("tsize", "0")], size: 123456)) == ["tsize=123456"])
+    }
+
+    @Test func writeTransferSizeEchoesTheClient() {
+        let n = negotiate([("tsize", "777")], write: true, size: nil)
+        #expect(oack(n) == ["tsize=777"])
+        #expect(n.options.transferSize == 777)
+    }
+
+    @Test func unknownRefusedAndRepeatedOptionsAreNeverAnswered() {
+        let n = negotiate([("multicast", ""), ("blksize", "1000"), ("blksize", "600"), ("tsize", "0")],
+                          limits: OptionLimits(refused: ["tsize"]))
+        #expect(oack(n) == ["blksize=1000"])
+    }
+
+    @Test func answersKeepTheClientsOrder() {
+        #expect(oack(negotiate([("tsize", "0"), ("windowsize", "8"), ("blksize", "1468")]))
+            == ["tsize=1000", "windowsize=8", "blksize=1468"])
+    }
+}

@@ -1,0 +1,58 @@
+import Glibc
+@testable import StampedeCore
+
+/// A temporary directory tree for one test, removed at the end.
+final class ScratchDirectory {
+    let path: String
+    let fd: Int32
+
+    init() {
+        var template = Array("/tmp/stampede-test-XXXXXX".utf8CString)
+        path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
+        fd = open(path, O_RDONLY | O_DIRECTORY)
+    }
+
+    deinit {
+        close(fd)
+        _ = system("rm -rf '\(path)'")
+    }
+
+    @discardableResult
+    func write(_ name: String, _ bytes: [UInt8], mode: mode_t = 0o644) -> String {
+        let full = path + "/" + name
+        let f = open(full, O_WRONLY | O_CREAT | O_TRUNC, mode)
+        precondition(f >= 0, "open \(full)")
+        _ = bytes.withUnsafeBytes { Glibc.write(f, $0.baseAddress, $0.count) }
+        fchmod(f, mode)
+        close(f)
+        return full
+    }
+
+    func read(_ name: String) -> [UInt8]? {
+        let f = open(path + "/" + name, O_RDONLY)
+        guard f >= 0 else { return nil }
+        defer { close(f) }
+        var out: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(f, $0.baseAddress, $0.count) }
+            if n <= 0 { return out }
+            out += buffer[..<n]
+        }
+    }
+
+    func entries() -> [String] {
+        guard let dir = opendir(path) else { return [] }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names.sorted()
+    }
+}
+
+extension Array where Element == UInt8 {
+    init(_ text: String) { self = Array(text.utf8) }
+}

@@ -1,0 +1,123 @@
+import CStampedeSys
+import Glibc
+import Logging
+import Testing
+@testable import StampedeCore
+
+/// A backend with no sockets: the test plays the network.
+final class FakeBackend: DatagramBackend {
+    let name = "fake"
+    var tags: [UInt64] = []
+    var closed: Set<Int32> = []
+    var sent: [(socket: Int32, bytes: [UInt8])] = []
+    var inbox: [(tag: UInt64, bytes: [UInt8], peer: SocketAddress, local: SocketAddress)] = []
+    var delivered: [(tag: UInt64, bytes: [UInt8], peer: SocketAddress, local: SocketAddress)] = []
+    var sendFailures = 0
+
+    func openListener(_ address: SocketAddress, tag: UInt64) throws(Errno) -> Int32 { tags.append(tag); return Int32(tags.count - 1) }
+    func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?, tag: UInt64) throws(Errno) -> Int32 {
+        tags.append(tag)
+        return Int32(tags.count - 1)
+    }
+    func localAddress(of socket: Int32) -> SocketAddress? { nil }
+    func close(_ socket: Int32) { closed.insert(socket) }
+    func send(_ socket: Int32, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
+        sent.append((socket, Array(header) + Array(payload)))
+    }
+    func send(fromListener socket: Int32, to peer: SocketAddress, from local: SocketAddress, packet: UnsafeRawBufferPointer) {
+        sent.append((socket, Array(packet)))
+    }
+    func poll(deadline: Nanoseconds?) -> Int {
+        delivered = inbox
+        inbox = []
+        return delivered.count
+    }
+    func datagram(_ index: Int) -> Datagram {
+        let d = delivered[index]
+        return d.bytes.withUnsafeBytes { Datagram(tag: d.tag, bytes: $0, peer: d.peer, local: d.local) }
+    }
+}
+
+@Suite(.serialized) struct WorkerSpec {
+    let dir = ScratchDirectory()
+    let backend = FakeBackend()
+    let worker: Worker<FakeBackend>
+    let client = SocketAddress(parsing: "127.0.0.1:40000", defaultPort: 0)!
+    let local = SocketAddress(parsing: "127.0.0.1:69", defaultPort: 0)!
+
+    init() throws {
+        var configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        configuration.optionLimits.maxBlockSize = 1468
+        worker = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0)
+        try worker.bindListeners([local])
+    }
+
+    /// Delivers `bytes` (the datagram keeps pointing at the test's copy during the turn).
+    func deliver(_ bytes: [UInt8], tag: UInt64) -> [[UInt8]] {
+        backend.sent = []
+        backend.inbox.append((tag, bytes, client, local))
+        worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        return backend.sent.map(\.bytes)
+    }
+
+    func request(_ name: String, mode: String = "octet", _ options: [(name: String, value: String)] = [], write: Bool = false) -> [[UInt8]] {
+        deliver(Request(isWrite: write, filename: Array(name.utf8), mode: mode, options: options).encoded(), tag: backend.tags[0])
+    }
+
+    var transferTag: UInt64 { backend.tags.last! }
+
+    @Test func aPlainReadRequestGetsDataBlockOneAtOnce() {
+        dir.write("f", [UInt8]("hello"))
+        #expect(request("f") == [[0, 3, 0, 1] + [UInt8]("hello")])
+        #expect(deliver([0, 4, 0, 1], tag: transferTag) == [])
+        #expect(worker.activeTransfers == 0)
+        #expect(worker.summary.transfers == 1 && worker.summary.failed == 0)
+    }
+
+    @Test func optionsGetAnOptionAckThenDataAfterAckZero() {
+        dir.write("f", Array(repeating: 9, count: 2000))
+        #expect(request("f", [("blksize", "1468"), ("tsize", "0")])
+            == [PacketWriter.optionAck([("blksize", "1468"), ("tsize", "2000")])])
+        let first = deliver([0, 4, 0, 0], tag: transferTag)
+        #expect(first == [[0, 3, 0, 1] + Array(repeating: 9, count: 1468)])
+    }
+
+    @Test func theUEFISizeProbeEndsQuietly() {
+        dir.write("f", [1, 2, 3])
+        _ = request("f", [("tsize", "0")])
+        #expect(deliver([0, 5, 0, 8, 0], tag: transferTag) == [])
+        #expect(worker.activeTransfers == 0)
+        #expect(worker.summary.failed == 0)
+    }
+
+    @Test func refusalsComeFromTheListenerWithTheRightCode() {
+        #expect(request("missing").first?.prefix(4) == [0, 5, 0, 1])
+        #expect(request("f", mode: "mail").first?.prefix(4) == [0, 5, 0, 4])
+        #expect(request("../x").first?.prefix(4) == [0, 5, 0, 2])
+        #expect(request("up", write: true).first?.prefix(4) == [0, 5, 0, 1])
+        #expect(deliver([0, 1] + [UInt8]("nonul"), tag: backend.tags[0]).first?.prefix(4) == [0, 5, 0, 4])
+        #expect(deliver([0, 42, 1, 2], tag: backend.tags[0]).first?.prefix(4) == [0, 5, 0, 4])
+        #expect(deliver([0, 4, 0, 1], tag: backend.tags[0]) == [])
+        #expect(worker.activeTransfers == 0)
+    }
+
+    @Test func aSlotsLateDatagramsAreIgnoredAfterItEnds() {
+        dir.write("f", [1])
+        _ = request("f")
+        let old = transferTag
+        _ = deliver([0, 4, 0, 1], tag: old)
+        dir.write("g", [2])
+        _ = request("g")
+        // The slot is reused with a new generation; the old tag no longer reaches it.
+        #expect(deliver([0, 4, 0, 1], tag: old) == [])
+        #expect(worker.activeTransfers == 1)
+    }
+
+    @Test func dataToAReaderIsAnIllegalOperation() {
+        dir.write("f", Array(repeating: 1, count: 600))
+        _ = request("f")
+        #expect(deliver([0, 3, 0, 1, 9], tag: transferTag).first?.prefix(4) == [0, 5, 0, 4])
+        #expect(worker.activeTransfers == 0)
+    }
+}
