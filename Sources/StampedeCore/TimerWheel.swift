@@ -65,8 +65,9 @@ public struct TimerWheel: Sendable {
         count -= 1
     }
 
-    /// Removes and reports every slot whose deadline is at or before `now`.
-    public mutating func expire(now: Nanoseconds, _ body: (Int) -> Void) {
+    /// Removes every slot whose deadline is at or before `now` and appends it to `expired`
+    /// (a caller-owned array, so handling a timer may reschedule or cancel freely afterwards).
+    public mutating func expire(now: Nanoseconds, into expired: inout [Int32]) {
         let target = now / tick
         guard target > currentTick else { return }
         // More than a whole turn behind: every bucket is due for a look, once.
@@ -79,7 +80,7 @@ public struct TimerWheel: Sendable {
                 slot = next[s]
                 if deadlineTick[s] <= target {
                     cancel(s)
-                    body(s)
+                    expired.append(Int32(s))
                 }
             }
             t += 1

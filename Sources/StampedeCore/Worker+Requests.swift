@@ -16,7 +16,11 @@ extension Worker {
         case .failure(.notARequest):
             // DATA, ACK and ERROR have no business on the listener: stay silent rather than
             // answer (and amplify) stray or spoofed traffic. Unknown opcodes get ERROR 4.
-            let opcode = datagram.bytes.count >= 2 ? UInt16(datagram.bytes[0]) << 8 | UInt16(datagram.bytes[1]) : 0
+            guard datagram.bytes.count >= 2 else {
+                logger.info("\(datagram.peer): ignored a \(datagram.bytes.count)-byte packet on the listener")
+                return
+            }
+            let opcode = UInt16(datagram.bytes[0]) << 8 | UInt16(datagram.bytes[1])
             logger.info("\(datagram.peer): ignored a packet with opcode \(opcode) on the listener")
             if !(3...6).contains(opcode) {
                 refuse(datagram, listener, TFTPError(.illegalOperation, "Illegal TFTP operation"), what: "unknown opcode \(opcode)")
@@ -103,7 +107,7 @@ extension Worker {
         }
         table[slot] = transfer
         activeTransfers += 1
-        logger.debug("\(datagram.peer): \(what) \(negotiation.summary) accepted on \(datagram.local)")
+        logger.debug("\(datagram.peer): \(what) \(negotiation.summary) accepted on \(listeners[index].address)")
         if request.isWrite {
             let reply = table[slot].receiver!.start(now: now)
             sendReply(slot, reply)

@@ -13,6 +13,7 @@ public final class Worker<Backend: DatagramBackend> {
     var table: [Transfer] = []
     var freeSlots: [Int32] = []
     var wheel: TimerWheel
+    var expired: [Int32] = []
     var listeners: [(socket: Int32, address: SocketAddress)] = []
     public internal(set) var activeTransfers = 0
     public internal(set) var summary = WorkerSummary()
@@ -35,6 +36,7 @@ public final class Worker<Backend: DatagramBackend> {
         self.wheel = TimerWheel(capacity: 1024, now: stampede_monotonic_ns())
         self.scratch = .allocate(byteCount: 65536 + 16, alignment: 16)
         retiredImages.reserveCapacity(1024)
+        expired.reserveCapacity(1024)
         grow(to: 1024)
     }
 
@@ -80,7 +82,9 @@ public final class Worker<Backend: DatagramBackend> {
 
     /// One loop turn: expire timers, flush and wait, dispatch what arrived.
     public func turn(now: Nanoseconds, maxWait: Nanoseconds) {
-        wheel.expire(now: now) { slot in timerFired(slot, now: now) }
+        wheel.expire(now: now, into: &expired)
+        for slot in expired { timerFired(Int(slot), now: now) }
+        expired.removeAll(keepingCapacity: true)
         var deadline = now + maxWait
         if let next = wheel.nextDeadline() { deadline = min(deadline, next) }
         let count = backend.poll(deadline: deadline)

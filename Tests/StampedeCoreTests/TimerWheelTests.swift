@@ -3,9 +3,9 @@ import Testing
 
 @Suite struct TimerWheelSpec {
     func expired(_ wheel: inout TimerWheel, at now: Nanoseconds) -> [Int] {
-        var out: [Int] = []
-        wheel.expire(now: now) { out.append($0) }
-        return out.sorted()
+        var out: [Int32] = []
+        wheel.expire(now: now, into: &out)
+        return out.map(Int.init).sorted()
     }
 
     @Test func slotsExpireAtTheirDeadlineNotBefore() {

@@ -1,0 +1,139 @@
+"""Uploads (WRQ): allowed with -c or into a world-writable file, atomically, refused otherwise."""
+import os
+import time
+
+import pytest
+
+import tftpy
+
+from conftest import run
+from tftpwire import RawClient, data, decode, request
+
+
+@pytest.fixture(autouse=True)
+def writable_root(root):
+    """The server runs as `nobody` (in.tftpd's -u default) once bound: uploads need a directory
+    that user may write, as /srv/tftp owned by the tftp user is in a real installation."""
+    root.chmod(0o777)
+
+
+def test_busybox_put_with_create(serve, root, tmp_path):
+    s = serve("-c")
+    src = tmp_path / "src.bin"
+    src.write_bytes(os.urandom(300_000))
+    r = run(["busybox", "tftp", "-p", "-l", str(src), "-r", "uploaded.bin", "-b", "1468", "127.0.0.1", str(s.port)])
+    assert r.returncode == 0, r.stderr
+    assert (root / "uploaded.bin").read_bytes() == src.read_bytes()
+    assert not [p for p in os.listdir(root) if p.startswith(".stampede-upload-")]
+
+
+def test_tftpy_and_atftp_put(serve, root, tmp_path):
+    s = serve("-c")
+    src = tmp_path / "src.bin"
+    src.write_bytes(os.urandom(1 << 20))
+    tftpy.TftpClient("127.0.0.1", s.port, options={"blksize": 1024}).upload("via-tftpy.bin", str(src), timeout=5)
+    assert (root / "via-tftpy.bin").read_bytes() == src.read_bytes()
+    r = run(["atftp", "--option", "blksize 1468", "-p", "-l", str(src), "-r", "via-atftp.bin", "127.0.0.1", str(s.port)])
+    assert r.returncode == 0, r.stderr
+    assert (root / "via-atftp.bin").read_bytes() == src.read_bytes()
+
+
+def test_netascii_upload_is_decoded(serve, root, tmp_path):
+    s = serve("-c")
+    src = tmp_path / "t.txt"
+    src.write_bytes(b"a\nb\rc\n" * 300)
+    r = run(["tftp", "-m", "ascii", "127.0.0.1", str(s.port), "-c", "put", str(src), "t.txt"])
+    assert r.returncode == 0, r.stderr
+    assert (root / "t.txt").read_bytes() == src.read_bytes()
+
+
+def test_upload_refused_without_create(serve, root, tmp_path):
+    s = serve()
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"x" * 1000)
+    r = run(["busybox", "tftp", "-p", "-l", str(src), "-r", "new.bin", "127.0.0.1", str(s.port)])
+    assert r.returncode != 0
+    assert not (root / "new.bin").exists()
+    c = RawClient(s)
+    assert c.exchange(request("new.bin", write=True))[0] == ("ERROR", (1, "File not found"))
+    # An existing file that is not world-writable stays untouched.
+    assert c.exchange(request("hello.txt", write=True))[0][1][0] == 2
+    assert (root / "hello.txt").read_text() == "hello, rack\n"
+
+
+def test_existing_world_writable_file_may_be_replaced_without_create(serve, root, tmp_path):
+    (root / "log.txt").write_text("old")
+    (root / "log.txt").chmod(0o666)
+    s = serve()
+    src = tmp_path / "src"
+    src.write_text("new contents")
+    r = run(["busybox", "tftp", "-p", "-l", str(src), "-r", "log.txt", "127.0.0.1", str(s.port)])
+    assert r.returncode == 0, r.stderr
+    assert (root / "log.txt").read_text() == "new contents"
+    assert oct((root / "log.txt").stat().st_mode & 0o777) == oct(0o666)
+
+
+def start_upload(server, name):
+    c = RawClient(server)
+    reply, tid = c.exchange(request(name, write=True))
+    assert reply == ("ACK", (0, b""))
+    c.send(data(1, b"x" * 512), tid)
+    assert c.receive()[0] == ("ACK", (1, b""))
+    return c
+
+
+def wait_for(server, text, seconds=5):
+    deadline = time.time() + seconds
+    while time.time() < deadline and text not in server.log_text():
+        time.sleep(0.05)
+    return text in server.log_text()
+
+
+ORIGINAL = ["empty.bin", "exact-512.bin", "hello.txt", "one-mib.bin", "text.txt"]
+
+
+def test_a_silent_uploader_times_out_and_leaves_nothing_behind(serve, root):
+    s = serve("-c", "-T", "100000", "--retries", "2")
+    c = start_upload(s, "half.bin")
+    assert wait_for(s, "timed out")
+    assert sorted(os.listdir(root)) == ORIGINAL
+    c.close()
+
+
+def test_a_vanished_uploader_leaves_nothing_behind(serve, root):
+    s = serve("-c", "-T", "100000", "--retries", "2")
+    start_upload(s, "half.bin").close()
+    # The next retransmission meets a closed port (ICMP): the transfer ends at once.
+    assert wait_for(s, "client port unreachable")
+    assert sorted(os.listdir(root)) == ORIGINAL
+
+
+def test_disk_full_is_error_3_and_nothing_is_left(serve, root, tmp_path):
+    """A 1 MiB tmpfs under the root: a 4 MiB upload fails with ERROR 3, no file, no temp file."""
+    small = root / "small"
+    small.mkdir()
+    if os.geteuid() != 0 or run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)]).returncode != 0:
+        pytest.skip("LOUD SKIP: needs root to mount a small tmpfs")
+    try:
+        small.chmod(0o777)
+        s = serve("-c")
+        c = RawClient(s)
+        # Announced size first: refused before any data moves.
+        reply, _ = c.exchange(request("small/big.bin", options=[("tsize", 4 << 20)], write=True))
+        assert reply[0] == "ERROR" and reply[1][0] == 3
+        # Unannounced: fails mid-way with ERROR 3.
+        reply, tid = c.exchange(request("small/big2.bin", write=True))
+        assert reply == ("ACK", (0, b""))
+        block = 1
+        while True:
+            c.send(data(block, b"z" * 512), tid)
+            reply, _ = c.receive()
+            if reply[0] == "ERROR":
+                assert reply[1][0] == 3
+                break
+            block += 1
+            assert block < 10000
+        assert os.listdir(small) == []
+        assert "error 3" in s.log_text()
+    finally:
+        run(["umount", str(small)])
