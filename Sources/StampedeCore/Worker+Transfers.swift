@@ -42,6 +42,10 @@ extension Worker {
             return
         }
         let receipt = table[slot].receiver!.receiveData(block, length: payload.count, now: now)
+        if table[slot].phase == .dallying {
+            sendReply(slot, receipt.reply) // our final ACK was lost: say it again, keep the dally timer
+            return
+        }
         if receipt.deliver, let upload = table[slot].upload {
             do {
                 try upload.write(payload, scratch: scratch)

@@ -106,7 +106,7 @@ public final class Worker<Backend: DatagramBackend> {
     func stopListening() {
         for listener in listeners { backend.close(listener.socket) }
         listeners.removeAll()
-        logger.info("stopping: no new requests; \(activeTransfers) transfers finishing")
+        logger.notice("stopping: no new requests; \(activeTransfers) transfers finishing")
     }
 
     func abortAll(now: Nanoseconds) {

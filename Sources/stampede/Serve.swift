@@ -57,7 +57,7 @@ struct Serve: ParsableCommand {
     @Flag(name: [.customShort("v"), .customLong("verbose")], help: "More logging (repeatable).")
     var verbose: Int
 
-    @Option(name: .customLong("verbosity"), help: "Log level: 0 errors, 1 transfers (default), 2 debug, 3 trace.")
+    @Option(name: .customLong("verbosity"), help: "Log level: 0 start/stop and problems, 1 every transfer (default), 2 debug, 3 trace.")
     var verbosity: Int?
 
     @Option(name: [.customShort("r"), .customLong("refuse")], help: "Never negotiate this option (repeatable).")
@@ -150,7 +150,7 @@ struct Serve: ParsableCommand {
             return
         }
         let level: Logger.Level = switch verbosity ?? (1 + verbose) {
-        case ...0: .warning
+        case ...0: .notice
         case 1: .info
         case 2: .debug
         default: .trace
@@ -168,6 +168,8 @@ struct Serve: ParsableCommand {
         Glibc.umask(fileUmask)
         raiseFileLimit(logger)
 
+        // Resolved before -s: a chroot has no /etc/passwd.
+        let account = try lookUpUser()
         let rootFD: Int32
         do { rootFD = try AccessPolicy.openRoot(root) } catch { throw failure("cannot open \(root): \(error)") }
         if secure {
@@ -194,21 +196,20 @@ struct Serve: ParsableCommand {
         } catch {
             throw failure("cannot listen on \(configuration.listenAddresses.map(\.description).joined(separator: ", ")): \(error)")
         }
-        try dropPrivileges(logger)
         if let pidfile {
-            let text = "\(getpid())\n"
             guard let file = fopen(pidfile, "w") else { throw failure("-P \(pidfile): \(Errno.current)") }
-            fputs(text, file)
+            fputs("\(getpid())\n", file)
             fclose(file)
         }
+        try dropPrivileges(to: account, logger)
         stampede_install_stop_signals()
         let reason = backend == "auto" ? "auto: the io_uring backend is not built yet" : "asked for"
-        logger.info("""
+        logger.notice("""
             serving \(root)\(secure ? " (chroot)" : "") on \(server.boundAddresses.map(\.description).joined(separator: ", ")) \
             with \(workerCount) workers, backend glibc (\(reason))
             """)
         let summary = server.run()
-        logger.info("stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes)")
+        logger.notice("stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes)")
         if let pidfile { unlink(pidfile) }
     }
 
@@ -227,11 +228,16 @@ struct Serve: ParsableCommand {
         }
     }
 
-    /// As in.tftpd: when started as root, become `-u` (default nobody) once the sockets are bound.
-    func dropPrivileges(_ logger: Logger) throws {
-        guard geteuid() == 0 else { return }
+    /// The `-u` account, when started as root (otherwise there is nothing to drop).
+    func lookUpUser() throws -> (uid: uid_t, gid: gid_t)? {
+        guard geteuid() == 0 else { return nil }
         guard let entry = getpwnam(user) else { throw failure("-u \(user): no such user") }
-        let uid = entry.pointee.pw_uid, gid = entry.pointee.pw_gid
+        return (entry.pointee.pw_uid, entry.pointee.pw_gid)
+    }
+
+    /// As in.tftpd: when started as root, become `-u` (default nobody) once the sockets are bound.
+    func dropPrivileges(to account: (uid: uid_t, gid: gid_t)?, _ logger: Logger) throws {
+        guard let (uid, gid) = account else { return }
         guard setgroups(0, nil) == 0, setgid(gid) == 0, setuid(uid) == 0 else {
             throw failure("-u \(user): cannot drop privileges: \(Errno.current)")
         }

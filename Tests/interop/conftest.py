@@ -102,5 +102,21 @@ def serve(root, binary):
         s.stop()
 
 
+MEASUREMENTS = []
+
+
+@pytest.fixture
+def report():
+    """report(line): a measurement shown in the summary of every run (not a pass criterion)."""
+    return MEASUREMENTS.append
+
+
+def pytest_terminal_summary(terminalreporter):
+    if MEASUREMENTS:
+        terminalreporter.section("measurements")
+        for line in MEASUREMENTS:
+            terminalreporter.write_line(line)
+
+
 def run(argv, timeout=120, **kw):
     return subprocess.run(argv, capture_output=True, timeout=timeout, **kw)

@@ -137,3 +137,16 @@ def test_disk_full_is_error_3_and_nothing_is_left(serve, root, tmp_path):
         assert "error 3" in s.log_text()
     finally:
         run(["umount", str(small)])
+
+
+def test_a_lost_final_ack_is_answered_again(serve, root):
+    s = serve("-c")
+    c = RawClient(s)
+    reply, tid = c.exchange(request("final.bin", write=True))
+    assert reply == ("ACK", (0, b""))
+    c.send(data(1, b"last"), tid)
+    assert c.receive()[0] == ("ACK", (1, b""))
+    # The client never saw that ACK and sends its last block again: the server, dallying, re-ACKs.
+    c.send(data(1, b"last"), tid)
+    assert c.receive()[0] == ("ACK", (1, b""))
+    assert (root / "final.bin").read_bytes() == b"last"

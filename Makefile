@@ -1,0 +1,65 @@
+# Stampede: `make run` serves a demo root; `make test` installs what is missing and runs everything.
+SHELL := /bin/bash
+SWIFT ?= swift
+PREFIX ?= /usr/local
+PORT ?= 6969
+VENV := .build/venv
+PYTHON := $(VENV)/bin/python
+BIN := .build/release/stampede
+DEMO := .build/demo-root
+
+# apt-get as root, or through sudo; nothing when everything is there already.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PACKAGES := liburing-dev curl tftp-hpa atftp busybox python3-venv
+TOOLS := curl tftp atftp busybox
+
+.PHONY: all build run test unit interop deps install clean
+
+all: build
+
+build:
+	$(SWIFT) build -c release
+
+deps:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@for t in $(TOOLS); do command -v $$t >/dev/null || { echo "missing $$t after install"; exit 1; }; done
+	@[ -x $(PYTHON) ] || python3 -m venv $(VENV)
+	@$(PYTHON) -c "import pytest, tftpy" 2>/dev/null || $(VENV)/bin/pip install -q pytest tftpy
+
+$(DEMO):
+	mkdir -p $(DEMO)/pxelinux.cfg
+	printf 'Hello from Stampede.\n' > $(DEMO)/hello.txt
+	printf 'DEFAULT linux\nLABEL linux\n  KERNEL vmlinuz\n' > $(DEMO)/pxelinux.cfg/default
+	head -c 4194304 /dev/urandom > $(DEMO)/vmlinuz
+	chmod -R a+rX $(DEMO)
+
+run: build $(DEMO)
+	@echo
+	@echo "Serving $(DEMO) on 127.0.0.1:$(PORT). Fetch a file from another terminal:"
+	@echo "  curl -o hello.txt tftp://127.0.0.1:$(PORT)/hello.txt"
+	@echo "  $(BIN) get 127.0.0.1:$(PORT) vmlinuz --blksize 1468"
+	@echo "Stop with Ctrl-C."
+	@echo
+	$(BIN) -l -L -a 127.0.0.1:$(PORT) -u "$$(id -un)" $(DEMO)
+
+unit:
+	$(SWIFT) test
+
+interop: build deps
+	$(PYTHON) -m pytest -q -rs Tests/interop
+
+test: deps build
+	$(SWIFT) test
+	$(PYTHON) -m pytest -q -rs Tests/interop
+
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/stampede
+
+clean:
+	rm -rf .build

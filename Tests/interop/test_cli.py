@@ -1,0 +1,174 @@
+"""The in.tftpd command line, signals, privileges, and `stampede get/put` as a client."""
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import BINARY, run
+from tftpwire import RawClient, ack, request
+
+
+def test_version(binary):
+    for flag in ("-V", "--version"):
+        r = run([str(binary), flag])
+        assert r.returncode == 0 and b"stampede" in r.stdout
+
+
+def test_map_file_is_refused_clearly_until_supported(binary, root):
+    r = run([str(binary), "-l", "-m", "/etc/rules", str(root)])
+    assert r.returncode != 0
+    assert b"remap rules are not supported yet" in r.stderr
+
+
+def test_inetd_mode_is_refused_clearly_until_supported(binary, root):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        r = subprocess.run([str(binary), str(root)], stdin=s.fileno(), capture_output=True, timeout=10)
+    assert r.returncode != 0
+    assert b"inetd mode" in r.stderr
+
+
+@pytest.mark.parametrize("args", [["-B", "7"], ["-W", "0"], ["-R", "5:1"], ["-U", "9z"], ["-T", "5"], ["--backend", "x"]])
+def test_bad_flags_are_usage_errors(binary, root, args):
+    r = run([str(binary), "-l", *args, str(root)])
+    assert r.returncode == 64, r.stderr
+
+
+def test_sigterm_lets_running_transfers_finish_then_exits_0(serve, root):
+    s = serve("--grace", "10")
+    c = RawClient(s)
+    reply, tid = c.exchange(request("one-mib.bin"))
+    assert reply[0] == "DATA"
+    s.process.send_signal(signal.SIGTERM)
+    # Each worker notices at its next loop turn (at most half a second).
+    deadline = time.time() + 3
+    while time.time() < deadline and s.log_text().count("stopping: no new requests") < 2:
+        time.sleep(0.05)
+    # No new requests are taken...
+    late = RawClient(s, timeout=0.5)
+    assert late.exchange(request("hello.txt"))[0] is None
+    # ...but the running transfer completes (skipping the retransmissions of the wait).
+    out = bytearray(reply[1][1])
+    block = 1
+    while True:
+        c.send(ack(block), tid)
+        reply, _ = c.receive()
+        while reply and reply[0] == "DATA" and reply[1][0] != (block + 1) & 0xFFFF:
+            reply, _ = c.receive()
+        assert reply and reply[0] == "DATA", reply
+        out += reply[1][1]
+        block += 1
+        if len(reply[1][1]) < 512:
+            c.send(ack(block), tid)
+            break
+    assert bytes(out) == (root / "one-mib.bin").read_bytes()
+    assert s.process.wait(timeout=10) == 0
+
+
+def test_grace_period_ends_stuck_transfers(serve):
+    s = serve("--grace", "1")
+    c = RawClient(s)
+    assert c.exchange(request("one-mib.bin"))[0][0] == "DATA"
+    s.process.send_signal(signal.SIGTERM)
+    assert s.process.wait(timeout=5) == 0
+    reply, _ = c.receive()
+    while reply and reply[0] == "DATA":  # retransmissions before the abort
+        reply, _ = c.receive()
+    assert reply == ("ERROR", (0, "Server shutting down"))
+    assert "aborted by shutdown" in s.log_text()
+
+
+def test_pidfile_is_written_and_removed(serve, tmp_path):
+    # Written before the privilege drop; removed at exit where the remaining user may.
+    pidfile = tmp_path / "stampede.pid"
+    s = serve("-P", str(pidfile), "-u", "root" if os.geteuid() == 0 else "nobody")
+    assert pidfile.read_text().strip() == str(s.process.pid)
+    s.stop()
+    assert not pidfile.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="LOUD SKIP: chroot and user switching need root")
+def test_secure_chroots_and_drops_to_the_user(serve, root):
+    s = serve("-s", "-u", "nobody")
+    status = open(f"/proc/{s.process.pid}/status").read()
+    uid_line = [l for l in status.splitlines() if l.startswith("Uid:")][0]
+    assert uid_line.split()[1:] == ["65534"] * 4
+    assert os.readlink(f"/proc/{s.process.pid}/root") == str(root)
+    assert RawClient(s).download("hello.txt") == b"hello, rack\n"
+
+
+def test_port_range(serve):
+    s = serve("-R", "41000:41010")
+    for _ in range(3):
+        c = RawClient(s)
+        reply, tid = c.exchange(request("hello.txt"))
+        assert reply[0] == "DATA" and 41000 <= tid[1] <= 41010
+        c.send(ack(1), tid)
+
+
+def test_blocksize_windowsize_and_refuse_limits(serve):
+    s = serve("-B", "1024", "-W", "4", "-r", "tsize")
+    reply, _ = RawClient(s).exchange(request("one-mib.bin", options=[("blksize", 1468), ("windowsize", 16), ("tsize", 0)]))
+    assert reply == ("OACK", {"blksize": "1024", "windowsize": "4"})
+
+
+def test_default_blksize_limit_follows_the_loopback_mtu(serve):
+    s = serve()
+    reply, _ = RawClient(s).exchange(request("one-mib.bin", options=[("blksize", 65464)]))
+    mtu = int(open("/sys/class/net/lo/mtu").read())
+    assert reply == ("OACK", {"blksize": str(min(65464, mtu - 32))})
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="LOUD SKIP: needs root to keep -u root")
+def test_permissive_serves_files_that_are_not_world_readable(serve, root):
+    (root / "private.bin").write_bytes(b"only root")
+    (root / "private.bin").chmod(0o600)
+    assert RawClient(serve()).exchange(request("private.bin"))[0][1][0] == 2
+    assert RawClient(serve("-p", "-u", "root")).download("private.bin") == b"only root"
+
+
+def test_umask_applies_to_created_files(serve, root, tmp_path):
+    root.chmod(0o777)
+    s = serve("-c", "-U", "027")
+    src = tmp_path / "x"
+    src.write_bytes(b"data")
+    assert run([str(BINARY), "put", f"127.0.0.1:{s.port}", str(src), "made.bin"]).returncode == 0
+    assert (root / "made.bin").stat().st_mode & 0o777 == 0o640
+
+
+@pytest.mark.parametrize("options", [[], ["-b", "1468"], ["-b", "1468", "-w", "16"], ["--mode", "netascii"], ["--no-tsize"]])
+def test_stampede_get_and_put_round_trip(serve, root, tmp_path, options):
+    root.chmod(0o777)
+    s = serve("-c")
+    name = "text.txt" if "netascii" in options else "one-mib.bin"
+    out = tmp_path / "got"
+    r = run([str(BINARY), "get", f"127.0.0.1:{s.port}", name, str(out), *options])
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == (root / name).read_bytes()
+    r = run([str(BINARY), "put", f"127.0.0.1:{s.port}", str(out), "back.bin", *options])
+    assert r.returncode == 0, r.stderr
+    assert (root / "back.bin").read_bytes() == (root / name).read_bytes()
+
+
+def test_stampede_get_of_a_missing_file_fails_and_leaves_no_file(serve, tmp_path):
+    s = serve()
+    out = tmp_path / "nothing"
+    r = run([str(BINARY), "get", f"127.0.0.1:{s.port}", "missing.bin", str(out)])
+    assert r.returncode == 1
+    assert b"server error 1" in r.stderr
+    assert not out.exists() and not list(tmp_path.glob("nothing*"))
+
+
+def test_raspberry_pi_duplicate_rrq_gets_two_transfers_and_the_abandoned_one_ends_quietly(serve, root):
+    s = serve("-T", "100000", "--retries", "2")
+    keeper, dropper = RawClient(s), RawClient(s)
+    dropper.send(request("hello.txt"))
+    assert keeper.download("hello.txt") == b"hello, rack\n"
+    deadline = time.time() + 5
+    while time.time() < deadline and "timed out" not in s.log_text():
+        time.sleep(0.05)
+    lines = [l for l in s.log_text().splitlines() if 'RRQ' in l and 'hello.txt' in l and 'bytes=' in l]
+    assert len(lines) == 2
+    assert any(l.endswith(": ok") for l in lines) and any("timed out" in l for l in lines)
