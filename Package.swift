@@ -2,9 +2,10 @@
 import PackageDescription
 
 // The architecture in four parts (see ../shared/DESIGN.md):
-//   CSources/   C shims for the syscalls and macros Swift cannot see (and, later, the io_uring engine)
+//   CSources/      CStampedeSys: syscalls and macros Swift cannot see; CStampedeRing: the io_uring engine
 //   StampedeCore   protocol, state machines, policy, file cache, the worker loop over a backend
 //   StampedeGlibc  the pure-Swift epoll + recvmmsg/sendmmsg backend
+//   StampedeURing  the Swift side of the io_uring backend
 //   stampede       the CLI: serve (in.tftpd flags), get, put
 let strictC: [CSetting] = [.define("_GNU_SOURCE"), .unsafeFlags(["-Wall", "-Wextra", "-Werror"])]
 
@@ -12,7 +13,7 @@ let package = Package(
     name: "Stampede",
     products: [
         .executable(name: "stampede", targets: ["stampede"]),
-        .library(name: "Stampede", targets: ["StampedeCore", "StampedeGlibc"]),
+        .library(name: "Stampede", targets: ["StampedeCore", "StampedeGlibc", "StampedeURing"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -20,21 +21,26 @@ let package = Package(
     ],
     targets: [
         .target(name: "CStampedeSys", path: "CSources/CStampedeSys", cSettings: strictC),
+        .systemLibrary(name: "CLibURing", path: "CSources/CLibURing", pkgConfig: "liburing",
+                       providers: [.apt(["liburing-dev"])]),
+        .target(name: "CStampedeRing", dependencies: ["CLibURing"], path: "CSources/CStampedeRing", cSettings: strictC),
         .target(
             name: "StampedeCore",
             dependencies: ["CStampedeSys", .product(name: "Logging", package: "swift-log")]
         ),
         .target(name: "StampedeGlibc", dependencies: ["StampedeCore", "CStampedeSys"]),
+        .target(name: "StampedeURing", dependencies: ["StampedeCore", "CStampedeSys", "CStampedeRing"]),
         .executableTarget(
             name: "stampede",
             dependencies: [
-                "StampedeCore", "StampedeGlibc", "CStampedeSys",
+                "StampedeCore", "StampedeGlibc", "StampedeURing", "CStampedeSys",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(name: "StampedeCoreTests", dependencies: ["StampedeCore", "CStampedeSys"]),
         .testTarget(name: "StampedeGlibcTests", dependencies: ["StampedeGlibc", "StampedeCore"]),
+        .testTarget(name: "StampedeURingTests", dependencies: ["StampedeURing", "StampedeCore", "CStampedeSys"]),
     ],
     swiftLanguageModes: [.v5]
 )

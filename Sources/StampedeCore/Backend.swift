@@ -9,8 +9,11 @@ public protocol DatagramBackend: AnyObject {
 
     /// Opens a request listener (SO_REUSEPORT, PKTINFO). Throws the errno.
     func openListener(_ address: SocketAddress, tag: UInt64) throws(Errno) -> Int32
-    /// Opens a transfer socket bound to `local` and connected to `peer`.
-    func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?, tag: UInt64) throws(Errno) -> Int32
+    /// Opens a transfer socket bound to `local` and connected to `peer`. `largestDatagram` is the
+    /// biggest packet the client may send on it (blksize + 4 for an upload), so a backend with
+    /// pooled receive buffers can pick buffers that fit.
+    func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
+                      largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32
     /// The local address a socket is bound to.
     func localAddress(of socket: Int32) -> SocketAddress?
     /// Closes a socket; sends queued on it before are still flushed first.

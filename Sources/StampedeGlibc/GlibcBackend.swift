@@ -119,7 +119,8 @@ public final class GlibcBackend: DatagramBackend {
         return try register(fd, tag: tag, isListener: true)
     }
 
-    public func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?, tag: UInt64) throws(Errno) -> Int32 {
+    public func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
+                             largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32 {
         var localStorage = local.storage
         var peerStorage = peer.storage
         let fd = stampede_transfer_socket(&localStorage, &peerStorage, ports?.lowerBound ?? 0, ports?.upperBound ?? 0,

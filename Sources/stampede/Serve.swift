@@ -4,6 +4,7 @@ import Glibc
 import Logging
 import StampedeCore
 import StampedeGlibc
+import StampedeURing
 
 /// `stampede [serve]`: the in.tftpd (tftpd-hpa) command line, plus long options of our own.
 struct Serve: ParsableCommand {
@@ -79,7 +80,7 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("workers"), help: "Worker threads (default: one per core).")
     var workers: Int?
 
-    @Option(name: .customLong("backend"), help: "I/O backend: auto, glibc (uring comes with the io_uring engine).")
+    @Option(name: .customLong("backend"), help: "I/O backend: auto (io_uring when this kernel allows it), uring, glibc.")
     var backend = "auto"
 
     @Option(name: .customLong("retries"), help: "Retransmissions before a transfer is given up.")
@@ -115,8 +116,8 @@ struct Serve: ParsableCommand {
         if retransmit < 1000 { throw ValidationError("-T is in microseconds and must be at least 1000.") }
         if let umask, mode_t(umask, radix: 8) == nil { throw ValidationError("-U takes an octal umask, like 022.") }
         if let portRange, parsePortRange(portRange) == nil { throw ValidationError("-R takes LOW:HIGH, like 4000:4999.") }
-        if !["auto", "glibc"].contains(backend) {
-            throw ValidationError("--backend \(backend): only glibc (and auto) exist until the io_uring engine lands.")
+        if !["auto", "uring", "glibc"].contains(backend) {
+            throw ValidationError("--backend \(backend): choose auto, uring or glibc.")
         }
         if ipv4 && ipv6 { throw ValidationError("-4 and -6 exclude each other.") }
     }
@@ -188,29 +189,30 @@ struct Serve: ParsableCommand {
         let cache = FileCache(limits: .init(budget: cacheSize << 20, fileLimit: cacheFileLimit << 20))
         let workerCount = workers ?? Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
 
-        let server: Server<GlibcBackend>
-        do {
-            server = try Server(configuration: configuration, workerCount: workerCount, cache: cache) { () throws(Errno) in
-                try GlibcBackend()
-            }
-        } catch {
-            throw failure("cannot listen on \(configuration.listenAddresses.map(\.description).joined(separator: ", ")): \(error)")
+        let (useURing, reason) = chooseBackend()
+        if backend == "uring" && !useURing { throw failure("--backend uring: \(reason)") }
+        let serving = Serving(configuration: configuration, workerCount: workerCount, cache: cache, account: account,
+                              root: root, secure: secure, pidfile: pidfile, command: self)
+        if useURing {
+            try serving.run(backendName: "uring", reason: reason) { () throws(Errno) in try URingBackend() }
+        } else {
+            try serving.run(backendName: "glibc", reason: reason) { () throws(Errno) in try GlibcBackend() }
         }
-        if let pidfile {
-            guard let file = fopen(pidfile, "w") else { throw failure("-P \(pidfile): \(Errno.current)") }
-            fputs("\(getpid())\n", file)
-            fclose(file)
-        }
-        try dropPrivileges(to: account, logger)
-        stampede_install_stop_signals()
-        let reason = backend == "auto" ? "auto: the io_uring backend is not built yet" : "asked for"
-        logger.notice("""
-            serving \(root)\(secure ? " (chroot)" : "") on \(server.boundAddresses.map(\.description).joined(separator: ", ")) \
-            with \(workerCount) workers, backend glibc (\(reason))
-            """)
-        let summary = server.run()
-        logger.notice("stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes)")
         if let pidfile { unlink(pidfile) }
+    }
+
+    /// `--backend`: auto takes io_uring when the probe (ENOSYS, EPERM from seccomp,
+    /// kernel.io_uring_disabled, memory limits, kernel features) says it works.
+    func chooseBackend() -> (Bool, String) {
+        switch backend {
+        case "glibc": return (false, "asked for")
+        case "uring":
+            let probe = URingBackend.probe()
+            return (probe.available, probe.available ? "asked for" : probe.reason)
+        default:
+            let probe = URingBackend.probe()
+            return (probe.available, "auto: " + probe.reason)
+        }
     }
 
     func failure(_ message: String) -> ExitCode {
@@ -242,5 +244,43 @@ struct Serve: ParsableCommand {
             throw failure("-u \(user): cannot drop privileges: \(Errno.current)")
         }
         logger.debug("running as \(user) (uid \(uid), gid \(gid))")
+    }
+}
+
+/// What runs once the command line is understood: bind, drop privileges, serve, report.
+struct Serving {
+    let configuration: ServerConfiguration
+    let workerCount: Int
+    let cache: FileCache
+    let account: (uid: uid_t, gid: gid_t)?
+    let root: String
+    let secure: Bool
+    let pidfile: String?
+    let command: Serve
+
+    func run<Backend: DatagramBackend>(backendName: String, reason: String,
+                                       makeBackend: () throws(Errno) -> Backend) throws {
+        let logger = configuration.logger
+        let server: Server<Backend>
+        do {
+            server = try Server(configuration: configuration, workerCount: workerCount, cache: cache, makeBackend: makeBackend)
+        } catch {
+            let addresses = configuration.listenAddresses.map(\.description).joined(separator: ", ")
+            throw command.failure("cannot listen on \(addresses) with the \(backendName) backend: \(error)")
+        }
+        if let pidfile {
+            guard let file = fopen(pidfile, "w") else { throw command.failure("-P \(pidfile): \(Errno.current)") }
+            fputs("\(getpid())\n", file)
+            fclose(file)
+        }
+        try command.dropPrivileges(to: account, logger)
+        stampede_install_stop_signals()
+        logger.notice("""
+            serving \(root)\(secure ? " (chroot)" : "") on \(server.boundAddresses.map(\.description).joined(separator: ", ")) \
+            with \(workerCount) workers, backend \(backendName) (\(reason))
+            """)
+        let summary = server.run()
+        logger.notice("stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes)")
+        if let pidfile { unlink(pidfile) }
     }
 }

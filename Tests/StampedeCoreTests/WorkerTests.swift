@@ -15,7 +15,8 @@ final class FakeBackend: DatagramBackend {
     var sendFailures = 0
 
     func openListener(_ address: SocketAddress, tag: UInt64) throws(Errno) -> Int32 { tags.append(tag); return Int32(tags.count - 1) }
-    func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?, tag: UInt64) throws(Errno) -> Int32 {
+    func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?, largestDatagram: Int,
+                      tag: UInt64) throws(Errno) -> Int32 {
         tags.append(tag)
         return Int32(tags.count - 1)
     }

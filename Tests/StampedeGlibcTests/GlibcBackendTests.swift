@@ -61,7 +61,7 @@ struct LoopbackClient {
         let backend = try GlibcBackend()
         let client = LoopbackClient()
         let socket = try backend.openTransfer(local: SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, peer: client.address,
-                                              ports: nil, tag: 5)
+                                              ports: nil, largestDatagram: 516, tag: 5)
         let payload: [UInt8] = Array(0..<200)
         payload.withUnsafeBytes { slice in
             [UInt8]([0, 3, 0, 1]).withUnsafeBytes { backend.send(socket, header: $0, payload: slice) }
@@ -100,7 +100,7 @@ struct LoopbackClient {
             gone = client.address
             close(client.fd)
         }
-        let socket = try backend.openTransfer(local: SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, peer: gone, ports: nil, tag: 9)
+        let socket = try backend.openTransfer(local: SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, peer: gone, ports: nil, largestDatagram: 516, tag: 9)
         [UInt8]([0, 3, 0, 1]).withUnsafeBytes { backend.send(socket, header: $0, payload: UnsafeRawBufferPointer(start: nil, count: 0)) }
         #expect(pollUntilSomething(backend) == 1)
         #expect(backend.datagram(0).tag == 9)
@@ -111,7 +111,7 @@ struct LoopbackClient {
         let backend = try GlibcBackend()
         let client = LoopbackClient()
         let socket = try backend.openTransfer(local: SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, peer: client.address,
-                                              ports: 47000...47010, tag: 1)
+                                              ports: 47000...47010, largestDatagram: 516, tag: 1)
         let port = try #require(backend.localAddress(of: socket)).port
         #expect((47000...47010).contains(port))
     }

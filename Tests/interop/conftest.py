@@ -21,13 +21,14 @@ def free_udp_port() -> int:
 class Server:
     """One stampede process serving `root` on 127.0.0.1:`port`."""
 
-    def __init__(self, root: Path, args=(), host="127.0.0.1"):
+    def __init__(self, root: Path, args=(), host="127.0.0.1", backend="auto"):
         self.root = root
+        self.backend = backend
         self.host = host
         self.port = free_udp_port()
         self.log_path = root.parent / f"server-{self.port}.log"
         address = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
-        self.argv = [str(BINARY), "-l", "-a", address, "-v", *args, str(root)]
+        self.argv = [str(BINARY), "-l", "-a", address, "-v", "--backend", backend, *args, str(root)]
         self.log = open(self.log_path, "w")
         self.process = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
         self.wait_ready()
@@ -87,13 +88,17 @@ def root(tmp_path) -> Path:
     return r
 
 
-@pytest.fixture
-def serve(root, binary):
-    """serve(*args) starts a server on `root`; every server is stopped (and must exit 0) at the end."""
+BACKENDS = os.environ.get("STAMPEDE_BACKENDS", "uring,glibc").split(",")
+
+
+@pytest.fixture(params=BACKENDS)
+def serve(request, root, binary):
+    """serve(*args) starts a server on `root`, once per backend (every test that serves runs on
+    each); every server is stopped (and must exit 0) at the end."""
     servers = []
 
     def start(*args, host="127.0.0.1"):
-        s = Server(root, args, host=host)
+        s = Server(root, args, host=host, backend=request.param)
         servers.append(s)
         return s
 

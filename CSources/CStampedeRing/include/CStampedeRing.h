@@ -1,0 +1,81 @@
+/*
+ * CStampedeRing: batched UDP I/O through io_uring for the Stampede worker.
+ *
+ * An opaque ring per worker. Sockets are opened by the caller and handed over; each gets a
+ * multishot recvmsg over a provided-buffer ring. Sends are SENDMSG of header + payload (the
+ * payload is referenced, not copied). stampede_ring_wait submits everything queued with one
+ * io_uring_enter, reaps completions in bulk and returns the datagrams that arrived.
+ * Functions return a non-negative result or a negative errno. C never calls into Swift.
+ */
+#ifndef C_STAMPEDE_RING_H
+#define C_STAMPEDE_RING_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+typedef struct stampede_ring stampede_ring;
+
+typedef struct {
+    /* Submission queue entries; the completion queue is four times larger. */
+    uint32_t entries;
+    /* Receive buffers for small datagrams (requests, ACKs): count (a power of two) and payload size. */
+    uint32_t small_buffers;
+    uint32_t small_size;
+    /* Receive buffers for uploads with large blocks. */
+    uint32_t large_buffers;
+    uint32_t large_size;
+    /* Sends in flight at once (one msghdr + iovecs each). */
+    uint32_t send_slots;
+    /* Datagrams returned by one wait. */
+    uint32_t max_datagrams;
+} stampede_ring_config;
+
+/* One received datagram; `bytes` points into a provided buffer, valid until the next wait. */
+typedef struct {
+    uint64_t tag;
+    const uint8_t *bytes;
+    /* Payload length, or a negative errno for a socket error (ECONNREFUSED). */
+    int32_t length;
+    int32_t socket;
+    struct sockaddr_storage peer;
+    /* Listeners: the address the datagram was sent to (PKTINFO); zero otherwise. */
+    struct sockaddr_storage local;
+} stampede_ring_datagram;
+
+typedef struct {
+    uint64_t send_failures;
+    uint64_t receive_buffer_exhausted;
+    uint64_t rearms;
+    uint64_t enters;
+} stampede_ring_stats;
+
+/* Checks that this kernel lets us use what the engine needs (a ring, provided buffer rings,
+ * multishot recvmsg). 0, or a negative errno with *reason set to a static explanation. */
+int stampede_ring_probe(const char **reason);
+
+/* *flags names the setup flags the kernel accepted (a static string). NULL on failure, *error set. */
+stampede_ring *stampede_ring_create(const stampede_ring_config *config, const char **flags, int *error);
+void stampede_ring_destroy(stampede_ring *ring);
+
+/* Hands over a non-blocking UDP socket and arms its receive. Returns the socket slot. */
+int stampede_ring_add_socket(stampede_ring *ring, int fd, uint64_t tag, int is_listener, int large_datagrams);
+/* The fd of a slot (for getsockname). */
+int stampede_ring_socket_fd(const stampede_ring *ring, int slot);
+/* Sends queued before still go out; the fd is closed and the slot reused once its receive is cancelled. */
+void stampede_ring_close_socket(stampede_ring *ring, int slot);
+
+/* Queues a datagram: `header` is copied, `payload` is referenced until the next wait returns.
+ * `to`/`from` (both or neither) address a listener's reply and set its source address. */
+int stampede_ring_send(stampede_ring *ring, int slot, const void *header, uint32_t header_length,
+                       const void *payload, uint32_t payload_length,
+                       const struct sockaddr_storage *to, const struct sockaddr_storage *from);
+
+/* Submits, waits up to timeout_ns (negative: no limit) for a datagram, reaps. Returns how many
+ * datagrams are in stampede_ring_datagrams(). Every send queued before has completed on return. */
+int stampede_ring_wait(stampede_ring *ring, int64_t timeout_ns);
+const stampede_ring_datagram *stampede_ring_datagrams(const stampede_ring *ring);
+stampede_ring_stats stampede_ring_get_stats(const stampede_ring *ring);
+/* Sockets still held (open, or closing with a receive not yet cancelled). */
+int stampede_ring_socket_count(const stampede_ring *ring);
+
+#endif

@@ -1,0 +1,402 @@
+/*
+ * Sockets, sends and the wait loop of the io_uring engine (see ring.c for the design).
+ * The ring's private layout is shared with ring.c through this include.
+ */
+#include "ring_private.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct io_uring_sqe *next_sqe(stampede_ring *r)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
+    if (!sqe) {
+        /* The submission queue is full: hand it to the kernel and take a fresh entry. */
+        io_uring_submit(&r->ring);
+        r->stats.enters++;
+        sqe = io_uring_get_sqe(&r->ring);
+    }
+    return sqe;
+}
+
+static int grow_sockets(stampede_ring *r)
+{
+    uint32_t old = r->socket_capacity, capacity = old * 2, i;
+    struct socket_slot *sockets = realloc(r->sockets, capacity * sizeof(*sockets));
+    uint32_t *free_sockets, *to_arm, *to_close;
+    if (!sockets)
+        return -ENOMEM;
+    r->sockets = sockets;
+    free_sockets = realloc(r->free_sockets, capacity * sizeof(uint32_t));
+    if (!free_sockets)
+        return -ENOMEM;
+    r->free_sockets = free_sockets;
+    to_arm = realloc(r->to_arm, capacity * sizeof(uint32_t));
+    if (!to_arm)
+        return -ENOMEM;
+    r->to_arm = to_arm;
+    to_close = realloc(r->to_close, capacity * sizeof(uint32_t));
+    if (!to_close)
+        return -ENOMEM;
+    r->to_close = to_close;
+    memset(sockets + old, 0, (capacity - old) * sizeof(*sockets));
+    for (i = capacity; i > old; i--) {
+        sockets[i - 1].fd = -1;
+        r->free_sockets[r->free_count++] = i - 1;
+    }
+    r->socket_capacity = capacity;
+    return 0;
+}
+
+static void arm_receive(stampede_ring *r, uint32_t slot)
+{
+    struct socket_slot *s = &r->sockets[slot];
+    struct io_uring_sqe *sqe = next_sqe(r);
+    io_uring_prep_recvmsg_multishot(sqe, s->fd, &s->recv_template, 0);
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = s->large ? GROUP_LARGE : GROUP_SMALL;
+    io_uring_sqe_set_data64(sqe, pack(OP_RECV, slot, s->generation));
+    s->armed = 1;
+    s->needs_arm = 0;
+}
+
+int stampede_ring_add_socket(stampede_ring *r, int fd, uint64_t tag, int is_listener, int large_datagrams)
+{
+    uint32_t slot;
+    struct socket_slot *s;
+    if (r->free_count == 0 && grow_sockets(r) < 0) {
+        close(fd);
+        return -ENOMEM;
+    }
+    slot = r->free_sockets[--r->free_count];
+    s = &r->sockets[slot];
+    s->fd = fd;
+    s->tag = tag;
+    s->listener = is_listener != 0;
+    s->large = large_datagrams != 0;
+    s->closing = 0;
+    s->cancel_pending = 0;
+    memset(&s->recv_template, 0, sizeof(s->recv_template));
+    s->recv_template.msg_namelen = NAME_SPACE;
+    s->recv_template.msg_controllen = s->listener ? CONTROL_SPACE : 0;
+    r->open_count++;
+    arm_receive(r, slot);
+    return (int)slot;
+}
+
+int stampede_ring_socket_fd(const stampede_ring *r, int slot)
+{
+    return r->sockets[slot].fd;
+}
+
+void stampede_ring_close_socket(stampede_ring *r, int slot)
+{
+    struct socket_slot *s = &r->sockets[slot];
+    if (s->fd < 0 || s->closing)
+        return;
+    s->closing = 1;
+    r->to_close[r->to_close_count++] = (uint32_t)slot;
+}
+
+static void release_slot(stampede_ring *r, uint32_t slot)
+{
+    struct socket_slot *s = &r->sockets[slot];
+    s->generation = (s->generation + 1) & 0xFFFFFFFF;
+    s->closing = 0;
+    s->armed = 0;
+    s->fd = -1;
+    r->free_sockets[r->free_count++] = slot;
+    r->open_count--;
+}
+
+/* ---- sends ---- */
+
+static int wait_for_sends(stampede_ring *r);
+
+int stampede_ring_send(stampede_ring *r, int slot, const void *header, uint32_t header_length,
+                       const void *payload, uint32_t payload_length,
+                       const struct sockaddr_storage *to, const struct sockaddr_storage *from)
+{
+    struct send_slot *m;
+    struct io_uring_sqe *sqe;
+    void *copy;
+    if (r->sends_used == r->send_capacity || r->arena_used + header_length > r->arena_size) {
+        /* Out of send slots mid-turn: let the queued sends complete, then reuse everything. */
+        int result = wait_for_sends(r);
+        if (result < 0)
+            return result;
+    }
+    m = &r->sends[r->sends_used++];
+    if (header_length <= SEND_INLINE) {
+        copy = m->header;
+    } else {
+        copy = r->arena + r->arena_used;
+        r->arena_used += (header_length + 15) & ~15u;
+    }
+    memcpy(copy, header, header_length);
+    memset(&m->message, 0, sizeof(m->message));
+    m->iov[0].iov_base = copy;
+    m->iov[0].iov_len = header_length;
+    m->iov[1].iov_base = (void *)payload;
+    m->iov[1].iov_len = payload_length;
+    m->message.msg_iov = m->iov;
+    m->message.msg_iovlen = payload_length ? 2 : 1;
+    if (to) {
+        m->name = *to;
+        m->message.msg_name = &m->name;
+        m->message.msg_namelen = to->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+        if (from) {
+            size_t length = stampede_ring_pktinfo(m->control, sizeof(m->control), from);
+            if (length) {
+                m->message.msg_control = m->control;
+                m->message.msg_controllen = length;
+            }
+        }
+    }
+    sqe = next_sqe(r);
+    io_uring_prep_sendmsg(sqe, r->sockets[slot].fd, &m->message, MSG_DONTWAIT);
+    io_uring_sqe_set_data64(sqe, pack(OP_SEND, (uint32_t)slot, r->sockets[slot].generation));
+    r->sends_in_flight++;
+    return 0;
+}
+
+/* ---- completions ---- */
+
+static void lend_buffer(stampede_ring *r, int group, uint16_t id)
+{
+    r->lent_ids[r->lent_count] = id;
+    r->lent_groups[r->lent_count] = (uint8_t)group;
+    r->lent_count++;
+}
+
+static void take_back_buffers(stampede_ring *r)
+{
+    uint32_t i;
+    int added[2] = {0, 0};
+    for (i = 0; i < r->lent_count; i++) {
+        int group = r->lent_groups[i];
+        give_buffer(&r->groups[group], r->lent_ids[i], added[group]++);
+    }
+    if (added[0])
+        io_uring_buf_ring_advance(r->groups[0].ring, added[0]);
+    if (added[1])
+        io_uring_buf_ring_advance(r->groups[1].ring, added[1]);
+    r->lent_count = 0;
+}
+
+static void on_receive(stampede_ring *r, struct io_uring_cqe *cqe)
+{
+    uint32_t slot = unpack_slot(cqe->user_data);
+    struct socket_slot *s = &r->sockets[slot];
+    int current = slot < r->socket_capacity && s->generation == unpack_generation(cqe->user_data);
+    int more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+    int has_buffer = (cqe->flags & IORING_CQE_F_BUFFER) != 0;
+    int group = current && s->large ? GROUP_LARGE : GROUP_SMALL;
+    uint16_t id = (uint16_t)(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
+
+    if (!current) {
+        /* Cannot happen while a slot's generation only changes after its final CQE; be safe. */
+        if (has_buffer)
+            give_buffer(&r->groups[group], id, 0), io_uring_buf_ring_advance(r->groups[group].ring, 1);
+        return;
+    }
+    if (!more) {
+        s->armed = 0;
+        if (s->closing) {
+            if (has_buffer)
+                lend_buffer(r, group, id);
+            if (!s->cancel_pending)
+                release_slot(r, slot);
+            return;
+        }
+        if (cqe->res == -ENOBUFS)
+            r->stats.receive_buffer_exhausted++;
+        if (!s->needs_arm) {
+            s->needs_arm = 1;
+            r->to_arm[r->to_arm_count++] = slot;
+        }
+    }
+    if (s->closing) {
+        if (has_buffer)
+            lend_buffer(r, group, id);
+        return;
+    }
+    if (cqe->res < 0) {
+        /* A socket error (ECONNREFUSED: the client's port closed) is told to the transfer. */
+        if (cqe->res != -ENOBUFS && r->datagram_count < r->datagram_capacity) {
+            stampede_ring_datagram *d = &r->datagrams[r->datagram_count++];
+            memset(d, 0, sizeof(*d));
+            d->tag = s->tag;
+            d->socket = (int32_t)slot;
+            d->length = cqe->res;
+        }
+        return;
+    }
+    if (!has_buffer)
+        return;
+    {
+        struct buffer_group *g = &r->groups[group];
+        uint8_t *buffer = g->memory + (size_t)id * g->size;
+        struct io_uring_recvmsg_out *out = io_uring_recvmsg_validate(buffer, cqe->res, &s->recv_template);
+        stampede_ring_datagram *d;
+        lend_buffer(r, group, id);
+        if (!out)
+            return;
+        /* A transfer's datagram cut short is no packet we accept; a listener keeps the start of a
+         * long request (its option list is cut at a limit anyway). */
+        if ((out->flags & MSG_TRUNC) && !s->listener)
+            return;
+        d = &r->datagrams[r->datagram_count++];
+        d->tag = s->tag;
+        d->socket = (int32_t)slot;
+        d->bytes = io_uring_recvmsg_payload(out, &s->recv_template);
+        d->length = (int32_t)io_uring_recvmsg_payload_length(out, cqe->res, &s->recv_template);
+        memset(&d->peer, 0, sizeof(d->peer));
+        memcpy(&d->peer, io_uring_recvmsg_name(out),
+               out->namelen < sizeof(d->peer) ? out->namelen : sizeof(d->peer));
+        memset(&d->local, 0, sizeof(d->local));
+        if (s->listener)
+            stampede_ring_local_address(out, &s->recv_template, &d->local);
+    }
+}
+
+static void on_completion(stampede_ring *r, struct io_uring_cqe *cqe)
+{
+    switch (unpack_op(cqe->user_data)) {
+    case OP_RECV:
+        on_receive(r, cqe);
+        break;
+    case OP_SEND:
+        r->sends_in_flight--;
+        if (cqe->res < 0)
+            r->stats.send_failures++;
+        break;
+    case OP_CANCEL: {
+        uint32_t slot = unpack_slot(cqe->user_data);
+        struct socket_slot *s = &r->sockets[slot];
+        if (s->generation != unpack_generation(cqe->user_data))
+            break;
+        s->cancel_pending = 0;
+        if (!s->armed)
+            release_slot(r, slot);
+        break;
+    }
+    }
+}
+
+/* Reaps everything the CQ holds, in bulk: one cq_advance per batch. The datagram array has room
+ * for every buffer the kernel can fill, so no completion ever waits for the next turn. */
+static void reap(stampede_ring *r)
+{
+    unsigned n, i;
+    do {
+        n = io_uring_peek_batch_cqe(&r->ring, r->cqes, r->cqe_capacity);
+        for (i = 0; i < n; i++)
+            on_completion(r, r->cqes[i]);
+        io_uring_cq_advance(&r->ring, n);
+    } while (n > 0);
+}
+
+/* Sends are MSG_DONTWAIT and complete when issued; this waits for their completions so that no
+ * payload is referenced by the kernel once a wait returns (the caller may free it then). */
+static int wait_for_sends(stampede_ring *r)
+{
+    while (r->sends_in_flight > 0) {
+        int result = io_uring_submit_and_wait(&r->ring, 1);
+        r->stats.enters++;
+        if (result < 0 && result != -EINTR && result != -EAGAIN && result != -EBUSY)
+            return result;
+        reap(r);
+    }
+    r->sends_used = 0;
+    r->arena_used = 0;
+    return 0;
+}
+
+int stampede_ring_wait(stampede_ring *r, int64_t timeout_ns)
+{
+    uint32_t i;
+    struct __kernel_timespec timeout;
+    struct io_uring_cqe *cqe = NULL;
+    int result;
+
+    if (!r->enabled) {
+        /* liburing 2.3 declares io_uring_enable_rings but does not export it: kernel ABI. */
+        if (syscall(__NR_io_uring_register, r->ring.ring_fd, IORING_REGISTER_ENABLE_RINGS, NULL, 0) < 0)
+            return -errno;
+        r->enabled = 1;
+    }
+    take_back_buffers(r);
+    r->datagram_count = 0;
+    for (i = 0; i < r->to_arm_count; i++) {
+        uint32_t slot = r->to_arm[i];
+        struct socket_slot *s = &r->sockets[slot];
+        if (s->needs_arm && !s->closing && s->fd >= 0) {
+            arm_receive(r, slot);
+            r->stats.rearms++;
+        }
+    }
+    r->to_arm_count = 0;
+    for (i = 0; i < r->to_close_count; i++) {
+        uint32_t slot = r->to_close[i];
+        struct socket_slot *s = &r->sockets[slot];
+        if (s->armed) {
+            struct io_uring_sqe *sqe = next_sqe(r);
+            io_uring_prep_cancel64(sqe, pack(OP_RECV, slot, s->generation), 0);
+            io_uring_sqe_set_data64(sqe, pack(OP_CANCEL, slot, s->generation));
+            s->cancel_pending = 1;
+        }
+    }
+
+    if (timeout_ns == 0) {
+        result = io_uring_submit(&r->ring);
+    } else if (timeout_ns < 0) {
+        result = io_uring_submit_and_wait(&r->ring, 1);
+    } else {
+        timeout.tv_sec = timeout_ns / 1000000000;
+        timeout.tv_nsec = timeout_ns % 1000000000;
+        result = io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1, &timeout, NULL);
+    }
+    r->stats.enters++;
+    if (result < 0 && result != -ETIME && result != -EINTR && result != -EAGAIN && result != -EBUSY)
+        return result;
+
+    /* The cancels are in the kernel: the fds can go (an armed receive holds its own reference
+     * until its cancellation completes, then the slot is released). */
+    for (i = 0; i < r->to_close_count; i++) {
+        uint32_t slot = r->to_close[i];
+        struct socket_slot *s = &r->sockets[slot];
+        close(s->fd);
+        if (!s->armed && !s->cancel_pending)
+            release_slot(r, slot);
+        else
+            s->fd = -2; /* closed, slot still held */
+    }
+    r->to_close_count = 0;
+
+    reap(r);
+    result = wait_for_sends(r);
+    if (result < 0)
+        return result;
+    return (int)r->datagram_count;
+}
+
+const stampede_ring_datagram *stampede_ring_datagrams(const stampede_ring *r)
+{
+    return r->datagrams;
+}
+
+stampede_ring_stats stampede_ring_get_stats(const stampede_ring *r)
+{
+    return r->stats;
+}
+
+int stampede_ring_socket_count(const stampede_ring *r)
+{
+    return (int)r->open_count;
+}

@@ -1,0 +1,102 @@
+/* The engine's private layout, shared by ring.c (setup), io.c (run time) and cmsg.c. */
+#ifndef STAMPEDE_RING_PRIVATE_H
+#define STAMPEDE_RING_PRIVATE_H
+
+#include "CStampedeRing.h"
+
+#include <liburing.h>
+#include <netinet/in.h>
+#include <stddef.h>
+
+enum { OP_RECV = 1, OP_SEND = 2, OP_CANCEL = 3 };
+enum { GROUP_SMALL = 0, GROUP_LARGE = 1 };
+enum { NAME_SPACE = sizeof(struct sockaddr_storage), CONTROL_SPACE = 64, SEND_INLINE = 576 };
+
+_Static_assert(CONTROL_SPACE >= CMSG_SPACE(sizeof(struct in6_pktinfo)), "room for PKTINFO");
+_Static_assert(sizeof(stampede_ring_datagram) == 8 + 8 + 4 + 4 + 2 * sizeof(struct sockaddr_storage),
+               "stampede_ring_datagram layout is read by Swift");
+_Static_assert(offsetof(stampede_ring_datagram, peer) == 24, "stampede_ring_datagram layout");
+
+struct buffer_group {
+    struct io_uring_buf_ring *ring;
+    size_t ring_bytes;
+    uint8_t *memory;
+    uint32_t count;
+    uint32_t size; /* whole buffer: recvmsg_out + name + control + payload */
+};
+
+struct socket_slot {
+    int fd;
+    uint32_t generation;
+    uint64_t tag;
+    uint8_t listener;
+    uint8_t large;
+    uint8_t armed;
+    uint8_t needs_arm;
+    uint8_t closing;
+    uint8_t cancel_pending;
+    struct msghdr recv_template; /* namelen/controllen the kernel lays out in each buffer */
+};
+
+struct send_slot {
+    struct msghdr message;
+    struct iovec iov[2];
+    struct sockaddr_storage name;
+    uint8_t control[CONTROL_SPACE];
+    uint8_t header[SEND_INLINE];
+};
+
+struct stampede_ring {
+    struct io_uring ring;
+    struct buffer_group groups[2];
+
+    struct socket_slot *sockets;
+    uint32_t socket_capacity;
+    uint32_t *free_sockets;
+    uint32_t free_count;
+    uint32_t open_count;
+    uint32_t *to_arm;
+    uint32_t to_arm_count;
+    uint32_t *to_close;
+    uint32_t to_close_count;
+
+    struct send_slot *sends;
+    uint32_t send_capacity;
+    uint32_t sends_used;
+    uint32_t sends_in_flight;
+    uint8_t *arena; /* headers too big to inline (streamed blocks) */
+    size_t arena_size;
+    size_t arena_used;
+
+    stampede_ring_datagram *datagrams;
+    uint32_t datagram_capacity;
+    uint32_t datagram_count;
+    /* Buffers lent to the caller with the last batch, returned at the next wait. */
+    uint16_t *lent_ids;
+    uint8_t *lent_groups;
+    uint32_t lent_count;
+
+    int enabled;
+    struct io_uring_cqe **cqes;
+    uint32_t cqe_capacity;
+    stampede_ring_stats stats;
+};
+
+static inline uint64_t pack(unsigned op, uint32_t slot, uint32_t generation)
+{
+    return (uint64_t)op | (uint64_t)slot << 8 | (uint64_t)generation << 32;
+}
+
+static inline unsigned unpack_op(uint64_t data) { return data & 0xFF; }
+static inline uint32_t unpack_slot(uint64_t data) { return (data >> 8) & 0xFFFFFF; }
+static inline uint32_t unpack_generation(uint64_t data) { return data >> 32; }
+
+/* Returns buffer `id` of `g` to the kernel at position `offset` of the next advance. */
+void give_buffer(struct buffer_group *g, uint16_t id, int offset);
+/* A PKTINFO control message that sets a reply's source address; returns its length or 0. */
+size_t stampede_ring_pktinfo(uint8_t *buffer, size_t capacity, const struct sockaddr_storage *from);
+/* The destination address of a received datagram, from its PKTINFO control message. */
+void stampede_ring_local_address(struct io_uring_recvmsg_out *out, struct msghdr *template_message,
+                                 struct sockaddr_storage *local);
+
+#endif

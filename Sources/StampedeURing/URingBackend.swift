@@ -1,0 +1,129 @@
+import CStampedeRing
+import CStampedeSys
+import Glibc
+import StampedeCore
+
+/// The io_uring backend: the Swift face of CStampedeRing. One ring per worker; sockets are
+/// opened here (the same shims as the Glibc backend) and handed to the ring; every send and
+/// receive of a loop turn goes through one io_uring_enter.
+public final class URingBackend: DatagramBackend {
+    public let name = "uring"
+    private let ring: OpaquePointer
+    /// The setup flags the kernel accepted, for the log.
+    public let setupFlags: String
+    private var datagrams: UnsafePointer<stampede_ring_datagram>?
+
+    public struct Configuration: Sendable {
+        public var entries: UInt32 = 4096
+        public var smallBuffers: UInt32 = 4096
+        public var smallSize: UInt32 = 2048
+        public var largeBuffers: UInt32 = 64
+        public var largeSize: UInt32 = 65536
+        public var sendSlots: UInt32 = 4096
+        public var errorReports: UInt32 = 1024
+        public init() {}
+    }
+
+    /// Whether io_uring can run here, and if not, why (for `--backend auto` and its log line).
+    public static func probe() -> (available: Bool, reason: String) {
+        if let disabled = try? readSmallFile("/proc/sys/kernel/io_uring_disabled"), disabled.first == "2" {
+            return (false, "kernel.io_uring_disabled = 2")
+        }
+        var reason: UnsafePointer<CChar>?
+        let result = stampede_ring_probe(&reason)
+        guard result == 0 else {
+            return (false, reason.map { String(cString: $0) } ?? "io_uring setup failed (\(Errno(-result)))")
+        }
+        return (true, "io_uring with provided buffer rings and multishot recvmsg works here")
+    }
+
+    public init(configuration: Configuration = Configuration()) throws(Errno) {
+        var config = stampede_ring_config(
+            entries: configuration.entries, small_buffers: configuration.smallBuffers, small_size: configuration.smallSize,
+            large_buffers: configuration.largeBuffers, large_size: configuration.largeSize,
+            send_slots: configuration.sendSlots, max_datagrams: configuration.errorReports)
+        var flags: UnsafePointer<CChar>?
+        var error: Int32 = 0
+        guard let ring = stampede_ring_create(&config, &flags, &error) else { throw Errno(-error) }
+        self.ring = ring
+        self.setupFlags = flags.map { String(cString: $0) } ?? "?"
+    }
+
+    deinit {
+        stampede_ring_destroy(ring)
+    }
+
+    private func adopt(_ fd: Int32, tag: UInt64, listener: Bool, large: Bool) throws(Errno) -> Int32 {
+        if let error = Errno(result: fd) { throw error }
+        let slot = stampede_ring_add_socket(ring, fd, tag, listener ? 1 : 0, large ? 1 : 0)
+        if let error = Errno(result: slot) { throw error }
+        return slot
+    }
+
+    public func openListener(_ address: SocketAddress, tag: UInt64) throws(Errno) -> Int32 {
+        var storage = address.storage
+        return try adopt(stampede_listener_socket(&storage, 8 << 20), tag: tag, listener: true, large: false)
+    }
+
+    public func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
+                             largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32 {
+        var localStorage = local.storage
+        var peerStorage = peer.storage
+        let fd = stampede_transfer_socket(&localStorage, &peerStorage, ports?.lowerBound ?? 0, ports?.upperBound ?? 0,
+                                          UInt32.random(in: 0...UInt32.max))
+        return try adopt(fd, tag: tag, listener: false, large: largestDatagram > 2048)
+    }
+
+    public func localAddress(of socket: Int32) -> SocketAddress? {
+        var storage = sockaddr_storage()
+        guard stampede_socket_address(stampede_ring_socket_fd(ring, socket), &storage) == 0 else { return nil }
+        return SocketAddress(storage: storage)
+    }
+
+    public func close(_ socket: Int32) {
+        guard socket >= 0 else { return }
+        stampede_ring_close_socket(ring, socket)
+    }
+
+    public func send(_ socket: Int32, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
+        _ = stampede_ring_send(ring, socket, header.baseAddress, UInt32(header.count), payload.baseAddress,
+                               UInt32(payload.count), nil, nil)
+    }
+
+    public func send(fromListener socket: Int32, to peer: SocketAddress, from local: SocketAddress, packet: UnsafeRawBufferPointer) {
+        var to = peer.storage
+        var from = local.storage
+        _ = stampede_ring_send(ring, socket, packet.baseAddress, UInt32(packet.count), nil, 0, &to, &from)
+    }
+
+    public func poll(deadline: Nanoseconds?) -> Int {
+        let timeout = deadline.map { max(0, $0 - stampede_monotonic_ns()) } ?? -1
+        let count = stampede_ring_wait(ring, timeout)
+        datagrams = stampede_ring_datagrams(ring)
+        // Transient results (EINTR, ETIME, EAGAIN, EBUSY) never reach here; anything else means
+        // this ring cannot run (used from a thread that is not its issuer): a programming error.
+        precondition(count >= 0, "io_uring_enter failed: \(Errno(-count))")
+        return Int(count)
+    }
+
+    public func datagram(_ index: Int) -> Datagram {
+        let d = datagrams![index]
+        let error = d.length < 0 ? -d.length : 0
+        return Datagram(tag: d.tag, bytes: UnsafeRawBufferPointer(start: d.bytes, count: max(0, Int(d.length))),
+                        peer: SocketAddress(storage: d.peer), local: SocketAddress(storage: d.local), error: error)
+    }
+
+    public var sendFailures: Int { Int(stampede_ring_get_stats(ring).send_failures) }
+    public var stats: stampede_ring_stats { stampede_ring_get_stats(ring) }
+    /// Sockets the ring still holds (open, or closing until the kernel confirms).
+    public var socketCount: Int { Int(stampede_ring_socket_count(ring)) }
+}
+
+func readSmallFile(_ path: String) throws -> String {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { throw Errno.current }
+    defer { close(fd) }
+    var buffer = [UInt8](repeating: 0, count: 64)
+    let n = read(fd, &buffer, buffer.count)
+    return n > 0 ? String(decoding: buffer[..<n], as: UTF8.self) : ""
+}
