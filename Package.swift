@@ -38,9 +38,13 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .testTarget(name: "StampedeCoreTests", dependencies: ["StampedeCore", "CStampedeSys"]),
-        .testTarget(name: "StampedeGlibcTests", dependencies: ["StampedeGlibc", "StampedeCore"]),
-        .testTarget(name: "StampedeURingTests", dependencies: ["StampedeURing", "StampedeCore", "CStampedeSys"]),
+        .target(name: "StampedeTestSupport", path: "Tests/StampedeTestSupport"),
+        .testTarget(name: "StampedeCoreTests", dependencies: ["StampedeCore", "CStampedeSys", "StampedeTestSupport"]),
+        // The backend contract, tested once for every backend, with a malloc counter for the hot path.
+        .target(name: "CMallocCounter", path: "Tests/CMallocCounter", cSettings: strictC),
+        .testTarget(name: "StampedeBackendTests",
+                    dependencies: ["StampedeGlibc", "StampedeURing", "StampedeCore", "CStampedeSys", "CMallocCounter",
+                                   "StampedeTestSupport"]),
     ],
     swiftLanguageModes: [.v5]
 )

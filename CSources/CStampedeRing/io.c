@@ -289,17 +289,31 @@ static void on_completion(stampede_ring *r, struct io_uring_cqe *cqe)
     }
 }
 
+/* The kernel has deferred work (completions) for us to run: IORING_SQ_TASKRUN, from TASKRUN_FLAG. */
+static int task_work_pending(const stampede_ring *r)
+{
+    return (IO_URING_READ_ONCE(*r->ring.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) != 0;
+}
+
 /* Reaps everything the CQ holds, in bulk: one cq_advance per batch. The datagram array has room
- * for every buffer the kernel can fill, so no completion ever waits for the next turn. */
+ * for every buffer the kernel can fill, so no completion ever waits for the next turn.
+ * With DEFER_TASKRUN a kernel runs only a bounded amount of task work per enter (20 items on
+ * recent kernels), so while the kernel says more is pending we enter again to collect it. */
 static void reap(stampede_ring *r)
 {
     unsigned n, i;
-    do {
+    for (;;) {
         n = io_uring_peek_batch_cqe(&r->ring, r->cqes, r->cqe_capacity);
         for (i = 0; i < n; i++)
             on_completion(r, r->cqes[i]);
         io_uring_cq_advance(&r->ring, n);
-    } while (n > 0);
+        if (n > 0)
+            continue;
+        if (!task_work_pending(r))
+            return;
+        io_uring_get_events(&r->ring);
+        r->stats.enters++;
+    }
 }
 
 /* Sends are MSG_DONTWAIT and complete when issued; this waits for their completions so that no

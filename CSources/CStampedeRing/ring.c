@@ -77,8 +77,9 @@ static int init_ring(struct io_uring *ring, uint32_t entries, const char **flags
         unsigned flags;
         const char *name;
     } attempts[] = {
-        {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN, "SINGLE_ISSUER|DEFER_TASKRUN"},
-        {IORING_SETUP_COOP_TASKRUN, "COOP_TASKRUN"},
+        {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
+         "SINGLE_ISSUER|DEFER_TASKRUN"},
+        {IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG, "COOP_TASKRUN"},
         {0, "none"},
     };
     size_t i;

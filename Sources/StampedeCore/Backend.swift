@@ -32,6 +32,9 @@ public protocol DatagramBackend: AnyObject {
 
     /// Counters for the log and metrics.
     var sendFailures: Int { get }
+    /// Sockets the backend holds: open ones, and closed ones whose last operations the kernel has
+    /// not yet confirmed. Back to the listener count when no transfer runs, or something leaks.
+    var socketCount: Int { get }
 }
 
 /// One received datagram, pointing into a backend-owned buffer.

@@ -31,6 +31,7 @@ public final class GlibcBackend: DatagramBackend {
     private var arenaUsed = 0
     private var queued = 0
     public private(set) var sendFailures = 0
+    public private(set) var socketCount = 0
 
     // Receive batch.
     private let receiveCapacity: Int
@@ -109,6 +110,7 @@ public final class GlibcBackend: DatagramBackend {
             throw error
         }
         sockets[Int(handle)] = Socket(fd: fd, tag: tag, isListener: isListener)
+        socketCount += 1
         return handle
     }
 
@@ -210,6 +212,7 @@ public final class GlibcBackend: DatagramBackend {
         for socket in closing {
             Glibc.close(sockets[Int(socket)].fd)
             sockets[Int(socket)] = Socket()
+            socketCount -= 1
             freeSockets.append(socket)
         }
         closing.removeAll(keepingCapacity: true)

@@ -115,7 +115,6 @@ public final class URingBackend: DatagramBackend {
 
     public var sendFailures: Int { Int(stampede_ring_get_stats(ring).send_failures) }
     public var stats: stampede_ring_stats { stampede_ring_get_stats(ring) }
-    /// Sockets the ring still holds (open, or closing until the kernel confirms).
     public var socketCount: Int { Int(stampede_ring_socket_count(ring)) }
 }
 

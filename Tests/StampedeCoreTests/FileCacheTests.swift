@@ -1,4 +1,5 @@
 import Glibc
+import StampedeTestSupport
 import Testing
 @testable import StampedeCore
 

@@ -1,6 +1,7 @@
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeTestSupport
 import Testing
 @testable import StampedeCore
 
@@ -13,6 +14,7 @@ final class FakeBackend: DatagramBackend {
     var inbox: [(tag: UInt64, bytes: [UInt8], peer: SocketAddress, local: SocketAddress)] = []
     var delivered: [(tag: UInt64, bytes: [UInt8], peer: SocketAddress, local: SocketAddress)] = []
     var sendFailures = 0
+    var socketCount: Int { tags.count - closed.count }
 
     func openListener(_ address: SocketAddress, tag: UInt64) throws(Errno) -> Int32 { tags.append(tag); return Int32(tags.count - 1) }
     func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?, largestDatagram: Int,

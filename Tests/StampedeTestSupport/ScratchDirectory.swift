@@ -1,12 +1,11 @@
 import Glibc
-@testable import StampedeCore
 
 /// A temporary directory tree for one test, removed at the end.
-final class ScratchDirectory {
-    let path: String
-    let fd: Int32
+public final class ScratchDirectory {
+    public let path: String
+    public let fd: Int32
 
-    init() {
+    public init() {
         var template = Array("/tmp/stampede-test-XXXXXX".utf8CString)
         path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
         fd = open(path, O_RDONLY | O_DIRECTORY)
@@ -18,7 +17,7 @@ final class ScratchDirectory {
     }
 
     @discardableResult
-    func write(_ name: String, _ bytes: [UInt8], mode: mode_t = 0o644) -> String {
+    public func write(_ name: String, _ bytes: [UInt8], mode: mode_t = 0o644) -> String {
         let full = path + "/" + name
         let f = open(full, O_WRONLY | O_CREAT | O_TRUNC, mode)
         precondition(f >= 0, "open \(full)")
@@ -28,7 +27,7 @@ final class ScratchDirectory {
         return full
     }
 
-    func read(_ name: String) -> [UInt8]? {
+    public func read(_ name: String) -> [UInt8]? {
         let f = open(path + "/" + name, O_RDONLY)
         guard f >= 0 else { return nil }
         defer { close(f) }
@@ -41,7 +40,7 @@ final class ScratchDirectory {
         }
     }
 
-    func entries() -> [String] {
+    public func entries() -> [String] {
         guard let dir = opendir(path) else { return [] }
         defer { closedir(dir) }
         var names: [String] = []
@@ -54,5 +53,5 @@ final class ScratchDirectory {
 }
 
 extension Array where Element == UInt8 {
-    init(_ text: String) { self = Array(text.utf8) }
+    public init(_ text: String) { self = Array(text.utf8) }
 }

@@ -1,0 +1,87 @@
+import CMallocCounter
+import CStampedeSys
+import Glibc
+import Logging
+import StampedeCore
+import StampedeGlibc
+import StampedeURing
+import StampedeTestSupport
+import Testing
+
+/// DESIGN: "Steady state allocates nothing per packet, in either backend." A real worker on a
+/// real backend serves a file to a client on loopback; once the transfer runs, a thousand DATA/ACK
+/// round trips (worker and client, same thread) must not touch the heap.
+@Suite struct SteadyStateAllocations {
+    @Test func theCounterSeesAnAllocation() {
+        malloc_counter_start()
+        let array = [Int](repeating: 7, count: Int.random(in: 100...200))
+        let counted = malloc_counter_stop()
+        #expect(array.count >= 100)
+        #expect(counted >= 1)
+    }
+
+    @Test(arguments: BackendKind.allCases)
+    func aRunningTransferAllocatesNothingPerPacket(kind: BackendKind) throws {
+        switch kind {
+        case .glibc: try measure(GlibcBackend(), kind)
+        case .uring: try measure(URingBackend(), kind)
+        }
+    }
+
+    func measure<Backend: DatagramBackend>(_ backend: Backend, _ kind: BackendKind) throws {
+        let dir = ScratchDirectory()
+        dir.write("image.bin", (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        let listen = SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!
+        let configuration = ServerConfiguration(listenAddresses: [listen], policy: AccessPolicy(root: dir.fd),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        let worker = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0)
+        let bound = try worker.bindListeners([listen])[0]
+        let client = LoopbackClient()
+        _ = fcntl(client.fd, F_SETFL, O_NONBLOCK)
+
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 2048, alignment: 8)
+        defer { buffer.deallocate() }
+        var ackPacket: (UInt8, UInt8, UInt8, UInt8) = (0, 4, 0, 0)
+        var server = sockaddr_storage()
+        var blocks = 0
+        /// One loop turn of the worker, then the client answers whatever DATA arrived.
+        func step() {
+            worker.turn(now: stampede_monotonic_ns(), maxWait: 1_000_000)
+            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let n = withUnsafeMutablePointer(to: &server) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { recvfrom(client.fd, buffer.baseAddress, buffer.count, 0, $0, &length) }
+            }
+            guard n >= 4, buffer[1] == 3 else { return }
+            ackPacket.2 = buffer[2]
+            ackPacket.3 = buffer[3]
+            blocks += 1
+            _ = withUnsafeBytes(of: &ackPacket) { ack in
+                withUnsafePointer(to: &server) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(client.fd, ack.baseAddress, 4, 0, $0, length) }
+                }
+            }
+        }
+
+        client.send(Request(isWrite: false, filename: Array("image.bin".utf8), mode: "octet",
+                            options: [("blksize", "1024")]).encoded(), to: bound)
+        // The request, the OACK and the first blocks may allocate (a slot, the image, the log).
+        var ackedOptions = false
+        while blocks < 100 {
+            worker.turn(now: stampede_monotonic_ns(), maxWait: 1_000_000)
+            if !ackedOptions, let reply = client.receive(), reply.bytes[1] == 6 {
+                client.send([0, 4, 0, 0], to: reply.from)
+                ackedOptions = true
+            }
+            if ackedOptions { step() }
+        }
+        malloc_counter_start()
+        while blocks < 1100 { step() }
+        let allocations = malloc_counter_stop()
+        #expect(blocks == 1100)
+        #expect(allocations == 0, "\(allocations) allocations in 1,000 DATA/ACK round trips on \(kind)")
+        while blocks < 3073 { step() } // to the end (3 MiB / 1024 + the empty last block)
+        for _ in 0..<10 where worker.activeTransfers > 0 { worker.turn(now: stampede_monotonic_ns(), maxWait: 1_000_000) }
+        #expect(worker.activeTransfers == 0)
+        #expect(worker.summary.failed == 0)
+    }
+}
