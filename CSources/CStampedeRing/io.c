@@ -12,11 +12,23 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The first thread to submit becomes the ring's single issuer (it was created R_DISABLED). */
+static int enable(stampede_ring *r)
+{
+    if (r->enabled)
+        return 0;
+    /* liburing 2.3 declares io_uring_enable_rings but does not export it: kernel ABI. */
+    if (syscall(__NR_io_uring_register, r->ring.ring_fd, IORING_REGISTER_ENABLE_RINGS, NULL, 0) < 0)
+        return -errno;
+    r->enabled = 1;
+    return 0;
+}
+
+/* A free submission entry, submitting the full queue first if need be; NULL if even that fails. */
 static struct io_uring_sqe *next_sqe(stampede_ring *r)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
-    if (!sqe) {
-        /* The submission queue is full: hand it to the kernel and take a fresh entry. */
+    if (!sqe && enable(r) == 0) {
         io_uring_submit(&r->ring);
         r->stats.enters++;
         sqe = io_uring_get_sqe(&r->ring);
@@ -53,17 +65,22 @@ static int grow_sockets(stampede_ring *r)
     return 0;
 }
 
-static void arm_receive(stampede_ring *r, uint32_t slot)
+static int arm_receive(stampede_ring *r, uint32_t slot)
 {
     struct socket_slot *s = &r->sockets[slot];
     struct io_uring_sqe *sqe = next_sqe(r);
-    io_uring_prep_recvmsg_multishot(sqe, s->fd, &s->recv_template, 0);
+    if (!sqe)
+        return -EBUSY;
+    io_uring_prep_recvmsg_multishot(sqe, s->fd, s->listener ? &r->listener_template : &r->transfer_template, 0);
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = s->large ? GROUP_LARGE : GROUP_SMALL;
     io_uring_sqe_set_data64(sqe, pack(OP_RECV, slot, s->generation));
     s->armed = 1;
     s->needs_arm = 0;
+    return 0;
 }
+
+static void release_slot(stampede_ring *r, uint32_t slot);
 
 int stampede_ring_add_socket(stampede_ring *r, int fd, uint64_t tag, int is_listener, int large_datagrams)
 {
@@ -81,11 +98,12 @@ int stampede_ring_add_socket(stampede_ring *r, int fd, uint64_t tag, int is_list
     s->large = large_datagrams != 0;
     s->closing = 0;
     s->cancel_pending = 0;
-    memset(&s->recv_template, 0, sizeof(s->recv_template));
-    s->recv_template.msg_namelen = NAME_SPACE;
-    s->recv_template.msg_controllen = s->listener ? CONTROL_SPACE : 0;
     r->open_count++;
-    arm_receive(r, slot);
+    if (arm_receive(r, slot) < 0) {
+        close(fd);
+        release_slot(r, slot);
+        return -EBUSY;
+    }
     return (int)slot;
 }
 
@@ -126,8 +144,12 @@ int stampede_ring_send(stampede_ring *r, int slot, const void *header, uint32_t 
     struct io_uring_sqe *sqe;
     void *copy;
     if (r->sends_used == r->send_capacity || r->arena_used + header_length > r->arena_size) {
-        /* Out of send slots mid-turn: let the queued sends complete, then reuse everything. */
-        int result = wait_for_sends(r);
+        /* Out of send slots mid-turn: let the queued sends complete, then reuse everything.
+         * Receives that complete meanwhile wait for the next turn's batch. */
+        int result;
+        r->deferring = 1;
+        result = wait_for_sends(r);
+        r->deferring = 0;
         if (result < 0)
             return result;
     }
@@ -159,6 +181,11 @@ int stampede_ring_send(stampede_ring *r, int slot, const void *header, uint32_t 
         }
     }
     sqe = next_sqe(r);
+    if (!sqe) {
+        r->sends_used--;
+        r->stats.send_failures++;
+        return -EBUSY;
+    }
     io_uring_prep_sendmsg(sqe, r->sockets[slot].fd, &m->message, MSG_DONTWAIT);
     io_uring_sqe_set_data64(sqe, pack(OP_SEND, (uint32_t)slot, r->sockets[slot].generation));
     r->sends_in_flight++;
@@ -242,7 +269,8 @@ static void on_receive(stampede_ring *r, struct io_uring_cqe *cqe)
     {
         struct buffer_group *g = &r->groups[group];
         uint8_t *buffer = g->memory + (size_t)id * g->size;
-        struct io_uring_recvmsg_out *out = io_uring_recvmsg_validate(buffer, cqe->res, &s->recv_template);
+        struct msghdr *layout = s->listener ? &r->listener_template : &r->transfer_template;
+        struct io_uring_recvmsg_out *out = io_uring_recvmsg_validate(buffer, cqe->res, layout);
         stampede_ring_datagram *d;
         lend_buffer(r, group, id);
         if (!out)
@@ -254,22 +282,42 @@ static void on_receive(stampede_ring *r, struct io_uring_cqe *cqe)
         d = &r->datagrams[r->datagram_count++];
         d->tag = s->tag;
         d->socket = (int32_t)slot;
-        d->bytes = io_uring_recvmsg_payload(out, &s->recv_template);
-        d->length = (int32_t)io_uring_recvmsg_payload_length(out, cqe->res, &s->recv_template);
+        d->bytes = io_uring_recvmsg_payload(out, layout);
+        d->length = (int32_t)io_uring_recvmsg_payload_length(out, cqe->res, layout);
         memset(&d->peer, 0, sizeof(d->peer));
         memcpy(&d->peer, io_uring_recvmsg_name(out),
                out->namelen < sizeof(d->peer) ? out->namelen : sizeof(d->peer));
         memset(&d->local, 0, sizeof(d->local));
         if (s->listener)
-            stampede_ring_local_address(out, &s->recv_template, &d->local);
+            stampede_ring_local_address(out, layout, &d->local);
     }
+}
+
+/* Keeps a receive completion for the next wait (the caller is still reading this turn's batch). */
+static void defer(stampede_ring *r, const struct io_uring_cqe *cqe)
+{
+    if (r->deferred_count == r->deferred_capacity) {
+        uint32_t capacity = r->deferred_capacity ? r->deferred_capacity * 2 : 1024;
+        struct io_uring_cqe *grown = realloc(r->deferred, capacity * sizeof(*grown));
+        if (!grown) {
+            /* No memory: drop the datagram (retransmission repairs it) but keep its buffer. */
+            on_receive(r, (struct io_uring_cqe *)cqe);
+            return;
+        }
+        r->deferred = grown;
+        r->deferred_capacity = capacity;
+    }
+    r->deferred[r->deferred_count++] = *cqe;
 }
 
 static void on_completion(stampede_ring *r, struct io_uring_cqe *cqe)
 {
     switch (unpack_op(cqe->user_data)) {
     case OP_RECV:
-        on_receive(r, cqe);
+        if (r->deferring)
+            defer(r, cqe);
+        else
+            on_receive(r, cqe);
         break;
     case OP_SEND:
         r->sends_in_flight--;
@@ -295,24 +343,41 @@ static int task_work_pending(const stampede_ring *r)
     return (IO_URING_READ_ONCE(*r->ring.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) != 0;
 }
 
-/* Reaps everything the CQ holds, in bulk: one cq_advance per batch. The datagram array has room
- * for every buffer the kernel can fill, so no completion ever waits for the next turn.
- * With DEFER_TASKRUN a kernel runs only a bounded amount of task work per enter (20 items on
- * recent kernels), so while the kernel says more is pending we enter again to collect it. */
+/* Processes what the CQ holds right now, in bulk: one cq_advance per batch. The CQ is read
+ * directly (io_uring_peek_batch_cqe would enter the kernel whenever the TASKRUN flag is up). */
+static unsigned drain(stampede_ring *r)
+{
+    unsigned head, n = 0, total = 0;
+    struct io_uring_cqe *cqe;
+    do {
+        n = 0;
+        io_uring_for_each_cqe(&r->ring, head, cqe)
+        {
+            on_completion(r, cqe);
+            if (++n == r->cqe_capacity)
+                break;
+        }
+        io_uring_cq_advance(&r->ring, n);
+        total += n;
+    } while (n > 0);
+    return total;
+}
+
+/* Reaps everything, in bulk. The datagram array has room for every buffer the kernel can fill,
+ * so no completion ever waits for the next turn for lack of room.
+ * With DEFER_TASKRUN a kernel runs a bounded amount of task work per enter (20 items on recent
+ * kernels), so while the kernel says work is pending we enter again to collect it, but only as
+ * long as that yields completions: the flag can stay up without producing any, and a loop on
+ * the flag alone spins. */
 static void reap(stampede_ring *r)
 {
-    unsigned n, i;
-    for (;;) {
-        n = io_uring_peek_batch_cqe(&r->ring, r->cqes, r->cqe_capacity);
-        for (i = 0; i < n; i++)
-            on_completion(r, r->cqes[i]);
-        io_uring_cq_advance(&r->ring, n);
-        if (n > 0)
-            continue;
-        if (!task_work_pending(r))
-            return;
+    int rounds;
+    drain(r);
+    for (rounds = 0; rounds < 64 && task_work_pending(r); rounds++) {
         io_uring_get_events(&r->ring);
         r->stats.enters++;
+        if (drain(r) == 0)
+            return;
     }
 }
 
@@ -334,33 +399,39 @@ static int wait_for_sends(stampede_ring *r)
 
 int stampede_ring_wait(stampede_ring *r, int64_t timeout_ns)
 {
-    uint32_t i;
+    uint32_t i, kept = 0, cancelled;
     struct __kernel_timespec timeout;
     struct io_uring_cqe *cqe = NULL;
     int result;
 
-    if (!r->enabled) {
-        /* liburing 2.3 declares io_uring_enable_rings but does not export it: kernel ABI. */
-        if (syscall(__NR_io_uring_register, r->ring.ring_fd, IORING_REGISTER_ENABLE_RINGS, NULL, 0) < 0)
-            return -errno;
-        r->enabled = 1;
-    }
+    result = enable(r);
+    if (result < 0)
+        return result;
     take_back_buffers(r);
     r->datagram_count = 0;
+    for (i = 0; i < r->deferred_count; i++)
+        on_receive(r, &r->deferred[i]);
+    r->deferred_count = 0;
     for (i = 0; i < r->to_arm_count; i++) {
         uint32_t slot = r->to_arm[i];
         struct socket_slot *s = &r->sockets[slot];
         if (s->needs_arm && !s->closing && s->fd >= 0) {
-            arm_receive(r, slot);
-            r->stats.rearms++;
+            if (arm_receive(r, slot) < 0)
+                r->to_arm[kept++] = slot; /* the queue is full: next turn */
+            else
+                r->stats.rearms++;
         }
     }
-    r->to_arm_count = 0;
-    for (i = 0; i < r->to_close_count; i++) {
-        uint32_t slot = r->to_close[i];
+    r->to_arm_count = kept;
+    /* Cancel the receive of each socket closing; one that finds no submission entry (only if the
+     * kernel refuses a submit) stays on the list for the next turn, its fd still open. */
+    for (cancelled = 0; cancelled < r->to_close_count; cancelled++) {
+        uint32_t slot = r->to_close[cancelled];
         struct socket_slot *s = &r->sockets[slot];
         if (s->armed) {
             struct io_uring_sqe *sqe = next_sqe(r);
+            if (!sqe)
+                break;
             io_uring_prep_cancel64(sqe, pack(OP_RECV, slot, s->generation), 0);
             io_uring_sqe_set_data64(sqe, pack(OP_CANCEL, slot, s->generation));
             s->cancel_pending = 1;
@@ -382,16 +453,17 @@ int stampede_ring_wait(stampede_ring *r, int64_t timeout_ns)
 
     /* The cancels are in the kernel: the fds can go (an armed receive holds its own reference
      * until its cancellation completes, then the slot is released). */
-    for (i = 0; i < r->to_close_count; i++) {
+    for (i = 0; i < cancelled; i++) {
         uint32_t slot = r->to_close[i];
         struct socket_slot *s = &r->sockets[slot];
         close(s->fd);
         if (!s->armed && !s->cancel_pending)
             release_slot(r, slot);
         else
-            s->fd = -2; /* closed, slot still held */
+            s->fd = -2; /* closed, slot still held until the kernel confirms */
     }
-    r->to_close_count = 0;
+    memmove(r->to_close, r->to_close + cancelled, (r->to_close_count - cancelled) * sizeof(uint32_t));
+    r->to_close_count -= cancelled;
 
     reap(r);
     result = wait_for_sends(r);

@@ -77,8 +77,8 @@ static int init_ring(struct io_uring *ring, uint32_t entries, const char **flags
         unsigned flags;
         const char *name;
     } attempts[] = {
-        {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
-         "SINGLE_ISSUER|DEFER_TASKRUN"},
+        {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
+         "SINGLE_ISSUER|COOP_TASKRUN"},
         {IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG, "COOP_TASKRUN"},
         {0, "none"},
     };
@@ -160,6 +160,9 @@ stampede_ring *stampede_ring_create(const stampede_ring_config *config, const ch
         r->free_sockets[i] = r->socket_capacity - 1 - i;
     }
     r->free_count = r->socket_capacity;
+    r->listener_template.msg_namelen = NAME_SPACE;
+    r->listener_template.msg_controllen = CONTROL_SPACE;
+    r->transfer_template.msg_namelen = NAME_SPACE;
     result = setup_buffer_group(&r->ring, &r->groups[GROUP_SMALL], GROUP_SMALL, config->small_buffers, config->small_size);
     if (result == 0)
         result = setup_buffer_group(&r->ring, &r->groups[GROUP_LARGE], GROUP_LARGE, config->large_buffers, config->large_size);
@@ -194,6 +197,7 @@ void stampede_ring_destroy(stampede_ring *r)
     free(r->lent_ids);
     free(r->lent_groups);
     free(r->cqes);
+    free(r->deferred);
     free(r);
 }
 

@@ -35,7 +35,6 @@ struct socket_slot {
     uint8_t needs_arm;
     uint8_t closing;
     uint8_t cancel_pending;
-    struct msghdr recv_template; /* namelen/controllen the kernel lays out in each buffer */
 };
 
 struct send_slot {
@@ -49,6 +48,10 @@ struct send_slot {
 struct stampede_ring {
     struct io_uring ring;
     struct buffer_group groups[2];
+    /* What a multishot recvmsg lays out in each buffer (name, control). One per kind of socket,
+     * held here because the kernel reads it at submission and the socket array may move. */
+    struct msghdr listener_template;
+    struct msghdr transfer_template;
 
     struct socket_slot *sockets;
     uint32_t socket_capacity;
@@ -77,6 +80,11 @@ struct stampede_ring {
     uint32_t lent_count;
 
     int enabled;
+    /* Receive completions met while a mid-turn send flush waited: handled at the next wait. */
+    struct io_uring_cqe *deferred;
+    uint32_t deferred_count;
+    uint32_t deferred_capacity;
+    int deferring;
     struct io_uring_cqe **cqes;
     uint32_t cqe_capacity;
     stampede_ring_stats stats;

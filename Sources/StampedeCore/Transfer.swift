@@ -1,3 +1,5 @@
+import Glibc
+
 /// One slot of a worker's session table: a transfer in progress, or a free slot.
 /// Plain data plus the file image it holds; the generation tells a reused slot from its past.
 struct Transfer {
@@ -33,7 +35,8 @@ enum Outcome: Equatable {
     /// The client answered our OACK with an ERROR (the UEFI tsize probe): not a failure.
     case endedByClientAfterOptionAck(code: UInt16)
     case clientError(code: UInt16, message: String)
-    case clientGone
+    /// A socket error on the transfer: ECONNREFUSED means the client's port is gone.
+    case socketError(Errno)
     case timedOut
     case serverError(TFTPError)
     case shutdown
@@ -50,7 +53,8 @@ enum Outcome: Equatable {
         case .completed: return "ok"
         case .endedByClientAfterOptionAck(let code): return "ended by client after OACK (error \(code))"
         case .clientError(let code, let message): return "client error \(code) \"\(message)\""
-        case .clientGone: return "client port unreachable"
+        case .socketError(let error) where error.rawValue == ECONNREFUSED: return "client port unreachable"
+        case .socketError(let error): return "socket error: \(error)"
         case .timedOut: return "timed out"
         case .serverError(let error): return "error \(error.code.rawValue) \"\(error.message)\""
         case .shutdown: return "aborted by shutdown"

@@ -9,7 +9,7 @@ extension Worker {
         if datagram.error != 0 {
             // ECONNREFUSED: the client's port is closed (a Raspberry Pi dropped one of its two
             // RRQs, or the client gave up). Nobody is listening; end quietly.
-            finish(slot, .clientGone, now: now)
+            finish(slot, .socketError(Errno(datagram.error)), now: now)
             return
         }
         switch TransferPacket(datagram.bytes) {
