@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := liburing-dev curl tftp-hpa atftp busybox python3-venv
 TOOLS := curl tftp atftp busybox
 
-RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c)
+RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys.c
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
@@ -58,7 +58,7 @@ unit:
 # The io_uring engine's own C tests under AddressSanitizer and UndefinedBehaviorSanitizer.
 sanitize: deps
 	mkdir -p .build
-	$(CC) $(SANITIZE_FLAGS) -ICSources/CStampedeRing/include -ICSources/CStampedeRing \
+	$(CC) $(SANITIZE_FLAGS) -ICSources/CStampedeRing/include -ICSources/CStampedeRing -ICSources/CStampedeSys/include \
 		Tests/CStampedeRingTests/ring_test.c $(RING_SOURCES) $$(pkg-config --cflags --libs liburing) -o $(RING_TEST)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:free_fill_byte=190:max_free_fill_size=1048576 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $(RING_TEST)
 

@@ -23,7 +23,7 @@ let package = Package(
         .target(name: "CStampedeSys", path: "CSources/CStampedeSys", cSettings: strictC),
         .systemLibrary(name: "CLibURing", path: "CSources/CLibURing", pkgConfig: "liburing",
                        providers: [.apt(["liburing-dev"])]),
-        .target(name: "CStampedeRing", dependencies: ["CLibURing"], path: "CSources/CStampedeRing", cSettings: strictC),
+        .target(name: "CStampedeRing", dependencies: ["CLibURing", "CStampedeSys"], path: "CSources/CStampedeRing", cSettings: strictC),
         .target(
             name: "StampedeCore",
             dependencies: ["CStampedeSys", .product(name: "Logging", package: "swift-log")]

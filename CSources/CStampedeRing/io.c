@@ -4,6 +4,8 @@
  */
 #include "ring_private.h"
 
+#include <CStampedeSys.h>
+
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -173,7 +175,7 @@ int stampede_ring_send(stampede_ring *r, int slot, const void *header, uint32_t 
         m->message.msg_name = &m->name;
         m->message.msg_namelen = to->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
         if (from) {
-            size_t length = stampede_ring_pktinfo(m->control, sizeof(m->control), from);
+            size_t length = stampede_pktinfo_control(m->control, sizeof(m->control), from);
             if (length) {
                 m->message.msg_control = m->control;
                 m->message.msg_controllen = length;

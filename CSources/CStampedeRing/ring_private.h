@@ -101,8 +101,6 @@ static inline uint32_t unpack_generation(uint64_t data) { return data >> 32; }
 
 /* Returns buffer `id` of `g` to the kernel at position `offset` of the next advance. */
 void give_buffer(struct buffer_group *g, uint16_t id, int offset);
-/* A PKTINFO control message that sets a reply's source address; returns its length or 0. */
-size_t stampede_ring_pktinfo(uint8_t *buffer, size_t capacity, const struct sockaddr_storage *from);
 /* The destination address of a received datagram, from its PKTINFO control message. */
 void stampede_ring_local_address(struct io_uring_recvmsg_out *out, struct msghdr *template_message,
                                  struct sockaddr_storage *local);

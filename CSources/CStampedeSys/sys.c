@@ -46,33 +46,44 @@ size_t stampede_pktinfo_space(void)
     return v4 > v6 ? v4 : v6;
 }
 
+int stampede_pktinfo_decode(const struct cmsghdr *c, struct sockaddr_storage *local)
+{
+    memset(local, 0, sizeof(*local));
+    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+        struct in_pktinfo info;
+        struct sockaddr_in *sin = (struct sockaddr_in *)local;
+        memcpy(&info, CMSG_DATA(c), sizeof(info));
+        sin->sin_family = AF_INET;
+        sin->sin_addr = info.ipi_addr;
+        return 1;
+    }
+    if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+        struct in6_pktinfo info;
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)local;
+        memcpy(&info, CMSG_DATA(c), sizeof(info));
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_addr = info.ipi6_addr;
+        /* A link-local destination only means something on the interface it came in on. */
+        if (IN6_IS_ADDR_LINKLOCAL(&info.ipi6_addr))
+            sin6->sin6_scope_id = info.ipi6_ifindex;
+        return 1;
+    }
+    return 0;
+}
+
 int stampede_pktinfo_local(const struct msghdr *message, struct sockaddr_storage *local, uint16_t port)
 {
     struct cmsghdr *c;
-    memset(local, 0, sizeof(*local));
     for (c = CMSG_FIRSTHDR((struct msghdr *)message); c; c = CMSG_NXTHDR((struct msghdr *)message, c)) {
-        if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
-            struct in_pktinfo info;
-            struct sockaddr_in *sin = (struct sockaddr_in *)local;
-            memcpy(&info, CMSG_DATA(c), sizeof(info));
-            sin->sin_family = AF_INET;
-            sin->sin_addr = info.ipi_addr;
-            sin->sin_port = htons(port);
-            return 0;
-        }
-        if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
-            struct in6_pktinfo info;
-            struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)local;
-            memcpy(&info, CMSG_DATA(c), sizeof(info));
-            sin6->sin6_family = AF_INET6;
-            sin6->sin6_addr = info.ipi6_addr;
-            sin6->sin6_port = htons(port);
-            /* A link-local destination only means something on the interface it came in on. */
-            if (IN6_IS_ADDR_LINKLOCAL(&info.ipi6_addr))
-                sin6->sin6_scope_id = info.ipi6_ifindex;
+        if (stampede_pktinfo_decode(c, local)) {
+            if (local->ss_family == AF_INET6)
+                ((struct sockaddr_in6 *)local)->sin6_port = htons(port);
+            else
+                ((struct sockaddr_in *)local)->sin_port = htons(port);
             return 0;
         }
     }
+    memset(local, 0, sizeof(*local));
     return -ENOENT;
 }
 

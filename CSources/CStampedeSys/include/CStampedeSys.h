@@ -29,6 +29,11 @@ size_t stampede_pktinfo_space(void);
  * The port is set to `port`. Returns 0, or -ENOENT when the message carries no PKTINFO. */
 int stampede_pktinfo_local(const struct msghdr *message, struct sockaddr_storage *local, uint16_t port);
 
+struct cmsghdr;
+/* Decodes one control message if it is IP_PKTINFO or IPV6_PKTINFO into `local` (the port is
+ * left 0). Returns 1 if it was one, else 0. Shared by both backends' receive paths. */
+int stampede_pktinfo_decode(const struct cmsghdr *control, struct sockaddr_storage *local);
+
 /* Writes a PKTINFO control message that makes sendmsg use `local` as the source address.
  * Returns the control length to store in msg_controllen (0 for an unspecified address). */
 size_t stampede_pktinfo_control(void *buffer, size_t capacity, const struct sockaddr_storage *local);
