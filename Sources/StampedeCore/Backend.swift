@@ -3,12 +3,9 @@
 /// Sockets are small integer handles; every socket carries a tag the worker chose, returned with
 /// each datagram. Sends are queued descriptors flushed together by `poll`; a DATA send is a
 /// 4-byte header plus a slice of a file image that the backend gathers with an iovec, never copies.
-public protocol DatagramBackend: AnyObject {
-    /// A human name for logs ("glibc", "uring").
-    var name: String { get }
-
-    /// Opens a request listener (SO_REUSEPORT, PKTINFO). Throws the errno.
-    func openListener(_ address: SocketAddress, tag: UInt64) throws(Errno) -> Int32
+public protocol DatagramBackend: AnyObject, CustomStringConvertible {
+    /// Opens a request listener (see `UDPSocket.listener`). Throws the errno.
+    func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32
     /// Opens a transfer socket bound to `local` and connected to `peer`. `largestDatagram` is the
     /// biggest packet the client may send on it (blksize + 4 for an upload), so a backend with
     /// pooled receive buffers can pick buffers that fit.
@@ -30,7 +27,8 @@ public protocol DatagramBackend: AnyObject {
     /// The i-th datagram of the last poll.
     func datagram(_ index: Int) -> Datagram
 
-    /// Counters for the log and metrics.
+    /// Datagrams the kernel refused to send (a full socket buffer: loss that retransmission
+    /// repairs), reported when the server stops.
     var sendFailures: Int { get }
     /// Sockets the backend holds: open ones, and closed ones whose last operations the kernel has
     /// not yet confirmed. Back to the listener count when no transfer runs, or something leaks.

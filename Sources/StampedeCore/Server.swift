@@ -46,6 +46,7 @@ public final class Server<Backend: DatagramBackend> {
             total.transfers += worker.summary.transfers
             total.failed += worker.summary.failed
             total.bytes += worker.summary.bytes
+            total.sendFailures += worker.backend.sendFailures
         }
         return total
     }

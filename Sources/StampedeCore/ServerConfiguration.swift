@@ -31,4 +31,6 @@ public struct WorkerSummary: Sendable {
     public var transfers = 0
     public var failed = 0
     public var bytes = 0
+    /// Datagrams the backends could not send (counted as loss).
+    public var sendFailures = 0
 }

@@ -5,7 +5,7 @@ import Logging
 /// One event loop on one core: its listeners, its session table, its timer wheel, its backend.
 /// Workers share only the file cache (DESIGN: data flow).
 public final class Worker<Backend: DatagramBackend> {
-    let backend: Backend
+    public let backend: Backend
     let configuration: ServerConfiguration
     let cache: FileCache
     var logger: Logger
@@ -50,7 +50,8 @@ public final class Worker<Backend: DatagramBackend> {
     public func bindListeners(_ addresses: [SocketAddress]) throws(Errno) -> [SocketAddress] {
         var bound: [SocketAddress] = []
         for address in addresses {
-            let socket = try backend.openListener(address, tag: Self.listenerBit | UInt64(listeners.count))
+            let socket = try backend.openListener(address, receiveBuffer: configuration.listenerReceiveBuffer,
+                                                  tag: Self.listenerBit | UInt64(listeners.count))
             let actual = backend.localAddress(of: socket) ?? address
             listeners.append((socket, actual))
             bound.append(actual)

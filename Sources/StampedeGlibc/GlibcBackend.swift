@@ -6,7 +6,7 @@ import StampedeCore
 /// sends to one socket. Every array is allocated once at start (DESIGN: the Glibc backend); the
 /// file bytes of a DATA packet are gathered by the kernel from the image, never copied here.
 public final class GlibcBackend: DatagramBackend {
-    public let name = "glibc"
+    public var description: String { "glibc (epoll, recvmmsg, sendmmsg)" }
 
     struct Socket {
         var fd: Int32 = -1
@@ -114,21 +114,13 @@ public final class GlibcBackend: DatagramBackend {
         return handle
     }
 
-    public func openListener(_ address: SocketAddress, tag: UInt64) throws(Errno) -> Int32 {
-        var storage = address.storage
-        let fd = stampede_listener_socket(&storage, 8 << 20)
-        if let error = Errno(result: fd) { throw error }
-        return try register(fd, tag: tag, isListener: true)
+    public func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 {
+        try register(UDPSocket.listener(address, receiveBuffer: receiveBuffer), tag: tag, isListener: true)
     }
 
     public func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
                              largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32 {
-        var localStorage = local.storage
-        var peerStorage = peer.storage
-        let fd = stampede_transfer_socket(&localStorage, &peerStorage, ports?.lowerBound ?? 0, ports?.upperBound ?? 0,
-                                          UInt32.random(in: 0...UInt32.max))
-        if let error = Errno(result: fd) { throw error }
-        return try register(fd, tag: tag, isListener: false)
+        try register(UDPSocket.transfer(local: local, peer: peer, ports: ports), tag: tag, isListener: false)
     }
 
     public func localAddress(of socket: Int32) -> SocketAddress? {

@@ -7,10 +7,10 @@ import StampedeCore
 /// opened here (the same shims as the Glibc backend) and handed to the ring; every send and
 /// receive of a loop turn goes through one io_uring_enter.
 public final class URingBackend: DatagramBackend {
-    public let name = "uring"
     private let ring: OpaquePointer
     /// The setup flags the kernel accepted, for the log.
     public let setupFlags: String
+    public var description: String { "uring (\(setupFlags))" }
     private var datagrams: UnsafePointer<stampede_ring_datagram>?
 
     public struct Configuration: Sendable {
@@ -54,24 +54,19 @@ public final class URingBackend: DatagramBackend {
     }
 
     private func adopt(_ fd: Int32, tag: UInt64, listener: Bool, large: Bool) throws(Errno) -> Int32 {
-        if let error = Errno(result: fd) { throw error }
         let slot = stampede_ring_add_socket(ring, fd, tag, listener ? 1 : 0, large ? 1 : 0)
         if let error = Errno(result: slot) { throw error }
         return slot
     }
 
-    public func openListener(_ address: SocketAddress, tag: UInt64) throws(Errno) -> Int32 {
-        var storage = address.storage
-        return try adopt(stampede_listener_socket(&storage, 8 << 20), tag: tag, listener: true, large: false)
+    public func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 {
+        try adopt(UDPSocket.listener(address, receiveBuffer: receiveBuffer), tag: tag, listener: true, large: false)
     }
 
     public func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
                              largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32 {
-        var localStorage = local.storage
-        var peerStorage = peer.storage
-        let fd = stampede_transfer_socket(&localStorage, &peerStorage, ports?.lowerBound ?? 0, ports?.upperBound ?? 0,
-                                          UInt32.random(in: 0...UInt32.max))
-        return try adopt(fd, tag: tag, listener: false, large: largestDatagram > 2048)
+        try adopt(UDPSocket.transfer(local: local, peer: peer, ports: ports), tag: tag, listener: false,
+                  large: largestDatagram > 2048)
     }
 
     public func localAddress(of socket: Int32) -> SocketAddress? {
@@ -114,7 +109,6 @@ public final class URingBackend: DatagramBackend {
     }
 
     public var sendFailures: Int { Int(stampede_ring_get_stats(ring).send_failures) }
-    public var stats: stampede_ring_stats { stampede_ring_get_stats(ring) }
     public var socketCount: Int { Int(stampede_ring_socket_count(ring)) }
 }
 

@@ -277,10 +277,13 @@ struct Serving {
         stampede_install_stop_signals()
         logger.notice("""
             serving \(root)\(secure ? " (chroot)" : "") on \(server.boundAddresses.map(\.description).joined(separator: ", ")) \
-            with \(workerCount) workers, backend \(backendName) (\(reason))
+            with \(workerCount) workers, backend \(server.workers[0].backend) (\(reason))
             """)
         let summary = server.run()
-        logger.notice("stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes)")
+        logger.notice("""
+            stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes, \
+            \(summary.sendFailures) datagrams the kernel would not send)
+            """)
         if let pidfile { unlink(pidfile) }
     }
 }

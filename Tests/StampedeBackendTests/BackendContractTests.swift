@@ -61,7 +61,7 @@ struct LoopbackClient {
     @Test(arguments: BackendKind.allCases)
     func aListenerReportsPeerAndTheLocalAddressFromPktinfo(kind: BackendKind) throws {
         let backend = try kind.make()
-        let listener = try backend.openListener(SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, tag: 77)
+        let listener = try backend.openListener(SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, receiveBuffer: 8 << 20, tag: 77)
         let bound = try #require(backend.localAddress(of: listener))
         let client = LoopbackClient()
         client.send([0, 1, 0x61, 0], to: bound)
@@ -97,7 +97,7 @@ struct LoopbackClient {
     @Test(arguments: BackendKind.allCases)
     func aListenerReplyComesFromTheListenersPort(kind: BackendKind) throws {
         let backend = try kind.make()
-        let listener = try backend.openListener(SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, tag: 1)
+        let listener = try backend.openListener(SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, receiveBuffer: 8 << 20, tag: 1)
         let bound = try #require(backend.localAddress(of: listener))
         let client = LoopbackClient()
         client.send([0, 1, 0x61, 0], to: bound)
@@ -139,7 +139,7 @@ struct LoopbackClient {
     @Test(arguments: BackendKind.allCases)
     func anIPv6ListenerWorks(kind: BackendKind) throws {
         let backend = try kind.make()
-        let listener = try backend.openListener(SocketAddress(parsing: "[::1]:0", defaultPort: 0)!, tag: 3)
+        let listener = try backend.openListener(SocketAddress(parsing: "[::1]:0", defaultPort: 0)!, receiveBuffer: 8 << 20, tag: 3)
         let bound = try #require(backend.localAddress(of: listener))
         let fd = socket(AF_INET6, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(fd) }
@@ -184,7 +184,7 @@ struct LoopbackClient {
     @Test(arguments: BackendKind.allCases)
     func aBurstOfRequestsIsDrainedCompletely(kind: BackendKind) throws {
         let backend = try kind.make()
-        let listener = try backend.openListener(SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, tag: 1)
+        let listener = try backend.openListener(SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, receiveBuffer: 8 << 20, tag: 1)
         let bound = try #require(backend.localAddress(of: listener))
         let client = LoopbackClient()
         var size = Int32(16 << 20)

@@ -33,7 +33,8 @@ import Testing
 
     @Test func dotDotOutOfTheRootIsAnAccessViolation() {
         #expect(readError("../etc/passwd") == .accessViolation)
-        #expect(readError("a/../../x") == .accessViolation || readError("a/../../x") == .fileNotFound)
+        _ = mkdir(dir.path + "/a", 0o755)
+        #expect(readError("a/../../x") == .accessViolation)
     }
 
     @Test func symlinksOutOfTheRootAreRefused() {

@@ -7,7 +7,7 @@ import Testing
 
 /// A backend with no sockets: the test plays the network.
 final class FakeBackend: DatagramBackend {
-    let name = "fake"
+    let description = "fake"
     var tags: [UInt64] = []
     var closed: Set<Int32> = []
     var sent: [(socket: Int32, bytes: [UInt8])] = []
@@ -16,7 +16,7 @@ final class FakeBackend: DatagramBackend {
     var sendFailures = 0
     var socketCount: Int { tags.count - closed.count }
 
-    func openListener(_ address: SocketAddress, tag: UInt64) throws(Errno) -> Int32 { tags.append(tag); return Int32(tags.count - 1) }
+    func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 { tags.append(tag); return Int32(tags.count - 1) }
     func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?, largestDatagram: Int,
                       tag: UInt64) throws(Errno) -> Int32 {
         tags.append(tag)

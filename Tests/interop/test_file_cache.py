@@ -64,7 +64,7 @@ def test_files_over_the_cache_limit_are_streamed_correctly(serve, root, report):
 
 
 def test_several_addresses_ipv4_and_ipv6(serve, root, tmp_path):
-    from conftest import Server, free_udp_port
+    from conftest import free_udp_port
     port = free_udp_port()
     s = serve("-a", f"[::1]:{port}")
     # The fixture's own -a is 127.0.0.1:<its port>; the extra one is IPv6.
