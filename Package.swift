@@ -6,14 +6,15 @@ import PackageDescription
 //   StampedeCore   protocol, state machines, policy, file cache, the worker loop over a backend
 //   StampedeGlibc  the pure-Swift epoll + recvmmsg/sendmmsg backend
 //   StampedeURing  the Swift side of the io_uring backend
-//   stampede       the CLI: serve (in.tftpd flags), get, put
+//   StampedeStorm  the load generator: many TFTP clients on one backend, every byte verified
+//   stampede       the CLI: serve (in.tftpd flags), get, put, storm
 let strictC: [CSetting] = [.define("_GNU_SOURCE"), .unsafeFlags(["-Wall", "-Wextra", "-Werror"])]
 
 let package = Package(
     name: "Stampede",
     products: [
         .executable(name: "stampede", targets: ["stampede"]),
-        .library(name: "Stampede", targets: ["StampedeCore", "StampedeGlibc", "StampedeURing"]),
+        .library(name: "Stampede", targets: ["StampedeCore", "StampedeGlibc", "StampedeURing", "StampedeStorm"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -30,21 +31,26 @@ let package = Package(
         ),
         .target(name: "StampedeGlibc", dependencies: ["StampedeCore", "CStampedeSys"]),
         .target(name: "StampedeURing", dependencies: ["StampedeCore", "CStampedeSys", "CStampedeRing"]),
+        .target(name: "StampedeStorm", dependencies: ["StampedeCore", "CStampedeSys"]),
         .executableTarget(
             name: "stampede",
             dependencies: [
-                "StampedeCore", "StampedeGlibc", "StampedeURing", "CStampedeSys",
+                "StampedeCore", "StampedeGlibc", "StampedeURing", "StampedeStorm", "CStampedeSys",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .target(name: "StampedeTestSupport", path: "Tests/StampedeTestSupport"),
+        .target(name: "StampedeTestSupport", dependencies: ["StampedeCore", "StampedeGlibc", "StampedeURing"],
+                path: "Tests/StampedeTestSupport"),
         .testTarget(name: "StampedeCoreTests", dependencies: ["StampedeCore", "CStampedeSys", "StampedeTestSupport"]),
         // The backend contract, tested once for every backend, with a malloc counter for the hot path.
         .target(name: "CMallocCounter", path: "Tests/CMallocCounter", cSettings: strictC),
         .testTarget(name: "StampedeBackendTests",
                     dependencies: ["StampedeGlibc", "StampedeURing", "StampedeCore", "CStampedeSys", "CMallocCounter",
                                    "StampedeTestSupport"]),
+        .testTarget(name: "StampedeStormTests",
+                    dependencies: ["StampedeStorm", "StampedeGlibc", "StampedeURing", "StampedeCore", "CStampedeSys",
+                                   "StampedeTestSupport", .product(name: "Logging", package: "swift-log")]),
     ],
     swiftLanguageModes: [.v5]
 )

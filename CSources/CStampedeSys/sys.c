@@ -198,7 +198,7 @@ int stampede_transfer_socket(const struct sockaddr_storage *local, const struct 
             return -EADDRINUSE;
         }
     }
-    if (connect(fd, (const struct sockaddr *)peer, address_length(peer)) < 0)
+    if (peer && connect(fd, (const struct sockaddr *)peer, address_length(peer)) < 0)
         return fail_closing(fd);
     return fd;
 }

@@ -11,6 +11,9 @@ public protocol DatagramBackend: AnyObject, CustomStringConvertible {
     /// pooled receive buffers can pick buffers that fit.
     func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
                       largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32
+    /// Opens a client socket (see `UDPSocket.client`): datagrams from any peer arrive, each with
+    /// its `peer`; sends name their destination. `stampede storm` plays its clients on these.
+    func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32
     /// The local address a socket is bound to.
     func localAddress(of socket: Int32) -> SocketAddress?
     /// Closes a socket; sends queued on it before are still flushed first.
@@ -18,8 +21,9 @@ public protocol DatagramBackend: AnyObject, CustomStringConvertible {
 
     /// Queues `header` (copied) followed by `payload` (referenced until the next poll returns).
     func send(_ socket: Int32, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer)
-    /// Queues a datagram (copied) from a listener to `peer`, sourced from `local` (PKTINFO).
-    func send(fromListener socket: Int32, to peer: SocketAddress, from local: SocketAddress, packet: UnsafeRawBufferPointer)
+    /// Queues a datagram (copied) from an unconnected socket (a listener, a client) to `peer`;
+    /// a listener's reply names its source address `local` (PKTINFO).
+    func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?, packet: UnsafeRawBufferPointer)
 
     /// Flushes queued sends, waits for datagrams until `deadline` (monotonic ns; nil: forever),
     /// and returns how many arrived. They stay valid until the next call.

@@ -86,6 +86,12 @@ public struct DataReceiver: Sendable {
         received == 0 && sentOptionAck ? .optionAck : .ack(DataSender.wire(received))
     }
 
+    /// Our reply went out later than the block arrived (a client holding its ACK on purpose):
+    /// the wait for the sender's next block starts now.
+    public mutating func replied(now: Nanoseconds) {
+        timer.sentNew(now: now)
+    }
+
     /// The timer fired: resend the last ACK (or OACK), or nil when retries are exhausted.
     public mutating func timeout(now: Nanoseconds) -> Reply? {
         guard timer.retransmit(now: now) else { return nil }

@@ -22,4 +22,14 @@ public enum UDPSocket {
         if let error = Errno(result: fd) { throw error }
         return fd
     }
+
+    /// A client socket: bound to `local` (port 0: an ephemeral port of its own, never shared as
+    /// SO_REUSEPORT would allow), not connected, so the server's reply from its transfer port
+    /// arrives; non-blocking.
+    public static func client(local: SocketAddress) throws(Errno) -> Int32 {
+        var localStorage = local.storage
+        let fd = stampede_transfer_socket(&localStorage, nil, 0, 0, 0)
+        if let error = Errno(result: fd) { throw error }
+        return fd
+    }
 }

@@ -156,7 +156,7 @@ extension Worker {
 
     func refuse(_ datagram: Datagram, _ listener: Int32, _ error: TFTPError, what: String) {
         let count = PacketWriter.error(error.code.rawValue, message: error.message, into: scratch)
-        backend.send(fromListener: listener, to: datagram.peer, from: datagram.local,
+        backend.send(listener, to: datagram.peer, from: datagram.local,
                      packet: UnsafeRawBufferPointer(rebasing: scratch[..<count]))
         summary.transfers += 1
         summary.failed += 1

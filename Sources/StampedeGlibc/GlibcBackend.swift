@@ -123,6 +123,10 @@ public final class GlibcBackend: DatagramBackend {
         try register(UDPSocket.transfer(local: local, peer: peer, ports: ports), tag: tag, isListener: false)
     }
 
+    public func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32 {
+        try register(UDPSocket.client(local: local), tag: tag, isListener: false)
+    }
+
     public func localAddress(of socket: Int32) -> SocketAddress? {
         var storage = sockaddr_storage()
         guard stampede_socket_address(sockets[Int(socket)].fd, &storage) == 0 else { return nil }
@@ -159,15 +163,15 @@ public final class GlibcBackend: DatagramBackend {
         queued += 1
     }
 
-    public func send(fromListener socket: Int32, to peer: SocketAddress, from local: SocketAddress, packet: UnsafeRawBufferPointer) {
+    public func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?, packet: UnsafeRawBufferPointer) {
         send(socket, header: packet, payload: UnsafeRawBufferPointer(start: nil, count: 0))
         let index = queued - 1
         sendNames[index] = peer.storage
-        var localStorage = local.storage
-        let control = sendControls + index * controlSpace
-        let controlLength = stampede_pktinfo_control(control, controlSpace, &localStorage)
         sendMessages[index].msg_hdr.msg_name = UnsafeMutableRawPointer(sendNames + index)
         sendMessages[index].msg_hdr.msg_namelen = socklen_t(peer.isIPv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
+        guard var localStorage = local?.storage else { return }
+        let control = sendControls + index * controlSpace
+        let controlLength = stampede_pktinfo_control(control, controlSpace, &localStorage)
         if controlLength > 0 {
             sendMessages[index].msg_hdr.msg_control = control
             sendMessages[index].msg_hdr.msg_controllen = controlLength

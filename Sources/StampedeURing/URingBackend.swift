@@ -69,6 +69,10 @@ public final class URingBackend: DatagramBackend {
                   large: largestDatagram > 2048)
     }
 
+    public func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32 {
+        try adopt(UDPSocket.client(local: local), tag: tag, listener: false, large: largestDatagram > 2048)
+    }
+
     public func localAddress(of socket: Int32) -> SocketAddress? {
         var storage = sockaddr_storage()
         guard stampede_socket_address(stampede_ring_socket_fd(ring, socket), &storage) == 0 else { return nil }
@@ -85,9 +89,12 @@ public final class URingBackend: DatagramBackend {
                                UInt32(payload.count), nil, nil)
     }
 
-    public func send(fromListener socket: Int32, to peer: SocketAddress, from local: SocketAddress, packet: UnsafeRawBufferPointer) {
+    public func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?, packet: UnsafeRawBufferPointer) {
         var to = peer.storage
-        var from = local.storage
+        guard var from = local?.storage else {
+            _ = stampede_ring_send(ring, socket, packet.baseAddress, UInt32(packet.count), nil, 0, &to, nil)
+            return
+        }
         _ = stampede_ring_send(ring, socket, packet.baseAddress, UInt32(packet.count), nil, 0, &to, &from)
     }
 

@@ -10,9 +10,9 @@ struct Stampede: ParsableCommand {
         discussion: """
             With no subcommand, stampede serves (the in.tftpd command line):
               stampede -l -s -a 127.0.0.1:6969 /srv/tftp
-            It is also a client (get, put).
+            It is also a client (get, put) and a load generator (storm).
             """,
-        subcommands: [Serve.self, Get.self, Put.self],
+        subcommands: [Serve.self, Get.self, Put.self, Storm.self],
         defaultSubcommand: Serve.self
     )
 }

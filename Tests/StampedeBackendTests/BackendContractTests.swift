@@ -3,21 +3,8 @@ import Glibc
 import StampedeCore
 import StampedeGlibc
 import StampedeURing
+import StampedeTestSupport
 import Testing
-
-/// Every backend, for tests that hold for all of them.
-enum BackendKind: String, CaseIterable, CustomTestStringConvertible {
-    case glibc, uring
-    var testDescription: String { rawValue }
-
-    func make() throws -> any DatagramBackend {
-        switch self {
-        case .glibc: return try GlibcBackend()
-        case .uring: return try URingBackend()
-        }
-    }
-}
-
 
 /// A plain client socket on loopback for the test.
 struct LoopbackClient {
@@ -95,6 +82,34 @@ struct LoopbackClient {
     }
 
     @Test(arguments: BackendKind.allCases)
+    func aClientSocketHearsAnyPortAndSendsWhereItIsTold(kind: BackendKind) throws {
+        let backend = try kind.make()
+        let socket = try backend.openClient(local: SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!,
+                                            largestDatagram: 1472, tag: 7)
+        let other = try backend.openClient(local: SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!,
+                                           largestDatagram: 1472, tag: 8)
+        let bound = try #require(backend.localAddress(of: socket))
+        // Each client socket has an ephemeral port of its own (no SO_REUSEPORT sharing).
+        #expect(bound.port != 0 && bound.port != backend.localAddress(of: other)?.port)
+        let server = LoopbackClient()
+        [UInt8]([0, 1, 0x66, 0]).withUnsafeBytes { backend.send(socket, to: server.address, from: nil, packet: $0) }
+        _ = backend.poll(deadline: stampede_monotonic_ns())
+        let request = try #require(server.receive())
+        #expect(request.bytes == [0, 1, 0x66, 0] && request.from == bound)
+        // The reply comes from another port than the one we sent to (a TFTP server's TID).
+        let transferPort = LoopbackClient()
+        transferPort.send([0, 3, 0, 1, 9], to: bound)
+        #expect(pollUntilSomething(backend) == 1)
+        #expect(backend.datagram(0).tag == 7)
+        #expect(backend.datagram(0).peer == transferPort.address)
+        #expect(Array(backend.datagram(0).bytes) == [0, 3, 0, 1, 9])
+        backend.close(socket)
+        backend.close(other)
+        _ = backend.poll(deadline: stampede_monotonic_ns() + 50_000_000)
+        #expect(backend.socketCount == 0)
+    }
+
+    @Test(arguments: BackendKind.allCases)
     func aListenerReplyComesFromTheListenersPort(kind: BackendKind) throws {
         let backend = try kind.make()
         let listener = try backend.openListener(SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, receiveBuffer: 8 << 20, tag: 1)
@@ -103,7 +118,7 @@ struct LoopbackClient {
         client.send([0, 1, 0x61, 0], to: bound)
         _ = pollUntilSomething(backend)
         let d = backend.datagram(0)
-        [UInt8]([0, 5, 0, 1, 0]).withUnsafeBytes { backend.send(fromListener: listener, to: d.peer, from: d.local, packet: $0) }
+        [UInt8]([0, 5, 0, 1, 0]).withUnsafeBytes { backend.send(listener, to: d.peer, from: d.local, packet: $0) }
         _ = backend.poll(deadline: stampede_monotonic_ns())
         let got = try #require(client.receive())
         #expect(got.bytes == [0, 5, 0, 1, 0])

@@ -22,12 +22,16 @@ final class FakeBackend: DatagramBackend {
         tags.append(tag)
         return Int32(tags.count - 1)
     }
+    func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32 {
+        tags.append(tag)
+        return Int32(tags.count - 1)
+    }
     func localAddress(of socket: Int32) -> SocketAddress? { nil }
     func close(_ socket: Int32) { closed.insert(socket) }
     func send(_ socket: Int32, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
         sent.append((socket, Array(header) + Array(payload)))
     }
-    func send(fromListener socket: Int32, to peer: SocketAddress, from local: SocketAddress, packet: UnsafeRawBufferPointer) {
+    func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?, packet: UnsafeRawBufferPointer) {
         sent.append((socket, Array(packet)))
     }
     func poll(deadline: Nanoseconds?) -> Int {

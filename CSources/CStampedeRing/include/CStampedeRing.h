@@ -65,7 +65,8 @@ int stampede_ring_socket_fd(const stampede_ring *ring, int slot);
 void stampede_ring_close_socket(stampede_ring *ring, int slot);
 
 /* Queues a datagram: `header` is copied, `payload` is referenced until the next wait returns.
- * `to`/`from` (both or neither) address a listener's reply and set its source address. */
+ * `to` addresses a datagram from an unconnected socket; `from` (optional, with `to`) sets a
+ * listener's source address. */
 int stampede_ring_send(stampede_ring *ring, int slot, const void *header, uint32_t header_length,
                        const void *payload, uint32_t payload_length,
                        const struct sockaddr_storage *to, const struct sockaddr_storage *from);

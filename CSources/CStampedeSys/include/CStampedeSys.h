@@ -43,7 +43,8 @@ size_t stampede_pktinfo_control(void *buffer, size_t capacity, const struct sock
 int stampede_listener_socket(const struct sockaddr_storage *address, int receive_buffer);
 
 /* A transfer socket: bound to `local` (port 0, or the first free port of lo..hi starting at a
- * point picked from `seed`), connected to `peer`, non-blocking. Returns the fd. */
+ * point picked from `seed`), connected to `peer` (NULL: left unconnected, a client's socket that
+ * hears the server's reply from a port not yet known), non-blocking. Returns the fd. */
 int stampede_transfer_socket(const struct sockaddr_storage *local, const struct sockaddr_storage *peer,
                              uint16_t port_low, uint16_t port_high, uint32_t seed);
 

@@ -1,0 +1,157 @@
+import CStampedeSys
+import Glibc
+import StampedeCore
+
+/// Plays a storm's clients over one backend on one thread: a socket per client, all of them
+/// served by one loop with a timer wheel, like the server's worker. `run` drives it to the end;
+/// `start` and `turn` let a caller interleave it with a server in one thread (the tests do).
+public final class Storm<Backend: DatagramBackend> {
+    public let plan: StormPlan
+    public let backend: Backend
+    public private(set) var report = StormReport()
+
+    private var sessions: [StormSession?]
+    private var sockets: [Int32]
+    private var generations: [UInt32]
+    private var idle: [Int]
+    private var wheel: TimerWheel
+    private var expired: [Int32] = []
+    private let request: [UInt8]
+    private let unknownTransferID = PacketWriter.error(TFTPError(.unknownTransferID, "Unknown transfer ID"))
+    private let abortPacket = PacketWriter.error(TFTPError(.notDefined, "storm: transfer abandoned"))
+    private var ackPacket: [UInt8] = [0, 4, 0, 0]
+    private let local: SocketAddress
+    private var launched = 0
+    private var active = 0
+    private var startedAt: Nanoseconds = 0
+    private var launchUntil: Nanoseconds?
+
+    public init(plan: StormPlan, backend: Backend) {
+        self.plan = plan
+        self.backend = backend
+        let slots = max(1, plan.clients)
+        sessions = Array(repeating: nil, count: slots)
+        sockets = Array(repeating: -1, count: slots)
+        generations = Array(repeating: 0, count: slots)
+        idle = Array((0..<slots).reversed())
+        wheel = TimerWheel(capacity: slots, now: stampede_monotonic_ns())
+        expired.reserveCapacity(slots)
+        request = plan.request.encoded()
+        local = SocketAddress(parsing: plan.server.isIPv6 ? "[::]:0" : "0.0.0.0:0", defaultPort: 0)!
+        report.backend = backend.description
+        report.durations.reserveCapacity(plan.plannedTotal ?? 65536)
+    }
+
+    public var isFinished: Bool { startedAt != 0 && active == 0 && !mayLaunch(now: stampede_monotonic_ns()) }
+
+    /// Sends the first wave of requests: every client at once, as a rack powering on.
+    public func start(now: Nanoseconds) {
+        startedAt = now
+        launchUntil = plan.duration.map { now + $0 }
+        launchAll(now: now)
+    }
+
+    /// Runs the storm to its end; `progress` is called about ten times a second.
+    public func run(progress: ((StormReport, Int) -> Void)? = nil) -> StormReport {
+        start(now: stampede_monotonic_ns())
+        var lastProgress = startedAt
+        while !isFinished {
+            let now = stampede_monotonic_ns()
+            turn(now: now, maxWait: 100_000_000)
+            if let progress, now - lastProgress >= 100_000_000 {
+                lastProgress = now
+                progress(report, active)
+            }
+        }
+        _ = backend.poll(deadline: stampede_monotonic_ns())
+        return report
+    }
+
+    /// One loop turn: expire timers, flush sends and wait, handle what arrived, start new clients.
+    public func turn(now: Nanoseconds, maxWait: Nanoseconds) {
+        wheel.expire(now: now, into: &expired)
+        for slot in expired where sessions[Int(slot)] != nil {
+            let step = sessions[Int(slot)]!.timerFired(now: now)
+            apply(step, slot: Int(slot), peer: nil, now: now)
+        }
+        expired.removeAll(keepingCapacity: true)
+        var deadline = now + maxWait
+        if let next = wheel.nextDeadline() { deadline = min(deadline, next) }
+        let count = backend.poll(deadline: deadline)
+        let arrival = stampede_monotonic_ns()
+        for i in 0..<count {
+            let datagram = backend.datagram(i)
+            let slot = Int(datagram.tag & 0xFFFF_FFFF)
+            guard slot < sessions.count, sessions[slot] != nil, generations[slot] == UInt32(datagram.tag >> 32) else { continue }
+            if datagram.error != 0 {
+                finish(slot, .failed(.socketError(Errno(datagram.error))), now: arrival)
+                continue
+            }
+            let step = sessions[slot]!.receive(datagram.bytes, from: datagram.peer, now: arrival, plan: plan)
+            apply(step, slot: slot, peer: datagram.peer, now: arrival)
+        }
+        launchAll(now: arrival)
+        report.wall = arrival - startedAt
+    }
+
+    private func mayLaunch(now: Nanoseconds) -> Bool {
+        if let total = plan.plannedTotal, launched >= total { return false }
+        if let until = launchUntil, now >= until { return false }
+        return true
+    }
+
+    private func launchAll(now: Nanoseconds) {
+        while !idle.isEmpty && mayLaunch(now: now) {
+            let slot = idle.removeLast()
+            launched += 1
+            generations[slot] &+= 1
+            do {
+                sockets[slot] = try backend.openClient(local: local, largestDatagram: (plan.blockSize ?? 512) + 4,
+                                                       tag: UInt64(generations[slot]) << 32 | UInt64(slot))
+            } catch {
+                report.recordFailure(.socketError(error))
+                idle.append(slot)
+                // Out of sockets or ports: the next try waits for a transfer to end.
+                if active > 0 { return } else { continue }
+            }
+            sessions[slot] = StormSession(plan: plan, now: now)
+            active += 1
+            report.peakActive = max(report.peakActive, active)
+            apply(StormSession.Step(.request), slot: slot, peer: nil, now: now)
+        }
+    }
+
+    private func apply(_ step: StormSession.Step, slot: Int, peer: SocketAddress?, now: Nanoseconds) {
+        let socket = sockets[slot]
+        switch step.send {
+        case .none: break
+        case .request:
+            request.withUnsafeBytes { backend.send(socket, to: plan.server, from: nil, packet: $0) }
+        case .ack(let block):
+            ackPacket[2] = UInt8(block >> 8)
+            ackPacket[3] = UInt8(block & 0xFF)
+            ackPacket.withUnsafeBytes { backend.send(socket, to: sessions[slot]!.server, from: nil, packet: $0) }
+        case .unknownTransferID:
+            if let peer { unknownTransferID.withUnsafeBytes { backend.send(socket, to: peer, from: nil, packet: $0) } }
+        case .abort:
+            abortPacket.withUnsafeBytes { backend.send(socket, to: sessions[slot]!.server, from: nil, packet: $0) }
+        }
+        if let end = step.end {
+            finish(slot, end, now: now)
+        } else if let deadline = sessions[slot]!.deadline {
+            wheel.schedule(slot, at: deadline)
+        } else {
+            wheel.cancel(slot)
+        }
+    }
+
+    private func finish(_ slot: Int, _ end: StormSession.End, now: Nanoseconds) {
+        report.record(end, session: sessions[slot]!, now: now)
+        sessions[slot] = nil
+        wheel.cancel(slot)
+        backend.close(sockets[slot])
+        sockets[slot] = -1
+        idle.append(slot)
+        active -= 1
+    }
+}

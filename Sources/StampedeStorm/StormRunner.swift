@@ -1,0 +1,81 @@
+import CStampedeSys
+import Glibc
+import StampedeCore
+
+/// Runs a storm on `threads` threads, each a Storm with its own backend and its share of the
+/// clients, and merges their reports. The storm's CPU time (the whole process's) is included, so
+/// a reader can see whether the load generator, not the server, was the limit.
+public enum StormRunner {
+    public static func run<Backend: DatagramBackend>(
+        plan: StormPlan, threads: Int, makeBackend: () throws(Errno) -> Backend,
+        progress: (@Sendable (StormReport, Int) -> Void)? = nil
+    ) throws(Errno) -> StormReport {
+        let parts = max(1, min(threads, plan.clients))
+        var storms: [Storm<Backend>] = []
+        for part in 0..<parts {
+            storms.append(Storm(plan: plan.share(part, of: parts), backend: try makeBackend()))
+        }
+        let board = ProgressBoard(parts: parts, progress: progress)
+        let cpuBefore = processCPUSeconds()
+        var threadIDs: [pthread_t] = []
+        for (index, storm) in storms.enumerated().dropFirst() {
+            let body = Unmanaged.passRetained(StormThread { _ = storm.run { board.post(index, $0, $1) } })
+            var thread = pthread_t()
+            let result = pthread_create(&thread, nil, { raw in
+                Unmanaged<StormThread>.fromOpaque(raw!).takeRetainedValue().body()
+                return nil
+            }, body.toOpaque())
+            precondition(result == 0, "pthread_create: \(result)")
+            threadIDs.append(thread)
+        }
+        var report = storms[0].run { board.post(0, $0, $1) }
+        for thread in threadIDs { pthread_join(thread, nil) }
+        for storm in storms.dropFirst() { report.merge(storm.report) }
+        report.clientCPUSeconds = processCPUSeconds() - cpuBefore
+        return report
+    }
+
+    /// User + system CPU of this process so far.
+    public static func processCPUSeconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+        return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+    }
+}
+
+final class StormThread {
+    let body: () -> Void
+    init(_ body: @escaping () -> Void) { self.body = body }
+}
+
+/// The threads' latest counts, summed for one progress line.
+final class ProgressBoard: @unchecked Sendable {
+    private var lock = pthread_mutex_t()
+    private var latest: [(report: StormReport, active: Int)]
+    private let progress: (@Sendable (StormReport, Int) -> Void)?
+
+    init(parts: Int, progress: (@Sendable (StormReport, Int) -> Void)?) {
+        latest = Array(repeating: (StormReport(), 0), count: parts)
+        self.progress = progress
+        pthread_mutex_init(&lock, nil)
+    }
+
+    deinit { pthread_mutex_destroy(&lock) }
+
+    func post(_ index: Int, _ report: StormReport, _ active: Int) {
+        guard let progress else { return }
+        var slim = report
+        slim.durations = []
+        pthread_mutex_lock(&lock)
+        latest[index] = (slim, active)
+        var total = StormReport()
+        var running = 0
+        for entry in latest {
+            total.merge(entry.report)
+            running += entry.active
+        }
+        pthread_mutex_unlock(&lock)
+        if index == 0 { progress(total, running) }
+    }
+}

@@ -1,0 +1,195 @@
+import CStampedeSys
+import Glibc
+import Logging
+import StampedeCore
+import StampedeGlibc
+import StampedeStorm
+import StampedeTestSupport
+import StampedeURing
+import Testing
+
+/// A real server worker and a storm on loopback, turned in one thread: the storm's verdicts are
+/// checked against files whose bytes the test controls.
+final class Rig<Backend: DatagramBackend> {
+    let dir = ScratchDirectory()
+    let worker: Worker<Backend>
+    let address: SocketAddress
+    var serverAnswers = true
+
+    init(backend: Backend) throws {
+        let listen = SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!
+        let configuration = ServerConfiguration(listenAddresses: [listen], policy: AccessPolicy(root: dir.fd),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        worker = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0)
+        address = try worker.bindListeners([listen])[0]
+    }
+
+    /// Turns server and storm until the storm ends (or 30 s pass: a hung storm is a failure too).
+    /// `silenceAfter`: the server stops answering after this many turns (a transfer lost midway).
+    func play<StormBackend>(_ storm: Storm<StormBackend>, silenceAfter turns: Int? = nil) -> StormReport {
+        let limit = stampede_monotonic_ns() + 30_000_000_000
+        var turn = 0
+        storm.start(now: stampede_monotonic_ns())
+        while !storm.isFinished && stampede_monotonic_ns() < limit {
+            if let turns, turn >= turns { serverAnswers = false }
+            if serverAnswers { worker.turn(now: stampede_monotonic_ns(), maxWait: 0) }
+            storm.turn(now: stampede_monotonic_ns(), maxWait: 1_000_000)
+            turn += 1
+        }
+        #expect(storm.isFinished, "the storm did not end")
+        return storm.report
+    }
+}
+
+func randomBytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8.random(in: 0...255) } }
+
+@Suite(.serialized) struct StormVerification {
+    func rig(_ kind: BackendKind) throws -> (Rig<GlibcBackend>, any DatagramBackend) {
+        (try Rig(backend: try GlibcBackend()), try kind.make())
+    }
+
+    func plan(_ rig: Rig<GlibcBackend>, _ file: String, clients: Int, expected: [UInt8]?) -> StormPlan {
+        var plan = StormPlan(server: rig.address, file: file)
+        plan.clients = clients
+        plan.blockSize = 1024
+        plan.expected = expected
+        plan.retransmit = 100_000_000
+        plan.retries = 2
+        return plan
+    }
+
+    func play(_ rig: Rig<GlibcBackend>, _ plan: StormPlan, on backend: any DatagramBackend,
+              silenceAfter turns: Int? = nil) -> StormReport {
+        func open<B: DatagramBackend>(_ backend: B) -> StormReport {
+            rig.play(Storm(plan: plan, backend: backend), silenceAfter: turns)
+        }
+        return open(backend)
+    }
+
+    @Test(arguments: BackendKind.allCases) func rightBytesAreCountedOk(_ kind: BackendKind) throws {
+        let (rig, backend) = try rig(kind)
+        let content = randomBytes(50_000)
+        rig.dir.write("boot.img", content)
+        let report = play(rig, plan(rig, "boot.img", clients: 20, expected: content), on: backend)
+        #expect(report.ok == 20 && report.failed == 0)
+        #expect(report.bytes == 20 * content.count)
+        #expect(report.durations.count == 20)
+        // Every client socket is given back once the last closes are flushed.
+        _ = backend.poll(deadline: stampede_monotonic_ns() + 50_000_000)
+        #expect(backend.socketCount == 0)
+    }
+
+    @Test(arguments: BackendKind.allCases) func aCorruptedByteIsReportedWithItsOffset(_ kind: BackendKind) throws {
+        let (rig, backend) = try rig(kind)
+        let content = randomBytes(50_000)
+        rig.dir.write("boot.img", content)
+        var expected = content
+        expected[31_337] ^= 0x40
+        let report = play(rig, plan(rig, "boot.img", clients: 8, expected: expected), on: backend)
+        #expect(report.ok == 0 && report.failed == 8)
+        #expect(report.failuresByKind == ["corrupted": 8])
+        #expect(report.failureExamples.first == StormFailure.corrupted(offset: 31_337).description)
+        #expect(report.bytes == 0)
+    }
+
+    @Test func aShortFileIsAWrongSizeNotASuccess() throws {
+        let (rig, backend) = try rig(.glibc)
+        let content = randomBytes(10_000)
+        rig.dir.write("short", content)
+        let report = play(rig, plan(rig, "short", clients: 3, expected: content + [1, 2, 3]), on: backend)
+        #expect(report.failuresByKind == ["wrong size": 3])
+        #expect(report.failureExamples.first == StormFailure.wrongSize(expected: 10_003, received: 10_000).description)
+    }
+
+    @Test func aTransferLostMidwayIsReportedAsTimedOut() throws {
+        let (rig, backend) = try rig(.glibc)
+        let content = randomBytes(200_000)
+        rig.dir.write("big", content)
+        let report = play(rig, plan(rig, "big", clients: 4, expected: content), on: backend, silenceAfter: 20)
+        #expect(!rig.serverAnswers, "the server was never silenced")
+        #expect(report.ok == 0)
+        #expect(report.failuresByKind == ["timed out": 4])
+        #expect(report.retransmits >= 4 * 2)
+    }
+
+    @Test func aMissingFileIsTheServersError() throws {
+        let (rig, backend) = try rig(.glibc)
+        let report = play(rig, plan(rig, "nothing-here", clients: 2, expected: nil), on: backend)
+        #expect(report.failuresByKind == ["server error 1": 2])
+    }
+
+    @Test func totalAndClientsBoundTheRun() throws {
+        let (rig, backend) = try rig(.glibc)
+        rig.dir.write("small", randomBytes(3000))
+        var plan = plan(rig, "small", clients: 5, expected: nil)
+        plan.total = 23
+        let report = play(rig, plan, on: backend)
+        #expect(report.ok == 23 && report.peakActive == 5)
+    }
+}
+
+/// The session state machine alone.
+@Suite struct StormSessionSpec {
+    let server = SocketAddress(parsing: "127.0.0.1:69", defaultPort: 0)!
+    var tid: SocketAddress { var a = server; a.port = 40_000; return a }
+
+    func plan(expected: [UInt8]? = nil) -> StormPlan {
+        var plan = StormPlan(server: server, file: "f")
+        plan.blockSize = 512
+        plan.expected = expected
+        return plan
+    }
+
+    func feed(_ session: inout StormSession, _ bytes: [UInt8], from: SocketAddress? = nil, plan: StormPlan) -> StormSession.Step {
+        bytes.withUnsafeBytes { session.receive($0, from: from ?? tid, now: 1_000, plan: plan) }
+    }
+
+    @Test func anOptionWeDidNotAskForIsAProtocolError() {
+        var session = StormSession(plan: plan(), now: 0)
+        let step = feed(&session, PacketWriter.optionAck([("windowsize", "8")]), plan: plan())
+        #expect(step.end == .failed(.protocolError("the server acknowledged windowsize=8, which we did not ask for")))
+    }
+
+    @Test func aStrangerGetsErrorFiveAndChangesNothing() {
+        var session = StormSession(plan: plan(), now: 0)
+        _ = feed(&session, PacketWriter.optionAck([("blksize", "512"), ("tsize", "3")]), plan: plan())
+        var stranger = tid
+        stranger.port = 40_001
+        #expect(feed(&session, [0, 3, 0, 1, 1, 2, 3], from: stranger, plan: plan()) == StormSession.Step(.unknownTransferID))
+        #expect(session.bytesReceived == 0)
+        let last = feed(&session, [0, 3, 0, 1, 1, 2, 3], plan: plan())
+        #expect(last.end == .ok && last.send == .ack(1))
+    }
+
+    @Test func aTsizeThatDisagreesWithTheDataIsAWrongSize() {
+        var session = StormSession(plan: plan(), now: 0)
+        _ = feed(&session, PacketWriter.optionAck([("tsize", "5")]), plan: plan())
+        #expect(feed(&session, [0, 3, 0, 1, 1, 2, 3], plan: plan()).end == .failed(.wrongSize(expected: 5, received: 3)))
+    }
+
+    @Test func aRepliesFromAnotherHostAreIgnored() {
+        var session = StormSession(plan: plan(), now: 0)
+        let other = SocketAddress(parsing: "127.0.0.2:40000", defaultPort: 0)!
+        #expect(feed(&session, [0, 3, 0, 1, 1], from: other, plan: plan()) == StormSession.Step(.none))
+        #expect(session.bytesReceived == 0)
+    }
+
+    @Test func aBlockLargerThanBlksizeIsAProtocolError() {
+        var session = StormSession(plan: plan(), now: 0)
+        _ = feed(&session, PacketWriter.optionAck([("blksize", "8")]), plan: plan())
+        #expect(feed(&session, [0, 3, 0, 1] + Array(repeating: 0, count: 9), plan: plan()).send == .abort)
+    }
+
+    @Test func heldAcksGoOutWhenTheHoldEnds() {
+        var held = plan()
+        held.hold = 5_000
+        held.askSize = false
+        var session = StormSession(plan: held, now: 0)
+        #expect(feed(&session, [0, 3, 0, 1] + Array(repeating: 7, count: 512), plan: held).send == .none)
+        // The server's retransmission during the hold is a duplicate, not answered.
+        #expect(feed(&session, [0, 3, 0, 1] + Array(repeating: 7, count: 512), plan: held).send == .none)
+        #expect(session.duplicates == 1 && session.retransmits == 0)
+        #expect(session.deadline == 6_000)
+        #expect(session.timerFired(now: 6_000).send == .ack(1))
+    }
+}

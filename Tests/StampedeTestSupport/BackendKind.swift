@@ -1,0 +1,17 @@
+import StampedeCore
+import StampedeGlibc
+import StampedeURing
+import Testing
+
+/// Every backend, for tests that hold for all of them.
+public enum BackendKind: String, CaseIterable, CustomTestStringConvertible {
+    case glibc, uring
+    public var testDescription: String { rawValue }
+
+    public func make() throws -> any DatagramBackend {
+        switch self {
+        case .glibc: return try GlibcBackend()
+        case .uring: return try URingBackend()
+        }
+    }
+}

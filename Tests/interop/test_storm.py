@@ -1,0 +1,70 @@
+"""`stampede storm`, the load generator, against a real server: its verdicts and its JSON."""
+import json
+import time
+
+from conftest import BINARY, run
+
+
+def storm(server, *args, timeout=120):
+    r = run([str(BINARY), "storm", f"127.0.0.1:{server.port}", *args, "--json"], timeout=timeout)
+    return r.returncode, json.loads(r.stdout), r.stderr
+
+
+def test_a_rack_of_verified_downloads(serve, root, report):
+    s = serve()
+    code, result, err = storm(s, "one-mib.bin", "--clients", "300", "--blksize", "1468",
+                              "--verify", str(root / "one-mib.bin"))
+    assert code == 0, err
+    assert result["ok"] == 300 and result["failed"] == 0
+    assert result["bytes"] == 300 << 20
+    assert result["peak_active"] == 300
+    assert 0 < result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]
+    report(f"storm 300 x 1 MiB on {s.backend}: {result['seconds']:.2f} s, {result['mb_per_s']:.0f} MB/s, "
+           f"p99 {result['p99_ms']:.0f} ms, storm CPU {result['client_cpu_s']:.2f} s")
+
+
+def test_windowed_and_lockstep_transfers_of_many_small_files(serve, root):
+    s = serve()
+    code, result, err = storm(s, "exact-512.bin", "--clients", "50", "--total", "500", "--windowsize", "4",
+                              "--verify", str(root / "exact-512.bin"))
+    assert code == 0, err
+    assert result["ok"] == 500 and result["peak_active"] == 50
+
+
+def test_a_wrong_byte_fails_every_transfer_and_the_exit_code(serve, root, tmp_path):
+    s = serve()
+    wrong = bytearray((root / "one-mib.bin").read_bytes())
+    wrong[700_000] ^= 1
+    (tmp_path / "wrong").write_bytes(wrong)
+    code, result, _ = storm(s, "one-mib.bin", "--clients", "5", "--blksize", "1468", "--verify", str(tmp_path / "wrong"))
+    assert code == 1
+    assert result["ok"] == 0 and result["failures"] == {"corrupted": 5}
+    assert "byte 700000 differs" in result["failure_examples"][0]
+
+
+def test_a_dead_server_is_reported_as_lost_transfers(tmp_path):
+    from conftest import free_udp_port
+    port = free_udp_port()
+    r = run([str(BINARY), "storm", f"127.0.0.1:{port}", "f", "--clients", "3", "--retransmit", "100",
+             "--retries", "2", "--json"], timeout=30)
+    result = json.loads(r.stdout)
+    assert r.returncode == 1
+    assert result["failed"] == 3 and result["ok"] == 0
+    # Nobody listens: either our retries run out or the kernel says the port is closed.
+    assert set(result["failures"]) <= {"timed out", "socket error ECONNREFUSED"}, result
+
+
+def test_duration_keeps_the_storm_going_then_lets_transfers_finish(serve):
+    s = serve()
+    started = time.time()
+    code, result, err = storm(s, "hello.txt", "--clients", "20", "--duration", "1.5")
+    elapsed = time.time() - started
+    assert code == 0, err
+    assert 1.4 < elapsed < 10
+    assert result["ok"] > 20 and result["failed"] == 0
+
+
+def test_bad_storm_flags_are_usage_errors():
+    for args in (["--clients", "0"], ["--blksize", "7"], ["--backend", "x"], ["--duration", "-1"]):
+        r = run([str(BINARY), "storm", "127.0.0.1:69", "f", *args])
+        assert r.returncode == 64, (args, r.stderr)
