@@ -67,6 +67,15 @@ static int grow_sockets(stampede_ring *r)
     return 0;
 }
 
+/* Points an SQE at a socket: its registered-file index when it has one, else its fd. */
+static void target(struct io_uring_sqe *sqe, const struct socket_slot *s, uint32_t slot)
+{
+    if (s->fixed) {
+        sqe->fd = (int32_t)slot;
+        sqe->flags |= IOSQE_FIXED_FILE;
+    }
+}
+
 static int arm_receive(stampede_ring *r, uint32_t slot)
 {
     struct socket_slot *s = &r->sockets[slot];
@@ -74,6 +83,7 @@ static int arm_receive(stampede_ring *r, uint32_t slot)
     if (!sqe)
         return -EBUSY;
     io_uring_prep_recvmsg_multishot(sqe, s->fd, s->listener ? &r->listener_template : &r->transfer_template, 0);
+    target(sqe, s, slot);
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = s->large ? GROUP_LARGE : GROUP_SMALL;
     io_uring_sqe_set_data64(sqe, pack(OP_RECV, slot, s->generation));
@@ -83,6 +93,15 @@ static int arm_receive(stampede_ring *r, uint32_t slot)
 }
 
 static void release_slot(stampede_ring *r, uint32_t slot);
+
+/* The file table holds its own reference: without this the socket would outlive its close. */
+static void unregister_file(stampede_ring *r, struct socket_slot *s, uint32_t slot)
+{
+    int none = -1;
+    if (s->fixed)
+        io_uring_register_files_update(&r->ring, slot, &none, 1);
+    s->fixed = 0;
+}
 
 int stampede_ring_add_socket(stampede_ring *r, int fd, uint64_t tag, int is_listener, int large_datagrams)
 {
@@ -100,8 +119,10 @@ int stampede_ring_add_socket(stampede_ring *r, int fd, uint64_t tag, int is_list
     s->large = large_datagrams != 0;
     s->closing = 0;
     s->cancel_pending = 0;
+    s->fixed = slot < r->fixed_capacity && io_uring_register_files_update(&r->ring, slot, &fd, 1) == 1;
     r->open_count++;
     if (arm_receive(r, slot) < 0) {
+        unregister_file(r, s, slot);
         close(fd);
         release_slot(r, slot);
         return -EBUSY;
@@ -189,6 +210,7 @@ int stampede_ring_send(stampede_ring *r, int slot, const void *header, uint32_t 
         return -EBUSY;
     }
     io_uring_prep_sendmsg(sqe, r->sockets[slot].fd, &m->message, MSG_DONTWAIT);
+    target(sqe, &r->sockets[slot], (uint32_t)slot);
     io_uring_sqe_set_data64(sqe, pack(OP_SEND, (uint32_t)slot, r->sockets[slot].generation));
     r->sends_in_flight++;
     return 0;
@@ -458,6 +480,7 @@ int stampede_ring_wait(stampede_ring *r, int64_t timeout_ns)
     for (i = 0; i < cancelled; i++) {
         uint32_t slot = r->to_close[i];
         struct socket_slot *s = &r->sockets[slot];
+        unregister_file(r, s, slot);
         close(s->fd);
         if (!s->armed && !s->cancel_pending)
             release_slot(r, slot);

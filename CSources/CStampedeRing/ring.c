@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -112,6 +113,18 @@ static void *allocate(size_t count, size_t size, int *failed)
     return p;
 }
 
+/* A sparse registered-file table as large as the fd limit allows (the kernel caps it there); a
+ * kernel or limit that refuses it leaves the engine on plain fds. */
+static void register_file_table(stampede_ring *r)
+{
+    struct rlimit limit;
+    uint32_t size = 65536;
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < size)
+        size = (uint32_t)limit.rlim_cur;
+    if (size > 0 && io_uring_register_files_sparse(&r->ring, size) == 0)
+        r->fixed_capacity = size;
+}
+
 stampede_ring *stampede_ring_create(const stampede_ring_config *config, const char **flags, int *error)
 {
     stampede_ring *r = calloc(1, sizeof(*r));
@@ -171,6 +184,7 @@ stampede_ring *stampede_ring_create(const stampede_ring_config *config, const ch
         *error = result;
         return NULL;
     }
+    register_file_table(r);
     return r;
 }
 

@@ -35,6 +35,8 @@ struct socket_slot {
     uint8_t needs_arm;
     uint8_t closing;
     uint8_t cancel_pending;
+    /* Registered in the ring's file table at the slot's index (IOSQE_FIXED_FILE). */
+    uint8_t fixed;
 };
 
 struct send_slot {
@@ -73,6 +75,9 @@ struct stampede_ring {
 
     stampede_ring_datagram *datagrams;
     uint32_t datagram_capacity;
+    /* Size of the sparse registered-file table (0: none, plain fds): a slot below it gets
+     * its socket registered, so no SQE pays for the fd lookup. */
+    uint32_t fixed_capacity;
     uint32_t datagram_count;
     /* Buffers lent to the caller with the last batch, returned at the next wait. */
     uint16_t *lent_ids;
