@@ -17,7 +17,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build run test unit interop sanitize bench-backends deps install clean
+.PHONY: all build run test unit interop sanitize bench bench-deps bench-micro bench-thresholds deps install clean
 
 all: build
 
@@ -62,9 +62,35 @@ sanitize: deps
 		Tests/CStampedeRingTests/ring_test.c $(RING_SOURCES) $$(pkg-config --cflags --libs liburing) -o $(RING_TEST)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:free_fill_byte=190:max_free_fill_size=1048576 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $(RING_TEST)
 
-# uring vs glibc side by side, one run (a stand-in load generator until `stampede storm`).
-bench-backends: build deps
-	$(PYTHON) Benchmarks/backends.py
+# The peers `make bench` compares with: dnsmasq from Debian; tftpd-hpa and atftpd conflict as
+# Debian packages (and would start services), so their .debs are unpacked under .build/peers.
+PEER_DEBS := tftpd-hpa atftpd
+PEERS := .build/peers
+
+bench-deps: deps
+	@missing=""; \
+	for p in dnsmasq-base libwrap0; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@if [ ! -x $(PEERS)/usr/sbin/in.tftpd ] || [ ! -x $(PEERS)/usr/sbin/atftpd ]; then \
+		mkdir -p $(PEERS)/debs && cd $(PEERS)/debs && apt-get download $(PEER_DEBS) 2>/dev/null && \
+		for d in *.deb; do dpkg-deb -x $$d ..; done; \
+	fi
+	@$(PEERS)/usr/sbin/in.tftpd -V 2>&1 | head -1; $(PEERS)/usr/sbin/atftpd -V 2>&1 | head -1; dnsmasq --version | head -1
+
+# Stampede on both backends and every peer, the same scenarios, one table (results/bench.*).
+bench: build bench-deps
+	python3 Benchmarks/compare.py
+
+# Hot-path micro-benchmarks; fails if malloc counts (or, threefold, times) exceed Benchmarks/Thresholds.
+bench-micro:
+	$(SWIFT) package benchmark thresholds check --target HotPath --path Benchmarks/Thresholds
+
+bench-thresholds:
+	$(SWIFT) package --allow-writing-to-package-directory benchmark thresholds update --target HotPath --path Benchmarks/Thresholds
 
 interop: build deps
 	$(PYTHON) -m pytest -q -rs Tests/interop

@@ -19,6 +19,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
     ],
     targets: [
         .target(name: "CStampedeSys", path: "CSources/CStampedeSys", cSettings: strictC),
@@ -40,6 +41,13 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // Micro-benchmarks of the hot path, with malloc counts (`make bench-micro`; thresholds in
+        // Benchmarks/Thresholds). The end-to-end comparison is Benchmarks/compare.py (`make bench`).
+        .executableTarget(name: "HotPath",
+                          dependencies: ["StampedeCore", "StampedeGlibc", "CStampedeSys",
+                                         .product(name: "Benchmark", package: "benchmark")],
+                          path: "Benchmarks/HotPath",
+                          plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]),
         .target(name: "StampedeTestSupport", dependencies: ["StampedeCore", "StampedeGlibc", "StampedeURing"],
                 path: "Tests/StampedeTestSupport"),
         .testTarget(name: "StampedeCoreTests", dependencies: ["StampedeCore", "CStampedeSys", "StampedeTestSupport"]),

@@ -51,12 +51,17 @@ public final class Storm<Backend: DatagramBackend> {
         launchAll(now: now)
     }
 
-    /// Runs the storm to its end; `progress` is called about ten times a second.
-    public func run(progress: ((StormReport, Int) -> Void)? = nil) -> StormReport {
+    /// Runs the storm to its end; `progress` is called about ten times a second. When `stop`
+    /// says so, no transfer starts any more and the running ones count as interrupted.
+    public func run(progress: ((StormReport, Int) -> Void)? = nil, stop: (() -> Bool)? = nil) -> StormReport {
         start(now: stampede_monotonic_ns())
         var lastProgress = startedAt
         while !isFinished {
             let now = stampede_monotonic_ns()
+            if let stop, stop() {
+                interrupt(now: now)
+                break
+            }
             turn(now: now, maxWait: 100_000_000)
             if let progress, now - lastProgress >= 100_000_000 {
                 lastProgress = now
@@ -92,6 +97,15 @@ public final class Storm<Backend: DatagramBackend> {
         }
         launchAll(now: arrival)
         report.wall = arrival - startedAt
+    }
+
+    /// Ends every running transfer as interrupted (the server is told) and starts no more.
+    public func interrupt(now: Nanoseconds) {
+        launchUntil = now
+        for slot in sessions.indices where sessions[slot] != nil {
+            apply(StormSession.Step(.abort, .failed(.interrupted)), slot: slot, peer: nil, now: now)
+        }
+        report.wall = now - startedAt
     }
 
     private func mayLaunch(now: Nanoseconds) -> Bool {

@@ -8,7 +8,7 @@ import StampedeCore
 public enum StormRunner {
     public static func run<Backend: DatagramBackend>(
         plan: StormPlan, threads: Int, makeBackend: () throws(Errno) -> Backend,
-        progress: (@Sendable (StormReport, Int) -> Void)? = nil
+        progress: (@Sendable (StormReport, Int) -> Void)? = nil, stop: (@Sendable () -> Bool)? = nil
     ) throws(Errno) -> StormReport {
         let parts = max(1, min(threads, plan.clients))
         var storms: [Storm<Backend>] = []
@@ -19,7 +19,7 @@ public enum StormRunner {
         let cpuBefore = processCPUSeconds()
         var threadIDs: [pthread_t] = []
         for (index, storm) in storms.enumerated().dropFirst() {
-            let body = Unmanaged.passRetained(StormThread { _ = storm.run { board.post(index, $0, $1) } })
+            let body = Unmanaged.passRetained(StormThread { _ = storm.run(progress: { board.post(index, $0, $1) }, stop: stop) })
             var thread = pthread_t()
             let result = pthread_create(&thread, nil, { raw in
                 Unmanaged<StormThread>.fromOpaque(raw!).takeRetainedValue().body()
@@ -28,7 +28,7 @@ public enum StormRunner {
             precondition(result == 0, "pthread_create: \(result)")
             threadIDs.append(thread)
         }
-        var report = storms[0].run { board.post(0, $0, $1) }
+        var report = storms[0].run(progress: { board.post(0, $0, $1) }, stop: stop)
         for thread in threadIDs { pthread_join(thread, nil) }
         for storm in storms.dropFirst() { report.merge(storm.report) }
         report.clientCPUSeconds = processCPUSeconds() - cpuBefore

@@ -15,6 +15,8 @@ public enum StormFailure: Error, Equatable, Sendable, CustomStringConvertible {
     case protocolError(String)
     /// The client socket could not be opened or reported an error (ECONNREFUSED).
     case socketError(Errno)
+    /// The storm was stopped (SIGINT, SIGTERM) while this transfer ran.
+    case interrupted
 
     /// The failure's kind, for counting.
     public var kind: String {
@@ -25,6 +27,7 @@ public enum StormFailure: Error, Equatable, Sendable, CustomStringConvertible {
         case .wrongSize: return "wrong size"
         case .protocolError: return "protocol error"
         case .socketError(let errno): return "socket error \(errno)"
+        case .interrupted: return "interrupted"
         }
     }
 
@@ -85,7 +88,8 @@ public struct StormSession {
     public init(plan: StormPlan, now: Nanoseconds) {
         started = now
         server = plan.server
-        requestTimer = RetransmitTimer(base: Self.retransmitBase(plan), maxRetries: plan.retries)
+        // The RRQ is resent at our own interval: a `timeout` option applies only once acknowledged.
+        requestTimer = RetransmitTimer(base: plan.retransmit, maxRetries: plan.retries)
         requestTimer.sentNew(now: now)
     }
 

@@ -14,7 +14,8 @@ struct Storm: ParsableCommand {
             Every client opens its own socket, sends an RRQ and reads the whole file; with --verify every \
             byte is compared. Prints sessions ok/failed, MB/s, sessions/s, p50/p99/max transfer time and \
             retransmissions, with the storm's own CPU time (so you can tell whether the storm or the \
-            server was the limit). Exits 1 if any transfer failed.
+            server was the limit). Ctrl-C (or SIGTERM) ends the storm early and still reports. Exits 1 if \
+            any transfer failed.
             """)
 
     @Argument(help: "The server, HOST[:PORT] (port 69 by default).")
@@ -83,16 +84,20 @@ struct Storm: ParsableCommand {
         try raiseFileLimit(for: clients)
 
         let progress: (@Sendable (StormReport, Int) -> Void)? = isatty(2) != 0 && !json ? Self.showProgressLine : nil
+        // SIGINT/SIGTERM end the storm early: running transfers count as interrupted, the report is printed.
+        stampede_install_stop_signals()
+        let stop: @Sendable () -> Bool = { stampede_stop_requested() != 0 }
         let probe = URingBackend.probe()
         let useURing = backend == "uring" || (backend == "auto" && probe.available)
         if backend == "uring" && !probe.available { throw failure("--backend uring: \(probe.reason)") }
         let report: StormReport
         do {
             if useURing {
-                report = try StormRunner.run(plan: plan, threads: threads, makeBackend: makeURingBackend, progress: progress)
+                report = try StormRunner.run(plan: plan, threads: threads, makeBackend: makeURingBackend, progress: progress,
+                                             stop: stop)
             } else {
                 report = try StormRunner.run(plan: plan, threads: threads, makeBackend: { () throws(Errno) in try GlibcBackend() },
-                                             progress: progress)
+                                             progress: progress, stop: stop)
             }
         } catch {
             throw failure("cannot start the storm's backend: \(error)")
