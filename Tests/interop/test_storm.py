@@ -68,3 +68,26 @@ def test_bad_storm_flags_are_usage_errors():
     for args in (["--clients", "0"], ["--blksize", "7"], ["--backend", "x"], ["--duration", "-1"]):
         r = run([str(BINARY), "storm", "127.0.0.1:69", "f", *args])
         assert r.returncode == 64, (args, r.stderr)
+
+
+def test_threads_share_the_clients_and_merge_their_reports(serve, root):
+    s = serve()
+    code, result, err = storm(s, "exact-512.bin", "--clients", "40", "--total", "201", "--threads", "2",
+                              "--verify", str(root / "exact-512.bin"))
+    assert code == 0, err
+    assert result["ok"] == 201 and result["bytes"] == 201 * 2048
+    assert result["peak_active"] == 40
+
+
+def test_sigint_ends_the_storm_and_still_reports(serve):
+    import signal
+    import subprocess
+    s = serve()
+    p = subprocess.Popen([str(BINARY), "storm", f"127.0.0.1:{s.port}", "hello.txt", "--clients", "10",
+                          "--duration", "60", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=10)
+    result = json.loads(out)
+    assert result["ok"] > 0
+    assert set(result["failures"]) <= {"interrupted"}
