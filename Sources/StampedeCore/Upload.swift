@@ -27,6 +27,8 @@ public final class Upload {
         guard let created else { throw Errno(EEXIST) }
         temporaryName = created.name
         fd = created.fd
+        // The lock says "a live upload owns this file"; a later start removes only unlocked ones.
+        flock(fd, LOCK_EX | LOCK_NB)
         // open() applies the process umask; the replaced file's exact mode and owner carry over.
         fchmod(fd, mode)
         if let (uid, gid) = owner, geteuid() == 0 { fchown(fd, uid, gid) }
@@ -91,5 +93,47 @@ public final class Upload {
         close(fd)
         fd = -1
         withCPath(temporaryName) { _ = unlinkat(directory, $0, 0) }
+    }
+}
+
+extension Upload {
+    /// Removes temporary files that interrupted uploads left under `root` (the server was killed,
+    /// the machine lost power): hidden files with the upload prefix that no live upload holds
+    /// locked, so a second server on the same root keeps its uploads. Returns how many went.
+    public static func removeStale(beneath root: Int32, maxDepth: Int = 32) -> Int {
+        let directory = openat(root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else { return 0 }
+        return removeStale(in: directory, depthLeft: maxDepth)
+    }
+
+    /// Takes ownership of `directory` (closed when done).
+    private static func removeStale(in directory: Int32, depthLeft: Int) -> Int {
+        guard let stream = fdopendir(directory) else {
+            close(directory)
+            return 0
+        }
+        defer { closedir(stream) }
+        let prefix = Array(temporaryPrefix.utf8)
+        var removed = 0
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix(while: { $0 != 0 })) }
+            if name == [46] || name == [46, 46] { continue }
+            var type = Int32(entry.pointee.d_type)
+            if type == Int32(DT_UNKNOWN) {
+                var info = stat()
+                guard withCPath(name, { fstatat(directory, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { continue }
+                type = (info.st_mode & S_IFMT) == S_IFDIR ? Int32(DT_DIR) : (info.st_mode & S_IFMT) == S_IFREG ? Int32(DT_REG) : 0
+            }
+            if type == Int32(DT_DIR) && depthLeft > 0 {
+                let child = withCPath(name) { openat(directory, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+                if child >= 0 { removed += removeStale(in: child, depthLeft: depthLeft - 1) }
+            } else if type == Int32(DT_REG) && name.starts(with: prefix) {
+                let file = withCPath(name) { openat(directory, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
+                guard file >= 0 else { continue }
+                if flock(file, LOCK_EX | LOCK_NB) == 0, withCPath(name, { unlinkat(directory, $0, 0) }) == 0 { removed += 1 }
+                close(file)
+            }
+        }
+        return removed
     }
 }

@@ -274,6 +274,9 @@ struct Serving {
             fclose(file)
         }
         try command.dropPrivileges(to: account, logger)
+        // As the serving user, who wrote them: what a killed server's uploads left behind.
+        let stale = Upload.removeStale(beneath: configuration.policy.root)
+        if stale > 0 { logger.notice("removed \(stale) temporary files of interrupted uploads") }
         stampede_install_stop_signals()
         logger.notice("""
             serving \(root)\(secure ? " (chroot)" : "") on \(server.boundAddresses.map(\.description).joined(separator: ", ")) \

@@ -100,6 +100,27 @@ import Testing
         #expect(dir.entries() == ["new.bin"])
     }
 
+    @Test func aStartRemovesWhatKilledUploadsLeftButNotALiveUpload() throws {
+        // Left by a killed server, at the top and deeper down: no process holds them.
+        dir.write(Upload.temporaryPrefix + "dead1", [1, 2, 3])
+        mkdirat(dir.fd, "boot", 0o755)
+        mkdirat(dir.fd, "boot/efi", 0o755)
+        dir.write("boot/efi/" + Upload.temporaryPrefix + "dead2", [4])
+        dir.write("boot/efi/grubx64.efi", [5])
+        dir.write(".stampede-uploadish", [6])
+        let live = try upload("boot/live.bin")
+        #expect(Upload.removeStale(beneath: dir.fd) == 2)
+        #expect(dir.entries() == [".stampede-uploadish", "boot"])
+        // The live upload's temporary survived and still commits.
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 64, alignment: 8)
+        defer { scratch.deallocate() }
+        try [UInt8]("ok").withUnsafeBytes { try live.write($0, scratch: scratch) }
+        try live.commit(scratch: scratch)
+        #expect(dir.read("boot/live.bin") == [UInt8]("ok"))
+        #expect(dir.read("boot/efi/grubx64.efi") == [5])
+        #expect(Upload.removeStale(beneath: dir.fd) == 0)
+    }
+
     @Test func anAbortedUploadLeavesTheOldFileAndNoTemporary() throws {
         dir.write("f", [UInt8]("old"), mode: 0o666)
         let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 1024, alignment: 8)

@@ -150,3 +150,29 @@ def test_a_lost_final_ack_is_answered_again(serve, root):
     c.send(data(1, b"last"), tid)
     assert c.receive()[0] == ("ACK", (1, b""))
     assert (root / "final.bin").read_bytes() == b"last"
+
+
+def test_kill_9_mid_upload_keeps_the_old_file_and_the_next_start_cleans_up(serve, root):
+    import signal
+    (root / "hello.txt").chmod(0o666)
+    s = serve()
+    c = start_upload(s, "hello.txt")
+    s.process.send_signal(signal.SIGKILL)
+    s.process.wait()
+    s.stop = lambda *args, **kw: s.log.close()  # killed on purpose: no clean exit to check
+    c.close()
+    # The old file is whole; the partial upload is only a hidden temporary, never the served name.
+    assert (root / "hello.txt").read_text() == "hello, rack\n"
+    leftovers = [p for p in os.listdir(root) if p.startswith(".stampede-upload-")]
+    assert len(leftovers) == 1 and (root / leftovers[0]).stat().st_size == 512
+    # The next start removes it...
+    other = serve("-c")
+    assert wait_for(other, "removed 1 temporary files of interrupted uploads")
+    assert not [p for p in os.listdir(root) if p.startswith(".stampede-upload-")]
+    # ...but never the temporary of an upload running in another server on the same root.
+    live = start_upload(other, "live.bin")
+    again = serve()
+    assert [p for p in os.listdir(root) if p.startswith(".stampede-upload-")]
+    assert "temporary files of interrupted uploads" not in again.log_text()
+    live.close()
+    assert (root / "hello.txt").read_text() == "hello, rack\n"
