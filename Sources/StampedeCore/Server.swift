@@ -14,8 +14,10 @@ public final class Server<Backend: DatagramBackend> {
                 makeBackend: () throws(Errno) -> Backend) throws(Errno) {
         var workers: [Worker<Backend>] = []
         var addresses = configuration.listenAddresses
+        let admission = Admission(maxTransfers: configuration.maxTransfers, maxPerClient: configuration.maxTransfersPerClient)
         for index in 0..<max(1, workerCount) {
-            let worker = Worker(backend: try makeBackend(), configuration: configuration, cache: cache, index: index)
+            let worker = Worker(backend: try makeBackend(), configuration: configuration, cache: cache, index: index,
+                                admission: admission)
             // A port 0 is chosen by the first bind; the other workers share that port.
             addresses = try worker.bindListeners(addresses)
             workers.append(worker)

@@ -11,8 +11,10 @@ public struct ServerConfiguration: Sendable {
     public var maxRetries = 5
     /// `-R`: transfer sockets take their ports from this range.
     public var portRange: ClosedRange<UInt16>?
-    /// Concurrent transfers per worker before new requests get ERROR 0 "server busy".
-    public var maxTransfersPerWorker = 65536
+    /// Concurrent transfers in all before new requests get ERROR 0 "server busy".
+    public var maxTransfers = 65536
+    /// Concurrent transfers per client address (nil: no limit).
+    public var maxTransfersPerClient: Int?
     /// SIGTERM/SIGINT: how long running transfers may take to finish.
     public var shutdownGrace: Nanoseconds = 10 * Clock.nanosecondsPerSecond
     /// Requested listener receive buffer (bursts of thousands of RRQs).

@@ -36,10 +36,6 @@ extension Worker {
             refuse(datagram, listener, TFTPError(.illegalOperation, "Unsupported mode"), what: what)
             return
         }
-        guard activeTransfers < configuration.maxTransfersPerWorker else {
-            refuse(datagram, listener, TFTPError(.notDefined, "Server busy, try again later"), what: what)
-            return
-        }
         var transfer = Transfer()
         transfer.peer = datagram.peer
         transfer.record = TransferRecord(isWrite: request.isWrite, filename: name, mode: mode, started: now)
@@ -77,6 +73,11 @@ extension Worker {
                 return
             }
         }
+        if let refusal = admission.admit(datagram.peer) {
+            release(&transfer)
+            refuse(datagram, listener, refusal, what: what)
+            return
+        }
         let slot = allocateSlot()
         var local = datagram.local
         local.port = 0
@@ -88,6 +89,7 @@ extension Worker {
                                                        tag: UInt64(table[slot].generation & 0x7FFF_FFFF) << 32 | UInt64(slot))
         } catch {
             freeSlots.append(Int32(slot))
+            admission.release(datagram.peer)
             release(&transfer)
             // EMFILE, ENFILE, ENOBUFS, a full port range: a host problem, survived and said.
             refuse(datagram, listener, TFTPError(.notDefined, "Server out of sockets: \(error)"), what: what)

@@ -8,6 +8,8 @@ public final class Worker<Backend: DatagramBackend> {
     public let backend: Backend
     let configuration: ServerConfiguration
     let cache: FileCache
+    /// Shared by every worker of a server: the transfer limits.
+    let admission: Admission
     var logger: Logger
 
     var table: [Transfer] = []
@@ -27,10 +29,14 @@ public final class Worker<Backend: DatagramBackend> {
 
     static var listenerBit: UInt64 { 1 << 63 }
 
-    public init(backend: Backend, configuration: ServerConfiguration, cache: FileCache, index: Int) {
+    /// `admission`: the limits shared with the other workers (nil: this worker's own).
+    public init(backend: Backend, configuration: ServerConfiguration, cache: FileCache, index: Int,
+                admission: Admission? = nil) {
         self.backend = backend
         self.configuration = configuration
         self.cache = cache
+        self.admission = admission ?? Admission(maxTransfers: configuration.maxTransfers,
+                                                maxPerClient: configuration.maxTransfersPerClient)
         self.logger = configuration.logger
         self.logger[metadataKey: "worker"] = "\(index)"
         self.wheel = TimerWheel(capacity: 1024, now: stampede_monotonic_ns())
@@ -152,6 +158,7 @@ public final class Worker<Backend: DatagramBackend> {
         if let image = table[slot].image { retiredImages.append(image) }
         if table[slot].streamFD >= 0 { close(table[slot].streamFD) }
         table[slot].upload?.abort()
+        admission.release(table[slot].peer)
         let generation = table[slot].generation &+ 1
         table[slot] = Transfer()
         table[slot].generation = generation

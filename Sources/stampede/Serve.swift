@@ -95,13 +95,18 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("cache-file-limit"), help: "Larger files are streamed instead of cached, in MiB.")
     var cacheFileLimit = 256
 
-    @Option(name: .customLong("max-transfers"), help: "Concurrent transfers per worker before requests are refused.")
+    @Option(name: .customLong("max-transfers"), help: "Concurrent transfers in all before requests get ERROR 0 (server busy).")
     var maxTransfers = 65536
+    @Option(name: .customLong("max-per-client"), help: "Concurrent transfers per client address (default: no limit).")
+    var maxPerClient: Int?
 
     @Argument(help: "The directory to serve.")
     var directory: [String] = []
 
     func validate() throws {
+        guard maxTransfers >= 1, maxPerClient.map({ $0 >= 1 }) ?? true else {
+            throw ValidationError("--max-transfers and --max-per-client must be at least 1.")
+        }
         if mapFile != nil {
             throw ValidationError("-m/--map-file: remap rules are not supported yet; remove -m or keep in.tftpd for now.")
         }
@@ -185,7 +190,8 @@ struct Serve: ParsableCommand {
         configuration.maxRetries = retries
         configuration.portRange = portRange.flatMap(parsePortRange)
         configuration.shutdownGrace = Nanoseconds(grace) * Clock.nanosecondsPerSecond
-        configuration.maxTransfersPerWorker = maxTransfers
+        configuration.maxTransfers = maxTransfers
+        configuration.maxTransfersPerClient = maxPerClient
         let cache = FileCache(limits: .init(budget: cacheSize << 20, fileLimit: cacheFileLimit << 20))
         let workerCount = workers ?? Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
 

@@ -109,6 +109,49 @@ final class FakeBackend: DatagramBackend {
         #expect(worker.activeTransfers == 0)
     }
 
+    @Test func limitsPerClientAndInAllRefuseWithErrorZeroAndFreeUpWhenTransfersEnd() throws {
+        dir.write("f", Array(repeating: 1, count: 2000))
+        var configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        configuration.maxTransfersPerClient = 2
+        let admission = Admission(maxTransfers: 3, maxPerClient: 2)
+        let limited = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0, admission: admission)
+        try limited.bindListeners([local])
+        let listener = backend.tags.last!
+        func request(from peer: SocketAddress) -> [UInt8]? {
+            backend.sent = []
+            backend.inbox.append((listener, Request(isWrite: false, filename: Array("f".utf8), mode: "octet", options: []).encoded(),
+                                  peer, local))
+            limited.turn(now: stampede_monotonic_ns(), maxWait: 0)
+            return backend.sent.first?.bytes
+        }
+        var a = client, b = SocketAddress(parsing: "127.0.0.2:40000", defaultPort: 0)!
+        #expect(request(from: a)?.prefix(2) == [0, 3])
+        a.port += 1
+        #expect(request(from: a)?.prefix(2) == [0, 3])
+        a.port += 1
+        // A third from the same machine (another port): ERROR 0, the others run on.
+        #expect(request(from: a) == PacketWriter.error(TFTPError(.notDefined, "Too many transfers from your address")))
+        #expect(request(from: b)?.prefix(2) == [0, 3])
+        b.port += 1
+        // Three running in all: the next client is refused as busy.
+        #expect(request(from: b) == PacketWriter.error(TFTPError(.notDefined, "Server busy, try again later")))
+        #expect(admission.runningTransfers == 3 && limited.activeTransfers == 3)
+        // One ends (ACK of its last block): a place is free again.
+        let first = backend.tags[backend.tags.count - 3]
+        backend.sent = []
+        backend.inbox.append((first, [0, 4, 0, 1], client, local))
+        limited.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        backend.inbox.append((first, [0, 4, 0, 2], client, local))
+        limited.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        backend.inbox.append((first, [0, 4, 0, 3], client, local))
+        limited.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        backend.inbox.append((first, [0, 4, 0, 4], client, local))
+        limited.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        #expect(admission.runningTransfers == 2)
+        #expect(request(from: b)?.prefix(2) == [0, 3])
+    }
+
     @Test func aSlotsLateDatagramsAreIgnoredAfterItEnds() {
         dir.write("f", [1])
         _ = request("f")

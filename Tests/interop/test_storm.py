@@ -91,3 +91,15 @@ def test_sigint_ends_the_storm_and_still_reports(serve):
     result = json.loads(out)
     assert result["ok"] > 0
     assert set(result["failures"]) <= {"interrupted"}
+
+
+def test_max_per_client_and_max_transfers_refuse_the_rest_with_error_0(serve, root):
+    s = serve("--max-per-client", "4")
+    code, result, _ = storm(s, "one-mib.bin", "--clients", "10", "--blksize", "1468")
+    assert code == 1
+    assert result["ok"] == 4 and result["failures"] == {"server error 0": 6}
+    assert "Too many transfers from your address" in s.log_text()
+    t = serve("--max-transfers", "3")
+    code, result, _ = storm(t, "one-mib.bin", "--clients", "10", "--blksize", "1468")
+    assert result["ok"] == 3 and result["failures"] == {"server error 0": 7}
+    assert "Server busy" in t.log_text()
