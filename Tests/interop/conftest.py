@@ -21,11 +21,11 @@ def free_udp_port() -> int:
 class Server:
     """One stampede process serving `root` on 127.0.0.1:`port`."""
 
-    def __init__(self, root: Path, args=(), host="127.0.0.1", backend="auto"):
+    def __init__(self, root: Path, args=(), host="127.0.0.1", backend="auto", port=None):
         self.root = root
         self.backend = backend
         self.host = host
-        self.port = free_udp_port()
+        self.port = port or free_udp_port()
         self.log_path = root.parent / f"server-{self.port}.log"
         address = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
         self.argv = [str(BINARY), "-l", "-a", address, "-v", "--backend", backend, *args, str(root)]
@@ -97,8 +97,8 @@ def serve(request, root, binary):
     each); every server is stopped (and must exit 0) at the end."""
     servers = []
 
-    def start(*args, host="127.0.0.1"):
-        s = Server(root, args, host=host, backend=request.param)
+    def start(*args, host="127.0.0.1", port=None):
+        s = Server(root, args, host=host, backend=request.param, port=port)
         servers.append(s)
         return s
 

@@ -1,0 +1,95 @@
+"""Faults a provisioning network throws at a server: request floods, limits, privileges."""
+import os
+import select
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from tftpwire import request
+
+SO_RCVBUFFORCE = 33
+
+
+def flood(server, name, sockets=20, each=1000, listen=0.9):
+    """Sends sockets × each RRQs as fast as Python can, then counts for `listen` seconds the
+    replies by opcode and code; DATA once per transfer (its server port), not its retransmissions."""
+    clients = []
+    for _ in range(sockets):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
+        except PermissionError:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
+        s.bind(("127.0.0.1", 0))
+        s.setblocking(False)
+        clients.append(s)
+    rrq = request(name)
+    for _ in range(each):
+        for s in clients:
+            s.sendto(rrq, ("127.0.0.1", server.port))
+    replies = {}
+    transfers = set()
+    deadline = time.time() + listen
+    while time.time() < deadline:
+        ready, _, _ = select.select(clients, [], [], 0.05)
+        for s in ready:
+            while True:
+                try:
+                    packet, sender = s.recvfrom(2048)
+                except BlockingIOError:
+                    break
+                if packet[1] == 3:
+                    if sender in transfers:
+                        continue
+                    transfers.add(sender)
+                key = (packet[1], packet[3]) if packet[1] == 5 else (packet[1], None)
+                replies[key] = replies.get(key, 0) + 1
+    for s in clients:
+        s.close()
+    return replies
+
+
+def test_a_burst_of_20000_requests_is_answered_every_one(serve, report):
+    s = serve()
+    started = time.time()
+    replies = flood(s, "no-such-file")
+    assert replies == {(5, 1): 20000}, replies
+    report(f"flood of 20,000 RRQs on {s.backend}: 20,000 ERROR 1 answered within {time.time() - started:.2f} s")
+    assert s.alive
+
+
+def test_over_the_limit_every_request_gets_an_error_not_silence(serve):
+    s = serve("--max-transfers", "2000")
+    replies = flood(s, "one-mib.bin")
+    # 2,000 transfers start (DATA 1); the other 18,000 hear ERROR 0 "server busy" at once.
+    assert replies == {(3, None): 2000, (5, 0): 18000}, replies
+    assert "Server busy" in s.log_text()
+
+
+def proc_status(pid):
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return {k: v.split() for k, v in fields.items()}
+
+
+def test_chroot_and_user_are_in_effect_after_binding_port_69(serve, root):
+    if os.geteuid() != 0:
+        pytest.skip("LOUD SKIP: needs root to bind port 69, chroot and change user")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind(("127.0.0.2", 69))
+        except OSError:
+            pytest.skip("LOUD SKIP: 127.0.0.2:69 is taken")
+    s = serve("-s", "-u", "nobody", host="127.0.0.2", port=69)
+    status = proc_status(s.process.pid)
+    nobody = int(os.popen("id -u nobody").read())
+    # Every uid (real, effective, saved, fs) is nobody's; no supplementary root group; no capabilities.
+    assert status["Uid"] == [str(nobody)] * 4
+    assert "0" not in status["Groups"]
+    assert int(status["CapEff"][0], 16) == 0
+    # The process's root directory is the served directory.
+    assert os.readlink(f"/proc/{s.process.pid}/root") == str(root)
+    # ...and it still serves from the port it bound as root.
+    from tftpwire import RawClient
+    assert RawClient(s).download("hello.txt") == b"hello, rack\n"
