@@ -153,3 +153,45 @@ def test_a_1000_option_request_is_served(hostile, root):
     options = [(f"x{i}", "1") for i in range(1000)]
     reply, _ = RawClient(hostile).exchange(request("hello.txt", options=options))
     assert reply[0] == "DATA" and reply[1][1] == (root / "hello.txt").read_bytes()
+
+
+def server_cpu_seconds(server) -> float:
+    fields = open(f"/proc/{server.process.pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_an_ack_storm_for_blocks_never_sent_costs_little_and_changes_nothing(hostile, root, report):
+    c = RawClient(hostile, timeout=0.3)
+    reply, tid = c.exchange(request("one-mib.bin"))
+    assert reply[0] == "DATA" and reply[1][0] == 1
+    before = server_cpu_seconds(hostile)
+    # 10,000 ACKs for blocks the server never sent, from the client itself, and a DATA/ACK storm
+    # from a stranger (a wrong TID), all at the transfer's port.
+    stranger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for i in range(10_000):
+        c.send(ack(40_000 + i % 1000), tid)
+        stranger.sendto(data(7, b"junk") if i % 2 else ack(1), tid)
+    stranger.close()
+    answers = 0
+    while c.receive()[0] is not None:
+        answers += 1
+    cpu = server_cpu_seconds(hostile) - before
+    report(f"20,000 hostile packets at a transfer port ({hostile.backend}): server CPU {cpu:.2f} s, {answers} answers")
+    # Nothing is sent for them beyond the odd retransmission of block 1 (at most one per second).
+    assert answers <= 3
+    assert cpu < 1.0
+    # The transfer is intact: block 1 comes again at the server's retransmit timeout, then on.
+    c.sock.settimeout(3)
+    out = bytearray()
+    block = 1
+    while True:
+        reply, _ = c.receive()
+        assert reply is not None and reply[0] == "DATA", reply
+        if reply[1][0] != block & 0xFFFF:
+            continue
+        out += reply[1][1]
+        c.send(ack(block), tid)
+        if len(reply[1][1]) < 512:
+            break
+        block += 1
+    assert bytes(out) == (root / "one-mib.bin").read_bytes()
