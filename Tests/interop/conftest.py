@@ -21,14 +21,15 @@ def free_udp_port() -> int:
 class Server:
     """One stampede process serving `root` on 127.0.0.1:`port`."""
 
-    def __init__(self, root: Path, args=(), host="127.0.0.1", backend="auto", port=None):
+    def __init__(self, root: Path, args=(), host="127.0.0.1", backend="auto", port=None, prefix=()):
         self.root = root
         self.backend = backend
         self.host = host
         self.port = port or free_udp_port()
         self.log_path = root.parent / f"server-{self.port}.log"
         address = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
-        self.argv = [str(BINARY), "-l", "-a", address, "-v", "--backend", backend, *args, str(root)]
+        # `prefix`: run inside something, as `ip netns exec NAME` for a lossy network.
+        self.argv = [*prefix, str(BINARY), "-l", "-a", address, "-v", "--backend", backend, *args, str(root)]
         self.log = open(self.log_path, "w")
         self.process = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
         self.wait_ready()
@@ -97,8 +98,8 @@ def serve(request, root, binary):
     each); every server is stopped (and must exit 0) at the end."""
     servers = []
 
-    def start(*args, host="127.0.0.1", port=None):
-        s = Server(root, args, host=host, backend=request.param, port=port)
+    def start(*args, host="127.0.0.1", port=None, prefix=()):
+        s = Server(root, args, host=host, backend=request.param, port=port, prefix=prefix)
         servers.append(s)
         return s
 

@@ -1,0 +1,69 @@
+"""A lossy network: server and clients in a network namespace made for the test, where an
+nftables rule drops N % of all UDP (the kernel here has no netem). Every transfer must still
+complete with every byte right; the report gives the retransmissions and the slowdown."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import BINARY, run
+
+SIZE = 128 << 10
+CLIENTS = 500
+
+
+@pytest.fixture
+def network_namespace():
+    """make(loss_percent) -> the command prefix that runs inside a new namespace with that loss."""
+    if os.geteuid() != 0:
+        pytest.skip("LOUD SKIP: network namespaces and nftables need root")
+    made = []
+
+    def make(loss):
+        name = f"stampede-loss-{os.getpid()}-{len(made)}"
+        assert run(["ip", "netns", "add", name]).returncode == 0
+        made.append(name)
+        inside = ["ip", "netns", "exec", name]
+        assert run([*inside, "ip", "link", "set", "lo", "up"]).returncode == 0
+        if loss:
+            for rule in (["add", "table", "inet", "loss"],
+                         ["add", "chain", "inet", "loss", "out", "{ type filter hook output priority 0; }"],
+                         ["add", "rule", "inet", "loss", "out", "meta", "l4proto", "udp", "numgen", "random",
+                          "mod", "100", "lt", str(loss), "drop"]):
+                r = run([*inside, "nft", *rule])
+                assert r.returncode == 0, r.stderr
+        return inside
+
+    yield make
+    for name in made:
+        run(["ip", "netns", "del", name])
+
+
+def storm(inside, server, *args):
+    r = subprocess.run([*inside, str(BINARY), "storm", f"127.0.0.1:{server.port}", "boot.img", "--clients", str(CLIENTS),
+                        "--blksize", "1468", "--verify", str(server.root / "boot.img"), "--json", *args],
+                       capture_output=True, text=True, timeout=300)
+    return r.returncode, json.loads(r.stdout), r.stderr
+
+
+@pytest.mark.parametrize("window", [1, 16])
+@pytest.mark.parametrize("loss", [1, 5])
+def test_every_transfer_completes_through_loss(serve, root, network_namespace, report, loss, window):
+    (root / "boot.img").write_bytes(os.urandom(SIZE))
+    (root / "boot.img").chmod(0o644)
+    options = ["--windowsize", str(window)] if window > 1 else []
+    clean = network_namespace(0)
+    _, baseline, err = storm(clean, serve(prefix=clean), *options)
+    assert baseline["ok"] == CLIENTS, err
+    lossy = network_namespace(loss)
+    s = serve(prefix=lossy)
+    code, result, err = storm(lossy, s, *options)
+    assert code == 0 and result["ok"] == CLIENTS and result["failed"] == 0, (result, err)
+    assert result["bytes"] == CLIENTS * SIZE
+    # Loss happened and was repaired (our ACK resends, the server's DATA resends).
+    assert result["retransmits"] + result["duplicates"] > 0
+    report(f"{loss}% loss, {CLIENTS} x {SIZE >> 10} KiB, window {window}, {s.backend}: "
+           f"{result['seconds']:.1f} s vs {baseline['seconds']:.2f} s without loss "
+           f"(x{result['seconds'] / baseline['seconds']:.0f}), p99 {result['p99_ms'] / 1000:.1f} s, "
+           f"{result['retransmits']} client resends, {result['duplicates']} duplicate DATA")
