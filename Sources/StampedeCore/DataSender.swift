@@ -75,6 +75,7 @@ public struct DataSender: Sendable {
             // Only ACK 0 answers an OACK; anything else is stale or confused.
             guard wireBlock == 0 else { return .none }
             awaitingOptionAck = false
+            timer.answered(now: now)
             timer.sentNew(now: now)
             return nextWindow()
         }
@@ -92,6 +93,7 @@ public struct DataSender: Sendable {
             return .finished
         }
         // Progress; inside a window this restarts the window right after the ACKed block.
+        timer.answered(now: now)
         timer.sentNew(now: now)
         return nextWindow()
     }

@@ -6,12 +6,23 @@ public enum Clock {
 }
 
 /// Retransmission with exponential backoff and a bounded number of tries (DESIGN: timeouts).
-/// The base is the negotiated `timeout` option, else the server's `-T`.
+/// The base is the negotiated `timeout` option, else the server's `-T`. Where the client did not
+/// negotiate one, the server may `adapt`: the interval then follows the measured round trip
+/// (RFC 6298's smoothed RTT + 4 × variation, Karn's rule: no sample from a resent packet),
+/// between a floor and the base, so a lost packet costs a rack a round trip or two, not a second.
 public struct RetransmitTimer: Equatable, Sendable {
     public var base: Nanoseconds
     public var maxRetries: Int
     /// Backoff stops doubling at this multiple of the base.
     public var maxBackoff: Int64 = 8
+    /// The interval before backoff: the base, or the round-trip estimate when adapting.
+    public private(set) var interval: Nanoseconds
+    /// Adapting: the least interval; nil when fixed.
+    public private(set) var floor: Nanoseconds?
+    private var smoothed: Nanoseconds = 0
+    private var variation: Nanoseconds = 0
+    /// What was last sent has not been resent, so its answer times a round trip.
+    private var unambiguous = false
 
     public private(set) var retries = 0
     /// Retransmissions done over the transfer's life (for the log line).
@@ -22,13 +33,34 @@ public struct RetransmitTimer: Equatable, Sendable {
     public init(base: Nanoseconds, maxRetries: Int) {
         self.base = max(base, 1_000_000)
         self.maxRetries = maxRetries
+        self.interval = self.base
     }
 
-    public var current: Nanoseconds { base * min(Int64(1) << Int64(min(retries, 30)), maxBackoff) }
+    public var current: Nanoseconds { min(interval << Int64(min(retries, 30)), base * maxBackoff) }
+
+    /// Follows the round trip from now on, never below `floor` nor above the base.
+    public mutating func adapt(floor: Nanoseconds) {
+        self.floor = min(max(floor, 1_000_000), base)
+    }
+
+    /// The peer answered what we last sent: a round-trip sample when adapting (RFC 6298 §2).
+    public mutating func answered(now: Nanoseconds) {
+        guard let floor, unambiguous, now > lastSent else { return }
+        let sample = now - lastSent
+        if smoothed == 0 {
+            smoothed = sample
+            variation = sample / 2
+        } else {
+            variation = (3 * variation + abs(smoothed - sample)) / 4
+            smoothed = (7 * smoothed + sample) / 8
+        }
+        interval = min(max(smoothed + max(4 * variation, 1_000_000), floor), base)
+    }
 
     /// Something new was sent: the wait starts over at the base interval.
     public mutating func sentNew(now: Nanoseconds) {
         retries = 0
+        unambiguous = true
         lastSent = now
         deadline = now + current
     }
@@ -38,6 +70,7 @@ public struct RetransmitTimer: Equatable, Sendable {
         guard retries < maxRetries else { deadline = nil; return false }
         retries += 1
         totalRetransmits += 1
+        unambiguous = false
         lastSent = now
         deadline = now + current
         return true
@@ -46,6 +79,7 @@ public struct RetransmitTimer: Equatable, Sendable {
     /// A resend not caused by the timer (a client that evidently timed out), same backoff state.
     public mutating func resentEarly(now: Nanoseconds) {
         totalRetransmits += 1
+        unambiguous = false
         lastSent = now
         deadline = now + current
     }

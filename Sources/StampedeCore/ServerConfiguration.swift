@@ -8,6 +8,9 @@ public struct ServerConfiguration: Sendable {
     public var optionLimits = OptionLimits()
     /// `-T`: the retransmit timeout when the client did not negotiate one.
     public var retransmitTimeout: Nanoseconds = Clock.nanosecondsPerSecond
+    /// Downloads without a negotiated `timeout` retransmit after their measured round trip, never
+    /// sooner than this (nil: always `retransmitTimeout`, as tftpd-hpa does).
+    public var adaptiveTimeoutFloor: Nanoseconds? = 100_000_000
     public var maxRetries = 5
     /// `-R`: transfer sockets take their ports from this range.
     public var portRange: ClosedRange<UInt16>?

@@ -97,9 +97,13 @@ extension Worker {
         }
         transfer.generation = table[slot].generation
         if !negotiation.acknowledged.isEmpty { transfer.optionAck = PacketWriter.optionAck(negotiation.acknowledged) }
-        let timer = RetransmitTimer(
+        var timer = RetransmitTimer(
             base: negotiation.options.timeoutSeconds.map { Nanoseconds($0) * Clock.nanosecondsPerSecond } ?? configuration.retransmitTimeout,
             maxRetries: configuration.maxRetries)
+        // A reader that did not ask for a timeout gets one that follows its round trip.
+        if !request.isWrite, negotiation.options.timeoutSeconds == nil, let floor = configuration.adaptiveTimeoutFloor {
+            timer.adapt(floor: floor)
+        }
         let options = negotiation.options
         if request.isWrite {
             transfer.phase = .receiving

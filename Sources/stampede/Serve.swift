@@ -49,8 +49,12 @@ struct Serve: ParsableCommand {
     @Option(name: [.customShort("t"), .customLong("timeout")], help: "inetd mode: exit after this many idle seconds.")
     var idleTimeout: Int = 900
 
-    @Option(name: [.customShort("T"), .customLong("retransmit")], help: "Retransmit timeout in microseconds.")
+    @Option(name: [.customShort("T"), .customLong("retransmit")],
+            help: "Retransmit timeout in microseconds (the ceiling of the adaptive one).")
     var retransmit: Int = 1_000_000
+    @Flag(name: .customLong("fixed-timeout"),
+          help: "Retransmit downloads after -T always, not after the measured round trip (at least 100 ms).")
+    var fixedTimeout = false
 
     @Option(name: [.customShort("m"), .customLong("map-file")], help: "Remap rules file (not supported yet).")
     var mapFile: String?
@@ -187,6 +191,7 @@ struct Serve: ParsableCommand {
         configuration.optionLimits = OptionLimits(maxBlockSize: blocksize, maxWindowSize: windowsize,
                                                   refused: Set(refuse.map { $0.lowercased() }))
         configuration.retransmitTimeout = Nanoseconds(retransmit) * 1000
+        if fixedTimeout { configuration.adaptiveTimeoutFloor = nil }
         configuration.maxRetries = retries
         configuration.portRange = portRange.flatMap(parsePortRange)
         configuration.shutdownGrace = Nanoseconds(grace) * Clock.nanosecondsPerSecond

@@ -1,0 +1,71 @@
+import Testing
+@testable import StampedeCore
+
+@Suite struct RetransmitTimerSpec {
+    let ms: Nanoseconds = 1_000_000
+
+    @Test func aFixedTimerBacksOffFromTheBaseAndIgnoresRoundTrips() {
+        var t = RetransmitTimer(base: second, maxRetries: 5)
+        t.sentNew(now: 0)
+        t.answered(now: 3 * ms)
+        #expect(t.current == second)
+        let resent = t.retransmit(now: second)
+        #expect(resent && t.current == 2 * second)
+        for _ in 0..<3 { _ = t.retransmit(now: 0) }
+        #expect(t.current == 8 * second)  // capped at 8 × base
+    }
+
+    @Test func anAdaptiveTimerFollowsTheRoundTripBetweenFloorAndBase() {
+        var t = RetransmitTimer(base: second, maxRetries: 5)
+        t.adapt(floor: 5 * ms)
+        t.sentNew(now: 0)
+        #expect(t.current == second)  // no sample yet: the base
+        t.answered(now: 10 * ms)      // first sample: srtt 10, var 5 → 10 + 20
+        #expect(t.interval == 30 * ms)
+        for step in 1...20 {
+            t.sentNew(now: Nanoseconds(step) * second)
+            t.answered(now: Nanoseconds(step) * second + 10 * ms)
+        }
+        #expect(t.interval < 15 * ms && t.interval >= 10 * ms)
+        t.sentNew(now: 100 * second)
+        #expect(t.deadline == 100 * second + t.interval)
+        // Backoff doubles from the estimate, never past 8 × base.
+        let resent = t.retransmit(now: 0)
+        #expect(resent && t.current == 2 * t.interval)
+    }
+
+    @Test func theFloorAndTheBaseBoundIt() {
+        var fast = RetransmitTimer(base: second, maxRetries: 5)
+        fast.adapt(floor: 100 * ms)
+        fast.sentNew(now: 0)
+        fast.answered(now: 1 * ms)
+        #expect(fast.interval == 100 * ms)
+        var slow = RetransmitTimer(base: second, maxRetries: 5)
+        slow.adapt(floor: 100 * ms)
+        slow.sentNew(now: 0)
+        slow.answered(now: 3 * second)
+        #expect(slow.interval == second)
+    }
+
+    @Test func anAnswerToAResentPacketIsNoSample() {
+        var t = RetransmitTimer(base: second, maxRetries: 5)
+        t.adapt(floor: 1 * ms)
+        t.sentNew(now: 0)
+        let resent = t.retransmit(now: second)
+        #expect(resent)
+        t.answered(now: second + 2 * ms)  // Karn: which send does it answer? Not sampled.
+        #expect(t.interval == second)
+        t.sentNew(now: 2 * second)
+        t.answered(now: 2 * second + 2 * ms)
+        #expect(t.interval == 6 * ms)
+    }
+
+    @Test func aServerDownloadAdaptsButANegotiatedTimeoutIsKept() {
+        var s = DataSender(totalBytes: 5000, blockSize: 512, windowSize: 1, sendsOptionAck: false,
+                           timer: { var t = RetransmitTimer(base: second, maxRetries: 3); t.adapt(floor: 1 * ms); return t }())
+        _ = s.start(now: 0)
+        _ = s.receiveAck(1, now: 4 * ms)
+        #expect(s.timer.interval == 12 * ms)
+        #expect(s.deadline == 4 * ms + 12 * ms)
+    }
+}
