@@ -93,3 +93,26 @@ def test_chroot_and_user_are_in_effect_after_binding_port_69(serve, root):
     # ...and it still serves from the port it bound as root.
     from tftpwire import RawClient
     assert RawClient(s).download("hello.txt") == b"hello, rack\n"
+
+
+def test_out_of_file_descriptors_is_an_error_then_service_recovers(serve, root, report):
+    """atftpd dies at 1,024 sockets; with a hard limit of 64 descriptors Stampede refuses what it
+    cannot open with ERROR 0, keeps every running transfer, and serves again once they end."""
+    import json
+    from conftest import BINARY, run
+    s = serve(prefix=["prlimit", "--nofile=64:64"])
+
+    def storm(clients):
+        r = run([str(BINARY), "storm", f"127.0.0.1:{s.port}", "one-mib.bin", "--clients", str(clients),
+                 "--blksize", "1468", "--verify", str(root / "one-mib.bin"), "--json"], timeout=120)
+        return json.loads(r.stdout)
+
+    crowded = storm(200)
+    assert crowded["ok"] + crowded["failed"] == 200
+    assert 20 <= crowded["ok"] < 64
+    assert set(crowded["failures"]) == {"server error 0"}, crowded["failures"]
+    assert "Too many open files" in s.log_text() or "out of sockets" in s.log_text()
+    assert s.alive
+    after = storm(30)
+    assert after["ok"] == 30, after
+    report(f"fd limit 64 ({s.backend}): {crowded['ok']} of 200 served at once, the rest ERROR 0; then 30 of 30")
