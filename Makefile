@@ -17,7 +17,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build run test unit interop sanitize bench bench-deps bench-micro bench-thresholds deps install clean
+.PHONY: all build run test unit interop sanitize fuzz soak bench bench-deps bench-micro bench-thresholds deps install clean
 
 all: build
 
@@ -62,6 +62,33 @@ sanitize: deps
 		Tests/CStampedeRingTests/ring_test.c $(RING_SOURCES) $$(pkg-config --cflags --libs liburing) -o $(RING_TEST)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:free_fill_byte=190:max_free_fill_size=1048576 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $(RING_TEST)
 
+# libFuzzer targets for the parsers, built from the codec's sources alone: each runs
+# FUZZ_SECONDS from its seed corpus in Fuzz/corpus (make test runs a short round). A crash
+# leaves its input in .build/fuzz/crash-*: add it to the seed corpus, which every run replays.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := packet optionack
+FUZZ_SOURCES := Sources/StampedeCore/Packet.swift Sources/StampedeCore/OptionNegotiation.swift
+
+.build/fuzz/packet: Fuzz/PacketFuzz.swift $(FUZZ_SOURCES)
+.build/fuzz/optionack: Fuzz/OptionAckFuzz.swift $(FUZZ_SOURCES)
+.build/fuzz/%:
+	mkdir -p .build/fuzz
+	swiftc -parse-as-library -sanitize=fuzzer,address -O $^ -o $@ 2>&1 | { grep -v "Cannot export local symbol" || true; }
+	@test -x $@
+
+fuzz: $(addprefix .build/fuzz/,$(FUZZ_TARGETS))
+	@for t in $(FUZZ_TARGETS); do \
+		mkdir -p .build/fuzz/corpus-$$t; \
+		echo "fuzzing $$t for $(FUZZ_SECONDS) s"; \
+		timeout $$(( $(FUZZ_SECONDS) + 120 )) .build/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			-artifact_prefix=.build/fuzz/ .build/fuzz/corpus-$$t Fuzz/corpus/$$t 2>&1 | grep -E "^(Done|stat::number_of_executed_units)|ERROR|crash-|deadly" ; \
+		status=$${PIPESTATUS[0]}; [ $$status = 0 ] || { echo "fuzz target $$t failed ($$status): see .build/fuzz/crash-*"; exit 1; }; \
+	done
+
+# Ten minutes of continuous storm against a fresh server; RSS and fds sampled and required flat.
+soak: build
+	python3 Benchmarks/soak.py
+
 # The peers `make bench` compares with: dnsmasq from Debian; tftpd-hpa and atftpd conflict as
 # Debian packages (and would start services), so their .debs are unpacked under .build/peers.
 PEER_DEBS := tftpd-hpa atftpd
@@ -96,6 +123,7 @@ interop: build deps
 	$(PYTHON) -m pytest -q -rs Tests/interop
 
 test: deps build sanitize
+	$(MAKE) fuzz FUZZ_SECONDS=10
 	$(SWIFT) test
 	$(PYTHON) -m pytest -q -rs Tests/interop
 
