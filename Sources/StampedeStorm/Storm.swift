@@ -125,8 +125,8 @@ public final class Storm<Backend: DatagramBackend> {
             } catch {
                 report.recordFailure(.socketError(error))
                 idle.append(slot)
-                // Out of sockets or ports: the next try waits for a transfer to end.
-                if active > 0 { return } else { continue }
+                // Out of sockets or ports: try again next turn (a transfer may have ended by then).
+                return
             }
             sessions[slot] = StormSession(plan: plan, now: now)
             active += 1
