@@ -116,3 +116,16 @@ def test_out_of_file_descriptors_is_an_error_then_service_recovers(serve, root, 
     after = storm(30)
     assert after["ok"] == 30, after
     report(f"fd limit 64 ({s.backend}): {crowded['ok']} of 200 served at once, the rest ERROR 0; then 30 of 30")
+
+
+def test_a_memory_budget_smaller_than_the_files_streams_them(serve, root):
+    import json
+    from conftest import BINARY, run
+    (root / "big.img").write_bytes(os.urandom(3 << 20))
+    (root / "big.img").chmod(0o644)
+    s = serve("--cache-size", "1")
+    r = run([str(BINARY), "storm", f"127.0.0.1:{s.port}", "big.img", "--clients", "20", "--blksize", "1468",
+             "--windowsize", "8", "--verify", str(root / "big.img"), "--json"], timeout=120)
+    result = json.loads(r.stdout)
+    assert r.returncode == 0 and result["ok"] == 20, result
+    assert s.alive

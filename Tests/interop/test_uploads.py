@@ -135,6 +135,15 @@ def test_disk_full_is_error_3_and_nothing_is_left(serve, root, tmp_path):
             assert block < 10000
         assert os.listdir(small) == []
         assert "error 3" in s.log_text()
+        # The space the failed uploads held is free again: a smaller upload now succeeds.
+        reply, tid = c.exchange(request("small/fits.bin", write=True))
+        assert reply == ("ACK", (0, b""))
+        for block in range(1, 201):
+            c.send(data(block, b"k" * 512), tid)
+            assert c.receive()[0] == ("ACK", (block, b""))
+        c.send(data(201, b""), tid)
+        assert c.receive()[0] == ("ACK", (201, b""))
+        assert (small / "fits.bin").read_bytes() == b"k" * 512 * 200
     finally:
         run(["umount", str(small)])
 
