@@ -17,7 +17,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build run test unit interop sanitize fuzz soak bench bench-deps bench-micro bench-thresholds deps install clean
+.PHONY: all build run test unit interop sanitize fuzz soak bench bench-loss bench-deps bench-micro bench-thresholds deps install clean
 
 all: build
 
@@ -111,6 +111,10 @@ bench-deps: deps
 # Stampede on both backends and every peer, the same scenarios, one table (results/bench.*).
 bench: build bench-deps
 	python3 Benchmarks/compare.py
+
+# rack-boot through 1 % loss, fixed vs adaptive retransmit timeout (root: netns + nftables).
+bench-loss: build
+	Benchmarks/rack-boot-loss.sh
 
 # Hot-path micro-benchmarks; fails if malloc counts (or, threefold, times) exceed Benchmarks/Thresholds.
 bench-micro:
