@@ -31,6 +31,23 @@ def error_code(server, packet):
     return reply[1][0]
 
 
+def read_lockstep(c, tid, first) -> bytes:
+    """Reads a 512-byte lockstep download from block `first` on, ACKing each block; DATA that
+    is not the next block (a retransmission) is skipped."""
+    out = bytearray()
+    block = first
+    while True:
+        reply, sender = c.receive()
+        assert sender == tid and reply is not None and reply[0] == "DATA", reply
+        if reply[1][0] != block & 0xFFFF:
+            continue
+        out += reply[1][1]
+        c.send(ack(block), tid)
+        if len(reply[1][1]) < 512:
+            return bytes(out)
+        block += 1
+
+
 def silent(server, packet) -> bool:
     reply, _ = RawClient(server, timeout=0.5).exchange(packet)
     return reply is None
@@ -124,18 +141,9 @@ def test_data_from_a_wrong_tid_does_not_disturb_the_transfer(hostile, root):
         reply_to_stranger = None
     assert reply_to_stranger is None or reply_to_stranger[0][:4] == b"\x00\x05\x00\x05"
     # The real client carries on from block 1 and gets every byte.
-    out = bytearray(reply[1][1])
     c.send(ack(1), tid)
-    block = 2
-    while True:
-        reply, sender = c.receive()
-        assert sender == tid and reply[0] == "DATA" and reply[1][0] == block & 0xFFFF
-        out += reply[1][1]
-        c.send(ack(block), tid)
-        if len(reply[1][1]) < 512:
-            break
-        block += 1
-    assert bytes(out) == (root / "one-mib.bin").read_bytes()
+    out = reply[1][1] + read_lockstep(c, tid, first=2)
+    assert out == (root / "one-mib.bin").read_bytes()
 
 
 def test_error_8_after_oack_ends_quietly(hostile):
@@ -182,16 +190,4 @@ def test_an_ack_storm_for_blocks_never_sent_costs_little_and_changes_nothing(hos
     assert cpu < 1.0
     # The transfer is intact: block 1 comes again at the server's retransmit timeout, then on.
     c.sock.settimeout(3)
-    out = bytearray()
-    block = 1
-    while True:
-        reply, _ = c.receive()
-        assert reply is not None and reply[0] == "DATA", reply
-        if reply[1][0] != block & 0xFFFF:
-            continue
-        out += reply[1][1]
-        c.send(ack(block), tid)
-        if len(reply[1][1]) < 512:
-            break
-        block += 1
-    assert bytes(out) == (root / "one-mib.bin").read_bytes()
+    assert read_lockstep(c, tid, first=1) == (root / "one-mib.bin").read_bytes()
