@@ -23,6 +23,8 @@ public struct RetransmitTimer: Equatable, Sendable {
     private var variation: Nanoseconds = 0
     /// What was last sent has not been resent, so its answer times a round trip.
     private var unambiguous = false
+    /// When the peer last made progress (the last `sentNew`).
+    private var waitingSince: Nanoseconds = 0
 
     public private(set) var retries = 0
     /// Retransmissions done over the transfer's life (for the log line).
@@ -37,6 +39,11 @@ public struct RetransmitTimer: Equatable, Sendable {
     }
 
     public var current: Nanoseconds { min(interval << Int64(min(retries, 30)), base * maxBackoff) }
+
+    /// How long the fixed timer waits in all before it gives up: base × (1 + 2 + 4 + ...), capped.
+    public var fixedPatience: Nanoseconds {
+        (0...maxRetries).reduce(0) { $0 + base * min(Int64(1) << Int64(min($1, 30)), maxBackoff) }
+    }
 
     /// Follows the round trip from now on, never below `floor` nor above the base.
     public mutating func adapt(floor: Nanoseconds) {
@@ -61,13 +68,19 @@ public struct RetransmitTimer: Equatable, Sendable {
     public mutating func sentNew(now: Nanoseconds) {
         retries = 0
         unambiguous = true
+        waitingSince = now
         lastSent = now
         deadline = now + current
     }
 
     /// The timer fired and we resend: back off, or say the transfer has failed.
     public mutating func retransmit(now: Nanoseconds) -> Bool {
-        guard retries < maxRetries else { deadline = nil; return false }
+        // Adapting shortens the waits, not the persistence: it gives up no sooner than the fixed
+        // timer would have (retries past maxRetries until that much time has gone by).
+        guard retries < maxRetries || (floor != nil && now - waitingSince < fixedPatience) else {
+            deadline = nil
+            return false
+        }
         retries += 1
         totalRetransmits += 1
         unambiguous = false

@@ -47,6 +47,34 @@ import Testing
         #expect(slow.interval == second)
     }
 
+    /// Runs the timer to the end: how many resends, and when it gave up.
+    func exhaust(_ timer: inout RetransmitTimer) -> (resends: Int, gaveUp: Nanoseconds) {
+        var resends = 0
+        while let deadline = timer.deadline {
+            if !timer.retransmit(now: deadline) { return (resends, deadline) }
+            resends += 1
+        }
+        return (resends, 0)
+    }
+
+    @Test func adaptingNeverGivesUpSoonerThanTheFixedTimer() {
+        var fixed = RetransmitTimer(base: second, maxRetries: 5)
+        fixed.sentNew(now: 0)
+        let f = exhaust(&fixed)
+        // Resends at 1, 3, 7, 15, 23 s; gives up at 31 s.
+        #expect(f.resends == 5 && f.gaveUp == 31 * second && fixed.fixedPatience == 31 * second)
+
+        var adaptive = RetransmitTimer(base: second, maxRetries: 5)
+        adaptive.adapt(floor: 100 * ms)
+        adaptive.sentNew(now: 0)
+        adaptive.answered(now: 1 * ms)
+        adaptive.sentNew(now: 1 * ms)
+        let a = exhaust(&adaptive)
+        // Sooner and more resends, but as much patience.
+        #expect(a.resends > f.resends)
+        #expect(a.gaveUp - 1 * ms >= 31 * second && a.gaveUp < 40 * second)
+    }
+
     @Test func anAnswerToAResentPacketIsNoSample() {
         var t = RetransmitTimer(base: second, maxRetries: 5)
         t.adapt(floor: 1 * ms)
