@@ -97,3 +97,30 @@ public struct OptionNegotiation: Equatable, Sendable {
         acknowledged.map { "\($0.name)=\($0.value)" }.joined(separator: " ")
     }
 }
+
+/// The client's side of RFC 2347: an OACK may hold only options the client asked for, with
+/// values it can live with: blksize and windowsize no larger than asked, timeout as asked, any
+/// tsize. `stampede get`, `put` and `storm` read OACKs through this.
+public struct OptionAckError: Error, Equatable, CustomStringConvertible {
+    public let description: String
+}
+
+extension TransferOptions {
+    public init(optionAck body: UnsafeRawBufferPointer, asked: [(name: String, value: String)]) throws(OptionAckError) {
+        self.init()
+        for (name, value) in PacketWriter.parseOptions(body) {
+            guard let number = OptionNegotiation.decimal(value) else {
+                throw OptionAckError(description: "option \(name)=\(value) is no number")
+            }
+            let request = asked.first { $0.name == name }.flatMap { OptionNegotiation.decimal($0.value) }
+            switch (name, request) {
+            case ("blksize", let limit?) where (8...limit).contains(number): blockSize = number
+            case ("windowsize", let limit?) where (1...limit).contains(number): windowSize = number
+            case ("timeout", let same?) where number == same: timeoutSeconds = number
+            case ("tsize", _?): transferSize = number
+            default:
+                throw OptionAckError(description: "the server acknowledged \(name)=\(value), which we did not ask for")
+            }
+        }
+    }
+}

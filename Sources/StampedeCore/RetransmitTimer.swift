@@ -38,11 +38,13 @@ public struct RetransmitTimer: Equatable, Sendable {
         self.interval = self.base
     }
 
-    public var current: Nanoseconds { min(interval << Int64(min(retries, 30)), base * maxBackoff) }
+    /// The wait before the next resend: the interval doubled per retry, at most maxBackoff × base.
+    /// (A shift of at most 24 cannot overflow: the interval is at most the base, ≤ 255 s.)
+    public var current: Nanoseconds { min(interval << Int64(min(retries, 24)), base * maxBackoff) }
 
     /// How long the fixed timer waits in all before it gives up: base × (1 + 2 + 4 + ...), capped.
     public var fixedPatience: Nanoseconds {
-        (0...maxRetries).reduce(0) { $0 + base * min(Int64(1) << Int64(min($1, 30)), maxBackoff) }
+        (0...maxRetries).reduce(0) { $0 + base * min(Int64(1) << Int64(min($1, 24)), maxBackoff) }
     }
 
     /// Follows the round trip from now on, never below `floor` nor above the base.

@@ -76,3 +76,16 @@ public func sanitizedForLog<C: Collection>(_ bytes: C, limit: Int = 256) -> Stri
     if bytes.count > limit { out += "…" }
     return out
 }
+
+/// `value` with a fixed number of decimals, without Foundation (log lines, reports).
+public func fixed(_ value: Double, _ decimals: Int) -> String {
+    guard value.isFinite else { return "0" }
+    var scale = 1.0
+    for _ in 0..<decimals { scale *= 10 }
+    let scaled = Int((abs(value) * scale).rounded())
+    let whole = String(scaled / Int(scale))
+    let sign = value < 0 && scaled != 0 ? "-" : ""
+    guard decimals > 0 else { return sign + whole }
+    let fraction = String(scaled % Int(scale))
+    return sign + whole + "." + String(repeating: "0", count: decimals - fraction.count) + fraction
+}

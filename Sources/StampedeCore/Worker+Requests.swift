@@ -36,6 +36,14 @@ extension Worker {
             refuse(datagram, listener, TFTPError(.illegalOperation, "Unsupported mode"), what: what)
             return
         }
+        // Limits first: a flood over them costs no file lookups. The place is given back on every
+        // way out below that does not start the transfer.
+        if let refusal = admission.admit(datagram.peer) {
+            refuse(datagram, listener, refusal, what: what)
+            return
+        }
+        var started = false
+        defer { if !started { admission.release(datagram.peer) } }
         var transfer = Transfer()
         transfer.peer = datagram.peer
         transfer.record = TransferRecord(isWrite: request.isWrite, filename: name, mode: mode, started: now)
@@ -73,11 +81,6 @@ extension Worker {
                 return
             }
         }
-        if let refusal = admission.admit(datagram.peer) {
-            release(&transfer)
-            refuse(datagram, listener, refusal, what: what)
-            return
-        }
         let slot = allocateSlot()
         var local = datagram.local
         local.port = 0
@@ -89,7 +92,6 @@ extension Worker {
                                                        tag: UInt64(table[slot].generation & 0x7FFF_FFFF) << 32 | UInt64(slot))
         } catch {
             freeSlots.append(Int32(slot))
-            admission.release(datagram.peer)
             release(&transfer)
             // EMFILE, ENFILE, ENOBUFS, a full port range: a host problem, survived and said.
             refuse(datagram, listener, TFTPError(.notDefined, "Server out of sockets: \(error)"), what: what)
@@ -116,6 +118,7 @@ extension Worker {
         }
         table[slot] = transfer
         activeTransfers += 1
+        started = true
         logger.debug("\(datagram.peer): \(what) \(negotiation.summary) accepted on \(listeners[index].address)")
         if request.isWrite {
             let reply = table[slot].receiver!.start(now: now)

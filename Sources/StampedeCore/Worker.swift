@@ -179,17 +179,8 @@ public final class Worker<Backend: DatagramBackend> {
         let line: Logger.Message = """
             \(t.record.isWrite ? "WRQ" : "RRQ") \(t.peer) "\(t.record.filename)" \(t.record.mode.rawValue)\
             \(t.record.options.isEmpty ? "" : " " + t.record.options) bytes=\(bytes) \
-            time=\(String(format3: seconds))s retransmits=\(retransmits): \(outcome.text)
+            time=\(fixed(seconds, 3))s retransmits=\(retransmits): \(outcome.text)
             """
         if outcome.isFailure { logger.warning(line) } else { logger.info(line) }
-    }
-}
-
-extension String {
-    /// Three decimals without Foundation.
-    init(format3 value: Double) {
-        let millis = Int((value * 1000).rounded())
-        let fraction = String(millis % 1000)
-        self = "\(millis / 1000)." + String(repeating: "0", count: 3 - fraction.count) + fraction
     }
 }

@@ -22,7 +22,8 @@ public final class Storm<Backend: DatagramBackend> {
     private var ackPacket: [UInt8] = [0, 4, 0, 0]
     private let local: SocketAddress
     private var launched = 0
-    private var active = 0
+    /// Transfers running: the slots not idle.
+    private var active: Int { sessions.count - idle.count }
     private var startedAt: Nanoseconds = 0
     private var launchUntil: Nanoseconds?
 
@@ -129,7 +130,6 @@ public final class Storm<Backend: DatagramBackend> {
                 return
             }
             sessions[slot] = StormSession(plan: plan, now: now)
-            active += 1
             report.peakActive = max(report.peakActive, active)
             apply(StormSession.Step(.request), slot: slot, peer: nil, now: now)
         }
@@ -166,6 +166,5 @@ public final class Storm<Backend: DatagramBackend> {
         backend.close(sockets[slot])
         sockets[slot] = -1
         idle.append(slot)
-        active -= 1
     }
 }

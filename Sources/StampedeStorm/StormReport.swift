@@ -63,20 +63,29 @@ public struct StormReport: Sendable {
     public var sessionsPerSecond: Double { Double(ok) / seconds }
 
     /// The p-th percentile (0...100) of successful transfer times, in seconds; 0 when none.
-    public func percentile(_ p: Double) -> Double {
-        guard !durations.isEmpty else { return 0 }
-        let sorted = durations.sorted()
+    public func percentile(_ p: Double) -> Double { Self.percentile(p, ofSorted: durations.sorted()) }
+
+    static func percentile(_ p: Double, ofSorted sorted: [Nanoseconds]) -> Double {
+        guard !sorted.isEmpty else { return 0 }
         let rank = Int((p / 100 * Double(sorted.count)).rounded(.up)) - 1
         return Double(sorted[min(max(rank, 0), sorted.count - 1)]) / 1e9
     }
 
+    /// p50, p99 and max in milliseconds, from one sort.
+    private var latencyMilliseconds: (p50: String, p99: String, max: String) {
+        let sorted = durations.sorted()
+        func ms(_ p: Double) -> String { fixed(Self.percentile(p, ofSorted: sorted) * 1000, 1) }
+        return (ms(50), ms(99), ms(100))
+    }
+
     /// A few lines for people.
     public var text: String {
+        let latency = latencyMilliseconds
         var lines = [
             "sessions: \(ok) ok, \(failed) failed" + (failed == 0 ? "" : " (" + failuresByKind.sorted { $0.key < $1.key }
                 .map { "\($0.value) \($0.key)" }.joined(separator: ", ") + ")"),
             "data: \(bytes) bytes in \(fixed(seconds, 3)) s: \(fixed(megabytesPerSecond, 1)) MB/s, \(fixed(sessionsPerSecond, 1)) sessions/s",
-            "transfer time: p50 \(milliseconds(50)) ms, p99 \(milliseconds(99)) ms, max \(milliseconds(100)) ms",
+            "transfer time: p50 \(latency.p50) ms, p99 \(latency.p99) ms, max \(latency.max) ms",
             "retransmissions: \(retransmits) sent by us, \(duplicates) duplicate DATA from the server; peak \(peakActive) open at once",
             "storm CPU: \(fixed(clientCPUSeconds, 2)) s on the \(backend) backend",
         ]
@@ -84,33 +93,20 @@ public struct StormReport: Sendable {
         return lines.joined(separator: "\n")
     }
 
-    private func milliseconds(_ p: Double) -> String { fixed(percentile(p) * 1000, 1) }
 
     /// One JSON object (field names are stable: `make bench` reads them).
     public var json: String {
+        let latency = latencyMilliseconds
         let kinds = failuresByKind.sorted { $0.key < $1.key }.map { "\(jsonString($0.key)): \($0.value)" }.joined(separator: ", ")
         let examples = failureExamples.map(jsonString).joined(separator: ", ")
         return """
             {"ok": \(ok), "failed": \(failed), "failures": {\(kinds)}, "failure_examples": [\(examples)], \
             "bytes": \(bytes), "seconds": \(fixed(seconds, 6)), "mb_per_s": \(fixed(megabytesPerSecond, 3)), \
-            "sessions_per_s": \(fixed(sessionsPerSecond, 3)), "p50_ms": \(milliseconds(50)), "p99_ms": \(milliseconds(99)), \
-            "max_ms": \(milliseconds(100)), "retransmits": \(retransmits), "duplicates": \(duplicates), \
+            "sessions_per_s": \(fixed(sessionsPerSecond, 3)), "p50_ms": \(latency.p50), "p99_ms": \(latency.p99), \
+            "max_ms": \(latency.max), "retransmits": \(retransmits), "duplicates": \(duplicates), \
             "peak_active": \(peakActive), "client_cpu_s": \(fixed(clientCPUSeconds, 3)), "backend": \(jsonString(backend))}
             """
     }
-}
-
-/// A fixed number of decimals without Foundation.
-func fixed(_ value: Double, _ decimals: Int) -> String {
-    guard value.isFinite else { return "0" }
-    var scale = 1.0
-    for _ in 0..<decimals { scale *= 10 }
-    let scaled = Int((abs(value) * scale).rounded())
-    let whole = String(scaled / Int(scale))
-    let sign = value < 0 && scaled != 0 ? "-" : ""
-    guard decimals > 0 else { return sign + whole }
-    let fraction = String(scaled % Int(scale))
-    return sign + whole + "." + String(repeating: "0", count: decimals - fraction.count) + fraction
 }
 
 func jsonString(_ text: String) -> String {

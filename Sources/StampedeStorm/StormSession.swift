@@ -141,7 +141,7 @@ public struct StormSession {
                 return Step(receiver!.received == 0 && holdUntil == nil ? .ack(0) : .none)
             }
             do {
-                let options = try accept(optionAck: body, plan: plan)
+                let options = try TransferOptions(optionAck: body, asked: plan.requestOptions)
                 transferSize = options.transferSize
                 receiver = DataReceiver(blockSize: options.blockSize, windowSize: options.windowSize, sendsOptionAck: false,
                                         timer: RetransmitTimer(base: Self.retransmitBase(plan), maxRetries: plan.retries))
@@ -149,7 +149,7 @@ public struct StormSession {
                 requestTimer.stop()
                 return Step(.ack(0))
             } catch {
-                return Step(.abort, .failed(error))
+                return Step(.abort, .failed(.protocolError(error.description)))
             }
         case .data(let block, let payload):
             if receiver == nil {
@@ -217,26 +217,5 @@ public struct StormSession {
             let first = (0..<payload.count).first { whole[offset + $0] != payload[$0] }!
             return .corrupted(offset: offset + first)
         }
-    }
-
-    /// An OACK may only hold options we asked for, with values we can live with (RFC 2347).
-    private func accept(optionAck body: UnsafeRawBufferPointer, plan: StormPlan) throws(StormFailure) -> TransferOptions {
-        var options = TransferOptions()
-        for (name, value) in PacketWriter.parseOptions(body) {
-            guard let number = Int(value) else { throw .protocolError("option \(name)=\(value) is no number") }
-            switch name {
-            case "blksize" where plan.blockSize.map({ (8...$0).contains(number) }) == true:
-                options.blockSize = number
-            case "windowsize" where plan.windowSize.map({ (1...$0).contains(number) }) == true:
-                options.windowSize = number
-            case "timeout" where plan.timeoutSeconds == number:
-                options.timeoutSeconds = number
-            case "tsize" where plan.askSize && number >= 0:
-                options.transferSize = number
-            default:
-                throw .protocolError("the server acknowledged \(name)=\(value), which we did not ask for")
-            }
-        }
-        return options
     }
 }

@@ -13,8 +13,11 @@ struct Put: ParsableCommand {
 
     func run() throws {
         let name = remote ?? String(local.split(separator: "/").last ?? Substring(local))
-        guard var bytes = readWholeFile(local) else {
-            fputs("stampede put: \(local): \(Errno.current)\n", stderr)
+        var bytes: [UInt8]
+        do {
+            bytes = try readWholeFile(local)
+        } catch {
+            fputs("stampede put: \(local): \(error)\n", stderr)
             throw ExitCode(1)
         }
         var client = try TFTPClient(settings: options.settings(host: host))
@@ -26,23 +29,6 @@ struct Put: ParsableCommand {
             fputs("stampede put: \(name): \(error)\n", stderr)
             throw ExitCode(1)
         }
-    }
-
-    func readWholeFile(_ path: String) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { errno = EINVAL; return nil }
-        var out = [UInt8](repeating: 0, count: Int(info.st_size))
-        var done = 0
-        while done < out.count {
-            let n = out.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, $0.count - done, off_t(done)) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return n == 0 ? Array(out[..<done]) : nil }
-            done += n
-        }
-        return out
     }
 }
 

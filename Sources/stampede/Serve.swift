@@ -176,7 +176,9 @@ struct Serve: ParsableCommand {
         if let umask { Glibc.umask(mode_t(umask, radix: 8)!) }
         let fileUmask = Glibc.umask(0)
         Glibc.umask(fileUmask)
-        raiseFileLimit(logger)
+        if case .failure(let error) = liftFileLimit() {
+            logger.warning("could not raise the open file limit: \(error)")
+        }
 
         // Resolved before -s: a chroot has no /etc/passwd.
         let account = try lookUpUser()
@@ -229,16 +231,6 @@ struct Serve: ParsableCommand {
     func failure(_ message: String) -> ExitCode {
         fputs("stampede: \(message)\n", stderr)
         return ExitCode(1)
-    }
-
-    /// Thousands of transfers need thousands of sockets: lift the soft fd limit to the hard one.
-    func raiseFileLimit(_ logger: Logger) {
-        var limit = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
-        limit.rlim_cur = limit.rlim_max
-        if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) != 0 {
-            logger.warning("could not raise the open file limit: \(Errno.current)")
-        }
     }
 
     /// The `-u` account, when started as root (otherwise there is nothing to drop).

@@ -80,8 +80,18 @@ struct Storm: ParsableCommand {
         plan.retransmit = Nanoseconds(retransmit) * 1_000_000
         plan.retries = retries
         plan.hold = Nanoseconds(hold * 1e9)
-        if let verify { plan.expected = try readWholeFile(verify) }
-        try raiseFileLimit(for: clients)
+        if let verify {
+            do {
+                plan.expected = try readWholeFile(verify)
+            } catch {
+                throw ValidationError("--verify \(verify): \(error)")
+            }
+        }
+        // Each client holds a socket: say so before starting if even the hard fd limit is short.
+        let needed = rlim_t(clients + 64)
+        if case .success(let limit) = liftFileLimit(), limit < needed {
+            throw failure("\(clients) clients need \(needed) file descriptors; the limit is \(limit) (ulimit -n)")
+        }
 
         let progress: (@Sendable (StormReport, Int) -> Void)? = isatty(2) != 0 && !json ? Self.showProgressLine : nil
         // SIGINT/SIGTERM end the storm early: running transfers count as interrupted, the report is printed.
@@ -124,34 +134,4 @@ struct Storm: ParsableCommand {
         return ExitCode(2)
     }
 
-    /// Each client holds a socket: raise the soft fd limit, and say so if even the hard one is short.
-    func raiseFileLimit(for clients: Int) throws {
-        var limit = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
-        let needed = rlim_t(clients + 64)
-        if limit.rlim_cur < needed {
-            limit.rlim_cur = min(max(needed, limit.rlim_cur), limit.rlim_max)
-            setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-        }
-        guard limit.rlim_cur >= needed else {
-            throw failure("\(clients) clients need \(needed) file descriptors; the limit is \(limit.rlim_max) (ulimit -n)")
-        }
-    }
-
-}
-
-/// A whole local file, for --verify.
-func readWholeFile(_ path: String) throws -> [UInt8] {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { throw ValidationError("\(path): \(Errno.current)") }
-    defer { close(fd) }
-    var bytes: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 1 << 16)
-    while true {
-        let n = read(fd, &chunk, chunk.count)
-        if n < 0 && errno == EINTR { continue }
-        guard n >= 0 else { throw ValidationError("\(path): \(Errno.current)") }
-        if n == 0 { return bytes }
-        bytes += chunk[..<n]
-    }
 }

@@ -110,22 +110,13 @@ struct TFTPClient {
         sanitizedForLog(message.prefix(while: { $0 != 0 }), limit: 200)
     }
 
-    /// Applies an OACK to what we asked for; options we did not ask for are a protocol error.
+    /// Applies an OACK to what we asked for (RFC 2347); anything else is a protocol error.
     func accept(optionAck body: UnsafeRawBufferPointer, asked: [(name: String, value: String)]) throws -> TransferOptions {
-        var options = TransferOptions()
-        for (name, value) in PacketWriter.parseOptions(body) {
-            guard asked.contains(where: { $0.name == name }), let number = Int(value) else {
-                throw Failure.protocolError("server acknowledged \(name)=\(value), which we did not ask for")
-            }
-            switch name {
-            case "blksize": options.blockSize = number
-            case "windowsize": options.windowSize = number
-            case "timeout": options.timeoutSeconds = number
-            case "tsize": options.transferSize = number
-            default: break
-            }
+        do {
+            return try TransferOptions(optionAck: body, asked: asked)
+        } catch {
+            throw Failure.protocolError(error.description)
         }
-        return options
     }
 
     func timer(_ options: TransferOptions) -> RetransmitTimer {

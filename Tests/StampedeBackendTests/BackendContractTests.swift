@@ -16,7 +16,7 @@ struct LoopbackClient {
     }
 
     init() {
-        var any = SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!.storage
+        var any = loopbackAny.storage
         _ = withUnsafePointer(to: &any) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         var timeout = timeval(tv_sec: 2, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
@@ -40,6 +40,15 @@ struct LoopbackClient {
     }
 }
 
+/// 127.0.0.1 on a port the kernel picks.
+let loopbackAny = SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!
+
+/// A listener on loopback and the address it got.
+func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (socket: Int32, address: SocketAddress) {
+    let socket = try backend.openListener(loopbackAny, receiveBuffer: 8 << 20, tag: tag)
+    return (socket, try #require(backend.localAddress(of: socket)))
+}
+
 @Suite struct BackendContract {
     func pollUntilSomething(_ backend: any DatagramBackend) -> Int {
         backend.poll(deadline: stampede_monotonic_ns() + 2_000_000_000)
@@ -48,8 +57,7 @@ struct LoopbackClient {
     @Test(arguments: BackendKind.allCases)
     func aListenerReportsPeerAndTheLocalAddressFromPktinfo(kind: BackendKind) throws {
         let backend = try kind.make()
-        let listener = try backend.openListener(SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, receiveBuffer: 8 << 20, tag: 77)
-        let bound = try #require(backend.localAddress(of: listener))
+        let (_, bound) = try loopbackListener(backend, tag: 77)
         let client = LoopbackClient()
         client.send([0, 1, 0x61, 0], to: bound)
         #expect(pollUntilSomething(backend) == 1)
@@ -64,7 +72,7 @@ struct LoopbackClient {
     func aTransferSendGathersHeaderAndImageSlice(kind: BackendKind) throws {
         let backend = try kind.make()
         let client = LoopbackClient()
-        let socket = try backend.openTransfer(local: SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, peer: client.address,
+        let socket = try backend.openTransfer(local: loopbackAny, peer: client.address,
                                               ports: nil, largestDatagram: 516, tag: 5)
         let payload: [UInt8] = Array(0..<200)
         payload.withUnsafeBytes { slice in
@@ -84,9 +92,9 @@ struct LoopbackClient {
     @Test(arguments: BackendKind.allCases)
     func aClientSocketHearsAnyPortAndSendsWhereItIsTold(kind: BackendKind) throws {
         let backend = try kind.make()
-        let socket = try backend.openClient(local: SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!,
+        let socket = try backend.openClient(local: loopbackAny,
                                             largestDatagram: 1472, tag: 7)
-        let other = try backend.openClient(local: SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!,
+        let other = try backend.openClient(local: loopbackAny,
                                            largestDatagram: 1472, tag: 8)
         let bound = try #require(backend.localAddress(of: socket))
         // Each client socket has an ephemeral port of its own (no SO_REUSEPORT sharing).
@@ -112,8 +120,7 @@ struct LoopbackClient {
     @Test(arguments: BackendKind.allCases)
     func aListenerReplyComesFromTheListenersPort(kind: BackendKind) throws {
         let backend = try kind.make()
-        let listener = try backend.openListener(SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, receiveBuffer: 8 << 20, tag: 1)
-        let bound = try #require(backend.localAddress(of: listener))
+        let (listener, bound) = try loopbackListener(backend, tag: 1)
         let client = LoopbackClient()
         client.send([0, 1, 0x61, 0], to: bound)
         _ = pollUntilSomething(backend)
@@ -134,7 +141,7 @@ struct LoopbackClient {
             gone = client.address
             close(client.fd)
         }
-        let socket = try backend.openTransfer(local: SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, peer: gone, ports: nil, largestDatagram: 516, tag: 9)
+        let socket = try backend.openTransfer(local: loopbackAny, peer: gone, ports: nil, largestDatagram: 516, tag: 9)
         [UInt8]([0, 3, 0, 1]).withUnsafeBytes { backend.send(socket, header: $0, payload: UnsafeRawBufferPointer(start: nil, count: 0)) }
         #expect(pollUntilSomething(backend) == 1)
         #expect(backend.datagram(0).tag == 9)
@@ -145,7 +152,7 @@ struct LoopbackClient {
     func aPortRangeIsHonoured(kind: BackendKind) throws {
         let backend = try kind.make()
         let client = LoopbackClient()
-        let socket = try backend.openTransfer(local: SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, peer: client.address,
+        let socket = try backend.openTransfer(local: loopbackAny, peer: client.address,
                                               ports: 47000...47010, largestDatagram: 516, tag: 1)
         let port = try #require(backend.localAddress(of: socket)).port
         #expect((47000...47010).contains(port))
@@ -174,7 +181,7 @@ struct LoopbackClient {
     func openingAndClosingThousandsOfSocketsLeaksNothing(kind: BackendKind) throws {
         let backend = try kind.make()
         let client = LoopbackClient()
-        let local = SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!
+        let local = loopbackAny
         _ = backend.poll(deadline: stampede_monotonic_ns())
         for round in 0..<5 {
             var sockets: [Int32] = []
@@ -199,8 +206,7 @@ struct LoopbackClient {
     @Test(arguments: BackendKind.allCases)
     func aBurstOfRequestsIsDrainedCompletely(kind: BackendKind) throws {
         let backend = try kind.make()
-        let listener = try backend.openListener(SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!, receiveBuffer: 8 << 20, tag: 1)
-        let bound = try #require(backend.localAddress(of: listener))
+        let (_, bound) = try loopbackListener(backend, tag: 1)
         let client = LoopbackClient()
         var size = Int32(16 << 20)
         setsockopt(client.fd, SOL_SOCKET, SO_SNDBUF, &size, 4)

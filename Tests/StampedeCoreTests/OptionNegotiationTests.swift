@@ -64,3 +64,26 @@ import Testing
             == ["tsize=1000", "windowsize=8", "blksize=1468"])
     }
 }
+
+@Suite struct OptionAckSpec {
+    let asked: [(name: String, value: String)] = [("blksize", "1468"), ("timeout", "3"), ("tsize", "0"), ("windowsize", "16")]
+
+    func read(_ options: [(name: String, value: String)]) -> Result<TransferOptions, OptionAckError> {
+        let body = Array(PacketWriter.optionAck(options).dropFirst(2))
+        return body.withUnsafeBytes { bytes in Result { () throws(OptionAckError) in try TransferOptions(optionAck: bytes, asked: asked) } }
+    }
+
+    @Test func valuesWithinWhatWasAskedAreTaken() throws {
+        let options = try read([("blksize", "1024"), ("timeout", "3"), ("tsize", "99"), ("windowsize", "8")]).get()
+        #expect(options.blockSize == 1024 && options.timeoutSeconds == 3 && options.transferSize == 99 && options.windowSize == 8)
+    }
+
+    @Test func anythingElseIsRefusedWithWhatCameBack() {
+        for bad in [("blksize", "1469"), ("windowsize", "17"), ("timeout", "4"), ("blksize", "7"), ("mtu", "1500")] {
+            guard case .failure(let error) = read([bad]) else { Issue.record("accepted \(bad)"); continue }
+            #expect(error.description == "the server acknowledged \(bad.0)=\(bad.1), which we did not ask for")
+        }
+        guard case .failure(let error) = read([("tsize", "-1")]) else { Issue.record("accepted tsize -1"); return }
+        #expect(error.description == "option tsize=-1 is no number")
+    }
+}

@@ -54,6 +54,11 @@ class Server:
                 return int(line.split()[1])
         return -1
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the server process so far (all its threads)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def fd_count(self) -> int:
         return len(os.listdir(f"/proc/{self.process.pid}/fd"))
 

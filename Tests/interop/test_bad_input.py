@@ -163,16 +163,11 @@ def test_a_1000_option_request_is_served(hostile, root):
     assert reply[0] == "DATA" and reply[1][1] == (root / "hello.txt").read_bytes()
 
 
-def server_cpu_seconds(server) -> float:
-    fields = open(f"/proc/{server.process.pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def test_an_ack_storm_for_blocks_never_sent_costs_little_and_changes_nothing(hostile, root, report):
     c = RawClient(hostile, timeout=0.3)
     reply, tid = c.exchange(request("one-mib.bin"))
     assert reply[0] == "DATA" and reply[1][0] == 1
-    before = server_cpu_seconds(hostile)
+    before = hostile.cpu_seconds()
     # 10,000 ACKs for blocks the server never sent, from the client itself, and a DATA/ACK storm
     # from a stranger (a wrong TID), all at the transfer's port.
     stranger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -183,7 +178,7 @@ def test_an_ack_storm_for_blocks_never_sent_costs_little_and_changes_nothing(hos
     answers = 0
     while c.receive()[0] is not None:
         answers += 1
-    cpu = server_cpu_seconds(hostile) - before
+    cpu = hostile.cpu_seconds() - before
     report(f"20,000 hostile packets at a transfer port ({hostile.backend}): server CPU {cpu:.2f} s, {answers} answers")
     # Nothing is sent for them beyond the odd retransmission of block 1 (at most one per second).
     assert answers <= 3

@@ -7,7 +7,7 @@ import pytest
 import tftpy
 
 from conftest import run
-from tftpwire import RawClient, data, decode, request
+from tftpwire import RawClient, data, request
 
 
 @pytest.fixture(autouse=True)
