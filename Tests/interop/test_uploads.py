@@ -114,6 +114,7 @@ def test_disk_full_is_error_3_and_nothing_is_left(serve, root, tmp_path):
     small.mkdir()
     if os.geteuid() != 0 or run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)]).returncode != 0:
         pytest.skip("LOUD SKIP: needs root to mount a small tmpfs")
+    s = None
     try:
         small.chmod(0o777)
         s = serve("-c")
@@ -145,7 +146,10 @@ def test_disk_full_is_error_3_and_nothing_is_left(serve, root, tmp_path):
         assert c.receive()[0] == ("ACK", (201, b""))
         assert (small / "fits.bin").read_bytes() == b"k" * 512 * 200
     finally:
-        run(["umount", str(small)])
+        # The server holds the upload directory open: stop it first, or the tmpfs stays mounted.
+        if s is not None:
+            s.stop()
+        assert run(["umount", str(small)]).returncode == 0
 
 
 def test_a_lost_final_ack_is_answered_again(serve, root):
