@@ -89,6 +89,7 @@ final class CountingBackend: DatagramBackend {
     let local = SocketAddress(parsing: "127.0.0.1:69", defaultPort: 0)!
 
     func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 { 0 }
+    func adoptListener(_ fd: Int32, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 { 0 }
     func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?, largestDatagram: Int,
                       tag: UInt64) throws(Errno) -> Int32 {
         lastTransferTag = tag
@@ -101,7 +102,8 @@ final class CountingBackend: DatagramBackend {
         sends += 1
         blackHole(payload.count)
     }
-    func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?, packet: UnsafeRawBufferPointer) { sends += 1 }
+    func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?,
+              header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) { sends += 1 }
     func poll(deadline: Nanoseconds?) -> Int { next == nil ? 0 : 1 }
     func datagram(_ index: Int) -> Datagram {
         let d = next!

@@ -329,10 +329,3 @@ int64_t stampede_monotonic_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &now);
     return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 }
-
-int stampede_stdin_is_datagram_socket(void)
-{
-    int type = 0;
-    socklen_t length = sizeof(type);
-    return getsockopt(0, SOL_SOCKET, SO_TYPE, &type, &length) == 0 && type == SOCK_DGRAM;
-}

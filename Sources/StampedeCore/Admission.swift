@@ -1,3 +1,4 @@
+import CStampedeSys
 import Glibc
 
 /// How many transfers may run: in all (`--max-transfers`) and per client address
@@ -9,6 +10,8 @@ public final class Admission: @unchecked Sendable {
     private var lock = pthread_mutex_t()
     private var running = 0
     private var perClient: [SocketAddress: Int] = [:]
+    /// When a transfer last started or ended: the idle exit of inetd mode counts from there.
+    private var lastActivity = stampede_monotonic_ns()
 
     public init(maxTransfers: Int, maxPerClient: Int?) {
         self.maxTransfers = maxTransfers
@@ -37,6 +40,7 @@ public final class Admission: @unchecked Sendable {
             perClient[key] = current + 1
         }
         running += 1
+        lastActivity = stampede_monotonic_ns()
         return nil
     }
 
@@ -45,10 +49,18 @@ public final class Admission: @unchecked Sendable {
         pthread_mutex_lock(&lock)
         defer { pthread_mutex_unlock(&lock) }
         running -= 1
+        lastActivity = stampede_monotonic_ns()
         if maxPerClient != nil {
             let key = Self.key(peer)
             if let current = perClient[key], current > 1 { perClient[key] = current - 1 } else { perClient[key] = nil }
         }
+    }
+
+    /// How long no transfer has run nor started (0 while one runs).
+    public func idleTime(now: Nanoseconds) -> Nanoseconds {
+        pthread_mutex_lock(&lock)
+        defer { pthread_mutex_unlock(&lock) }
+        return running > 0 ? 0 : max(0, now - lastActivity)
     }
 
     /// Transfers running now, across all workers.

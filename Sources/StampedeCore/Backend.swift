@@ -6,6 +6,9 @@
 public protocol DatagramBackend: AnyObject, CustomStringConvertible {
     /// Opens a request listener (see `UDPSocket.listener`). Throws the errno.
     func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32
+    /// Takes over a bound datagram socket as a listener: inetd's fd 0, systemd's LISTEN_FDS
+    /// (see `UDPSocket.adoptListener`). The backend owns `fd` from then on.
+    func adoptListener(_ fd: Int32, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32
     /// Opens a transfer socket bound to `local` and connected to `peer`. `largestDatagram` is the
     /// biggest packet the client may send on it (blksize + 4 for an upload), so a backend with
     /// pooled receive buffers can pick buffers that fit.
@@ -21,9 +24,11 @@ public protocol DatagramBackend: AnyObject, CustomStringConvertible {
 
     /// Queues `header` (copied) followed by `payload` (referenced until the next poll returns).
     func send(_ socket: Int32, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer)
-    /// Queues a datagram (copied) from an unconnected socket (a listener, a client) to `peer`;
-    /// a listener's reply names its source address `local` (PKTINFO).
-    func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?, packet: UnsafeRawBufferPointer)
+    /// Queues `header` (copied) and `payload` (referenced, as above) from an unconnected socket (a
+    /// listener, a client) to `peer`; a listener's datagram names its source address `local`
+    /// (PKTINFO). Replies to requests, clients, and transfers in single-port mode send this way.
+    func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?,
+              header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer)
 
     /// Flushes queued sends, waits for datagrams until `deadline` (monotonic ns; nil: forever),
     /// and returns how many arrived. They stay valid until the next call.
@@ -37,6 +42,13 @@ public protocol DatagramBackend: AnyObject, CustomStringConvertible {
     /// Sockets the backend holds: open ones, and closed ones whose last operations the kernel has
     /// not yet confirmed. Back to the listener count when no transfer runs, or something leaks.
     var socketCount: Int { get }
+}
+
+extension DatagramBackend {
+    /// A whole datagram (copied) to `peer`.
+    public func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?, packet: UnsafeRawBufferPointer) {
+        send(socket, to: peer, from: local, header: packet, payload: UnsafeRawBufferPointer(start: nil, count: 0))
+    }
 }
 
 /// One received datagram, pointing into a backend-owned buffer.

@@ -18,8 +18,19 @@ public final class Server<Backend: DatagramBackend> {
         for index in 0..<max(1, workerCount) {
             let worker = Worker(backend: try makeBackend(), configuration: configuration, cache: cache, index: index,
                                 admission: admission)
-            // A port 0 is chosen by the first bind; the other workers share that port.
-            addresses = try worker.bindListeners(addresses)
+            if configuration.inheritedListeners.isEmpty {
+                // A port 0 is chosen by the first bind; the other workers share that port.
+                addresses = try worker.bindListeners(addresses)
+            } else {
+                // Every worker reads the same inherited sockets, each through its own descriptor.
+                var fds: [Int32] = []
+                for fd in configuration.inheritedListeners {
+                    let own = index == 0 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 3)
+                    if let error = Errno(result: own) { throw error }
+                    fds.append(own)
+                }
+                addresses = try worker.adoptListeners(fds)
+            }
             workers.append(worker)
         }
         self.workers = workers

@@ -20,6 +20,17 @@ public struct ServerConfiguration: Sendable {
     public var maxTransfersPerClient: Int?
     /// SIGTERM/SIGINT: how long running transfers may take to finish.
     public var shutdownGrace: Nanoseconds = 10 * Clock.nanosecondsPerSecond
+    /// Sockets handed over by inetd (fd 0) or systemd (LISTEN_FDS), served instead of binding
+    /// `listenAddresses`.
+    public var inheritedListeners: [Int32] = []
+    /// `-t` in inetd and socket-activated modes: exit after this long with no transfer (the
+    /// superserver starts a new server for the next request).
+    public var idleExit: Nanoseconds?
+    /// `--single-port`: transfers answer from the listener's own port and share its socket; the
+    /// worker tells them apart by client address and port.
+    public var singlePort = false
+    /// `-m`: tftpd-hpa's filename remapping, applied to every request before the access checks.
+    public var remapRules: RemapRules?
     /// Requested listener receive buffer (bursts of thousands of RRQs).
     public var listenerReceiveBuffer = 8 << 20
     public var logger: Logger

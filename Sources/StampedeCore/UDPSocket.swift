@@ -12,6 +12,14 @@ public enum UDPSocket {
         return fd
     }
 
+    /// A bound datagram socket handed over by inetd (fd 0) or systemd (LISTEN_FDS), made a
+    /// listener: non-blocking, PKTINFO on. Throws ENOTSOCK when `fd` is not a UDP socket.
+    public static func adoptListener(_ fd: Int32, receiveBuffer: Int) throws(Errno) -> Int32 {
+        let result = stampede_adopt_listener(fd, Int32(clamping: receiveBuffer))
+        if let error = Errno(result: result) { throw error }
+        return fd
+    }
+
     /// A transfer socket bound to `local` (port 0, or a free one of `ports`) and connected to
     /// `peer`; non-blocking.
     public static func transfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?) throws(Errno) -> Int32 {

@@ -31,7 +31,7 @@ extension Worker {
             return
         }
         let name = sanitizedForLog(request.filename)
-        let what = "\(request.isWrite ? "WRQ" : "RRQ") \"\(name)\" \(sanitizedForLog(request.mode.utf8, limit: 16))"
+        var what = "\(request.isWrite ? "WRQ" : "RRQ") \"\(name)\" \(sanitizedForLog(request.mode.utf8, limit: 16))"
         guard let mode = TransferMode(rawValue: request.mode) else {
             refuse(datagram, listener, TFTPError(.illegalOperation, "Unsupported mode"), what: what)
             return
@@ -44,12 +44,29 @@ extension Worker {
         }
         var started = false
         defer { if !started { admission.release(datagram.peer) } }
+        var filename = request.filename
+        var logName = name
+        if let rules = configuration.remapRules {
+            switch remap(filename, with: rules, isWrite: request.isWrite, client: datagram.peer) {
+            case .success(let mapped):
+                if mapped != filename {
+                    filename = mapped
+                    logName = sanitizedForLog(mapped)
+                    what += " remapped to \"\(logName)\""
+                }
+            case .failure(let refusal):
+                refuse(datagram, listener, refusal, what: what)
+                return
+            }
+        }
+        // A remapped name is said at -v (as tftpd-hpa does); the transfer's end line has the rest.
+        if logName != name { logger.info("\(datagram.peer): \(what)") }
         var transfer = Transfer()
         transfer.peer = datagram.peer
-        transfer.record = TransferRecord(isWrite: request.isWrite, filename: name, mode: mode, started: now)
+        transfer.record = TransferRecord(isWrite: request.isWrite, filename: logName, mode: mode, started: now)
         let size: Int?
         if request.isWrite {
-            switch configuration.policy.openForWriting(request.filename) {
+            switch configuration.policy.openForWriting(filename) {
             case .success(let upload):
                 if mode == .netascii { upload.useNetascii() }
                 transfer.upload = upload
@@ -59,7 +76,7 @@ extension Worker {
             }
             size = nil
         } else {
-            switch openImage(request.filename, netascii: mode == .netascii) {
+            switch openImage(filename, netascii: mode == .netascii) {
             case .success(let (image, streamFD, fileSize)):
                 transfer.image = image
                 transfer.streamFD = streamFD
@@ -127,6 +144,23 @@ extension Worker {
         } else {
             let action = table[slot].sender!.start(now: now)
             perform(slot, action, now: now)
+        }
+    }
+
+    /// The name the remap rules make of a requested one (`-m`), or the refusal they decide:
+    /// ERROR 2 with an `a` rule's message, as tftpd-hpa answers. Verbosity 3 traces every rule.
+    func remap(_ filename: [UInt8], with rules: RemapRules, isWrite: Bool,
+               client: SocketAddress) -> Result<[UInt8], TFTPError> {
+        let logger = self.logger
+        let trace: ((String) -> Void)? = logger.logLevel <= .trace ? { logger.trace("\(client): \($0)") } : nil
+        switch rules.apply(to: filename, isWrite: isWrite, client: client, trace: trace) {
+        case .mapped(let mapped):
+            return .success(mapped)
+        case .refused(let message):
+            return .failure(TFTPError(.accessViolation, message.map { String($0.prefix(200)) } ?? "Access violation"))
+        case .looped:
+            logger.error("\(client): the remap rules did not settle after \(RemapRules.maxSteps) steps on \"\(sanitizedForLog(filename))\"")
+            return .failure(TFTPError(.accessViolation, "Remap table failure"))
         }
     }
 

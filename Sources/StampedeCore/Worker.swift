@@ -10,6 +10,7 @@ public final class Worker<Backend: DatagramBackend> {
     let cache: FileCache
     /// Shared by every worker of a server: the transfer limits.
     let admission: Admission
+    let index: Int
     var logger: Logger
 
     var table: [Transfer] = []
@@ -37,6 +38,7 @@ public final class Worker<Backend: DatagramBackend> {
         self.cache = cache
         self.admission = admission ?? Admission(maxTransfers: configuration.maxTransfers,
                                                 maxPerClient: configuration.maxTransfersPerClient)
+        self.index = index
         self.logger = configuration.logger
         self.logger[metadataKey: "worker"] = "\(index)"
         self.wheel = TimerWheel(capacity: 1024, now: stampede_monotonic_ns())
@@ -65,6 +67,20 @@ public final class Worker<Backend: DatagramBackend> {
         return bound
     }
 
+    /// Takes over inherited sockets (inetd, systemd) as listeners; returns their addresses.
+    @discardableResult
+    public func adoptListeners(_ fds: [Int32]) throws(Errno) -> [SocketAddress] {
+        var bound: [SocketAddress] = []
+        for fd in fds {
+            let socket = try backend.adoptListener(fd, receiveBuffer: configuration.listenerReceiveBuffer,
+                                                   tag: Self.listenerBit | UInt64(listeners.count))
+            let actual = backend.localAddress(of: socket) ?? SocketAddress()
+            listeners.append((socket, actual))
+            bound.append(actual)
+        }
+        return bound
+    }
+
     // MARK: The loop
 
     /// Serves until a stop is requested and the running transfers have finished or the grace
@@ -73,6 +89,10 @@ public final class Worker<Backend: DatagramBackend> {
         var stopDeadline: Nanoseconds?
         while true {
             let now = stampede_monotonic_ns()
+            if stopDeadline == nil, let idle = configuration.idleExit, admission.idleTime(now: now) >= idle {
+                if index == 0 { logger.notice("no transfer for \(idle / Clock.nanosecondsPerSecond) s (-t): exiting") }
+                stampede_request_stop()
+            }
             if stopDeadline == nil && stampede_stop_requested() != 0 {
                 stopDeadline = now + configuration.shutdownGrace
                 stopListening()

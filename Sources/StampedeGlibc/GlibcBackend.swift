@@ -118,6 +118,10 @@ public final class GlibcBackend: DatagramBackend {
         try register(UDPSocket.listener(address, receiveBuffer: receiveBuffer), tag: tag, isListener: true)
     }
 
+    public func adoptListener(_ fd: Int32, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 {
+        try register(UDPSocket.adoptListener(fd, receiveBuffer: receiveBuffer), tag: tag, isListener: true)
+    }
+
     public func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
                              largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32 {
         try register(UDPSocket.transfer(local: local, peer: peer, ports: ports), tag: tag, isListener: false)
@@ -163,8 +167,9 @@ public final class GlibcBackend: DatagramBackend {
         queued += 1
     }
 
-    public func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?, packet: UnsafeRawBufferPointer) {
-        send(socket, header: packet, payload: UnsafeRawBufferPointer(start: nil, count: 0))
+    public func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?,
+                     header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
+        send(socket, header: header, payload: payload)
         let index = queued - 1
         sendNames[index] = peer.storage
         sendMessages[index].msg_hdr.msg_name = UnsafeMutableRawPointer(sendNames + index)

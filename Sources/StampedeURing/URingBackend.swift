@@ -63,6 +63,10 @@ public final class URingBackend: DatagramBackend {
         try adopt(UDPSocket.listener(address, receiveBuffer: receiveBuffer), tag: tag, listener: true, large: false)
     }
 
+    public func adoptListener(_ fd: Int32, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 {
+        try adopt(UDPSocket.adoptListener(fd, receiveBuffer: receiveBuffer), tag: tag, listener: true, large: false)
+    }
+
     public func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
                              largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32 {
         try adopt(UDPSocket.transfer(local: local, peer: peer, ports: ports), tag: tag, listener: false,
@@ -89,13 +93,16 @@ public final class URingBackend: DatagramBackend {
                                UInt32(payload.count), nil, nil)
     }
 
-    public func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?, packet: UnsafeRawBufferPointer) {
+    public func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?,
+                     header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
         var to = peer.storage
         guard var from = local?.storage else {
-            _ = stampede_ring_send(ring, socket, packet.baseAddress, UInt32(packet.count), nil, 0, &to, nil)
+            _ = stampede_ring_send(ring, socket, header.baseAddress, UInt32(header.count), payload.baseAddress,
+                                   UInt32(payload.count), &to, nil)
             return
         }
-        _ = stampede_ring_send(ring, socket, packet.baseAddress, UInt32(packet.count), nil, 0, &to, &from)
+        _ = stampede_ring_send(ring, socket, header.baseAddress, UInt32(header.count), payload.baseAddress,
+                               UInt32(payload.count), &to, &from)
     }
 
     public func poll(deadline: Nanoseconds?) -> Int {

@@ -11,11 +11,20 @@ struct Serve: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Serve a directory over TFTP (accepts tftpd-hpa's in.tftpd flags).")
 
-    @Flag(name: [.customShort("l"), .customLong("listen")], help: "Standalone mode: bind and serve (the only mode yet).")
+    @Flag(name: [.customShort("l"), .customLong("listen")],
+          help: "Standalone: bind -a and serve. Without -l, serve the socket inetd passes on fd 0.")
     var listen = false
 
-    @Flag(name: [.customShort("L"), .customLong("foreground")], help: "Stay in the foreground (stampede never forks).")
+    @Flag(name: [.customShort("L"), .customLong("foreground")],
+          help: "With -l: stay in the foreground and log to standard error (otherwise: detach, log to syslog).")
     var foreground = false
+
+    @Flag(name: .customLong("systemd"), help: "Serve the sockets systemd passes (LISTEN_FDS); see contrib/stampede.socket.")
+    var systemd = false
+
+    @Flag(name: .customLong("single-port"),
+          help: "Run every transfer on the listener's port (behind NAT, in containers), told apart by client address and port.")
+    var singlePort = false
 
     @Option(name: [.customShort("a"), .customLong("address")],
             help: "Listen on [ADDRESS][:PORT] (repeatable; default: all addresses, port 69).")
@@ -46,7 +55,8 @@ struct Serve: ParsableCommand {
     @Option(name: [.customShort("P"), .customLong("pidfile")], help: "Write the process ID to this file.")
     var pidfile: String?
 
-    @Option(name: [.customShort("t"), .customLong("timeout")], help: "inetd mode: exit after this many idle seconds.")
+    @Option(name: [.customShort("t"), .customLong("timeout")],
+            help: "inetd and systemd modes: exit after this many seconds with no transfer.")
     var idleTimeout: Int = 900
 
     @Option(name: [.customShort("T"), .customLong("retransmit")],
@@ -56,13 +66,21 @@ struct Serve: ParsableCommand {
           help: "Retransmit downloads after -T always, not after the measured round trip (at least 100 ms).")
     var fixedTimeout = false
 
-    @Option(name: [.customShort("m"), .customLong("map-file")], help: "Remap rules file (not supported yet).")
+    @Option(name: [.customShort("m"), .customLong("map-file")], help: "Filename remapping rules (tftpd-hpa's syntax).")
     var mapFile: String?
 
-    @Flag(name: [.customShort("v"), .customLong("verbose")], help: "More logging (repeatable).")
+    @Option(name: .customLong("map-test"), help: "Print what the -m rules make of this file name, then exit.")
+    var mapTest: String?
+    @Option(name: .customLong("map-client"), help: "--map-test: the client's address (default 127.0.0.1).")
+    var mapClient = "127.0.0.1"
+    @Flag(name: .customLong("map-write"), help: "--map-test: as a write request (WRQ), not a read.")
+    var mapWrite = false
+
+    @Flag(name: [.customShort("v"), .customLong("verbose")], help: "One more level of --verbosity (repeatable).")
     var verbose: Int
 
-    @Option(name: .customLong("verbosity"), help: "Log level: 0 start/stop and problems, 1 every transfer (default), 2 debug, 3 trace.")
+    @Option(name: .customLong("verbosity"),
+            help: "As tftpd-hpa: 0 start, stop, problems and refusals (default); 1 every transfer and remapping; 2 accepted requests and options; 3 remap steps.")
     var verbosity: Int?
 
     @Option(name: [.customShort("r"), .customLong("refuse")], help: "Never negotiate this option (repeatable).")
@@ -111,12 +129,9 @@ struct Serve: ParsableCommand {
         guard maxTransfers >= 1, maxPerClient.map({ $0 >= 1 }) ?? true else {
             throw ValidationError("--max-transfers and --max-per-client must be at least 1.")
         }
-        if mapFile != nil {
-            throw ValidationError("-m/--map-file: remap rules are not supported yet; remove -m or keep in.tftpd for now.")
-        }
-        if !version && !listen && stampede_stdin_is_datagram_socket() != 0 {
-            throw ValidationError("inetd mode (a socket on fd 0, no -l) is not supported yet; run standalone with -l.")
-        }
+        if mapTest != nil && mapFile == nil { throw ValidationError("--map-test needs the rules: -m FILE.") }
+        if idleTimeout < 1 { throw ValidationError("-t is in seconds and must be at least 1.") }
+        if systemd && listen { throw ValidationError("--systemd serves the sockets systemd passes; -l binds its own: choose one.") }
         if directory.count > 1 { throw ValidationError("stampede serves one directory; got \(directory.count).") }
         if let b = blocksize, !OptionNegotiation.blockSizeRange.contains(b) {
             throw ValidationError("-B must be within 8...65464.")
@@ -156,21 +171,25 @@ struct Serve: ParsableCommand {
 
     func run() throws {
         if version {
-            print("stampede \(Stampede.version) (tftp-hpa compatible command line)")
+            print(Stampede.versionLine)
             return
         }
-        let level: Logger.Level = switch verbosity ?? (1 + verbose) {
-        case ...0: .notice
-        case 1: .info
-        case 2: .debug
-        default: .trace
-        }
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        let rules = try mapFile.map(loadRules)
+        if let mapTest, let rules { return try runMapTest(mapTest, rules) }
+        let mode = try servingMode()
+        // in.tftpd detaches unless -L; inetd and systemd supervise the process themselves.
+        let detaching = mode == .standalone && !foreground
+        let destination: LogDestination = foreground && mode != .inetd
+            ? .standardError : .syslog(identity: Stampede.invokedName)
+        destination.bootstrap(level: LogDestination.level(verbosity: verbosity ?? verbose))
         let logger = Logger(label: "stampede")
+        for warning in rules?.warnings ?? [] { logger.warning("-m \(mapFile!): \(warning)") }
+        if mode != .standalone && !address.isEmpty { logger.warning("-a is for -l (standalone); serving the passed sockets") }
+        var readyFD: Int32 = -1
+        if detaching {
+            readyFD = stampede_detach()
+            if readyFD < 0 { throw failure("cannot detach into the background: \(Errno(-readyFD))") }
+        }
         let root = directory.first ?? "/srv/tftp"
 
         if let umask { Glibc.umask(mode_t(umask, radix: 8)!) }
@@ -189,7 +208,15 @@ struct Serve: ParsableCommand {
         }
 
         let policy = AccessPolicy(root: rootFD, permissive: permissive, allowCreate: create, umask: fileUmask)
-        var configuration = ServerConfiguration(listenAddresses: try listenAddresses(), policy: policy, logger: logger)
+        var configuration = ServerConfiguration(listenAddresses: [], policy: policy, logger: logger)
+        switch mode {
+        case .standalone: configuration.listenAddresses = try listenAddresses()
+        case .inetd: configuration.inheritedListeners = [0]
+        case .systemd(let fds): configuration.inheritedListeners = fds
+        }
+        if mode != .standalone { configuration.idleExit = Nanoseconds(idleTimeout) * Clock.nanosecondsPerSecond }
+        configuration.remapRules = rules
+        configuration.singlePort = singlePort
         configuration.optionLimits = OptionLimits(maxBlockSize: blocksize, maxWindowSize: windowsize,
                                                   refused: Set(refuse.map { $0.lowercased() }))
         configuration.retransmitTimeout = Nanoseconds(retransmit) * 1000
@@ -205,13 +232,79 @@ struct Serve: ParsableCommand {
         let (useURing, reason) = chooseBackend()
         if backend == "uring" && !useURing { throw failure("--backend uring: \(reason)") }
         let serving = Serving(configuration: configuration, workerCount: workerCount, cache: cache, account: account,
-                              root: root, secure: secure, pidfile: pidfile, command: self)
+                              root: root, secure: secure, pidfile: pidfile, readyFD: readyFD, command: self)
         if useURing {
             try serving.run(backendName: "uring", reason: reason) { () throws(Errno) in try URingBackend() }
         } else {
             try serving.run(backendName: "glibc", reason: reason) { () throws(Errno) in try GlibcBackend() }
         }
-        if let pidfile { unlink(pidfile) }
+    }
+
+    enum ServingMode: Equatable {
+        case standalone
+        /// fd 0 is the socket (inetd "wait" mode): fds 0-2 are the socket, so nothing is printed.
+        case inetd
+        case systemd([Int32])
+    }
+
+    /// -l binds; --systemd, or LISTEN_FDS meant for this process, serves systemd's sockets;
+    /// otherwise fd 0 must be inetd's socket, as in.tftpd expects.
+    func servingMode() throws -> ServingMode {
+        if listen { return .standalone }
+        if let fds = Self.systemdSockets() { return .systemd(fds) }
+        if systemd {
+            throw failure("--systemd: no sockets passed (LISTEN_FDS and LISTEN_PID unset, or meant for another process)")
+        }
+        if stampede_stdin_is_datagram_socket() != 0 { return .inetd }
+        throw ValidationError("""
+            nothing to serve on: give -l to bind -a (standalone), or start stampede from inetd \
+            (a UDP socket on fd 0) or from a systemd socket unit (--systemd).
+            """)
+    }
+
+    /// sd_listen_fds(3): the sockets start at fd 3; the variables are removed so that nothing
+    /// this process starts takes them for its own.
+    static func systemdSockets() -> [Int32]? {
+        defer {
+            unsetenv("LISTEN_PID")
+            unsetenv("LISTEN_FDS")
+            unsetenv("LISTEN_FDNAMES")
+        }
+        guard let pidText = getenv("LISTEN_PID"), let pid = Int32(String(cString: pidText)), pid == getpid(),
+              let countText = getenv("LISTEN_FDS"), let count = Int32(String(cString: countText)), count > 0
+        else { return nil }
+        return (0..<count).map { 3 + $0 }
+    }
+
+    func loadRules(_ path: String) throws -> RemapRules {
+        let text: [UInt8]
+        do { text = try readWholeFile(path) } catch { throw failure("-m \(path): cannot read: \(error)") }
+        do {
+            return try RemapRules(parsing: text)
+        } catch {
+            // tftpd-hpa exits with EX_CONFIG on a bad rule file.
+            fputs(error.lines.map { "stampede: -m \(path): \($0)\n" }.joined(), stderr)
+            throw ExitCode(78)
+        }
+    }
+
+    /// `--map-test NAME`: the rules' verdict on one name, with their steps on standard error at -v 3.
+    func runMapTest(_ name: String, _ rules: RemapRules) throws {
+        guard let client = SocketAddress(parsing: mapClient, defaultPort: 0) else {
+            throw ValidationError("--map-client \(mapClient): not an IP address.")
+        }
+        let trace: ((String) -> Void)? = (verbosity ?? verbose) >= 3 ? { fputs("\($0)\n", stderr) } : nil
+        for warning in rules.warnings { fputs("stampede: -m \(mapFile!): \(warning)\n", stderr) }
+        switch rules.apply(to: Array(name.utf8), isWrite: mapWrite, client: client, trace: trace) {
+        case .mapped(let mapped):
+            print(String(decoding: mapped, as: UTF8.self))
+        case .refused(let message):
+            print("refused: error 2 \"\(message ?? "Access violation")\"")
+            throw ExitCode(1)
+        case .looped:
+            print("refused: error 2 \"Remap table failure\" (the rules did not settle after \(RemapRules.maxSteps) steps)")
+            throw ExitCode(1)
+        }
     }
 
     /// `--backend`: auto takes io_uring when the probe (ENOSYS, EPERM from seccomp,
@@ -228,8 +321,11 @@ struct Serve: ParsableCommand {
         }
     }
 
+    /// Says why the server cannot run (on standard error, and in syslog once it is the log), and
+    /// the exit status for it.
     func failure(_ message: String) -> ExitCode {
-        fputs("stampede: \(message)\n", stderr)
+        if stampede_fd_is_datagram_socket(2) == 0 { fputs("stampede: \(message)\n", stderr) }
+        if SyslogHandler.inUse { stampede_syslog(LOG_ERR, message) }
         return ExitCode(1)
     }
 
@@ -250,46 +346,3 @@ struct Serve: ParsableCommand {
     }
 }
 
-/// What runs once the command line is understood: bind, drop privileges, serve, report.
-struct Serving {
-    let configuration: ServerConfiguration
-    let workerCount: Int
-    let cache: FileCache
-    let account: (uid: uid_t, gid: gid_t)?
-    let root: String
-    let secure: Bool
-    let pidfile: String?
-    let command: Serve
-
-    func run<Backend: DatagramBackend>(backendName: String, reason: String,
-                                       makeBackend: () throws(Errno) -> Backend) throws {
-        let logger = configuration.logger
-        let server: Server<Backend>
-        do {
-            server = try Server(configuration: configuration, workerCount: workerCount, cache: cache, makeBackend: makeBackend)
-        } catch {
-            let addresses = configuration.listenAddresses.map(\.description).joined(separator: ", ")
-            throw command.failure("cannot listen on \(addresses) with the \(backendName) backend: \(error)")
-        }
-        if let pidfile {
-            guard let file = fopen(pidfile, "w") else { throw command.failure("-P \(pidfile): \(Errno.current)") }
-            fputs("\(getpid())\n", file)
-            fclose(file)
-        }
-        try command.dropPrivileges(to: account, logger)
-        // As the serving user, who wrote them: what a killed server's uploads left behind.
-        let stale = Upload.removeStale(beneath: configuration.policy.root)
-        if stale > 0 { logger.notice("removed \(stale) temporary files of interrupted uploads") }
-        stampede_install_stop_signals()
-        logger.notice("""
-            serving \(root)\(secure ? " (chroot)" : "") on \(server.boundAddresses.map(\.description).joined(separator: ", ")) \
-            with \(workerCount) workers, backend \(server.workers[0].backend) (\(reason))
-            """)
-        let summary = server.run()
-        logger.notice("""
-            stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes, \
-            \(summary.sendFailures) datagrams the kernel would not send)
-            """)
-        if let pidfile { unlink(pidfile) }
-    }
-}

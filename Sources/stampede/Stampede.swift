@@ -1,4 +1,5 @@
 import ArgumentParser
+import Glibc
 
 @main
 struct Stampede: ParsableCommand {
@@ -11,8 +12,33 @@ struct Stampede: ParsableCommand {
             With no subcommand, stampede serves (the in.tftpd command line):
               stampede -l -s -a 127.0.0.1:6969 /srv/tftp
             It is also a client (get, put) and a load generator (storm).
+            Installed (or linked) as in.tftpd, it is the server alone, as tftpd-hpa's is.
             """,
         subcommands: [Serve.self, Get.self, Put.self, Storm.self],
         defaultSubcommand: Serve.self
     )
+
+    /// The name this process was started under (syslog's identity, as in.tftpd uses its own).
+    static let invokedName: String = {
+        let path = CommandLine.arguments.first ?? "stampede"
+        return path.split(separator: "/").last.map(String.init) ?? "stampede"
+    }()
+
+    /// What -V prints. Under tftpd-hpa's names the line starts as in.tftpd's does, so that a script
+    /// that reads the version of "tftp-hpa" still finds one, and says what answered.
+    static var versionLine: String {
+        if isInTFTPD { return "tftp-hpa 5.2 compatible (stampede \(version)), with remap, without tcpwrappers" }
+        return "stampede \(version) (tftp-hpa 5.2 compatible command line, with remap)"
+    }
+
+    static var isInTFTPD: Bool { ["in.tftpd", "tftpd"].contains(invokedName) }
+
+    /// As in.tftpd, every argument belongs to the server: "get" is then a directory name.
+    static func main() {
+        if isInTFTPD {
+            Serve.main(nil)
+        } else {
+            main(nil)
+        }
+    }
 }

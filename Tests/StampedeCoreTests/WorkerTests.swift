@@ -17,6 +17,7 @@ final class FakeBackend: DatagramBackend {
     var socketCount: Int { tags.count - closed.count }
 
     func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 { tags.append(tag); return Int32(tags.count - 1) }
+    func adoptListener(_ fd: Int32, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 { tags.append(tag); return Int32(tags.count - 1) }
     func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?, largestDatagram: Int,
                       tag: UInt64) throws(Errno) -> Int32 {
         tags.append(tag)
@@ -31,8 +32,9 @@ final class FakeBackend: DatagramBackend {
     func send(_ socket: Int32, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
         sent.append((socket, Array(header) + Array(payload)))
     }
-    func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?, packet: UnsafeRawBufferPointer) {
-        sent.append((socket, Array(packet)))
+    func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?,
+              header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
+        sent.append((socket, Array(header) + Array(payload)))
     }
     func poll(deadline: Nanoseconds?) -> Int {
         delivered = inbox
@@ -107,6 +109,28 @@ final class FakeBackend: DatagramBackend {
         #expect(deliver([0, 42, 1, 2], tag: backend.tags[0]).first?.prefix(4) == [0, 5, 0, 4])
         #expect(deliver([0, 4, 0, 1], tag: backend.tags[0]) == [])
         #expect(worker.activeTransfers == 0)
+    }
+
+    @Test func remapRulesChooseTheFileAndAnAbortRuleRefusesWithErrorTwo() throws {
+        dir.write("pxelinux.0", [UInt8]("pxe"))
+        var configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        configuration.remapRules = try RemapRules(parsing: Array(#"""
+            a \.\. No\ climbing
+            ri ^.*/?(pxelinux\.0)$ \L\1
+            """#.utf8))
+        let backend = FakeBackend()
+        let worker = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0)
+        try worker.bindListeners([local])
+        func request(_ name: String) -> [UInt8] {
+            backend.sent = []
+            backend.inbox.append((backend.tags[0], Request(isWrite: false, filename: Array(name.utf8), mode: "octet").encoded(), client, local))
+            worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+            return backend.sent.first?.bytes ?? []
+        }
+        #expect(request("boot/x86/PXELINUX.0") == [0, 3, 0, 1] + [UInt8]("pxe"))
+        #expect(request("../pxelinux.0") == [0, 5, 0, 2] + [UInt8]("No climbing/pxelinux.0") + [0])
+        #expect(request("other") == [0, 5, 0, 1] + [UInt8]("File not found") + [0])
     }
 
     @Test func limitsPerClientAndInAllRefuseWithErrorZeroAndFreeUpWhenTransfersEnd() throws {

@@ -29,7 +29,7 @@ class Server:
         self.log_path = root.parent / f"server-{self.port}.log"
         address = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
         # `prefix`: run inside something, as `ip netns exec NAME` for a lossy network.
-        self.argv = [*prefix, str(BINARY), "-l", "-a", address, "-v", "--backend", backend, *args, str(root)]
+        self.argv = [*prefix, str(BINARY), "-l", "-L", "-a", address, "-v", "--backend", backend, *args, str(root)]
         self.log = open(self.log_path, "w")
         self.process = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
         self.wait_ready()

@@ -17,19 +17,6 @@ def test_version(binary):
         assert r.returncode == 0 and b"stampede" in r.stdout
 
 
-def test_map_file_is_refused_clearly_until_supported(binary, root):
-    r = run([str(binary), "-l", "-m", "/etc/rules", str(root)])
-    assert r.returncode != 0
-    assert b"remap rules are not supported yet" in r.stderr
-
-
-def test_inetd_mode_is_refused_clearly_until_supported(binary, root):
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        r = subprocess.run([str(binary), str(root)], stdin=s.fileno(), capture_output=True, timeout=10)
-    assert r.returncode != 0
-    assert b"inetd mode" in r.stderr
-
-
 @pytest.mark.parametrize("args", [["-B", "7"], ["-W", "0"], ["-R", "5:1"], ["-U", "9z"], ["-T", "5"], ["--backend", "x"]])
 def test_bad_flags_are_usage_errors(binary, root, args):
     r = run([str(binary), "-l", *args, str(root)])

@@ -72,7 +72,25 @@ void stampede_request_stop(void);
 /* CLOCK_MONOTONIC in nanoseconds. */
 int64_t stampede_monotonic_ns(void);
 
-/* Is fd 0 a datagram socket (inetd mode)? 1 or 0. */
+/* process.c: running as in.tftpd does. */
+
+/* Is fd a datagram socket? Is fd 0 one (inetd mode)? 1 or 0. */
+int stampede_fd_is_datagram_socket(int fd);
 int stampede_stdin_is_datagram_socket(void);
+
+/* Takes over a bound datagram socket from inetd or systemd as a listener: non-blocking,
+ * close-on-exec, PKTINFO on, the receive buffer raised. Returns fd, or -ENOTSOCK and the like. */
+int stampede_adopt_listener(int fd, int receive_buffer);
+
+/* Forks into the background (setsid). The parent waits for stampede_detach_done, then exits 0;
+ * if the child exits first, the parent exits with its status. Returns, in the child, the fd to
+ * pass to stampede_detach_done (or -errno). */
+int stampede_detach(void);
+/* Points fds 0-2 at /dev/null and releases the waiting parent. */
+void stampede_detach_done(int ready_fd);
+
+/* openlog with facility daemon, the pid, and the connection made at once (before a chroot). */
+void stampede_open_syslog(const char *identity);
+void stampede_syslog(int priority, const char *message);
 
 #endif

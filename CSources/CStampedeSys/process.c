@@ -1,0 +1,114 @@
+#include "CStampedeSys.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <syslog.h>
+#include <unistd.h>
+
+/* Process-level plumbing for running as in.tftpd does: sockets handed over by inetd or systemd,
+ * detaching into the background, syslog. */
+
+int stampede_fd_is_datagram_socket(int fd)
+{
+    int type = 0;
+    socklen_t length = sizeof(type);
+    return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) == 0 && type == SOCK_DGRAM;
+}
+
+int stampede_stdin_is_datagram_socket(void)
+{
+    return stampede_fd_is_datagram_socket(0);
+}
+
+int stampede_adopt_listener(int fd, int receive_buffer)
+{
+    int one = 1, flags;
+    struct sockaddr_storage address;
+    socklen_t length = sizeof(address);
+
+    if (!stampede_fd_is_datagram_socket(fd))
+        return -ENOTSOCK;
+    if (getsockname(fd, (struct sockaddr *)&address, &length) < 0)
+        return -errno;
+    if (address.ss_family != AF_INET && address.ss_family != AF_INET6)
+        return -EAFNOSUPPORT;
+    flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+        return -errno;
+    if (receive_buffer > 0 &&
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &receive_buffer, sizeof(receive_buffer)) < 0)
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+    /* Replies and transfers come from the address each request was sent to: PKTINFO tells it.
+     * On a dual-stack IPv6 socket (inetd's usual), IPv4 clients arrive as ::ffff:a.b.c.d. */
+    if (address.ss_family == AF_INET6) {
+        if (setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one)) < 0)
+            return -errno;
+    } else if (setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one)) < 0) {
+        return -errno;
+    }
+    return fd;
+}
+
+int stampede_detach(void)
+{
+    int ready[2], status = 0;
+    char byte = 0;
+    pid_t child;
+
+    if (pipe2(ready, O_CLOEXEC) < 0)
+        return -errno;
+    child = fork();
+    if (child < 0)
+        return -errno;
+    if (child > 0) {
+        /* The parent stays until the child says it serves, so that a bad address or a missing
+         * directory still fails the command that started it, with the child's exit status. */
+        ssize_t n;
+
+        close(ready[1]);
+        do
+            n = read(ready[0], &byte, 1);
+        while (n < 0 && errno == EINTR);
+        if (n == 1 && byte == 'R')
+            _exit(0);
+        while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+            ;
+        _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+    }
+    close(ready[0]);
+    if (setsid() < 0)
+        return -errno;
+    return ready[1];
+}
+
+void stampede_detach_done(int ready_fd)
+{
+    char byte = 'R';
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+        if (null > 2)
+            close(null);
+    }
+    while (write(ready_fd, &byte, 1) < 0 && errno == EINTR)
+        ;
+    close(ready_fd);
+}
+
+void stampede_open_syslog(const char *identity)
+{
+    /* LOG_NDELAY: connect to /dev/log now, before a chroot (-s) hides it. */
+    openlog(identity, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+}
+
+void stampede_syslog(int priority, const char *message)
+{
+    syslog(priority, "%s", message);
+}

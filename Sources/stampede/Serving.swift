@@ -1,0 +1,52 @@
+import CStampedeSys
+import Glibc
+import Logging
+import StampedeCore
+
+/// What runs once the command line is understood: bind, write the pidfile, drop privileges,
+/// release a waiting parent, serve, report.
+struct Serving {
+    let configuration: ServerConfiguration
+    let workerCount: Int
+    let cache: FileCache
+    let account: (uid: uid_t, gid: gid_t)?
+    let root: String
+    let secure: Bool
+    let pidfile: String?
+    /// Detached (-l without -L): the pipe that tells the waiting parent we serve.
+    let readyFD: Int32
+    let command: Serve
+
+    func run<Backend: DatagramBackend>(backendName: String, reason: String,
+                                       makeBackend: () throws(Errno) -> Backend) throws {
+        let logger = configuration.logger
+        let server: Server<Backend>
+        do {
+            server = try Server(configuration: configuration, workerCount: workerCount, cache: cache, makeBackend: makeBackend)
+        } catch {
+            let addresses = configuration.listenAddresses.map(\.description).joined(separator: ", ")
+            throw command.failure("cannot listen on \(addresses) with the \(backendName) backend: \(error)")
+        }
+        if let pidfile {
+            guard let file = fopen(pidfile, "w") else { throw command.failure("-P \(pidfile): \(Errno.current)") }
+            fputs("\(getpid())\n", file)
+            fclose(file)
+        }
+        try command.dropPrivileges(to: account, logger)
+        // As the serving user, who wrote them: what a killed server's uploads left behind.
+        let stale = Upload.removeStale(beneath: configuration.policy.root)
+        if stale > 0 { logger.notice("removed \(stale) temporary files of interrupted uploads") }
+        stampede_install_stop_signals()
+        if readyFD >= 0 { stampede_detach_done(readyFD) }
+        logger.notice("""
+            serving \(root)\(secure ? " (chroot)" : "") on \(server.boundAddresses.map(\.description).joined(separator: ", ")) \
+            with \(workerCount) workers, backend \(server.workers[0].backend) (\(reason))
+            """)
+        let summary = server.run()
+        logger.notice("""
+            stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes, \
+            \(summary.sendFailures) datagrams the kernel would not send)
+            """)
+        if let pidfile { unlink(pidfile) }
+    }
+}

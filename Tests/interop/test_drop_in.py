@@ -1,0 +1,211 @@
+"""Drop-in for in.tftpd: remap rules, inetd and systemd sockets, detaching, pidfile, syslog, argv[0]."""
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BACKENDS, run
+from tftpwire import RawClient, ack, request
+
+RULES = r"""
+# tftpd-hpa style rules, as a PXE site writes them
+a       \.\.                       No\ climbing
+rg      \\                         /            # DOS separators
+ri      ^/?pxelinux\.cfg/          pxelinux.cfg/
+r       ^boot/by-ip$               hosts/\i
+a~G     ^(hosts|pxelinux|[a-z]+\.)  Not\ here
+"""
+
+
+def fetch(port, name, host="127.0.0.1"):
+    """(exit status, bytes) of curl fetching `name`."""
+    url_host = f"[{host}]" if ":" in host else host
+    r = run(["curl", "-s", "--max-time", "10", "-o", "-", f"tftp://{url_host}:{port}/{name}"])
+    return r.returncode, r.stdout
+
+
+@pytest.fixture
+def site(root):
+    (root / "pxelinux.cfg").mkdir()
+    (root / "pxelinux.cfg" / "default").write_text("DEFAULT linux\n")
+    (root / "hosts").mkdir()
+    (root / "hosts" / "127.0.0.1").write_text("for the loopback host\n")
+    for p in root.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    rules = root.parent / "rules"
+    rules.write_text(RULES)
+    return root, rules
+
+
+def test_remap_rules_choose_files_and_refuse_as_tftpd_hpa_does(serve, site):
+    root, rules = site
+    s = serve("-m", str(rules))
+    assert fetch(s.port, "PXELINUX.CFG/default") == (0, b"DEFAULT linux\n")
+    r = run(["tftp", "-m", "binary", "127.0.0.1", str(s.port), "-c", "get", r"pxelinux.cfg\default", "/dev/stdout"])
+    assert r.stdout == b"DEFAULT linux\n", r
+    assert fetch(s.port, "boot/by-ip") == (0, b"for the loopback host\n")
+    assert fetch(s.port, "hello.txt")[1] == b"hello, rack\n"
+    c = RawClient(s)
+    assert c.exchange(request("../etc/passwd"))[0] == ("ERROR", (2, "No climbing/etc/passwd"))
+    assert c.exchange(request("secret/key"))[0] == ("ERROR", (2, "Not here"))
+    assert 'remapped to "pxelinux.cfg/default"' in s.log_text()
+
+
+def test_a_bad_rule_file_stops_the_server_naming_every_bad_line(binary, root, tmp_path):
+    rules = tmp_path / "bad-rules"
+    rules.write_text("r a b\nq x y\n# fine\nr (open x\nr~ a b\n")
+    r = run([str(binary), "-l", "-L", "-a", "127.0.0.1:0", "-m", str(rules), str(root)])
+    assert r.returncode == 78, r  # EX_CONFIG, as in.tftpd
+    err = r.stderr.decode()
+    assert "line 2" in err and "line 4" in err and "line 5" in err and "line 1" not in err, err
+    missing = run([str(binary), "-l", "-L", "-m", str(tmp_path / "none"), str(root)])
+    assert missing.returncode == 1 and b"cannot read" in missing.stderr
+
+
+def test_map_test_prints_what_a_name_becomes(binary, site):
+    _, rules = site
+    def map_test(*args):
+        r = run([str(binary), "-m", str(rules), "--map-test", *args])
+        return r.returncode, r.stdout.decode().strip()
+    assert map_test(r"PXELINUX.CFG\01-aa-bb") == (0, "pxelinux.cfg/01-aa-bb")
+    assert map_test("boot/by-ip", "--map-client", "192.0.2.7") == (0, "hosts/192.0.2.7")
+    assert map_test("../x") == (1, 'refused: error 2 "No climbing/x"')
+    assert map_test("secret", "--map-write") == (0, "secret")  # the a~ rule is G (reads) only
+    traced = run([str(binary), "-m", str(rules), "--map-test", "boot/by-ip", "--verbosity", "3"])
+    assert b"remap: rule 6: rewrite: hosts/127.0.0.1" in traced.stderr, traced
+
+
+def spawn_with_sockets(binary, args, sockets):
+    """Starts stampede as systemd would: the sockets as fds 3, 4, ..., LISTEN_FDS and LISTEN_PID set."""
+    def place():
+        high = [100 + i for i in range(len(sockets))]  # out of the way of 3, 4, ...
+        for fd, s in zip(high, sockets):
+            os.dup2(s.fileno(), fd)
+        for i, fd in enumerate(high):
+            os.dup2(fd, 3 + i)
+    script = f'export LISTEN_PID=$$ LISTEN_FDS={len(sockets)}; exec "$@"'
+    return subprocess.Popen(["sh", "-c", script, "sh", str(binary), *args], close_fds=False, preexec_fn=place,
+                            stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inetd_mode_serves_the_socket_on_fd_0_and_exits_when_idle(binary, root, backend):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    # inetd has bound the socket, a request is already waiting when the server starts.
+    early = RawClient(type("S", (), {"host": "127.0.0.1", "port": port}))
+    early.send(request("hello.txt"))
+    p = subprocess.Popen([str(binary), "-t", "2", "-u", "root", "--backend", backend, str(root)],
+                         stdin=sock.fileno(), stdout=sock.fileno(), stderr=sock.fileno())
+    sock.close()
+    reply, tid = early.receive()
+    assert reply == ("DATA", (1, b"hello, rack\n"))
+    early.send(ack(1), tid)
+    assert fetch(port, "one-mib.bin")[1] == (root / "one-mib.bin").read_bytes()
+    started = time.time()
+    assert p.wait(timeout=10) == 0
+    assert 1.0 < time.time() - started < 4.5  # -t 2 after the last transfer
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_systemd_socket_activation_serves_every_passed_socket(binary, root, backend):
+    v4 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    v4.bind(("127.0.0.1", 0))
+    v6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    v6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    v6.bind(("::1", 0))
+    p = spawn_with_sockets(binary, ["--systemd", "-L", "-v", "-t", "3", "-u", "root", "--backend", backend, str(root)],
+                           [v4, v6])
+    try:
+        assert fetch(v4.getsockname()[1], "hello.txt") == (0, b"hello, rack\n")
+        assert fetch(v6.getsockname()[1], "one-mib.bin", host="::1")[1] == (root / "one-mib.bin").read_bytes()
+        assert p.wait(timeout=15) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    log = p.stderr.read().decode()
+    assert "no transfer for 3 s (-t): exiting" in log, log
+
+
+def test_systemd_mode_without_sockets_says_so(binary, root):
+    r = run([str(binary), "--systemd", "-L", str(root)], env={**os.environ, "LISTEN_PID": "1", "LISTEN_FDS": "1"})
+    assert r.returncode == 1 and b"no sockets passed" in r.stderr, r
+
+
+def test_without_l_or_a_socket_there_is_nothing_to_serve(binary, root):
+    r = run([str(binary), str(root)], stdin=subprocess.DEVNULL)
+    assert r.returncode == 64 and b"nothing to serve on" in r.stderr
+
+
+def test_without_L_it_detaches_once_serving_and_writes_the_pidfile(binary, root, tmp_path):
+    pidfile = tmp_path / "tftpd.pid"
+    port = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    port.bind(("127.0.0.1", 0))
+    number = port.getsockname()[1]
+    port.close()
+    r = run([str(binary), "-l", "-a", f"127.0.0.1:{number}", "-u", "root", "-P", str(pidfile), str(root)], timeout=20)
+    assert r.returncode == 0 and r.stdout == b"" and r.stderr == b"", r
+    pid = int(pidfile.read_text())
+    try:
+        assert Path(f"/proc/{pid}").exists()
+        assert os.getsid(pid) == pid  # its own session: no terminal
+        assert fetch(number, "hello.txt") == (0, b"hello, rack\n")
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.time() + 5
+    while time.time() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.05)
+    assert not pidfile.exists()
+
+
+def test_a_detaching_server_that_cannot_start_fails_the_command(binary, root, tmp_path):
+    busy = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    busy.bind(("127.0.0.1", 0))  # no SO_REUSEPORT: the server cannot bind beside it
+    r = run([str(binary), "-l", "-a", f"127.0.0.1:{busy.getsockname()[1]}", "-u", "root", str(root)], timeout=20)
+    assert r.returncode == 1 and b"cannot listen" in r.stderr, r
+    r = run([str(binary), "-l", "-a", "127.0.0.1:0", str(tmp_path / "missing")], timeout=20)
+    assert r.returncode == 1 and b"cannot open" in r.stderr, r
+
+
+def test_as_in_tftpd_every_argument_is_the_servers(binary, tmp_path):
+    link = tmp_path / "in.tftpd"
+    link.symlink_to(binary)
+    r = run([str(link), "-V"])
+    assert r.returncode == 0 and r.stdout.startswith(b"tftp-hpa 5.2 compatible (stampede "), r
+    r = run([str(link), "-l", "-L", "-a", "127.0.0.1:0", "get"], stdin=subprocess.DEVNULL)
+    assert r.returncode == 1 and b"cannot open get" in r.stderr, r  # a directory named get, not the client
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a private mount namespace with its own /dev/log")
+def test_detached_and_inetd_servers_log_to_syslog_as_daemon(binary, root, tmp_path):
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "null").touch()
+    log = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    log.bind(str(dev / "log"))
+    log.settimeout(10)
+    number = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    number.bind(("127.0.0.1", 0))
+    port = number.getsockname()[1]
+    number.close()
+    # /dev/null stays /dev/null; /dev/log is the test's socket.
+    script = f'mount --bind /dev/null {dev}/null && mount --bind {dev} /dev && exec "$@"'
+    r = run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(binary), "-l",
+             "-a", f"127.0.0.1:{port}", "-u", "root", "-v", "-P", str(tmp_path / "pid"), str(root)], timeout=20)
+    assert r.returncode == 0, r
+    pid = int((tmp_path / "pid").read_text())
+    try:
+        assert fetch(port, "hello.txt") == (0, b"hello, rack\n")
+        lines = []
+        while not any("hello.txt" in line for line in lines):
+            lines.append(log.recv(4096).decode())
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    # <30> is facility daemon (3 << 3) with priority info (6); <29> notice.
+    assert any(line.startswith("<29>") and f"stampede[{pid}]" in line and "serving" in line for line in lines), lines
+    assert any(line.startswith("<30>") and "hello.txt" in line for line in lines), lines
