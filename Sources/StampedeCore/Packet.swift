@@ -98,6 +98,11 @@ public struct Request: Equatable, Sendable {
         case notARequest, missingTerminator, emptyMode
     }
 
+    /// An RRQ or WRQ by its opcode (single-port mode tells requests from a session's packets).
+    public static func isRequest(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        bytes.count >= 2 && bytes[0] == 0 && (bytes[1] == 1 || bytes[1] == 2)
+    }
+
     public static func parse(_ bytes: UnsafeRawBufferPointer) -> Result<Request, ParseError> {
         guard bytes.count >= 2, bytes[0] == 0, bytes[1] == 1 || bytes[1] == 2 else { return .failure(.notARequest) }
         var fields: [ArraySlice<UInt8>] = []

@@ -9,6 +9,8 @@ struct Transfer {
     var phase = Phase.free
     var socket: Int32 = -1
     var peer = SocketAddress()
+    /// Single-port mode: `socket` is the listener's, and sends go to `peer` from this address.
+    var replyFrom: SocketAddress?
     var sender: DataSender?
     var receiver: DataReceiver?
     var image: FileImage?
@@ -40,10 +42,12 @@ enum Outcome: Equatable {
     case timedOut
     case serverError(TFTPError)
     case shutdown
+    /// Single-port mode: a new request came from the same address and port (the client started over).
+    case superseded
 
     var isFailure: Bool {
         switch self {
-        case .completed, .endedByClientAfterOptionAck: return false
+        case .completed, .endedByClientAfterOptionAck, .superseded: return false
         default: return true
         }
     }
@@ -58,6 +62,7 @@ enum Outcome: Equatable {
         case .timedOut: return "timed out"
         case .serverError(let error): return "error \(error.code.rawValue) \"\(error.message)\""
         case .shutdown: return "aborted by shutdown"
+        case .superseded: return "superseded by a new request from the same port"
         }
     }
 }

@@ -86,8 +86,11 @@ extension Worker {
                 return
             }
         }
+        var largestBlock = maxBlockSize(for: datagram.local)
+        // Single-port uploads arrive in the listener's receive buffers (2 KiB in the io_uring backend).
+        if configuration.singlePort && request.isWrite { largestBlock = min(largestBlock, Self.singlePortLargestUploadBlock) }
         let negotiation = OptionNegotiation(requested: request.options, isWrite: request.isWrite, fileSize: size,
-                                            maxBlockSize: maxBlockSize(for: datagram.local), limits: configuration.optionLimits)
+                                            maxBlockSize: largestBlock, limits: configuration.optionLimits)
         transfer.record.options = negotiation.summary
         if let upload = transfer.upload, let announced = negotiation.options.transferSize {
             do {
@@ -98,21 +101,30 @@ extension Worker {
                 return
             }
         }
+        if configuration.singlePort, let running = sharedSessions[datagram.peer] {
+            // Same address and port: the client started over (a lost first reply, a reboot).
+            finish(Int(running), .superseded, now: now)
+        }
         let slot = allocateSlot()
-        var local = datagram.local
-        local.port = 0
-        do {
-            // A reader's client sends ACKs and ERRORs; a writer's sends DATA of the negotiated size.
-            let largest = request.isWrite ? negotiation.options.blockSize + 4 : 516
-            transfer.socket = try backend.openTransfer(local: local, peer: datagram.peer, ports: configuration.portRange,
-                                                       largestDatagram: largest,
-                                                       tag: UInt64(table[slot].generation & 0x7FFF_FFFF) << 32 | UInt64(slot))
-        } catch {
-            freeSlots.append(Int32(slot))
-            release(&transfer)
-            // EMFILE, ENFILE, ENOBUFS, a full port range: a host problem, survived and said.
-            refuse(datagram, listener, TFTPError(.notDefined, "Server out of sockets: \(error)"), what: what)
-            return
+        if configuration.singlePort {
+            transfer.socket = listener
+            transfer.replyFrom = datagram.local
+        } else {
+            var local = datagram.local
+            local.port = 0
+            do {
+                // A reader's client sends ACKs and ERRORs; a writer's sends DATA of the negotiated size.
+                let largest = request.isWrite ? negotiation.options.blockSize + 4 : 516
+                transfer.socket = try backend.openTransfer(local: local, peer: datagram.peer, ports: configuration.portRange,
+                                                           largestDatagram: largest,
+                                                           tag: UInt64(table[slot].generation & 0x7FFF_FFFF) << 32 | UInt64(slot))
+            } catch {
+                freeSlots.append(Int32(slot))
+                release(&transfer)
+                // EMFILE, ENFILE, ENOBUFS, a full port range: a host problem, survived and said.
+                refuse(datagram, listener, TFTPError(.notDefined, "Server out of sockets: \(error)"), what: what)
+                return
+            }
         }
         transfer.generation = table[slot].generation
         if !negotiation.acknowledged.isEmpty { transfer.optionAck = PacketWriter.optionAck(negotiation.acknowledged) }
@@ -134,6 +146,7 @@ extension Worker {
                                          sendsOptionAck: !transfer.optionAck.isEmpty, timer: timer)
         }
         table[slot] = transfer
+        if configuration.singlePort { sharedSessions[datagram.peer] = Int32(slot) }
         activeTransfers += 1
         started = true
         logger.debug("\(datagram.peer): \(what) \(negotiation.summary) accepted on \(listeners[index].address)")

@@ -6,6 +6,10 @@ import Logging
 extension Worker {
     func handleTransferDatagram(_ datagram: Datagram, now: Nanoseconds) {
         guard let slot = slot(forTag: datagram.tag) else { return } // a slot's late arrivals
+        handleTransferDatagram(datagram, slot: slot, now: now)
+    }
+
+    func handleTransferDatagram(_ datagram: Datagram, slot: Int, now: Nanoseconds) {
         if datagram.error != 0 {
             // ECONNREFUSED: the client's port is closed (a Raspberry Pi dropped one of its two
             // RRQs, or the client gave up). Nobody is listening; end quietly.
@@ -118,7 +122,7 @@ extension Worker {
         let range = table[slot].sender!.range(ofBlock: block)
         let headerLength = PacketWriter.dataHeader(block: DataSender.wire(block), into: scratch)
         if let image = table[slot].image {
-            backend.send(table[slot].socket, header: UnsafeRawBufferPointer(rebasing: scratch[..<headerLength]),
+            transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<headerLength]),
                          payload: image.slice(range))
             return
         }
@@ -132,13 +136,13 @@ extension Worker {
             done += n
         }
         // A file that shrank under us sends a short block: the client sees the end, never garbage.
-        backend.send(table[slot].socket, header: UnsafeRawBufferPointer(rebasing: scratch[..<(headerLength + done)]),
+        transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<(headerLength + done)]),
                      payload: UnsafeRawBufferPointer(start: nil, count: 0))
     }
 
     func sendOptionAck(_ slot: Int) {
         table[slot].optionAck.withUnsafeBytes { bytes in
-            backend.send(table[slot].socket, header: bytes, payload: UnsafeRawBufferPointer(start: nil, count: 0))
+            transmit(slot, header: bytes, payload: UnsafeRawBufferPointer(start: nil, count: 0))
         }
     }
 
@@ -150,14 +154,23 @@ extension Worker {
             sendOptionAck(slot)
         case .ack(let block):
             let count = PacketWriter.ack(block: block, into: scratch)
-            backend.send(table[slot].socket, header: UnsafeRawBufferPointer(rebasing: scratch[..<count]),
+            transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<count]),
                          payload: UnsafeRawBufferPointer(start: nil, count: 0))
+        }
+    }
+
+    /// On the transfer's own connected socket, or in single-port mode from the listener to the peer.
+    func transmit(_ slot: Int, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
+        if let local = table[slot].replyFrom {
+            backend.send(table[slot].socket, to: table[slot].peer, from: local, header: header, payload: payload)
+        } else {
+            backend.send(table[slot].socket, header: header, payload: payload)
         }
     }
 
     func sendError(_ slot: Int, _ error: TFTPError) {
         let count = PacketWriter.error(error.code.rawValue, message: error.message, into: scratch)
-        backend.send(table[slot].socket, header: UnsafeRawBufferPointer(rebasing: scratch[..<count]),
+        transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<count]),
                      payload: UnsafeRawBufferPointer(start: nil, count: 0))
     }
 }

@@ -18,6 +18,10 @@ public final class Worker<Backend: DatagramBackend> {
     var wheel: TimerWheel
     var expired: [Int32] = []
     var listeners: [(socket: Int32, address: SocketAddress)] = []
+    /// Single-port mode: the running transfers by client address and port.
+    var sharedSessions: [SocketAddress: Int32] = [:]
+    /// False once stopping: single-port listeners stay open for the transfers still running.
+    var accepting = true
     public internal(set) var activeTransfers = 0
     public internal(set) var summary = WorkerSummary()
 
@@ -29,6 +33,8 @@ public final class Worker<Backend: DatagramBackend> {
     var mtuCache: [SocketAddress: (blockSize: Int, expires: Nanoseconds)] = [:]
 
     static var listenerBit: UInt64 { 1 << 63 }
+    /// The largest blksize a single-port upload gets: its DATA must fit a listener's receive buffer.
+    static var singlePortLargestUploadBlock: Int { 1468 }
 
     /// `admission`: the limits shared with the other workers (nil: this worker's own).
     public init(backend: Backend, configuration: ServerConfiguration, cache: FileCache, index: Int,
@@ -103,6 +109,7 @@ public final class Worker<Backend: DatagramBackend> {
             }
             turn(now: now, maxWait: 500_000_000)
         }
+        closeListeners()
         _ = backend.poll(deadline: stampede_monotonic_ns())
         retiredImages.removeAll(keepingCapacity: true)
     }
@@ -123,7 +130,11 @@ public final class Worker<Backend: DatagramBackend> {
         for i in 0..<count {
             let datagram = backend.datagram(i)
             if datagram.tag & Self.listenerBit != 0 {
-                handleRequest(datagram, listener: Int(datagram.tag & 0xFFFF), now: arrival)
+                if !sharedSessions.isEmpty, let slot = sharedSessions[datagram.peer], !Request.isRequest(datagram.bytes) {
+                    handleTransferDatagram(datagram, slot: Int(slot), now: arrival)
+                } else if accepting {
+                    handleRequest(datagram, listener: Int(datagram.tag & 0xFFFF), now: arrival)
+                }
             } else {
                 handleTransferDatagram(datagram, now: arrival)
             }
@@ -131,9 +142,14 @@ public final class Worker<Backend: DatagramBackend> {
     }
 
     func stopListening() {
+        accepting = false
+        if !configuration.singlePort { closeListeners() }
+        logger.notice("stopping: no new requests; \(activeTransfers) transfers finishing")
+    }
+
+    func closeListeners() {
         for listener in listeners { backend.close(listener.socket) }
         listeners.removeAll()
-        logger.notice("stopping: no new requests; \(activeTransfers) transfers finishing")
     }
 
     func abortAll(now: Nanoseconds) {
@@ -174,7 +190,11 @@ public final class Worker<Backend: DatagramBackend> {
     func finish(_ slot: Int, _ outcome: Outcome, now: Nanoseconds) {
         log(slot, outcome, now: now)
         wheel.cancel(slot)
-        backend.close(table[slot].socket)
+        if table[slot].replyFrom == nil {
+            backend.close(table[slot].socket)
+        } else {
+            sharedSessions[table[slot].peer] = nil
+        }
         if let image = table[slot].image { retiredImages.append(image) }
         if table[slot].streamFD >= 0 { close(table[slot].streamFD) }
         table[slot].upload?.abort()

@@ -133,6 +133,38 @@ final class FakeBackend: DatagramBackend {
         #expect(request("other") == [0, 5, 0, 1] + [UInt8]("File not found") + [0])
     }
 
+    @Test func singlePortTransfersRunOnTheListenerToldApartByClientPort() throws {
+        dir.write("f", [UInt8](repeating: 7, count: 700))
+        var configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        configuration.singlePort = true
+        let backend = FakeBackend()
+        let worker = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0)
+        try worker.bindListeners([local])
+        let other = SocketAddress(parsing: "127.0.0.1:40001", defaultPort: 0)!
+        func send(_ bytes: [UInt8], from peer: SocketAddress) -> [(socket: Int32, bytes: [UInt8])] {
+            backend.sent = []
+            backend.inbox.append((backend.tags[0], bytes, peer, local))
+            worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+            return backend.sent
+        }
+        let rrq = Request(isWrite: false, filename: Array("f".utf8), mode: "octet").encoded()
+        #expect(send(rrq, from: client).map(\.socket) == [0])     // DATA 1 from the listener
+        #expect(send(rrq, from: other).first?.bytes.prefix(4) == [0, 3, 0, 1])
+        #expect(backend.tags.count == 1)                          // no transfer sockets
+        #expect(send([0, 4, 0, 1], from: client).first?.bytes.prefix(4) == [0, 3, 0, 2])
+        #expect(send([0, 4, 0, 2], from: client).isEmpty)          // done
+        #expect(worker.activeTransfers == 1)
+        // The same port asks again: the running transfer gives way to the new one.
+        #expect(send(rrq, from: other).first?.bytes.prefix(4) == [0, 3, 0, 1])
+        #expect(worker.activeTransfers == 1)
+        #expect(send([0, 4, 0, 1], from: other).first?.bytes.prefix(4) == [0, 3, 0, 2])
+        #expect(send([0, 4, 0, 2], from: other).isEmpty)
+        #expect(worker.activeTransfers == 0 && backend.closed.isEmpty)
+        // A stranger's ACK on the listener is not a session's: ignored, as on any listener.
+        #expect(send([0, 4, 0, 1], from: client).isEmpty)
+    }
+
     @Test func limitsPerClientAndInAllRefuseWithErrorZeroAndFreeUpWhenTransfersEnd() throws {
         dir.write("f", Array(repeating: 1, count: 2000))
         var configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd),

@@ -209,3 +209,32 @@ def test_detached_and_inetd_servers_log_to_syslog_as_daemon(binary, root, tmp_pa
     # <30> is facility daemon (3 << 3) with priority info (6); <29> notice.
     assert any(line.startswith("<29>") and f"stampede[{pid}]" in line and "serving" in line for line in lines), lines
     assert any(line.startswith("<30>") and "hello.txt" in line for line in lines), lines
+
+
+def test_single_port_runs_every_transfer_on_the_listeners_port(serve, root, tmp_path):
+    root.chmod(0o777)  # uploads create files: a world-writable directory, as tftpd-hpa wants
+    s = serve("--single-port", "-c")
+    c = RawClient(s)
+    reply, tid = c.exchange(request("hello.txt"))
+    assert reply == ("DATA", (1, b"hello, rack\n")) and tid[1] == s.port
+    c.send(ack(1), tid)
+    assert RawClient(s).download("one-mib.bin", options=(("blksize", "1468"), ("windowsize", "8"))) == \
+        (root / "one-mib.bin").read_bytes()
+    assert fetch(s.port, "one-mib.bin")[1] == (root / "one-mib.bin").read_bytes()
+    r = run(["tftp", "-m", "binary", "127.0.0.1", str(s.port), "-c", "get", "exact-512.bin", "/dev/stdout"])
+    assert r.stdout == (root / "exact-512.bin").read_bytes()
+    # Uploads too, with their blocks capped to what the listener's buffers hold.
+    src = tmp_path / "up.bin"
+    src.write_bytes(os.urandom(300_000))
+    r = run(["busybox", "tftp", "-p", "-l", str(src), "-r", "up.bin", "-b", "8192", "127.0.0.1", str(s.port)])
+    assert r.returncode == 0, r
+    assert (root / "up.bin").read_bytes() == src.read_bytes()
+    # Hundreds at once, each told apart by its client port, every byte checked.
+    r = run([str(binary_of(s)), "storm", f"127.0.0.1:{s.port}", "one-mib.bin", "--clients", "200", "--blksize", "1468",
+             "--windowsize", "4", "--verify", str(root / "one-mib.bin")])
+    assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
+    assert "blksize=1468" in s.log_text()
+
+
+def binary_of(server):
+    return server.argv[0]
