@@ -131,8 +131,21 @@ test: deps build sanitize
 	$(SWIFT) test
 	$(PYTHON) -m pytest -q -rs Tests/interop
 
+# The binary in $(PREFIX)/sbin, beside where in.tftpd lives; UNITS=1 adds the systemd units
+# (contrib/systemd: standalone with /etc/default/tftpd-hpa, or socket-activated).
+SBINDIR = $(PREFIX)/sbin
+UNITDIR ?= /lib/systemd/system
+UNITS ?=
 install: build
-	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/stampede
+	install -D -m 0755 $(BIN) $(DESTDIR)$(SBINDIR)/stampede
+	@if [ -n "$(UNITS)" ]; then \
+		for unit in contrib/systemd/*.service contrib/systemd/*.socket; do \
+			install -d $(DESTDIR)$(UNITDIR) && \
+			sed 's|@SBINDIR@|$(SBINDIR)|g' $$unit > $(DESTDIR)$(UNITDIR)/$$(basename $$unit) && \
+			chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename $$unit) && echo "installed $(DESTDIR)$(UNITDIR)/$$(basename $$unit)"; \
+		done; \
+		command -v systemctl >/dev/null && [ -z "$(DESTDIR)" ] && systemctl daemon-reload || true; \
+	fi
 
 clean:
 	rm -rf .build

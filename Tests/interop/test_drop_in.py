@@ -238,3 +238,60 @@ def test_single_port_runs_every_transfer_on_the_listeners_port(serve, root, tmp_
 
 def binary_of(server):
     return server.argv[0]
+
+
+def systemd_command(unit: Path, environment_file: Path) -> list:
+    """ExecStart= of `unit` expanded as systemd does: Environment= defaults, then the
+    EnvironmentFile (shell-style, quotes removed); ${VAR} stays one word, $VAR splits on blanks."""
+    env, command = {}, None
+    for line in unit.read_text().splitlines():
+        if line.startswith("Environment="):
+            env.update(pair.split("=", 1) for pair in line[len("Environment="):].split())
+        elif line.startswith("ExecStart="):
+            command = line[len("ExecStart="):]
+    for line in environment_file.read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, value = line.split("=", 1)
+            env[key.strip()] = value.strip().strip('"')
+    words = []
+    for word in command.split():
+        if word.startswith("${") and word.endswith("}"):
+            words.append(env[word[2:-1]])
+        elif word.startswith("$"):
+            words.extend(env[word[1:]].split())
+        else:
+            words.append(word)
+    return words
+
+
+def test_make_install_puts_units_that_run_debians_tftpd_hpa_settings_unchanged(root, tmp_path):
+    destdir = tmp_path / "dest"
+    r = run(["make", "-C", str(Path(__file__).resolve().parents[2]), "install", f"DESTDIR={destdir}", "UNITS=1",
+             "PREFIX=/usr"], timeout=600)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    units = destdir / "lib" / "systemd" / "system"
+    assert sorted(p.name for p in units.iterdir()) == ["stampede-activated.service", "stampede-activated.socket",
+                                                       "stampede.service"]
+    assert (destdir / "usr" / "sbin" / "stampede").exists()
+    port = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    port.bind(("127.0.0.1", 0))
+    number = port.getsockname()[1]
+    port.close()
+    # /etc/default/tftpd-hpa as Debian writes it, pointed at the test's root and port.
+    defaults = tmp_path / "tftpd-hpa"
+    options = "--secure --create" if os.geteuid() == 0 else "--create"
+    defaults.write_text(f'# /etc/default/tftpd-hpa\n\nTFTP_USERNAME="root"\nTFTP_DIRECTORY="{root}"\n'
+                        f'TFTP_ADDRESS="127.0.0.1:{number}"\nTFTP_OPTIONS="{options}"\n')
+    argv = systemd_command(units / "stampede.service", defaults)
+    assert argv[0] == "/usr/sbin/stampede"
+    argv[0] = str(destdir / "usr" / "sbin" / "stampede")
+    p = subprocess.Popen(argv, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline and fetch(number, "hello.txt")[1] != b"hello, rack\n":
+            time.sleep(0.1)
+        assert fetch(number, "hello.txt") == (0, b"hello, rack\n")
+    finally:
+        p.terminate()
+    assert p.wait(timeout=15) == 0
+    assert "ExecStart=/usr/sbin/stampede --systemd" in (units / "stampede-activated.service").read_text()
