@@ -17,7 +17,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build run test unit interop sanitize fuzz soak bench bench-loss bench-deps bench-micro bench-thresholds deps install clean
+.PHONY: all build run test unit interop parity-deps sanitize fuzz soak bench bench-loss bench-deps bench-micro bench-thresholds deps install clean
 
 all: build
 
@@ -66,11 +66,13 @@ sanitize: deps
 # FUZZ_SECONDS from its seed corpus in Fuzz/corpus (make test runs a short round). A crash
 # leaves its input in .build/fuzz/crash-*: add it to the seed corpus, which every run replays.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := packet optionack
+FUZZ_TARGETS := packet optionack remap
 FUZZ_SOURCES := Sources/StampedeCore/Packet.swift Sources/StampedeCore/OptionNegotiation.swift
+REMAP_SOURCES := Sources/StampedeCore/RemapRules.swift Sources/StampedeCore/SocketAddress.swift Sources/StampedeCore/LogText.swift
 
 .build/fuzz/packet: Fuzz/PacketFuzz.swift $(FUZZ_SOURCES)
 .build/fuzz/optionack: Fuzz/OptionAckFuzz.swift $(FUZZ_SOURCES)
+.build/fuzz/remap: Fuzz/RemapFuzz.swift $(REMAP_SOURCES)
 .build/fuzz/%:
 	mkdir -p .build/fuzz
 	swiftc -parse-as-library -sanitize=fuzzer,address -O $^ -o $@ 2>&1 | { grep -v "Cannot export local symbol" || true; }
@@ -94,7 +96,19 @@ soak: build
 PEER_DEBS := tftpd-hpa atftpd
 PEERS := .build/peers
 
-bench-deps: deps
+# tftpd-hpa unpacked from Debian's .deb (never installed: it would take port 69), for the
+# parity test (Tests/interop/test_parity.py) and the benchmarks.
+parity-deps: deps
+	@dpkg -s libwrap0 >/dev/null 2>&1 || { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libwrap0; }
+	@if [ ! -x $(PEERS)/usr/sbin/in.tftpd ]; then \
+		mkdir -p $(PEERS)/debs && cd $(PEERS)/debs && \
+		{ apt-get download tftpd-hpa 2>/dev/null || { $(SUDO) apt-get update -qq && apt-get download tftpd-hpa; }; } && \
+		dpkg-deb -x tftpd-hpa_*.deb ..; \
+	fi
+	@$(PEERS)/usr/sbin/in.tftpd -V 2>&1 | head -1
+
+bench-deps: deps parity-deps
 	@missing=""; \
 	for p in dnsmasq-base libwrap0; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -126,7 +140,7 @@ bench-thresholds:
 interop: build deps
 	$(PYTHON) -m pytest -q -rs Tests/interop
 
-test: deps build sanitize
+test: deps parity-deps build sanitize
 	$(MAKE) fuzz FUZZ_SECONDS=10
 	$(SWIFT) test
 	$(PYTHON) -m pytest -q -rs Tests/interop

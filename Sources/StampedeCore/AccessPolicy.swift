@@ -65,7 +65,7 @@ public struct AccessPolicy: Sendable {
         }
         guard permissive || info.st_mode & S_IROTH != 0 else {
             close(fd)
-            return .failure(TFTPError(.accessViolation, "Access violation"))
+            return .failure(TFTPError(.accessViolation, "File must have global read permissions"))  // tftpd-hpa's words
         }
         return .success((fd, info))
     }
@@ -96,7 +96,7 @@ public struct AccessPolicy: Sendable {
             }
             guard permissive || existing.st_mode & S_IWOTH != 0 else {
                 close(directory)
-                return .failure(TFTPError(.accessViolation, "Access violation"))
+                return .failure(TFTPError(.accessViolation, "File must have global write permissions"))
             }
             mode = existing.st_mode & 0o7777
             owner = (existing.st_uid, existing.st_gid)

@@ -1,0 +1,191 @@
+"""Parity with tftpd-hpa: the same command line, the same remap file and the same requests given to
+Debian's in.tftpd (unpacked by `make parity-deps`) and to Stampede; outcomes compared case by case.
+Deliberate differences are listed here and in the README's migration note."""
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, Server
+from tftpwire import ack, data, decode, request
+
+IN_TFTPD = REPO / ".build" / "peers" / "usr" / "sbin" / "in.tftpd"
+
+pytestmark = [
+    pytest.mark.skipif(not IN_TFTPD.exists(), reason="tftpd-hpa not unpacked: run `make parity-deps` (make test does)"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="tftpd-hpa with -s and -u needs root"),
+]
+
+RULES = r"""
+# A PXE site's rules: every flag the two servers share
+r       ^restarted$               hello.txt
+a       ^private/                 No\ private\ files
+rg      \\                        /
+ri      ^/?pxelinux\.cfg/         pxelinux.cfg/
+r       ^boot/by-ip$              hosts/\i
+re      ^first$                   first.txt
+r       ^first\.txt$              never-reached
+rP      ^upload/                  incoming/
+r4      ^family$                  v4.txt
+r6      ^family$                  v6.txt
+a~G     ^(hosts|pxelinux|incoming|upload|[a-z0-9-]+\.|first|again|restarted|family|\.\.|/)   Not\ here\ (\0)
+rs      ^again$                   restarted
+"""
+
+# Requests as (name, write, mode, options); what each server answers is compared.
+CASES = {
+    "found": ("hello.txt", False, "octet", ()),
+    "found, netascii": ("text.txt", False, "netascii", ()),
+    "found, options": ("one-mib.bin", False, "octet", (("blksize", "1468"), ("tsize", "0"))),
+    "not found": ("missing.bin", False, "octet", ()),
+    "remapped, case and separators": (r"PXELINUX.CFG\default", False, "octet", ()),
+    "remapped by client address": ("boot/by-ip", False, "octet", ()),
+    "remapped, rule order and e": ("first", False, "octet", ()),
+    "remapped by family": ("family", False, "octet", ()),
+    "refused by an a rule": ("private/key", False, "octet", ()),
+    "refused by an inverse a rule": ("secret/x", False, "octet", ()),
+    "traversal": ("../../etc/passwd", False, "octet", ()),
+    "traversal, absolute": ("/../etc/passwd", False, "octet", ()),
+    "written": ("new.bin", True, "octet", ()),
+    "written, remapped": ("upload/up.bin", True, "octet", ()),
+    "refused write, not world-writable": ("hello.txt", True, "octet", ()),
+    "restart (s)": ("again", False, "octet", ()),
+}
+
+# Where Stampede answers differently on purpose (README, "Migrating from tftpd-hpa").
+DELIBERATE = {
+    # tftpd-hpa 5.2 restarts at the second rule (its loop steps past the first after `s`); the
+    # manual says "from the very first rule", which is what Stampede does (as tftpd-hpa's later
+    # releases do).
+    "restart (s)",
+    # An inverse a rule's message: tftpd-hpa 5.2 copies it one byte short ("ot here ()": it
+    # copies the text before a match that does not exist, at offset -1); Stampede sends it whole.
+    "refused by an inverse a rule",
+    # A path that climbs out of the root: tftpd-hpa -s lets the chroot clamp it to the root
+    # (here ERROR 1: there is no <root>/etc/passwd); Stampede refuses it, ERROR 2.
+    "traversal",
+    "traversal, absolute",
+}
+
+UPLOAD = os.urandom(70_000)
+
+
+def make_root(path: Path) -> Path:
+    path.mkdir()
+    (path / "hello.txt").write_text("hello, rack\n")
+    (path / "first.txt").write_text("the e rule ended here\n")
+    (path / "text.txt").write_bytes(b"line one\nline two\r\nbare\rcr\n" * 200)
+    (path / "one-mib.bin").write_bytes(bytes(range(256)) * 4096)
+    (path / "v4.txt").write_text("IPv4 client\n")
+    (path / "v6.txt").write_text("IPv6 client\n")
+    (path / "pxelinux.cfg").mkdir()
+    (path / "pxelinux.cfg" / "default").write_text("DEFAULT linux\n")
+    (path / "hosts").mkdir()
+    (path / "hosts" / "127.0.0.1").write_text("for 127.0.0.1\n")
+    (path / "private").mkdir()
+    (path / "private" / "key").write_text("secret\n")
+    (path / "incoming").mkdir()
+    for p in path.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    (path / "incoming").chmod(0o777)
+    path.chmod(0o777)
+    return path
+
+
+def outcome(port, name, write, mode, options):
+    """What the server answered: ("DATA", bytes), ("WROTE", n), ("ERROR", code, message) or ("SILENT",)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.settimeout(3)
+    try:
+        sock.sendto(request(name, mode, options, write=write), ("127.0.0.1", port))
+        received = bytearray()
+        blksize = 512
+        block = 0
+        while True:
+            try:
+                packet, tid = sock.recvfrom(70000)
+            except socket.timeout:
+                return ("SILENT",)
+            kind, fields = decode(packet)
+            if kind == "ERROR":
+                return ("ERROR", fields[0], fields[1])
+            if kind == "OACK":
+                blksize = int(fields.get("blksize", 512))
+                negotiated = tuple(sorted(fields.items()))
+                if not write:
+                    sock.sendto(ack(0), tid)
+                    continue
+            if write and kind in ("ACK", "OACK"):
+                acked = fields[0] if kind == "ACK" else 0
+                if acked * blksize > len(UPLOAD):
+                    return ("WROTE", len(UPLOAD))
+                block = acked + 1
+                sock.sendto(data(block, UPLOAD[(block - 1) * blksize:block * blksize]), tid)
+                continue
+            if kind == "DATA" and fields[0] == (block + 1) & 0xFFFF:
+                received += fields[1]
+                block += 1
+                sock.sendto(ack(fields[0]), tid)
+                if len(fields[1]) < blksize:
+                    return ("DATA", bytes(received)) + ((negotiated,) if options else ())
+    finally:
+        sock.close()
+
+
+class TftpdHpa:
+    def __init__(self, root: Path, args):
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        probe.bind(("127.0.0.1", 0))
+        self.port = probe.getsockname()[1]
+        probe.close()
+        self.process = subprocess.Popen([str(IN_TFTPD), "-l", "-L", "-a", f"127.0.0.1:{self.port}", *args, str(root)],
+                                        stderr=subprocess.PIPE)
+        deadline = time.time() + 10
+        while time.time() < deadline and outcome(self.port, "hello.txt", False, "octet", ())[0] != "DATA":
+            assert self.process.poll() is None, self.process.stderr.read()
+            time.sleep(0.1)
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    base = tmp_path_factory.mktemp("parity")
+    rules = base / "rules"
+    rules.write_text(RULES)
+    args = ["-s", "-c", "-u", "root", "-m", str(rules)]
+    theirs = TftpdHpa(make_root(base / "tftpd-hpa"), args)
+    ours = Server(make_root(base / "stampede"), args)
+    yield theirs, ours
+    theirs.stop()
+    ours.stop()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_same_request_same_outcome_as_tftpd_hpa(pair, case):
+    theirs, ours = pair
+    name, write, mode, options = CASES[case]
+    expected = outcome(theirs.port, name, write, mode, options)
+    got = outcome(ours.port, name, write, mode, options)
+    if case in DELIBERATE:
+        assert got != expected, f"{case}: listed as a deliberate difference, but both answered {got}"
+        return
+    assert got == expected, f"{case}: tftpd-hpa {expected[:3]!r:.300}, stampede {got[:3]!r:.300}"
+    if write and got[0] == "WROTE":
+        target = name.replace("upload/", "incoming/")
+        assert (ours.root / target).read_bytes() == (Path(theirs.process.args[-1]) / target).read_bytes() == UPLOAD
+
+
+def test_the_deliberate_differences_are_the_documented_ones(pair):
+    theirs, ours = pair
+    def both(name):
+        return outcome(theirs.port, name, False, "octet", ()), outcome(ours.port, name, False, "octet", ())
+    assert both("again") == (("ERROR", 1, "File not found"), ("DATA", b"hello, rack\n"))
+    assert both("secret/x") == (("ERROR", 2, "ot here ()"), ("ERROR", 2, "Not here ()"))
+    assert both("../../etc/passwd") == (("ERROR", 1, "File not found"), ("ERROR", 2, "Access violation"))
