@@ -133,6 +133,12 @@ import Testing
         #expect(try map(#"r my\ file my_file"#, "my file") == "my_file")
     }
 
+    @Test func aRuleWithoutReplacementDeletesTheMatchAsForJunkAfterANameFromSomePXEROMs() throws {
+        let junkRule = try RemapRules(parsing: Array("r ".utf8) + [0xFF] + Array("+$".utf8))
+        let outcome = junkRule.apply(to: Array("pxelinux.0".utf8) + [0xFF, 0xFF], isWrite: false, client: v4)
+        #expect(outcome == .mapped(Array("pxelinux.0".utf8)))
+    }
+
     // MARK: The file
 
     @Test func commentsAndBlankLinesAreNotRules() throws {

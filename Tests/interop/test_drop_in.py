@@ -112,6 +112,36 @@ def test_inetd_mode_serves_the_socket_on_fd_0_and_exits_when_idle(binary, root, 
     assert 1.0 < time.time() - started < 4.5  # -t 2 after the last transfer
 
 
+def test_inetd_mode_on_a_dual_stack_socket_serves_ipv4_and_ipv6_clients(binary, root):
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # as inetd binds "udp" on many systems
+    sock.bind(("::", 0))
+    port = sock.getsockname()[1]
+    p = subprocess.Popen([str(binary), "-t", "1", "-u", "root", str(root)],
+                         stdin=sock.fileno(), stdout=sock.fileno(), stderr=sock.fileno())
+    sock.close()
+    assert fetch(port, "hello.txt") == (0, b"hello, rack\n")
+    assert fetch(port, "hello.txt", host="::1") == (0, b"hello, rack\n")
+    assert p.wait(timeout=10) == 0
+
+
+def test_verbosity_levels_mean_what_they_mean_in_tftpd_hpa(serve, root, site):
+    _, rules = site
+    quiet = serve("--verbosity", "0", "-m", str(rules))
+    fetch(quiet.port, "PXELINUX.CFG/default")
+    fetch(quiet.port, "missing.bin")
+    chatty = serve("--verbosity", "1", "-m", str(rules))
+    fetch(chatty.port, "PXELINUX.CFG/default")
+    detailed = serve("--verbosity", "2")
+    fetch(detailed.port, "hello.txt")
+    time.sleep(0.3)
+    # 0: refusals still get their line (bad input always does), transfers and remappings do not.
+    assert "missing.bin" in quiet.log_text() and "pxelinux" not in quiet.log_text().lower()
+    # 1: the remapping and the transfer, 2: the request as accepted, with its options.
+    assert 'remapped to "pxelinux.cfg/default"' in chatty.log_text() and "accepted on" not in chatty.log_text()
+    assert "accepted on" in detailed.log_text()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_systemd_socket_activation_serves_every_passed_socket(binary, root, backend):
     v4 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

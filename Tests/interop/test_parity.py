@@ -189,3 +189,15 @@ def test_the_deliberate_differences_are_the_documented_ones(pair):
     assert both("again") == (("ERROR", 1, "File not found"), ("DATA", b"hello, rack\n"))
     assert both("secret/x") == (("ERROR", 2, "ot here ()"), ("ERROR", 2, "Not here ()"))
     assert both("../../etc/passwd") == (("ERROR", 1, "File not found"), ("ERROR", 2, "Access violation"))
+
+
+@pytest.mark.parametrize("bad", ["R a b", "r (unclosed x", "r~ a b", "rq a b", "r"])
+def test_a_bad_rule_stops_both_servers_with_ex_config(tmp_path, bad):
+    rules = tmp_path / "rules"
+    rules.write_text(f"r ok fine\n{bad}\n")
+    root = make_root(tmp_path / "root")
+    argv = ["-l", "-L", "-a", "127.0.0.1:0", "-u", "root", "-m", str(rules), str(root)]
+    theirs = subprocess.run([str(IN_TFTPD), *argv], capture_output=True, timeout=10)
+    ours = subprocess.run([str(REPO / ".build" / "release" / "stampede"), *argv], capture_output=True, timeout=10)
+    assert theirs.returncode == ours.returncode == 78, (theirs, ours)
+    assert b"line 2" in ours.stderr
