@@ -295,6 +295,21 @@ int stampede_interface_mtu(const struct sockaddr_storage *address)
 }
 
 static volatile sig_atomic_t stop_flag;
+static volatile sig_atomic_t reload_flag;
+
+static void on_reload_signal(int signal_number)
+{
+    (void)signal_number;
+    reload_flag = 1;
+}
+
+int stampede_reload_requested(void)
+{
+    if (!reload_flag)
+        return 0;
+    reload_flag = 0;
+    return 1;
+}
 
 static void on_stop_signal(int signal_number)
 {
@@ -310,6 +325,9 @@ void stampede_install_stop_signals(void)
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, NULL);
     sigaction(SIGTERM, &action, NULL);
+    /* SIGHUP re-reads the remap rules, as in.tftpd does; it never ends the server. */
+    action.sa_handler = on_reload_signal;
+    sigaction(SIGHUP, &action, NULL);
     signal(SIGPIPE, SIG_IGN);
 }
 

@@ -263,6 +263,47 @@ public final class RemapRules: @unchecked Sendable {
     }
 }
 
+/// The rules in force, replaced whole when SIGHUP reloads the file (as in.tftpd re-reads it);
+/// each request takes them once, under a lock, never per packet.
+public final class RemapRuleSet: @unchecked Sendable {
+    private var lock = pthread_mutex_t()
+    private var rules: RemapRules
+    /// Reads the file again: the new rules, or why not (the old ones stay).
+    let reload: (@Sendable () -> Result<RemapRules, RemapReloadError>)?
+
+    public init(_ rules: RemapRules, reload: (@Sendable () -> Result<RemapRules, RemapReloadError>)? = nil) {
+        self.rules = rules
+        self.reload = reload
+        pthread_mutex_init(&lock, nil)
+    }
+
+    deinit { pthread_mutex_destroy(&lock) }
+
+    public var current: RemapRules {
+        pthread_mutex_lock(&lock)
+        defer { pthread_mutex_unlock(&lock) }
+        return rules
+    }
+
+    /// Loads the file again; on success the next request uses the new rules.
+    public func reloadNow() -> Result<RemapRules, RemapReloadError> {
+        guard let reload else { return .failure(RemapReloadError(message: "no file to reload")) }
+        let result = reload()
+        if case .success(let fresh) = result {
+            pthread_mutex_lock(&lock)
+            rules = fresh
+            pthread_mutex_unlock(&lock)
+        }
+        return result
+    }
+}
+
+public struct RemapReloadError: Error, CustomStringConvertible {
+    public var message: String
+    public init(message: String) { self.message = message }
+    public var description: String { message }
+}
+
 /// A rule file with bad lines: each with its number.
 public struct RemapRulesError: Error, CustomStringConvertible {
     public var lines: [RemapRules.LineError]

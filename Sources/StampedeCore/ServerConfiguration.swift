@@ -30,7 +30,7 @@ public struct ServerConfiguration: Sendable {
     /// worker tells them apart by client address and port.
     public var singlePort = false
     /// `-m`: tftpd-hpa's filename remapping, applied to every request before the access checks.
-    public var remapRules: RemapRules?
+    public var remapRules: RemapRuleSet?
     /// Requested listener receive buffer (bursts of thousands of RRQs).
     public var listenerReceiveBuffer = 8 << 20
     public var logger: Logger

@@ -46,7 +46,7 @@ extension Worker {
         defer { if !started { admission.release(datagram.peer) } }
         var filename = request.filename
         var logName = name
-        if let rules = configuration.remapRules {
+        if let rules = configuration.remapRules?.current {
             switch remap(filename, with: rules, isWrite: request.isWrite, client: datagram.peer) {
             case .success(let mapped):
                 if mapped != filename {

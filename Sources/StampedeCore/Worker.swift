@@ -99,6 +99,7 @@ public final class Worker<Backend: DatagramBackend> {
                 if index == 0 { logger.notice("no transfer for \(idle / Clock.nanosecondsPerSecond) s (-t): exiting") }
                 stampede_request_stop()
             }
+            if index == 0 && stampede_reload_requested() != 0 { reloadRemapRules() }
             if stopDeadline == nil && stampede_stop_requested() != 0 {
                 stopDeadline = now + configuration.shutdownGrace
                 stopListening()
@@ -145,6 +146,18 @@ public final class Worker<Backend: DatagramBackend> {
         accepting = false
         if !configuration.singlePort { closeListeners() }
         logger.notice("stopping: no new requests; \(activeTransfers) transfers finishing")
+    }
+
+    /// SIGHUP: the -m file again. A file that no longer parses keeps the rules in force.
+    func reloadRemapRules() {
+        guard let set = configuration.remapRules else {
+            logger.notice("SIGHUP: no remap rules (-m) to reload")
+            return
+        }
+        switch set.reloadNow() {
+        case .success(let rules): logger.notice("SIGHUP: remap rules reloaded (\(rules.count) rules)")
+        case .failure(let error): logger.error("SIGHUP: remap rules not reloaded, the old ones stay: \(error)")
+        }
     }
 
     func closeListeners() {

@@ -1,9 +1,10 @@
 import Glibc
 import StampedeCore
 
-/// A whole regular local file (`put`'s source, `storm --verify`).
-func readWholeFile(_ path: String) throws(Errno) -> [UInt8] {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
+/// A whole regular local file (`put`'s source, `storm --verify`, `-m`), `path` taken from
+/// `directory` when it is relative.
+func readWholeFile(_ path: String, relativeTo directory: Int32 = AT_FDCWD) throws(Errno) -> [UInt8] {
+    let fd = openat(directory, path, O_RDONLY | O_CLOEXEC)
     guard fd >= 0 else { throw Errno.current }
     defer { close(fd) }
     var info = stat()

@@ -174,8 +174,8 @@ struct Serve: ParsableCommand {
             print(Stampede.versionLine)
             return
         }
-        let rules = try mapFile.map(loadRules)
-        if let mapTest, let rules { return try runMapTest(mapTest, rules) }
+        let rules = try mapFile.map(RuleFile.init).map(loadRules)
+        if let mapTest, let rules { return try runMapTest(mapTest, rules.current) }
         let mode = try servingMode()
         // in.tftpd detaches unless -L; inetd and systemd supervise the process themselves.
         let detaching = mode == .standalone && !foreground
@@ -183,7 +183,7 @@ struct Serve: ParsableCommand {
             ? .standardError : .syslog(identity: Stampede.invokedName)
         destination.bootstrap(level: LogDestination.level(verbosity: verbosity ?? verbose))
         let logger = Logger(label: "stampede")
-        for warning in rules?.warnings ?? [] { logger.warning("-m \(mapFile!): \(warning)") }
+        for warning in rules?.current.warnings ?? [] { logger.warning("-m \(mapFile!): \(warning)") }
         if mode != .standalone && !address.isEmpty { logger.warning("-a is for -l (standalone); serving the passed sockets") }
         var readyFD: Int32 = -1
         if detaching {
@@ -227,7 +227,14 @@ struct Serve: ParsableCommand {
         configuration.maxTransfers = maxTransfers
         configuration.maxTransfersPerClient = maxPerClient
         let cache = FileCache(limits: .init(budget: cacheSize << 20, fileLimit: cacheFileLimit << 20))
-        let workerCount = workers ?? Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+        var workerCount = workers ?? Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+        if singlePort && mode != .standalone && workerCount > 1 {
+            // A passed socket is one socket that every worker reads: a client's ACK could reach a
+            // worker that does not hold its transfer. (Bound with -l, SO_REUSEPORT keeps a client
+            // on one worker's socket.)
+            logger.notice("--single-port on a passed socket: one worker")
+            workerCount = 1
+        }
 
         let (useURing, reason) = chooseBackend()
         if backend == "uring" && !useURing { throw failure("--backend uring: \(reason)") }
@@ -237,6 +244,42 @@ struct Serve: ParsableCommand {
             try serving.run(backendName: "uring", reason: reason) { () throws(Errno) in try URingBackend() }
         } else {
             try serving.run(backendName: "glibc", reason: reason) { () throws(Errno) in try GlibcBackend() }
+        }
+    }
+
+    /// A remap rule file: its directory held open, so that a reload finds the file after a
+    /// chroot and sees an editor's replacement (a new inode under the same name).
+    struct RuleFile: Sendable {
+        let path: String
+        let directory: Int32
+        let name: String
+
+        init(_ path: String) throws {
+            self.path = path
+            let slash = path.lastIndex(of: "/")
+            let directoryPath = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+            name = slash.map { String(path[path.index(after: $0)...]) } ?? path
+            directory = open(directoryPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            guard directory >= 0 else {
+                fputs("stampede: -m \(path): cannot read: \(Errno.current)\n", stderr)
+                throw ExitCode(1)
+            }
+        }
+
+        var readable: Bool { faccessat(directory, name, R_OK, 0) == 0 }
+
+        @Sendable func load() -> Result<RemapRules, RemapReloadError> {
+            let text: [UInt8]
+            do { text = try readWholeFile(name, relativeTo: directory) } catch {
+                // On SIGHUP the server is the -u user: the file and its directory must let it read.
+                let hint = error.rawValue == EACCES && getuid() != 0 ? " (as uid \(getuid()), the -u user)" : ""
+                return .failure(RemapReloadError(message: "cannot read: \(error)\(hint)"))
+            }
+            do {
+                return .success(try RemapRules(parsing: text))
+            } catch {
+                return .failure(RemapReloadError(message: error.description))
+            }
         }
     }
 
@@ -276,15 +319,16 @@ struct Serve: ParsableCommand {
         return (0..<count).map { 3 + $0 }
     }
 
-    func loadRules(_ path: String) throws -> RemapRules {
-        let text: [UInt8]
-        do { text = try readWholeFile(path) } catch { throw failure("-m \(path): cannot read: \(error)") }
-        do {
-            return try RemapRules(parsing: text)
-        } catch {
+    /// The -m file, read now and again on SIGHUP (still found after -s: through its directory,
+    /// opened before the chroot).
+    func loadRules(_ file: RuleFile) throws -> RemapRuleSet {
+        switch file.load() {
+        case .success(let rules):
+            return RemapRuleSet(rules, reload: file.load)
+        case .failure(let error):
             // tftpd-hpa exits with EX_CONFIG on a bad rule file.
-            fputs(error.lines.map { "stampede: -m \(path): \($0)\n" }.joined(), stderr)
-            throw ExitCode(78)
+            fputs(error.message.split(separator: "\n").map { "stampede: -m \(file.path): \($0)\n" }.joined(), stderr)
+            throw ExitCode(file.readable ? 78 : 1)
         }
     }
 

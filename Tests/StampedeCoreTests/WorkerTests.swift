@@ -115,10 +115,10 @@ final class FakeBackend: DatagramBackend {
         dir.write("pxelinux.0", [UInt8]("pxe"))
         var configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd),
                                                 logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
-        configuration.remapRules = try RemapRules(parsing: Array(#"""
+        configuration.remapRules = RemapRuleSet(try RemapRules(parsing: Array(#"""
             a \.\. No\ climbing
             ri ^.*/?(pxelinux\.0)$ \L\1
-            """#.utf8))
+            """#.utf8)))
         let backend = FakeBackend()
         let worker = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0)
         try worker.bindListeners([local])

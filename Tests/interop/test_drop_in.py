@@ -55,6 +55,37 @@ def test_remap_rules_choose_files_and_refuse_as_tftpd_hpa_does(serve, site):
     assert 'remapped to "pxelinux.cfg/default"' in s.log_text()
 
 
+def test_sighup_reloads_the_rules_and_a_bad_file_keeps_the_old_ones(serve, site):
+    root, rules = site
+    rules.parent.chmod(0o755)  # the -u user (nobody) reads the file again, as in /etc
+    s = serve("-m", str(rules), *(["-s"] if os.geteuid() == 0 else []))  # -s: the file is outside the chroot
+    assert fetch(s.port, "boot/by-ip")[1] == b"for the loopback host\n"
+    # An editor's save: a new file renamed over the old one.
+    fresh = rules.with_suffix(".new")
+    fresh.write_text(r"r ^boot/by-ip$ hello.txt" + "\n")
+    fresh.rename(rules)
+    s.process.send_signal(signal.SIGHUP)
+    deadline = time.time() + 5
+    while time.time() < deadline and "remap rules reloaded (1 rules)" not in s.log_text():
+        time.sleep(0.05)
+    assert fetch(s.port, "boot/by-ip")[1] == b"hello, rack\n"
+    rules.write_text("r (broken\n")
+    s.process.send_signal(signal.SIGHUP)
+    deadline = time.time() + 5
+    while time.time() < deadline and "not reloaded" not in s.log_text():
+        time.sleep(0.05)
+    assert "line 1" in s.log_text() and s.alive
+    assert fetch(s.port, "boot/by-ip")[1] == b"hello, rack\n"
+
+
+def test_sighup_without_rules_does_not_stop_the_server(serve):
+    s = serve()
+    s.process.send_signal(signal.SIGHUP)
+    time.sleep(0.8)
+    assert s.alive and "no remap rules (-m) to reload" in s.log_text()
+    assert fetch(s.port, "hello.txt")[1] == b"hello, rack\n"
+
+
 def test_a_bad_rule_file_stops_the_server_naming_every_bad_line(binary, root, tmp_path):
     rules = tmp_path / "bad-rules"
     rules.write_text("r a b\nq x y\n# fine\nr (open x\nr~ a b\n")

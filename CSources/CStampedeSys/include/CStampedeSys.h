@@ -64,8 +64,10 @@ int stampede_epoll_wait(int epoll_fd, uint64_t *tags, int capacity, int64_t time
 /* The MTU of the interface that holds `address`, or -ENOENT. */
 int stampede_interface_mtu(const struct sockaddr_storage *address);
 
-/* SIGINT/SIGTERM set a flag that the workers read; SIGPIPE is ignored. */
+/* SIGINT/SIGTERM set a flag that the workers read; SIGHUP another (read and cleared by
+ * stampede_reload_requested); SIGPIPE is ignored. */
 void stampede_install_stop_signals(void);
+int stampede_reload_requested(void);
 int stampede_stop_requested(void);
 void stampede_request_stop(void);
 
