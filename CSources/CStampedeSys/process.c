@@ -19,11 +19,6 @@ int stampede_fd_is_datagram_socket(int fd)
     return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) == 0 && type == SOCK_DGRAM;
 }
 
-int stampede_stdin_is_datagram_socket(void)
-{
-    return stampede_fd_is_datagram_socket(0);
-}
-
 int stampede_adopt_listener(int fd, int receive_buffer)
 {
     int one = 1, flags;

@@ -97,8 +97,9 @@ public final class RemapRules: @unchecked Sendable {
         var current = filename
         var steps = 0
         var index = 0
-        var skip: Flags = [isWrite ? .readsOnly : .writesOnly, client.isIPv6 ? .ipv4Only : .ipv6Only]
-        if client.isIPv6 && client.isIPv4Mapped { skip = [isWrite ? .readsOnly : .writesOnly, .ipv6Only] }
+        // A v4 client on a dual-stack socket (::ffff:a.b.c.d) is an IPv4 client for 4 and 6 rules.
+        let ipv6 = client.isIPv6 && !client.isIPv4Mapped
+        let skip: Flags = [isWrite ? .readsOnly : .writesOnly, ipv6 ? .ipv4Only : .ipv6Only]
         var matches = [regmatch_t](repeating: regmatch_t(), count: 10)
         trace?("remap: input: \(sanitizedForLog(current))")
         while index < rules.count {
@@ -268,10 +269,10 @@ public final class RemapRules: @unchecked Sendable {
 public final class RemapRuleSet: @unchecked Sendable {
     private var lock = pthread_mutex_t()
     private var rules: RemapRules
-    /// Reads the file again: the new rules, or why not (the old ones stay).
-    let reload: (@Sendable () -> Result<RemapRules, RemapReloadError>)?
+    /// Reads the file again: the new rules, or throws why not (the old ones stay).
+    let reload: (@Sendable () throws -> RemapRules)?
 
-    public init(_ rules: RemapRules, reload: (@Sendable () -> Result<RemapRules, RemapReloadError>)? = nil) {
+    public init(_ rules: RemapRules, reload: (@Sendable () throws -> RemapRules)? = nil) {
         self.rules = rules
         self.reload = reload
         pthread_mutex_init(&lock, nil)
@@ -285,23 +286,17 @@ public final class RemapRuleSet: @unchecked Sendable {
         return rules
     }
 
-    /// Loads the file again; on success the next request uses the new rules.
-    public func reloadNow() -> Result<RemapRules, RemapReloadError> {
-        guard let reload else { return .failure(RemapReloadError(message: "no file to reload")) }
-        let result = reload()
-        if case .success(let fresh) = result {
-            pthread_mutex_lock(&lock)
-            rules = fresh
-            pthread_mutex_unlock(&lock)
-        }
-        return result
+    /// Loads the file again (rules given without a file stay as they are); the next request
+    /// uses what it returns.
+    @discardableResult
+    public func reloadNow() throws -> RemapRules {
+        guard let reload else { return current }
+        let fresh = try reload()
+        pthread_mutex_lock(&lock)
+        rules = fresh
+        pthread_mutex_unlock(&lock)
+        return fresh
     }
-}
-
-public struct RemapReloadError: Error, CustomStringConvertible {
-    public var message: String
-    public init(message: String) { self.message = message }
-    public var description: String { message }
 }
 
 /// A rule file with bad lines: each with its number.
@@ -311,17 +306,6 @@ public struct RemapRulesError: Error, CustomStringConvertible {
 }
 
 extension SocketAddress {
-    /// A v4 client seen on a dual-stack IPv6 socket (::ffff:a.b.c.d).
-    var isIPv4Mapped: Bool {
-        guard isIPv6 else { return false }
-        return withUnsafeBytes(of: storage) { raw in
-            let sin6 = raw.load(as: sockaddr_in6.self)
-            return withUnsafeBytes(of: sin6.sin6_addr) { a in
-                a[0..<10].allSatisfy { $0 == 0 } && a[10] == 0xFF && a[11] == 0xFF
-            }
-        }
-    }
-
     /// The address in tftpd-hpa's `\x` form: 8 (IPv4) or 32 (IPv6) upper-case hex digits.
     var hexadecimalHost: String {
         withUnsafeBytes(of: storage) { raw in

@@ -60,6 +60,17 @@ public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConverti
     public var family: Int32 { Int32(storage.ss_family) }
     public var isIPv6: Bool { family == AF_INET6 }
 
+    /// A v4 client seen on a dual-stack IPv6 socket (::ffff:a.b.c.d).
+    public var isIPv4Mapped: Bool {
+        guard isIPv6 else { return false }
+        return withUnsafeBytes(of: storage) { raw in
+            let sin6 = raw.load(as: sockaddr_in6.self)
+            return withUnsafeBytes(of: sin6.sin6_addr) { a in
+                a[0..<10].allSatisfy { $0 == 0 } && a[10] == 0xFF && a[11] == 0xFF
+            }
+        }
+    }
+
     public var port: UInt16 {
         get {
             withUnsafeBytes(of: storage) { raw in

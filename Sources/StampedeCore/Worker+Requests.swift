@@ -45,22 +45,20 @@ extension Worker {
         var started = false
         defer { if !started { admission.release(datagram.peer) } }
         var filename = request.filename
-        var logName = name
         if let rules = configuration.remapRules?.current {
             switch remap(filename, with: rules, isWrite: request.isWrite, client: datagram.peer) {
-            case .success(let mapped):
-                if mapped != filename {
-                    filename = mapped
-                    logName = sanitizedForLog(mapped)
-                    what += " remapped to \"\(logName)\""
-                }
+            case .success(let mapped): filename = mapped
             case .failure(let refusal):
                 refuse(datagram, listener, refusal, what: what)
                 return
             }
         }
-        // A remapped name is said at -v (as tftpd-hpa does); the transfer's end line has the rest.
-        if logName != name { logger.info("\(datagram.peer): \(what)") }
+        let logName = filename == request.filename ? name : sanitizedForLog(filename)
+        if filename != request.filename {
+            // Said at -v, as tftpd-hpa does; the transfer's end line has the rest.
+            what += " remapped to \"\(logName)\""
+            logger.info("\(datagram.peer): \(what)")
+        }
         var transfer = Transfer()
         transfer.peer = datagram.peer
         transfer.record = TransferRecord(isWrite: request.isWrite, filename: logName, mode: mode, started: now)

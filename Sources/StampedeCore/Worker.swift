@@ -62,29 +62,28 @@ public final class Worker<Backend: DatagramBackend> {
     /// Returns the bound addresses, so that a port 0 can be shared with the other workers.
     @discardableResult
     public func bindListeners(_ addresses: [SocketAddress]) throws(Errno) -> [SocketAddress] {
-        var bound: [SocketAddress] = []
-        for address in addresses {
-            let socket = try backend.openListener(address, receiveBuffer: configuration.listenerReceiveBuffer,
-                                                  tag: Self.listenerBit | UInt64(listeners.count))
-            let actual = backend.localAddress(of: socket) ?? address
-            listeners.append((socket, actual))
-            bound.append(actual)
+        try addresses.map { address throws(Errno) in
+            addListener(try backend.openListener(address, receiveBuffer: configuration.listenerReceiveBuffer,
+                                                 tag: nextListenerTag), else: address)
         }
-        return bound
     }
 
     /// Takes over inherited sockets (inetd, systemd) as listeners; returns their addresses.
     @discardableResult
     public func adoptListeners(_ fds: [Int32]) throws(Errno) -> [SocketAddress] {
-        var bound: [SocketAddress] = []
-        for fd in fds {
-            let socket = try backend.adoptListener(fd, receiveBuffer: configuration.listenerReceiveBuffer,
-                                                   tag: Self.listenerBit | UInt64(listeners.count))
-            let actual = backend.localAddress(of: socket) ?? SocketAddress()
-            listeners.append((socket, actual))
-            bound.append(actual)
+        try fds.map { fd throws(Errno) in
+            addListener(try backend.adoptListener(fd, receiveBuffer: configuration.listenerReceiveBuffer,
+                                                  tag: nextListenerTag), else: SocketAddress())
         }
-        return bound
+    }
+
+    private var nextListenerTag: UInt64 { Self.listenerBit | UInt64(listeners.count) }
+
+    /// Records a listener under the address it is bound to (`fallback` if the kernel does not say).
+    private func addListener(_ socket: Int32, else fallback: SocketAddress) -> SocketAddress {
+        let address = backend.localAddress(of: socket) ?? fallback
+        listeners.append((socket, address))
+        return address
     }
 
     // MARK: The loop
@@ -154,9 +153,11 @@ public final class Worker<Backend: DatagramBackend> {
             logger.notice("SIGHUP: no remap rules (-m) to reload")
             return
         }
-        switch set.reloadNow() {
-        case .success(let rules): logger.notice("SIGHUP: remap rules reloaded (\(rules.count) rules)")
-        case .failure(let error): logger.error("SIGHUP: remap rules not reloaded, the old ones stay: \(error)")
+        do {
+            let rules = try set.reloadNow()
+            logger.notice("SIGHUP: remap rules reloaded (\(rules.count) rules)")
+        } catch {
+            logger.error("SIGHUP: remap rules not reloaded, the old ones stay: \(error)")
         }
     }
 

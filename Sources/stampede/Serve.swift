@@ -174,7 +174,7 @@ struct Serve: ParsableCommand {
             print(Stampede.versionLine)
             return
         }
-        let rules = try mapFile.map(RuleFile.init).map(loadRules)
+        let rules = try mapFile.map(loadRules)
         if let mapTest, let rules { return try runMapTest(mapTest, rules.current) }
         let mode = try servingMode()
         // in.tftpd detaches unless -L; inetd and systemd supervise the process themselves.
@@ -247,42 +247,6 @@ struct Serve: ParsableCommand {
         }
     }
 
-    /// A remap rule file: its directory held open, so that a reload finds the file after a
-    /// chroot and sees an editor's replacement (a new inode under the same name).
-    struct RuleFile: Sendable {
-        let path: String
-        let directory: Int32
-        let name: String
-
-        init(_ path: String) throws {
-            self.path = path
-            let slash = path.lastIndex(of: "/")
-            let directoryPath = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
-            name = slash.map { String(path[path.index(after: $0)...]) } ?? path
-            directory = open(directoryPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            guard directory >= 0 else {
-                fputs("stampede: -m \(path): cannot read: \(Errno.current)\n", stderr)
-                throw ExitCode(1)
-            }
-        }
-
-        var readable: Bool { faccessat(directory, name, R_OK, 0) == 0 }
-
-        @Sendable func load() -> Result<RemapRules, RemapReloadError> {
-            let text: [UInt8]
-            do { text = try readWholeFile(name, relativeTo: directory) } catch {
-                // On SIGHUP the server is the -u user: the file and its directory must let it read.
-                let hint = error.rawValue == EACCES && getuid() != 0 ? " (as uid \(getuid()), the -u user)" : ""
-                return .failure(RemapReloadError(message: "cannot read: \(error)\(hint)"))
-            }
-            do {
-                return .success(try RemapRules(parsing: text))
-            } catch {
-                return .failure(RemapReloadError(message: error.description))
-            }
-        }
-    }
-
     enum ServingMode: Equatable {
         case standalone
         /// fd 0 is the socket (inetd "wait" mode): fds 0-2 are the socket, so nothing is printed.
@@ -298,7 +262,7 @@ struct Serve: ParsableCommand {
         if systemd {
             throw failure("--systemd: no sockets passed (LISTEN_FDS and LISTEN_PID unset, or meant for another process)")
         }
-        if stampede_stdin_is_datagram_socket() != 0 { return .inetd }
+        if stampede_fd_is_datagram_socket(0) != 0 { return .inetd }
         throw ValidationError("""
             nothing to serve on: give -l to bind -a (standalone), or start stampede from inetd \
             (a UDP socket on fd 0) or from a systemd socket unit (--systemd).
@@ -319,16 +283,18 @@ struct Serve: ParsableCommand {
         return (0..<count).map { 3 + $0 }
     }
 
-    /// The -m file, read now and again on SIGHUP (still found after -s: through its directory,
-    /// opened before the chroot).
-    func loadRules(_ file: RuleFile) throws -> RemapRuleSet {
-        switch file.load() {
-        case .success(let rules):
-            return RemapRuleSet(rules, reload: file.load)
-        case .failure(let error):
+    /// The -m file, read now and again on SIGHUP (`RuleFile`).
+    func loadRules(_ path: String) throws -> RemapRuleSet {
+        let file: RuleFile
+        do { file = try RuleFile(path) } catch { throw failure("-m \(path): cannot read: \(error)") }
+        do {
+            return RemapRuleSet(try file.load(), reload: file.load)
+        } catch let error as RemapRulesError {
             // tftpd-hpa exits with EX_CONFIG on a bad rule file.
-            fputs(error.message.split(separator: "\n").map { "stampede: -m \(file.path): \($0)\n" }.joined(), stderr)
-            throw ExitCode(file.readable ? 78 : 1)
+            fputs(error.lines.map { "stampede: -m \(path): \($0)\n" }.joined(), stderr)
+            throw ExitCode(78)
+        } catch {
+            throw failure("-m \(path): \(error)")
         }
     }
 

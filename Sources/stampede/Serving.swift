@@ -24,7 +24,9 @@ struct Serving {
         do {
             server = try Server(configuration: configuration, workerCount: workerCount, cache: cache, makeBackend: makeBackend)
         } catch {
-            let addresses = configuration.listenAddresses.map(\.description).joined(separator: ", ")
+            let addresses = configuration.inheritedListeners.isEmpty
+                ? configuration.listenAddresses.map(\.description).joined(separator: ", ")
+                : "the passed sockets (fds \(configuration.inheritedListeners.map(String.init).joined(separator: ", ")))"
             throw command.failure("cannot listen on \(addresses) with the \(backendName) backend: \(error)")
         }
         if let pidfile {

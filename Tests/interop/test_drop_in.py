@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BACKENDS, run
+from conftest import BACKENDS, BINARY, run
 from tftpwire import RawClient, ack, request
 
 RULES = r"""
@@ -159,12 +159,12 @@ def test_inetd_mode_on_a_dual_stack_socket_serves_ipv4_and_ipv6_clients(binary, 
 def test_verbosity_levels_mean_what_they_mean_in_tftpd_hpa(serve, root, site):
     _, rules = site
     quiet = serve("--verbosity", "0", "-m", str(rules))
-    fetch(quiet.port, "PXELINUX.CFG/default")
-    fetch(quiet.port, "missing.bin")
+    assert fetch(quiet.port, "PXELINUX.CFG/default") == (0, b"DEFAULT linux\n")
+    assert fetch(quiet.port, "missing.bin")[0] != 0
     chatty = serve("--verbosity", "1", "-m", str(rules))
-    fetch(chatty.port, "PXELINUX.CFG/default")
+    assert fetch(chatty.port, "PXELINUX.CFG/default") == (0, b"DEFAULT linux\n")
     detailed = serve("--verbosity", "2")
-    fetch(detailed.port, "hello.txt")
+    assert fetch(detailed.port, "hello.txt") == (0, b"hello, rack\n")
     time.sleep(0.3)
     # 0: refusals still get their line (bad input always does), transfers and remappings do not.
     assert "missing.bin" in quiet.log_text() and "pxelinux" not in quiet.log_text().lower()
@@ -291,14 +291,10 @@ def test_single_port_runs_every_transfer_on_the_listeners_port(serve, root, tmp_
     assert r.returncode == 0, r
     assert (root / "up.bin").read_bytes() == src.read_bytes()
     # Hundreds at once, each told apart by its client port, every byte checked.
-    r = run([str(binary_of(s)), "storm", f"127.0.0.1:{s.port}", "one-mib.bin", "--clients", "200", "--blksize", "1468",
+    r = run([str(BINARY), "storm", f"127.0.0.1:{s.port}", "one-mib.bin", "--clients", "200", "--blksize", "1468",
              "--windowsize", "4", "--verify", str(root / "one-mib.bin")])
     assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
     assert "blksize=1468" in s.log_text()
-
-
-def binary_of(server):
-    return server.argv[0]
 
 
 def systemd_command(unit: Path, environment_file: Path) -> list:

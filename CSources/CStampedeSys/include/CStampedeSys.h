@@ -76,9 +76,8 @@ int64_t stampede_monotonic_ns(void);
 
 /* process.c: running as in.tftpd does. */
 
-/* Is fd a datagram socket? Is fd 0 one (inetd mode)? 1 or 0. */
+/* Is fd a datagram socket (fd 0: inetd mode)? 1 or 0. */
 int stampede_fd_is_datagram_socket(int fd);
-int stampede_stdin_is_datagram_socket(void);
 
 /* Takes over a bound datagram socket from inetd or systemd as a listener: non-blocking,
  * close-on-exec, PKTINFO on, the receive buffer raised. Returns fd, or -ENOTSOCK and the like. */

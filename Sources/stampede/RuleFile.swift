@@ -1,0 +1,33 @@
+import Glibc
+import StampedeCore
+
+/// A remap rule file (`-m`): its directory is held open, so that SIGHUP finds the file again
+/// after `-s` has chrooted, and sees an editor's save (a new inode under the same name).
+struct RuleFile: Sendable {
+    let directory: Int32
+    let name: String
+
+    init(_ path: String) throws(Errno) {
+        let slash = path.lastIndex(of: "/")
+        let directoryPath = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        name = slash.map { String(path[path.index(after: $0)...]) } ?? path
+        directory = open(directoryPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else { throw Errno.current }
+    }
+
+    /// The rules, or an `UnreadableRuleFile`, or a `RemapRulesError` naming the bad lines.
+    @Sendable func load() throws -> RemapRules {
+        let text: [UInt8]
+        do { text = try readWholeFile(name, relativeTo: directory) } catch { throw UnreadableRuleFile(error: error) }
+        return try RemapRules(parsing: text)
+    }
+}
+
+struct UnreadableRuleFile: Error, CustomStringConvertible {
+    var error: Errno
+    var description: String {
+        // On SIGHUP the server is the -u user: the file and its directory must let it read.
+        let who = error.rawValue == EACCES && getuid() != 0 ? " (as uid \(getuid()), the -u user)" : ""
+        return "cannot read: \(error)\(who)"
+    }
+}
