@@ -1,6 +1,6 @@
 /*
- * Sockets, sends and the wait loop of the io_uring engine (see ring.c for the design).
- * The ring's private layout is shared with ring.c through this include.
+ * Sockets, sends and the wait loop of the io_uring engine (see ring.c for the design, and
+ * ring_private.h for the life of a socket slot).
  */
 #include "ring_private.h"
 
@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -38,6 +39,22 @@ static struct io_uring_sqe *next_sqe(stampede_ring *r)
     return sqe;
 }
 
+/* A broken invariant of the engine's own bookkeeping. Carrying on would corrupt memory or hand one
+ * client's datagrams to another transfer: stop here, saying which. */
+static void invariant_failed(const char *what)
+{
+    fprintf(stderr, "CStampedeRing: invariant broken: %s\n", what);
+    abort();
+}
+
+/* Appends a slot to one of the per-slot lists, each as long as the socket table. */
+static void push(uint32_t *list, uint32_t *count, uint32_t capacity, uint32_t slot, const char *what)
+{
+    if (*count >= capacity)
+        invariant_failed(what);
+    list[(*count)++] = slot;
+}
+
 static int grow_sockets(stampede_ring *r)
 {
     uint32_t old = r->socket_capacity, capacity = old * 2, i;
@@ -59,11 +76,12 @@ static int grow_sockets(stampede_ring *r)
         return -ENOMEM;
     r->to_close = to_close;
     memset(sockets + old, 0, (capacity - old) * sizeof(*sockets));
+    r->socket_capacity = capacity;
     for (i = capacity; i > old; i--) {
         sockets[i - 1].fd = -1;
-        r->free_sockets[r->free_count++] = i - 1;
+        sockets[i - 1].state = SLOT_FREE;
+        push(r->free_sockets, &r->free_count, capacity, i - 1, "free socket list overflow");
     }
-    r->socket_capacity = capacity;
     return 0;
 }
 
@@ -76,6 +94,11 @@ static void target(struct io_uring_sqe *sqe, const struct socket_slot *s, uint32
     }
 }
 
+static unsigned group_of(const struct socket_slot *s)
+{
+    return s->large ? GROUP_LARGE : GROUP_SMALL;
+}
+
 static int arm_receive(stampede_ring *r, uint32_t slot)
 {
     struct socket_slot *s = &r->sockets[slot];
@@ -85,22 +108,42 @@ static int arm_receive(stampede_ring *r, uint32_t slot)
     io_uring_prep_recvmsg_multishot(sqe, s->fd, s->listener ? &r->listener_template : &r->transfer_template, 0);
     target(sqe, s, slot);
     sqe->flags |= IOSQE_BUFFER_SELECT;
-    sqe->buf_group = s->large ? GROUP_LARGE : GROUP_SMALL;
-    io_uring_sqe_set_data64(sqe, pack(OP_RECV, slot, s->generation));
-    s->armed = 1;
-    s->needs_arm = 0;
+    sqe->buf_group = group_of(s);
+    io_uring_sqe_set_data64(sqe, pack(OP_RECV, group_of(s), slot, s->generation));
+    s->state = SLOT_ARMED;
     return 0;
 }
 
-static void release_slot(stampede_ring *r, uint32_t slot);
+/* A slot whose receive ended, to be armed again at the next wait. */
+static void rearm_later(stampede_ring *r, uint32_t slot)
+{
+    r->sockets[slot].state = SLOT_IDLE;
+    push(r->to_arm, &r->to_arm_count, r->socket_capacity, slot, "re-arm list overflow");
+}
 
-/* The file table holds its own reference: without this the socket would outlive its close. */
-static void unregister_file(stampede_ring *r, struct socket_slot *s, uint32_t slot)
+/* Closes a slot's fd once its last submission is in the kernel. The registered-file table holds
+ * a reference of its own: without the update the socket would outlive its close. */
+static void close_fd(stampede_ring *r, struct socket_slot *s, uint32_t slot)
 {
     int none = -1;
     if (s->fixed)
         io_uring_register_files_update(&r->ring, slot, &none, 1);
     s->fixed = 0;
+    close(s->fd);
+    s->fd = -1;
+}
+
+/* The one way back to FREE: the fd is closed and the kernel holds no receive of the slot, so its
+ * late completions are told apart by the generation and it is on the free list once. */
+static void retire(stampede_ring *r, uint32_t slot)
+{
+    struct socket_slot *s = &r->sockets[slot];
+    if (s->state == SLOT_FREE || s->fd >= 0)
+        invariant_failed("a slot retired twice, or with its fd open");
+    s->state = SLOT_FREE;
+    s->generation++;
+    push(r->free_sockets, &r->free_count, r->socket_capacity, slot, "free socket list overflow");
+    r->open_count--;
 }
 
 int stampede_ring_add_socket(stampede_ring *r, int fd, uint64_t tag, int is_listener, int large_datagrams)
@@ -113,46 +156,42 @@ int stampede_ring_add_socket(stampede_ring *r, int fd, uint64_t tag, int is_list
     }
     slot = r->free_sockets[--r->free_count];
     s = &r->sockets[slot];
+    if (s->state != SLOT_FREE)
+        invariant_failed("a slot on the free list is in use");
     s->fd = fd;
     s->tag = tag;
     s->listener = is_listener != 0;
     s->large = large_datagrams != 0;
-    s->closing = 0;
-    s->cancel_pending = 0;
     s->fixed = slot < r->fixed_capacity && io_uring_register_files_update(&r->ring, slot, &fd, 1) == 1;
     r->open_count++;
-    if (arm_receive(r, slot) < 0) {
-        unregister_file(r, s, slot);
-        close(fd);
-        release_slot(r, slot);
-        return -EBUSY;
-    }
+    /* No submission entry now (only when the kernel refuses a submit): armed at the next wait. */
+    if (arm_receive(r, slot) < 0)
+        rearm_later(r, slot);
     return (int)slot;
 }
 
 int stampede_ring_socket_fd(const stampede_ring *r, int slot)
 {
-    return r->sockets[slot].fd;
+    return slot >= 0 && (uint32_t)slot < r->socket_capacity ? r->sockets[slot].fd : -EBADF;
 }
 
 void stampede_ring_close_socket(stampede_ring *r, int slot)
 {
-    struct socket_slot *s = &r->sockets[slot];
-    if (s->fd < 0 || s->closing)
+    struct socket_slot *s;
+    if (slot < 0 || (uint32_t)slot >= r->socket_capacity)
         return;
-    s->closing = 1;
-    r->to_close[r->to_close_count++] = (uint32_t)slot;
-}
-
-static void release_slot(stampede_ring *r, uint32_t slot)
-{
-    struct socket_slot *s = &r->sockets[slot];
-    s->generation = (s->generation + 1) & 0xFFFFFFFF;
-    s->closing = 0;
-    s->armed = 0;
-    s->fd = -1;
-    r->free_sockets[r->free_count++] = slot;
-    r->open_count--;
+    s = &r->sockets[slot];
+    switch (s->state) {
+    case SLOT_ARMED:
+        s->state = SLOT_CLOSING;
+        break;
+    case SLOT_IDLE:
+        s->state = SLOT_CLOSING_IDLE;
+        break;
+    default:
+        return; /* free, or closing already */
+    }
+    push(r->to_close, &r->to_close_count, r->socket_capacity, (uint32_t)slot, "close list overflow");
 }
 
 /* ---- sends ---- */
@@ -166,6 +205,8 @@ int stampede_ring_send(stampede_ring *r, int slot, const void *header, uint32_t 
     struct send_slot *m;
     struct io_uring_sqe *sqe;
     void *copy;
+    if (slot < 0 || (uint32_t)slot >= r->socket_capacity || r->sockets[slot].fd < 0)
+        return -EBADF;
     if (r->sends_used == r->send_capacity || r->arena_used + header_length > r->arena_size) {
         /* Out of send slots mid-turn: let the queued sends complete, then reuse everything.
          * Receives that complete meanwhile wait for the next turn's batch. */
@@ -211,15 +252,25 @@ int stampede_ring_send(stampede_ring *r, int slot, const void *header, uint32_t 
     }
     io_uring_prep_sendmsg(sqe, r->sockets[slot].fd, &m->message, MSG_DONTWAIT);
     target(sqe, &r->sockets[slot], (uint32_t)slot);
-    io_uring_sqe_set_data64(sqe, pack(OP_SEND, (uint32_t)slot, r->sockets[slot].generation));
+    io_uring_sqe_set_data64(sqe, pack(OP_SEND, 0, (uint32_t)slot, r->sockets[slot].generation));
     r->sends_in_flight++;
     return 0;
 }
 
 /* ---- completions ---- */
 
-static void lend_buffer(stampede_ring *r, int group, uint16_t id)
+/* Buffers of a batch go back to the kernel at the next wait, in bulk. */
+static void lend_buffer(stampede_ring *r, unsigned group, uint16_t id)
 {
+    struct buffer_group *g = &r->groups[group];
+    if (id >= g->count)
+        return;
+    if (r->lent_count == r->datagram_capacity) {
+        /* More buffers out than exist: cannot be; give this one back at once rather than overrun. */
+        give_buffer(g, id, 0);
+        io_uring_buf_ring_advance(g->ring, 1);
+        return;
+    }
     r->lent_ids[r->lent_count] = id;
     r->lent_groups[r->lent_count] = (uint8_t)group;
     r->lent_count++;
@@ -240,81 +291,92 @@ static void take_back_buffers(stampede_ring *r)
     r->lent_count = 0;
 }
 
-static void on_receive(stampede_ring *r, struct io_uring_cqe *cqe)
+/* A datagram in buffer `id` of `group` becomes an entry of this wait's batch. */
+static void add_datagram(stampede_ring *r, const struct socket_slot *s, uint32_t slot, unsigned group, uint16_t id,
+                         int32_t length)
+{
+    struct buffer_group *g = &r->groups[group];
+    struct msghdr *layout = s->listener ? &r->listener_template : &r->transfer_template;
+    struct io_uring_recvmsg_out *out;
+    stampede_ring_datagram *d;
+    if (id >= g->count || r->datagram_count == r->datagram_capacity)
+        return;
+    out = io_uring_recvmsg_validate(g->memory + (size_t)id * g->size, length, layout);
+    /* A transfer's datagram cut short is no packet we accept; a listener keeps the start of a
+     * long request (its option list is cut at a limit anyway). */
+    if (!out || ((out->flags & MSG_TRUNC) && !s->listener))
+        return;
+    d = &r->datagrams[r->datagram_count++];
+    d->tag = s->tag;
+    d->socket = (int32_t)slot;
+    d->bytes = io_uring_recvmsg_payload(out, layout);
+    d->length = (int32_t)io_uring_recvmsg_payload_length(out, length, layout);
+    memset(&d->peer, 0, sizeof(d->peer));
+    memcpy(&d->peer, io_uring_recvmsg_name(out), out->namelen < sizeof(d->peer) ? out->namelen : sizeof(d->peer));
+    memset(&d->local, 0, sizeof(d->local));
+    if (s->listener)
+        stampede_ring_local_address(out, layout, &d->local);
+}
+
+/* A socket error (ECONNREFUSED: the client's port is gone) for the transfer. Beyond the batch's
+ * room for errors it is dropped: the next send on that socket draws it again. */
+static void add_error(stampede_ring *r, const struct socket_slot *s, uint32_t slot, int32_t error)
+{
+    stampede_ring_datagram *d;
+    if (r->error_count == r->error_capacity || r->datagram_count == r->datagram_capacity)
+        return;
+    r->error_count++;
+    d = &r->datagrams[r->datagram_count++];
+    memset(d, 0, sizeof(*d));
+    d->tag = s->tag;
+    d->socket = (int32_t)slot;
+    d->length = error;
+}
+
+/* A slot's receive ended (a completion without IORING_CQE_F_MORE): the slot moves on in its life. */
+static void receive_ended(stampede_ring *r, uint32_t slot, int32_t result)
+{
+    struct socket_slot *s = &r->sockets[slot];
+    switch (s->state) {
+    case SLOT_ARMED:
+        if (result == -ENOBUFS)
+            r->stats.receive_buffer_exhausted++;
+        rearm_later(r, slot);
+        break;
+    case SLOT_CLOSING:
+        s->state = SLOT_CLOSING_IDLE;
+        break;
+    case SLOT_DRAINING:
+        retire(r, slot);
+        break;
+    default:
+        invariant_failed("a receive ended on a slot that had none");
+    }
+}
+
+/* One receive completion. `deliver` is 0 when it cannot join a batch (no memory to defer it):
+ * its datagram is dropped, as loss, but the slot's life moves on all the same. */
+static void on_receive(stampede_ring *r, const struct io_uring_cqe *cqe, int deliver)
 {
     uint32_t slot = unpack_slot(cqe->user_data);
-    struct socket_slot *s = &r->sockets[slot];
-    int current = slot < r->socket_capacity && s->generation == unpack_generation(cqe->user_data);
-    int more = (cqe->flags & IORING_CQE_F_MORE) != 0;
-    int has_buffer = (cqe->flags & IORING_CQE_F_BUFFER) != 0;
-    int group = current && s->large ? GROUP_LARGE : GROUP_SMALL;
+    unsigned group = unpack_group(cqe->user_data);
     uint16_t id = (uint16_t)(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
+    int has_buffer = (cqe->flags & IORING_CQE_F_BUFFER) != 0;
+    struct socket_slot *s;
 
-    if (!current) {
-        /* Cannot happen while a slot's generation only changes after its final CQE; be safe. */
-        if (has_buffer)
-            give_buffer(&r->groups[group], id, 0), io_uring_buf_ring_advance(r->groups[group].ring, 1);
-        return;
-    }
-    if (!more) {
-        s->armed = 0;
-        if (s->closing) {
-            if (has_buffer)
-                lend_buffer(r, group, id);
-            if (!s->cancel_pending)
-                release_slot(r, slot);
-            return;
-        }
-        if (cqe->res == -ENOBUFS)
-            r->stats.receive_buffer_exhausted++;
-        if (!s->needs_arm) {
-            s->needs_arm = 1;
-            r->to_arm[r->to_arm_count++] = slot;
-        }
-    }
-    if (s->closing) {
-        if (has_buffer)
-            lend_buffer(r, group, id);
-        return;
-    }
-    if (cqe->res < 0) {
-        /* A socket error (ECONNREFUSED: the client's port closed) is told to the transfer. */
-        if (cqe->res != -ENOBUFS && r->datagram_count < r->datagram_capacity) {
-            stampede_ring_datagram *d = &r->datagrams[r->datagram_count++];
-            memset(d, 0, sizeof(*d));
-            d->tag = s->tag;
-            d->socket = (int32_t)slot;
-            d->length = cqe->res;
-        }
-        return;
-    }
-    if (!has_buffer)
-        return;
-    {
-        struct buffer_group *g = &r->groups[group];
-        uint8_t *buffer = g->memory + (size_t)id * g->size;
-        struct msghdr *layout = s->listener ? &r->listener_template : &r->transfer_template;
-        struct io_uring_recvmsg_out *out = io_uring_recvmsg_validate(buffer, cqe->res, layout);
-        stampede_ring_datagram *d;
+    if (has_buffer)
         lend_buffer(r, group, id);
-        if (!out)
-            return;
-        /* A transfer's datagram cut short is no packet we accept; a listener keeps the start of a
-         * long request (its option list is cut at a limit anyway). */
-        if ((out->flags & MSG_TRUNC) && !s->listener)
-            return;
-        d = &r->datagrams[r->datagram_count++];
-        d->tag = s->tag;
-        d->socket = (int32_t)slot;
-        d->bytes = io_uring_recvmsg_payload(out, layout);
-        d->length = (int32_t)io_uring_recvmsg_payload_length(out, cqe->res, layout);
-        memset(&d->peer, 0, sizeof(d->peer));
-        memcpy(&d->peer, io_uring_recvmsg_name(out),
-               out->namelen < sizeof(d->peer) ? out->namelen : sizeof(d->peer));
-        memset(&d->local, 0, sizeof(d->local));
-        if (s->listener)
-            stampede_ring_local_address(out, layout, &d->local);
+    if (slot >= r->socket_capacity || r->sockets[slot].generation != unpack_generation(cqe->user_data))
+        return; /* cannot be: a generation changes only after the receive's final completion */
+    s = &r->sockets[slot];
+    if (deliver && s->state == SLOT_ARMED) {
+        if (cqe->res >= 0 && has_buffer)
+            add_datagram(r, s, slot, group, id, cqe->res);
+        else if (cqe->res < 0 && cqe->res != -ENOBUFS && cqe->res != -ECANCELED)
+            add_error(r, s, slot, cqe->res);
     }
+    if (!(cqe->flags & IORING_CQE_F_MORE))
+        receive_ended(r, slot, cqe->res);
 }
 
 /* Keeps a receive completion for the next wait (the caller is still reading this turn's batch). */
@@ -324,14 +386,24 @@ static void defer(stampede_ring *r, const struct io_uring_cqe *cqe)
         uint32_t capacity = r->deferred_capacity ? r->deferred_capacity * 2 : 1024;
         struct io_uring_cqe *grown = realloc(r->deferred, capacity * sizeof(*grown));
         if (!grown) {
-            /* No memory: drop the datagram (retransmission repairs it) but keep its buffer. */
-            on_receive(r, (struct io_uring_cqe *)cqe);
+            on_receive(r, cqe, 0);
             return;
         }
         r->deferred = grown;
         r->deferred_capacity = capacity;
     }
     r->deferred[r->deferred_count++] = *cqe;
+}
+
+/* A cancel's own completion. -ENOENT: the receive had ended already (its final completion is
+ * here or on its way). Any other failure: ask again at the next wait. */
+static void on_cancel(stampede_ring *r, const struct io_uring_cqe *cqe)
+{
+    uint32_t slot = unpack_slot(cqe->user_data);
+    if (cqe->res >= 0 || cqe->res == -ENOENT || slot >= r->socket_capacity)
+        return;
+    if (r->sockets[slot].generation == unpack_generation(cqe->user_data) && r->sockets[slot].state == SLOT_DRAINING)
+        push(r->to_close, &r->to_close_count, r->socket_capacity, slot, "close list overflow");
 }
 
 static void on_completion(stampede_ring *r, struct io_uring_cqe *cqe)
@@ -341,23 +413,16 @@ static void on_completion(stampede_ring *r, struct io_uring_cqe *cqe)
         if (r->deferring)
             defer(r, cqe);
         else
-            on_receive(r, cqe);
+            on_receive(r, cqe, 1);
         break;
     case OP_SEND:
         r->sends_in_flight--;
         if (cqe->res < 0)
             r->stats.send_failures++;
         break;
-    case OP_CANCEL: {
-        uint32_t slot = unpack_slot(cqe->user_data);
-        struct socket_slot *s = &r->sockets[slot];
-        if (s->generation != unpack_generation(cqe->user_data))
-            break;
-        s->cancel_pending = 0;
-        if (!s->armed)
-            release_slot(r, slot);
+    case OP_CANCEL:
+        on_cancel(r, cqe);
         break;
-    }
     }
 }
 
@@ -421,9 +486,70 @@ static int wait_for_sends(stampede_ring *r)
     return 0;
 }
 
+/* Arms again the receives that ended; one that finds no submission entry waits for the next turn. */
+static void rearm(stampede_ring *r)
+{
+    uint32_t i, kept = 0;
+    for (i = 0; i < r->to_arm_count; i++) {
+        uint32_t slot = r->to_arm[i];
+        if (r->sockets[slot].state != SLOT_IDLE)
+            continue; /* closed meanwhile */
+        if (arm_receive(r, slot) < 0)
+            r->to_arm[kept++] = slot;
+        else
+            r->stats.rearms++;
+    }
+    r->to_arm_count = kept;
+}
+
+/* Before the submit: a cancel for each closing slot whose receive is still in the kernel.
+ * Returns how many slots of the close list are ready for finish_closing; the rest (no
+ * submission entry, only when the kernel refuses a submit) wait for the next turn. */
+static uint32_t start_closing(stampede_ring *r)
+{
+    uint32_t i;
+    for (i = 0; i < r->to_close_count; i++) {
+        uint32_t slot = r->to_close[i];
+        struct socket_slot *s = &r->sockets[slot];
+        if (s->state == SLOT_CLOSING || s->state == SLOT_DRAINING) {
+            struct io_uring_sqe *sqe = next_sqe(r);
+            if (!sqe)
+                break;
+            io_uring_prep_cancel64(sqe, pack(OP_RECV, group_of(s), slot, s->generation), 0);
+            io_uring_sqe_set_data64(sqe, pack(OP_CANCEL, 0, slot, s->generation));
+        }
+    }
+    return i;
+}
+
+/* After the submit (the sends queued on these sockets and the cancels are in the kernel): the
+ * fds close. A slot without a receive retires now, one with a receive when it ends. */
+static void finish_closing(stampede_ring *r, uint32_t ready)
+{
+    uint32_t i;
+    for (i = 0; i < ready; i++) {
+        uint32_t slot = r->to_close[i];
+        struct socket_slot *s = &r->sockets[slot];
+        switch (s->state) {
+        case SLOT_CLOSING:
+            close_fd(r, s, slot);
+            s->state = SLOT_DRAINING;
+            break;
+        case SLOT_CLOSING_IDLE:
+            close_fd(r, s, slot);
+            retire(r, slot);
+            break;
+        default:
+            break; /* DRAINING: its cancel went in again */
+        }
+    }
+    memmove(r->to_close, r->to_close + ready, (r->to_close_count - ready) * sizeof(uint32_t));
+    r->to_close_count -= ready;
+}
+
 int stampede_ring_wait(stampede_ring *r, int64_t timeout_ns)
 {
-    uint32_t i, kept = 0, cancelled;
+    uint32_t i, ready;
     struct __kernel_timespec timeout;
     struct io_uring_cqe *cqe = NULL;
     int result;
@@ -433,34 +559,13 @@ int stampede_ring_wait(stampede_ring *r, int64_t timeout_ns)
         return result;
     take_back_buffers(r);
     r->datagram_count = 0;
+    r->error_count = 0;
+    /* Completions met by last turn's mid-turn flushes, in the order the kernel posted them. */
     for (i = 0; i < r->deferred_count; i++)
-        on_receive(r, &r->deferred[i]);
+        on_receive(r, &r->deferred[i], 1);
     r->deferred_count = 0;
-    for (i = 0; i < r->to_arm_count; i++) {
-        uint32_t slot = r->to_arm[i];
-        struct socket_slot *s = &r->sockets[slot];
-        if (s->needs_arm && !s->closing && s->fd >= 0) {
-            if (arm_receive(r, slot) < 0)
-                r->to_arm[kept++] = slot; /* the queue is full: next turn */
-            else
-                r->stats.rearms++;
-        }
-    }
-    r->to_arm_count = kept;
-    /* Cancel the receive of each socket closing; one that finds no submission entry (only if the
-     * kernel refuses a submit) stays on the list for the next turn, its fd still open. */
-    for (cancelled = 0; cancelled < r->to_close_count; cancelled++) {
-        uint32_t slot = r->to_close[cancelled];
-        struct socket_slot *s = &r->sockets[slot];
-        if (s->armed) {
-            struct io_uring_sqe *sqe = next_sqe(r);
-            if (!sqe)
-                break;
-            io_uring_prep_cancel64(sqe, pack(OP_RECV, slot, s->generation), 0);
-            io_uring_sqe_set_data64(sqe, pack(OP_CANCEL, slot, s->generation));
-            s->cancel_pending = 1;
-        }
-    }
+    rearm(r);
+    ready = start_closing(r);
 
     if (timeout_ns == 0) {
         result = io_uring_submit(&r->ring);
@@ -475,21 +580,7 @@ int stampede_ring_wait(stampede_ring *r, int64_t timeout_ns)
     if (result < 0 && result != -ETIME && result != -EINTR && result != -EAGAIN && result != -EBUSY)
         return result;
 
-    /* The cancels are in the kernel: the fds can go (an armed receive holds its own reference
-     * until its cancellation completes, then the slot is released). */
-    for (i = 0; i < cancelled; i++) {
-        uint32_t slot = r->to_close[i];
-        struct socket_slot *s = &r->sockets[slot];
-        unregister_file(r, s, slot);
-        close(s->fd);
-        if (!s->armed && !s->cancel_pending)
-            release_slot(r, slot);
-        else
-            s->fd = -2; /* closed, slot still held until the kernel confirms */
-    }
-    memmove(r->to_close, r->to_close + cancelled, (r->to_close_count - cancelled) * sizeof(uint32_t));
-    r->to_close_count -= cancelled;
-
+    finish_closing(r, ready);
     reap(r);
     result = wait_for_sends(r);
     if (result < 0)

@@ -155,14 +155,15 @@ stampede_ring *stampede_ring_create(const stampede_ring_config *config, const ch
     r->sends = allocate(r->send_capacity, sizeof(*r->sends), &failed);
     r->arena_size = 8u << 20;
     r->arena = allocate(r->arena_size, 1, &failed);
-    /* Every receive buffer may be lent out in one batch, plus socket errors: reaping never has
-     * to stop early, so every send completion is seen before a wait returns. */
+    /* A place for every receive buffer, which may all be lent out in one batch, plus the socket
+     * errors a batch reports: reaping never stops early, so every send completion is seen
+     * before a wait returns. */
+    r->error_capacity = config->max_datagrams;
     r->datagram_capacity = config->small_buffers + config->large_buffers + config->max_datagrams;
     r->datagrams = allocate(r->datagram_capacity, sizeof(*r->datagrams), &failed);
     r->lent_ids = allocate(r->datagram_capacity, sizeof(uint16_t), &failed);
     r->lent_groups = allocate(r->datagram_capacity, 1, &failed);
     r->cqe_capacity = config->entries * 4;
-    r->cqes = allocate(r->cqe_capacity, sizeof(*r->cqes), &failed);
     if (failed) {
         stampede_ring_destroy(r);
         *error = -ENOMEM;
@@ -170,6 +171,7 @@ stampede_ring *stampede_ring_create(const stampede_ring_config *config, const ch
     }
     for (i = 0; i < r->socket_capacity; i++) {
         r->sockets[i].fd = -1;
+        r->sockets[i].state = SLOT_FREE;
         r->free_sockets[i] = r->socket_capacity - 1 - i;
     }
     r->free_count = r->socket_capacity;
@@ -210,7 +212,6 @@ void stampede_ring_destroy(stampede_ring *r)
     free(r->datagrams);
     free(r->lent_ids);
     free(r->lent_groups);
-    free(r->cqes);
     free(r->deferred);
     free(r);
 }

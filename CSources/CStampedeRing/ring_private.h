@@ -25,16 +25,36 @@ struct buffer_group {
     uint32_t size; /* whole buffer: recvmsg_out + name + control + payload */
 };
 
+/* The life of a socket slot. Only the receive's final completion (no IORING_CQE_F_MORE) and the
+ * wait's close step move a slot on; retire() is the one way back to FREE, so a slot is on the
+ * free list at most once and its fd is closed exactly once.
+ *
+ *   FREE --add--> ARMED <--re-arm at a wait-- IDLE          (receive ended: ENOBUFS, an error)
+ *                   |  \--receive ends--------^  |
+ *                close                          close
+ *                   v                             v
+ *                CLOSING --receive ends--> CLOSING_IDLE --wait: fd closed--> retired (FREE)
+ *                   |
+ *                 wait: cancel submitted, fd closed
+ *                   v
+ *                DRAINING --receive ends--> retired (FREE)
+ */
+enum slot_state {
+    SLOT_FREE = 0,
+    SLOT_ARMED,
+    SLOT_IDLE,
+    SLOT_CLOSING,
+    SLOT_CLOSING_IDLE,
+    SLOT_DRAINING,
+};
+
 struct socket_slot {
     int fd;
     uint32_t generation;
     uint64_t tag;
+    uint8_t state;
     uint8_t listener;
     uint8_t large;
-    uint8_t armed;
-    uint8_t needs_arm;
-    uint8_t closing;
-    uint8_t cancel_pending;
     /* Registered in the ring's file table at the slot's index (IOSQE_FIXED_FILE). */
     uint8_t fixed;
 };
@@ -75,6 +95,9 @@ struct stampede_ring {
 
     stampede_ring_datagram *datagrams;
     uint32_t datagram_capacity;
+    /* Socket errors (no buffer) a batch may report; datagrams have a place per receive buffer. */
+    uint32_t error_capacity;
+    uint32_t error_count;
     /* Size of the sparse registered-file table (0: none, plain fds): a slot below it gets
      * its socket registered, so no SQE pays for the fd lookup. */
     uint32_t fixed_capacity;
@@ -90,17 +113,18 @@ struct stampede_ring {
     uint32_t deferred_count;
     uint32_t deferred_capacity;
     int deferring;
-    struct io_uring_cqe **cqes;
     uint32_t cqe_capacity;
     stampede_ring_stats stats;
 };
 
-static inline uint64_t pack(unsigned op, uint32_t slot, uint32_t generation)
+/* user_data: op (bits 0-3), the receive's buffer group (bit 4), slot (8-31), generation (32-63). */
+static inline uint64_t pack(unsigned op, unsigned group, uint32_t slot, uint32_t generation)
 {
-    return (uint64_t)op | (uint64_t)slot << 8 | (uint64_t)generation << 32;
+    return (uint64_t)op | (uint64_t)group << 4 | (uint64_t)slot << 8 | (uint64_t)generation << 32;
 }
 
-static inline unsigned unpack_op(uint64_t data) { return data & 0xFF; }
+static inline unsigned unpack_op(uint64_t data) { return data & 0xF; }
+static inline unsigned unpack_group(uint64_t data) { return (data >> 4) & 1; }
 static inline uint32_t unpack_slot(uint64_t data) { return (data >> 8) & 0xFFFFFF; }
 static inline uint32_t unpack_generation(uint64_t data) { return data >> 32; }
 

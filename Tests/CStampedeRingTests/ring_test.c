@@ -226,6 +226,181 @@ static int test_a_vanished_peer_is_reported(void)
     return 1;
 }
 
+
+static int open_fds(void)
+{
+    int n = 0, fd;
+    for (fd = 0; fd < 65536; fd++)
+        if (fcntl(fd, F_GETFD) >= 0)
+            n++;
+    return n;
+}
+
+/* A socket connected to a port nobody listens on: its first send draws ICMP port unreachable,
+ * which ends its multishot receive with ECONNREFUSED. */
+static int socket_to_a_vanished_peer(void)
+{
+    int fd = udp_socket(0, 0), gone = udp_socket(0, 0);
+    struct sockaddr_storage peer = loopback(port_of(gone));
+    close(gone);
+    connect(fd, (struct sockaddr *)&peer, sizeof(struct sockaddr_in));
+    return fd;
+}
+
+/* Issue 11 item 2: a transfer closed in a turn whose sends overflow the send slots (a mid-turn
+ * flush), while its receive's last completion (ECONNREFUSED) is reaped during that flush and
+ * handled at the next wait. The slot must be retired once: its fd closed, never twice on the
+ * free list (two later sockets would share it and one's datagrams reach the other's tag). */
+static int test_a_socket_closed_while_a_flush_meets_its_last_receive_is_retired_once(void)
+{
+    stampede_ring_config config = {64, 16, 2048, 4, 65536, 2, 8};
+    const char *flags;
+    int error, round;
+    stampede_ring *r = stampede_ring_create(&config, &flags, &error);
+    int sink = udp_socket(0, 0), before = open_fds();
+    struct sockaddr_storage sink_address = loopback(port_of(sink));
+    CHECK(r);
+    for (round = 0; round < 20; round++) {
+        int vanished = socket_to_a_vanished_peer(), streamer = udp_socket(0, 0), a, b, fa, fb, i, n, k;
+        int slot, other;
+        connect(streamer, (struct sockaddr *)&sink_address, sizeof(struct sockaddr_in));
+        slot = stampede_ring_add_socket(r, vanished, 100, 0, 0);
+        other = stampede_ring_add_socket(r, streamer, 200, 0, 0);
+        CHECK(slot >= 0 && other >= 0);
+        stampede_ring_wait(r, 0);
+        /* The error arrives between waits; the multishot receive ends with it. */
+        CHECK(send(vanished, "\0\5\0\0x\0", 6, 0) == 6);
+        usleep(2000);
+        stampede_ring_close_socket(r, slot);
+        /* More sends than send slots: the engine flushes mid-turn and meets the completion. */
+        for (i = 0; i < 5; i++)
+            CHECK(stampede_ring_send(r, other, "\0\3\0\1", 4, NULL, 0, NULL, NULL) == 0);
+        stampede_ring_wait(r, 0);
+        stampede_ring_wait(r, 0);
+        CHECK(stampede_ring_socket_count(r) == 1);
+        /* Two new sockets get two slots, and each hears only its own datagrams. */
+        fa = udp_socket(0, 0);
+        fb = udp_socket(0, 0);
+        {
+            struct sockaddr_storage to_a = loopback(port_of(fa)), to_b = loopback(port_of(fb));
+            a = stampede_ring_add_socket(r, fa, 1000 + (uint64_t)round, 0, 0);
+            b = stampede_ring_add_socket(r, fb, 2000 + (uint64_t)round, 0, 0);
+            CHECK(a >= 0 && b >= 0 && a != b);
+            stampede_ring_wait(r, 0);
+            sendto(sink, "A", 1, 0, (struct sockaddr *)&to_a, sizeof(struct sockaddr_in));
+            sendto(sink, "B", 1, 0, (struct sockaddr *)&to_b, sizeof(struct sockaddr_in));
+        }
+        n = wait_for(r, 2);
+        CHECK(n == 2);
+        for (k = 0; k < n; k++) {
+            const stampede_ring_datagram *d = &stampede_ring_datagrams(r)[k];
+            CHECK(d->length == 1);
+            CHECK((d->bytes[0] == 'A' && d->tag == 1000 + (uint64_t)round) ||
+                  (d->bytes[0] == 'B' && d->tag == 2000 + (uint64_t)round));
+        }
+        stampede_ring_close_socket(r, a);
+        stampede_ring_close_socket(r, b);
+        stampede_ring_close_socket(r, other);
+        stampede_ring_wait(r, 0);
+        stampede_ring_wait(r, 0);
+        CHECK(stampede_ring_socket_count(r) == 0);
+        while (recv(sink, (char[8]){0}, 8, MSG_DONTWAIT) > 0)
+            ;
+    }
+    /* Every socket handed over was closed: no descriptor leaked. */
+    CHECK(open_fds() == before);
+    close(sink);
+    stampede_ring_destroy(r);
+    return 1;
+}
+
+/* Socket errors and datagrams in one batch never overrun the batch: more sockets report
+ * ECONNREFUSED than there is room for error reports, while every receive buffer holds a
+ * datagram. Errors beyond the room are dropped (the next send reports again), datagrams never. */
+static int test_errors_and_datagrams_in_one_batch_stay_within_it(void)
+{
+    stampede_ring_config config = {256, 8, 2048, 1, 65536, 64, 4};
+    const char *flags;
+    int error, i, n, errors = 0, data = 0, rounds;
+    stampede_ring *r = stampede_ring_create(&config, &flags, &error);
+    int listener = udp_socket(0, 1), client = udp_socket(0, 0), vanished[40];
+    struct sockaddr_storage to = loopback(port_of(listener));
+    CHECK(r);
+    CHECK(stampede_ring_add_socket(r, listener, 1, 1, 0) >= 0);
+    for (i = 0; i < 40; i++) {
+        vanished[i] = socket_to_a_vanished_peer();
+        CHECK(stampede_ring_add_socket(r, vanished[i], 500 + (uint64_t)i, 0, 0) >= 0);
+    }
+    stampede_ring_wait(r, 0);
+    for (i = 0; i < 40; i++)
+        send(vanished[i], "x", 1, 0);
+    for (i = 0; i < 8; i++)
+        sendto(client, "\0\1f\0octet\0", 10, 0, (struct sockaddr *)&to, sizeof(struct sockaddr_in));
+    usleep(20000);
+    for (rounds = 0; rounds < 20 && data < 8; rounds++) {
+        int k;
+        n = stampede_ring_wait(r, 5 * 1000 * 1000);
+        CHECK(n <= 8 + 1 + 4);
+        for (k = 0; k < n; k++) {
+            const stampede_ring_datagram *d = &stampede_ring_datagrams(r)[k];
+            if (d->length < 0)
+                errors++;
+            else
+                data++;
+        }
+    }
+    CHECK(data == 8 && errors >= 4);
+    close(client);
+    stampede_ring_destroy(r);
+    return 1;
+}
+
+/* Buffers go back to the group they came from: large sockets closed with datagrams still
+ * queued, many times over, leave every large buffer usable (one batch can still fill them all). */
+static int test_large_buffers_survive_sockets_closed_with_datagrams_pending(void)
+{
+    stampede_ring_config config = {256, 16, 2048, 4, 65536, 64, 8};
+    const char *flags;
+    int error, round, i, n, seen = 0, rounds;
+    stampede_ring *r = stampede_ring_create(&config, &flags, &error);
+    int client = udp_socket(0, 0), fds[4];
+    static uint8_t big[4000];
+    CHECK(r);
+    for (round = 0; round < 50; round++) {
+        int fd = udp_socket(0, 0), slot;
+        struct sockaddr_storage to = loopback(port_of(fd));
+        slot = stampede_ring_add_socket(r, fd, 7, 0, 1);
+        stampede_ring_wait(r, 0);
+        for (i = 0; i < 3; i++)
+            sendto(client, big, sizeof(big), 0, (struct sockaddr *)&to, sizeof(struct sockaddr_in));
+        stampede_ring_close_socket(r, slot);
+        stampede_ring_wait(r, 1000 * 1000);
+    }
+    stampede_ring_wait(r, 0);
+    stampede_ring_wait(r, 0);
+    CHECK(stampede_ring_socket_count(r) == 0);
+    for (i = 0; i < 4; i++) {
+        fds[i] = udp_socket(0, 0);
+        CHECK(stampede_ring_add_socket(r, fds[i], 10 + (uint64_t)i, 0, 1) >= 0);
+    }
+    stampede_ring_wait(r, 0);
+    for (i = 0; i < 4; i++) {
+        struct sockaddr_storage to = loopback(port_of(fds[i]));
+        sendto(client, big, sizeof(big), 0, (struct sockaddr *)&to, sizeof(struct sockaddr_in));
+    }
+    usleep(10000);
+    for (rounds = 0; rounds < 20 && seen < 4; rounds++) {
+        n = stampede_ring_wait(r, 5 * 1000 * 1000);
+        for (i = 0; i < n; i++)
+            CHECK(stampede_ring_datagrams(r)[i].length == (int)sizeof(big));
+        seen += n;
+    }
+    CHECK(seen == 4);
+    close(client);
+    stampede_ring_destroy(r);
+    return 1;
+}
+
 int main(void)
 {
     int (*tests[])(void) = {
@@ -236,6 +411,9 @@ int main(void)
         test_sockets_added_past_the_table_size_in_one_turn_all_receive,
         test_a_closed_sockets_datagrams_never_surface,
         test_a_vanished_peer_is_reported,
+        test_a_socket_closed_while_a_flush_meets_its_last_receive_is_retired_once,
+        test_errors_and_datagrams_in_one_batch_stay_within_it,
+        test_large_buffers_survive_sockets_closed_with_datagrams_pending,
     };
     const char *reason;
     size_t i;
