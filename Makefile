@@ -17,7 +17,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build run test unit interop parity-deps sanitize fuzz soak bench bench-loss bench-deps bench-micro bench-thresholds deps install clean
+.PHONY: all build run test unit interop parity-deps sanitize fuzz soak bench bench-loss bench-busy bench-deps bench-micro bench-thresholds deps install clean
 
 all: build
 
@@ -129,6 +129,10 @@ bench: build bench-deps
 # rack-boot through 1 % loss, fixed vs adaptive retransmit timeout (root: netns + nftables).
 bench-loss: build
 	Benchmarks/rack-boot-loss.sh
+
+# A full server answering ERROR 0 vs nothing: how many of 1,000 machines boot (--when-busy).
+bench-busy: build
+	python3 Benchmarks/busy.py
 
 # Hot-path micro-benchmarks; fails if malloc counts (or, threefold, times) exceed Benchmarks/Thresholds.
 bench-micro:

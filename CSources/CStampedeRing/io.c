@@ -379,14 +379,31 @@ static void on_receive(stampede_ring *r, const struct io_uring_cqe *cqe, int del
         receive_ended(r, slot, cqe->res);
 }
 
-/* Keeps a receive completion for the next wait (the caller is still reading this turn's batch). */
+/* An error the network sent back about a peer (ICMP port or host unreachable): on a connected
+ * socket it goes to whichever call comes first, a receive or a send. */
+static int is_peer_error(int32_t result)
+{
+    return result == -ECONNREFUSED || result == -EHOSTUNREACH || result == -ENETUNREACH;
+}
+
+/* A send's completion that carries the peer's error: the transfer hears it as from a receive. */
+static void on_send_error(stampede_ring *r, const struct io_uring_cqe *cqe)
+{
+    uint32_t slot = unpack_slot(cqe->user_data);
+    if (slot < r->socket_capacity && r->sockets[slot].generation == unpack_generation(cqe->user_data) &&
+        (r->sockets[slot].state == SLOT_ARMED || r->sockets[slot].state == SLOT_IDLE))
+        add_error(r, &r->sockets[slot], slot, cqe->res);
+}
+
+/* Keeps a completion for the next wait (the caller is still reading this turn's batch). */
 static void defer(stampede_ring *r, const struct io_uring_cqe *cqe)
 {
     if (r->deferred_count == r->deferred_capacity) {
         uint32_t capacity = r->deferred_capacity ? r->deferred_capacity * 2 : 1024;
         struct io_uring_cqe *grown = realloc(r->deferred, capacity * sizeof(*grown));
         if (!grown) {
-            on_receive(r, cqe, 0);
+            if (unpack_op(cqe->user_data) == OP_RECV)
+                on_receive(r, cqe, 0);
             return;
         }
         r->deferred = grown;
@@ -417,8 +434,14 @@ static void on_completion(stampede_ring *r, struct io_uring_cqe *cqe)
         break;
     case OP_SEND:
         r->sends_in_flight--;
-        if (cqe->res < 0)
+        if (is_peer_error(cqe->res)) {
+            if (r->deferring)
+                defer(r, cqe);
+            else
+                on_send_error(r, cqe);
+        } else if (cqe->res < 0) {
             r->stats.send_failures++;
+        }
         break;
     case OP_CANCEL:
         on_cancel(r, cqe);
@@ -561,8 +584,12 @@ int stampede_ring_wait(stampede_ring *r, int64_t timeout_ns)
     r->datagram_count = 0;
     r->error_count = 0;
     /* Completions met by last turn's mid-turn flushes, in the order the kernel posted them. */
-    for (i = 0; i < r->deferred_count; i++)
-        on_receive(r, &r->deferred[i], 1);
+    for (i = 0; i < r->deferred_count; i++) {
+        if (unpack_op(r->deferred[i].user_data) == OP_RECV)
+            on_receive(r, &r->deferred[i], 1);
+        else
+            on_send_error(r, &r->deferred[i]);
+    }
     r->deferred_count = 0;
     rearm(r);
     ready = start_closing(r);

@@ -108,7 +108,8 @@ struct stampede_ring {
     uint32_t lent_count;
 
     int enabled;
-    /* Receive completions met while a mid-turn send flush waited: handled at the next wait. */
+    /* Receive completions, and sends' peer errors, met while a mid-turn send flush waited:
+     * handled at the next wait. */
     struct io_uring_cqe *deferred;
     uint32_t deferred_count;
     uint32_t deferred_capacity;

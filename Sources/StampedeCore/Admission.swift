@@ -32,11 +32,11 @@ public final class Admission: @unchecked Sendable {
     public func admit(_ peer: SocketAddress) -> TFTPError? {
         pthread_mutex_lock(&lock)
         defer { pthread_mutex_unlock(&lock) }
-        guard running < maxTransfers else { return TFTPError(.notDefined, "Server busy, try again later") }
+        guard running < maxTransfers else { return TFTPError(.notDefined, "Server busy, try again later", busy: true) }
         if let maxPerClient {
             let key = Self.key(peer)
             let current = perClient[key, default: 0]
-            guard current < maxPerClient else { return TFTPError(.notDefined, "Too many transfers from your address") }
+            guard current < maxPerClient else { return TFTPError(.notDefined, "Too many transfers from your address", busy: true) }
             perClient[key] = current + 1
         }
         running += 1

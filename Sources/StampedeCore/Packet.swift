@@ -27,9 +27,14 @@ public enum ErrorCode: UInt16, Sendable, CustomStringConvertible {
 public struct TFTPError: Error, Equatable, Sendable {
     public var code: ErrorCode
     public var message: String
-    public init(_ code: ErrorCode, _ message: String) {
+    /// The server, not the request, is the problem: a transfer limit is reached, or the host is
+    /// out of descriptors, ports or memory. The same request may succeed when the client retries,
+    /// so the server may leave it unanswered (`--when-busy`).
+    public var isBusy: Bool
+    public init(_ code: ErrorCode, _ message: String, busy: Bool = false) {
         self.code = code
         self.message = message
+        self.isBusy = busy
     }
 }
 

@@ -58,6 +58,7 @@ public final class Server<Backend: DatagramBackend> {
         for worker in workers {
             total.transfers += worker.summary.transfers
             total.failed += worker.summary.failed
+            total.unanswered += worker.summary.unanswered
             total.bytes += worker.summary.bytes
             total.sendFailures += worker.backend.sendFailures
         }

@@ -18,6 +18,9 @@ public struct ServerConfiguration: Sendable {
     public var maxTransfers = 65536
     /// Concurrent transfers per client address (nil: no limit).
     public var maxTransfersPerClient: Int?
+    /// What a request hears when the server is busy (a limit reached; out of sockets,
+    /// descriptors or memory).
+    public var whenBusy = BusyReply.silence
     /// SIGTERM/SIGINT: how long running transfers may take to finish.
     public var shutdownGrace: Nanoseconds = 10 * Clock.nanosecondsPerSecond
     /// Sockets handed over by inetd (fd 0) or systemd (LISTEN_FDS), served instead of binding
@@ -42,10 +45,21 @@ public struct ServerConfiguration: Sendable {
     }
 }
 
+/// `--when-busy`: the answer to a request the server has no room for.
+public enum BusyReply: String, Sendable, CaseIterable {
+    /// None: the client sends its request again after its timeout (PXE, iPXE and U-Boot all do),
+    /// and is served once a transfer has ended.
+    case silence
+    /// ERROR 0 at once: the client learns it now, but a firmware gives up its boot on it.
+    case error
+}
+
 /// What the worker learned when it ended, for the process exit.
 public struct WorkerSummary: Sendable {
     public var transfers = 0
     public var failed = 0
+    /// Requests left unanswered because the server was busy (their clients retry).
+    public var unanswered = 0
     public var bytes = 0
     /// Datagrams the backends could not send (counted as loss).
     public var sendFailures = 0

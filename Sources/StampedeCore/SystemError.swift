@@ -19,6 +19,7 @@ public struct Errno: Error, Equatable, Sendable, CustomStringConvertible {
         case EACCES, EPERM, EXDEV, ELOOP, EISDIR: return TFTPError(.accessViolation, "Access violation")
         case ENOSPC, EDQUOT, EFBIG: return TFTPError(.diskFull, "Disk full or allocation exceeded")
         case EEXIST: return TFTPError(.fileExists, "File already exists")
+        case EMFILE, ENFILE, ENOMEM, ENOBUFS, EAGAIN, EADDRINUSE: return TFTPError(.notDefined, description, busy: true)
         default: return TFTPError(.notDefined, description)
         }
     }

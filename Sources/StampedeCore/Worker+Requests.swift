@@ -119,8 +119,8 @@ extension Worker {
             } catch {
                 freeSlots.append(Int32(slot))
                 release(&transfer)
-                // EMFILE, ENFILE, ENOBUFS, a full port range: a host problem, survived and said.
-                refuse(datagram, listener, TFTPError(.notDefined, "Server out of sockets: \(error)"), what: what)
+                // EMFILE, ENFILE, ENOBUFS, a full port range: the host is busy, not the request wrong.
+                refuse(datagram, listener, TFTPError(.notDefined, "Server out of sockets: \(error)", busy: true), what: what)
                 return
             }
         }
@@ -193,9 +193,8 @@ extension Worker {
             }
         } catch {
             close(fd)
-            if error.rawValue == ENOMEM || error.rawValue == EFBIG {
-                return .failure(TFTPError(.notDefined, "File too large to serve now"))
-            }
+            if error.rawValue == ENOMEM { return .failure(TFTPError(.notDefined, "File too large to serve now", busy: true)) }
+            if error.rawValue == EFBIG { return .failure(TFTPError(.notDefined, "File too large for netascii")) }
             return .failure(error.tftpError)
         }
     }
@@ -208,7 +207,16 @@ extension Worker {
         transfer = Transfer()
     }
 
+    /// Answers a request that does not become a transfer with its ERROR, and logs it. A busy
+    /// server (`TFTPError.isBusy`) answers nothing by default: a firmware that gets ERROR 0 fails
+    /// its boot, one that hears nothing sends its request again a few seconds later.
     func refuse(_ datagram: Datagram, _ listener: Int32, _ error: TFTPError, what: String) {
+        if error.isBusy && configuration.whenBusy == .silence {
+            unanswered.note(error.message, now: stampede_monotonic_ns())
+            summary.unanswered += 1
+            logger.debug("\(datagram.peer): \(what): unanswered, busy: \(error.message)")
+            return
+        }
         let count = PacketWriter.error(error.code.rawValue, message: error.message, into: scratch)
         backend.send(listener, to: datagram.peer, from: datagram.local,
                      packet: UnsafeRawBufferPointer(rebasing: scratch[..<count]))

@@ -24,6 +24,8 @@ public final class Worker<Backend: DatagramBackend> {
     var accepting = true
     public internal(set) var activeTransfers = 0
     public internal(set) var summary = WorkerSummary()
+    /// Requests left unanswered while busy, logged as one line a second.
+    var unanswered = UnansweredRequests()
 
     /// Images of transfers that ended this turn: released after the next flush, because a send
     /// queued this turn may still point into them.
@@ -110,6 +112,7 @@ public final class Worker<Backend: DatagramBackend> {
             turn(now: now, maxWait: 500_000_000)
         }
         closeListeners()
+        reportUnanswered(now: stampede_monotonic_ns(), force: true)
         _ = backend.poll(deadline: stampede_monotonic_ns())
         retiredImages.removeAll(keepingCapacity: true)
     }
@@ -125,6 +128,7 @@ public final class Worker<Backend: DatagramBackend> {
         // The flush is done: what ended last turn can let go of its memory.
         for image in retiredImages { cache.release(image) }
         retiredImages.removeAll(keepingCapacity: true)
+        reportUnanswered(now: now)
         guard count > 0 else { return }
         let arrival = stampede_monotonic_ns()
         for i in 0..<count {
@@ -139,6 +143,10 @@ public final class Worker<Backend: DatagramBackend> {
                 handleTransferDatagram(datagram, now: arrival)
             }
         }
+    }
+
+    func reportUnanswered(now: Nanoseconds, force: Bool = false) {
+        if let line = unanswered.report(now: now, force: force) { logger.warning("\(line)") }
     }
 
     func stopListening() {

@@ -18,6 +18,8 @@ public final class GlibcBackend: DatagramBackend {
     private var sockets: [Socket] = []
     private var freeSockets: [Int32] = []
     private var closing: [Int32] = []
+    /// Peer errors (ICMP unreachable) that a send drew instead of a receive, for the next batch.
+    private var peerErrors: [(tag: UInt64, error: Int32)] = []
 
     // Send queue: one mmsghdr + 2 iovecs per send; headers copied into an arena.
     private let sendCapacity: Int
@@ -76,6 +78,7 @@ public final class GlibcBackend: DatagramBackend {
         sockets.reserveCapacity(1024)
         freeSockets.reserveCapacity(1024)
         closing.reserveCapacity(1024)
+        peerErrors.reserveCapacity(receiveBatch)
     }
 
     deinit {
@@ -201,8 +204,14 @@ public final class GlibcBackend: DatagramBackend {
                     sendFailures += end - next
                     break
                 } else {
-                    // ECONNREFUSED and the like: this message is lost, try the rest.
-                    sendFailures += 1
+                    // This message is lost; the rest are tried. A peer's error (ECONNREFUSED: the
+                    // client's port is gone) reaches a connected socket's first call, this send:
+                    // the transfer hears it as from a receive.
+                    if Self.isPeerError(-sent) {
+                        if peerErrors.count < receiveCapacity { peerErrors.append((sockets[Int(socket)].tag, -sent)) }
+                    } else {
+                        sendFailures += 1
+                    }
                     next += 1
                 }
             }
@@ -219,15 +228,24 @@ public final class GlibcBackend: DatagramBackend {
         closing.removeAll(keepingCapacity: true)
     }
 
+    static func isPeerError(_ error: Int32) -> Bool {
+        error == ECONNREFUSED || error == EHOSTUNREACH || error == ENETUNREACH
+    }
+
     // MARK: Receives
 
     public func poll(deadline: Nanoseconds?) -> Int {
         flush()
-        var timeout: Int64 = -1
-        if let deadline { timeout = max(0, deadline - stampede_monotonic_ns()) }
-        let ready = stampede_epoll_wait(epoll, readyTags, Int32(readyCapacity), timeout)
-        guard ready > 0 else { return 0 }
         var count = 0
+        for (tag, error) in peerErrors where tag != UInt64.max {
+            received[count] = (tag, 0, error)
+            count += 1
+        }
+        peerErrors.removeAll(keepingCapacity: true)
+        var timeout: Int64 = count > 0 ? 0 : -1
+        if count == 0, let deadline { timeout = max(0, deadline - stampede_monotonic_ns()) }
+        let ready = stampede_epoll_wait(epoll, readyTags, Int32(readyCapacity), timeout)
+        guard ready > 0 else { return count }
         for i in 0..<Int(ready) where count < receiveCapacity {
             let handle = Int(readyTags[i])
             guard handle < sockets.count, sockets[handle].fd >= 0, sockets[handle].tag != UInt64.max else { continue }

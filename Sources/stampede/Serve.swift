@@ -121,6 +121,9 @@ struct Serve: ParsableCommand {
     var maxTransfers = 65536
     @Option(name: .customLong("max-per-client"), help: "Concurrent transfers per client address (default: no limit).")
     var maxPerClient: Int?
+    @Option(name: .customLong("when-busy"),
+            help: "Over --max-transfers or --max-per-client, or out of sockets, descriptors or memory: silence (the client sends its request again a few seconds later; default) or error (ERROR 0 at once, which fails a firmware's boot).")
+    var whenBusy = "silence"
 
     @Argument(help: "The directory to serve.")
     var directory: [String] = []
@@ -140,6 +143,7 @@ struct Serve: ParsableCommand {
         if retransmit < 1000 { throw ValidationError("-T is in microseconds and must be at least 1000.") }
         if let umask, mode_t(umask, radix: 8) == nil { throw ValidationError("-U takes an octal umask, like 022.") }
         if let portRange, parsePortRange(portRange) == nil { throw ValidationError("-R takes LOW:HIGH, like 4000:4999.") }
+        if BusyReply(rawValue: whenBusy) == nil { throw ValidationError("--when-busy \(whenBusy): choose silence or error.") }
         if !["auto", "uring", "glibc"].contains(backend) {
             throw ValidationError("--backend \(backend): choose auto, uring or glibc.")
         }
@@ -226,6 +230,7 @@ struct Serve: ParsableCommand {
         configuration.shutdownGrace = Nanoseconds(grace) * Clock.nanosecondsPerSecond
         configuration.maxTransfers = maxTransfers
         configuration.maxTransfersPerClient = maxPerClient
+        configuration.whenBusy = BusyReply(rawValue: whenBusy)!
         let cache = FileCache(limits: .init(budget: cacheSize << 20, fileLimit: cacheFileLimit << 20))
         var workerCount = workers ?? Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
         if singlePort && mode != .standalone && workerCount > 1 {

@@ -47,8 +47,7 @@ struct Serving {
         let summary = server.run()
         logger.notice("""
             stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes, \
-            \(summary.sendFailures) datagrams the kernel would not send)
+            \(summary.sendFailures) datagrams the kernel would not send, \(summary.unanswered) requests unanswered while busy)
             """)
-        if let pidfile { unlink(pidfile) }
     }
 }

@@ -401,6 +401,31 @@ static int test_large_buffers_survive_sockets_closed_with_datagrams_pending(void
     return 1;
 }
 
+/* A vanished peer's ICMP error goes to whichever call comes first on a connected socket. A run
+ * of sends draws one error after another, and the sends consume them: each is the transfer's
+ * to hear, never counted as a datagram the kernel would not send. */
+static int test_a_vanished_peer_found_by_a_send_is_reported_too(void)
+{
+    stampede_ring *r = make_ring(16);
+    int slot = stampede_ring_add_socket(r, socket_to_a_vanished_peer(), 9, 0, 0), i, k, n, reports = 0;
+    CHECK(slot >= 0);
+    stampede_ring_wait(r, 0);
+    for (i = 0; i < 20; i++)
+        CHECK(stampede_ring_send(r, slot, "\0\3\0\1", 4, NULL, 0, NULL, NULL) == 0);
+    for (i = 0; i < 10; i++) {
+        n = stampede_ring_wait(r, 2 * 1000 * 1000);
+        for (k = 0; k < n; k++) {
+            const stampede_ring_datagram *d = &stampede_ring_datagrams(r)[k];
+            CHECK(d->tag == 9 && d->length == -ECONNREFUSED);
+            reports++;
+        }
+    }
+    CHECK(reports > 1);
+    CHECK(stampede_ring_get_stats(r).send_failures == 0);
+    stampede_ring_destroy(r);
+    return 1;
+}
+
 int main(void)
 {
     int (*tests[])(void) = {
@@ -414,6 +439,7 @@ int main(void)
         test_a_socket_closed_while_a_flush_meets_its_last_receive_is_retired_once,
         test_errors_and_datagrams_in_one_batch_stay_within_it,
         test_large_buffers_survive_sockets_closed_with_datagrams_pending,
+        test_a_vanished_peer_found_by_a_send_is_reported_too,
     };
     const char *reason;
     size_t i;

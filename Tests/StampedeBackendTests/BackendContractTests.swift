@@ -148,6 +148,34 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
         #expect(backend.datagram(0).error == ECONNREFUSED)
     }
 
+    /// The ICMP error goes to a connected socket's first call: after a run of sends to a vanished
+    /// client, the sends draw the errors. They reach the transfer (one is enough to end it:
+    /// sendmmsg drops an error when part of its batch went out); none is a send failure.
+    @Test(arguments: BackendKind.allCases)
+    func aVanishedClientFoundByASendIsReportedToo(kind: BackendKind) throws {
+        let backend = try kind.make()
+        var gone = SocketAddress()
+        do {
+            let client = LoopbackClient()
+            gone = client.address
+            close(client.fd)
+        }
+        let socket = try backend.openTransfer(local: loopbackAny, peer: gone, ports: nil, largestDatagram: 516, tag: 9)
+        for _ in 0..<20 {
+            [UInt8]([0, 3, 0, 1]).withUnsafeBytes { backend.send(socket, header: $0, payload: UnsafeRawBufferPointer(start: nil, count: 0)) }
+        }
+        var reports = 0
+        for _ in 0..<10 {
+            let count = backend.poll(deadline: stampede_monotonic_ns() + 2_000_000)
+            for i in 0..<count {
+                #expect(backend.datagram(i).tag == 9 && backend.datagram(i).error == ECONNREFUSED)
+                reports += 1
+            }
+        }
+        #expect(reports >= 1)
+        #expect(backend.sendFailures == 0)
+    }
+
     @Test(arguments: BackendKind.allCases)
     func aPortRangeIsHonoured(kind: BackendKind) throws {
         let backend = try kind.make()

@@ -165,11 +165,18 @@ final class FakeBackend: DatagramBackend {
         #expect(send([0, 4, 0, 1], from: client).isEmpty)
     }
 
-    @Test func limitsPerClientAndInAllRefuseWithErrorZeroAndFreeUpWhenTransfersEnd() throws {
+    /// Over a limit the server is busy: by default it leaves the request unanswered (the client
+    /// sends it again), with `--when-busy error` it answers ERROR 0.
+    @Test(arguments: BusyReply.allCases)
+    func limitsPerClientAndInAllRefuseAndFreeUpWhenTransfersEnd(whenBusy: BusyReply) throws {
         dir.write("f", Array(repeating: 1, count: 2000))
         var configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd),
                                                 logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
         configuration.maxTransfersPerClient = 2
+        configuration.whenBusy = whenBusy
+        func busy(_ message: String) -> [UInt8]? {
+            whenBusy == .error ? PacketWriter.error(TFTPError(.notDefined, message)) : nil
+        }
         let admission = Admission(maxTransfers: 3, maxPerClient: 2)
         let limited = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0, admission: admission)
         try limited.bindListeners([local])
@@ -186,13 +193,14 @@ final class FakeBackend: DatagramBackend {
         a.port += 1
         #expect(request(from: a)?.prefix(2) == [0, 3])
         a.port += 1
-        // A third from the same machine (another port): ERROR 0, the others run on.
-        #expect(request(from: a) == PacketWriter.error(TFTPError(.notDefined, "Too many transfers from your address")))
+        // A third from the same machine (another port): refused, the others run on.
+        #expect(request(from: a) == busy("Too many transfers from your address"))
         #expect(request(from: b)?.prefix(2) == [0, 3])
         b.port += 1
         // Three running in all: the next client is refused as busy.
-        #expect(request(from: b) == PacketWriter.error(TFTPError(.notDefined, "Server busy, try again later")))
+        #expect(request(from: b) == busy("Server busy, try again later"))
         #expect(admission.runningTransfers == 3 && limited.activeTransfers == 3)
+        #expect(limited.summary.unanswered == (whenBusy == .silence ? 2 : 0))
         // One ends (ACK of its last block): a place is free again.
         let first = backend.tags[backend.tags.count - 3]
         backend.sent = []

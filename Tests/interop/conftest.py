@@ -1,5 +1,9 @@
 """Fixtures that run the real `stampede` binary on loopback against real clients."""
+import contextlib
+import ctypes
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -45,7 +49,8 @@ class Server:
         raise RuntimeError("server did not start: " + self.log_text())
 
     def log_text(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return self.log_path.read_text(errors="replace")
 
     def rss_kib(self) -> int:
@@ -131,3 +136,63 @@ def pytest_terminal_summary(terminalreporter):
 
 def run(argv, timeout=120, **kw):
     return subprocess.run(argv, capture_output=True, timeout=timeout, **kw)
+
+
+class NetworkNamespace:
+    """A network namespace made for one test: `inside` is the command prefix that runs a program
+    in it; `sockets()` makes Python sockets created in its block belong to it."""
+
+    def __init__(self, name):
+        self.name = name
+        self.inside = ["ip", "netns", "exec", name]
+
+    def write_sysctl(self, key, value):
+        r = run([*self.inside, "sh", "-c", f"echo {value} > /proc/sys/{key.replace('.', '/')}"])
+        assert r.returncode == 0, r.stderr
+
+    @contextlib.contextmanager
+    def sockets(self):
+        libc = ctypes.CDLL(None, use_errno=True)
+        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        target = os.open(f"/run/netns/{self.name}", os.O_RDONLY)
+        try:
+            assert libc.setns(target, CLONE_NEWNET) == 0, os.strerror(ctypes.get_errno())
+            yield
+        finally:
+            assert libc.setns(own, CLONE_NEWNET) == 0, os.strerror(ctypes.get_errno())
+            os.close(own)
+            os.close(target)
+
+
+CLONE_NEWNET = 0x40000000
+
+
+@pytest.fixture
+def network_namespace():
+    """make(loss=0, icmp_unlimited=False) -> a new NetworkNamespace with loopback up, where an
+    nftables rule drops `loss` % of all UDP (the kernel here has no netem), and where ICMP errors
+    are not rate-limited if asked (Linux sends 1,000 a second at most, fewer per destination)."""
+    if os.geteuid() != 0:
+        pytest.skip("LOUD SKIP: network namespaces and nftables need root")
+    made = []
+
+    def make(loss=0, icmp_unlimited=False):
+        namespace = NetworkNamespace(f"stampede-test-{os.getpid()}-{len(made)}")
+        assert run(["ip", "netns", "add", namespace.name]).returncode == 0
+        made.append(namespace.name)
+        assert run([*namespace.inside, "ip", "link", "set", "lo", "up"]).returncode == 0
+        if loss:
+            for rule in (["add", "table", "inet", "loss"],
+                         ["add", "chain", "inet", "loss", "out", "{ type filter hook output priority 0; }"],
+                         ["add", "rule", "inet", "loss", "out", "meta", "l4proto", "udp", "numgen", "random",
+                          "mod", "100", "lt", str(loss), "drop"]):
+                r = run([*namespace.inside, "nft", *rule])
+                assert r.returncode == 0, r.stderr
+        if icmp_unlimited:
+            namespace.write_sysctl("net.ipv4.icmp_ratelimit", 0)
+            namespace.write_sysctl("net.ipv4.icmp_msgs_per_sec", 0)
+        return namespace
+
+    yield make
+    for name in made:
+        run(["ip", "netns", "del", name])

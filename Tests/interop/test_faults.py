@@ -1,5 +1,7 @@
 """Faults a provisioning network throws at a server: request floods, limits, privileges."""
 import os
+import pwd
+import re
 import select
 import socket
 import time
@@ -60,8 +62,26 @@ def test_a_burst_of_20000_requests_is_answered_every_one(serve, report):
     assert s.alive
 
 
-def test_over_the_limit_every_request_gets_an_error_not_silence(serve):
+def unanswered_in_log(server):
+    """The requests the server's log says it left unanswered while busy."""
+    return sum(int(re.search(r"busy: (\d+) requests unanswered", line).group(1))
+               for line in server.log_text().splitlines() if "requests unanswered in" in line)
+
+
+def test_over_the_limit_requests_go_unanswered_and_the_log_counts_them(serve):
+    """A firmware that hears ERROR 0 fails its boot; one that hears nothing asks again later."""
     s = serve("--max-transfers", "2000")
+    replies = flood(s, "one-mib.bin")
+    # 2,000 transfers start (DATA 1); the other 18,000 requests hear nothing.
+    assert replies == {(3, None): 2000}, replies
+    s.stop()
+    assert unanswered_in_log(s) == 18000
+    assert "Server busy, try again later" in s.log_text()
+    assert "18000 requests unanswered while busy" in s.log_text()
+
+
+def test_with_when_busy_error_over_the_limit_requests_get_error_0(serve):
+    s = serve("--max-transfers", "2000", "--when-busy", "error")
     replies = flood(s, "one-mib.bin")
     # 2,000 transfers start (DATA 1); the other 18,000 hear ERROR 0 "server busy" at once.
     assert replies == {(3, None): 2000, (5, 0): 18000}, replies
@@ -95,27 +115,39 @@ def test_chroot_and_user_are_in_effect_after_binding_port_69(serve, root):
     assert RawClient(s).download("hello.txt") == b"hello, rack\n"
 
 
-def test_out_of_file_descriptors_is_an_error_then_service_recovers(serve, root, report):
-    """atftpd dies at 1,024 sockets; with a hard limit of 64 descriptors Stampede refuses what it
-    cannot open with ERROR 0, keeps every running transfer, and serves again once they end."""
+def storm_json(server, root, clients):
     import json
     from conftest import BINARY, run
+    r = run([str(BINARY), "storm", f"127.0.0.1:{server.port}", "one-mib.bin", "--clients", str(clients),
+             "--blksize", "1468", "--verify", str(root / "one-mib.bin"), "--json"], timeout=120)
+    return json.loads(r.stdout)
+
+
+def test_out_of_file_descriptors_the_clients_retry_until_served(serve, root, report):
+    """atftpd dies at 1,024 sockets; with a hard limit of 64 descriptors Stampede leaves what it
+    cannot open unanswered, keeps every running transfer, and serves the retried requests."""
     s = serve(prefix=["prlimit", "--nofile=64:64"])
+    crowded = storm_json(s, root, 200)
+    assert crowded["ok"] == 200, crowded["failures"]
+    assert crowded["retransmits"] > 0
+    s.stop()
+    assert "Too many open files" in s.log_text() or "out of sockets" in s.log_text()
+    assert unanswered_in_log(s) > 0
+    report(f"fd limit 64 ({s.backend}): 200 of 200 served through their retries "
+           f"({unanswered_in_log(s)} requests left unanswered, p99 {crowded['p99_ms'] / 1000:.1f} s)")
 
-    def storm(clients):
-        r = run([str(BINARY), "storm", f"127.0.0.1:{s.port}", "one-mib.bin", "--clients", str(clients),
-                 "--blksize", "1468", "--verify", str(root / "one-mib.bin"), "--json"], timeout=120)
-        return json.loads(r.stdout)
 
-    crowded = storm(200)
+def test_out_of_file_descriptors_with_when_busy_error_then_service_recovers(serve, root, report):
+    s = serve("--when-busy", "error", prefix=["prlimit", "--nofile=64:64"])
+    crowded = storm_json(s, root, 200)
     assert crowded["ok"] + crowded["failed"] == 200
     assert 20 <= crowded["ok"] < 64
     assert set(crowded["failures"]) == {"server error 0"}, crowded["failures"]
     assert "Too many open files" in s.log_text() or "out of sockets" in s.log_text()
     assert s.alive
-    after = storm(30)
+    after = storm_json(s, root, 30)
     assert after["ok"] == 30, after
-    report(f"fd limit 64 ({s.backend}): {crowded['ok']} of 200 served at once, the rest ERROR 0; then 30 of 30")
+    report(f"fd limit 64, --when-busy error ({s.backend}): {crowded['ok']} of 200 served, the rest ERROR 0; then 30 of 30")
 
 
 def test_a_memory_budget_smaller_than_the_files_streams_them(serve, root):

@@ -7,37 +7,10 @@ import subprocess
 
 import pytest
 
-from conftest import BINARY, run
+from conftest import BINARY
 
 SIZE = 128 << 10
 CLIENTS = 500
-
-
-@pytest.fixture
-def network_namespace():
-    """make(loss_percent) -> the command prefix that runs inside a new namespace with that loss."""
-    if os.geteuid() != 0:
-        pytest.skip("LOUD SKIP: network namespaces and nftables need root")
-    made = []
-
-    def make(loss):
-        name = f"stampede-loss-{os.getpid()}-{len(made)}"
-        assert run(["ip", "netns", "add", name]).returncode == 0
-        made.append(name)
-        inside = ["ip", "netns", "exec", name]
-        assert run([*inside, "ip", "link", "set", "lo", "up"]).returncode == 0
-        if loss:
-            for rule in (["add", "table", "inet", "loss"],
-                         ["add", "chain", "inet", "loss", "out", "{ type filter hook output priority 0; }"],
-                         ["add", "rule", "inet", "loss", "out", "meta", "l4proto", "udp", "numgen", "random",
-                          "mod", "100", "lt", str(loss), "drop"]):
-                r = run([*inside, "nft", *rule])
-                assert r.returncode == 0, r.stderr
-        return inside
-
-    yield make
-    for name in made:
-        run(["ip", "netns", "del", name])
 
 
 def storm(inside, server, *args):
@@ -53,10 +26,10 @@ def test_every_transfer_completes_through_loss(serve, root, network_namespace, r
     (root / "boot.img").write_bytes(os.urandom(SIZE))
     (root / "boot.img").chmod(0o644)
     options = ["--windowsize", str(window)] if window > 1 else []
-    clean = network_namespace(0)
+    clean = network_namespace().inside
     _, baseline, err = storm(clean, serve(prefix=clean), *options)
     assert baseline["ok"] == CLIENTS, err
-    lossy = network_namespace(loss)
+    lossy = network_namespace(loss).inside
     s = serve(prefix=lossy)
     code, result, err = storm(lossy, s, *options)
     assert code == 0 and result["ok"] == CLIENTS and result["failed"] == 0, (result, err)
@@ -76,7 +49,7 @@ def test_the_adaptive_timeout_repairs_loss_faster_than_a_fixed_second(serve, roo
     (root / "boot.img").chmod(0o644)
     results = {}
     for mode, args in (("fixed", ["--fixed-timeout"]), ("adaptive", [])):
-        inside = network_namespace(1)
+        inside = network_namespace(1).inside
         code, result, err = storm(inside, serve(*args, prefix=inside))
         assert code == 0 and result["ok"] == CLIENTS, (result, err)
         results[mode] = result

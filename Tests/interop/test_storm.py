@@ -93,13 +93,25 @@ def test_sigint_ends_the_storm_and_still_reports(serve):
     assert set(result["failures"]) <= {"interrupted"}
 
 
-def test_max_per_client_and_max_transfers_refuse_the_rest_with_error_0(serve, root):
+def test_over_max_per_client_and_max_transfers_the_clients_retry_until_served(serve, root):
     s = serve("--max-per-client", "4")
+    code, result, _ = storm(s, "one-mib.bin", "--clients", "10", "--blksize", "1468", "--verify", str(root / "one-mib.bin"))
+    assert code == 0 and result["ok"] == 10 and result["retransmits"] > 0, result
+    t = serve("--max-transfers", "3")
+    code, result, _ = storm(t, "one-mib.bin", "--clients", "10", "--blksize", "1468", "--verify", str(root / "one-mib.bin"))
+    assert code == 0 and result["ok"] == 10 and result["retransmits"] > 0, result
+    for server, reason in ((s, "Too many transfers from your address"), (t, "Server busy, try again later")):
+        server.stop()
+        assert reason in server.log_text() and "requests unanswered" in server.log_text()
+
+
+def test_max_per_client_and_max_transfers_with_when_busy_error_refuse_the_rest(serve, root):
+    s = serve("--max-per-client", "4", "--when-busy", "error")
     code, result, _ = storm(s, "one-mib.bin", "--clients", "10", "--blksize", "1468")
     assert code == 1
     assert result["ok"] == 4 and result["failures"] == {"server error 0": 6}
     assert "Too many transfers from your address" in s.log_text()
-    t = serve("--max-transfers", "3")
+    t = serve("--max-transfers", "3", "--when-busy", "error")
     code, result, _ = storm(t, "one-mib.bin", "--clients", "10", "--blksize", "1468")
     assert result["ok"] == 3 and result["failures"] == {"server error 0": 7}
     assert "Server busy" in t.log_text()
