@@ -10,8 +10,22 @@ DEMO := .build/demo-root
 
 # apt-get as root, or through sudo; nothing when everything is there already.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := liburing-dev curl tftp-hpa atftp busybox python3-venv
-TOOLS := curl tftp atftp busybox
+# Every external command the test suite and the benchmarks run, as COMMAND:DEBIAN-PACKAGE. `make
+# deps` installs the packages of TEST_COMMANDS, `make bench-deps` those of BENCH_COMMANDS. The
+# suite checks the test commands before its first test and names the package of any missing
+# (Tests/interop/conftest.py); Tests/interop/test_external_commands.py fails when a test or a
+# benchmark runs a command of a non-essential package that is not listed here.
+TEST_COMMANDS := curl:curl tftp:tftp-hpa atftp:atftp busybox:busybox ip:iproute2 nft:nftables \
+	mount:mount umount:mount prlimit:util-linux unshare:util-linux
+BENCH_COMMANDS := dnsmasq:dnsmasq-base
+commands_of = $(foreach c,$(1),$(word 1,$(subst :, ,$(c))))
+packages_of = $(sort $(foreach c,$(1),$(word 2,$(subst :, ,$(c)))))
+APT_PACKAGES := liburing-dev pkg-config python3-venv $(call packages_of,$(TEST_COMMANDS))
+BENCH_PACKAGES := libwrap0 $(call packages_of,$(BENCH_COMMANDS))
+# A machine with the Swift toolchain alone may have no cc: the toolchain's clang builds the C tests.
+ifeq ($(origin CC),default)
+CC := $(shell command -v cc >/dev/null 2>&1 && echo cc || echo clang)
+endif
 
 RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys.c
 RING_TEST := .build/ring-test-sanitized
@@ -24,15 +38,20 @@ all: build
 build:
 	$(SWIFT) build -c release
 
-deps:
+# Installs the Debian packages in $(1) that are missing, then checks that the commands in $(2) run.
+define apt_install
 	@missing=""; \
-	for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
-	@for t in $(TOOLS); do command -v $$t >/dev/null || { echo "missing $$t after install"; exit 1; }; done
+	@for t in $(2); do PATH="$$PATH:/usr/sbin:/sbin" command -v $$t >/dev/null || { echo "missing $$t after install"; exit 1; }; done
+endef
+
+deps:
+	$(call apt_install,$(APT_PACKAGES),$(call commands_of,$(TEST_COMMANDS)))
 	@[ -x $(PYTHON) ] || python3 -m venv $(VENV)
 	@$(PYTHON) -c "import pytest, tftpy" 2>/dev/null || $(VENV)/bin/pip install -q pytest tftpy
 
@@ -99,8 +118,7 @@ PEERS := .build/peers
 # tftpd-hpa unpacked from Debian's .deb (never installed: it would take port 69), for the
 # parity test (Tests/interop/test_parity.py) and the benchmarks.
 parity-deps: deps
-	@dpkg -s libwrap0 >/dev/null 2>&1 || { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libwrap0; }
+	$(call apt_install,libwrap0,)
 	@if [ ! -x $(PEERS)/usr/sbin/in.tftpd ]; then \
 		mkdir -p $(PEERS)/debs && cd $(PEERS)/debs && \
 		{ apt-get download tftpd-hpa 2>/dev/null || { $(SUDO) apt-get update -qq && apt-get download tftpd-hpa; }; } && \
@@ -109,13 +127,7 @@ parity-deps: deps
 	@$(PEERS)/usr/sbin/in.tftpd -V 2>&1 | head -1
 
 bench-deps: deps parity-deps
-	@missing=""; \
-	for p in dnsmasq-base libwrap0; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing:$$missing"; \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	$(call apt_install,$(BENCH_PACKAGES),$(call commands_of,$(BENCH_COMMANDS)))
 	@if [ ! -x $(PEERS)/usr/sbin/in.tftpd ] || [ ! -x $(PEERS)/usr/sbin/atftpd ]; then \
 		mkdir -p $(PEERS)/debs && cd $(PEERS)/debs && apt-get download $(PEER_DEBS) 2>/dev/null && \
 		for d in *.deb; do dpkg-deb -x $$d ..; done; \

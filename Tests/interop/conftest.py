@@ -16,6 +16,31 @@ REPO = Path(__file__).resolve().parents[2]
 BINARY = Path(os.environ.get("STAMPEDE_BIN", REPO / ".build" / "release" / "stampede"))
 
 
+def external_commands(variables=("TEST_COMMANDS", "BENCH_COMMANDS")):
+    """{command: Debian package} from the Makefile's TEST_COMMANDS and BENCH_COMMANDS, the list
+    `make deps` and `make bench-deps` install."""
+    text = (REPO / "Makefile").read_text().replace("\\\n", " ")
+    out = {}
+    for variable in variables:
+        match = re.search(rf"^{variable} :=(.*)$", text, re.MULTILINE)
+        assert match, f"{variable} is not in the Makefile"
+        out.update(pair.split(":", 1) for pair in match.group(1).split())
+    return out
+
+
+def find_command(name):
+    return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
+
+
+def pytest_sessionstart(session):
+    """Every command the suite runs is there, or the run stops before its first test, naming
+    the package to install (`make deps` installs them all)."""
+    missing = {c: p for c, p in external_commands(["TEST_COMMANDS"]).items() if not find_command(c)}
+    if missing:
+        names = ", ".join(f"{c} (Debian package {p})" for c, p in missing.items())
+        pytest.exit(f"missing: {names}. `make deps` installs them; `make test` runs it first.", returncode=3)
+
+
 def free_udp_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -103,7 +103,7 @@ def test_chroot_and_user_are_in_effect_after_binding_port_69(serve, root):
             pytest.skip("LOUD SKIP: 127.0.0.2:69 is taken")
     s = serve("-s", "-u", "nobody", host="127.0.0.2", port=69)
     status = proc_status(s.process.pid)
-    nobody = int(os.popen("id -u nobody").read())
+    nobody = pwd.getpwnam("nobody").pw_uid
     # Every uid (real, effective, saved, fs) is nobody's; no supplementary root group; no capabilities.
     assert status["Uid"] == [str(nobody)] * 4
     assert "0" not in status["Groups"]
