@@ -86,7 +86,7 @@ sanitize: deps
 # leaves its input in .build/fuzz/crash-*: add it to the seed corpus, which every run replays.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := packet optionack remap
-FUZZ_SOURCES := Sources/StampedeCore/Packet.swift Sources/StampedeCore/OptionNegotiation.swift
+FUZZ_SOURCES := Sources/StampedeCore/Packet.swift Sources/StampedeCore/OptionNegotiation.swift Sources/StampedeCore/LogText.swift
 REMAP_SOURCES := Sources/StampedeCore/RemapRules.swift Sources/StampedeCore/SocketAddress.swift Sources/StampedeCore/LogText.swift
 
 .build/fuzz/packet: Fuzz/PacketFuzz.swift $(FUZZ_SOURCES)

@@ -40,7 +40,11 @@ public struct OptionNegotiation: Equatable, Sendable {
 
     public static let blockSizeRange = 8...65464
     public static let timeoutRange = 1...255
+    /// RFC 7440's range, what a client may ask.
     public static let windowSizeRange = 1...65535
+    /// What Stampede grants or takes: a window of 32,768 blocks or more makes block numbers
+    /// ambiguous (they wrap at 65,536, so a reordered old ACK would look new).
+    public static let grantedWindowSizeRange = 1...32767
 
     /// - Parameters:
     ///   - fileSize: the size a read will transfer (after netascii conversion), for `tsize`.
@@ -99,8 +103,10 @@ public struct OptionNegotiation: Equatable, Sendable {
 }
 
 /// The client's side of RFC 2347: an OACK may hold only options the client asked for, with
-/// values it can live with: blksize and windowsize no larger than asked, timeout as asked, any
-/// tsize. `stampede get`, `put` and `storm` read OACKs through this.
+/// values it can live with: blksize within the RFC's range and no larger than asked, windowsize
+/// likewise (and below the 32,768 that keeps block numbers unambiguous), timeout as asked, any
+/// tsize. `stampede get`, `put` and `storm` read OACKs through this, and answer a refused one
+/// with ERROR 8. Whatever the server or the caller sends, nothing here traps.
 public struct OptionAckError: Error, Equatable, CustomStringConvertible {
     public let description: String
 }
@@ -109,17 +115,25 @@ extension TransferOptions {
     public init(optionAck body: UnsafeRawBufferPointer, asked: [(name: String, value: String)]) throws(OptionAckError) {
         self.init()
         for (name, value) in PacketWriter.parseOptions(body) {
+            let shown = sanitizedForLog(value.utf8, limit: 32)
             guard let number = OptionNegotiation.decimal(value) else {
-                throw OptionAckError(description: "option \(name)=\(value) is no number")
+                throw OptionAckError(description: "option \(sanitizedForLog(name.utf8, limit: 32))=\(shown) is no number")
             }
-            let request = asked.first { $0.name == name }.flatMap { OptionNegotiation.decimal($0.value) }
-            switch (name, request) {
-            case ("blksize", let limit?) where (8...limit).contains(number): blockSize = number
-            case ("windowsize", let limit?) where (1...limit).contains(number): windowSize = number
-            case ("timeout", let same?) where number == same: timeoutSeconds = number
-            case ("tsize", _?): transferSize = number
+            guard let request = asked.first(where: { $0.name == name }) else {
+                throw OptionAckError(description: "the server acknowledged \(sanitizedForLog(name.utf8, limit: 32))=\(shown), which we did not ask for")
+            }
+            let limit = OptionNegotiation.decimal(request.value)
+            switch name {
+            case "blksize" where OptionNegotiation.blockSizeRange.contains(number) && number <= limit ?? 0:
+                blockSize = number
+            case "windowsize" where OptionNegotiation.grantedWindowSizeRange.contains(number) && number <= limit ?? 0:
+                windowSize = number
+            case "timeout" where OptionNegotiation.timeoutRange.contains(number) && number == limit:
+                timeoutSeconds = number
+            case "tsize":
+                transferSize = number
             default:
-                throw OptionAckError(description: "the server acknowledged \(name)=\(value), which we did not ask for")
+                throw OptionAckError(description: "the server acknowledged \(name)=\(shown), which is not what we asked (\(sanitizedForLog(request.value.utf8, limit: 32)))")
             }
         }
     }

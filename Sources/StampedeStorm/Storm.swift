@@ -19,6 +19,7 @@ public final class Storm<Backend: DatagramBackend> {
     private let request: [UInt8]
     private let unknownTransferID = PacketWriter.error(TFTPError(.unknownTransferID, "Unknown transfer ID"))
     private let abortPacket = PacketWriter.error(TFTPError(.notDefined, "storm: transfer abandoned"))
+    private let refuseOptionsPacket = PacketWriter.error(TFTPError(.optionNegotiation, "storm: option refused"))
     private var ackPacket: [UInt8] = [0, 4, 0, 0]
     private let local: SocketAddress
     private var launched = 0
@@ -149,6 +150,8 @@ public final class Storm<Backend: DatagramBackend> {
             if let peer { unknownTransferID.withUnsafeBytes { backend.send(socket, to: peer, from: nil, packet: $0) } }
         case .abort:
             abortPacket.withUnsafeBytes { backend.send(socket, to: sessions[slot]!.server, from: nil, packet: $0) }
+        case .refuseOptions:
+            refuseOptionsPacket.withUnsafeBytes { backend.send(socket, to: sessions[slot]!.server, from: nil, packet: $0) }
         }
         if let end = step.end {
             finish(slot, end, now: now)

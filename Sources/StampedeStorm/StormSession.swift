@@ -55,6 +55,8 @@ public struct StormSession {
         case unknownTransferID
         /// ERROR 0 to the server: we gave up on this transfer, it need not retransmit.
         case abort
+        /// ERROR 8 to the server: its OACK holds what we cannot accept (RFC 2347).
+        case refuseOptions
     }
 
     public enum End: Equatable, Sendable {
@@ -149,7 +151,7 @@ public struct StormSession {
                 requestTimer.stop()
                 return Step(.ack(0))
             } catch {
-                return Step(.abort, .failed(.protocolError(error.description)))
+                return Step(.refuseOptions, .failed(.protocolError(error.description)))
             }
         case .data(let block, let payload):
             if receiver == nil {

@@ -23,6 +23,22 @@ struct ClientOptions: ParsableArguments {
     @Option(name: .customLong("retries"), help: "Retransmissions before giving up.")
     var retries = 5
 
+    /// RFC 2348, 2349 and 7440's ranges (windowsize capped where block numbers stay unambiguous).
+    func validate() throws {
+        try Self.check(blksize, "--blksize", OptionNegotiation.blockSizeRange)
+        try Self.check(windowsize, "--windowsize", OptionNegotiation.grantedWindowSizeRange,
+                       why: " (larger windows make block numbers ambiguous)")
+        try Self.check(timeout, "--timeout", OptionNegotiation.timeoutRange)
+        guard retries >= 0 else { throw ValidationError("--retries must not be negative.") }
+        guard TransferMode(rawValue: mode.lowercased()) != nil else { throw ValidationError("--mode: octet or netascii.") }
+    }
+
+    static func check(_ value: Int?, _ flag: String, _ range: ClosedRange<Int>, why: String = "") throws {
+        if let value, !range.contains(value) {
+            throw ValidationError("\(flag) \(value): must be within \(range.lowerBound)...\(range.upperBound)\(why).")
+        }
+    }
+
     func settings(host: String) throws -> TFTPClient.Settings {
         guard let server = SocketAddress(parsing: host, defaultPort: 69, defaultHost: "127.0.0.1") else {
             throw ValidationError("\(host): expected an IP address with an optional :PORT ([v6]:PORT for IPv6).")

@@ -56,9 +56,10 @@ struct Storm: ParsableCommand {
         guard clients >= 1 else { throw ValidationError("--clients must be at least 1.") }
         if let total, total < 0 { throw ValidationError("--total must not be negative.") }
         if let duration, duration <= 0 { throw ValidationError("--duration must be positive.") }
-        if let b = blksize, !OptionNegotiation.blockSizeRange.contains(b) { throw ValidationError("--blksize must be 8...65464.") }
-        if let w = windowsize, !OptionNegotiation.windowSizeRange.contains(w) { throw ValidationError("--windowsize must be 1...65535.") }
-        if let t = timeout, !OptionNegotiation.timeoutRange.contains(t) { throw ValidationError("--timeout must be 1...255.") }
+        try ClientOptions.check(blksize, "--blksize", OptionNegotiation.blockSizeRange)
+        try ClientOptions.check(windowsize, "--windowsize", OptionNegotiation.grantedWindowSizeRange,
+                                why: " (larger windows make block numbers ambiguous)")
+        try ClientOptions.check(timeout, "--timeout", OptionNegotiation.timeoutRange)
         guard retransmit >= 1, retries >= 0, hold >= 0, threads >= 1 else {
             throw ValidationError("--retransmit, --threads must be positive; --retries, --hold not negative.")
         }

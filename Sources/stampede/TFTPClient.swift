@@ -110,12 +110,14 @@ struct TFTPClient {
         sanitizedForLog(message.prefix(while: { $0 != 0 }), limit: 200)
     }
 
-    /// Applies an OACK to what we asked for (RFC 2347); anything else is a protocol error.
+    /// Applies an OACK to what we asked for (RFC 2347). One we cannot accept is refused with
+    /// ERROR 8, so the server stops at once, and reported as a protocol error.
     func accept(optionAck body: UnsafeRawBufferPointer, asked: [(name: String, value: String)]) throws -> TransferOptions {
         do {
             return try TransferOptions(optionAck: body, asked: asked)
         } catch {
-            throw Failure.protocolError(error.description)
+            send(PacketWriter.error(TFTPError(.optionNegotiation, "Option refused: \(error.description)")), to: serverTID!)
+            throw Failure.protocolError("\(error.description); refused with ERROR 8")
         }
     }
 

@@ -79,11 +79,33 @@ import Testing
     }
 
     @Test func anythingElseIsRefusedWithWhatCameBack() {
-        for bad in [("blksize", "1469"), ("windowsize", "17"), ("timeout", "4"), ("blksize", "7"), ("mtu", "1500")] {
+        for (bad, asked) in [(("blksize", "1469"), "1468"), (("windowsize", "17"), "16"), (("timeout", "4"), "3"),
+                             (("blksize", "7"), "1468"), (("windowsize", "0"), "16")] {
             guard case .failure(let error) = read([bad]) else { Issue.record("accepted \(bad)"); continue }
-            #expect(error.description == "the server acknowledged \(bad.0)=\(bad.1), which we did not ask for")
+            #expect(error.description == "the server acknowledged \(bad.0)=\(bad.1), which is not what we asked (\(asked))")
         }
+        guard case .failure(let unasked) = read([("mtu", "1500")]) else { Issue.record("accepted mtu"); return }
+        #expect(unasked.description == "the server acknowledged mtu=1500, which we did not ask for")
         guard case .failure(let error) = read([("tsize", "-1")]) else { Issue.record("accepted tsize -1"); return }
         #expect(error.description == "option tsize=-1 is no number")
+    }
+
+    /// Issue 11: `stampede get --blksize 4` against dnsmasq, which echoes 4, trapped on `8...4`.
+    /// No asked value and no acknowledged value may trap; out-of-range ones are refused.
+    @Test func valuesOutsideTheRFCRangesAreRefusedWhateverWasAsked() {
+        let cases: [(asked: (name: String, value: String), answer: (name: String, value: String))] = [
+            (("blksize", "4"), ("blksize", "4")), (("blksize", "7"), ("blksize", "7")), (("blksize", "0"), ("blksize", "0")),
+            (("blksize", "70000"), ("blksize", "65465")), (("windowsize", "0"), ("windowsize", "0")),
+            (("windowsize", "65535"), ("windowsize", "40000")), (("timeout", "0"), ("timeout", "0")),
+            (("timeout", "300"), ("timeout", "300")), (("blksize", "abc"), ("blksize", "512")),
+            (("blksize", "99999999999999999999999"), ("blksize", "99999999999999999999999")),
+        ]
+        for (asked, answer) in cases {
+            let body = Array(PacketWriter.optionAck([answer]).dropFirst(2))
+            let result = body.withUnsafeBytes { bytes in
+                Result { () throws(OptionAckError) in try TransferOptions(optionAck: bytes, asked: [asked]) }
+            }
+            guard case .failure = result else { Issue.record("accepted \(answer) after asking \(asked)"); continue }
+        }
     }
 }

@@ -144,9 +144,10 @@ func randomBytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8.random(
         bytes.withUnsafeBytes { session.receive($0, from: from ?? tid, now: 1_000, plan: plan) }
     }
 
-    @Test func anOptionWeDidNotAskForIsAProtocolError() {
+    @Test func anOptionWeDidNotAskForIsRefusedWithErrorEight() {
         var session = StormSession(plan: plan(), now: 0)
         let step = feed(&session, PacketWriter.optionAck([("windowsize", "8")]), plan: plan())
+        #expect(step.send == .refuseOptions)
         #expect(step.end == .failed(.protocolError("the server acknowledged windowsize=8, which we did not ask for")))
     }
 

@@ -159,3 +159,53 @@ def test_raspberry_pi_duplicate_rrq_gets_two_transfers_and_the_abandoned_one_end
     lines = [l for l in s.log_text().splitlines() if 'RRQ' in l and 'hello.txt' in l and 'bytes=' in l]
     assert len(lines) == 2
     assert any(l.endswith(": ok") for l in lines) and any("timed out" in l for l in lines)
+
+
+@pytest.mark.parametrize("command", ["get", "put", "storm"])
+@pytest.mark.parametrize("args", [["--blksize", "4"], ["--blksize", "7"], ["--blksize", "65465"], ["--windowsize", "0"],
+                                  ["--windowsize", "32768"], ["--timeout", "0"], ["--timeout", "256"]])
+def test_client_values_outside_the_rfc_ranges_are_usage_errors(command, args, tmp_path):
+    """Issue 11: `get --blksize 4` used to trap on a server's OACK echoing 4; now refused at once."""
+    local = tmp_path / "f"
+    local.write_bytes(b"x")
+    r = run([str(BINARY), command, "127.0.0.1:9", "f" if command != "put" else str(local), *args])
+    assert r.returncode == 64, (r.returncode, r.stderr)
+    assert b"must be within" in r.stderr
+    assert not (tmp_path / "f.stampede-part").exists()
+
+
+class OptionAckServer:
+    """A fake server that answers any request with one OACK of its choosing, and records what
+    the client sends back to its transfer port."""
+
+    def __init__(self, oack_options):
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.listener.bind(("127.0.0.1", 0))
+        self.transfer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.transfer.bind(("127.0.0.1", 0))
+        self.transfer.settimeout(5)
+        self.port = self.listener.getsockname()[1]
+        self.body = b"".join(f"{k}\0{v}\0".encode() for k, v in oack_options)
+
+    def answer_one(self):
+        packet, client = self.listener.recvfrom(2048)
+        self.transfer.sendto(b"\0\6" + self.body, client)
+        return packet, self.transfer.recvfrom(2048)[0]
+
+
+@pytest.mark.parametrize("oack", [[("blksize", "4")], [("blksize", "2000")], [("windowsize", "70000")],
+                                  [("timeout", "9")], [("mtu", "1500")], [("blksize", "x")]])
+def test_a_bad_option_ack_is_refused_with_error_8_and_reported(oack, tmp_path):
+    import threading
+    server = OptionAckServer(oack)
+    seen = {}
+    thread = threading.Thread(target=lambda: seen.update(reply=server.answer_one()))
+    thread.start()
+    r = run([str(BINARY), "get", f"127.0.0.1:{server.port}", "f", str(tmp_path / "out"), "--blksize", "1024",
+             "--windowsize", "4", "--timeout", "3"], timeout=30)
+    thread.join(10)
+    assert r.returncode == 1, r.stderr
+    assert b"protocol error" in r.stderr and b"refused with ERROR 8" in r.stderr
+    request_packet, answer = seen["reply"]
+    assert answer[:4] == b"\0\5\0\x08", answer
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.stampede-part").exists()
