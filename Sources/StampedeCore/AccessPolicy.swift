@@ -98,6 +98,15 @@ public struct AccessPolicy: Sendable {
                 close(directory)
                 return .failure(TFTPError(.accessViolation, "File must have global write permissions"))
             }
+            // The upload renames over the target, which asks the OS about the directory only:
+            // ask it about the file too, as the serving user (-u), who must be able to write it.
+            let writable = withCPath(name) { openat(directory, $0, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC) }
+            guard writable >= 0 else {
+                let error = Errno.current
+                close(directory)
+                return .failure(error.rawValue == ETXTBSY ? error.tftpError : TFTPError(.accessViolation, "Access violation"))
+            }
+            close(writable)
             mode = existing.st_mode & 0o7777
             owner = (existing.st_uid, existing.st_gid)
         } else if errno != ENOENT {

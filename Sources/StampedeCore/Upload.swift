@@ -13,6 +13,8 @@ public final class Upload {
     private var fd: Int32
     public private(set) var bytesWritten = 0
     private var decoder: NetasciiDecoder?
+    /// The size the WRQ announced (tsize), reserved when the first block arrives.
+    private var announced: Int?
 
     init(directory: Int32, name: [UInt8], mode: mode_t, owner: (uid_t, gid_t)?) throws(Errno) {
         self.directory = directory
@@ -41,15 +43,35 @@ public final class Upload {
 
     public func useNetascii() { decoder = NetasciiDecoder() }
 
-    /// Reserves the announced size (WRQ tsize), so a full disk is found before any data moves.
-    public func reserve(_ size: Int) throws(Errno) {
+    /// The size a WRQ announced (tsize). Larger than the free space less a margin, it is refused
+    /// (ENOSPC: ERROR 3 before any data moves). Otherwise it is reserved when the first block
+    /// arrives, so a WRQ from a spoofed address, which sends no DATA, holds no disk.
+    public func announce(_ size: Int) throws(Errno) {
         guard size > 0 else { return }
-        let result = posix_fallocate(fd, 0, off_t(size))
-        if result == ENOSPC || result == EDQUOT || result == EFBIG { throw Errno(result) }
+        let room = try reservableSpace()
+        guard size <= room else { throw Errno(ENOSPC) }
+        announced = size
+    }
+
+    /// Free space the filesystem gives us, less a margin (5 % of its size, at most 64 MiB) that
+    /// an announced size never takes.
+    private func reservableSpace() throws(Errno) -> Int {
+        var info = statvfs()
+        guard fstatvfs(directory, &info) == 0 else { throw Errno.current }
+        let unit = Int(info.f_frsize)
+        return Int(info.f_bavail) * unit - min(64 << 20, Int(info.f_blocks) * unit / 20)
     }
 
     /// Appends one block's payload, decoding netascii through `scratch` (≥ payload + 1 bytes).
     public func write(_ payload: UnsafeRawBufferPointer, scratch: UnsafeMutableRawBufferPointer) throws(Errno) {
+        if let size = announced {
+            // The client exists: reserve now, so a full disk is found before the rest moves.
+            announced = nil
+            let room = try reservableSpace()
+            let reserve = min(size, room)
+            let result = reserve > 0 ? posix_fallocate(fd, 0, off_t(reserve)) : 0
+            if result == ENOSPC || result == EDQUOT || result == EFBIG { throw Errno(result) }
+        }
         if decoder != nil {
             let n = decoder!.decode(payload, into: scratch)
             try writeAll(UnsafeRawBufferPointer(rebasing: scratch[..<n]))

@@ -92,7 +92,7 @@ extension Worker {
         transfer.record.options = negotiation.summary
         if let upload = transfer.upload, let announced = negotiation.options.transferSize {
             do {
-                try upload.reserve(announced)
+                try upload.announce(announced)
             } catch {
                 release(&transfer)
                 refuse(datagram, listener, error.tftpError, what: what)

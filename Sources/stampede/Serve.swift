@@ -49,7 +49,8 @@ struct Serve: ParsableCommand {
     @Option(name: [.customShort("u"), .customLong("user")], help: "Drop privileges to this user after binding.")
     var user = "nobody"
 
-    @Option(name: [.customShort("U"), .customLong("umask")], help: "umask for created files (octal).")
+    @Option(name: [.customShort("U"), .customLong("umask")],
+            help: "umask for created files (octal). Default, as in.tftpd: 0 (so an uploaded file may be uploaded again), or the inherited one with -p.")
     var umask: String?
 
     @Option(name: [.customShort("P"), .customLong("pidfile")], help: "Write the process ID to this file.")
@@ -196,9 +197,11 @@ struct Serve: ParsableCommand {
         }
         let root = directory.first ?? "/srv/tftp"
 
-        if let umask { Glibc.umask(mode_t(umask, radix: 8)!) }
-        let fileUmask = Glibc.umask(0)
-        Glibc.umask(fileUmask)
+        // in.tftpd's -U default: 0, so that a file an upload created (0666) may be uploaded again
+        // (switches back up their configuration every night); with -p, the inherited umask.
+        let inherited = Glibc.umask(0)
+        Glibc.umask(inherited)
+        let fileUmask = umask.map { mode_t($0, radix: 8)! } ?? (permissive ? inherited : 0)
         if case .failure(let error) = liftFileLimit() {
             logger.warning("could not raise the open file limit: \(error)")
         }
