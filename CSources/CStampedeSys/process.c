@@ -48,12 +48,15 @@ int stampede_adopt_listener(int fd, int receive_buffer)
     return fd;
 }
 
-int stampede_detach(void)
+int stampede_detach(int *null_fd)
 {
     int ready[2], status = 0;
     char byte = 0;
     pid_t child;
 
+    *null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (*null_fd < 0)
+        return -errno;
     if (pipe2(ready, O_CLOEXEC) < 0)
         return -errno;
     child = fork();
@@ -80,18 +83,15 @@ int stampede_detach(void)
     return ready[1];
 }
 
-void stampede_detach_done(int ready_fd)
+void stampede_detach_done(int ready_fd, int null_fd)
 {
     char byte = 'R';
-    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 
-    if (null >= 0) {
-        dup2(null, 0);
-        dup2(null, 1);
-        dup2(null, 2);
-        if (null > 2)
-            close(null);
-    }
+    dup2(null_fd, 0);
+    dup2(null_fd, 1);
+    dup2(null_fd, 2);
+    if (null_fd > 2)
+        close(null_fd);
     while (write(ready_fd, &byte, 1) < 0 && errno == EINTR)
         ;
     close(ready_fd);

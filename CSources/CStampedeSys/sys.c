@@ -16,6 +16,8 @@
 _Static_assert(sizeof(stampede_mmsghdr) == sizeof(struct mmsghdr), "mmsghdr layout");
 _Static_assert(offsetof(stampede_mmsghdr, msg_len) == offsetof(struct mmsghdr, msg_len), "mmsghdr layout");
 
+const int stampede_o_path = O_PATH;
+
 static int negative_errno(int result)
 {
     return result < 0 ? -errno : result;

@@ -190,11 +190,19 @@ struct Serve: ParsableCommand {
         let logger = Logger(label: "stampede")
         for warning in rules?.current.warnings ?? [] { logger.warning("-m \(mapFile!): \(warning)") }
         if mode != .standalone && !address.isEmpty { logger.warning("-a is for -l (standalone); serving the passed sockets") }
-        var readyFD: Int32 = -1
+        var detached: Serving.Detached?
         if detaching {
-            readyFD = stampede_detach()
-            if readyFD < 0 { throw failure("cannot detach into the background: \(Errno(-readyFD))") }
+            var null: Int32 = -1
+            let ready = stampede_detach(&null)
+            if ready < 0 { throw failure("cannot detach into the background: \(Errno(-ready))") }
+            detached = Serving.Detached(ready: ready, null: null)
         }
+        // In the process that serves, before -s hides the file's directory (as in.tftpd does).
+        let pid: PidFile?
+        do { pid = try pidfile.map { path throws(Errno) in try PidFile(path) } } catch {
+            throw failure("-P \(pidfile!): \(error)")
+        }
+        defer { if let problem = pid?.remove() { logger.notice("\(problem)") } }
         let root = directory.first ?? "/srv/tftp"
 
         // in.tftpd's -U default: 0, so that a file an upload created (0666) may be uploaded again
@@ -247,7 +255,7 @@ struct Serve: ParsableCommand {
         let (useURing, reason) = chooseBackend()
         if backend == "uring" && !useURing { throw failure("--backend uring: \(reason)") }
         let serving = Serving(configuration: configuration, workerCount: workerCount, cache: cache, account: account,
-                              root: root, secure: secure, pidfile: pidfile, readyFD: readyFD, command: self)
+                              root: root, secure: secure, detached: detached, command: self)
         if useURing {
             try serving.run(backendName: "uring", reason: reason) { () throws(Errno) in try URingBackend() }
         } else {

@@ -3,8 +3,8 @@ import Glibc
 import Logging
 import StampedeCore
 
-/// What runs once the command line is understood: bind, write the pidfile, drop privileges,
-/// release a waiting parent, serve, report.
+/// What runs once the command line is understood: bind, drop privileges, release a waiting
+/// parent, serve, report.
 struct Serving {
     let configuration: ServerConfiguration
     let workerCount: Int
@@ -12,9 +12,13 @@ struct Serving {
     let account: (uid: uid_t, gid: gid_t)?
     let root: String
     let secure: Bool
-    let pidfile: String?
-    /// Detached (-l without -L): the pipe that tells the waiting parent we serve.
-    let readyFD: Int32
+    /// Detached (-l without -L): the pipe that tells the waiting parent we serve, and /dev/null,
+    /// opened before -s, for fds 0-2.
+    struct Detached {
+        let ready: Int32
+        let null: Int32
+    }
+    let detached: Detached?
     let command: Serve
 
     func run<Backend: DatagramBackend>(backendName: String, reason: String,
@@ -29,17 +33,12 @@ struct Serving {
                 : "the passed sockets (fds \(configuration.inheritedListeners.map(String.init).joined(separator: ", ")))"
             throw command.failure("cannot listen on \(addresses) with the \(backendName) backend: \(error)")
         }
-        if let pidfile {
-            guard let file = fopen(pidfile, "w") else { throw command.failure("-P \(pidfile): \(Errno.current)") }
-            fputs("\(getpid())\n", file)
-            fclose(file)
-        }
         try command.dropPrivileges(to: account, logger)
         // As the serving user, who wrote them: what a killed server's uploads left behind.
         let stale = Upload.removeStale(beneath: configuration.policy.root)
         if stale > 0 { logger.notice("removed \(stale) temporary files of interrupted uploads") }
         stampede_install_stop_signals()
-        if readyFD >= 0 { stampede_detach_done(readyFD) }
+        if let detached { stampede_detach_done(detached.ready, detached.null) }
         logger.notice("""
             serving \(root)\(secure ? " (chroot)" : "") on \(server.boundAddresses.map(\.description).joined(separator: ", ")) \
             with \(workerCount) workers, backend \(server.workers[0].backend) (\(reason))

@@ -1,5 +1,6 @@
 """Drop-in for in.tftpd: remap rules, inetd and systemd sockets, detaching, pidfile, syslog, argv[0]."""
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -222,6 +223,45 @@ def test_without_L_it_detaches_once_serving_and_writes_the_pidfile(binary, root,
     while time.time() < deadline and Path(f"/proc/{pid}").exists():
         time.sleep(0.05)
     assert not pidfile.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="LOUD SKIP: -s and -u need root")
+@pytest.mark.parametrize("directory_mode", [0o755, 0o777], ids=["root-only like /run", "writable by nobody"])
+def test_secure_detached_server_writes_its_pidfile_before_the_chroot_and_the_command_returns(
+        binary, root, tmp_path, directory_mode):
+    """`ssh host stampede -l -s -u nobody -P /run/tftpd.pid /srv/tftp` must return: the detached
+    server's fds 0-2 go to /dev/null, opened before the chroot hides it, so the command's output
+    pipes close. The pidfile is written before the chroot; at exit nobody removes it where it
+    may, and empties it where it may not (a root-owned directory such as /run)."""
+    run_directory = tmp_path / "run"
+    run_directory.mkdir()
+    run_directory.chmod(directory_mode)
+    pidfile = run_directory / "tftpd.pid"
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.bind(("127.0.0.1", 0))
+    number = probe.getsockname()[1]
+    probe.close()
+    # capture_output waits for the daemon to close the pipes: a hang here is the bug.
+    r = subprocess.run([str(binary), "-l", "-s", "-u", "nobody", "-P", str(pidfile), "-a", f"127.0.0.1:{number}",
+                        str(root)], capture_output=True, timeout=20)
+    assert r.returncode == 0 and r.stdout == b"" and r.stderr == b"", r
+    pid = int(pidfile.read_text())
+    try:
+        assert os.readlink(f"/proc/{pid}/root") == str(root)
+        status = Path(f"/proc/{pid}/status").read_text()
+        assert [line.split()[1] for line in status.splitlines() if line.startswith("Uid:")] == [str(pwd.getpwnam("nobody").pw_uid)]
+        assert all(os.readlink(f"/proc/{pid}/fd/{fd}") == "/dev/null" for fd in (0, 1, 2))
+        assert fetch(number, "hello.txt") == (0, b"hello, rack\n")
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.time() + 5
+    while time.time() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists()
+    if directory_mode == 0o777:
+        assert not pidfile.exists()
+    else:
+        assert pidfile.read_text() == ""
 
 
 def test_a_detaching_server_that_cannot_start_fails_the_command(binary, root, tmp_path):

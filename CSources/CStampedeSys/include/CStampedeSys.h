@@ -51,6 +51,10 @@ int stampede_transfer_socket(const struct sockaddr_storage *local, const struct 
 /* The bound address of a socket (to learn an ephemeral port). */
 int stampede_socket_address(int fd, struct sockaddr_storage *address);
 
+/* O_PATH, which Swift's Glibc module hides behind _GNU_SOURCE: an fd that names a file without
+ * opening it (no device is touched, no FIFO blocks). */
+extern const int stampede_o_path;
+
 /* openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS): `path` may not leave `directory` by "..",
  * an absolute path or a symlink. Returns the fd. */
 int stampede_open_beneath(int directory, const char *path, int flags, unsigned int mode);
@@ -85,10 +89,12 @@ int stampede_adopt_listener(int fd, int receive_buffer);
 
 /* Forks into the background (setsid). The parent waits for stampede_detach_done, then exits 0;
  * if the child exits first, the parent exits with its status. Returns, in the child, the fd to
- * pass to stampede_detach_done (or -errno). */
-int stampede_detach(void);
-/* Points fds 0-2 at /dev/null and releases the waiting parent. */
-void stampede_detach_done(int ready_fd);
+ * pass to stampede_detach_done (or -errno), with /dev/null opened in *null_fd now, before a
+ * chroot (-s) hides it. */
+int stampede_detach(int *null_fd);
+/* Points fds 0-2 at null_fd (closing it) and releases the waiting parent: the command that
+ * started the server (ssh host stampede -l ...) sees its output closed and returns. */
+void stampede_detach_done(int ready_fd, int null_fd);
 
 /* openlog with facility daemon, the pid, and the connection made at once (before a chroot). */
 void stampede_open_syslog(const char *identity);
