@@ -53,6 +53,7 @@ public struct DataReceiver: Sendable {
 
     public mutating func receiveData(_ wireBlock: UInt16, length: Int, now: Nanoseconds) -> Receipt {
         if wireBlock == DataSender.wire(received + 1) && !isFinished {
+            timer.answered(now: now)
             received += 1
             bytesReceived += length
             reAckedSinceProgress = false

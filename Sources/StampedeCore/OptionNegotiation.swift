@@ -76,7 +76,7 @@ public struct OptionNegotiation: Equatable, Sendable {
                 }
             case "windowsize":
                 guard let n = number, n >= Self.windowSizeRange.lowerBound else { continue }
-                options.windowSize = min(n, Self.windowSizeRange.upperBound, max(1, limits.maxWindowSize))
+                options.windowSize = min(n, Self.grantedWindowSizeRange.upperBound, max(1, limits.maxWindowSize))
                 acknowledged.append((name, String(options.windowSize)))
             default:
                 continue

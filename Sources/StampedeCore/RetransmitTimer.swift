@@ -13,6 +13,12 @@ public enum Clock {
 public struct RetransmitTimer: Equatable, Sendable {
     public var base: Nanoseconds
     public var maxRetries: Int
+    /// Until the peer first answers, the timer runs on at most this base, whatever timeout was
+    /// negotiated: a request from a spoofed address, whose "client" never answers, holds its
+    /// transfer no longer than an ordinary one would (nil: the base throughout).
+    public var firstAnswerBase: Nanoseconds?
+    /// The peer has answered once: the negotiated base applies from then on.
+    public private(set) var peerHasAnswered = false
     /// Backoff stops doubling at this multiple of the base.
     public var maxBackoff: Int64 = 8
     /// The interval before backoff: the base, or the round-trip estimate when adapting.
@@ -38,13 +44,20 @@ public struct RetransmitTimer: Equatable, Sendable {
         self.interval = self.base
     }
 
+    /// The base in force: the negotiated one once the peer has answered, else at most firstAnswerBase.
+    var effectiveBase: Nanoseconds { peerHasAnswered ? base : min(base, firstAnswerBase ?? base) }
+
     /// The wait before the next resend: the interval doubled per retry, at most maxBackoff × base.
     /// (A shift of at most 24 cannot overflow: the interval is at most the base, ≤ 255 s.)
-    public var current: Nanoseconds { min(interval << Int64(min(retries, 24)), base * maxBackoff) }
+    public var current: Nanoseconds {
+        let base = effectiveBase
+        return min(min(interval, base) << Int64(min(retries, 24)), base * maxBackoff)
+    }
 
     /// How long the fixed timer waits in all before it gives up: base × (1 + 2 + 4 + ...), capped.
     public var fixedPatience: Nanoseconds {
-        (0...maxRetries).reduce(0) { $0 + base * min(Int64(1) << Int64(min($1, 24)), maxBackoff) }
+        let base = effectiveBase
+        return (0...maxRetries).reduce(0) { $0 + base * min(Int64(1) << Int64(min($1, 24)), maxBackoff) }
     }
 
     /// Follows the round trip from now on, never below `floor` nor above the base.
@@ -54,6 +67,7 @@ public struct RetransmitTimer: Equatable, Sendable {
 
     /// The peer answered what we last sent: a round-trip sample when adapting (RFC 6298 §2).
     public mutating func answered(now: Nanoseconds) {
+        peerHasAnswered = true
         guard let floor, unambiguous, now > lastSent else { return }
         let sample = now - lastSent
         if smoothed == 0 {

@@ -14,7 +14,7 @@ public final class Server<Backend: DatagramBackend> {
                 makeBackend: () throws(Errno) -> Backend) throws(Errno) {
         var workers: [Worker<Backend>] = []
         var addresses = configuration.listenAddresses
-        let admission = Admission(maxTransfers: configuration.maxTransfers, maxPerClient: configuration.maxTransfersPerClient)
+        let admission = Admission(configuration)
         for index in 0..<max(1, workerCount) {
             let worker = Worker(backend: try makeBackend(), configuration: configuration, cache: cache, index: index,
                                 admission: admission)

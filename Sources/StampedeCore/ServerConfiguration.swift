@@ -16,8 +16,12 @@ public struct ServerConfiguration: Sendable {
     public var portRange: ClosedRange<UInt16>?
     /// Concurrent transfers in all before new requests get ERROR 0 "server busy".
     public var maxTransfers = 65536
-    /// Concurrent transfers per client address (nil: no limit).
-    public var maxTransfersPerClient: Int?
+    /// Concurrent transfers per client machine (an IPv4 address, an IPv6 /64; nil: no limit). A
+    /// booting machine runs one or two at once; a flood from one address runs into this.
+    public var maxTransfersPerClient: Int? = 64
+    /// The per-client limit leaves loopback clients alone: true for the default limit, false when
+    /// the operator sets one.
+    public var loopbackUncountedPerClient = true
     /// What a request hears when the server is busy (a limit reached; out of sockets,
     /// descriptors or memory).
     public var whenBusy = BusyReply.silence

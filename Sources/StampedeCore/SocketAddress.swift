@@ -71,6 +71,37 @@ public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConverti
         }
     }
 
+    /// 127.0.0.0/8, ::1, or ::ffff:127.x.x.x: this machine itself.
+    public var isLoopback: Bool {
+        withUnsafeBytes(of: storage) { raw in
+            if isIPv6 {
+                let sin6 = raw.load(as: sockaddr_in6.self)
+                return withUnsafeBytes(of: sin6.sin6_addr) { a in
+                    (a[0..<15].allSatisfy { $0 == 0 } && a[15] == 1) || (isIPv4Mapped && a[12] == 127)
+                }
+            }
+            return withUnsafeBytes(of: raw.load(as: sockaddr_in.self).sin_addr) { $0[0] == 127 }
+        }
+    }
+
+    /// The machine a client is, for counting its transfers: its address without the port, and
+    /// for IPv6 its /64 (one host may take any address of its /64, SLAAC privacy addresses do).
+    public var clientMachine: SocketAddress {
+        var machine = self
+        machine.port = 0
+        if isIPv6 && !isIPv4Mapped {
+            withUnsafeMutableBytes(of: &machine.storage) { raw in
+                var sin6 = raw.load(as: sockaddr_in6.self)
+                sin6.sin6_flowinfo = 0
+                withUnsafeMutableBytes(of: &sin6.sin6_addr) { a in
+                    for i in 8..<16 { a[i] = 0 }
+                }
+                raw.storeBytes(of: sin6, as: sockaddr_in6.self)
+            }
+        }
+        return machine
+    }
+
     public var port: UInt16 {
         get {
             withUnsafeBytes(of: storage) { raw in

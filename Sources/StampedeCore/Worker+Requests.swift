@@ -129,6 +129,8 @@ extension Worker {
         var timer = RetransmitTimer(
             base: negotiation.options.timeoutSeconds.map { Nanoseconds($0) * Clock.nanosecondsPerSecond } ?? configuration.retransmitTimeout,
             maxRetries: configuration.maxRetries)
+        // A negotiated timeout counts once the client has answered: until then, -T's.
+        timer.firstAnswerBase = configuration.retransmitTimeout
         // A reader that did not ask for a timeout gets one that follows its round trip.
         if !request.isWrite, negotiation.options.timeoutSeconds == nil, let floor = configuration.adaptiveTimeoutFloor {
             timer.adapt(floor: floor)

@@ -44,8 +44,7 @@ public final class Worker<Backend: DatagramBackend> {
         self.backend = backend
         self.configuration = configuration
         self.cache = cache
-        self.admission = admission ?? Admission(maxTransfers: configuration.maxTransfers,
-                                                maxPerClient: configuration.maxTransfersPerClient)
+        self.admission = admission ?? Admission(configuration)
         self.index = index
         self.logger = configuration.logger
         self.logger[metadataKey: "worker"] = "\(index)"

@@ -91,7 +91,8 @@ struct Serve: ParsableCommand {
             help: "Largest blksize granted (default: the interface MTU minus headers).")
     var blocksize: Int?
 
-    @Option(name: [.customShort("W"), .customLong("windowsize")], help: "Largest windowsize granted.")
+    @Option(name: [.customShort("W"), .customLong("windowsize")],
+            help: "Largest windowsize granted (at most 32767: larger windows make block numbers ambiguous).")
     var windowsize: Int = 64
 
     @Option(name: [.customShort("R"), .customLong("port-range")], help: "Ports for transfers, LOW:HIGH.")
@@ -120,7 +121,8 @@ struct Serve: ParsableCommand {
 
     @Option(name: .customLong("max-transfers"), help: "Concurrent transfers in all before requests get ERROR 0 (server busy).")
     var maxTransfers = 65536
-    @Option(name: .customLong("max-per-client"), help: "Concurrent transfers per client address (default: no limit).")
+    @Option(name: .customLong("max-per-client"),
+            help: "Concurrent transfers per client machine: an IPv4 address, an IPv6 /64 (default: 64, loopback clients not counted).")
     var maxPerClient: Int?
     @Option(name: .customLong("when-busy"),
             help: "Over --max-transfers or --max-per-client, or out of sockets, descriptors or memory: silence (the client sends its request again a few seconds later; default) or error (ERROR 0 at once, which fails a firmware's boot).")
@@ -232,7 +234,14 @@ struct Serve: ParsableCommand {
         if mode != .standalone { configuration.idleExit = Nanoseconds(idleTimeout) * Clock.nanosecondsPerSecond }
         configuration.remapRules = rules
         configuration.singlePort = singlePort
-        configuration.optionLimits = OptionLimits(maxBlockSize: blocksize, maxWindowSize: windowsize,
+        let window = min(windowsize, OptionNegotiation.grantedWindowSizeRange.upperBound)
+        if window < windowsize {
+            logger.warning("""
+                -W \(windowsize): a window of 32,768 blocks or more makes block numbers ambiguous (a reordered \
+                old ACK would look new and corrupt the file): granting at most \(window)
+                """)
+        }
+        configuration.optionLimits = OptionLimits(maxBlockSize: blocksize, maxWindowSize: window,
                                                   refused: Set(refuse.map { $0.lowercased() }))
         configuration.retransmitTimeout = Nanoseconds(retransmit) * 1000
         if fixedTimeout { configuration.adaptiveTimeoutFloor = nil }
@@ -240,7 +249,10 @@ struct Serve: ParsableCommand {
         configuration.portRange = portRange.flatMap(parsePortRange)
         configuration.shutdownGrace = Nanoseconds(grace) * Clock.nanosecondsPerSecond
         configuration.maxTransfers = maxTransfers
-        configuration.maxTransfersPerClient = maxPerClient
+        if let maxPerClient {
+            configuration.maxTransfersPerClient = maxPerClient
+            configuration.loopbackUncountedPerClient = false
+        }
         configuration.whenBusy = BusyReply(rawValue: whenBusy)!
         let cache = FileCache(limits: .init(budget: cacheSize << 20, fileLimit: cacheFileLimit << 20))
         var workerCount = workers ?? Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))

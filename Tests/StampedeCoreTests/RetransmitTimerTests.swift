@@ -15,6 +15,30 @@ import Testing
         #expect(t.current == 8 * second)  // capped at 8 × base
     }
 
+    /// Issue 11: a spoofed RRQ with timeout 255 held its transfer about 7,900 s. Until the peer
+    /// answers, the server's own base applies; a client that answers gets what it negotiated.
+    @Test func aNegotiatedTimeoutCountsOnlyOnceThePeerHasAnswered() {
+        var t = RetransmitTimer(base: 255 * second, maxRetries: 5)
+        t.firstAnswerBase = second
+        t.sentNew(now: 0)
+        #expect(t.deadline == second)
+        #expect(t.fixedPatience == 31 * second)  // 1 + 2 + 4 + 8 + 8 + 8, not 255 × 31
+        var now: Nanoseconds = 0
+        var resends = 0
+        while let deadline = t.deadline {
+            now = deadline
+            guard t.retransmit(now: now) else { break }
+            resends += 1
+        }
+        #expect(resends == 5 && now == 31 * second)
+        var answered = RetransmitTimer(base: 255 * second, maxRetries: 5)
+        answered.firstAnswerBase = second
+        answered.sentNew(now: 0)
+        answered.answered(now: 10 * ms)
+        answered.sentNew(now: 10 * ms)
+        #expect(answered.deadline == 10 * ms + 255 * second)
+    }
+
     @Test func anAdaptiveTimerFollowsTheRoundTripBetweenFloorAndBase() {
         var t = RetransmitTimer(base: second, maxRetries: 5)
         t.adapt(floor: 5 * ms)

@@ -216,6 +216,26 @@ final class FakeBackend: DatagramBackend {
         #expect(request(from: b)?.prefix(2) == [0, 3])
     }
 
+    /// Issue 11: one spoofed RRQ asking for timeout 255 held a slot, a socket and an image for
+    /// about 7,900 s while its OACKs went to the victim. Now: -T's patience (1 s base: 31 s).
+    @Test func aRequestWhoseClientNeverAnswersIsGivenUpAfterTheServersOwnPatience() {
+        dir.write("f", Array(repeating: 1, count: 100_000))
+        let start = stampede_monotonic_ns()
+        #expect(request("f", [("timeout", "255"), ("blksize", "1468"), ("windowsize", "64")]).first?.prefix(2) == [0, 6])
+        var oacks = 1
+        var now = start
+        while worker.activeTransfers > 0 && now < start + 100 * 1_000_000_000 {
+            now += 100_000_000
+            backend.sent = []
+            worker.turn(now: now, maxWait: 0)
+            oacks += backend.sent.filter { $0.bytes.prefix(2) == [0, 6] }.count
+            #expect(backend.sent.allSatisfy { $0.bytes.prefix(2) == [0, 6] })  // nothing but the OACK
+        }
+        #expect(worker.activeTransfers == 0)
+        #expect(now - start <= 32 * 1_000_000_000)
+        #expect(oacks == 6)
+    }
+
     @Test func aSlotsLateDatagramsAreIgnoredAfterItEnds() {
         dir.write("f", [1])
         _ = request("f")
@@ -233,5 +253,43 @@ final class FakeBackend: DatagramBackend {
         _ = request("f")
         #expect(deliver([0, 3, 0, 1, 9], tag: transferTag).first?.prefix(4) == [0, 5, 0, 4])
         #expect(worker.activeTransfers == 0)
+    }
+}
+
+/// Transfers per client machine (`--max-per-client`).
+@Suite struct AdmissionSpec {
+    func address(_ text: String) -> SocketAddress { SocketAddress(parsing: text, defaultPort: 0)! }
+
+    @Test func anIPv6ClientIsCountedByItsSlash64() {
+        let admission = Admission(maxTransfers: 100, maxPerClient: 2)
+        #expect(admission.admit(address("[2001:db8:1:2::1]:1000")) == nil)
+        #expect(admission.admit(address("[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:1001")) == nil)
+        // A third address of the same /64: the same machine (or site) as far as limits go.
+        #expect(admission.admit(address("[2001:db8:1:2:ffff::9]:7"))?.isBusy == true)
+        #expect(admission.admit(address("[2001:db8:1:3::1]:7")) == nil)
+        admission.release(address("[2001:db8:1:2::1]:1000"))
+        #expect(admission.admit(address("[2001:db8:1:2:ffff::9]:7")) == nil)
+    }
+
+    @Test func anIPv4ClientIsCountedByItsAddressWhateverItsPort() {
+        let admission = Admission(maxTransfers: 100, maxPerClient: 1)
+        #expect(admission.admit(address("10.0.0.7:2070")) == nil)
+        #expect(admission.admit(address("10.0.0.7:2071"))?.isBusy == true)
+        #expect(admission.admit(address("10.0.0.8:2070")) == nil)
+    }
+
+    @Test func theDefaultLimitLeavesLoopbackAloneAnExplicitOneDoesNot() {
+        let configuration = ServerConfiguration(listenAddresses: [], policy: AccessPolicy(root: -1),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        #expect(configuration.maxTransfersPerClient == 64)
+        let byDefault = Admission(configuration)
+        for port in 1...200 { #expect(byDefault.admit(address("127.0.0.1:\(port)")) == nil) }
+        for port in 1...64 { #expect(byDefault.admit(address("10.1.1.1:\(port)")) == nil) }
+        #expect(byDefault.admit(address("10.1.1.1:65"))?.isBusy == true)
+        let explicit = Admission(maxTransfers: 100, maxPerClient: 1)
+        #expect(explicit.admit(address("127.0.0.1:1")) == nil)
+        #expect(explicit.admit(address("127.0.0.1:2"))?.isBusy == true)
+        #expect(explicit.admit(address("[::1]:1")) == nil)
+        #expect(explicit.admit(address("[::1]:2"))?.isBusy == true)
     }
 }

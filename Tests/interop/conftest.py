@@ -171,8 +171,11 @@ class NetworkNamespace:
         self.name = name
         self.inside = ["ip", "netns", "exec", name]
 
+    def run_inside(self, argv, **kw):
+        return run([*self.inside, *argv], **kw)
+
     def write_sysctl(self, key, value):
-        r = run([*self.inside, "sh", "-c", f"echo {value} > /proc/sys/{key.replace('.', '/')}"])
+        r = self.run_inside(["sh", "-c", f"echo {value} > /proc/sys/{key.replace('.', '/')}"])
         assert r.returncode == 0, r.stderr
 
     @contextlib.contextmanager

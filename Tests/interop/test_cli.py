@@ -209,3 +209,12 @@ def test_a_bad_option_ack_is_refused_with_error_8_and_reported(oack, tmp_path):
     request_packet, answer = seen["reply"]
     assert answer[:4] == b"\0\5\0\x08", answer
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.stampede-part").exists()
+
+
+def test_windows_above_32767_are_clamped_with_a_warning(serve):
+    """Block numbers wrap at 65,536: with a window of 32,768 or more, a reordered old ACK looks new
+    and the file is silently corrupted. A tftpd-hpa -W above that still starts, clamped."""
+    s = serve("-W", "65535")
+    assert "granting at most 32767" in s.log_text()
+    reply, _ = RawClient(s).exchange(request("one-mib.bin", options=[("windowsize", 40000)]))
+    assert reply == ("OACK", {"windowsize": "32767"})
