@@ -55,7 +55,7 @@ let package = Package(
         .target(name: "CMallocCounter", path: "Tests/CMallocCounter", cSettings: strictC),
         .testTarget(name: "StampedeBackendTests",
                     dependencies: ["StampedeGlibc", "StampedeURing", "StampedeCore", "CStampedeSys", "CMallocCounter",
-                                   "StampedeTestSupport"]),
+                                   "StampedeTestSupport", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "StampedeStormTests",
                     dependencies: ["StampedeStorm", "StampedeGlibc", "StampedeURing", "StampedeCore", "CStampedeSys",
                                    "StampedeTestSupport", .product(name: "Logging", package: "swift-log")]),

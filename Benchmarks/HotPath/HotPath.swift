@@ -112,6 +112,7 @@ final class CountingBackend: DatagramBackend {
     }
     var sendFailures: Int { 0 }
     var socketCount: Int { 0 }
+    var largestDatagram: Int { 65536 }
 }
 
 /// A worker serving a 64 MiB file with windowsize 16 to one client, acknowledged window by window.

@@ -56,7 +56,10 @@ int stampede_pktinfo_decode(const struct cmsghdr *c, struct sockaddr_storage *lo
         struct sockaddr_in *sin = (struct sockaddr_in *)local;
         memcpy(&info, CMSG_DATA(c), sizeof(info));
         sin->sin_family = AF_INET;
-        sin->sin_addr = info.ipi_addr;
+        /* Not ipi_addr, the header's destination: for a request sent to a broadcast address
+         * that is no address a reply can come from. ipi_spec_dst is the local address to answer
+         * from: the destination itself for a unicast request, the interface's for a broadcast. */
+        sin->sin_addr = info.ipi_spec_dst;
         return 1;
     }
     if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
@@ -64,7 +67,10 @@ int stampede_pktinfo_decode(const struct cmsghdr *c, struct sockaddr_storage *lo
         struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)local;
         memcpy(&info, CMSG_DATA(c), sizeof(info));
         sin6->sin6_family = AF_INET6;
-        sin6->sin6_addr = info.ipi6_addr;
+        /* A multicast destination is no source for a reply: left unspecified, the kernel picks
+         * the interface's address when the transfer socket connects to the client. */
+        if (!IN6_IS_ADDR_MULTICAST(&info.ipi6_addr))
+            sin6->sin6_addr = info.ipi6_addr;
         /* A link-local destination only means something on the interface it came in on. */
         if (IN6_IS_ADDR_LINKLOCAL(&info.ipi6_addr))
             sin6->sin6_scope_id = info.ipi6_ifindex;

@@ -47,25 +47,31 @@ public struct AccessPolicy: Sendable {
     /// OACK (EFI clients cannot take an ERROR after an OACK).
     public func openForReading(_ filename: [UInt8]) -> Result<(fd: Int32, info: stat), TFTPError> {
         guard let path = Self.relativePath(filename) else { return .failure(TFTPError(.fileNotFound, "File not found")) }
-        // O_NONBLOCK: opening a FIFO must not block the worker; O_NOCTTY for device nodes.
-        let opened = Self.open(beneath: root, path, flags: O_RDONLY | O_NONBLOCK | O_NOCTTY)
-        guard case .success(let fd) = opened else {
-            if case .failure(let error) = opened { return .failure(error.tftpError) }
-            fatalError("unreachable")
+        // Looked at first (O_PATH), opened only if a regular file: opening a device node can
+        // act on the device (rewind a tape), opening a FIFO can release a waiting writer.
+        let named: Int32
+        switch Self.open(beneath: root, path, flags: stampede_o_path) {
+        case .success(let fd): named = fd
+        case .failure(let error): return .failure(error.tftpError)
+        }
+        defer { close(named) }
+        var seen = stat()
+        guard fstat(named, &seen) == 0 else { return .failure(Errno.current.tftpError) }
+        guard seen.st_mode & S_IFMT == S_IFREG else { return .failure(TFTPError(.accessViolation, "Not a regular file")) }
+        guard permissive || seen.st_mode & S_IROTH != 0 else {
+            return .failure(TFTPError(.accessViolation, "File must have global read permissions"))  // tftpd-hpa's words
+        }
+        // O_NONBLOCK and O_NOCTTY should the name have been replaced in between; then the file
+        // opened is not the one looked at, and is refused.
+        let fd: Int32
+        switch Self.open(beneath: root, path, flags: O_RDONLY | O_NONBLOCK | O_NOCTTY) {
+        case .success(let opened): fd = opened
+        case .failure(let error): return .failure(error.tftpError)
         }
         var info = stat()
-        guard fstat(fd, &info) == 0 else {
-            let error = Errno.current
-            close(fd)
-            return .failure(error.tftpError)
-        }
-        guard info.st_mode & S_IFMT == S_IFREG else {
+        guard fstat(fd, &info) == 0, info.st_dev == seen.st_dev, info.st_ino == seen.st_ino else {
             close(fd)
             return .failure(TFTPError(.accessViolation, "Not a regular file"))
-        }
-        guard permissive || info.st_mode & S_IROTH != 0 else {
-            close(fd)
-            return .failure(TFTPError(.accessViolation, "File must have global read permissions"))  // tftpd-hpa's words
         }
         return .success((fd, info))
     }

@@ -42,6 +42,8 @@ public protocol DatagramBackend: AnyObject, CustomStringConvertible {
     /// Sockets the backend holds: open ones, and closed ones whose last operations the kernel has
     /// not yet confirmed. Back to the listener count when no transfer runs, or something leaks.
     var socketCount: Int { get }
+    /// The largest datagram a transfer socket receives whole (a longer one is dropped as cut).
+    var largestDatagram: Int { get }
 }
 
 extension DatagramBackend {

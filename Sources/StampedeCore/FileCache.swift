@@ -18,8 +18,8 @@ public final class FileCache: Sendable {
 
     public enum Source {
         case image(FileImage)
-        /// Too large or over the budget: the transfer reads blocks from the open file.
-        case stream
+        /// Too large or over the budget: the transfer reads blocks from the open file, this long.
+        case stream(size: Int)
     }
 
     private struct Entry {
@@ -46,25 +46,38 @@ public final class FileCache: Sendable {
 
     /// The image of the open file `fd` (whose fstat is `info`), loading it when no transfer has
     /// it yet. Each successful acquire must be paired with `release`.
+    /// A file that changes while it is read is read again as the version it became, judged
+    /// anew against the limits: one that grew past them is streamed, never loaded past them.
     public func acquire(fd: Int32, info: stat, netascii: Bool) throws(Errno) -> Source {
-        let key = FileKey(info, netascii: netascii)
-        if let image = use(key) { return .image(image) }
-        guard key.size <= limits.fileLimit else {
-            if netascii { throw Errno(EFBIG) }
-            return .stream
+        var key = FileKey(info, netascii: netascii)
+        for _ in 0..<4 {
+            if let image = use(key) { return .image(image) }
+            guard key.size <= limits.fileLimit else {
+                if netascii { throw Errno(EFBIG) }
+                return .stream(size: key.size)
+            }
+            // netascii can double a file (every LF becomes CR LF): reserve the worst case.
+            let reserved = netascii ? 2 * key.size : key.size
+            guard reserve(reserved) else {
+                if netascii { throw Errno(ENOMEM) }
+                return .stream(size: key.size)
+            }
+            let loaded: Loaded
+            do {
+                loaded = try load(fd: fd, key: key)
+            } catch {
+                state.withLock { $0.bytes -= reserved }
+                throw error
+            }
+            switch loaded {
+            case .image(let image):
+                return .image(insert(image, reserved: reserved))
+            case .changed(let now):
+                state.withLock { $0.bytes -= reserved }
+                key = now
+            }
         }
-        guard reserve(key.size) else {
-            if netascii { throw Errno(ENOMEM) }
-            return .stream
-        }
-        let image: FileImage
-        do {
-            image = try load(fd: fd, key: key)
-        } catch {
-            state.withLock { $0.bytes -= key.size }
-            throw error
-        }
-        return .image(insert(image, reserved: key.size))
+        throw Errno(EBUSY)
     }
 
     public func release(_ image: FileImage) {
@@ -123,42 +136,48 @@ public final class FileCache: Sendable {
         }
     }
 
-    /// Reads the file and checks that it did not change while being read; a file rewritten in
-    /// place mid-read is read again, so an image is always one consistent version.
-    private func load(fd: Int32, key: FileKey) throws(Errno) -> FileImage {
-        var key = key
-        for _ in 0..<4 {
-            let raw: UnsafeMutableRawBufferPointer
-            do {
-                raw = try FileImage.read(fd: fd, size: key.size)
-            } catch where error.rawValue == EAGAIN {
-                key = try Self.restat(fd, netascii: key.netascii)
-                continue
-            }
-            let after = try Self.restat(fd, netascii: key.netascii)
-            guard after == key else {
-                FileImage.free(raw)
-                key = after
-                continue
-            }
-            guard key.netascii else {
-                FileImage.seal(raw)
-                return FileImage(mapping: raw, key: key)
-            }
-            let input = UnsafeRawBufferPointer(raw)
-            let converted: UnsafeMutableRawBufferPointer
-            do {
-                converted = try FileImage.allocate(Netascii.encodedCount(of: input))
-            } catch {
-                FileImage.free(raw)
-                throw error
-            }
-            if converted.count > 0 { _ = Netascii.encode(input, into: converted) }
-            FileImage.free(raw)
-            FileImage.seal(converted)
-            return FileImage(mapping: converted, key: key)
+    private enum Loaded {
+        case image(FileImage)
+        /// The file changed while it was read (it is now this version): nothing was kept.
+        case changed(FileKey)
+    }
+
+    /// Reads the file as version `key` and checks that it did not change while being read, so
+    /// an image is always one consistent version.
+    private func load(fd: Int32, key: FileKey) throws(Errno) -> Loaded {
+        let raw: UnsafeMutableRawBufferPointer
+        do {
+            raw = try FileImage.read(fd: fd, size: key.size)
+        } catch where error.rawValue == EAGAIN {
+            return .changed(try Self.restat(fd, netascii: key.netascii))  // it shrank
         }
-        throw Errno(EBUSY)
+        let after: FileKey
+        do {
+            after = try Self.restat(fd, netascii: key.netascii)
+        } catch {
+            FileImage.free(raw)
+            throw error
+        }
+        guard after == key else {
+            FileImage.free(raw)
+            return .changed(after)
+        }
+        guard key.netascii else {
+            FileImage.seal(raw)
+            return .image(FileImage(mapping: raw, key: key))
+        }
+        let input = UnsafeRawBufferPointer(raw)
+        let converted: UnsafeMutableRawBufferPointer
+        do {
+            converted = try FileImage.allocate(Netascii.encodedCount(of: input))
+        } catch {
+            FileImage.free(raw)
+            throw error
+        }
+        if converted.count > 0 { _ = Netascii.encode(input, into: converted) }
+        FileImage.free(raw)
+        FileImage.seal(converted)
+        return .image(FileImage(mapping: converted, key: key))
     }
 
     private static func restat(_ fd: Int32, netascii: Bool) throws(Errno) -> FileKey {

@@ -99,6 +99,10 @@ public struct Request: Equatable, Sendable {
     /// costs no more than a short one).
     public static let optionLimit = 32
 
+    /// Longer file names are refused before remapping or any file lookup: PATH_MAX, the longest
+    /// path the kernel takes.
+    public static let longestFilename = 4096
+
     public enum ParseError: Error, Equatable {
         case notARequest, missingTerminator, emptyMode
     }

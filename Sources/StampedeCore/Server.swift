@@ -10,13 +10,21 @@ public final class Server<Backend: DatagramBackend> {
     public let boundAddresses: [SocketAddress]
     let logger: Logger
 
+    /// Throws the errno of a backend or a listener that cannot be made, or `ReceiveBuffersTooSmall`.
     public init(configuration: ServerConfiguration, workerCount: Int, cache: FileCache,
-                makeBackend: () throws(Errno) -> Backend) throws(Errno) {
+                makeBackend: () throws(Errno) -> Backend) throws {
         var workers: [Worker<Backend>] = []
         var addresses = configuration.listenAddresses
         let admission = Admission(configuration)
         for index in 0..<max(1, workerCount) {
-            let worker = Worker(backend: try makeBackend(), configuration: configuration, cache: cache, index: index,
+            let backend = try makeBackend()
+            // An upload's DATA cut short by a small buffer is dropped, and the upload stalls: say
+            // so at start instead.
+            let needed = 4 + (configuration.optionLimits.maxBlockSize ?? OptionNegotiation.blockSizeRange.upperBound)
+            guard backend.largestDatagram >= needed else {
+                throw ReceiveBuffersTooSmall(backend: backend.description, largest: backend.largestDatagram, needed: needed)
+            }
+            let worker = Worker(backend: backend, configuration: configuration, cache: cache, index: index,
                                 admission: admission)
             if configuration.inheritedListeners.isEmpty {
                 // A port 0 is chosen by the first bind; the other workers share that port.
@@ -63,6 +71,16 @@ public final class Server<Backend: DatagramBackend> {
             total.sendFailures += worker.backend.sendFailures
         }
         return total
+    }
+}
+
+/// A backend whose receive buffers cannot hold the largest DATA an upload may send.
+public struct ReceiveBuffersTooSmall: Error, CustomStringConvertible {
+    public let backend: String
+    public let largest: Int
+    public let needed: Int
+    public var description: String {
+        "the \(backend) backend receives datagrams of at most \(largest) bytes; uploads of the largest blksize allowed need \(needed) (lower -B, or give the backend larger buffers)"
     }
 }
 

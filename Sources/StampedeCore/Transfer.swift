@@ -60,7 +60,7 @@ enum Outcome: Equatable {
         case .socketError(let error) where error.rawValue == ECONNREFUSED: return "client port unreachable"
         case .socketError(let error): return "socket error: \(error)"
         case .timedOut: return "timed out"
-        case .serverError(let error): return "error \(error.code.rawValue) \"\(error.message)\""
+        case .serverError(let error): return "error \(error.code.rawValue) \"\(sanitizedForLog(error.message.utf8))\""
         case .shutdown: return "aborted by shutdown"
         case .superseded: return "superseded by a new request from the same port"
         }

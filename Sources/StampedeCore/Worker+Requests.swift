@@ -36,6 +36,12 @@ extension Worker {
             refuse(datagram, listener, TFTPError(.illegalOperation, "Unsupported mode"), what: what)
             return
         }
+        // No path is longer (PATH_MAX); a longer name costs nothing more, before any rule runs on it.
+        guard request.filename.count <= Request.longestFilename else {
+            refuse(datagram, listener, Errno(ENAMETOOLONG).tftpError,
+                   what: what + " (a name of \(request.filename.count) bytes, more than \(Request.longestFilename))")
+            return
+        }
         // Limits first: a flood over them costs no file lookups. The place is given back on every
         // way out below that does not start the transfer.
         if let refusal = admission.admit(datagram.peer) {
@@ -190,8 +196,8 @@ extension Worker {
             case .image(let image):
                 close(fd)
                 return .success((image, -1, image.count))
-            case .stream:
-                return .success((nil, fd, Int(info.st_size)))
+            case .stream(let size):
+                return .success((nil, fd, size))
             }
         } catch {
             close(fd)
@@ -224,7 +230,8 @@ extension Worker {
                      packet: UnsafeRawBufferPointer(rebasing: scratch[..<count]))
         summary.transfers += 1
         summary.failed += 1
-        logger.warning("\(datagram.peer): \(what): refused: error \(error.code.rawValue) \"\(error.message)\"")
+        // A remap rule's message carries the client's name (\0, \1...): sanitised like every name.
+        logger.warning("\(datagram.peer): \(what): refused: error \(error.code.rawValue) \"\(sanitizedForLog(error.message.utf8))\"")
     }
 
     /// The largest blksize that crosses this address's interface unfragmented (reference quirk 4):

@@ -7,6 +7,7 @@ import StampedeCore
 /// file bytes of a DATA packet are gathered by the kernel from the image, never copied here.
 public final class GlibcBackend: DatagramBackend {
     public var description: String { "glibc (epoll, recvmmsg, sendmmsg)" }
+    public var largestDatagram: Int { bufferSize }
 
     struct Socket {
         var fd: Int32 = -1
@@ -49,9 +50,18 @@ public final class GlibcBackend: DatagramBackend {
     private let readyCapacity = 256
 
     public init(receiveBatch: Int = 256, sendBatch: Int = 4096, bufferSize: Int = 65536) throws(Errno) {
+        // The steps that can fail come first, each undone if a later one does: nothing leaks.
         let ep = stampede_epoll_create()
         if let error = Errno(result: ep) { throw error }
+        let (count, overflow) = receiveBatch.multipliedReportingOverflow(by: bufferSize)
+        let mapped = overflow ? MAP_FAILED : mmap(nil, count, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        guard let mapped, mapped != MAP_FAILED else {
+            let error = overflow ? Errno(ENOMEM) : Errno.current
+            Glibc.close(ep)
+            throw error
+        }
         epoll = ep
+        buffers = UnsafeMutableRawBufferPointer(start: mapped, count: count)
         controlSpace = stampede_pktinfo_space()
 
         sendCapacity = sendBatch
@@ -65,9 +75,6 @@ public final class GlibcBackend: DatagramBackend {
 
         receiveCapacity = receiveBatch
         self.bufferSize = bufferSize
-        let mapped = mmap(nil, receiveBatch * bufferSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-        guard let mapped, mapped != MAP_FAILED else { throw Errno.current }
-        buffers = UnsafeMutableRawBufferPointer(start: mapped, count: receiveBatch * bufferSize)
         receiveMessages = .allocate(capacity: receiveBatch)
         receiveVectors = .allocate(capacity: receiveBatch)
         receiveNames = .allocate(capacity: receiveBatch)

@@ -11,6 +11,8 @@ public final class URingBackend: DatagramBackend {
     /// The setup flags the kernel accepted, for the log.
     public let setupFlags: String
     public var description: String { "uring (\(setupFlags))" }
+    /// Transfer sockets that may take datagrams over the small buffers get the large ones.
+    public let largestDatagram: Int
     private var datagrams: UnsafePointer<stampede_ring_datagram>?
 
     public struct Configuration: Sendable {
@@ -47,6 +49,7 @@ public final class URingBackend: DatagramBackend {
         guard let ring = stampede_ring_create(&config, &flags, &error) else { throw Errno(-error) }
         self.ring = ring
         self.setupFlags = flags.map { String(cString: $0) } ?? "?"
+        self.largestDatagram = Int(max(configuration.smallSize, configuration.largeSize))
     }
 
     deinit {

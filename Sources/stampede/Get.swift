@@ -96,9 +96,17 @@ final class LocalSink {
             fd = 1
             return
         }
-        temporary = path + ".stampede-part"
-        fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o666)
-        guard fd >= 0 else { throw ValidationError("\(temporary): \(Errno.current)") }
+        // A new file of our own (O_EXCL, O_NOFOLLOW): never one that is there already, nor
+        // through a symlink someone planted under the temporary name in a shared directory.
+        var opened: (name: String, fd: Int32)?
+        for attempt in 0..<16 {
+            let name = path + ".stampede-part" + (attempt == 0 ? "" : "-" + String(UInt32.random(in: 0...UInt32.max), radix: 16))
+            let fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o666)
+            if fd >= 0 { opened = (name, fd); break }
+            guard errno == EEXIST else { throw ValidationError("\(name): \(Errno.current)") }
+        }
+        guard let opened else { throw ValidationError("\(path).stampede-part: \(Errno(EEXIST))") }
+        (temporary, fd) = opened
     }
 
     func write(_ bytes: UnsafeRawBufferPointer) throws {

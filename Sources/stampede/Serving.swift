@@ -27,6 +27,8 @@ struct Serving {
         let server: Server<Backend>
         do {
             server = try Server(configuration: configuration, workerCount: workerCount, cache: cache, makeBackend: makeBackend)
+        } catch let error as ReceiveBuffersTooSmall {
+            throw command.failure("cannot serve: \(error)")
         } catch {
             let addresses = configuration.inheritedListeners.isEmpty
                 ? configuration.listenAddresses.map(\.description).joined(separator: ", ")

@@ -1,5 +1,6 @@
 import CStampedeSys
 import Glibc
+import Logging
 import StampedeCore
 import StampedeGlibc
 import StampedeURing
@@ -246,5 +247,48 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
             for i in 0..<n { received.insert(String(decoding: backend.datagram(i).bytes.dropFirst(2).prefix { $0 != 0 }, as: UTF8.self)) }
         }
         #expect(received.count == 6000)
+    }
+}
+
+/// What a backend must be able to take, checked when a server starts.
+@Suite struct BackendLimits {
+    func openFiles() -> Int { (try? FileManagerLite.count("/proc/self/fd")) ?? -1 }
+
+    /// Issue 11: a failed step of GlibcBackend.init left its epoll fd (and arena) behind. A
+    /// thousand failures would leave a thousand; other suites run meanwhile, hence the slack.
+    @Test func aGlibcBackendThatCannotBeMadeLeaksNoDescriptor() {
+        let before = openFiles()
+        for _ in 0..<1000 {
+            #expect(throws: Errno.self) { try GlibcBackend(receiveBatch: 1 << 20, bufferSize: 1 << 30) }
+        }
+        #expect(openFiles() - before < 100)
+    }
+
+    /// Buffers smaller than an upload's largest DATA would drop every block cut short and stall
+    /// the upload: the server refuses to start, unless -B keeps blocks within them.
+    @Test func aServerRefusesReceiveBuffersSmallerThanTheLargestBlock() throws {
+        var configuration = ServerConfiguration(listenAddresses: [loopbackAny], policy: AccessPolicy(root: -1),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        #expect(throws: ReceiveBuffersTooSmall.self) {
+            _ = try Server(configuration: configuration, workerCount: 1, cache: FileCache()) { () throws(Errno) in
+                try GlibcBackend(receiveBatch: 8, bufferSize: 2048)
+            }
+        }
+        configuration.optionLimits.maxBlockSize = 1468
+        let server = try Server(configuration: configuration, workerCount: 1, cache: FileCache()) { () throws(Errno) in
+            try GlibcBackend(receiveBatch: 8, bufferSize: 2048)
+        }
+        #expect(server.boundAddresses.count == 1)
+    }
+}
+
+/// The entries of a directory, without Foundation.
+enum FileManagerLite {
+    static func count(_ path: String) throws -> Int {
+        guard let stream = opendir(path) else { throw Errno.current }
+        defer { closedir(stream) }
+        var n = 0
+        while readdir(stream) != nil { n += 1 }
+        return n - 2
     }
 }

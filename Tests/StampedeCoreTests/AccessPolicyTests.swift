@@ -59,6 +59,18 @@ import Testing
         #expect(readError("fifo") == .accessViolation)
     }
 
+    /// Issue 11: a device node or FIFO was opened before the regular-file check. Opening a FIFO
+    /// for reading releases a writer blocked in its open: a FIFO asked for must stay unopened.
+    @Test func aFifoAskedForIsNeverOpened() throws {
+        _ = mkfifo(dir.path + "/waiting", 0o644)
+        let writer = open(dir.path + "/waiting", O_WRONLY | O_NONBLOCK)
+        #expect(writer == -1 && errno == ENXIO)  // no reader yet
+        #expect(readError("waiting") == .accessViolation)
+        // Still no reader: the server only looked at it.
+        let again = open(dir.path + "/waiting", O_WRONLY | O_NONBLOCK)
+        #expect(again == -1 && errno == ENXIO)
+    }
+
     @Test func aFileNotWorldReadableNeedsPermissive() {
         dir.write("secret", [1], mode: 0o640)
         #expect(readError("secret") == .accessViolation)

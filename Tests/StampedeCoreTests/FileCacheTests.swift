@@ -72,6 +72,37 @@ import Testing
         _ = held
     }
 
+    /// Issue 11: the size checked against the limits was the one seen before the read; a file
+    /// that grew meanwhile was loaded whole, past --cache-file-limit and the budget.
+    @Test func aFileThatGrewBeforeItWasReadIsJudgedAtItsNewSize() throws {
+        dir.write("growing", Array(repeating: 1, count: 900))
+        let cache = FileCache(limits: .init(budget: 10_000, fileLimit: 1000))
+        let (fd, info) = try AccessPolicy(root: dir.fd).openForReading(Array("growing".utf8)).get()
+        defer { close(fd) }
+        // The file grows between the request's look at it and the cache's read.
+        let append = open(dir.path + "/growing", O_WRONLY | O_APPEND)
+        _ = [UInt8](repeating: 2, count: 5000).withUnsafeBytes { Glibc.write(append, $0.baseAddress, $0.count) }
+        close(append)
+        guard case .stream(let size) = try cache.acquire(fd: fd, info: info, netascii: false) else {
+            Issue.record("a 5,900-byte file was cached under a 1,000-byte limit")
+            return
+        }
+        #expect(size == 5900)
+        #expect(cache.residentBytes == 0 && cache.imageCount == 0)
+    }
+
+    @Test func aGrownFileWithinTheLimitsIsLoadedAsItIsNow() throws {
+        dir.write("grows", Array(repeating: 1, count: 100))
+        let cache = FileCache(limits: .init(budget: 10_000, fileLimit: 1000))
+        let (fd, info) = try AccessPolicy(root: dir.fd).openForReading(Array("grows".utf8)).get()
+        defer { close(fd) }
+        let append = open(dir.path + "/grows", O_WRONLY | O_APPEND)
+        _ = [UInt8](repeating: 2, count: 200).withUnsafeBytes { Glibc.write(append, $0.baseAddress, $0.count) }
+        close(append)
+        let grown = try #require(image(try cache.acquire(fd: fd, info: info, netascii: false)))
+        #expect(grown.count == 300 && cache.residentBytes == 300)
+    }
+
     @Test func anEmptyFileHasAnEmptyImage() throws {
         dir.write("empty", [])
         let cache = FileCache()

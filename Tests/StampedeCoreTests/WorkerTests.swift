@@ -15,6 +15,7 @@ final class FakeBackend: DatagramBackend {
     var delivered: [(tag: UInt64, bytes: [UInt8], peer: SocketAddress, local: SocketAddress)] = []
     var sendFailures = 0
     var socketCount: Int { tags.count - closed.count }
+    var largestDatagram: Int { 65536 }
 
     func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 { tags.append(tag); return Int32(tags.count - 1) }
     func adoptListener(_ fd: Int32, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 { tags.append(tag); return Int32(tags.count - 1) }

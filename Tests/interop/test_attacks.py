@@ -90,3 +90,78 @@ def test_by_default_one_client_machine_runs_at_most_64_transfers(serve, network_
     s.stop()
     assert "136 requests unanswered while busy" in s.log_text()
     assert "Too many transfers from your address" in s.log_text()
+
+
+def test_a_request_sent_to_a_broadcast_address_is_answered_from_the_interfaces(serve, root, network_namespace):
+    """The transfer cannot come from a broadcast address: it comes from the address of the
+    interface the request arrived on (IP_PKTINFO's ipi_spec_dst), as tftpd-hpa answers."""
+    namespace = network_namespace()
+    for argv in (["ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1"],
+                 ["ip", "addr", "add", "10.9.1.1/24", "brd", "+", "dev", "v0"],
+                 ["ip", "link", "set", "v0", "up"], ["ip", "link", "set", "v1", "up"]):
+        r = namespace.run_inside(argv)
+        assert r.returncode == 0, (argv, r.stderr)
+    s = serve(host="0.0.0.0", prefix=namespace.inside)
+    with namespace.sockets():
+        c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+    c.settimeout(3)
+    c.sendto(request("hello.txt"), ("10.9.1.255", s.port))
+    packet, sender = c.recvfrom(2048)
+    assert sender[0] == "10.9.1.1" and sender[1] != s.port, sender
+    assert decode(packet) == ("DATA", (1, b"hello, rack\n"))
+    c.sendto(ack(1), sender)
+    c.close()
+    # A refusal to a broadcast request comes from the interface's address too.
+    with namespace.sockets():
+        c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+    c.settimeout(3)
+    c.sendto(request("no-such-file"), ("10.9.1.255", s.port))
+    packet, sender = c.recvfrom(2048)
+    assert sender == ("10.9.1.1", s.port) and decode(packet) == ("ERROR", (1, "File not found"))
+
+
+def test_a_remap_message_cannot_forge_log_lines(serve, root, tmp_path):
+    rules = tmp_path / "rules"
+    rules.write_text("a ^bad(.*)$ refused:\\ \\1\n")
+    s = serve("-m", str(rules))
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.settimeout(3)
+    c.sendto(request(b"bad\n2026-11-23T00:00:00+0000 error stampede: FORGED"), ("127.0.0.1", s.port))
+    kind, (code, message) = decode(c.recvfrom(2048)[0])
+    assert (kind, code) == ("ERROR", 2) and "FORGED" in message
+    time.sleep(0.2)
+    lines = s.log_text().splitlines()
+    assert not any("FORGED" in line and "refused" not in line for line in lines), lines
+    assert any("refused: error 2" in line and "\\x0a" in line for line in lines)
+
+
+def test_a_name_longer_than_a_path_is_refused_before_any_rule_runs(serve, tmp_path):
+    """60,000 backslashes under `rg \\\\ /` ran 4,096 regex steps copying the whole name."""
+    rules = tmp_path / "rules"
+    rules.write_text("rg \\\\ /\n")
+    s = serve("-m", str(rules))
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.settimeout(3)
+    started = time.monotonic()
+    for size in (5000, 60000):
+        c.sendto(request(b"\\" * size), ("127.0.0.1", s.port))
+        kind, (code, _) = decode(c.recvfrom(2048)[0])
+        # io_uring's listener buffers keep a request's first 2 KiB: a cut name lacks its NUL (ERROR 4).
+        assert kind == "ERROR" and code in (1, 4), (kind, code)
+    assert time.monotonic() - started < 1
+    if s.backend == "glibc":
+        assert "a name of 5000 bytes, more than 4096" in s.log_text()
+
+
+def test_device_nodes_are_refused_unopened(serve, root):
+    import os
+    if os.geteuid() != 0:
+        pytest.skip("LOUD SKIP: mknod needs root")
+    os.mknod(root / "zero", 0o666 | 0o020000, os.makedev(1, 5))
+    s = serve("-p")
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.settimeout(3)
+    c.sendto(request("zero"), ("127.0.0.1", s.port))
+    assert decode(c.recvfrom(2048)[0]) == ("ERROR", (2, "Not a regular file"))

@@ -218,3 +218,17 @@ def test_windows_above_32767_are_clamped_with_a_warning(serve):
     assert "granting at most 32767" in s.log_text()
     reply, _ = RawClient(s).exchange(request("one-mib.bin", options=[("windowsize", 40000)]))
     assert reply == ("OACK", {"windowsize": "32767"})
+
+
+def test_get_never_writes_through_a_symlink_at_its_temporary_name(serve, root, tmp_path):
+    """A symlink planted at NAME.stampede-part (a shared directory, a root user) must not make
+    `stampede get` write into its target."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (tmp_path / "out.bin.stampede-part").symlink_to(victim)
+    s = serve()
+    r = run([str(BINARY), "get", f"127.0.0.1:{s.port}", "one-mib.bin", str(tmp_path / "out.bin")])
+    assert r.returncode == 0, r.stderr
+    assert victim.read_text() == "precious"
+    assert (tmp_path / "out.bin").read_bytes() == (root / "one-mib.bin").read_bytes()
+    assert (tmp_path / "out.bin.stampede-part").is_symlink()

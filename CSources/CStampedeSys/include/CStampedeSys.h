@@ -31,7 +31,9 @@ int stampede_pktinfo_local(const struct msghdr *message, struct sockaddr_storage
 
 struct cmsghdr;
 /* Decodes one control message if it is IP_PKTINFO or IPV6_PKTINFO into `local` (the port is
- * left 0). Returns 1 if it was one, else 0. Shared by both backends' receive paths. */
+ * left 0): the local address a reply to the datagram comes from, which for a broadcast or
+ * multicast request is not the address it was sent to. Returns 1 if it was one, else 0. Shared
+ * by both backends' receive paths. */
 int stampede_pktinfo_decode(const struct cmsghdr *control, struct sockaddr_storage *local);
 
 /* Writes a PKTINFO control message that makes sendmsg use `local` as the source address.
