@@ -33,7 +33,7 @@ def test_a_spoofed_request_sends_the_victim_a_few_hundred_bytes_and_is_given_up_
     sent_at = time.monotonic()
     victim.sendto(rrq, ("127.0.0.1", s.port))
     got, held = [], None
-    while time.monotonic() - sent_at < 6:
+    while time.monotonic() - sent_at < (6 if held is None else held + 0.5):
         got += collect(victim, 0.05)
         if held is None and "timed out" in s.log_text():
             held = time.monotonic() - sent_at
@@ -165,3 +165,135 @@ def test_device_nodes_are_refused_unopened(serve, root):
     c.settimeout(3)
     c.sendto(request("zero"), ("127.0.0.1", s.port))
     assert decode(c.recvfrom(2048)[0]) == ("ERROR", (2, "Not a regular file"))
+
+
+SECRET = b"the secret outside the root"
+
+
+@pytest.fixture
+def guarded(serve, root, tmp_path):
+    """A server whose root has a secret beside it (one level up, and at /tmp), and rules that turn
+    backslashes into slashes (Windows clients), so `..\\` becomes `../` before the checks; after
+    each case it still serves, every byte right."""
+    (root.parent / "secret.txt").write_bytes(SECRET)
+    (root.parent / "secret.txt").chmod(0o644)
+    rules = tmp_path / "rules"
+    rules.write_text("rg \\\\ /\n")
+    s = serve("-m", str(rules))
+    yield s
+    c = RawClientLite(s)
+    assert c.fetch("hello.txt") == b"hello, rack\n"
+    assert s.alive
+
+
+class RawClientLite:
+    """Sends one packet, gathers every reply for a moment, and can fetch a small file."""
+
+    def __init__(self, server):
+        self.server = server
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+    def replies(self, packet, seconds=0.4):
+        self.sock.sendto(packet, ("127.0.0.1", self.server.port))
+        return [(decode(p), p, sender) for _, p, sender in collect(self.sock, seconds)]
+
+    def fetch(self, name):
+        got = self.replies(request(name), 0.5)
+        assert got and got[0][0][0] == "DATA", got
+        self.sock.sendto(ack(1), got[0][2])
+        return got[0][0][1][1]
+
+
+def assert_refused_without_the_secret(got):
+    """An ERROR or silence; nothing carries the secret."""
+    assert all(kind == "ERROR" for (kind, _), _, _ in got), got
+    assert not any(SECRET in raw for _, raw, _ in got)
+
+
+TRAVERSALS = [
+    b"....//secret.txt", b"..\\secret.txt", b"...\\secret.txt", b".../secret.txt", b"/../secret.txt",
+    b"subdir/..\\..\\secret.txt", b"%2e%2e%2fsecret.txt", b"..%2fsecret.txt", b"%2e%2e/secret.txt",
+    b"\xc0\xae\xc0\xae/secret.txt", b"\xc0\xae\xc0\xae\xc0\xafsecret.txt", b"..\\..\\..\\..\\tmp\\secret.txt",
+    b"/" + b"../" * 40 + b"secret.txt", b"./../secret.txt", b"hello.txt/../../secret.txt",
+]
+
+
+def test_traversal_spellings_never_leave_the_root(guarded, root):
+    (root / "subdir").mkdir(exist_ok=True)
+    for name in TRAVERSALS:
+        got = RawClientLite(guarded).replies(request(name), 0.2)
+        assert got, f"silence for {name!r}: expected an ERROR"
+        assert_refused_without_the_secret(got)
+        assert got[0][0][1][0] in (1, 2), (name, got)
+
+
+def test_an_absolute_path_means_the_root(guarded, root):
+    """PXE configurations write /pxelinux.0: the root, never the filesystem's."""
+    assert RawClientLite(guarded).fetch("/hello.txt") == b"hello, rack\n"
+    got = RawClientLite(guarded).replies(request(str(root.parent / "secret.txt")))
+    assert_refused_without_the_secret(got)
+
+
+def test_short_datagrams_to_a_transfer_port_end_it_or_are_ignored(serve, root):
+    """0 to 3 bytes (atftpd's CVE-2019-11365 was an ERROR of 3 bytes) on a running transfer."""
+    s = serve()
+    for packet in (b"", b"\x00", b"\x00\x03", b"\x00\x04\x00", b"\x00\x05\x00", b"\x05"):
+        c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        c.sendto(request("one-mib.bin"), ("127.0.0.1", s.port))
+        tid = collect(c, 0.2)[0][2]
+        c.sendto(packet, tid)
+        got = collect(c, 0.3)
+        assert all(decode(p)[0] in ("ERROR", "DATA") for _, p, _ in got), (packet, got)
+        c.close()
+    assert s.alive
+    assert RawClientLite(s).fetch("hello.txt") == b"hello, rack\n"
+
+
+def test_options_without_their_nul_are_tolerated_or_refused(serve):
+    s = serve()
+    for packet in (b"\x00\x01hello.txt\x00octet\x00blksize",            # an option without its value
+                   b"\x00\x01hello.txt\x00octet\x00blksize\x001468",    # a value without its NUL
+                   b"\x00\x01hello.txt\x00octet\x00\x00\x00",           # empty names and values
+                   b"\x00\x01hello.txt\x00octet\x00" + b"\x00" * 2000):  # a run of NULs
+        got = RawClientLite(s).replies(packet, 0.2)
+        assert got and got[0][0][0] in ("DATA", "OACK", "ERROR"), (packet, got)
+        if got[0][0][0] == "OACK":
+            assert set(got[0][0][1]) <= {"blksize"}
+    assert s.alive
+
+
+def test_256_real_options_get_an_oack_of_what_was_asked_once(serve):
+    """More options than a byte counts (EDK2 issue 9797), all of them real: the OACK answers each
+    option once, from the first 32 the server reads, and stays small."""
+    s = serve()
+    names = ["blksize", "tsize", "timeout", "windowsize"]
+    options = [(names[i % 4], ("1468", "0", "3", "8")[i % 4]) for i in range(256)]
+    got = RawClientLite(s).replies(request("one-mib.bin", options=options))
+    (kind, fields), raw, _ = got[0]
+    assert kind == "OACK" and set(fields) == set(names) and len(raw) < 100, got[0]
+
+
+def test_a_request_as_large_as_the_listener_takes(serve):
+    """A request of 60 KB (the size of the largest OACK or DATA): one ERROR, nothing amplified."""
+    s = serve()
+    options = [(f"x{i:05}", "y" * 20) for i in range(2000)]
+    packet = request("hello.txt", options=options)
+    assert len(packet) > 55000
+    got = RawClientLite(s).replies(packet)
+    assert sum(len(raw) for _, raw, _ in got) < 1000
+    assert got and got[0][0][0] in ("DATA", "ERROR"), got
+
+
+def test_an_inverted_rule_with_a_message_refuses_sanely(serve, tmp_path):
+    """tftp-hpa 2026: an inverted `a~` rule with a custom abort message passed bad offsets (an
+    out-of-bounds write). Here the message comes out whole, with no match to substitute."""
+    rules = tmp_path / "rules"
+    rules.write_text("a~ ^allowed/(.*)$ Denied:\\ \\1\\ \\0\\ \\9\\ \\i\\ \\x\n")
+    s = serve("-m", str(rules))
+    for name in (b"x", b"", b"a" * 3000, b"\\0\\1", b"allowed", b"%s%n%x"):
+        got = RawClientLite(s).replies(request(name))
+        assert got and got[0][0][0] == "ERROR" and got[0][0][1][0] in (1, 2, 4), (name, got)
+        assert len(got[0][1]) <= 516
+    got = RawClientLite(s).replies(request("x"))
+    assert got[0][0] == ("ERROR", (2, "Denied:    127.0.0.1 7F000001"))
+    assert s.alive
