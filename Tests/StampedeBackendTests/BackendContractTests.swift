@@ -55,6 +55,14 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
         backend.poll(deadline: stampede_monotonic_ns() + 2_000_000_000)
     }
 
+    /// A transfer socket connected to a port nobody holds any more: its sends draw ICMP.
+    func transferToAVanishedClient(_ backend: any DatagramBackend, tag: UInt64) throws -> Int32 {
+        let client = LoopbackClient()
+        let gone = client.address
+        close(client.fd)
+        return try backend.openTransfer(local: loopbackAny, peer: gone, ports: nil, largestDatagram: 516, tag: tag)
+    }
+
     @Test(arguments: BackendKind.allCases)
     func aListenerReportsPeerAndTheLocalAddressFromPktinfo(kind: BackendKind) throws {
         let backend = try kind.make()
@@ -136,13 +144,7 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
     @Test(arguments: BackendKind.allCases)
     func aVanishedClientIsReportedAsAnError(kind: BackendKind) throws {
         let backend = try kind.make()
-        var gone = SocketAddress()
-        do {
-            let client = LoopbackClient()
-            gone = client.address
-            close(client.fd)
-        }
-        let socket = try backend.openTransfer(local: loopbackAny, peer: gone, ports: nil, largestDatagram: 516, tag: 9)
+        let socket = try transferToAVanishedClient(backend, tag: 9)
         [UInt8]([0, 3, 0, 1]).withUnsafeBytes { backend.send(socket, header: $0, payload: UnsafeRawBufferPointer(start: nil, count: 0)) }
         #expect(pollUntilSomething(backend) == 1)
         #expect(backend.datagram(0).tag == 9)
@@ -155,13 +157,7 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
     @Test(arguments: BackendKind.allCases)
     func aVanishedClientFoundByASendIsReportedToo(kind: BackendKind) throws {
         let backend = try kind.make()
-        var gone = SocketAddress()
-        do {
-            let client = LoopbackClient()
-            gone = client.address
-            close(client.fd)
-        }
-        let socket = try backend.openTransfer(local: loopbackAny, peer: gone, ports: nil, largestDatagram: 516, tag: 9)
+        let socket = try transferToAVanishedClient(backend, tag: 9)
         for _ in 0..<20 {
             [UInt8]([0, 3, 0, 1]).withUnsafeBytes { backend.send(socket, header: $0, payload: UnsafeRawBufferPointer(start: nil, count: 0)) }
         }

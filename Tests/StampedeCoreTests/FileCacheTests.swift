@@ -72,18 +72,23 @@ import Testing
         _ = held
     }
 
+    /// Opens `name` as a request does, then appends `bytes` to it: it grows between the request's
+    /// look at it and the cache's read. Returns the cache's verdict.
+    func acquireAfterGrowing(_ cache: FileCache, _ name: String, by bytes: Int) throws -> FileCache.Source {
+        let (fd, info) = try AccessPolicy(root: dir.fd).openForReading(Array(name.utf8)).get()
+        defer { close(fd) }
+        let append = open(dir.path + "/" + name, O_WRONLY | O_APPEND)
+        _ = [UInt8](repeating: 2, count: bytes).withUnsafeBytes { Glibc.write(append, $0.baseAddress, $0.count) }
+        close(append)
+        return try cache.acquire(fd: fd, info: info, netascii: false)
+    }
+
     /// Issue 11: the size checked against the limits was the one seen before the read; a file
     /// that grew meanwhile was loaded whole, past --cache-file-limit and the budget.
     @Test func aFileThatGrewBeforeItWasReadIsJudgedAtItsNewSize() throws {
         dir.write("growing", Array(repeating: 1, count: 900))
         let cache = FileCache(limits: .init(budget: 10_000, fileLimit: 1000))
-        let (fd, info) = try AccessPolicy(root: dir.fd).openForReading(Array("growing".utf8)).get()
-        defer { close(fd) }
-        // The file grows between the request's look at it and the cache's read.
-        let append = open(dir.path + "/growing", O_WRONLY | O_APPEND)
-        _ = [UInt8](repeating: 2, count: 5000).withUnsafeBytes { Glibc.write(append, $0.baseAddress, $0.count) }
-        close(append)
-        guard case .stream(let size) = try cache.acquire(fd: fd, info: info, netascii: false) else {
+        guard case .stream(let size) = try acquireAfterGrowing(cache, "growing", by: 5000) else {
             Issue.record("a 5,900-byte file was cached under a 1,000-byte limit")
             return
         }
@@ -94,12 +99,7 @@ import Testing
     @Test func aGrownFileWithinTheLimitsIsLoadedAsItIsNow() throws {
         dir.write("grows", Array(repeating: 1, count: 100))
         let cache = FileCache(limits: .init(budget: 10_000, fileLimit: 1000))
-        let (fd, info) = try AccessPolicy(root: dir.fd).openForReading(Array("grows".utf8)).get()
-        defer { close(fd) }
-        let append = open(dir.path + "/grows", O_WRONLY | O_APPEND)
-        _ = [UInt8](repeating: 2, count: 200).withUnsafeBytes { Glibc.write(append, $0.baseAddress, $0.count) }
-        close(append)
-        let grown = try #require(image(try cache.acquire(fd: fd, info: info, netascii: false)))
+        let grown = try #require(image(try acquireAfterGrowing(cache, "grows", by: 200)))
         #expect(grown.count == 300 && cache.residentBytes == 300)
     }
 

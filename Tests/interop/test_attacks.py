@@ -92,6 +92,14 @@ def test_by_default_one_client_machine_runs_at_most_64_transfers(serve, network_
     assert "Too many transfers from your address" in s.log_text()
 
 
+def broadcaster(namespace):
+    with namespace.sockets():
+        c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+    c.settimeout(3)
+    return c
+
+
 def test_a_request_sent_to_a_broadcast_address_is_answered_from_the_interfaces(serve, root, network_namespace):
     """The transfer cannot come from a broadcast address: it comes from the address of the
     interface the request arrived on (IP_PKTINFO's ipi_spec_dst), as tftpd-hpa answers."""
@@ -102,10 +110,7 @@ def test_a_request_sent_to_a_broadcast_address_is_answered_from_the_interfaces(s
         r = namespace.run_inside(argv)
         assert r.returncode == 0, (argv, r.stderr)
     s = serve(host="0.0.0.0", prefix=namespace.inside)
-    with namespace.sockets():
-        c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    c.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
-    c.settimeout(3)
+    c = broadcaster(namespace)
     c.sendto(request("hello.txt"), ("10.9.1.255", s.port))
     packet, sender = c.recvfrom(2048)
     assert sender[0] == "10.9.1.1" and sender[1] != s.port, sender
@@ -113,10 +118,7 @@ def test_a_request_sent_to_a_broadcast_address_is_answered_from_the_interfaces(s
     c.sendto(ack(1), sender)
     c.close()
     # A refusal to a broadcast request comes from the interface's address too.
-    with namespace.sockets():
-        c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    c.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
-    c.settimeout(3)
+    c = broadcaster(namespace)
     c.sendto(request("no-such-file"), ("10.9.1.255", s.port))
     packet, sender = c.recvfrom(2048)
     assert sender == ("10.9.1.1", s.port) and decode(packet) == ("ERROR", (1, "File not found"))

@@ -204,6 +204,12 @@ def test_without_l_or_a_socket_there_is_nothing_to_serve(binary, root):
     assert r.returncode == 64 and b"nothing to serve on" in r.stderr
 
 
+def wait_until_gone(pid, seconds=5):
+    deadline = time.time() + seconds
+    while time.time() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.05)
+
+
 def test_without_L_it_detaches_once_serving_and_writes_the_pidfile(binary, root, tmp_path):
     pidfile = tmp_path / "tftpd.pid"
     port = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -219,9 +225,7 @@ def test_without_L_it_detaches_once_serving_and_writes_the_pidfile(binary, root,
         assert fetch(number, "hello.txt") == (0, b"hello, rack\n")
     finally:
         os.kill(pid, signal.SIGTERM)
-    deadline = time.time() + 5
-    while time.time() < deadline and Path(f"/proc/{pid}").exists():
-        time.sleep(0.05)
+    wait_until_gone(pid)
     assert not pidfile.exists()
 
 
@@ -254,9 +258,7 @@ def test_secure_detached_server_writes_its_pidfile_before_the_chroot_and_the_com
         assert fetch(number, "hello.txt") == (0, b"hello, rack\n")
     finally:
         os.kill(pid, signal.SIGTERM)
-    deadline = time.time() + 5
-    while time.time() < deadline and Path(f"/proc/{pid}").exists():
-        time.sleep(0.05)
+    wait_until_gone(pid)
     assert not Path(f"/proc/{pid}").exists()
     if directory_mode == 0o777:
         assert not pidfile.exists()
