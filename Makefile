@@ -41,13 +41,13 @@ build:
 # Installs the Debian packages in $(1) that are missing, then checks that the commands in $(2) run.
 define apt_install
 	@missing=""; \
-	for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
-	@for t in $(2); do PATH="$$PATH:/usr/sbin:/sbin" command -v $$t >/dev/null || { echo "missing $$t after install"; exit 1; }; done
+	@for t in $(2); do (PATH="$$PATH:/usr/sbin:/sbin"; command -v $$t >/dev/null) || { echo "missing $$t after install"; exit 1; }; done
 endef
 
 deps:
