@@ -81,27 +81,24 @@ sanitize: deps
 		Tests/CStampedeRingTests/ring_test.c $(RING_SOURCES) $$(pkg-config --cflags --libs liburing) -o $(RING_TEST)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:free_fill_byte=190:max_free_fill_size=1048576 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $(RING_TEST)
 
-# libFuzzer targets for the parsers, built from the codec's sources alone: each runs
-# FUZZ_SECONDS from its seed corpus in Fuzz/corpus (make test runs a short round). A crash
-# leaves its input in .build/fuzz/crash-*: add it to the seed corpus, which every run replays.
+# libFuzzer harnesses for the parsers (Fuzz/*Fuzz, ordinary targets of the package): built with
+# -sanitize=fuzzer in a build folder of their own, each runs FUZZ_SECONDS from its seed corpus in
+# Fuzz/corpus (make test runs a short round). A crash leaves its input in .build/fuzz/crash-*:
+# add it to the seed corpus, which every run replays (`swift run PacketFuzz FILE` replays one).
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := packet optionack remap
-FUZZ_SOURCES := Sources/StampedeCore/Packet.swift Sources/StampedeCore/OptionNegotiation.swift Sources/StampedeCore/LogText.swift
-REMAP_SOURCES := Sources/StampedeCore/RemapRules.swift Sources/StampedeCore/SocketAddress.swift Sources/StampedeCore/LogText.swift
+FUZZ_BUILD := .build-fuzz
 
-.build/fuzz/packet: Fuzz/PacketFuzz.swift $(FUZZ_SOURCES)
-.build/fuzz/optionack: Fuzz/OptionAckFuzz.swift $(FUZZ_SOURCES)
-.build/fuzz/remap: Fuzz/RemapFuzz.swift $(REMAP_SOURCES)
-.build/fuzz/%:
+fuzz:
 	mkdir -p .build/fuzz
-	swiftc -parse-as-library -sanitize=fuzzer,address -O $^ -o $@ 2>&1 | { grep -v "Cannot export local symbol" || true; }
-	@test -x $@
-
-fuzz: $(addprefix .build/fuzz/,$(FUZZ_TARGETS))
 	@for t in $(FUZZ_TARGETS); do \
+		p=$$(case $$t in packet) echo PacketFuzz;; optionack) echo OptionAckFuzz;; remap) echo RemapFuzz;; esac); \
+		$(SWIFT) build -c release --scratch-path $(FUZZ_BUILD) --product $$p \
+			-Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING -Xswiftc -use-ld=lld 2>&1 | grep -E "error|warning: unre|Compiling|Build" | tail -1; \
+		test -x $(FUZZ_BUILD)/release/$$p || { echo "fuzz harness $$p did not build"; exit 1; }; \
 		mkdir -p .build/fuzz/corpus-$$t; \
 		echo "fuzzing $$t for $(FUZZ_SECONDS) s"; \
-		timeout $$(( $(FUZZ_SECONDS) + 120 )) .build/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+		timeout $$(( $(FUZZ_SECONDS) + 120 )) $(FUZZ_BUILD)/release/$$p -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 			-artifact_prefix=.build/fuzz/ .build/fuzz/corpus-$$t Fuzz/corpus/$$t 2>&1 | grep -E "^(Done|stat::number_of_executed_units)|ERROR|crash-|deadly" ; \
 		status=$${PIPESTATUS[0]}; [ $$status = 0 ] || { echo "fuzz target $$t failed ($$status): see .build/fuzz/crash-*"; exit 1; }; \
 	done

@@ -1,20 +1,27 @@
 // swift-tools-version:6.1
 import PackageDescription
 
-// The architecture in four parts (see ../shared/DESIGN.md):
-//   CSources/      CStampedeSys: syscalls and macros Swift cannot see; CStampedeRing: the io_uring engine
-//   StampedeCore   protocol, state machines, policy, file cache, the worker loop over a backend
-//   StampedeGlibc  the pure-Swift epoll + recvmmsg/sendmmsg backend
-//   StampedeURing  the Swift side of the io_uring backend
-//   StampedeStorm  the load generator: many TFTP clients on one backend, every byte verified
-//   stampede       the CLI: serve (in.tftpd flags), get, put, storm
+// Stampede's parts, one target each (docs/ARCHITECTURE.md tells how they fit):
+//   CStampedeSys      C: the Linux calls and macros Swift cannot see (mmsghdr, CMSG, openat2, epoll)
+//   CStampedeRing     C: the io_uring engine over liburing (opaque ring, arrays of POD structs)
+//   StampedeProtocol  TFTP itself: packets, the option table, the sender's, receiver's and client's
+//                     state machines, timers, netascii. Pure logic: no syscall, no import.
+//   StampedeIO        the I/O contract every backend implements, socket addresses, errno, sockets,
+//                     descriptors and files, threads and locks
+//   StampedeServer    the server: workers, access policy, file cache, uploads, limits, remap rules
+//   StampedeGlibc     a backend: epoll + recvmmsg/sendmmsg
+//   StampedeURing     a backend: the Swift side of the io_uring engine
+//   StampedeStorm     the load generator: many clients on a backend its caller gives it
+//   stampede          the command line: serve (in.tftpd's flags), get, put, storm
 let strictC: [CSetting] = [.define("_GNU_SOURCE"), .unsafeFlags(["-Wall", "-Wextra", "-Werror"])]
+let log = Target.Dependency.product(name: "Logging", package: "swift-log")
 
 let package = Package(
     name: "Stampede",
     products: [
         .executable(name: "stampede", targets: ["stampede"]),
-        .library(name: "Stampede", targets: ["StampedeCore", "StampedeGlibc", "StampedeURing", "StampedeStorm"]),
+        .library(name: "Stampede", targets: ["StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeGlibc",
+                                             "StampedeURing", "StampedeStorm"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -25,40 +32,52 @@ let package = Package(
         .target(name: "CStampedeSys", path: "CSources/CStampedeSys", cSettings: strictC),
         .systemLibrary(name: "CLibURing", path: "CSources/CLibURing", pkgConfig: "liburing",
                        providers: [.apt(["liburing-dev"])]),
-        .target(name: "CStampedeRing", dependencies: ["CLibURing", "CStampedeSys"], path: "CSources/CStampedeRing", cSettings: strictC),
-        .target(
-            name: "StampedeCore",
-            dependencies: ["CStampedeSys", .product(name: "Logging", package: "swift-log")]
-        ),
-        .target(name: "StampedeGlibc", dependencies: ["StampedeCore", "CStampedeSys"]),
-        .target(name: "StampedeURing", dependencies: ["StampedeCore", "CStampedeSys", "CStampedeRing"]),
-        .target(name: "StampedeStorm", dependencies: ["StampedeCore", "CStampedeSys"]),
+        .target(name: "CStampedeRing", dependencies: ["CLibURing", "CStampedeSys"], path: "CSources/CStampedeRing",
+                cSettings: strictC),
+
+        .target(name: "StampedeProtocol"),
+        .target(name: "StampedeIO", dependencies: ["StampedeProtocol", "CStampedeSys"]),
+        .target(name: "StampedeServer", dependencies: ["StampedeProtocol", "StampedeIO", "CStampedeSys", log]),
+        .target(name: "StampedeGlibc", dependencies: ["StampedeIO", "CStampedeSys"]),
+        .target(name: "StampedeURing", dependencies: ["StampedeIO", "CStampedeSys", "CStampedeRing"]),
+        .target(name: "StampedeStorm", dependencies: ["StampedeProtocol", "StampedeIO"]),
         .executableTarget(
             name: "stampede",
-            dependencies: [
-                "StampedeCore", "StampedeGlibc", "StampedeURing", "StampedeStorm", "CStampedeSys",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
-            ]
+            dependencies: ["StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeGlibc", "StampedeURing",
+                           "StampedeStorm", "CStampedeSys", log,
+                           .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
+
+        // libFuzzer harnesses (`make fuzz` builds them with -sanitize=fuzzer and -DFUZZING); an
+        // ordinary build makes each a tool that replays corpus files through its harness.
+        .target(name: "FuzzCorpus", path: "Fuzz/FuzzCorpus"),
+        .executableTarget(name: "PacketFuzz", dependencies: ["StampedeProtocol", "FuzzCorpus"], path: "Fuzz/PacketFuzz"),
+        .executableTarget(name: "OptionAckFuzz", dependencies: ["StampedeProtocol", "FuzzCorpus"],
+                          path: "Fuzz/OptionAckFuzz"),
+        .executableTarget(name: "RemapFuzz", dependencies: ["StampedeServer", "StampedeIO", "FuzzCorpus"],
+                          path: "Fuzz/RemapFuzz"),
+
         // Micro-benchmarks of the hot path, with malloc counts (`make bench-micro`; thresholds in
         // Benchmarks/Thresholds). The end-to-end comparison is Benchmarks/compare.py (`make bench`).
         .executableTarget(name: "HotPath",
-                          dependencies: ["StampedeCore", "StampedeGlibc", "CStampedeSys",
+                          dependencies: ["StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeGlibc",
                                          .product(name: "Benchmark", package: "benchmark")],
                           path: "Benchmarks/HotPath",
                           plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]),
-        .target(name: "StampedeTestSupport", dependencies: ["StampedeCore", "StampedeGlibc", "StampedeURing"],
+
+        .target(name: "StampedeTestSupport", dependencies: ["StampedeIO", "StampedeServer", "StampedeGlibc", "StampedeURing"],
                 path: "Tests/StampedeTestSupport"),
-        .testTarget(name: "StampedeCoreTests", dependencies: ["StampedeCore", "CStampedeSys", "StampedeTestSupport"]),
+        .testTarget(name: "StampedeProtocolTests", dependencies: ["StampedeProtocol"]),
+        .testTarget(name: "StampedeServerTests",
+                    dependencies: ["StampedeServer", "StampedeProtocol", "StampedeIO", "StampedeTestSupport", log]),
         // The backend contract, tested once for every backend, with a malloc counter for the hot path.
         .target(name: "CMallocCounter", path: "Tests/CMallocCounter", cSettings: strictC),
         .testTarget(name: "StampedeBackendTests",
-                    dependencies: ["StampedeGlibc", "StampedeURing", "StampedeCore", "CStampedeSys", "CMallocCounter",
-                                   "StampedeTestSupport", .product(name: "Logging", package: "swift-log")]),
+                    dependencies: ["StampedeGlibc", "StampedeURing", "StampedeServer", "StampedeProtocol", "StampedeIO",
+                                   "CMallocCounter", "StampedeTestSupport", log]),
         .testTarget(name: "StampedeStormTests",
-                    dependencies: ["StampedeStorm", "StampedeGlibc", "StampedeURing", "StampedeCore", "CStampedeSys",
-                                   "StampedeTestSupport", .product(name: "Logging", package: "swift-log")]),
+                    dependencies: ["StampedeStorm", "StampedeServer", "StampedeGlibc", "StampedeURing", "StampedeProtocol",
+                                   "StampedeIO", "StampedeTestSupport", log]),
     ],
     swiftLanguageModes: [.v5]
 )

@@ -9,7 +9,9 @@ import Benchmark
 import CStampedeSys
 import Glibc
 import Logging
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
 
 let hotPathMetrics: [BenchmarkMetric] = [.wallClock, .mallocCountTotal]
 /// Malloc counts may not grow (beyond the harness's own jitter of a few per sample); wall time

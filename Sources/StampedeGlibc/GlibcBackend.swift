@@ -1,6 +1,7 @@
 import CStampedeSys
 import Glibc
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
 
 /// The pure-Swift backend: epoll for readiness, recvmmsg per readable socket, sendmmsg per run of
 /// sends to one socket. Every array is allocated once at start (DESIGN: the Glibc backend); the

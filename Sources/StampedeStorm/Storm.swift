@@ -1,6 +1,7 @@
 import CStampedeSys
 import Glibc
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
 
 /// Plays a storm's clients over one backend on one thread: a socket per client, all of them
 /// served by one loop with a timer wheel, like the server's worker. `run` drives it to the end;

@@ -1,4 +1,6 @@
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
+
 
 /// What a storm plays: many TFTP clients reading one file from one server, as a rack of
 /// machines booting at once does.

@@ -1,4 +1,6 @@
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
+
 
 /// What a storm measured. Failures are counted by kind, with the first few described.
 public struct StormReport: Sendable {

@@ -1,6 +1,7 @@
 import CStampedeSys
 import Glibc
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
 
 /// Runs a storm on `threads` threads, each a Storm with its own backend and its share of the
 /// clients, and merges their reports. The storm's CPU time (the whole process's) is included, so

@@ -1,5 +1,6 @@
 import Glibc
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
 
 /// Why a storm transfer failed. Each one is counted and reported, never hidden or retried.
 public enum StormFailure: Error, Equatable, Sendable, CustomStringConvertible {

@@ -1,7 +1,8 @@
 import CStampedeRing
 import CStampedeSys
 import Glibc
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
 
 /// The io_uring backend: the Swift face of CStampedeRing. One ring per worker; sockets are
 /// opened here (the same shims as the Glibc backend) and handed to the ring; every send and

@@ -1,7 +1,9 @@
 import ArgumentParser
 import CStampedeSys
 import Glibc
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
 
 /// Options shared by `get` and `put`.
 struct ClientOptions: ParsableArguments {

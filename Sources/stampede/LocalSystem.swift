@@ -1,5 +1,7 @@
 import Glibc
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
 
 /// A whole regular local file (`put`'s source, `storm --verify`, `-m`), `path` taken from
 /// `directory` when it is relative.

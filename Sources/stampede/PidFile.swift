@@ -1,6 +1,8 @@
 import CStampedeSys
 import Glibc
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
 
 /// `-P FILE`: the serving process's ID, written before -s chroots (the file's directory is out of
 /// sight after it) and removed at exit through that directory, held open. Once -u has dropped

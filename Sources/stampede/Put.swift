@@ -1,7 +1,9 @@
 import ArgumentParser
 import CStampedeSys
 import Glibc
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
 
 struct Put: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Upload a file: stampede put HOST[:PORT] LOCAL [REMOTE].")

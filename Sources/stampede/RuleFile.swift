@@ -1,5 +1,7 @@
 import Glibc
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
 
 /// A remap rule file (`-m`): its directory is held open, so that SIGHUP finds the file again
 /// after `-s` has chrooted, and sees an editor's save (a new inode under the same name).

@@ -2,8 +2,10 @@ import ArgumentParser
 import CStampedeSys
 import Glibc
 import Logging
-import StampedeCore
 import StampedeGlibc
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
 import StampedeURing
 
 /// `stampede [serve]`: the in.tftpd (tftpd-hpa) command line, plus long options of our own.

@@ -1,7 +1,9 @@
 import CStampedeSys
 import Glibc
 import Logging
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
 
 /// What runs once the command line is understood: bind, drop privileges, release a waiting
 /// parent, serve, report.

@@ -1,8 +1,10 @@
 import ArgumentParser
 import CStampedeSys
 import Glibc
-import StampedeCore
 import StampedeGlibc
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
 import StampedeStorm
 import StampedeURing
 

@@ -1,6 +1,8 @@
 import CStampedeSys
 import Glibc
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
 
 /// A TFTP client over one blocking UDP socket, driving the same state machines as the server:
 /// `get` is a DataReceiver, `put` a DataSender. The server's TID is learned from its first reply;

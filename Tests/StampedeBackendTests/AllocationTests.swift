@@ -2,7 +2,9 @@ import CMallocCounter
 import CStampedeSys
 import Glibc
 import Logging
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
 import StampedeGlibc
 import StampedeURing
 import StampedeTestSupport

@@ -1,7 +1,9 @@
 import CStampedeSys
 import Glibc
 import Logging
-import StampedeCore
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
 import StampedeGlibc
 import StampedeStorm
 import StampedeTestSupport

@@ -1,5 +1,7 @@
-import StampedeCore
 import StampedeGlibc
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
 import StampedeURing
 import Testing
 

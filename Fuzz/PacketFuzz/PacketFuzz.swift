@@ -1,0 +1,39 @@
+// libFuzzer target: whatever arrives at a listener or a transfer port. Built by `make fuzz` with
+// -sanitize=fuzzer,address over StampedeProtocol (no sockets, no files).
+//
+// Beyond "does not crash", it checks properties: a request that parses re-encodes to one that
+// parses the same; negotiation never grants values outside the RFC ranges or the limits.
+
+import FuzzCorpus
+import Glibc
+import StampedeProtocol
+
+func packetFuzz(_ bytes: UnsafeRawBufferPointer) {
+    let size = bytes.count
+    switch TransferPacket(bytes) {
+    case .data(_, let payload): precondition(payload.count == size - 4)
+    case .error(_, let message): precondition(message.count == size - 4)
+    default: break
+    }
+    guard case .success(let request) = Request.parse(bytes) else { return }
+    let again = Request(isWrite: request.isWrite, filename: request.filename, mode: request.mode, options: request.options)
+        .encoded()
+    guard case .success(let reparsed) = again.withUnsafeBytes({ Request.parse($0) }) else {
+        preconditionFailure("a parsed request does not parse once encoded again")
+    }
+    precondition(reparsed == request, "re-encoding changed the request")
+    let limits = OptionLimits(maxBlockSize: 1468, maxWindowSize: 64)
+    for isWrite in [false, true] {
+        let negotiation = OptionNegotiation(requested: request.options, isWrite: isWrite, fileSize: isWrite ? nil : 1 << 20,
+                                            maxBlockSize: 1468, limits: limits)
+        let options = negotiation.options
+        precondition(OptionNegotiation.blockSizeRange.contains(options.blockSize) || options.blockSize == 512)
+        precondition(options.blockSize <= 1468 && (1...64).contains(options.windowSize))
+        if let timeout = options.timeoutSeconds { precondition(OptionNegotiation.timeoutRange.contains(timeout)) }
+        precondition(negotiation.acknowledged.allSatisfy { asked in request.options.contains { $0.name == asked.name } })
+    }
+}
+
+@main enum Harness {
+    static func main() { exit(runHarness(packetFuzz)) }
+}

@@ -1,0 +1,76 @@
+import StampedeProtocol
+
+/// The contract between the worker and an I/O backend (DESIGN: the backend contract).
+///
+/// Sockets are small integer handles; every socket carries a tag the worker chose, returned with
+/// each datagram. Sends are queued descriptors flushed together by `poll`; a DATA send is a
+/// 4-byte header plus a slice of a file image that the backend gathers with an iovec, never copies.
+public protocol DatagramBackend: AnyObject, CustomStringConvertible {
+    /// Opens a request listener (see `UDPSocket.listener`). Throws the errno.
+    func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32
+    /// Takes over a bound datagram socket as a listener: inetd's fd 0, systemd's LISTEN_FDS
+    /// (see `UDPSocket.adoptListener`). The backend owns `fd` from then on.
+    func adoptListener(_ fd: Int32, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32
+    /// Opens a transfer socket bound to `local` and connected to `peer`. `largestDatagram` is the
+    /// biggest packet the client may send on it (blksize + 4 for an upload), so a backend with
+    /// pooled receive buffers can pick buffers that fit.
+    func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
+                      largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32
+    /// Opens a client socket (see `UDPSocket.client`): datagrams from any peer arrive, each with
+    /// its `peer`; sends name their destination. `stampede storm` plays its clients on these.
+    func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32
+    /// The local address a socket is bound to.
+    func localAddress(of socket: Int32) -> SocketAddress?
+    /// Closes a socket; sends queued on it before are still flushed first.
+    func close(_ socket: Int32)
+
+    /// Queues `header` (copied) followed by `payload` (referenced until the next poll returns).
+    func send(_ socket: Int32, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer)
+    /// Queues `header` (copied) and `payload` (referenced, as above) from an unconnected socket (a
+    /// listener, a client) to `peer`; a listener's datagram names its source address `local`
+    /// (PKTINFO). Replies to requests, clients, and transfers in single-port mode send this way.
+    func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?,
+              header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer)
+
+    /// Flushes queued sends, waits for datagrams until `deadline` (monotonic ns; nil: forever),
+    /// and returns how many arrived. They stay valid until the next call.
+    func poll(deadline: Nanoseconds?) -> Int
+    /// The i-th datagram of the last poll.
+    func datagram(_ index: Int) -> Datagram
+
+    /// Datagrams the kernel refused to send (a full socket buffer: loss that retransmission
+    /// repairs), reported when the server stops.
+    var sendFailures: Int { get }
+    /// Sockets the backend holds: open ones, and closed ones whose last operations the kernel has
+    /// not yet confirmed. Back to the listener count when no transfer runs, or something leaks.
+    var socketCount: Int { get }
+    /// The largest datagram a transfer socket receives whole (a longer one is dropped as cut).
+    var largestDatagram: Int { get }
+}
+
+extension DatagramBackend {
+    /// A whole datagram (copied) to `peer`.
+    public func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?, packet: UnsafeRawBufferPointer) {
+        send(socket, to: peer, from: local, header: packet, payload: UnsafeRawBufferPointer(start: nil, count: 0))
+    }
+}
+
+/// One received datagram, pointing into a backend-owned buffer.
+public struct Datagram {
+    public var tag: UInt64
+    public var bytes: UnsafeRawBufferPointer
+    /// Where it came from.
+    public var peer: SocketAddress
+    /// Where it was sent to (listeners only, from PKTINFO).
+    public var local: SocketAddress
+    /// A pending socket error (ECONNREFUSED: the client's port is gone), or 0.
+    public var error: Int32
+
+    public init(tag: UInt64, bytes: UnsafeRawBufferPointer, peer: SocketAddress, local: SocketAddress, error: Int32 = 0) {
+        self.tag = tag
+        self.bytes = bytes
+        self.peer = peer
+        self.local = local
+        self.error = error
+    }
+}

@@ -1,0 +1,159 @@
+import Glibc
+import StampedeProtocol
+
+/// An IPv4 or IPv6 address and port, held inline (no allocation) as a sockaddr_storage.
+public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConvertible {
+    public var storage = sockaddr_storage()
+
+    public init() {}
+
+    public init(storage: sockaddr_storage) { self.storage = storage }
+
+    /// Parses "1.2.3.4", "::1", "[::1]:69", "1.2.3.4:69", ":69", "" (port defaults to `port`).
+    public init?(parsing text: String, defaultPort: UInt16, defaultHost: String = "0.0.0.0") {
+        var host = Substring(text)
+        var port = defaultPort
+        if host.hasPrefix("[") {
+            guard let close = host.firstIndex(of: "]") else { return nil }
+            let rest = host[host.index(after: close)...]
+            host = host[host.index(after: host.startIndex)..<close]
+            if rest.hasPrefix(":") {
+                guard let p = UInt16(rest.dropFirst()) else { return nil }
+                port = p
+            } else if !rest.isEmpty { return nil }
+        } else if host.filter({ $0 == ":" }).count == 1, let colon = host.lastIndex(of: ":") {
+            let portText = host[host.index(after: colon)...]
+            if !portText.isEmpty {
+                guard let p = UInt16(portText) else { return nil }
+                port = p
+            }
+            host = host[..<colon]
+        }
+        let name = host.isEmpty ? defaultHost : String(host)
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        if inet_pton(AF_INET, name, &v4) == 1 {
+            self.init(ipv4: v4, port: port)
+        } else if inet_pton(AF_INET6, name, &v6) == 1 {
+            self.init(ipv6: v6, port: port)
+        } else {
+            return nil
+        }
+    }
+
+    public init(ipv4: in_addr, port: UInt16) {
+        var sin = sockaddr_in()
+        sin.sin_family = sa_family_t(AF_INET)
+        sin.sin_port = port.bigEndian
+        sin.sin_addr = ipv4
+        withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: sin, as: sockaddr_in.self) }
+    }
+
+    public init(ipv6: in6_addr, port: UInt16, scope: UInt32 = 0) {
+        var sin6 = sockaddr_in6()
+        sin6.sin6_family = sa_family_t(AF_INET6)
+        sin6.sin6_port = port.bigEndian
+        sin6.sin6_addr = ipv6
+        sin6.sin6_scope_id = scope
+        withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: sin6, as: sockaddr_in6.self) }
+    }
+
+    public var family: Int32 { Int32(storage.ss_family) }
+    public var isIPv6: Bool { family == AF_INET6 }
+
+    /// A v4 client seen on a dual-stack IPv6 socket (::ffff:a.b.c.d).
+    public var isIPv4Mapped: Bool {
+        guard isIPv6 else { return false }
+        return withUnsafeBytes(of: storage) { raw in
+            let sin6 = raw.load(as: sockaddr_in6.self)
+            return withUnsafeBytes(of: sin6.sin6_addr) { a in
+                a[0..<10].allSatisfy { $0 == 0 } && a[10] == 0xFF && a[11] == 0xFF
+            }
+        }
+    }
+
+    /// 127.0.0.0/8, ::1, or ::ffff:127.x.x.x: this machine itself.
+    public var isLoopback: Bool {
+        withUnsafeBytes(of: storage) { raw in
+            if isIPv6 {
+                let sin6 = raw.load(as: sockaddr_in6.self)
+                return withUnsafeBytes(of: sin6.sin6_addr) { a in
+                    (a[0..<15].allSatisfy { $0 == 0 } && a[15] == 1) || (isIPv4Mapped && a[12] == 127)
+                }
+            }
+            return withUnsafeBytes(of: raw.load(as: sockaddr_in.self).sin_addr) { $0[0] == 127 }
+        }
+    }
+
+    /// The machine a client is, for counting its transfers: its address without the port, and
+    /// for IPv6 its /64 (one host may take any address of its /64, SLAAC privacy addresses do).
+    public var clientMachine: SocketAddress {
+        var machine = self
+        machine.port = 0
+        if isIPv6 && !isIPv4Mapped {
+            withUnsafeMutableBytes(of: &machine.storage) { raw in
+                var sin6 = raw.load(as: sockaddr_in6.self)
+                sin6.sin6_flowinfo = 0
+                withUnsafeMutableBytes(of: &sin6.sin6_addr) { a in
+                    for i in 8..<16 { a[i] = 0 }
+                }
+                raw.storeBytes(of: sin6, as: sockaddr_in6.self)
+            }
+        }
+        return machine
+    }
+
+    public var port: UInt16 {
+        get {
+            withUnsafeBytes(of: storage) { raw in
+                isIPv6 ? UInt16(bigEndian: raw.load(as: sockaddr_in6.self).sin6_port)
+                    : UInt16(bigEndian: raw.load(as: sockaddr_in.self).sin_port)
+            }
+        }
+        set {
+            let v6 = isIPv6
+            withUnsafeMutableBytes(of: &storage) { raw in
+                if v6 {
+                    var sin6 = raw.load(as: sockaddr_in6.self)
+                    sin6.sin6_port = newValue.bigEndian
+                    raw.storeBytes(of: sin6, as: sockaddr_in6.self)
+                } else {
+                    var sin = raw.load(as: sockaddr_in.self)
+                    sin.sin_port = newValue.bigEndian
+                    raw.storeBytes(of: sin, as: sockaddr_in.self)
+                }
+            }
+        }
+    }
+
+    /// The address without its port (per-client accounting, logs).
+    public var host: String {
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        withUnsafeBytes(of: storage) { raw in
+            if isIPv6 {
+                var a = raw.load(as: sockaddr_in6.self).sin6_addr
+                _ = inet_ntop(AF_INET6, &a, &text, socklen_t(text.count))
+            } else {
+                var a = raw.load(as: sockaddr_in.self).sin_addr
+                _ = inet_ntop(AF_INET, &a, &text, socklen_t(text.count))
+            }
+        }
+        return String(decoding: text.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    public var description: String { isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)" }
+
+    /// Only the bytes that matter for this family take part in equality and hashing.
+    private var significantCount: Int { isIPv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size }
+
+    public static func == (a: SocketAddress, b: SocketAddress) -> Bool {
+        guard a.family == b.family else { return false }
+        let n = a.significantCount
+        return withUnsafeBytes(of: a.storage) { x in withUnsafeBytes(of: b.storage) { y in memcmp(x.baseAddress!, y.baseAddress!, n) == 0 } }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        let n = significantCount
+        withUnsafeBytes(of: storage) { hasher.combine(bytes: UnsafeRawBufferPointer(rebasing: $0[..<n])) }
+    }
+}

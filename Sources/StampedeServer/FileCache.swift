@@ -1,0 +1,190 @@
+import Glibc
+import StampedeIO
+import StampedeProtocol
+import Synchronization
+
+/// Shared by all workers: one image per file version, reference-counted by the transfers using
+/// it, unreferenced images kept for the next request and evicted least recently used beyond a
+/// memory budget. The lock is held for bookkeeping only, never while reading a file or sending.
+public final class FileCache: Sendable {
+    public struct Limits: Sendable {
+        /// Bytes of images kept in memory, referenced or not.
+        public var budget: Int
+        /// A larger file is streamed from its descriptor instead of cached.
+        public var fileLimit: Int
+        public init(budget: Int = 1 << 30, fileLimit: Int = 256 << 20) {
+            self.budget = budget
+            self.fileLimit = fileLimit
+        }
+    }
+
+    public enum Source {
+        case image(FileImage)
+        /// Too large or over the budget: the transfer reads blocks from the open file, this long.
+        case stream(size: Int)
+    }
+
+    private struct Entry {
+        var image: FileImage
+        var users: Int
+        var lastUse: UInt64
+    }
+
+    private struct State {
+        var entries: [FileKey: Entry] = [:]
+        var bytes = 0
+        var clock: UInt64 = 0
+    }
+
+    public let limits: Limits
+    private let state = Mutex(State())
+
+    public init(limits: Limits = Limits()) {
+        self.limits = limits
+    }
+
+    public var residentBytes: Int { state.withLock { $0.bytes } }
+    public var imageCount: Int { state.withLock { $0.entries.count } }
+
+    /// The image of the open file `fd` (whose fstat is `info`), loading it when no transfer has
+    /// it yet. Each successful acquire must be paired with `release`.
+    /// A file that changes while it is read is read again as the version it became, judged
+    /// anew against the limits: one that grew past them is streamed, never loaded past them.
+    public func acquire(fd: Int32, info: stat, netascii: Bool) throws(Errno) -> Source {
+        var key = FileKey(info, netascii: netascii)
+        for _ in 0..<4 {
+            if let image = use(key) { return .image(image) }
+            guard key.size <= limits.fileLimit else {
+                if netascii { throw Errno(EFBIG) }
+                return .stream(size: key.size)
+            }
+            // netascii can double a file (every LF becomes CR LF): reserve the worst case.
+            let reserved = netascii ? 2 * key.size : key.size
+            guard reserve(reserved) else {
+                if netascii { throw Errno(ENOMEM) }
+                return .stream(size: key.size)
+            }
+            let loaded: Loaded
+            do {
+                loaded = try load(fd: fd, key: key)
+            } catch {
+                state.withLock { $0.bytes -= reserved }
+                throw error
+            }
+            switch loaded {
+            case .image(let image):
+                return .image(insert(image, reserved: reserved))
+            case .changed(let now):
+                state.withLock { $0.bytes -= reserved }
+                key = now
+            }
+        }
+        throw Errno(EBUSY)
+    }
+
+    public func release(_ image: FileImage) {
+        state.withLock { state in
+            guard var entry = state.entries[image.key], entry.image === image else { return }
+            entry.users -= 1
+            state.entries[image.key] = entry
+            Self.evict(&state, budget: limits.budget)
+        }
+    }
+
+    private func use(_ key: FileKey) -> FileImage? {
+        state.withLock { state in
+            guard var entry = state.entries[key] else { return nil }
+            state.clock += 1
+            entry.users += 1
+            entry.lastUse = state.clock
+            state.entries[key] = entry
+            return entry.image
+        }
+    }
+
+    /// Makes room for `size` bytes by evicting unreferenced images; false if it cannot.
+    private func reserve(_ size: Int) -> Bool {
+        state.withLock { state in
+            Self.evict(&state, budget: limits.budget - size)
+            guard state.bytes + size <= limits.budget else { return false }
+            state.bytes += size
+            return true
+        }
+    }
+
+    private func insert(_ image: FileImage, reserved: Int) -> FileImage {
+        state.withLock { state in
+            state.bytes += image.count - reserved
+            state.clock += 1
+            if var existing = state.entries[image.key] {
+                // Another worker loaded the same version meanwhile: share theirs.
+                state.bytes -= image.count
+                existing.users += 1
+                existing.lastUse = state.clock
+                state.entries[image.key] = existing
+                return existing.image
+            }
+            state.entries[image.key] = Entry(image: image, users: 1, lastUse: state.clock)
+            return image
+        }
+    }
+
+    private static func evict(_ state: inout State, budget: Int) {
+        while state.bytes > budget {
+            guard let victim = state.entries.filter({ $0.value.users == 0 })
+                .min(by: { $0.value.lastUse < $1.value.lastUse }) else { return }
+            state.entries[victim.key] = nil
+            state.bytes -= victim.value.image.count
+        }
+    }
+
+    private enum Loaded {
+        case image(FileImage)
+        /// The file changed while it was read (it is now this version): nothing was kept.
+        case changed(FileKey)
+    }
+
+    /// Reads the file as version `key` and checks that it did not change while being read, so
+    /// an image is always one consistent version.
+    private func load(fd: Int32, key: FileKey) throws(Errno) -> Loaded {
+        let raw: UnsafeMutableRawBufferPointer
+        do {
+            raw = try FileImage.read(fd: fd, size: key.size)
+        } catch where error.rawValue == EAGAIN {
+            return .changed(try Self.restat(fd, netascii: key.netascii))  // it shrank
+        }
+        let after: FileKey
+        do {
+            after = try Self.restat(fd, netascii: key.netascii)
+        } catch {
+            FileImage.free(raw)
+            throw error
+        }
+        guard after == key else {
+            FileImage.free(raw)
+            return .changed(after)
+        }
+        guard key.netascii else {
+            FileImage.seal(raw)
+            return .image(FileImage(mapping: raw, key: key))
+        }
+        let input = UnsafeRawBufferPointer(raw)
+        let converted: UnsafeMutableRawBufferPointer
+        do {
+            converted = try FileImage.allocate(Netascii.encodedCount(of: input))
+        } catch {
+            FileImage.free(raw)
+            throw error
+        }
+        if converted.count > 0 { _ = Netascii.encode(input, into: converted) }
+        FileImage.free(raw)
+        FileImage.seal(converted)
+        return .image(FileImage(mapping: converted, key: key))
+    }
+
+    private static func restat(_ fd: Int32, netascii: Bool) throws(Errno) -> FileKey {
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw Errno.current }
+        return FileKey(info, netascii: netascii)
+    }
+}

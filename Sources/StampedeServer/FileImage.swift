@@ -1,0 +1,75 @@
+import Glibc
+import StampedeIO
+import StampedeProtocol
+
+/// A file's bytes in anonymous memory, immutable once loaded and shared by every transfer of
+/// the same file version (DESIGN: file cache). DATA payloads are slices of it; a file replaced
+/// on disk never changes an image, so a download is never mixed and never SIGBUS.
+public final class FileImage: @unchecked Sendable {
+    public let bytes: UnsafeRawBufferPointer
+    public let key: FileKey
+
+    init(mapping: UnsafeMutableRawBufferPointer, key: FileKey) {
+        self.bytes = UnsafeRawBufferPointer(mapping)
+        self.key = key
+    }
+
+    deinit {
+        if let base = bytes.baseAddress { munmap(UnsafeMutableRawPointer(mutating: base), bytes.count) }
+    }
+
+    public var count: Int { bytes.count }
+
+    @inline(__always)
+    public func slice(_ range: Range<Int>) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(rebasing: bytes[range])
+    }
+
+    static func allocate(_ count: Int) throws(Errno) -> UnsafeMutableRawBufferPointer {
+        guard count > 0 else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
+        let base = mmap(nil, count, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        guard let base, base != MAP_FAILED else { throw Errno.current }
+        return UnsafeMutableRawBufferPointer(start: base, count: count)
+    }
+
+    static func free(_ buffer: UnsafeMutableRawBufferPointer) {
+        if let base = buffer.baseAddress { munmap(base, buffer.count) }
+    }
+
+    /// Reads `size` bytes of `fd` from offset 0.
+    static func read(fd: Int32, size: Int) throws(Errno) -> UnsafeMutableRawBufferPointer {
+        let buffer = try allocate(size)
+        var done = 0
+        while done < size {
+            let n = pread(fd, buffer.baseAddress! + done, size - done, off_t(done))
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 { let e = Errno.current; free(buffer); throw e }
+            if n == 0 { free(buffer); throw Errno(EAGAIN) } // shrank while we read: try again
+            done += n
+        }
+        return buffer
+    }
+
+    /// Mutates in place the protection of a loaded image to read-only: a stray write crashes
+    /// at once instead of corrupting what other transfers send.
+    static func seal(_ buffer: UnsafeMutableRawBufferPointer) {
+        if let base = buffer.baseAddress { mprotect(base, buffer.count, PROT_READ) }
+    }
+}
+
+/// Which version of which file an image holds.
+public struct FileKey: Hashable, Sendable {
+    public var device: UInt64
+    public var inode: UInt64
+    public var size: Int
+    public var modified: Int64
+    public var netascii: Bool
+
+    public init(_ s: stat, netascii: Bool) {
+        device = UInt64(s.st_dev)
+        inode = UInt64(s.st_ino)
+        size = Int(s.st_size)
+        modified = Int64(s.st_mtim.tv_sec) * 1_000_000_000 + Int64(s.st_mtim.tv_nsec)
+        self.netascii = netascii
+    }
+}

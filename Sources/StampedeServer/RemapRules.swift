@@ -1,0 +1,320 @@
+import Glibc
+import StampedeIO
+import StampedeProtocol
+
+/// tftpd-hpa's filename remapping (`-m FILE`, in.tftpd(8) "FILENAME REMAPPING"): each line is
+/// `FLAGS REGEX [REPLACEMENT]`, POSIX extended regular expressions (glibc's regcomp, as tftpd-hpa
+/// uses), applied from the top to the requested name before any access check.
+///
+/// Flags: `r` rewrite the match with the replacement; `g` repeat the rule until it no longer
+/// matches; `i` match case-insensitively; `e` end processing when the rule matches; `s` start
+/// again from the first rule; `a` refuse the request (ERROR 2, the replacement as its message);
+/// `~` act when the regex does not match; `4`/`6` only for IPv4/IPv6 clients; `G`/`P` only for
+/// reads/writes. The replacement knows `\0`-`\9` (the match and its groups), `\i` (the client's
+/// address), `\x` (the address in hexadecimal), `\U` `\L` `\E` (upper, lower, as is), and `\c`
+/// for a literal c (`\\`, `\ `, `\#`). `#` starts a comment.
+///
+/// Immutable after parsing and shared by every worker: glibc's regexec is thread-safe.
+public final class RemapRules: @unchecked Sendable {
+    public struct Flags: OptionSet, Sendable {
+        public let rawValue: UInt16
+        public init(rawValue: UInt16) { self.rawValue = rawValue }
+        public static let rewrite = Flags(rawValue: 1 << 0)
+        public static let global = Flags(rawValue: 1 << 1)
+        public static let exit = Flags(rawValue: 1 << 2)
+        public static let restart = Flags(rawValue: 1 << 3)
+        public static let abort = Flags(rawValue: 1 << 4)
+        public static let inverse = Flags(rawValue: 1 << 5)
+        public static let ipv4Only = Flags(rawValue: 1 << 6)
+        public static let ipv6Only = Flags(rawValue: 1 << 7)
+        public static let readsOnly = Flags(rawValue: 1 << 8)
+        public static let writesOnly = Flags(rawValue: 1 << 9)
+    }
+
+    struct Rule {
+        var line: Int
+        var flags: Flags
+        var regex: UnsafeMutablePointer<regex_t>
+        var replacement: [UInt8]
+    }
+
+    /// A rule file line that is not a rule; tftpd-hpa refuses to start on one, and so do we.
+    public struct LineError: Error, Equatable, CustomStringConvertible {
+        public var line: Int
+        public var message: String
+        public var description: String { "line \(line): \(message)" }
+    }
+
+    /// What the rules made of a file name.
+    public enum Outcome: Equatable {
+        case mapped([UInt8])
+        /// An `a` rule matched: refuse with ERROR 2 and this message (nil: "Access violation").
+        case refused(String?)
+        /// The rules did not settle within `maxSteps` (a rule set that loops): refused too.
+        case looped
+    }
+
+    /// tftpd-hpa's "deadman": a rule set still rewriting after this many regex runs is looping.
+    public static let maxSteps = 4096
+
+    let rules: [Rule]
+    /// Lines tftpd-hpa accepts but that probably do not say what was meant.
+    public let warnings: [LineError]
+
+    public var count: Int { rules.count }
+
+    /// Parses a rule file; every bad line is reported (with its number), not just the first.
+    public init(parsing text: [UInt8]) throws(RemapRulesError) {
+        var rules: [Rule] = []
+        var errors: [LineError] = []
+        var warnings: [LineError] = []
+        var lineNumber = 0
+        for line in text.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+            lineNumber += 1
+            do {
+                if let rule = try Self.parse(line: Array(line), number: lineNumber, warnings: &warnings) { rules.append(rule) }
+            } catch {
+                errors.append(error)
+            }
+        }
+        if !errors.isEmpty {
+            for rule in rules { regfree(rule.regex); rule.regex.deallocate() }
+            throw RemapRulesError(lines: errors)
+        }
+        self.rules = rules
+        self.warnings = warnings
+    }
+
+    deinit {
+        for rule in rules {
+            regfree(rule.regex)
+            rule.regex.deallocate()
+        }
+    }
+
+    /// Runs the rules over `filename` for a read (`isWrite` false) or write from `client`.
+    /// `trace` receives tftpd-hpa's verbosity-3 lines ("rule 2: rewrite: …").
+    public func apply(to filename: [UInt8], isWrite: Bool, client: SocketAddress,
+                      trace: ((String) -> Void)? = nil) -> Outcome {
+        var current = filename
+        var steps = 0
+        var index = 0
+        // A v4 client on a dual-stack socket (::ffff:a.b.c.d) is an IPv4 client for 4 and 6 rules.
+        let ipv6 = client.isIPv6 && !client.isIPv4Mapped
+        let skip: Flags = [isWrite ? .readsOnly : .writesOnly, ipv6 ? .ipv4Only : .ipv6Only]
+        var matches = [regmatch_t](repeating: regmatch_t(), count: 10)
+        trace?("remap: input: \(sanitizedForLog(current))")
+        while index < rules.count {
+            let rule = rules[index]
+            index += 1
+            if !rule.flags.isDisjoint(with: skip) { continue }
+            var matched = false
+            repeat {
+                steps += 1
+                if steps > Self.maxSteps {
+                    trace?("remap: breaking loop, input = \(sanitizedForLog(filename)), last = \(sanitizedForLog(current))")
+                    return .looped
+                }
+                let found = Self.search(rule.regex, in: current, matches: &matches)
+                guard found != rule.flags.contains(.inverse) else { break }
+                matched = true
+                if rule.flags.contains(.inverse) {
+                    for i in matches.indices { matches[i] = regmatch_t(rm_so: -1, rm_eo: -1) }
+                }
+                if rule.flags.contains(.abort) {
+                    trace?("remap: rule \(rule.line): abort: \(sanitizedForLog(current))")
+                    guard !rule.replacement.isEmpty else { return .refused(nil) }
+                    let message = expand(rule.replacement, in: current, matches: matches, client: client)
+                    return .refused(String(decoding: message, as: UTF8.self))
+                }
+                if rule.flags.contains(.rewrite) {
+                    current = expand(rule.replacement, in: current, matches: matches, client: client)
+                    trace?("remap: rule \(rule.line): rewrite: \(sanitizedForLog(current))")
+                }
+            } while rule.flags.contains(.global)
+            guard matched else { continue }
+            if rule.flags.contains(.exit) {
+                trace?("remap: rule \(rule.line): exit")
+                return .mapped(current)
+            }
+            if rule.flags.contains(.restart) {
+                trace?("remap: rule \(rule.line): restart")
+                index = 0
+            }
+        }
+        trace?("remap: done")
+        return .mapped(current)
+    }
+
+    /// regexec over a NUL-terminated copy; true when it matched.
+    static func search(_ regex: UnsafeMutablePointer<regex_t>, in subject: [UInt8], matches: inout [regmatch_t]) -> Bool {
+        var terminated = subject
+        terminated.append(0)
+        return terminated.withUnsafeBufferPointer { bytes in
+            bytes.baseAddress!.withMemoryRebound(to: CChar.self, capacity: bytes.count) { string in
+                regexec(regex, string, matches.count, &matches, 0) == 0
+            }
+        }
+    }
+
+    /// The text before the match, the replacement with its escapes expanded, the text after it
+    /// (an inverse rule has no match: the replacement alone).
+    func expand(_ replacement: [UInt8], in subject: [UInt8], matches: [regmatch_t], client: SocketAddress) -> [UInt8] {
+        let whole = matches[0]
+        var out: [UInt8] = whole.rm_so >= 0 ? Array(subject[..<Int(whole.rm_so)]) : []
+        var transform: (UInt8) -> UInt8 = { $0 }
+        let upper: (UInt8) -> UInt8 = { (0x61...0x7A).contains($0) ? $0 - 0x20 : $0 }
+        let lower: (UInt8) -> UInt8 = { (0x41...0x5A).contains($0) ? $0 + 0x20 : $0 }
+        var i = 0
+        while i < replacement.count {
+            let byte = replacement[i]
+            guard byte == UInt8(ascii: "\\"), i + 1 < replacement.count else {
+                out.append(transform(byte))
+                i += 1
+                continue
+            }
+            let escape = replacement[i + 1]
+            i += 2
+            switch escape {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"):
+                let group = matches[Int(escape - UInt8(ascii: "0"))]
+                if group.rm_so >= 0 {
+                    out += subject[Int(group.rm_so)..<Int(group.rm_eo)].map(transform)
+                }
+            case UInt8(ascii: "U"): transform = upper
+            case UInt8(ascii: "L"): transform = lower
+            case UInt8(ascii: "E"): transform = { $0 }
+            case UInt8(ascii: "i"): out += Array(client.host.utf8).map(transform)
+            case UInt8(ascii: "x"): out += Array(client.hexadecimalHost.utf8).map(transform)
+            default: out.append(transform(escape))
+            }
+        }
+        if whole.rm_so >= 0 { out += subject[Int(whole.rm_eo)...] }
+        return out
+    }
+
+    /// One line: nil for blank lines and comments.
+    static func parse(line: [UInt8], number: Int, warnings: inout [LineError]) throws(LineError) -> Rule? {
+        var cursor = 0
+        guard let flagText = nextField(line, &cursor) else { return nil }
+        var flags: Flags = []
+        var regexFlags = REG_EXTENDED
+        for byte in flagText {
+            switch byte {
+            case UInt8(ascii: "r"): flags.insert(.rewrite)
+            case UInt8(ascii: "g"): flags.insert(.global)
+            case UInt8(ascii: "e"): flags.insert(.exit)
+            case UInt8(ascii: "s"): flags.insert(.restart)
+            case UInt8(ascii: "a"): flags.insert(.abort)
+            case UInt8(ascii: "i"): regexFlags |= REG_ICASE
+            case UInt8(ascii: "~"): flags.insert(.inverse)
+            case UInt8(ascii: "4"): flags.insert(.ipv4Only)
+            case UInt8(ascii: "6"): flags.insert(.ipv6Only)
+            case UInt8(ascii: "G"): flags.insert(.readsOnly)
+            case UInt8(ascii: "P"): flags.insert(.writesOnly)
+            default:
+                throw LineError(line: number, message: "flags \"\(sanitizedForLog(flagText))\" contain the unknown flag \"\(sanitizedForLog([byte]))\" (known: r g i e s a ~ 4 6 G P)")
+            }
+        }
+        // As tftpd-hpa: g means nothing without r, and an inverse rule has no match to rewrite.
+        if !flags.contains(.rewrite) { flags.remove(.global) }
+        if flags.isSuperset(of: [.rewrite, .inverse]) {
+            throw LineError(line: number, message: "r rules cannot be inverted (~)")
+        }
+        guard let pattern = nextField(line, &cursor) else {
+            throw LineError(line: number, message: "flags \"\(sanitizedForLog(flagText))\" but no regular expression")
+        }
+        let replacement = nextField(line, &cursor) ?? []
+        if let extra = nextField(line, &cursor) {
+            // tftpd-hpa ignores the rest of the line, so a working file may have it: said, not refused.
+            warnings.append(LineError(line: number, message: "ignored \"\(sanitizedForLog(extra))\" after the replacement (a space in it must be written \"\\ \")"))
+        }
+        let regex = UnsafeMutablePointer<regex_t>.allocate(capacity: 1)
+        let status = (pattern + [0]).withUnsafeBufferPointer { bytes in
+            bytes.baseAddress!.withMemoryRebound(to: CChar.self, capacity: bytes.count) { regcomp(regex, $0, regexFlags) }
+        }
+        guard status == 0 else {
+            var message = [CChar](repeating: 0, count: 256)
+            regerror(status, regex, &message, message.count)
+            regex.deallocate()
+            let text = String(decoding: message.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            throw LineError(line: number, message: "bad regular expression \"\(sanitizedForLog(pattern))\": \(text)")
+        }
+        return Rule(line: number, flags: flags, regex: regex, replacement: replacement)
+    }
+
+    /// The next field: leading blanks skipped, ends at an unescaped blank or `#` (a comment);
+    /// escapes are kept for the regex and the replacement to interpret. nil at the end.
+    static func nextField(_ line: [UInt8], _ cursor: inout Int) -> [UInt8]? {
+        func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || (0x09...0x0D).contains(byte) }
+        while cursor < line.count && isSpace(line[cursor]) { cursor += 1 }
+        guard cursor < line.count, line[cursor] != UInt8(ascii: "#") else {
+            cursor = line.count
+            return nil
+        }
+        var field: [UInt8] = []
+        var escaped = false
+        while cursor < line.count {
+            let byte = line[cursor]
+            if !escaped && (isSpace(byte) || byte == UInt8(ascii: "#")) { break }
+            // Two backslashes leave the state unescaped again.
+            escaped = !escaped && byte == UInt8(ascii: "\\")
+            field.append(byte)
+            cursor += 1
+        }
+        return field
+    }
+}
+
+/// The rules in force, replaced whole when SIGHUP reloads the file (as in.tftpd re-reads it);
+/// each request takes them once, under a lock, never per packet.
+public final class RemapRuleSet: @unchecked Sendable {
+    private var lock = pthread_mutex_t()
+    private var rules: RemapRules
+    /// Reads the file again: the new rules, or throws why not (the old ones stay).
+    let reload: (@Sendable () throws -> RemapRules)?
+
+    public init(_ rules: RemapRules, reload: (@Sendable () throws -> RemapRules)? = nil) {
+        self.rules = rules
+        self.reload = reload
+        pthread_mutex_init(&lock, nil)
+    }
+
+    deinit { pthread_mutex_destroy(&lock) }
+
+    public var current: RemapRules {
+        pthread_mutex_lock(&lock)
+        defer { pthread_mutex_unlock(&lock) }
+        return rules
+    }
+
+    /// Loads the file again (rules given without a file stay as they are); the next request
+    /// uses what it returns.
+    @discardableResult
+    public func reloadNow() throws -> RemapRules {
+        guard let reload else { return current }
+        let fresh = try reload()
+        pthread_mutex_lock(&lock)
+        rules = fresh
+        pthread_mutex_unlock(&lock)
+        return fresh
+    }
+}
+
+/// A rule file with bad lines: each with its number.
+public struct RemapRulesError: Error, CustomStringConvertible {
+    public var lines: [RemapRules.LineError]
+    public var description: String { lines.map(\.description).joined(separator: "\n") }
+}
+
+extension SocketAddress {
+    /// The address in tftpd-hpa's `\x` form: 8 (IPv4) or 32 (IPv6) upper-case hex digits.
+    var hexadecimalHost: String {
+        withUnsafeBytes(of: storage) { raw in
+            let bytes: [UInt8] = isIPv6
+                ? withUnsafeBytes(of: raw.load(as: sockaddr_in6.self).sin6_addr) { Array($0) }
+                : withUnsafeBytes(of: raw.load(as: sockaddr_in.self).sin_addr) { Array($0) }
+            return bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16, uppercase: true) }.joined()
+        }
+    }
+}

@@ -1,0 +1,72 @@
+import Glibc
+import Logging
+import StampedeIO
+import StampedeProtocol
+
+/// Everything a worker needs to know about how to serve; built once by the CLI.
+public struct ServerConfiguration: Sendable {
+    public var listenAddresses: [SocketAddress]
+    public var policy: AccessPolicy
+    public var optionLimits = OptionLimits()
+    /// `-T`: the retransmit timeout when the client did not negotiate one.
+    public var retransmitTimeout: Nanoseconds = Clock.nanosecondsPerSecond
+    /// Downloads without a negotiated `timeout` retransmit after their measured round trip, never
+    /// sooner than this (nil: always `retransmitTimeout`, as tftpd-hpa does).
+    public var adaptiveTimeoutFloor: Nanoseconds? = 100_000_000
+    public var maxRetries = 5
+    /// `-R`: transfer sockets take their ports from this range.
+    public var portRange: ClosedRange<UInt16>?
+    /// Concurrent transfers in all before new requests get ERROR 0 "server busy".
+    public var maxTransfers = 65536
+    /// Concurrent transfers per client machine (an IPv4 address, an IPv6 /64; nil: no limit). A
+    /// booting machine runs one or two at once; a flood from one address runs into this.
+    public var maxTransfersPerClient: Int? = 64
+    /// The per-client limit leaves loopback clients alone: true for the default limit, false when
+    /// the operator sets one.
+    public var loopbackUncountedPerClient = true
+    /// What a request hears when the server is busy (a limit reached; out of sockets,
+    /// descriptors or memory).
+    public var whenBusy = BusyReply.silence
+    /// SIGTERM/SIGINT: how long running transfers may take to finish.
+    public var shutdownGrace: Nanoseconds = 10 * Clock.nanosecondsPerSecond
+    /// Sockets handed over by inetd (fd 0) or systemd (LISTEN_FDS), served instead of binding
+    /// `listenAddresses`.
+    public var inheritedListeners: [Int32] = []
+    /// `-t` in inetd and socket-activated modes: exit after this long with no transfer (the
+    /// superserver starts a new server for the next request).
+    public var idleExit: Nanoseconds?
+    /// `--single-port`: transfers answer from the listener's own port and share its socket; the
+    /// worker tells them apart by client address and port.
+    public var singlePort = false
+    /// `-m`: tftpd-hpa's filename remapping, applied to every request before the access checks.
+    public var remapRules: RemapRuleSet?
+    /// Requested listener receive buffer (bursts of thousands of RRQs).
+    public var listenerReceiveBuffer = 8 << 20
+    public var logger: Logger
+
+    public init(listenAddresses: [SocketAddress], policy: AccessPolicy, logger: Logger) {
+        self.listenAddresses = listenAddresses
+        self.policy = policy
+        self.logger = logger
+    }
+}
+
+/// `--when-busy`: the answer to a request the server has no room for.
+public enum BusyReply: String, Sendable, CaseIterable {
+    /// None: the client sends its request again after its timeout (PXE, iPXE and U-Boot all do),
+    /// and is served once a transfer has ended.
+    case silence
+    /// ERROR 0 at once: the client learns it now, but a firmware gives up its boot on it.
+    case error
+}
+
+/// What the worker learned when it ended, for the process exit.
+public struct WorkerSummary: Sendable {
+    public var transfers = 0
+    public var failed = 0
+    /// Requests left unanswered because the server was busy (their clients retry).
+    public var unanswered = 0
+    public var bytes = 0
+    /// Datagrams the backends could not send (counted as loss).
+    public var sendFailures = 0
+}

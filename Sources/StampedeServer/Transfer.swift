@@ -1,0 +1,70 @@
+import Glibc
+import StampedeIO
+import StampedeProtocol
+
+/// One slot of a worker's session table: a transfer in progress, or a free slot.
+/// Plain data plus the file image it holds; the generation tells a reused slot from its past.
+struct Transfer {
+    enum Phase { case free, sending, receiving, dallying }
+
+    var generation: UInt32 = 0
+    var phase = Phase.free
+    var socket: Int32 = -1
+    var peer = SocketAddress()
+    /// Single-port mode: `socket` is the listener's, and sends go to `peer` from this address.
+    var replyFrom: SocketAddress?
+    var sender: DataSender?
+    var receiver: DataReceiver?
+    var image: FileImage?
+    /// A file too large to cache: blocks are read from this descriptor.
+    var streamFD: Int32 = -1
+    var upload: Upload?
+    var optionAck: [UInt8] = []
+    var record = TransferRecord()
+}
+
+/// What the log line of a finished transfer says.
+struct TransferRecord {
+    var isWrite = false
+    var filename = ""
+    var mode = TransferMode.octet
+    var options = ""
+    var started: Nanoseconds = 0
+    var logged = false
+}
+
+/// How a transfer ended.
+enum Outcome: Equatable {
+    case completed
+    /// The client answered our OACK with an ERROR (the UEFI tsize probe): not a failure.
+    case endedByClientAfterOptionAck(code: UInt16)
+    case clientError(code: UInt16, message: String)
+    /// A socket error on the transfer: ECONNREFUSED means the client's port is gone.
+    case socketError(Errno)
+    case timedOut
+    case serverError(TFTPError)
+    case shutdown
+    /// Single-port mode: a new request came from the same address and port (the client started over).
+    case superseded
+
+    var isFailure: Bool {
+        switch self {
+        case .completed, .endedByClientAfterOptionAck, .superseded: return false
+        default: return true
+        }
+    }
+
+    var text: String {
+        switch self {
+        case .completed: return "ok"
+        case .endedByClientAfterOptionAck(let code): return "ended by client after OACK (error \(code))"
+        case .clientError(let code, let message): return "client error \(code) \"\(message)\""
+        case .socketError(let error) where error.rawValue == ECONNREFUSED: return "client port unreachable"
+        case .socketError(let error): return "socket error: \(error)"
+        case .timedOut: return "timed out"
+        case .serverError(let error): return "error \(error.code.rawValue) \"\(sanitizedForLog(error.message.utf8))\""
+        case .shutdown: return "aborted by shutdown"
+        case .superseded: return "superseded by a new request from the same port"
+        }
+    }
+}

@@ -1,0 +1,163 @@
+import Glibc
+import StampedeIO
+import StampedeProtocol
+
+/// An upload in progress: the bytes go to a hidden temporary file in the target's directory,
+/// which is fsynced and renamed over the target only when the last block has arrived. A failed
+/// or interrupted upload leaves the old file as it was and no partial file under its name.
+public final class Upload {
+    /// Prefix of temporary upload files (a later start may clean stale ones).
+    public static let temporaryPrefix = ".stampede-upload-"
+
+    private let directory: Int32
+    private let name: [UInt8]
+    private let temporaryName: [UInt8]
+    private var fd: Int32
+    public private(set) var bytesWritten = 0
+    private var decoder: NetasciiDecoder?
+    /// The size the WRQ announced (tsize), reserved when the first block arrives.
+    private var announced: Int?
+
+    init(directory: Int32, name: [UInt8], mode: mode_t, owner: (uid_t, gid_t)?) throws(Errno) {
+        self.directory = directory
+        self.name = name
+        var created: (name: [UInt8], fd: Int32)?
+        for _ in 0..<8 {
+            let candidate = Array((Self.temporaryPrefix + String(UInt64.random(in: 0...UInt64.max), radix: 16)).utf8)
+            let fd = withCPath(candidate) { openat(directory, $0, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode) }
+            if fd >= 0 { created = (candidate, fd); break }
+            if errno != EEXIST { throw Errno.current }
+        }
+        guard let created else { throw Errno(EEXIST) }
+        temporaryName = created.name
+        fd = created.fd
+        // The lock says "a live upload owns this file"; a later start removes only unlocked ones.
+        flock(fd, LOCK_EX | LOCK_NB)
+        // open() applies the process umask; the replaced file's exact mode and owner carry over.
+        fchmod(fd, mode)
+        if let (uid, gid) = owner, geteuid() == 0 { fchown(fd, uid, gid) }
+    }
+
+    deinit {
+        abort()
+        close(directory)
+    }
+
+    public func useNetascii() { decoder = NetasciiDecoder() }
+
+    /// The size a WRQ announced (tsize). Larger than the free space less a margin, it is refused
+    /// (ENOSPC: ERROR 3 before any data moves). Otherwise it is reserved when the first block
+    /// arrives, so a WRQ from a spoofed address, which sends no DATA, holds no disk.
+    public func announce(_ size: Int) throws(Errno) {
+        guard size > 0 else { return }
+        let room = try reservableSpace()
+        guard size <= room else { throw Errno(ENOSPC) }
+        announced = size
+    }
+
+    /// Free space the filesystem gives us, less a margin (5 % of its size, at most 64 MiB) that
+    /// an announced size never takes.
+    private func reservableSpace() throws(Errno) -> Int {
+        var info = statvfs()
+        guard fstatvfs(directory, &info) == 0 else { throw Errno.current }
+        let unit = Int(info.f_frsize)
+        return Int(info.f_bavail) * unit - min(64 << 20, Int(info.f_blocks) * unit / 20)
+    }
+
+    /// Appends one block's payload, decoding netascii through `scratch` (≥ payload + 1 bytes).
+    public func write(_ payload: UnsafeRawBufferPointer, scratch: UnsafeMutableRawBufferPointer) throws(Errno) {
+        if let size = announced {
+            // The client exists: reserve now, so a full disk is found before the rest moves.
+            announced = nil
+            let room = try reservableSpace()
+            let reserve = min(size, room)
+            let result = reserve > 0 ? posix_fallocate(fd, 0, off_t(reserve)) : 0
+            if result == ENOSPC || result == EDQUOT || result == EFBIG { throw Errno(result) }
+        }
+        if decoder != nil {
+            let n = decoder!.decode(payload, into: scratch)
+            try writeAll(UnsafeRawBufferPointer(rebasing: scratch[..<n]))
+        } else {
+            try writeAll(payload)
+        }
+    }
+
+    private func writeAll(_ bytes: UnsafeRawBufferPointer) throws(Errno) {
+        var done = 0
+        while done < bytes.count {
+            let n = Glibc.write(fd, bytes.baseAddress! + done, bytes.count - done)
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 { throw Errno.current }
+            done += n
+        }
+        bytesWritten += bytes.count
+    }
+
+    /// Makes the upload the file: trims a reservation, fsyncs, renames, fsyncs the directory.
+    public func commit(scratch: UnsafeMutableRawBufferPointer) throws(Errno) {
+        if decoder != nil {
+            let n = decoder!.finish(into: scratch)
+            try writeAll(UnsafeRawBufferPointer(rebasing: scratch[..<n]))
+        }
+        guard ftruncate(fd, off_t(bytesWritten)) == 0, fsync(fd) == 0 else { throw Errno.current }
+        close(fd)
+        fd = -1
+        let renamed = withCPath(temporaryName) { from in withCPath(name) { to in renameat(directory, from, directory, to) } }
+        guard renamed == 0 else {
+            let error = Errno.current
+            withCPath(temporaryName) { _ = unlinkat(directory, $0, 0) }
+            throw error
+        }
+        fsync(directory)
+    }
+
+    /// Drops the temporary file; the target is untouched.
+    public func abort() {
+        guard fd >= 0 else { return }
+        close(fd)
+        fd = -1
+        withCPath(temporaryName) { _ = unlinkat(directory, $0, 0) }
+    }
+}
+
+extension Upload {
+    /// Removes temporary files that interrupted uploads left under `root` (the server was killed,
+    /// the machine lost power): hidden files with the upload prefix that no live upload holds
+    /// locked, so a second server on the same root keeps its uploads. Returns how many went.
+    public static func removeStale(beneath root: Int32, maxDepth: Int = 32) -> Int {
+        let directory = openat(root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else { return 0 }
+        return removeStale(in: directory, depthLeft: maxDepth)
+    }
+
+    /// Takes ownership of `directory` (closed when done).
+    private static func removeStale(in directory: Int32, depthLeft: Int) -> Int {
+        guard let stream = fdopendir(directory) else {
+            close(directory)
+            return 0
+        }
+        defer { closedir(stream) }
+        let prefix = Array(temporaryPrefix.utf8)
+        var removed = 0
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix(while: { $0 != 0 })) }
+            if name == [46] || name == [46, 46] { continue }
+            var type = Int32(entry.pointee.d_type)
+            if type == Int32(DT_UNKNOWN) {
+                var info = stat()
+                guard withCPath(name, { fstatat(directory, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { continue }
+                type = (info.st_mode & S_IFMT) == S_IFDIR ? Int32(DT_DIR) : (info.st_mode & S_IFMT) == S_IFREG ? Int32(DT_REG) : 0
+            }
+            if type == Int32(DT_DIR) && depthLeft > 0 {
+                let child = withCPath(name) { openat(directory, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+                if child >= 0 { removed += removeStale(in: child, depthLeft: depthLeft - 1) }
+            } else if type == Int32(DT_REG) && name.starts(with: prefix) {
+                let file = withCPath(name) { openat(directory, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
+                guard file >= 0 else { continue }
+                if flock(file, LOCK_EX | LOCK_NB) == 0, withCPath(name, { unlinkat(directory, $0, 0) }) == 0 { removed += 1 }
+                close(file)
+            }
+        }
+        return removed
+    }
+}

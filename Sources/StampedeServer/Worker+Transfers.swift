@@ -1,0 +1,178 @@
+import Glibc
+import Logging
+import StampedeIO
+import StampedeProtocol
+
+/// Datagrams on transfer sockets → the transfer's state machine → sends and timer changes
+/// (DESIGN: data flow, steps 3-5). Nothing here allocates per packet.
+extension Worker {
+    func handleTransferDatagram(_ datagram: Datagram, now: Nanoseconds) {
+        guard let slot = slot(forTag: datagram.tag) else { return } // a slot's late arrivals
+        handleTransferDatagram(datagram, slot: slot, now: now)
+    }
+
+    func handleTransferDatagram(_ datagram: Datagram, slot: Int, now: Nanoseconds) {
+        if datagram.error != 0 {
+            // ECONNREFUSED: the client's port is closed (a Raspberry Pi dropped one of its two
+            // RRQs, or the client gave up). Nobody is listening; end quietly.
+            finish(slot, .socketError(Errno(datagram.error)), now: now)
+            return
+        }
+        switch TransferPacket(datagram.bytes) {
+        case .ack(let block) where table[slot].sender != nil:
+            let action = table[slot].sender!.receiveAck(block, now: now)
+            perform(slot, action, now: now)
+        case .data(let block, let payload) where table[slot].receiver != nil:
+            receiveData(slot, block: block, payload: payload, now: now)
+        case .error(let code, let message):
+            let beforeData = (table[slot].sender.map { $0.sentThrough == 0 } ?? false) && !table[slot].optionAck.isEmpty
+            if beforeData {
+                // The UEFI size probe: RRQ with tsize, read the OACK, answer ERROR 8, ask again.
+                finish(slot, .endedByClientAfterOptionAck(code: code), now: now)
+            } else {
+                let text = sanitizedForLog(message.prefix(while: { $0 != 0 }), limit: 128)
+                finish(slot, .clientError(code: code, message: text), now: now)
+            }
+        default:
+            // A connected socket only hears the client, and the client sent something that makes
+            // no sense here (DATA to a reader, a request to a transfer port): tell it.
+            sendError(slot, TFTPError(.illegalOperation, "Illegal TFTP operation"))
+            finish(slot, .serverError(TFTPError(.illegalOperation, "unexpected packet from client")), now: now)
+        }
+    }
+
+    func receiveData(_ slot: Int, block: UInt16, payload: UnsafeRawBufferPointer, now: Nanoseconds) {
+        guard payload.count <= table[slot].receiver!.blockSize else {
+            sendError(slot, TFTPError(.illegalOperation, "Block larger than the negotiated blksize"))
+            finish(slot, .serverError(TFTPError(.illegalOperation, "oversized DATA")), now: now)
+            return
+        }
+        let receipt = table[slot].receiver!.receiveData(block, length: payload.count, now: now)
+        if table[slot].phase == .dallying {
+            sendReply(slot, receipt.reply) // our final ACK was lost: say it again, keep the dally timer
+            return
+        }
+        if receipt.deliver, let upload = table[slot].upload {
+            do {
+                try upload.write(payload, scratch: scratch)
+                if receipt.finished { try upload.commit(scratch: scratch) }
+            } catch {
+                // Disk full or I/O error: ERROR 3 (or the errno's), and the temp file goes away.
+                sendError(slot, error.tftpError)
+                finish(slot, .serverError(error.tftpError), now: now)
+                return
+            }
+        }
+        sendReply(slot, receipt.reply)
+        if receipt.finished {
+            // Log now; stay a while to re-ACK the last block if our ACK is lost (the client
+            // would otherwise resend it into a closed port and report a failure).
+            log(slot, .completed, now: now)
+            table[slot].phase = .dallying
+            let rto = table[slot].receiver!.timer.current
+            wheel.schedule(slot, at: now + rto * 2)
+            return
+        }
+        scheduleTimer(slot)
+    }
+
+    func timerFired(_ slot: Int, now: Nanoseconds) {
+        switch table[slot].phase {
+        case .sending:
+            let action = table[slot].sender!.timeout(now: now)
+            perform(slot, action, now: now)
+        case .receiving:
+            guard let reply = table[slot].receiver!.timeout(now: now) else {
+                finish(slot, .timedOut, now: now)
+                return
+            }
+            sendReply(slot, reply)
+            scheduleTimer(slot)
+        case .dallying:
+            finish(slot, .completed, now: now)
+        case .free:
+            break
+        }
+    }
+
+    func perform(_ slot: Int, _ action: DataSender.Action, now: Nanoseconds) {
+        switch action {
+        case .none:
+            return
+        case .sendOptionAck:
+            sendOptionAck(slot)
+        case .sendBlocks(let first, let count):
+            for block in first..<(first + count) { sendBlock(slot, block) }
+        case .finished:
+            finish(slot, .completed, now: now)
+            return
+        case .timedOut:
+            // A client that vanished (or the Pi's abandoned duplicate RRQ): end without a word.
+            finish(slot, .timedOut, now: now)
+            return
+        }
+        scheduleTimer(slot)
+    }
+
+    func scheduleTimer(_ slot: Int) {
+        let deadline = table[slot].sender?.deadline ?? table[slot].receiver?.deadline
+        if let deadline { wheel.schedule(slot, at: deadline) } else { wheel.cancel(slot) }
+    }
+
+    /// DATA = 4-byte header + a slice of the shared image, gathered by the backend.
+    func sendBlock(_ slot: Int, _ block: Int) {
+        let range = table[slot].sender!.range(ofBlock: block)
+        let headerLength = PacketWriter.dataHeader(block: DataSender.wire(block), into: scratch)
+        if let image = table[slot].image {
+            transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<headerLength]),
+                         payload: image.slice(range))
+            return
+        }
+        // Streamed (too large to cache): read the block after the header; the backend copies it.
+        var done = 0
+        while done < range.count {
+            let n = pread(table[slot].streamFD, scratch.baseAddress! + headerLength + done, range.count - done,
+                          off_t(range.lowerBound + done))
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            done += n
+        }
+        // A file that shrank under us sends a short block: the client sees the end, never garbage.
+        transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<(headerLength + done)]),
+                     payload: UnsafeRawBufferPointer(start: nil, count: 0))
+    }
+
+    func sendOptionAck(_ slot: Int) {
+        table[slot].optionAck.withUnsafeBytes { bytes in
+            transmit(slot, header: bytes, payload: UnsafeRawBufferPointer(start: nil, count: 0))
+        }
+    }
+
+    func sendReply(_ slot: Int, _ reply: DataReceiver.Reply) {
+        switch reply {
+        case .none:
+            break
+        case .optionAck:
+            sendOptionAck(slot)
+        case .ack(let block):
+            let count = PacketWriter.ack(block: block, into: scratch)
+            transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<count]),
+                         payload: UnsafeRawBufferPointer(start: nil, count: 0))
+        }
+    }
+
+    /// On the transfer's own connected socket, or in single-port mode from the listener to the peer.
+    func transmit(_ slot: Int, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
+        if let local = table[slot].replyFrom {
+            backend.send(table[slot].socket, to: table[slot].peer, from: local, header: header, payload: payload)
+        } else {
+            backend.send(table[slot].socket, header: header, payload: payload)
+        }
+    }
+
+    func sendError(_ slot: Int, _ error: TFTPError) {
+        let count = PacketWriter.error(error.code.rawValue, message: error.message, into: scratch)
+        transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<count]),
+                     payload: UnsafeRawBufferPointer(start: nil, count: 0))
+    }
+}

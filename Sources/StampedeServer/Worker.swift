@@ -1,0 +1,249 @@
+import CStampedeSys
+import Glibc
+import Logging
+import StampedeIO
+import StampedeProtocol
+
+/// One event loop on one core: its listeners, its session table, its timer wheel, its backend.
+/// Workers share only the file cache (DESIGN: data flow).
+public final class Worker<Backend: DatagramBackend> {
+    public let backend: Backend
+    let configuration: ServerConfiguration
+    let cache: FileCache
+    /// Shared by every worker of a server: the transfer limits.
+    let admission: Admission
+    let index: Int
+    var logger: Logger
+
+    var table: [Transfer] = []
+    var freeSlots: [Int32] = []
+    var wheel: TimerWheel
+    var expired: [Int32] = []
+    var listeners: [(socket: Int32, address: SocketAddress)] = []
+    /// Single-port mode: the running transfers by client address and port.
+    var sharedSessions: [SocketAddress: Int32] = [:]
+    /// False once stopping: single-port listeners stay open for the transfers still running.
+    var accepting = true
+    public internal(set) var activeTransfers = 0
+    public internal(set) var summary = WorkerSummary()
+    /// Requests left unanswered while busy, logged as one line a second.
+    var unanswered = UnansweredRequests()
+
+    /// Images of transfers that ended this turn: released after the next flush, because a send
+    /// queued this turn may still point into them.
+    var retiredImages: [FileImage] = []
+    /// Headers, stream reads and netascii decoding.
+    let scratch: UnsafeMutableRawBufferPointer
+    var mtuCache: [SocketAddress: (blockSize: Int, expires: Nanoseconds)] = [:]
+
+    static var listenerBit: UInt64 { 1 << 63 }
+    /// The largest blksize a single-port upload gets: its DATA must fit a listener's receive buffer.
+    static var singlePortLargestUploadBlock: Int { 1468 }
+
+    /// `admission`: the limits shared with the other workers (nil: this worker's own).
+    public init(backend: Backend, configuration: ServerConfiguration, cache: FileCache, index: Int,
+                admission: Admission? = nil) {
+        self.backend = backend
+        self.configuration = configuration
+        self.cache = cache
+        self.admission = admission ?? Admission(configuration)
+        self.index = index
+        self.logger = configuration.logger
+        self.logger[metadataKey: "worker"] = "\(index)"
+        self.wheel = TimerWheel(capacity: 1024, now: stampede_monotonic_ns())
+        self.scratch = .allocate(byteCount: 65536 + 16, alignment: 16)
+        retiredImages.reserveCapacity(1024)
+        expired.reserveCapacity(1024)
+        grow(to: 1024)
+    }
+
+    deinit {
+        scratch.deallocate()
+    }
+
+    /// Binds this worker's listeners (SO_REUSEPORT: every worker binds the same addresses).
+    /// Returns the bound addresses, so that a port 0 can be shared with the other workers.
+    @discardableResult
+    public func bindListeners(_ addresses: [SocketAddress]) throws(Errno) -> [SocketAddress] {
+        try addresses.map { address throws(Errno) in
+            addListener(try backend.openListener(address, receiveBuffer: configuration.listenerReceiveBuffer,
+                                                 tag: nextListenerTag), else: address)
+        }
+    }
+
+    /// Takes over inherited sockets (inetd, systemd) as listeners; returns their addresses.
+    @discardableResult
+    public func adoptListeners(_ fds: [Int32]) throws(Errno) -> [SocketAddress] {
+        try fds.map { fd throws(Errno) in
+            addListener(try backend.adoptListener(fd, receiveBuffer: configuration.listenerReceiveBuffer,
+                                                  tag: nextListenerTag), else: SocketAddress())
+        }
+    }
+
+    private var nextListenerTag: UInt64 { Self.listenerBit | UInt64(listeners.count) }
+
+    /// Records a listener under the address it is bound to (`fallback` if the kernel does not say).
+    private func addListener(_ socket: Int32, else fallback: SocketAddress) -> SocketAddress {
+        let address = backend.localAddress(of: socket) ?? fallback
+        listeners.append((socket, address))
+        return address
+    }
+
+    // MARK: The loop
+
+    /// Serves until a stop is requested and the running transfers have finished or the grace
+    /// period is over.
+    public func run() {
+        var stopDeadline: Nanoseconds?
+        while true {
+            let now = stampede_monotonic_ns()
+            if stopDeadline == nil, let idle = configuration.idleExit, admission.idleTime(now: now) >= idle {
+                if index == 0 { logger.notice("no transfer for \(idle / Clock.nanosecondsPerSecond) s (-t): exiting") }
+                stampede_request_stop()
+            }
+            if index == 0 && stampede_reload_requested() != 0 { reloadRemapRules() }
+            if stopDeadline == nil && stampede_stop_requested() != 0 {
+                stopDeadline = now + configuration.shutdownGrace
+                stopListening()
+            }
+            if let deadline = stopDeadline {
+                if activeTransfers == 0 { break }
+                if now >= deadline { abortAll(now: now); break }
+            }
+            turn(now: now, maxWait: 500_000_000)
+        }
+        closeListeners()
+        reportUnanswered(now: stampede_monotonic_ns(), force: true)
+        _ = backend.poll(deadline: stampede_monotonic_ns())
+        retiredImages.removeAll(keepingCapacity: true)
+    }
+
+    /// One loop turn: expire timers, flush and wait, dispatch what arrived.
+    public func turn(now: Nanoseconds, maxWait: Nanoseconds) {
+        wheel.expire(now: now, into: &expired)
+        for slot in expired { timerFired(Int(slot), now: now) }
+        expired.removeAll(keepingCapacity: true)
+        var deadline = now + maxWait
+        if let next = wheel.nextDeadline() { deadline = min(deadline, next) }
+        let count = backend.poll(deadline: deadline)
+        // The flush is done: what ended last turn can let go of its memory.
+        for image in retiredImages { cache.release(image) }
+        retiredImages.removeAll(keepingCapacity: true)
+        reportUnanswered(now: now)
+        guard count > 0 else { return }
+        let arrival = stampede_monotonic_ns()
+        for i in 0..<count {
+            let datagram = backend.datagram(i)
+            if datagram.tag & Self.listenerBit != 0 {
+                if !sharedSessions.isEmpty, let slot = sharedSessions[datagram.peer], !Request.isRequest(datagram.bytes) {
+                    handleTransferDatagram(datagram, slot: Int(slot), now: arrival)
+                } else if accepting {
+                    handleRequest(datagram, listener: Int(datagram.tag & 0xFFFF), now: arrival)
+                }
+            } else {
+                handleTransferDatagram(datagram, now: arrival)
+            }
+        }
+    }
+
+    func reportUnanswered(now: Nanoseconds, force: Bool = false) {
+        if let line = unanswered.report(now: now, force: force) { logger.warning("\(line)") }
+    }
+
+    func stopListening() {
+        accepting = false
+        if !configuration.singlePort { closeListeners() }
+        logger.notice("stopping: no new requests; \(activeTransfers) transfers finishing")
+    }
+
+    /// SIGHUP: the -m file again. A file that no longer parses keeps the rules in force.
+    func reloadRemapRules() {
+        guard let set = configuration.remapRules else {
+            logger.notice("SIGHUP: no remap rules (-m) to reload")
+            return
+        }
+        do {
+            let rules = try set.reloadNow()
+            logger.notice("SIGHUP: remap rules reloaded (\(rules.count) rules)")
+        } catch {
+            logger.error("SIGHUP: remap rules not reloaded, the old ones stay: \(error)")
+        }
+    }
+
+    func closeListeners() {
+        for listener in listeners { backend.close(listener.socket) }
+        listeners.removeAll()
+    }
+
+    func abortAll(now: Nanoseconds) {
+        for slot in table.indices where table[slot].phase != .free {
+            sendError(slot, TFTPError(.notDefined, "Server shutting down"))
+            finish(slot, .shutdown, now: now)
+        }
+    }
+
+    // MARK: Session table
+
+    func grow(to capacity: Int) {
+        let old = table.count
+        guard capacity > old else { return }
+        table += repeatElement(Transfer(), count: capacity - old)
+        freeSlots.reserveCapacity(capacity)
+        for slot in (old..<capacity).reversed() { freeSlots.append(Int32(slot)) }
+        wheel.grow(to: capacity)
+    }
+
+    func allocateSlot() -> Int {
+        if freeSlots.isEmpty { grow(to: table.count * 2) }
+        return Int(freeSlots.removeLast())
+    }
+
+    func tag(of slot: Int) -> UInt64 {
+        UInt64(table[slot].generation & 0x7FFF_FFFF) << 32 | UInt64(slot)
+    }
+
+    func slot(forTag tag: UInt64) -> Int? {
+        let slot = Int(tag & 0xFFFF_FFFF)
+        guard slot < table.count, table[slot].phase != .free,
+              table[slot].generation & 0x7FFF_FFFF == UInt32(tag >> 32) else { return nil }
+        return slot
+    }
+
+    /// Ends a transfer: one log line, the socket closed, the image released after the flush.
+    func finish(_ slot: Int, _ outcome: Outcome, now: Nanoseconds) {
+        log(slot, outcome, now: now)
+        wheel.cancel(slot)
+        if table[slot].replyFrom == nil {
+            backend.close(table[slot].socket)
+        } else {
+            sharedSessions[table[slot].peer] = nil
+        }
+        if let image = table[slot].image { retiredImages.append(image) }
+        if table[slot].streamFD >= 0 { close(table[slot].streamFD) }
+        table[slot].upload?.abort()
+        admission.release(table[slot].peer)
+        let generation = table[slot].generation &+ 1
+        table[slot] = Transfer()
+        table[slot].generation = generation
+        freeSlots.append(Int32(slot))
+        activeTransfers -= 1
+    }
+
+    func log(_ slot: Int, _ outcome: Outcome, now: Nanoseconds) {
+        guard !table[slot].record.logged else { return }
+        table[slot].record.logged = true
+        let t = table[slot]
+        let bytes = t.sender?.bytesAcknowledged ?? t.upload?.bytesWritten ?? t.receiver?.bytesReceived ?? 0
+        let retransmits = (t.sender?.retransmits ?? 0) + (t.receiver?.retransmits ?? 0)
+        let seconds = Double(now - t.record.started) / 1e9
+        summary.transfers += 1
+        summary.bytes += bytes
+        if outcome.isFailure { summary.failed += 1 }
+        let line: Logger.Message = """
+            \(t.record.isWrite ? "WRQ" : "RRQ") \(t.peer) "\(t.record.filename)" \(t.record.mode.rawValue)\
+            \(t.record.options.isEmpty ? "" : " " + t.record.options) bytes=\(bytes) \
+            time=\(fixed(seconds, 3))s retransmits=\(retransmits): \(outcome.text)
+            """
+        if outcome.isFailure { logger.warning(line) } else { logger.info(line) }
+    }
+}

@@ -1,0 +1,72 @@
+import Testing
+@testable import StampedeProtocol
+
+func makeReceiver(blockSize: Int = 512, window: Int = 1, oack: Bool = false) -> DataReceiver {
+    DataReceiver(blockSize: blockSize, windowSize: window, sendsOptionAck: oack, timer: RetransmitTimer(base: second, maxRetries: 2))
+}
+
+@Suite struct DataReceiverSpec {
+    @Test func startsWithAckZeroOrTheOptionAck() {
+        var plain = makeReceiver()
+        #expect(plain.start(now: 0) == .ack(0))
+        var negotiated = makeReceiver(oack: true)
+        #expect(negotiated.start(now: 0) == .optionAck)
+    }
+
+    @Test func lockstepAcksEveryBlockAndAShortBlockEnds() {
+        var r = makeReceiver()
+        _ = r.start(now: 0)
+        #expect(r.receiveData(1, length: 512, now: 1) == .init(deliver: true, reply: .ack(1), finished: false))
+        #expect(r.receiveData(2, length: 10, now: 2) == .init(deliver: true, reply: .ack(2), finished: true))
+        #expect(r.bytesReceived == 522)
+    }
+
+    @Test func anEmptyLastBlockEnds() {
+        var r = makeReceiver()
+        _ = r.start(now: 0)
+        _ = r.receiveData(1, length: 512, now: 1)
+        #expect(r.receiveData(2, length: 0, now: 2).finished)
+    }
+
+    @Test func aWindowIsAckedAtItsEnd() {
+        var r = makeReceiver(window: 3)
+        _ = r.start(now: 0)
+        #expect(r.receiveData(1, length: 512, now: 1).reply == .none)
+        #expect(r.receiveData(2, length: 512, now: 1).reply == .none)
+        #expect(r.receiveData(3, length: 512, now: 1).reply == .ack(3))
+    }
+
+    @Test func aGapIsAnsweredWithTheLastBlockInOrderOnce() {
+        var r = makeReceiver(window: 4)
+        _ = r.start(now: 0)
+        _ = r.receiveData(1, length: 512, now: 1)
+        #expect(r.receiveData(3, length: 512, now: 2) == .init(deliver: false, reply: .ack(1), finished: false))
+        #expect(r.receiveData(4, length: 512, now: 3) == .init(deliver: false, reply: .none, finished: false))
+        #expect(r.receiveData(2, length: 512, now: 4).deliver)
+    }
+
+    @Test func aDuplicateOfTheFinalBlockIsAckedAgain() {
+        var r = makeReceiver()
+        _ = r.start(now: 0)
+        _ = r.receiveData(1, length: 3, now: 1)
+        #expect(r.receiveData(1, length: 3, now: 2) == .init(deliver: false, reply: .ack(1), finished: false))
+    }
+
+    @Test func blockNumbersWrap() {
+        var r = makeReceiver(blockSize: 8)
+        _ = r.start(now: 0)
+        for block in 1...65537 {
+            let receipt = r.receiveData(DataSender.wire(block), length: 8, now: 1)
+            #expect(receipt.deliver)
+        }
+        #expect(r.received == 65537)
+    }
+
+    @Test func timeoutResendsTheLastReplyThenGivesUp() {
+        var r = makeReceiver(oack: true)
+        _ = r.start(now: 0)
+        #expect(r.timeout(now: second) == .optionAck)
+        #expect(r.timeout(now: 3 * second) == .optionAck)
+        #expect(r.timeout(now: 7 * second) == nil)
+    }
+}

@@ -1,0 +1,92 @@
+import Testing
+@testable import StampedeProtocol
+
+@Suite struct PacketCodec {
+    func parse(_ bytes: [UInt8]) -> Result<Request, Request.ParseError> {
+        bytes.withUnsafeBytes { Request.parse($0) }
+    }
+
+    func decode(_ bytes: [UInt8]) -> String {
+        bytes.withUnsafeBytes { raw in
+            switch TransferPacket(raw) {
+            case .data(let block, let payload): return "data \(block) \(Array(payload))"
+            case .ack(let block): return "ack \(block)"
+            case .error(let code, let message): return "error \(code) \(String(decoding: message.prefix { $0 != 0 }, as: UTF8.self))"
+            case .optionAck: return "oack"
+            case .request: return "request"
+            case .malformed: return "malformed"
+            }
+        }
+    }
+
+    @Test func readRequestWithOptionsKeepsOrderAndLowercasesNames() throws {
+        let bytes: [UInt8] = [0, 1] + Array("boot/pxelinux.0".utf8) + [0] + Array("OCTET".utf8) + [0]
+            + Array("BlkSize".utf8) + [0] + Array("1468".utf8) + [0] + Array("tsize".utf8) + [0] + [48, 0]
+        let request = try parse(bytes).get()
+        #expect(!request.isWrite)
+        #expect(request.filename == Array("boot/pxelinux.0".utf8))
+        #expect(request.mode == "octet")
+        #expect(request.options.map(\.name) == ["blksize", "tsize"])
+        #expect(request.options.map(\.value) == ["1468", "0"])
+    }
+
+    @Test func writeRequestRoundTrips() throws {
+        let request = Request(isWrite: true, filename: Array("up.bin".utf8), mode: "octet", options: [("tsize", "42")])
+        #expect(try parse(request.encoded()).get() == request)
+    }
+
+    @Test func filenameKeepsJunkBytes() throws {
+        let bytes: [UInt8] = [0, 1, 0x66, 0xFF, 0xFF, 0, 0x6F, 0x63, 0x74, 0x65, 0x74, 0]
+        #expect(try parse(bytes).get().filename == [0x66, 0xFF, 0xFF])
+    }
+
+    @Test func missingTerminatorsAreRejected() {
+        #expect(parse([0, 1] + Array("file".utf8)) == .failure(.missingTerminator))
+        #expect(parse([0, 1] + Array("file".utf8) + [0] + Array("octet".utf8)) == .failure(.missingTerminator))
+        #expect(parse([0, 1, 0, 0]) == .failure(.emptyMode))
+    }
+
+    @Test func truncatedAndForeignPacketsAreNotRequests() {
+        #expect(parse([]) == .failure(.notARequest))
+        #expect(parse([0]) == .failure(.notARequest))
+        #expect(parse([0, 3, 0, 1]) == .failure(.notARequest))
+        #expect(parse([0, 9, 1, 0]) == .failure(.notARequest))
+    }
+
+    @Test func aThousandOptionsCostNoMoreThanTheLimit() throws {
+        var bytes: [UInt8] = [0, 1] + Array("f".utf8) + [0] + Array("octet".utf8) + [0]
+        for i in 0..<1000 { bytes += Array("opt\(i)".utf8) + [0] + Array("1".utf8) + [0] }
+        #expect(try parse(bytes).get().options.count == Request.optionLimit)
+    }
+
+    @Test func transferPacketsDecodeInPlace() {
+        #expect(decode([0, 3, 0xFF, 0xFF, 1, 2]) == "data 65535 [1, 2]")
+        #expect(decode([0, 3, 0, 1]) == "data 1 []")
+        #expect(decode([0, 4, 1, 0]) == "ack 256")
+        #expect(decode([0, 5, 0, 8] + Array("no".utf8) + [0]) == "error 8 no")
+        #expect(decode([0, 4, 1]) == "malformed")
+        #expect(decode([0, 7, 0, 0]) == "malformed")
+        #expect(decode([0, 1] + Array("x".utf8) + [0]) == "request")
+    }
+
+    @Test func errorPacketIsCodeMessageNul() {
+        let bytes = PacketWriter.error(TFTPError(.fileNotFound, "File not found"))
+        #expect(bytes == [0, 5, 0, 1] + Array("File not found".utf8) + [0])
+    }
+
+    @Test func errorMessageIsCutToFitAPacket() {
+        let bytes = PacketWriter.error(TFTPError(.notDefined, String(repeating: "x", count: 2000)))
+        #expect(bytes.count == 512)
+        #expect(bytes.last == 0)
+    }
+
+    @Test func optionAckListsNameValuePairs() {
+        #expect(PacketWriter.optionAck([("blksize", "1468"), ("tsize", "9")])
+            == [0, 6] + Array("blksize".utf8) + [0] + Array("1468".utf8) + [0] + Array("tsize".utf8) + [0] + Array("9".utf8) + [0])
+    }
+
+    @Test func logSanitizingEscapesControlAndHighBytes() {
+        #expect(sanitizedForLog([0x61, 0x0A, 0xFF, 0x22]) == "a\\x0a\\xff\\x22")
+        #expect(sanitizedForLog(Array(repeating: UInt8(0x61), count: 600)).count == 257)
+    }
+}

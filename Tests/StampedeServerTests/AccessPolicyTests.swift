@@ -1,0 +1,170 @@
+import Glibc
+import StampedeTestSupport
+import Testing
+@testable import StampedeServer
+import StampedeIO
+import StampedeProtocol
+
+@Suite struct AccessPolicySpec {
+    let dir = ScratchDirectory()
+
+    func readError(_ name: String, permissive: Bool = false) -> ErrorCode? {
+        let policy = AccessPolicy(root: dir.fd, permissive: permissive)
+        switch policy.openForReading(Array(name.utf8)) {
+        case .success(let opened): close(opened.fd); return nil
+        case .failure(let error): return error.code
+        }
+    }
+
+    @Test func aWorldReadableFileBeneathTheRootIsServed() {
+        dir.write("boot.bin", [1, 2, 3])
+        _ = mkdir(dir.path + "/sub", 0o755)
+        dir.write("sub/x", [1])
+        #expect(readError("boot.bin") == nil)
+        #expect(readError("/boot.bin") == nil)
+        #expect(readError("sub/x") == nil)
+        #expect(readError("//sub/x") == nil)
+    }
+
+    @Test func missingFilesAreError1() {
+        #expect(readError("nope") == .fileNotFound)
+        #expect(readError("") == .fileNotFound)
+        #expect(readError("/") == .fileNotFound)
+        #expect(readError("/etc/passwd") == .fileNotFound)
+    }
+
+    @Test func dotDotOutOfTheRootIsAnAccessViolation() {
+        #expect(readError("../etc/passwd") == .accessViolation)
+        _ = mkdir(dir.path + "/a", 0o755)
+        #expect(readError("a/../../x") == .accessViolation)
+    }
+
+    @Test func symlinksOutOfTheRootAreRefused() {
+        _ = symlink("/etc/passwd", dir.path + "/passwd")
+        _ = symlink("../../../../etc", dir.path + "/etc")
+        _ = symlink("/dev/zero", dir.path + "/zero")
+        #expect(readError("passwd") == .accessViolation)
+        #expect(readError("etc/passwd") == .accessViolation)
+        #expect(readError("zero") == .accessViolation)
+    }
+
+    @Test func aSymlinkInsideTheRootIsFollowed() {
+        dir.write("real", [7])
+        _ = symlink("real", dir.path + "/alias")
+        #expect(readError("alias") == nil)
+    }
+
+    @Test func directoriesAndFifosAreNotServedAndDoNotBlock() {
+        _ = mkdir(dir.path + "/d", 0o755)
+        _ = mkfifo(dir.path + "/fifo", 0o644)
+        #expect(readError("d") == .accessViolation)
+        #expect(readError("fifo") == .accessViolation)
+    }
+
+    /// Issue 11: a device node or FIFO was opened before the regular-file check. Opening a FIFO
+    /// for reading releases a writer blocked in its open: a FIFO asked for must stay unopened.
+    @Test func aFifoAskedForIsNeverOpened() throws {
+        _ = mkfifo(dir.path + "/waiting", 0o644)
+        let writer = open(dir.path + "/waiting", O_WRONLY | O_NONBLOCK)
+        #expect(writer == -1 && errno == ENXIO)  // no reader yet
+        #expect(readError("waiting") == .accessViolation)
+        // Still no reader: the server only looked at it.
+        let again = open(dir.path + "/waiting", O_WRONLY | O_NONBLOCK)
+        #expect(again == -1 && errno == ENXIO)
+    }
+
+    @Test func aFileNotWorldReadableNeedsPermissive() {
+        dir.write("secret", [1], mode: 0o640)
+        #expect(readError("secret") == .accessViolation)
+        #expect(readError("secret", permissive: true) == nil)
+    }
+
+    @Test func aTooLongNameIsNotFound() {
+        #expect(readError(String(repeating: "a", count: 600)) == .fileNotFound)
+    }
+
+    @Test func writesAreRefusedUnlessCreateOrWorldWritable() {
+        dir.write("locked", [1], mode: 0o644)
+        dir.write("open", [1], mode: 0o666)
+        let plain = AccessPolicy(root: dir.fd)
+        if case .failure(let e) = plain.openForWriting(Array("new".utf8)) { #expect(e.code == .fileNotFound) } else { Issue.record("created without -c") }
+        if case .failure(let e) = plain.openForWriting(Array("locked".utf8)) { #expect(e.code == .accessViolation) } else { Issue.record("wrote a 0644 file") }
+        guard case .success = plain.openForWriting(Array("open".utf8)) else { Issue.record("world-writable refused"); return }
+        let creating = AccessPolicy(root: dir.fd, allowCreate: true)
+        guard case .success = creating.openForWriting(Array("new".utf8)) else { Issue.record("-c refused"); return }
+        if case .failure(let e) = creating.openForWriting(Array("../escape".utf8)) { #expect(e.code == .accessViolation) } else { Issue.record("escaped") }
+    }
+}
+
+@Suite struct UploadSpec {
+    let dir = ScratchDirectory()
+
+    func upload(_ name: String) throws -> Upload {
+        try AccessPolicy(root: dir.fd, allowCreate: true, umask: 0o022).openForWriting(Array(name.utf8)).get()
+    }
+
+    @Test func nothingAppearsUnderTheNameUntilCommit() throws {
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 1024, alignment: 8)
+        defer { scratch.deallocate() }
+        let u = try upload("new.bin")
+        try [UInt8]("hello").withUnsafeBytes { try u.write($0, scratch: scratch) }
+        #expect(dir.read("new.bin") == nil)
+        try u.commit(scratch: scratch)
+        #expect(dir.read("new.bin") == [UInt8]("hello"))
+        #expect(dir.entries() == ["new.bin"])
+    }
+
+    @Test func aStartRemovesWhatKilledUploadsLeftButNotALiveUpload() throws {
+        // Left by a killed server, at the top and deeper down: no process holds them.
+        dir.write(Upload.temporaryPrefix + "dead1", [1, 2, 3])
+        mkdirat(dir.fd, "boot", 0o755)
+        mkdirat(dir.fd, "boot/efi", 0o755)
+        dir.write("boot/efi/" + Upload.temporaryPrefix + "dead2", [4])
+        dir.write("boot/efi/grubx64.efi", [5])
+        dir.write(".stampede-uploadish", [6])
+        let live = try upload("boot/live.bin")
+        #expect(Upload.removeStale(beneath: dir.fd) == 2)
+        #expect(dir.entries() == [".stampede-uploadish", "boot"])
+        // The live upload's temporary survived and still commits.
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 64, alignment: 8)
+        defer { scratch.deallocate() }
+        try [UInt8]("ok").withUnsafeBytes { try live.write($0, scratch: scratch) }
+        try live.commit(scratch: scratch)
+        #expect(dir.read("boot/live.bin") == [UInt8]("ok"))
+        #expect(dir.read("boot/efi/grubx64.efi") == [5])
+        #expect(Upload.removeStale(beneath: dir.fd) == 0)
+    }
+
+    @Test func anAbortedUploadLeavesTheOldFileAndNoTemporary() throws {
+        dir.write("f", [UInt8]("old"), mode: 0o666)
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 1024, alignment: 8)
+        defer { scratch.deallocate() }
+        let u = try upload("f")
+        try [UInt8]("new data").withUnsafeBytes { try u.write($0, scratch: scratch) }
+        u.abort()
+        #expect(dir.read("f") == [UInt8]("old"))
+        #expect(dir.entries() == ["f"])
+    }
+
+    @Test func aReplacedFileKeepsItsMode() throws {
+        dir.write("f", [UInt8]("old"), mode: 0o666)
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 1024, alignment: 8)
+        defer { scratch.deallocate() }
+        let u = try upload("f")
+        try u.commit(scratch: scratch)
+        var info = stat()
+        stat(dir.path + "/f", &info)
+        #expect(info.st_mode & 0o777 == 0o666)
+        #expect(dir.read("f") == [])
+    }
+
+    @Test func netasciiUploadsAreDecodedAcrossBlocks() throws {
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 1024, alignment: 8)
+        defer { scratch.deallocate() }
+        let u = try upload("t.txt")
+        u.useNetascii()
+        for block: [UInt8] in [[0x61, 0x0D], [0x0A, 0x62, 0x0D]] { try block.withUnsafeBytes { try u.write($0, scratch: scratch) } }
+        try u.commit(scratch: scratch)
+        #expect(dir.read("t.txt") == [0x61, 0x0A, 0x62, 0x0D])
+    }
+}

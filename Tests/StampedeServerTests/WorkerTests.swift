@@ -1,0 +1,298 @@
+import CStampedeSys
+import Glibc
+import Logging
+import StampedeTestSupport
+import Testing
+@testable import StampedeServer
+import StampedeIO
+import StampedeProtocol
+
+/// A backend with no sockets: the test plays the network.
+final class FakeBackend: DatagramBackend {
+    let description = "fake"
+    var tags: [UInt64] = []
+    var closed: Set<Int32> = []
+    var sent: [(socket: Int32, bytes: [UInt8])] = []
+    var inbox: [(tag: UInt64, bytes: [UInt8], peer: SocketAddress, local: SocketAddress)] = []
+    var delivered: [(tag: UInt64, bytes: [UInt8], peer: SocketAddress, local: SocketAddress)] = []
+    var sendFailures = 0
+    var socketCount: Int { tags.count - closed.count }
+    var largestDatagram: Int { 65536 }
+
+    func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 { tags.append(tag); return Int32(tags.count - 1) }
+    func adoptListener(_ fd: Int32, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 { tags.append(tag); return Int32(tags.count - 1) }
+    func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?, largestDatagram: Int,
+                      tag: UInt64) throws(Errno) -> Int32 {
+        tags.append(tag)
+        return Int32(tags.count - 1)
+    }
+    func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32 {
+        tags.append(tag)
+        return Int32(tags.count - 1)
+    }
+    func localAddress(of socket: Int32) -> SocketAddress? { nil }
+    func close(_ socket: Int32) { closed.insert(socket) }
+    func send(_ socket: Int32, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
+        sent.append((socket, Array(header) + Array(payload)))
+    }
+    func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?,
+              header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
+        sent.append((socket, Array(header) + Array(payload)))
+    }
+    func poll(deadline: Nanoseconds?) -> Int {
+        delivered = inbox
+        inbox = []
+        return delivered.count
+    }
+    func datagram(_ index: Int) -> Datagram {
+        let d = delivered[index]
+        return d.bytes.withUnsafeBytes { Datagram(tag: d.tag, bytes: $0, peer: d.peer, local: d.local) }
+    }
+}
+
+@Suite(.serialized) struct WorkerSpec {
+    let dir = ScratchDirectory()
+    let backend = FakeBackend()
+    let worker: Worker<FakeBackend>
+    let client = SocketAddress(parsing: "127.0.0.1:40000", defaultPort: 0)!
+    let local = SocketAddress(parsing: "127.0.0.1:69", defaultPort: 0)!
+
+    init() throws {
+        var configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        configuration.optionLimits.maxBlockSize = 1468
+        worker = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0)
+        try worker.bindListeners([local])
+    }
+
+    /// Delivers `bytes` (the datagram keeps pointing at the test's copy during the turn).
+    func deliver(_ bytes: [UInt8], tag: UInt64) -> [[UInt8]] {
+        backend.sent = []
+        backend.inbox.append((tag, bytes, client, local))
+        worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        return backend.sent.map(\.bytes)
+    }
+
+    func request(_ name: String, mode: String = "octet", _ options: [(name: String, value: String)] = [], write: Bool = false) -> [[UInt8]] {
+        deliver(Request(isWrite: write, filename: Array(name.utf8), mode: mode, options: options).encoded(), tag: backend.tags[0])
+    }
+
+    var transferTag: UInt64 { backend.tags.last! }
+
+    @Test func aPlainReadRequestGetsDataBlockOneAtOnce() {
+        dir.write("f", [UInt8]("hello"))
+        #expect(request("f") == [[0, 3, 0, 1] + [UInt8]("hello")])
+        #expect(deliver([0, 4, 0, 1], tag: transferTag) == [])
+        #expect(worker.activeTransfers == 0)
+        #expect(worker.summary.transfers == 1 && worker.summary.failed == 0)
+    }
+
+    @Test func optionsGetAnOptionAckThenDataAfterAckZero() {
+        dir.write("f", Array(repeating: 9, count: 2000))
+        #expect(request("f", [("blksize", "1468"), ("tsize", "0")])
+            == [PacketWriter.optionAck([("blksize", "1468"), ("tsize", "2000")])])
+        let first = deliver([0, 4, 0, 0], tag: transferTag)
+        #expect(first == [[0, 3, 0, 1] + Array(repeating: 9, count: 1468)])
+    }
+
+    @Test func theUEFISizeProbeEndsQuietly() {
+        dir.write("f", [1, 2, 3])
+        _ = request("f", [("tsize", "0")])
+        #expect(deliver([0, 5, 0, 8, 0], tag: transferTag) == [])
+        #expect(worker.activeTransfers == 0)
+        #expect(worker.summary.failed == 0)
+    }
+
+    @Test func refusalsComeFromTheListenerWithTheRightCode() {
+        #expect(request("missing").first?.prefix(4) == [0, 5, 0, 1])
+        #expect(request("f", mode: "mail").first?.prefix(4) == [0, 5, 0, 4])
+        #expect(request("../x").first?.prefix(4) == [0, 5, 0, 2])
+        #expect(request("up", write: true).first?.prefix(4) == [0, 5, 0, 1])
+        #expect(deliver([0, 1] + [UInt8]("nonul"), tag: backend.tags[0]).first?.prefix(4) == [0, 5, 0, 4])
+        #expect(deliver([0, 42, 1, 2], tag: backend.tags[0]).first?.prefix(4) == [0, 5, 0, 4])
+        #expect(deliver([0, 4, 0, 1], tag: backend.tags[0]) == [])
+        #expect(worker.activeTransfers == 0)
+    }
+
+    @Test func remapRulesChooseTheFileAndAnAbortRuleRefusesWithErrorTwo() throws {
+        dir.write("pxelinux.0", [UInt8]("pxe"))
+        var configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        configuration.remapRules = RemapRuleSet(try RemapRules(parsing: Array(#"""
+            a \.\. No\ climbing
+            ri ^.*/?(pxelinux\.0)$ \L\1
+            """#.utf8)))
+        let backend = FakeBackend()
+        let worker = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0)
+        try worker.bindListeners([local])
+        func request(_ name: String) -> [UInt8] {
+            backend.sent = []
+            backend.inbox.append((backend.tags[0], Request(isWrite: false, filename: Array(name.utf8), mode: "octet").encoded(), client, local))
+            worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+            return backend.sent.first?.bytes ?? []
+        }
+        #expect(request("boot/x86/PXELINUX.0") == [0, 3, 0, 1] + [UInt8]("pxe"))
+        #expect(request("../pxelinux.0") == [0, 5, 0, 2] + [UInt8]("No climbing/pxelinux.0") + [0])
+        #expect(request("other") == [0, 5, 0, 1] + [UInt8]("File not found") + [0])
+    }
+
+    @Test func singlePortTransfersRunOnTheListenerToldApartByClientPort() throws {
+        dir.write("f", [UInt8](repeating: 7, count: 700))
+        var configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        configuration.singlePort = true
+        let backend = FakeBackend()
+        let worker = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0)
+        try worker.bindListeners([local])
+        let other = SocketAddress(parsing: "127.0.0.1:40001", defaultPort: 0)!
+        func send(_ bytes: [UInt8], from peer: SocketAddress) -> [(socket: Int32, bytes: [UInt8])] {
+            backend.sent = []
+            backend.inbox.append((backend.tags[0], bytes, peer, local))
+            worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+            return backend.sent
+        }
+        let rrq = Request(isWrite: false, filename: Array("f".utf8), mode: "octet").encoded()
+        #expect(send(rrq, from: client).map(\.socket) == [0])     // DATA 1 from the listener
+        #expect(send(rrq, from: other).first?.bytes.prefix(4) == [0, 3, 0, 1])
+        #expect(backend.tags.count == 1)                          // no transfer sockets
+        #expect(send([0, 4, 0, 1], from: client).first?.bytes.prefix(4) == [0, 3, 0, 2])
+        #expect(send([0, 4, 0, 2], from: client).isEmpty)          // done
+        #expect(worker.activeTransfers == 1)
+        // The same port asks again: the running transfer gives way to the new one.
+        #expect(send(rrq, from: other).first?.bytes.prefix(4) == [0, 3, 0, 1])
+        #expect(worker.activeTransfers == 1)
+        #expect(send([0, 4, 0, 1], from: other).first?.bytes.prefix(4) == [0, 3, 0, 2])
+        #expect(send([0, 4, 0, 2], from: other).isEmpty)
+        #expect(worker.activeTransfers == 0 && backend.closed.isEmpty)
+        // A stranger's ACK on the listener is not a session's: ignored, as on any listener.
+        #expect(send([0, 4, 0, 1], from: client).isEmpty)
+    }
+
+    /// Over a limit the server is busy: by default it leaves the request unanswered (the client
+    /// sends it again), with `--when-busy error` it answers ERROR 0.
+    @Test(arguments: BusyReply.allCases)
+    func limitsPerClientAndInAllRefuseAndFreeUpWhenTransfersEnd(whenBusy: BusyReply) throws {
+        dir.write("f", Array(repeating: 1, count: 2000))
+        var configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        configuration.maxTransfersPerClient = 2
+        configuration.whenBusy = whenBusy
+        func busy(_ message: String) -> [UInt8]? {
+            whenBusy == .error ? PacketWriter.error(TFTPError(.notDefined, message)) : nil
+        }
+        let admission = Admission(maxTransfers: 3, maxPerClient: 2)
+        let limited = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0, admission: admission)
+        try limited.bindListeners([local])
+        let listener = backend.tags.last!
+        func request(from peer: SocketAddress) -> [UInt8]? {
+            backend.sent = []
+            backend.inbox.append((listener, Request(isWrite: false, filename: Array("f".utf8), mode: "octet", options: []).encoded(),
+                                  peer, local))
+            limited.turn(now: stampede_monotonic_ns(), maxWait: 0)
+            return backend.sent.first?.bytes
+        }
+        var a = client, b = SocketAddress(parsing: "127.0.0.2:40000", defaultPort: 0)!
+        #expect(request(from: a)?.prefix(2) == [0, 3])
+        a.port += 1
+        #expect(request(from: a)?.prefix(2) == [0, 3])
+        a.port += 1
+        // A third from the same machine (another port): refused, the others run on.
+        #expect(request(from: a) == busy("Too many transfers from your address"))
+        #expect(request(from: b)?.prefix(2) == [0, 3])
+        b.port += 1
+        // Three running in all: the next client is refused as busy.
+        #expect(request(from: b) == busy("Server busy, try again later"))
+        #expect(admission.runningTransfers == 3 && limited.activeTransfers == 3)
+        #expect(limited.summary.unanswered == (whenBusy == .silence ? 2 : 0))
+        // One ends (ACK of its last block): a place is free again.
+        let first = backend.tags[backend.tags.count - 3]
+        backend.sent = []
+        backend.inbox.append((first, [0, 4, 0, 1], client, local))
+        limited.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        backend.inbox.append((first, [0, 4, 0, 2], client, local))
+        limited.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        backend.inbox.append((first, [0, 4, 0, 3], client, local))
+        limited.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        backend.inbox.append((first, [0, 4, 0, 4], client, local))
+        limited.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        #expect(admission.runningTransfers == 2)
+        #expect(request(from: b)?.prefix(2) == [0, 3])
+    }
+
+    /// Issue 11: one spoofed RRQ asking for timeout 255 held a slot, a socket and an image for
+    /// about 7,900 s while its OACKs went to the victim. Now: -T's patience (1 s base: 31 s).
+    @Test func aRequestWhoseClientNeverAnswersIsGivenUpAfterTheServersOwnPatience() {
+        dir.write("f", Array(repeating: 1, count: 100_000))
+        let start = stampede_monotonic_ns()
+        #expect(request("f", [("timeout", "255"), ("blksize", "1468"), ("windowsize", "64")]).first?.prefix(2) == [0, 6])
+        var oacks = 1
+        var now = start
+        while worker.activeTransfers > 0 && now < start + 100 * 1_000_000_000 {
+            now += 100_000_000
+            backend.sent = []
+            worker.turn(now: now, maxWait: 0)
+            oacks += backend.sent.filter { $0.bytes.prefix(2) == [0, 6] }.count
+            #expect(backend.sent.allSatisfy { $0.bytes.prefix(2) == [0, 6] })  // nothing but the OACK
+        }
+        #expect(worker.activeTransfers == 0)
+        #expect(now - start <= 32 * 1_000_000_000)
+        #expect(oacks == 6)
+    }
+
+    @Test func aSlotsLateDatagramsAreIgnoredAfterItEnds() {
+        dir.write("f", [1])
+        _ = request("f")
+        let old = transferTag
+        _ = deliver([0, 4, 0, 1], tag: old)
+        dir.write("g", [2])
+        _ = request("g")
+        // The slot is reused with a new generation; the old tag no longer reaches it.
+        #expect(deliver([0, 4, 0, 1], tag: old) == [])
+        #expect(worker.activeTransfers == 1)
+    }
+
+    @Test func dataToAReaderIsAnIllegalOperation() {
+        dir.write("f", Array(repeating: 1, count: 600))
+        _ = request("f")
+        #expect(deliver([0, 3, 0, 1, 9], tag: transferTag).first?.prefix(4) == [0, 5, 0, 4])
+        #expect(worker.activeTransfers == 0)
+    }
+}
+
+/// Transfers per client machine (`--max-per-client`).
+@Suite struct AdmissionSpec {
+    func address(_ text: String) -> SocketAddress { SocketAddress(parsing: text, defaultPort: 0)! }
+
+    @Test func anIPv6ClientIsCountedByItsSlash64() {
+        let admission = Admission(maxTransfers: 100, maxPerClient: 2)
+        #expect(admission.admit(address("[2001:db8:1:2::1]:1000")) == nil)
+        #expect(admission.admit(address("[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:1001")) == nil)
+        // A third address of the same /64: the same machine (or site) as far as limits go.
+        #expect(admission.admit(address("[2001:db8:1:2:ffff::9]:7"))?.isBusy == true)
+        #expect(admission.admit(address("[2001:db8:1:3::1]:7")) == nil)
+        admission.release(address("[2001:db8:1:2::1]:1000"))
+        #expect(admission.admit(address("[2001:db8:1:2:ffff::9]:7")) == nil)
+    }
+
+    @Test func anIPv4ClientIsCountedByItsAddressWhateverItsPort() {
+        let admission = Admission(maxTransfers: 100, maxPerClient: 1)
+        #expect(admission.admit(address("10.0.0.7:2070")) == nil)
+        #expect(admission.admit(address("10.0.0.7:2071"))?.isBusy == true)
+        #expect(admission.admit(address("10.0.0.8:2070")) == nil)
+    }
+
+    @Test func theDefaultLimitLeavesLoopbackAloneAnExplicitOneDoesNot() {
+        let configuration = ServerConfiguration(listenAddresses: [], policy: AccessPolicy(root: -1),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        #expect(configuration.maxTransfersPerClient == 64)
+        let byDefault = Admission(configuration)
+        for port in 1...200 { #expect(byDefault.admit(address("127.0.0.1:\(port)")) == nil) }
+        for port in 1...64 { #expect(byDefault.admit(address("10.1.1.1:\(port)")) == nil) }
+        #expect(byDefault.admit(address("10.1.1.1:65"))?.isBusy == true)
+        let explicit = Admission(maxTransfers: 100, maxPerClient: 1)
+        #expect(explicit.admit(address("127.0.0.1:1")) == nil)
+        #expect(explicit.admit(address("127.0.0.1:2"))?.isBusy == true)
+        #expect(explicit.admit(address("[::1]:1")) == nil)
+        #expect(explicit.admit(address("[::1]:2"))?.isBusy == true)
+    }
+}
