@@ -50,7 +50,7 @@ let package = Package(
 
         // libFuzzer harnesses (`make fuzz` builds them with -sanitize=fuzzer and -DFUZZING); an
         // ordinary build makes each a tool that replays corpus files through its harness.
-        .target(name: "FuzzCorpus", path: "Fuzz/FuzzCorpus"),
+        .target(name: "FuzzCorpus", dependencies: ["StampedeIO"], path: "Fuzz/FuzzCorpus"),
         .executableTarget(name: "PacketFuzz", dependencies: ["StampedeProtocol", "FuzzCorpus"], path: "Fuzz/PacketFuzz"),
         .executableTarget(name: "OptionAckFuzz", dependencies: ["StampedeProtocol", "FuzzCorpus"],
                           path: "Fuzz/OptionAckFuzz"),
@@ -78,6 +78,5 @@ let package = Package(
         .testTarget(name: "StampedeStormTests",
                     dependencies: ["StampedeStorm", "StampedeServer", "StampedeGlibc", "StampedeURing", "StampedeProtocol",
                                    "StampedeIO", "StampedeTestSupport", log]),
-    ],
-    swiftLanguageModes: [.v5]
+    ]
 )

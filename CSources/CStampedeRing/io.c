@@ -33,7 +33,6 @@ static struct io_uring_sqe *next_sqe(stampede_ring *r)
     struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
     if (!sqe && enable(r) == 0) {
         io_uring_submit(&r->ring);
-        r->stats.enters++;
         sqe = io_uring_get_sqe(&r->ring);
     }
     return sqe;
@@ -292,7 +291,7 @@ static void take_back_buffers(stampede_ring *r)
 }
 
 /* A datagram in buffer `id` of `group` becomes an entry of this wait's batch. */
-static void add_datagram(stampede_ring *r, const struct socket_slot *s, uint32_t slot, unsigned group, uint16_t id,
+static void add_datagram(stampede_ring *r, const struct socket_slot *s, unsigned group, uint16_t id,
                          int32_t length)
 {
     struct buffer_group *g = &r->groups[group];
@@ -308,7 +307,6 @@ static void add_datagram(stampede_ring *r, const struct socket_slot *s, uint32_t
         return;
     d = &r->datagrams[r->datagram_count++];
     d->tag = s->tag;
-    d->socket = (int32_t)slot;
     d->bytes = io_uring_recvmsg_payload(out, layout);
     d->length = (int32_t)io_uring_recvmsg_payload_length(out, length, layout);
     memset(&d->peer, 0, sizeof(d->peer));
@@ -320,7 +318,7 @@ static void add_datagram(stampede_ring *r, const struct socket_slot *s, uint32_t
 
 /* A socket error (ECONNREFUSED: the client's port is gone) for the transfer. Beyond the batch's
  * room for errors it is dropped: the next send on that socket draws it again. */
-static void add_error(stampede_ring *r, const struct socket_slot *s, uint32_t slot, int32_t error)
+static void add_error(stampede_ring *r, const struct socket_slot *s, int32_t error)
 {
     stampede_ring_datagram *d;
     if (r->error_count == r->error_capacity || r->datagram_count == r->datagram_capacity)
@@ -329,7 +327,6 @@ static void add_error(stampede_ring *r, const struct socket_slot *s, uint32_t sl
     d = &r->datagrams[r->datagram_count++];
     memset(d, 0, sizeof(*d));
     d->tag = s->tag;
-    d->socket = (int32_t)slot;
     d->length = error;
 }
 
@@ -371,9 +368,9 @@ static void on_receive(stampede_ring *r, const struct io_uring_cqe *cqe, int del
     s = &r->sockets[slot];
     if (deliver && s->state == SLOT_ARMED) {
         if (cqe->res >= 0 && has_buffer)
-            add_datagram(r, s, slot, group, id, cqe->res);
+            add_datagram(r, s, group, id, cqe->res);
         else if (cqe->res < 0 && cqe->res != -ENOBUFS && cqe->res != -ECANCELED)
-            add_error(r, s, slot, cqe->res);
+            add_error(r, s, cqe->res);
     }
     if (!(cqe->flags & IORING_CQE_F_MORE))
         receive_ended(r, slot, cqe->res);
@@ -392,7 +389,7 @@ static void on_send_error(stampede_ring *r, const struct io_uring_cqe *cqe)
     uint32_t slot = unpack_slot(cqe->user_data);
     if (slot < r->socket_capacity && r->sockets[slot].generation == unpack_generation(cqe->user_data) &&
         (r->sockets[slot].state == SLOT_ARMED || r->sockets[slot].state == SLOT_IDLE))
-        add_error(r, &r->sockets[slot], slot, cqe->res);
+        add_error(r, &r->sockets[slot], cqe->res);
 }
 
 /* Keeps a completion for the next wait (the caller is still reading this turn's batch). */
@@ -487,7 +484,6 @@ static void reap(stampede_ring *r)
     drain(r);
     for (rounds = 0; rounds < 64 && task_work_pending(r); rounds++) {
         io_uring_get_events(&r->ring);
-        r->stats.enters++;
         if (drain(r) == 0)
             return;
     }
@@ -499,7 +495,6 @@ static int wait_for_sends(stampede_ring *r)
 {
     while (r->sends_in_flight > 0) {
         int result = io_uring_submit_and_wait(&r->ring, 1);
-        r->stats.enters++;
         if (result < 0 && result != -EINTR && result != -EAGAIN && result != -EBUSY)
             return result;
         reap(r);
@@ -519,8 +514,6 @@ static void rearm(stampede_ring *r)
             continue; /* closed meanwhile */
         if (arm_receive(r, slot) < 0)
             r->to_arm[kept++] = slot;
-        else
-            r->stats.rearms++;
     }
     r->to_arm_count = kept;
 }
@@ -603,7 +596,6 @@ int stampede_ring_wait(stampede_ring *r, int64_t timeout_ns)
         timeout.tv_nsec = timeout_ns % 1000000000;
         result = io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1, &timeout, NULL);
     }
-    r->stats.enters++;
     if (result < 0 && result != -ETIME && result != -EINTR && result != -EAGAIN && result != -EBUSY)
         return result;
 

@@ -14,7 +14,7 @@ enum { NAME_SPACE = sizeof(struct sockaddr_storage), CONTROL_SPACE = 64, SEND_IN
 
 _Static_assert(CONTROL_SPACE >= CMSG_SPACE(sizeof(struct in6_pktinfo)), "room for PKTINFO");
 _Static_assert(sizeof(stampede_ring_datagram) == 8 + 8 + 4 + 4 + 2 * sizeof(struct sockaddr_storage),
-               "stampede_ring_datagram layout is read by Swift");
+               "stampede_ring_datagram layout is read by Swift (4 bytes of padding before peer)");
 _Static_assert(offsetof(stampede_ring_datagram, peer) == 24, "stampede_ring_datagram layout");
 
 struct buffer_group {

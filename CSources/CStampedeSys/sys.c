@@ -6,6 +6,7 @@
 #include <linux/openat2.h>
 #include <net/if.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
@@ -302,27 +303,27 @@ int stampede_interface_mtu(const struct sockaddr_storage *address)
     return result;
 }
 
-static volatile sig_atomic_t stop_flag;
-static volatile sig_atomic_t reload_flag;
+/* Set by signal handlers, read by every worker thread: lock-free atomics, which are both
+ * async-signal-safe and visible across threads (volatile sig_atomic_t is only the former). */
+static atomic_int stop_flag;
+static atomic_int reload_flag;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "signal handlers need lock-free atomics");
 
 static void on_reload_signal(int signal_number)
 {
     (void)signal_number;
-    reload_flag = 1;
+    atomic_store(&reload_flag, 1);
 }
 
 int stampede_reload_requested(void)
 {
-    if (!reload_flag)
-        return 0;
-    reload_flag = 0;
-    return 1;
+    return atomic_exchange(&reload_flag, 0);
 }
 
 static void on_stop_signal(int signal_number)
 {
     (void)signal_number;
-    stop_flag = 1;
+    atomic_store(&stop_flag, 1);
 }
 
 void stampede_install_stop_signals(void)
@@ -341,12 +342,12 @@ void stampede_install_stop_signals(void)
 
 int stampede_stop_requested(void)
 {
-    return stop_flag != 0;
+    return atomic_load(&stop_flag);
 }
 
 void stampede_request_stop(void)
 {
-    stop_flag = 1;
+    atomic_store(&stop_flag, 1);
 }
 
 int64_t stampede_monotonic_ns(void)

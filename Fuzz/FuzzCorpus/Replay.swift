@@ -1,4 +1,5 @@
 import Glibc
+import StampedeIO
 
 /// Runs a fuzz harness. Built with -sanitize=fuzzer -DFUZZING (`make fuzz`), libFuzzer drives it
 /// with its own command line; otherwise it replays the corpus files named on the command line,
@@ -30,23 +31,13 @@ nonisolated(unsafe) private var current: ((UnsafeRawBufferPointer) -> Void)?
 #endif
 
 func replay(_ paths: [String], through harness: (UnsafeRawBufferPointer) -> Void) -> Int32 {
-    var replayed = 0
     for path in paths {
-        guard let file = fopen(path, "rb") else {
-            fputs("\(path): cannot open\n", stderr)
+        guard let bytes = try? readWholeFile(path) else {
+            print("\(path): cannot read")
             return 1
         }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = fread(&chunk, 1, chunk.count, file)
-            if n == 0 { break }
-            bytes += chunk[..<n]
-        }
-        fclose(file)
         bytes.withUnsafeBytes(harness)
-        replayed += 1
     }
-    print("\(replayed) inputs replayed, no property broken")
+    print("\(paths.count) inputs replayed, no property broken")
     return 0
 }

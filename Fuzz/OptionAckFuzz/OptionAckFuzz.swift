@@ -11,23 +11,23 @@ import StampedeProtocol
 
 func optionAckFuzz(_ input: UnsafeRawBufferPointer) {
     let split = input.firstIndex(of: 0xFF)
-    let asked = PacketWriter.parseOptions(UnsafeRawBufferPointer(rebasing: input[..<(split ?? 0)]))
+    let asked = OptionList.parse(UnsafeRawBufferPointer(rebasing: input[..<(split ?? 0)]))
     let body = UnsafeRawBufferPointer(rebasing: input[(split.map { $0 + 1 } ?? 0)...])
     if let options = try? TransferOptions(optionAck: body, asked: asked) {
-        func askedValue(_ name: String) -> Int? { asked.first { $0.name == name }.flatMap { OptionNegotiation.decimal($0.value) } }
-        precondition(OptionNegotiation.blockSizeRange.contains(options.blockSize) || options.blockSize == 512)
+        func askedValue(_ name: String) -> Int? { asked.first { $0.name == name }.flatMap { TFTPOption.decimal($0.value) } }
+        precondition(TFTPOption.blksize.range.contains(options.blockSize) || options.blockSize == 512)
         precondition(options.blockSize == 512 || options.blockSize <= askedValue("blksize") ?? 0)
-        precondition(OptionNegotiation.grantedWindowSizeRange.contains(options.windowSize))
+        precondition(TFTPOption.windowsize.range.contains(options.windowSize))
         precondition(options.windowSize == 1 || options.windowSize <= askedValue("windowsize") ?? 0)
         if let timeout = options.timeoutSeconds {
-            precondition(OptionNegotiation.timeoutRange.contains(timeout) && timeout == askedValue("timeout"))
+            precondition(TFTPOption.timeout.range.contains(timeout) && timeout == askedValue("timeout"))
         }
     }
 
-    let options = PacketWriter.parseOptions(body)
+    let options = OptionList.parse(body)
     let written = PacketWriter.optionAck(options)
     precondition(written.count >= 2 && written[0] == 0 && written[1] == 6)
-    let reparsed = written.withUnsafeBytes { PacketWriter.parseOptions(UnsafeRawBufferPointer(rebasing: $0[2...])) }
+    let reparsed = written.withUnsafeBytes { OptionList.parse(UnsafeRawBufferPointer(rebasing: $0[2...])) }
     // Names and values with a NUL inside cannot round-trip; everything else must.
     if options.allSatisfy({ !$0.name.utf8.contains(0) && !$0.value.utf8.contains(0) && !$0.name.isEmpty }) {
         precondition(reparsed.count == options.count, "\(options) became \(reparsed)")

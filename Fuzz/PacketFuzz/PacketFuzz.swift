@@ -15,10 +15,10 @@ func packetFuzz(_ bytes: UnsafeRawBufferPointer) {
     case .error(_, let message): precondition(message.count == size - 4)
     default: break
     }
-    guard case .success(let request) = Request.parse(bytes) else { return }
+    guard let request = try? Request.parse(bytes) else { return }
     let again = Request(isWrite: request.isWrite, filename: request.filename, mode: request.mode, options: request.options)
         .encoded()
-    guard case .success(let reparsed) = again.withUnsafeBytes({ Request.parse($0) }) else {
+    guard let reparsed = again.withUnsafeBytes({ try? Request.parse($0) }) else {
         preconditionFailure("a parsed request does not parse once encoded again")
     }
     precondition(reparsed == request, "re-encoding changed the request")
@@ -27,9 +27,9 @@ func packetFuzz(_ bytes: UnsafeRawBufferPointer) {
         let negotiation = OptionNegotiation(requested: request.options, isWrite: isWrite, fileSize: isWrite ? nil : 1 << 20,
                                             maxBlockSize: 1468, limits: limits)
         let options = negotiation.options
-        precondition(OptionNegotiation.blockSizeRange.contains(options.blockSize) || options.blockSize == 512)
+        precondition(TFTPOption.blksize.range.contains(options.blockSize) || options.blockSize == 512)
         precondition(options.blockSize <= 1468 && (1...64).contains(options.windowSize))
-        if let timeout = options.timeoutSeconds { precondition(OptionNegotiation.timeoutRange.contains(timeout)) }
+        if let timeout = options.timeoutSeconds { precondition(TFTPOption.timeout.range.contains(timeout)) }
         precondition(negotiation.acknowledged.allSatisfy { asked in request.options.contains { $0.name == asked.name } })
     }
 }

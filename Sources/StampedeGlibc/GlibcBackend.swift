@@ -4,12 +4,14 @@ import StampedeIO
 import StampedeProtocol
 
 /// The pure-Swift backend: epoll for readiness, recvmmsg per readable socket, sendmmsg per run of
-/// sends to one socket. Every array is allocated once at start (DESIGN: the Glibc backend); the
+/// sends to one socket. Every array is allocated once at start (docs/ARCHITECTURE.md, "The backends"); the
 /// file bytes of a DATA packet are gathered by the kernel from the image, never copied here.
 public final class GlibcBackend: DatagramBackend {
     public var description: String { "glibc (epoll, recvmmsg, sendmmsg)" }
     public var largestDatagram: Int { bufferSize }
+    public var largestListenerDatagram: Int { bufferSize }
 
+    /// A socket table entry: the backend owns `fd` (closed in `flush` after `close`, or at deinit).
     struct Socket {
         var fd: Int32 = -1
         var tag: UInt64 = 0
@@ -19,15 +21,15 @@ public final class GlibcBackend: DatagramBackend {
     private let epoll: Int32
     private var sockets: [Socket] = []
     private var freeSockets: [Int32] = []
-    private var closing: [Int32] = []
+    private var closing: [SocketHandle] = []
     /// Peer errors (ICMP unreachable) that a send drew instead of a receive, for the next batch.
-    private var peerErrors: [(tag: UInt64, error: Int32)] = []
+    private var peerErrors: [(tag: UInt64, error: Errno)] = []
 
     // Send queue: one mmsghdr + 2 iovecs per send; headers copied into an arena.
     private let sendCapacity: Int
     private let sendMessages: UnsafeMutablePointer<stampede_mmsghdr>
     private let sendVectors: UnsafeMutablePointer<iovec>
-    private var sendSocket: [Int32]
+    private var sendSocket: [SocketHandle]
     private let sendNames: UnsafeMutablePointer<sockaddr_storage>
     private let sendControls: UnsafeMutableRawPointer
     private let controlSpace: Int
@@ -45,7 +47,7 @@ public final class GlibcBackend: DatagramBackend {
     private let receiveVectors: UnsafeMutablePointer<iovec>
     private let receiveNames: UnsafeMutablePointer<sockaddr_storage>
     private let receiveControls: UnsafeMutableRawPointer
-    private var received: [(tag: UInt64, length: Int32, error: Int32)]
+    private var received: [(tag: UInt64, length: Int32, error: Errno?)]
     private var receivedLocal: [SocketAddress]
     private let readyTags: UnsafeMutablePointer<UInt64>
     private let readyCapacity = 256
@@ -68,7 +70,7 @@ public final class GlibcBackend: DatagramBackend {
         sendCapacity = sendBatch
         sendMessages = .allocate(capacity: sendBatch)
         sendVectors = .allocate(capacity: sendBatch * 2)
-        sendSocket = Array(repeating: -1, count: sendBatch)
+        sendSocket = Array(repeating: SocketHandle(-1), count: sendBatch)
         sendNames = .allocate(capacity: sendBatch)
         sendControls = .allocate(byteCount: sendBatch * controlSpace, alignment: 16)
         // Room for a full window of the largest streamed blocks, plus small packets.
@@ -80,7 +82,7 @@ public final class GlibcBackend: DatagramBackend {
         receiveVectors = .allocate(capacity: receiveBatch)
         receiveNames = .allocate(capacity: receiveBatch)
         receiveControls = .allocate(byteCount: receiveBatch * controlSpace, alignment: 16)
-        received = Array(repeating: (0, 0, 0), count: receiveBatch)
+        received = Array(repeating: (0, 0, nil), count: receiveBatch)
         receivedLocal = Array(repeating: SocketAddress(), count: receiveBatch)
         readyTags = .allocate(capacity: readyCapacity)
         sockets.reserveCapacity(1024)
@@ -107,52 +109,51 @@ public final class GlibcBackend: DatagramBackend {
 
     // MARK: Sockets
 
-    private func register(_ fd: Int32, tag: UInt64, isListener: Bool) throws(Errno) -> Int32 {
-        let handle: Int32
+    private func register(_ socket: consuming Descriptor, tag: UInt64, isListener: Bool) throws(Errno) -> SocketHandle {
+        let index: Int32
         if let reused = freeSockets.popLast() {
-            handle = reused
+            index = reused
         } else {
-            handle = Int32(sockets.count)
+            index = Int32(sockets.count)
             sockets.append(Socket())
         }
-        if let error = Errno(result: stampede_epoll_add(epoll, fd, UInt64(handle))) {
-            Glibc.close(fd)
-            freeSockets.append(handle)
-            throw error
+        if let error = Errno(result: stampede_epoll_add(epoll, socket.raw, UInt64(index))) {
+            freeSockets.append(index)
+            throw error  // the descriptor closes with its owner
         }
-        sockets[Int(handle)] = Socket(fd: fd, tag: tag, isListener: isListener)
+        sockets[Int(index)] = Socket(fd: socket.release(), tag: tag, isListener: isListener)
         socketCount += 1
-        return handle
+        return SocketHandle(index)
     }
 
-    public func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 {
+    public func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle {
         try register(UDPSocket.listener(address, receiveBuffer: receiveBuffer), tag: tag, isListener: true)
     }
 
-    public func adoptListener(_ fd: Int32, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 {
-        try register(UDPSocket.adoptListener(fd, receiveBuffer: receiveBuffer), tag: tag, isListener: true)
+    public func adoptListener(_ socket: consuming Descriptor, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle {
+        try register(UDPSocket.adoptListener(socket, receiveBuffer: receiveBuffer), tag: tag, isListener: true)
     }
 
     public func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
-                             largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32 {
+                             largestDatagram: Int, tag: UInt64) throws(Errno) -> SocketHandle {
         try register(UDPSocket.transfer(local: local, peer: peer, ports: ports), tag: tag, isListener: false)
     }
 
-    public func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32 {
+    public func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> SocketHandle {
         try register(UDPSocket.client(local: local), tag: tag, isListener: false)
     }
 
-    public func localAddress(of socket: Int32) -> SocketAddress? {
+    public func localAddress(of socket: SocketHandle) -> SocketAddress? {
         var storage = sockaddr_storage()
-        guard stampede_socket_address(sockets[Int(socket)].fd, &storage) == 0 else { return nil }
+        guard stampede_socket_address(sockets[Int(socket.index)].fd, &storage) == 0 else { return nil }
         return SocketAddress(storage: storage)
     }
 
-    public func close(_ socket: Int32) {
-        guard socket >= 0, sockets[Int(socket)].fd >= 0 else { return }
+    public func close(_ socket: SocketHandle) {
+        guard socket.index >= 0, sockets[Int(socket.index)].fd >= 0 else { return }
         // Queued sends go out first; the fd closes at the next flush.
         closing.append(socket)
-        sockets[Int(socket)].tag = UInt64.max
+        sockets[Int(socket.index)].tag = UInt64.max
     }
 
     // MARK: Sends
@@ -164,7 +165,7 @@ public final class GlibcBackend: DatagramBackend {
         return start
     }
 
-    public func send(_ socket: Int32, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
+    public func send(_ socket: SocketHandle, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
         let copy = reserveArena(header.count)
         if header.count > 0 { copy.copyMemory(from: header.baseAddress!, byteCount: header.count) }
         let vectors = sendVectors + 2 * queued
@@ -178,7 +179,7 @@ public final class GlibcBackend: DatagramBackend {
         queued += 1
     }
 
-    public func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?,
+    public func send(_ socket: SocketHandle, to peer: SocketAddress, from local: SocketAddress?,
                      header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
         send(socket, header: header, payload: payload)
         let index = queued - 1
@@ -202,7 +203,7 @@ public final class GlibcBackend: DatagramBackend {
             let socket = sendSocket[start]
             var end = start + 1
             while end < queued && sendSocket[end] == socket { end += 1 }
-            let fd = sockets[Int(socket)].fd
+            let fd = sockets[Int(socket.index)].fd
             var next = start
             while next < end {
                 let sent = stampede_sendmmsg(fd, sendMessages + next, UInt32(end - next))
@@ -216,7 +217,7 @@ public final class GlibcBackend: DatagramBackend {
                     // client's port is gone) reaches a connected socket's first call, this send:
                     // the transfer hears it as from a receive.
                     if Self.isPeerError(-sent) {
-                        if peerErrors.count < receiveCapacity { peerErrors.append((sockets[Int(socket)].tag, -sent)) }
+                        if peerErrors.count < receiveCapacity { peerErrors.append((sockets[Int(socket.index)].tag, Errno(-sent))) }
                     } else {
                         sendFailures += 1
                     }
@@ -228,10 +229,10 @@ public final class GlibcBackend: DatagramBackend {
         queued = 0
         arenaUsed = 0
         for socket in closing {
-            Glibc.close(sockets[Int(socket)].fd)
-            sockets[Int(socket)] = Socket()
+            Glibc.close(sockets[Int(socket.index)].fd)
+            sockets[Int(socket.index)] = Socket()
             socketCount -= 1
-            freeSockets.append(socket)
+            freeSockets.append(socket.index)
         }
         closing.removeAll(keepingCapacity: true)
     }
@@ -282,7 +283,7 @@ public final class GlibcBackend: DatagramBackend {
         if n < 0 {
             guard n != -EAGAIN else { return 0 }
             // A pending ICMP error on a connected socket: report it to the transfer.
-            received[first] = (socket.tag, 0, -n)
+            received[first] = (socket.tag, 0, Errno(-n))
             return 1
         }
         var kept = 0
@@ -296,7 +297,7 @@ public final class GlibcBackend: DatagramBackend {
                 (buffers.baseAddress! + slot * bufferSize).copyMemory(from: buffers.baseAddress! + i * bufferSize,
                                                                       byteCount: Int(message.msg_len))
             }
-            received[slot] = (socket.tag, Int32(message.msg_len), 0)
+            received[slot] = (socket.tag, Int32(message.msg_len), nil)
             if socket.isListener {
                 var local = sockaddr_storage()
                 var header = message.msg_hdr

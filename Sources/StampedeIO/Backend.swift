@@ -1,35 +1,44 @@
 import StampedeProtocol
 
-/// The contract between the worker and an I/O backend (DESIGN: the backend contract).
+/// A socket as a backend knows it: an index into its own socket table (a ring slot, an epoll
+/// table entry), not a file descriptor. Only the backend that issued it understands it.
+public struct SocketHandle: Hashable, Sendable, CustomStringConvertible {
+    public let index: Int32
+    public init(_ index: Int32) { self.index = index }
+    public var description: String { "socket \(index)" }
+}
+
+/// The contract between a worker (or a storm) and an I/O backend.
 ///
-/// Sockets are small integer handles; every socket carries a tag the worker chose, returned with
-/// each datagram. Sends are queued descriptors flushed together by `poll`; a DATA send is a
-/// 4-byte header plus a slice of a file image that the backend gathers with an iovec, never copies.
+/// Sockets are handles; every socket carries a tag its owner chose, returned with each datagram.
+/// Sends are queued descriptors flushed together by `poll`; a DATA send is a 4-byte header plus a
+/// slice of a file image that the backend gathers with an iovec, never copies. The backend says
+/// what it can take (`largestDatagram`, `largestListenerDatagram`); its users ask.
 public protocol DatagramBackend: AnyObject, CustomStringConvertible {
     /// Opens a request listener (see `UDPSocket.listener`). Throws the errno.
-    func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32
+    func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle
     /// Takes over a bound datagram socket as a listener: inetd's fd 0, systemd's LISTEN_FDS
-    /// (see `UDPSocket.adoptListener`). The backend owns `fd` from then on.
-    func adoptListener(_ fd: Int32, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32
+    /// (see `UDPSocket.adoptListener`). The backend owns it from then on.
+    func adoptListener(_ socket: consuming Descriptor, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle
     /// Opens a transfer socket bound to `local` and connected to `peer`. `largestDatagram` is the
     /// biggest packet the client may send on it (blksize + 4 for an upload), so a backend with
     /// pooled receive buffers can pick buffers that fit.
     func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
-                      largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32
+                      largestDatagram: Int, tag: UInt64) throws(Errno) -> SocketHandle
     /// Opens a client socket (see `UDPSocket.client`): datagrams from any peer arrive, each with
     /// its `peer`; sends name their destination. `stampede storm` plays its clients on these.
-    func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32
+    func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> SocketHandle
     /// The local address a socket is bound to.
-    func localAddress(of socket: Int32) -> SocketAddress?
+    func localAddress(of socket: SocketHandle) -> SocketAddress?
     /// Closes a socket; sends queued on it before are still flushed first.
-    func close(_ socket: Int32)
+    func close(_ socket: SocketHandle)
 
     /// Queues `header` (copied) followed by `payload` (referenced until the next poll returns).
-    func send(_ socket: Int32, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer)
+    func send(_ socket: SocketHandle, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer)
     /// Queues `header` (copied) and `payload` (referenced, as above) from an unconnected socket (a
     /// listener, a client) to `peer`; a listener's datagram names its source address `local`
     /// (PKTINFO). Replies to requests, clients, and transfers in single-port mode send this way.
-    func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?,
+    func send(_ socket: SocketHandle, to peer: SocketAddress, from local: SocketAddress?,
               header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer)
 
     /// Flushes queued sends, waits for datagrams until `deadline` (monotonic ns; nil: forever),
@@ -44,13 +53,17 @@ public protocol DatagramBackend: AnyObject, CustomStringConvertible {
     /// Sockets the backend holds: open ones, and closed ones whose last operations the kernel has
     /// not yet confirmed. Back to the listener count when no transfer runs, or something leaks.
     var socketCount: Int { get }
-    /// The largest datagram a transfer socket receives whole (a longer one is dropped as cut).
+    /// The largest datagram a transfer or client socket receives whole (longer ones are dropped
+    /// as cut short): a server refuses to start when an upload's DATA could be larger.
     var largestDatagram: Int { get }
+    /// The largest datagram a listener receives whole: in single-port mode an upload's DATA
+    /// arrives on the listener, which bounds the blksize it may get.
+    var largestListenerDatagram: Int { get }
 }
 
 extension DatagramBackend {
     /// A whole datagram (copied) to `peer`.
-    public func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?, packet: UnsafeRawBufferPointer) {
+    public func send(_ socket: SocketHandle, to peer: SocketAddress, from local: SocketAddress?, packet: UnsafeRawBufferPointer) {
         send(socket, to: peer, from: local, header: packet, payload: UnsafeRawBufferPointer(start: nil, count: 0))
     }
 }
@@ -61,12 +74,12 @@ public struct Datagram {
     public var bytes: UnsafeRawBufferPointer
     /// Where it came from.
     public var peer: SocketAddress
-    /// Where it was sent to (listeners only, from PKTINFO).
+    /// The local address to answer from (listeners only, from PKTINFO).
     public var local: SocketAddress
-    /// A pending socket error (ECONNREFUSED: the client's port is gone), or 0.
-    public var error: Int32
+    /// A socket error in place of a datagram (ECONNREFUSED: the peer's port is gone).
+    public var error: Errno?
 
-    public init(tag: UInt64, bytes: UnsafeRawBufferPointer, peer: SocketAddress, local: SocketAddress, error: Int32 = 0) {
+    public init(tag: UInt64, bytes: UnsafeRawBufferPointer, peer: SocketAddress, local: SocketAddress, error: Errno? = nil) {
         self.tag = tag
         self.bytes = bytes
         self.peer = peer

@@ -157,3 +157,5 @@ public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConverti
         withUnsafeBytes(of: storage) { hasher.combine(bytes: UnsafeRawBufferPointer(rebasing: $0[..<n])) }
     }
 }
+
+extension SocketAddress: PeerAddress {}

@@ -1,44 +1,42 @@
 import CStampedeSys
-import StampedeProtocol
 
 /// The UDP sockets every backend serves from, opened the same way whichever backend then owns
 /// them (the shims in CStampedeSys do the setsockopt, bind and connect).
 public enum UDPSocket {
     /// A request listener: SO_REUSEPORT, PKTINFO, a receive queue of at least `receiveBuffer`
     /// bytes so a burst of RRQs is drained, not dropped; non-blocking.
-    public static func listener(_ address: SocketAddress, receiveBuffer: Int) throws(Errno) -> Int32 {
+    public static func listener(_ address: SocketAddress, receiveBuffer: Int) throws(Errno) -> Descriptor {
         var storage = address.storage
-        let fd = stampede_listener_socket(&storage, Int32(clamping: receiveBuffer))
-        if let error = Errno(result: fd) { throw error }
-        return fd
+        return try owned(stampede_listener_socket(&storage, Int32(clamping: receiveBuffer)))
     }
 
     /// A bound datagram socket handed over by inetd (fd 0) or systemd (LISTEN_FDS), made a
-    /// listener: non-blocking, PKTINFO on. Throws ENOTSOCK when `fd` is not a UDP socket.
-    public static func adoptListener(_ fd: Int32, receiveBuffer: Int) throws(Errno) -> Int32 {
-        let result = stampede_adopt_listener(fd, Int32(clamping: receiveBuffer))
-        if let error = Errno(result: result) { throw error }
-        return fd
+    /// listener: non-blocking, PKTINFO on. Throws ENOTSOCK when it is not a UDP socket.
+    public static func adoptListener(_ socket: consuming Descriptor, receiveBuffer: Int) throws(Errno) -> Descriptor {
+        if let error = Errno(result: stampede_adopt_listener(socket.raw, Int32(clamping: receiveBuffer))) { throw error }
+        return socket
     }
 
     /// A transfer socket bound to `local` (port 0, or a free one of `ports`) and connected to
     /// `peer`; non-blocking.
-    public static func transfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?) throws(Errno) -> Int32 {
+    public static func transfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?) throws(Errno) -> Descriptor {
         var localStorage = local.storage
         var peerStorage = peer.storage
-        let fd = stampede_transfer_socket(&localStorage, &peerStorage, ports?.lowerBound ?? 0, ports?.upperBound ?? 0,
-                                          UInt32.random(in: 0...UInt32.max))
-        if let error = Errno(result: fd) { throw error }
-        return fd
+        return try owned(stampede_transfer_socket(&localStorage, &peerStorage, ports?.lowerBound ?? 0, ports?.upperBound ?? 0,
+                                                  UInt32.random(in: 0...UInt32.max)))
     }
 
     /// A client socket: bound to `local` (port 0: an ephemeral port of its own, never shared as
     /// SO_REUSEPORT would allow), not connected, so the server's reply from its transfer port
     /// arrives; non-blocking.
-    public static func client(local: SocketAddress) throws(Errno) -> Int32 {
+    public static func client(local: SocketAddress) throws(Errno) -> Descriptor {
         var localStorage = local.storage
-        let fd = stampede_transfer_socket(&localStorage, nil, 0, 0, 0)
-        if let error = Errno(result: fd) { throw error }
-        return fd
+        return try owned(stampede_transfer_socket(&localStorage, nil, 0, 0, 0))
+    }
+
+    /// The shims return a descriptor or a negative errno.
+    private static func owned(_ result: Int32) throws(Errno) -> Descriptor {
+        if let error = Errno(result: result) { throw error }
+        return Descriptor(owning: result)
     }
 }

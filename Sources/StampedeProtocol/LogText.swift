@@ -14,8 +14,8 @@ public func sanitizedForLog<C: Collection>(_ bytes: C, limit: Int = 256) -> Stri
     return out
 }
 
-/// `value` with a fixed number of decimals, without Foundation (log lines, reports).
-public func fixed(_ value: Double, _ decimals: Int) -> String {
+/// `value` with `places` decimals, without Foundation (log lines, reports).
+public func decimalText(_ value: Double, places decimals: Int) -> String {
     guard value.isFinite else { return "0" }
     var scale = 1.0
     for _ in 0..<decimals { scale *= 10 }

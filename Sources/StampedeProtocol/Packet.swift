@@ -112,8 +112,8 @@ public struct Request: Equatable, Sendable {
         bytes.count >= 2 && bytes[0] == 0 && (bytes[1] == 1 || bytes[1] == 2)
     }
 
-    public static func parse(_ bytes: UnsafeRawBufferPointer) -> Result<Request, ParseError> {
-        guard bytes.count >= 2, bytes[0] == 0, bytes[1] == 1 || bytes[1] == 2 else { return .failure(.notARequest) }
+    public static func parse(_ bytes: UnsafeRawBufferPointer) throws(ParseError) -> Request {
+        guard bytes.count >= 2, bytes[0] == 0, bytes[1] == 1 || bytes[1] == 2 else { throw .notARequest }
         var fields: [ArraySlice<UInt8>] = []
         var start = 2
         var index = 2
@@ -127,8 +127,8 @@ public struct Request: Equatable, Sendable {
         }
         // Filename and mode must both be NUL-terminated; trailing bytes after the last NUL of an
         // option list are a client bug we tolerate (some ROMs pad), as tftpd-hpa does.
-        guard fields.count >= 2 else { return .failure(.missingTerminator) }
-        guard !fields[1].isEmpty else { return .failure(.emptyMode) }
+        guard fields.count >= 2 else { throw .missingTerminator }
+        guard !fields[1].isEmpty else { throw .emptyMode }
         var options: [(name: String, value: String)] = []
         var i = 2
         while i + 1 < fields.count {
@@ -136,8 +136,8 @@ public struct Request: Equatable, Sendable {
                             String(decoding: fields[i + 1], as: UTF8.self)))
             i += 2
         }
-        return .success(Request(isWrite: bytes[1] == 2, filename: Array(fields[0]),
-                                 mode: String(decoding: fields[1], as: UTF8.self).lowercased(), options: options))
+        return Request(isWrite: bytes[1] == 2, filename: Array(fields[0]),
+                       mode: String(decoding: fields[1], as: UTF8.self).lowercased(), options: options)
     }
 
     public func encoded() -> [UInt8] {
@@ -193,9 +193,12 @@ public enum PacketWriter {
         for option in options { out += Array(option.name.utf8) + [0] + Array(option.value.utf8) + [0] }
         return out
     }
+}
 
+/// An option list as an OACK carries it: name, NUL, value, NUL, ... (RFC 2347).
+public enum OptionList {
     /// Parses an OACK body into (name, value) pairs, names lower-cased (the client side).
-    public static func parseOptions(_ body: UnsafeRawBufferPointer) -> [(name: String, value: String)] {
+    public static func parse(_ body: UnsafeRawBufferPointer) -> [(name: String, value: String)] {
         let fields = body.split(separator: 0, omittingEmptySubsequences: false)
         var out: [(name: String, value: String)] = []
         var i = 0

@@ -1,11 +1,9 @@
-/// Monotonic time in nanoseconds. The core never reads a clock itself: callers pass `now`.
+/// Monotonic time in nanoseconds. Nothing in the protocol reads a clock: callers pass `now`.
 public typealias Nanoseconds = Int64
 
-public enum Clock {
-    public static let nanosecondsPerSecond: Nanoseconds = 1_000_000_000
-}
+public let nanosecondsPerSecond: Nanoseconds = 1_000_000_000
 
-/// Retransmission with exponential backoff and a bounded number of tries (DESIGN: timeouts).
+/// Retransmission with exponential backoff and a bounded number of tries (docs/ARCHITECTURE.md, "Timeouts").
 /// The base is the negotiated `timeout` option, else the server's `-T`. Where the client did not
 /// negotiate one, the server may `adapt`: the interval then follows the measured round trip
 /// (RFC 6298's smoothed RTT + 4 × variation, Karn's rule: no sample from a resent packet),
@@ -112,9 +110,6 @@ public struct RetransmitTimer: Equatable, Sendable {
         lastSent = now
         deadline = now + current
     }
-
-    /// Keep the slot alive without resending (the final ACK of an upload stays answerable).
-    public mutating func wait(until time: Nanoseconds) { deadline = time }
 
     public mutating func stop() { deadline = nil }
 }

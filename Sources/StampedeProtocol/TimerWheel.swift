@@ -39,8 +39,6 @@ public struct TimerWheel: Sendable {
         deadlineTick += repeatElement(Self.unscheduled, count: extra)
     }
 
-    public func isScheduled(_ slot: Int) -> Bool { deadlineTick[slot] != Self.unscheduled }
-
     /// (Re)schedules `slot` to expire at `deadline`, rounded up to the tick.
     public mutating func schedule(_ slot: Int, at deadline: Nanoseconds) {
         cancel(slot)

@@ -1,28 +1,30 @@
 import CStampedeSys
-import Glibc
 import StampedeIO
 import StampedeProtocol
+import Synchronization
 
 /// How many transfers may run: in all (`--max-transfers`) and per client machine
 /// (`--max-per-client`: an IPv4 address, an IPv6 /64), counted across every worker. Asked once
 /// when a transfer starts and told once when it ends, never per packet, so a mutex is cheap enough.
-public final class Admission: @unchecked Sendable {
+public final class Admission: Sendable {
     public let maxTransfers: Int
     public let maxPerClient: Int?
     /// Loopback clients are not counted per client (the default limit: local tools and tests
     /// play whole racks from 127.0.0.1, and no packet from the network has a loopback source).
     public let loopbackUncounted: Bool
-    private var lock = pthread_mutex_t()
-    private var running = 0
-    private var perClient: [SocketAddress: Int] = [:]
-    /// When a transfer last started or ended: the idle exit of inetd mode counts from there.
-    private var lastActivity = stampede_monotonic_ns()
+
+    private struct Counts {
+        var running = 0
+        var perClient: [SocketAddress: Int] = [:]
+        /// When a transfer last started or ended: the idle exit of inetd mode counts from there.
+        var lastActivity = stampede_monotonic_ns()
+    }
+    private let counts = Mutex(Counts())
 
     public init(maxTransfers: Int, maxPerClient: Int?, loopbackUncounted: Bool = false) {
         self.maxTransfers = maxTransfers
         self.maxPerClient = maxPerClient
         self.loopbackUncounted = loopbackUncounted
-        pthread_mutex_init(&lock, nil)
     }
 
     /// The limits a server's configuration sets.
@@ -31,8 +33,6 @@ public final class Admission: @unchecked Sendable {
                   loopbackUncounted: configuration.loopbackUncountedPerClient)
     }
 
-    deinit { pthread_mutex_destroy(&lock) }
-
     /// Whether `peer` is counted per client machine (whatever port its firmware picks).
     private func countsPerClient(_ peer: SocketAddress) -> Bool {
         maxPerClient != nil && !(loopbackUncounted && peer.isLoopback)
@@ -40,43 +40,39 @@ public final class Admission: @unchecked Sendable {
 
     /// Takes a place for a transfer from `peer`, or says why there is none.
     public func admit(_ peer: SocketAddress) -> TFTPError? {
-        pthread_mutex_lock(&lock)
-        defer { pthread_mutex_unlock(&lock) }
-        guard running < maxTransfers else { return TFTPError(.notDefined, "Server busy, try again later", busy: true) }
-        if let maxPerClient, countsPerClient(peer) {
-            let key = peer.clientMachine
-            let current = perClient[key, default: 0]
-            guard current < maxPerClient else { return TFTPError(.notDefined, "Too many transfers from your address", busy: true) }
-            perClient[key] = current + 1
+        let perClient = countsPerClient(peer) ? maxPerClient : nil
+        return counts.withLock { counts in
+            guard counts.running < maxTransfers else { return TFTPError(.notDefined, "Server busy, try again later", busy: true) }
+            if let perClient {
+                let key = peer.clientMachine
+                let current = counts.perClient[key, default: 0]
+                guard current < perClient else { return TFTPError(.notDefined, "Too many transfers from your address", busy: true) }
+                counts.perClient[key] = current + 1
+            }
+            counts.running += 1
+            counts.lastActivity = stampede_monotonic_ns()
+            return nil
         }
-        running += 1
-        lastActivity = stampede_monotonic_ns()
-        return nil
     }
 
     /// Gives back the place of a transfer that ended.
     public func release(_ peer: SocketAddress) {
-        pthread_mutex_lock(&lock)
-        defer { pthread_mutex_unlock(&lock) }
-        running -= 1
-        lastActivity = stampede_monotonic_ns()
-        if countsPerClient(peer) {
-            let key = peer.clientMachine
-            if let current = perClient[key], current > 1 { perClient[key] = current - 1 } else { perClient[key] = nil }
+        let counted = countsPerClient(peer)
+        counts.withLock { counts in
+            counts.running -= 1
+            counts.lastActivity = stampede_monotonic_ns()
+            if counted {
+                let key = peer.clientMachine
+                if let current = counts.perClient[key], current > 1 { counts.perClient[key] = current - 1 } else { counts.perClient[key] = nil }
+            }
         }
     }
 
     /// How long no transfer has run nor started (0 while one runs).
     public func idleTime(now: Nanoseconds) -> Nanoseconds {
-        pthread_mutex_lock(&lock)
-        defer { pthread_mutex_unlock(&lock) }
-        return running > 0 ? 0 : max(0, now - lastActivity)
+        counts.withLock { $0.running > 0 ? 0 : max(0, now - $0.lastActivity) }
     }
 
     /// Transfers running now, across all workers.
-    public var runningTransfers: Int {
-        pthread_mutex_lock(&lock)
-        defer { pthread_mutex_unlock(&lock) }
-        return running
-    }
+    public var runningTransfers: Int { counts.withLock { $0.running } }
 }

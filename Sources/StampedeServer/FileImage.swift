@@ -3,7 +3,7 @@ import StampedeIO
 import StampedeProtocol
 
 /// A file's bytes in anonymous memory, immutable once loaded and shared by every transfer of
-/// the same file version (DESIGN: file cache). DATA payloads are slices of it; a file replaced
+/// the same file version (docs/ARCHITECTURE.md, "The file cache"). DATA payloads are slices of it; a file replaced
 /// on disk never changes an image, so a download is never mixed and never SIGBUS.
 public final class FileImage: @unchecked Sendable {
     public let bytes: UnsafeRawBufferPointer
@@ -36,16 +36,19 @@ public final class FileImage: @unchecked Sendable {
         if let base = buffer.baseAddress { munmap(base, buffer.count) }
     }
 
-    /// Reads `size` bytes of `fd` from offset 0.
+    /// Reads `size` bytes of `fd` from offset 0; EAGAIN if the file is shorter now.
     static func read(fd: Int32, size: Int) throws(Errno) -> UnsafeMutableRawBufferPointer {
         let buffer = try allocate(size)
-        var done = 0
-        while done < size {
-            let n = pread(fd, buffer.baseAddress! + done, size - done, off_t(done))
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 { let e = Errno.current; free(buffer); throw e }
-            if n == 0 { free(buffer); throw Errno(EAGAIN) } // shrank while we read: try again
-            done += n
+        let read: Int
+        do {
+            read = try readFully(fd, into: buffer, at: 0)
+        } catch {
+            free(buffer)
+            throw error
+        }
+        guard read == size else {
+            free(buffer)
+            throw Errno(EAGAIN)
         }
         return buffer
     }

@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 import StampedeIO
 import StampedeProtocol
 
@@ -268,25 +269,17 @@ public final class RemapRules: @unchecked Sendable {
 
 /// The rules in force, replaced whole when SIGHUP reloads the file (as in.tftpd re-reads it);
 /// each request takes them once, under a lock, never per packet.
-public final class RemapRuleSet: @unchecked Sendable {
-    private var lock = pthread_mutex_t()
-    private var rules: RemapRules
+public final class RemapRuleSet: Sendable {
+    private let rules: Mutex<RemapRules>
     /// Reads the file again: the new rules, or throws why not (the old ones stay).
     let reload: (@Sendable () throws -> RemapRules)?
 
     public init(_ rules: RemapRules, reload: (@Sendable () throws -> RemapRules)? = nil) {
-        self.rules = rules
+        self.rules = Mutex(rules)
         self.reload = reload
-        pthread_mutex_init(&lock, nil)
     }
 
-    deinit { pthread_mutex_destroy(&lock) }
-
-    public var current: RemapRules {
-        pthread_mutex_lock(&lock)
-        defer { pthread_mutex_unlock(&lock) }
-        return rules
-    }
+    public var current: RemapRules { rules.withLock { $0 } }
 
     /// Loads the file again (rules given without a file stay as they are); the next request
     /// uses what it returns.
@@ -294,9 +287,7 @@ public final class RemapRuleSet: @unchecked Sendable {
     public func reloadNow() throws -> RemapRules {
         guard let reload else { return current }
         let fresh = try reload()
-        pthread_mutex_lock(&lock)
-        rules = fresh
-        pthread_mutex_unlock(&lock)
+        rules.withLock { $0 = fresh }
         return fresh
     }
 }

@@ -9,7 +9,7 @@ public struct ServerConfiguration: Sendable {
     public var policy: AccessPolicy
     public var optionLimits = OptionLimits()
     /// `-T`: the retransmit timeout when the client did not negotiate one.
-    public var retransmitTimeout: Nanoseconds = Clock.nanosecondsPerSecond
+    public var retransmitTimeout: Nanoseconds = nanosecondsPerSecond
     /// Downloads without a negotiated `timeout` retransmit after their measured round trip, never
     /// sooner than this (nil: always `retransmitTimeout`, as tftpd-hpa does).
     public var adaptiveTimeoutFloor: Nanoseconds? = 100_000_000
@@ -28,7 +28,7 @@ public struct ServerConfiguration: Sendable {
     /// descriptors or memory).
     public var whenBusy = BusyReply.silence
     /// SIGTERM/SIGINT: how long running transfers may take to finish.
-    public var shutdownGrace: Nanoseconds = 10 * Clock.nanosecondsPerSecond
+    public var shutdownGrace: Nanoseconds = 10 * nanosecondsPerSecond
     /// Sockets handed over by inetd (fd 0) or systemd (LISTEN_FDS), served instead of binding
     /// `listenAddresses`.
     public var inheritedListeners: [Int32] = []

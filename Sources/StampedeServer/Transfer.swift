@@ -3,24 +3,49 @@ import StampedeIO
 import StampedeProtocol
 
 /// One slot of a worker's session table: a transfer in progress, or a free slot.
-/// Plain data plus the file image it holds; the generation tells a reused slot from its past.
+/// Plain data plus what it reads from or writes to; the generation tells a reused slot from its past.
 struct Transfer {
     enum Phase { case free, sending, receiving, dallying }
 
     var generation: UInt32 = 0
     var phase = Phase.free
-    var socket: Int32 = -1
+    /// Its own socket, or in single-port mode the listener's (then `replyFrom` is set).
+    var socket: SocketHandle?
     var peer = SocketAddress()
     /// Single-port mode: `socket` is the listener's, and sends go to `peer` from this address.
     var replyFrom: SocketAddress?
     var sender: DataSender?
     var receiver: DataReceiver?
-    var image: FileImage?
-    /// A file too large to cache: blocks are read from this descriptor.
-    var streamFD: Int32 = -1
+    /// What a download sends; nil for an upload.
+    var source: TransferSource?
     var upload: Upload?
     var optionAck: [UInt8] = []
     var record = TransferRecord()
+}
+
+/// Where a download's bytes come from.
+enum TransferSource {
+    /// A cached image: DATA payloads are slices of it.
+    case image(FileImage)
+    /// A file too large to cache: each block is read when it is sent.
+    case stream(StreamedFile)
+}
+
+/// A file served without an image (over --cache-file-limit or the budget), owning its descriptor.
+final class StreamedFile {
+    private let file: Descriptor
+    /// The size the transfer announced (tsize) and sends: a file that shrinks sends a short block.
+    let size: Int
+
+    init(_ file: consuming Descriptor, size: Int) {
+        self.file = file
+        self.size = size
+    }
+
+    /// Reads `range` into `buffer`; returns how many bytes were there (fewer if the file shrank).
+    func read(_ range: Range<Int>, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        (try? readFully(file.raw, into: UnsafeMutableRawBufferPointer(rebasing: buffer[..<range.count]), at: range.lowerBound)) ?? 0
+    }
 }
 
 /// What the log line of a finished transfer says.

@@ -17,9 +17,9 @@ struct UnansweredRequests {
     /// The line to log once a second has passed since the first request counted (or at once
     /// with `force`); counting starts over.
     mutating func report(now: Nanoseconds, force: Bool = false) -> String? {
-        guard count > 0, force || now - since >= Clock.nanosecondsPerSecond else { return nil }
+        guard count > 0, force || now - since >= nanosecondsPerSecond else { return nil }
         let causes = reasons.sorted { $0.value > $1.value }.map { "\($0.key): \($0.value)" }.joined(separator: "; ")
-        let line = "busy: \(count) requests unanswered in \(fixed(Double(now - since) / 1e9, 1)) s (\(causes)); their clients send them again"
+        let line = "busy: \(count) requests unanswered in \(decimalText(Double(now - since) / 1e9, places: 1)) s (\(causes)); their clients send them again"
         count = 0
         reasons.removeAll(keepingCapacity: true)
         return line

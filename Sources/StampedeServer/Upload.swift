@@ -2,46 +2,26 @@ import Glibc
 import StampedeIO
 import StampedeProtocol
 
-/// An upload in progress: the bytes go to a hidden temporary file in the target's directory,
-/// which is fsynced and renamed over the target only when the last block has arrived. A failed
-/// or interrupted upload leaves the old file as it was and no partial file under its name.
+/// An upload in progress: the bytes go to a hidden temporary file in the target's directory
+/// (`ReplacingFile`), renamed over the target only when the last block has arrived. A failed or
+/// interrupted upload leaves the old file as it was and no partial file under its name.
 public final class Upload {
     /// Prefix of temporary upload files (a later start may clean stale ones).
     public static let temporaryPrefix = ".stampede-upload-"
 
-    private let directory: Int32
-    private let name: [UInt8]
-    private let temporaryName: [UInt8]
-    private var fd: Int32
-    public private(set) var bytesWritten = 0
+    private let file: ReplacingFile
     private var decoder: NetasciiDecoder?
     /// The size the WRQ announced (tsize), reserved when the first block arrives.
     private var announced: Int?
 
-    init(directory: Int32, name: [UInt8], mode: mode_t, owner: (uid_t, gid_t)?) throws(Errno) {
-        self.directory = directory
-        self.name = name
-        var created: (name: [UInt8], fd: Int32)?
-        for _ in 0..<8 {
-            let candidate = Array((Self.temporaryPrefix + String(UInt64.random(in: 0...UInt64.max), radix: 16)).utf8)
-            let fd = withCPath(candidate) { openat(directory, $0, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode) }
-            if fd >= 0 { created = (candidate, fd); break }
-            if errno != EEXIST { throw Errno.current }
-        }
-        guard let created else { throw Errno(EEXIST) }
-        temporaryName = created.name
-        fd = created.fd
+    init(directory: consuming Descriptor, name: [UInt8], mode: mode_t, owner: (uid_t, gid_t)?) throws(Errno) {
+        file = try ReplacingFile(in: directory, replacing: name, temporaryPrefix: Array(Self.temporaryPrefix.utf8),
+                                 mode: mode, owner: owner)
         // The lock says "a live upload owns this file"; a later start removes only unlocked ones.
-        flock(fd, LOCK_EX | LOCK_NB)
-        // open() applies the process umask; the replaced file's exact mode and owner carry over.
-        fchmod(fd, mode)
-        if let (uid, gid) = owner, geteuid() == 0 { fchown(fd, uid, gid) }
+        flock(file.fd, LOCK_EX | LOCK_NB)
     }
 
-    deinit {
-        abort()
-        close(directory)
-    }
+    public var bytesWritten: Int { file.bytesWritten }
 
     public func useNetascii() { decoder = NetasciiDecoder() }
 
@@ -59,7 +39,7 @@ public final class Upload {
     /// an announced size never takes.
     private func reservableSpace() throws(Errno) -> Int {
         var info = statvfs()
-        guard fstatvfs(directory, &info) == 0 else { throw Errno.current }
+        guard fstatvfs(file.fd, &info) == 0 else { throw Errno.current }
         let unit = Int(info.f_frsize)
         return Int(info.f_bavail) * unit - min(64 << 20, Int(info.f_blocks) * unit / 20)
     }
@@ -71,53 +51,28 @@ public final class Upload {
             announced = nil
             let room = try reservableSpace()
             let reserve = min(size, room)
-            let result = reserve > 0 ? posix_fallocate(fd, 0, off_t(reserve)) : 0
+            let result = reserve > 0 ? posix_fallocate(file.fd, 0, off_t(reserve)) : 0
             if result == ENOSPC || result == EDQUOT || result == EFBIG { throw Errno(result) }
         }
         if decoder != nil {
             let n = decoder!.decode(payload, into: scratch)
-            try writeAll(UnsafeRawBufferPointer(rebasing: scratch[..<n]))
+            try file.write(UnsafeRawBufferPointer(rebasing: scratch[..<n]))
         } else {
-            try writeAll(payload)
+            try file.write(payload)
         }
     }
 
-    private func writeAll(_ bytes: UnsafeRawBufferPointer) throws(Errno) {
-        var done = 0
-        while done < bytes.count {
-            let n = Glibc.write(fd, bytes.baseAddress! + done, bytes.count - done)
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 { throw Errno.current }
-            done += n
-        }
-        bytesWritten += bytes.count
-    }
-
-    /// Makes the upload the file: trims a reservation, fsyncs, renames, fsyncs the directory.
+    /// Makes the upload the file (the netascii decoder's last byte first).
     public func commit(scratch: UnsafeMutableRawBufferPointer) throws(Errno) {
         if decoder != nil {
             let n = decoder!.finish(into: scratch)
-            try writeAll(UnsafeRawBufferPointer(rebasing: scratch[..<n]))
+            try file.write(UnsafeRawBufferPointer(rebasing: scratch[..<n]))
         }
-        guard ftruncate(fd, off_t(bytesWritten)) == 0, fsync(fd) == 0 else { throw Errno.current }
-        close(fd)
-        fd = -1
-        let renamed = withCPath(temporaryName) { from in withCPath(name) { to in renameat(directory, from, directory, to) } }
-        guard renamed == 0 else {
-            let error = Errno.current
-            withCPath(temporaryName) { _ = unlinkat(directory, $0, 0) }
-            throw error
-        }
-        fsync(directory)
+        try file.commit()
     }
 
     /// Drops the temporary file; the target is untouched.
-    public func abort() {
-        guard fd >= 0 else { return }
-        close(fd)
-        fd = -1
-        withCPath(temporaryName) { _ = unlinkat(directory, $0, 0) }
-    }
+    public func abort() { file.abort() }
 }
 
 extension Upload {

@@ -5,17 +5,16 @@ import StampedeIO
 import StampedeProtocol
 
 /// RRQ/WRQ on a listener → parse → policy → file cache → negotiation → a transfer slot with its
-/// own socket (DESIGN: data flow, step 2). Every refusal is an ERROR from the listener, sourced
+/// own socket (docs/ARCHITECTURE.md, "One RRQ, from datagram to DATA"). Every refusal is an ERROR from the listener, sourced
 /// from the address the request was sent to, and a log line.
 extension Worker {
     func handleRequest(_ datagram: Datagram, listener index: Int, now: Nanoseconds) {
-        guard index < listeners.count, datagram.error == 0, datagram.peer.port != 0 else { return }
+        guard index < listeners.count, datagram.error == nil, datagram.peer.port != 0 else { return }
         let listener = listeners[index].socket
         let request: Request
-        switch Request.parse(datagram.bytes) {
-        case .success(let parsed):
-            request = parsed
-        case .failure(.notARequest):
+        do {
+            request = try Request.parse(datagram.bytes)
+        } catch .notARequest {
             // DATA, ACK and ERROR have no business on the listener: stay silent rather than
             // answer (and amplify) stray or spoofed traffic. Unknown opcodes get ERROR 4.
             guard datagram.bytes.count >= 2 else {
@@ -28,7 +27,7 @@ extension Worker {
                 refuse(datagram, listener, TFTPError(.illegalOperation, "Illegal TFTP operation"), what: "unknown opcode \(opcode)")
             }
             return
-        case .failure(let error):
+        } catch {
             refuse(datagram, listener, TFTPError(.illegalOperation, "Illegal TFTP operation"), what: "malformed request (\(error))")
             return
         }
@@ -71,30 +70,24 @@ extension Worker {
         transfer.peer = datagram.peer
         transfer.record = TransferRecord(isWrite: request.isWrite, filename: logName, mode: mode, started: now)
         let size: Int?
-        if request.isWrite {
-            switch configuration.policy.openForWriting(filename) {
-            case .success(let upload):
+        do throws(TFTPError) {
+            if request.isWrite {
+                let upload = try configuration.policy.openForWriting(filename)
                 if mode == .netascii { upload.useNetascii() }
                 transfer.upload = upload
-            case .failure(let error):
-                refuse(datagram, listener, error, what: what)
-                return
+                size = nil
+            } else {
+                let source = try openSource(filename, netascii: mode == .netascii)
+                transfer.source = source.source
+                size = source.size
             }
-            size = nil
-        } else {
-            switch openImage(filename, netascii: mode == .netascii) {
-            case .success(let (image, streamFD, fileSize)):
-                transfer.image = image
-                transfer.streamFD = streamFD
-                size = fileSize
-            case .failure(let error):
-                refuse(datagram, listener, error, what: what)
-                return
-            }
+        } catch {
+            refuse(datagram, listener, error, what: what)
+            return
         }
         var largestBlock = maxBlockSize(for: datagram.local)
-        // Single-port uploads arrive in the listener's receive buffers (2 KiB in the io_uring backend).
-        if configuration.singlePort && request.isWrite { largestBlock = min(largestBlock, Self.singlePortLargestUploadBlock) }
+        // Single-port uploads arrive on the listener, in whatever its receive buffers take.
+        if configuration.singlePort && request.isWrite { largestBlock = min(largestBlock, backend.largestListenerDatagram - 4) }
         let negotiation = OptionNegotiation(requested: request.options, isWrite: request.isWrite, fileSize: size,
                                             maxBlockSize: largestBlock, limits: configuration.optionLimits)
         transfer.record.options = negotiation.summary
@@ -135,7 +128,7 @@ extension Worker {
         transfer.generation = table[slot].generation
         if !negotiation.acknowledged.isEmpty { transfer.optionAck = PacketWriter.optionAck(negotiation.acknowledged) }
         var timer = RetransmitTimer(
-            base: negotiation.options.timeoutSeconds.map { Nanoseconds($0) * Clock.nanosecondsPerSecond } ?? configuration.retransmitTimeout,
+            base: negotiation.options.timeoutSeconds.map { Nanoseconds($0) * nanosecondsPerSecond } ?? configuration.retransmitTimeout,
             maxRetries: configuration.maxRetries)
         // A negotiated timeout counts once the client has answered: until then, -T's.
         timer.firstAnswerBase = configuration.retransmitTimeout
@@ -185,34 +178,29 @@ extension Worker {
         }
     }
 
-    /// Opens and checks the file, then takes its image from the cache (or streams it).
-    func openImage(_ filename: [UInt8], netascii: Bool) -> Result<(FileImage?, Int32, Int), TFTPError> {
-        let fd: Int32
-        let info: stat
-        switch configuration.policy.openForReading(filename) {
-        case .success(let opened): (fd, info) = opened
-        case .failure(let error): return .failure(error)
-        }
+    /// Opens and checks the file, then takes its image from the cache, or streams it; the size
+    /// the transfer sends (after netascii conversion).
+    func openSource(_ filename: [UInt8], netascii: Bool) throws(TFTPError) -> (source: TransferSource, size: Int) {
+        let file = try configuration.policy.openForReading(filename)
+        let cached: FileCache.Source
         do {
-            switch try cache.acquire(fd: fd, info: info, netascii: netascii) {
-            case .image(let image):
-                close(fd)
-                return .success((image, -1, image.count))
-            case .stream(let size):
-                return .success((nil, fd, size))
-            }
+            cached = try cache.acquire(fd: file.descriptor.raw, info: file.info, netascii: netascii)
         } catch {
-            close(fd)
-            if error.rawValue == ENOMEM { return .failure(TFTPError(.notDefined, "File too large to serve now", busy: true)) }
-            if error.rawValue == EFBIG { return .failure(TFTPError(.notDefined, "File too large for netascii")) }
-            return .failure(error.tftpError)
+            if error.rawValue == ENOMEM { throw TFTPError(.notDefined, "File too large to serve now", busy: true) }
+            if error.rawValue == EFBIG { throw TFTPError(.notDefined, "File too large for netascii") }
+            throw error.tftpError
+        }
+        switch cached {
+        case .image(let image):
+            return (.image(image), image.count)
+        case .stream(let size):
+            return (.stream(StreamedFile(file.descriptor, size: size)), size)
         }
     }
 
     /// Undoes what a request took before it became a transfer.
     func release(_ transfer: inout Transfer) {
-        if let image = transfer.image { cache.release(image) }
-        if transfer.streamFD >= 0 { close(transfer.streamFD) }
+        if case .image(let image) = transfer.source { cache.release(image) }
         transfer.upload?.abort()
         transfer = Transfer()
     }
@@ -220,7 +208,7 @@ extension Worker {
     /// Answers a request that does not become a transfer with its ERROR, and logs it. A busy
     /// server (`TFTPError.isBusy`) answers nothing by default: a firmware that gets ERROR 0 fails
     /// its boot, one that hears nothing sends its request again a few seconds later.
-    func refuse(_ datagram: Datagram, _ listener: Int32, _ error: TFTPError, what: String) {
+    func refuse(_ datagram: Datagram, _ listener: SocketHandle, _ error: TFTPError, what: String) {
         if error.isBusy && configuration.whenBusy == .silence {
             unanswered.note(error.message, now: stampede_monotonic_ns())
             summary.unanswered += 1
@@ -245,9 +233,9 @@ extension Worker {
         var storage = local.storage
         let mtu = stampede_interface_mtu(&storage)
         let headers = local.isIPv6 ? 40 + 8 + 4 : 20 + 8 + 4
-        let blockSize = mtu > 0 ? max(512, min(Int(mtu) - headers, OptionNegotiation.blockSizeRange.upperBound)) : 1468
+        let blockSize = mtu > 0 ? max(512, min(Int(mtu) - headers, TFTPOption.blksize.range.upperBound)) : 1468
         if mtuCache.count > 1024 { mtuCache.removeAll() }
-        mtuCache[local] = (blockSize, now + 60 * Clock.nanosecondsPerSecond)
+        mtuCache[local] = (blockSize, now + 60 * nanosecondsPerSecond)
         return blockSize
     }
 }

@@ -4,7 +4,7 @@ import StampedeIO
 import StampedeProtocol
 
 /// Datagrams on transfer sockets → the transfer's state machine → sends and timer changes
-/// (DESIGN: data flow, steps 3-5). Nothing here allocates per packet.
+/// (docs/ARCHITECTURE.md, "One RRQ, from datagram to DATA"). Nothing here allocates per packet.
 extension Worker {
     func handleTransferDatagram(_ datagram: Datagram, now: Nanoseconds) {
         guard let slot = slot(forTag: datagram.tag) else { return } // a slot's late arrivals
@@ -12,10 +12,10 @@ extension Worker {
     }
 
     func handleTransferDatagram(_ datagram: Datagram, slot: Int, now: Nanoseconds) {
-        if datagram.error != 0 {
+        if let error = datagram.error {
             // ECONNREFUSED: the client's port is closed (a Raspberry Pi dropped one of its two
             // RRQs, or the client gave up). Nobody is listening; end quietly.
-            finish(slot, .socketError(Errno(datagram.error)), now: now)
+            finish(slot, .socketError(error), now: now)
             return
         }
         switch TransferPacket(datagram.bytes) {
@@ -123,23 +123,18 @@ extension Worker {
     func sendBlock(_ slot: Int, _ block: Int) {
         let range = table[slot].sender!.range(ofBlock: block)
         let headerLength = PacketWriter.dataHeader(block: DataSender.wire(block), into: scratch)
-        if let image = table[slot].image {
-            transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<headerLength]),
-                         payload: image.slice(range))
-            return
-        }
-        // Streamed (too large to cache): read the block after the header; the backend copies it.
-        var done = 0
-        while done < range.count {
-            let n = pread(table[slot].streamFD, scratch.baseAddress! + headerLength + done, range.count - done,
-                          off_t(range.lowerBound + done))
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { break }
-            done += n
-        }
-        // A file that shrank under us sends a short block: the client sees the end, never garbage.
-        transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<(headerLength + done)]),
+        switch table[slot].source {
+        case .image(let image):
+            transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<headerLength]), payload: image.slice(range))
+        case .stream(let file):
+            // Read after the header; the backend copies it. A file that shrank under us sends a
+            // short block: the client sees the end, never garbage.
+            let read = file.read(range, into: UnsafeMutableRawBufferPointer(rebasing: scratch[headerLength...]))
+            transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<(headerLength + read)]),
                      payload: UnsafeRawBufferPointer(start: nil, count: 0))
+        case nil:
+            preconditionFailure("a download without a source")
+        }
     }
 
     func sendOptionAck(_ slot: Int) {
@@ -164,9 +159,9 @@ extension Worker {
     /// On the transfer's own connected socket, or in single-port mode from the listener to the peer.
     func transmit(_ slot: Int, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
         if let local = table[slot].replyFrom {
-            backend.send(table[slot].socket, to: table[slot].peer, from: local, header: header, payload: payload)
+            backend.send(table[slot].socket!, to: table[slot].peer, from: local, header: header, payload: payload)
         } else {
-            backend.send(table[slot].socket, header: header, payload: payload)
+            backend.send(table[slot].socket!, header: header, payload: payload)
         }
     }
 

@@ -5,8 +5,12 @@ import StampedeIO
 import StampedeProtocol
 
 /// One event loop on one core: its listeners, its session table, its timer wheel, its backend.
-/// Workers share only the file cache (DESIGN: data flow).
-public final class Worker<Backend: DatagramBackend> {
+/// Workers share the file cache, the transfer limits (`Admission`) and the remap rules, each
+/// behind its own lock; nothing else.
+///
+/// A worker is not shared either: one thread at a time uses it (the one that made it, then its
+/// own while it runs, then the one that joined it), hence `@unchecked Sendable`.
+public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     public let backend: Backend
     let configuration: ServerConfiguration
     let cache: FileCache
@@ -19,7 +23,7 @@ public final class Worker<Backend: DatagramBackend> {
     var freeSlots: [Int32] = []
     var wheel: TimerWheel
     var expired: [Int32] = []
-    var listeners: [(socket: Int32, address: SocketAddress)] = []
+    var listeners: [(socket: SocketHandle, address: SocketAddress)] = []
     /// Single-port mode: the running transfers by client address and port.
     var sharedSessions: [SocketAddress: Int32] = [:]
     /// False once stopping: single-port listeners stay open for the transfers still running.
@@ -37,8 +41,6 @@ public final class Worker<Backend: DatagramBackend> {
     var mtuCache: [SocketAddress: (blockSize: Int, expires: Nanoseconds)] = [:]
 
     static var listenerBit: UInt64 { 1 << 63 }
-    /// The largest blksize a single-port upload gets: its DATA must fit a listener's receive buffer.
-    static var singlePortLargestUploadBlock: Int { 1468 }
 
     /// `admission`: the limits shared with the other workers (nil: this worker's own).
     public init(backend: Backend, configuration: ServerConfiguration, cache: FileCache, index: Int,
@@ -71,11 +73,12 @@ public final class Worker<Backend: DatagramBackend> {
         }
     }
 
-    /// Takes over inherited sockets (inetd, systemd) as listeners; returns their addresses.
+    /// Takes over inherited sockets (inetd, systemd) as listeners, and ownership of their
+    /// descriptors; returns their addresses.
     @discardableResult
     public func adoptListeners(_ fds: [Int32]) throws(Errno) -> [SocketAddress] {
         try fds.map { fd throws(Errno) in
-            addListener(try backend.adoptListener(fd, receiveBuffer: configuration.listenerReceiveBuffer,
+            addListener(try backend.adoptListener(Descriptor(owning: fd), receiveBuffer: configuration.listenerReceiveBuffer,
                                                   tag: nextListenerTag), else: SocketAddress())
         }
     }
@@ -83,7 +86,7 @@ public final class Worker<Backend: DatagramBackend> {
     private var nextListenerTag: UInt64 { Self.listenerBit | UInt64(listeners.count) }
 
     /// Records a listener under the address it is bound to (`fallback` if the kernel does not say).
-    private func addListener(_ socket: Int32, else fallback: SocketAddress) -> SocketAddress {
+    private func addListener(_ socket: SocketHandle, else fallback: SocketAddress) -> SocketAddress {
         let address = backend.localAddress(of: socket) ?? fallback
         listeners.append((socket, address))
         return address
@@ -98,7 +101,7 @@ public final class Worker<Backend: DatagramBackend> {
         while true {
             let now = stampede_monotonic_ns()
             if stopDeadline == nil, let idle = configuration.idleExit, admission.idleTime(now: now) >= idle {
-                if index == 0 { logger.notice("no transfer for \(idle / Clock.nanosecondsPerSecond) s (-t): exiting") }
+                if index == 0 { logger.notice("no transfer for \(idle / nanosecondsPerSecond) s (-t): exiting") }
                 stampede_request_stop()
             }
             if index == 0 && stampede_reload_requested() != 0 { reloadRemapRules() }
@@ -213,13 +216,12 @@ public final class Worker<Backend: DatagramBackend> {
     func finish(_ slot: Int, _ outcome: Outcome, now: Nanoseconds) {
         log(slot, outcome, now: now)
         wheel.cancel(slot)
-        if table[slot].replyFrom == nil {
-            backend.close(table[slot].socket)
-        } else {
+        if table[slot].replyFrom != nil {
             sharedSessions[table[slot].peer] = nil
+        } else if let socket = table[slot].socket {
+            backend.close(socket)
         }
-        if let image = table[slot].image { retiredImages.append(image) }
-        if table[slot].streamFD >= 0 { close(table[slot].streamFD) }
+        if case .image(let image) = table[slot].source { retiredImages.append(image) }
         table[slot].upload?.abort()
         admission.release(table[slot].peer)
         let generation = table[slot].generation &+ 1
@@ -242,7 +244,7 @@ public final class Worker<Backend: DatagramBackend> {
         let line: Logger.Message = """
             \(t.record.isWrite ? "WRQ" : "RRQ") \(t.peer) "\(t.record.filename)" \(t.record.mode.rawValue)\
             \(t.record.options.isEmpty ? "" : " " + t.record.options) bytes=\(bytes) \
-            time=\(fixed(seconds, 3))s retransmits=\(retransmits): \(outcome.text)
+            time=\(decimalText(seconds, places: 3))s retransmits=\(retransmits): \(outcome.text)
             """
         if outcome.isFailure { logger.warning(line) } else { logger.info(line) }
     }

@@ -6,18 +6,22 @@ import StampedeProtocol
 /// Plays a storm's clients over one backend on one thread: a socket per client, all of them
 /// served by one loop with a timer wheel, like the server's worker. `run` drives it to the end;
 /// `start` and `turn` let a caller interleave it with a server in one thread (the tests do).
-public final class Storm<Backend: DatagramBackend> {
+///
+/// A storm is not shared: each runs on one thread at a time (the one that made it, or the one it
+/// is handed to, which then owns it until joined), hence `@unchecked Sendable`.
+public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     public let plan: StormPlan
     public let backend: Backend
     public private(set) var report = StormReport()
 
-    private var sessions: [StormSession?]
-    private var sockets: [Int32]
+    private var sessions: [ClientTransfer<SocketAddress>?]
+    private var sockets: [SocketHandle?]
     private var generations: [UInt32]
     private var idle: [Int]
     private var wheel: TimerWheel
     private var expired: [Int32] = []
     private let request: [UInt8]
+    private let clientPlan: ClientPlan
     private let unknownTransferID = PacketWriter.error(TFTPError(.unknownTransferID, "Unknown transfer ID"))
     private let abortPacket = PacketWriter.error(TFTPError(.notDefined, "storm: transfer abandoned"))
     private let refuseOptionsPacket = PacketWriter.error(TFTPError(.optionNegotiation, "storm: option refused"))
@@ -34,12 +38,13 @@ public final class Storm<Backend: DatagramBackend> {
         self.backend = backend
         let slots = max(1, plan.clients)
         sessions = Array(repeating: nil, count: slots)
-        sockets = Array(repeating: -1, count: slots)
+        sockets = Array(repeating: nil, count: slots)
         generations = Array(repeating: 0, count: slots)
         idle = Array((0..<slots).reversed())
         wheel = TimerWheel(capacity: slots, now: stampede_monotonic_ns())
         expired.reserveCapacity(slots)
         request = plan.request.encoded()
+        clientPlan = plan.clientPlan
         local = SocketAddress(parsing: plan.server.isIPv6 ? "[::]:0" : "0.0.0.0:0", defaultPort: 0)!
         report.backend = backend.description
         report.durations.reserveCapacity(plan.plannedTotal ?? 65536)
@@ -91,11 +96,11 @@ public final class Storm<Backend: DatagramBackend> {
             let datagram = backend.datagram(i)
             let slot = Int(datagram.tag & 0xFFFF_FFFF)
             guard slot < sessions.count, sessions[slot] != nil, generations[slot] == UInt32(datagram.tag >> 32) else { continue }
-            if datagram.error != 0 {
-                finish(slot, .failed(.socketError(Errno(datagram.error))), now: arrival)
+            if let error = datagram.error {
+                finish(slot, .failed(.socketError(error)), now: arrival)
                 continue
             }
-            let step = sessions[slot]!.receive(datagram.bytes, from: datagram.peer, now: arrival, plan: plan)
+            let step = sessions[slot]!.receive(datagram.bytes, from: datagram.peer, now: arrival)
             apply(step, slot: slot, peer: datagram.peer, now: arrival)
         }
         launchAll(now: arrival)
@@ -106,7 +111,8 @@ public final class Storm<Backend: DatagramBackend> {
     public func interrupt(now: Nanoseconds) {
         launchUntil = now
         for slot in sessions.indices where sessions[slot] != nil {
-            apply(StormSession.Step(.abort, .failed(.interrupted)), slot: slot, peer: nil, now: now)
+            send(.abort, slot: slot, peer: nil)
+            finish(slot, .failed(.interrupted), now: now)
         }
         report.wall = now - startedAt
     }
@@ -131,44 +137,80 @@ public final class Storm<Backend: DatagramBackend> {
                 // Out of sockets or ports: try again next turn (a transfer may have ended by then).
                 return
             }
-            sessions[slot] = StormSession(plan: plan, now: now)
+            sessions[slot] = ClientTransfer(plan: clientPlan, server: plan.server, now: now)
             report.peakActive = max(report.peakActive, active)
-            apply(StormSession.Step(.request), slot: slot, peer: nil, now: now)
+            apply(sessions[slot]!.start(now: now), slot: slot, peer: nil, now: now)
         }
     }
 
-    private func apply(_ step: StormSession.Step, slot: Int, peer: SocketAddress?, now: Nanoseconds) {
-        let socket = sockets[slot]
-        switch step.send {
-        case .none: break
+    /// Does what a client's step says: sends, checks delivered bytes (`--verify`), ends, or waits.
+    private func apply(_ step: ClientStep, slot: Int, peer: SocketAddress?, now: Nanoseconds) {
+        if let (offset, bytes) = step.delivered, let failure = verify(bytes, at: offset) {
+            send(.abort, slot: slot, peer: peer)
+            finish(slot, .failed(failure), now: now)
+            return
+        }
+        send(step.send, slot: slot, peer: peer)
+        switch step.end {
+        case .ok?:
+            let received = sessions[slot]!.bytesReceived
+            if let expected = plan.expected, expected.count != received {
+                finish(slot, .failed(.wrongSize(expected: expected.count, received: received)), now: now)
+            } else {
+                finish(slot, .ok, now: now)
+            }
+        case .failed(let failure)?:
+            finish(slot, .failed(StormFailure(failure)), now: now)
+        case nil:
+            if let deadline = sessions[slot]!.deadline { wheel.schedule(slot, at: deadline) } else { wheel.cancel(slot) }
+        }
+    }
+
+    private func send(_ what: ClientSend, slot: Int, peer: SocketAddress?) {
+        let socket = sockets[slot]!
+        let server = sessions[slot]!.server
+        switch what {
+        case .none, .blocks: break  // a storm only downloads
         case .request:
             request.withUnsafeBytes { backend.send(socket, to: plan.server, from: nil, packet: $0) }
         case .ack(let block):
             ackPacket[2] = UInt8(block >> 8)
             ackPacket[3] = UInt8(block & 0xFF)
-            ackPacket.withUnsafeBytes { backend.send(socket, to: sessions[slot]!.server, from: nil, packet: $0) }
+            ackPacket.withUnsafeBytes { backend.send(socket, to: server, from: nil, packet: $0) }
         case .unknownTransferID:
             if let peer { unknownTransferID.withUnsafeBytes { backend.send(socket, to: peer, from: nil, packet: $0) } }
         case .abort:
-            abortPacket.withUnsafeBytes { backend.send(socket, to: sessions[slot]!.server, from: nil, packet: $0) }
+            abortPacket.withUnsafeBytes { backend.send(socket, to: server, from: nil, packet: $0) }
         case .refuseOptions:
-            refuseOptionsPacket.withUnsafeBytes { backend.send(socket, to: sessions[slot]!.server, from: nil, packet: $0) }
-        }
-        if let end = step.end {
-            finish(slot, end, now: now)
-        } else if let deadline = sessions[slot]!.deadline {
-            wheel.schedule(slot, at: deadline)
-        } else {
-            wheel.cancel(slot)
+            refuseOptionsPacket.withUnsafeBytes { backend.send(socket, to: server, from: nil, packet: $0) }
         }
     }
 
-    private func finish(_ slot: Int, _ end: StormSession.End, now: Nanoseconds) {
-        report.record(end, session: sessions[slot]!, now: now)
+    /// Compares delivered bytes with the expected file; the offset of the first difference.
+    private func verify(_ payload: UnsafeRawBufferPointer, at offset: Int) -> StormFailure? {
+        guard let expected = plan.expected, payload.count > 0 else { return nil }
+        guard offset + payload.count <= expected.count else {
+            return .wrongSize(expected: expected.count, received: offset + payload.count)
+        }
+        return expected.withUnsafeBytes { whole in
+            guard memcmp(whole.baseAddress! + offset, payload.baseAddress!, payload.count) != 0 else { return nil }
+            let first = (0..<payload.count).first { whole[offset + $0] != payload[$0] }!
+            return .corrupted(offset: offset + first)
+        }
+    }
+
+    private func finish(_ slot: Int, _ end: StormEnd, now: Nanoseconds) {
+        report.record(end, transfer: sessions[slot]!, now: now)
         sessions[slot] = nil
         wheel.cancel(slot)
-        backend.close(sockets[slot])
-        sockets[slot] = -1
+        if let socket = sockets[slot] { backend.close(socket) }
+        sockets[slot] = nil
         idle.append(slot)
     }
+}
+
+/// How a storm transfer ended.
+enum StormEnd: Equatable {
+    case ok
+    case failed(StormFailure)
 }

@@ -21,7 +21,7 @@ public struct StormPlan: Sendable {
     public var timeoutSeconds: Int?
     public var askSize = true
     /// Our retransmit interval when no `timeout` is negotiated, and how often we retry.
-    public var retransmit: Nanoseconds = Clock.nanosecondsPerSecond
+    public var retransmit: Nanoseconds = nanosecondsPerSecond
     public var retries = 5
     /// Each client waits this long before its first ACK: with a long enough hold every transfer
     /// is open at once (the `scale` scenario), as with a rack of slow firmware.
@@ -53,6 +53,13 @@ public struct StormPlan: Sendable {
     /// The RRQ every client sends.
     public var request: Request {
         Request(isWrite: false, filename: Array(file.utf8), mode: "octet", options: requestOptions)
+    }
+
+    /// What each client's transfer is.
+    public var clientPlan: ClientPlan {
+        var plan = ClientPlan(request: request, retransmit: retransmit, retries: retries)
+        plan.holdFirstAck = hold
+        return plan
     }
 
     /// This plan for one of `parts` threads: clients and transfers shared out, the rest to the first.

@@ -27,14 +27,14 @@ public struct StormReport: Sendable {
 
     public var sessions: Int { ok + failed }
 
-    mutating func record(_ end: StormSession.End, session: StormSession, now: Nanoseconds) {
-        retransmits += session.retransmits
-        duplicates += session.duplicates
+    mutating func record(_ end: StormEnd, transfer: ClientTransfer<SocketAddress>, now: Nanoseconds) {
+        retransmits += transfer.retransmits
+        duplicates += transfer.duplicates
         switch end {
         case .ok:
             ok += 1
-            bytes += session.bytesReceived
-            durations.append(now - session.started)
+            bytes += transfer.bytesReceived
+            durations.append(now - transfer.started)
         case .failed(let failure):
             recordFailure(failure)
         }
@@ -76,7 +76,7 @@ public struct StormReport: Sendable {
     /// p50, p99 and max in milliseconds, from one sort.
     private var latencyMilliseconds: (p50: String, p99: String, max: String) {
         let sorted = durations.sorted()
-        func ms(_ p: Double) -> String { fixed(Self.percentile(p, ofSorted: sorted) * 1000, 1) }
+        func ms(_ p: Double) -> String { decimalText(Self.percentile(p, ofSorted: sorted) * 1000, places: 1) }
         return (ms(50), ms(99), ms(100))
     }
 
@@ -86,10 +86,10 @@ public struct StormReport: Sendable {
         var lines = [
             "sessions: \(ok) ok, \(failed) failed" + (failed == 0 ? "" : " (" + failuresByKind.sorted { $0.key < $1.key }
                 .map { "\($0.value) \($0.key)" }.joined(separator: ", ") + ")"),
-            "data: \(bytes) bytes in \(fixed(seconds, 3)) s: \(fixed(megabytesPerSecond, 1)) MB/s, \(fixed(sessionsPerSecond, 1)) sessions/s",
+            "data: \(bytes) bytes in \(decimalText(seconds, places: 3)) s: \(decimalText(megabytesPerSecond, places: 1)) MB/s, \(decimalText(sessionsPerSecond, places: 1)) sessions/s",
             "transfer time: p50 \(latency.p50) ms, p99 \(latency.p99) ms, max \(latency.max) ms",
             "retransmissions: \(retransmits) sent by us, \(duplicates) duplicate DATA from the server; peak \(peakActive) open at once",
-            "storm CPU: \(fixed(clientCPUSeconds, 2)) s on the \(backend) backend",
+            "storm CPU: \(decimalText(clientCPUSeconds, places: 2)) s on the \(backend) backend",
         ]
         lines += failureExamples.map { "  failure: \($0)" }
         return lines.joined(separator: "\n")
@@ -103,10 +103,10 @@ public struct StormReport: Sendable {
         let examples = failureExamples.map(jsonString).joined(separator: ", ")
         return """
             {"ok": \(ok), "failed": \(failed), "failures": {\(kinds)}, "failure_examples": [\(examples)], \
-            "bytes": \(bytes), "seconds": \(fixed(seconds, 6)), "mb_per_s": \(fixed(megabytesPerSecond, 3)), \
-            "sessions_per_s": \(fixed(sessionsPerSecond, 3)), "p50_ms": \(latency.p50), "p99_ms": \(latency.p99), \
+            "bytes": \(bytes), "seconds": \(decimalText(seconds, places: 6)), "mb_per_s": \(decimalText(megabytesPerSecond, places: 3)), \
+            "sessions_per_s": \(decimalText(sessionsPerSecond, places: 3)), "p50_ms": \(latency.p50), "p99_ms": \(latency.p99), \
             "max_ms": \(latency.max), "retransmits": \(retransmits), "duplicates": \(duplicates), \
-            "peak_active": \(peakActive), "client_cpu_s": \(fixed(clientCPUSeconds, 3)), "backend": \(jsonString(backend))}
+            "peak_active": \(peakActive), "client_cpu_s": \(decimalText(clientCPUSeconds, places: 3)), "backend": \(jsonString(backend))}
             """
     }
 }

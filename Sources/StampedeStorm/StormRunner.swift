@@ -1,5 +1,6 @@
 import CStampedeSys
 import Glibc
+import Synchronization
 import StampedeIO
 import StampedeProtocol
 
@@ -18,19 +19,11 @@ public enum StormRunner {
         }
         let board = ProgressBoard(parts: parts, progress: progress)
         let cpuBefore = processCPUSeconds()
-        var threadIDs: [pthread_t] = []
-        for (index, storm) in storms.enumerated().dropFirst() {
-            let body = Unmanaged.passRetained(StormThread { _ = storm.run(progress: { board.post(index, $0, $1) }, stop: stop) })
-            var thread = pthread_t()
-            let result = pthread_create(&thread, nil, { raw in
-                Unmanaged<StormThread>.fromOpaque(raw!).takeRetainedValue().body()
-                return nil
-            }, body.toOpaque())
-            precondition(result == 0, "pthread_create: \(result)")
-            threadIDs.append(thread)
+        let others = storms.enumerated().dropFirst().map { index, storm in
+            SystemThread { _ = storm.run(progress: { board.post(index, $0, $1) }, stop: stop) }
         }
         var report = storms[0].run(progress: { board.post(0, $0, $1) }, stop: stop)
-        for thread in threadIDs { pthread_join(thread, nil) }
+        for thread in others { thread.join() }
         for storm in storms.dropFirst() { report.merge(storm.report) }
         report.clientCPUSeconds = processCPUSeconds() - cpuBefore
         return report
@@ -45,38 +38,30 @@ public enum StormRunner {
     }
 }
 
-final class StormThread {
-    let body: () -> Void
-    init(_ body: @escaping () -> Void) { self.body = body }
-}
-
 /// The threads' latest counts, summed for one progress line.
-final class ProgressBoard: @unchecked Sendable {
-    private var lock = pthread_mutex_t()
-    private var latest: [(report: StormReport, active: Int)]
+final class ProgressBoard: Sendable {
+    private let latest: Mutex<[(report: StormReport, active: Int)]>
     private let progress: (@Sendable (StormReport, Int) -> Void)?
 
     init(parts: Int, progress: (@Sendable (StormReport, Int) -> Void)?) {
-        latest = Array(repeating: (StormReport(), 0), count: parts)
+        latest = Mutex(Array(repeating: (StormReport(), 0), count: parts))
         self.progress = progress
-        pthread_mutex_init(&lock, nil)
     }
-
-    deinit { pthread_mutex_destroy(&lock) }
 
     func post(_ index: Int, _ report: StormReport, _ active: Int) {
         guard let progress else { return }
         var slim = report
         slim.durations = []
-        pthread_mutex_lock(&lock)
-        latest[index] = (slim, active)
-        var total = StormReport()
-        var running = 0
-        for entry in latest {
-            total.merge(entry.report)
-            running += entry.active
+        let (total, running) = latest.withLock { latest in
+            latest[index] = (slim, active)
+            var total = StormReport()
+            var running = 0
+            for entry in latest {
+                total.merge(entry.report)
+                running += entry.active
+            }
+            return (total, running)
         }
-        pthread_mutex_unlock(&lock)
         if index == 0 { progress(total, running) }
     }
 }

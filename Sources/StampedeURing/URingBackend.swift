@@ -14,6 +14,8 @@ public final class URingBackend: DatagramBackend {
     public var description: String { "uring (\(setupFlags))" }
     /// Transfer sockets that may take datagrams over the small buffers get the large ones.
     public let largestDatagram: Int
+    /// Listeners receive into the small buffers.
+    public let largestListenerDatagram: Int
     private var datagrams: UnsafePointer<stampede_ring_datagram>?
 
     public struct Configuration: Sendable {
@@ -29,7 +31,7 @@ public final class URingBackend: DatagramBackend {
 
     /// Whether io_uring can run here, and if not, why (for `--backend auto` and its log line).
     public static func probe() -> (available: Bool, reason: String) {
-        if let disabled = try? readSmallFile("/proc/sys/kernel/io_uring_disabled"), disabled.first == "2" {
+        if let disabled = try? readWholeFile("/proc/sys/kernel/io_uring_disabled"), disabled.first == UInt8(ascii: "2") {
             return (false, "kernel.io_uring_disabled = 2")
         }
         var reason: UnsafePointer<CChar>?
@@ -51,61 +53,65 @@ public final class URingBackend: DatagramBackend {
         self.ring = ring
         self.setupFlags = flags.map { String(cString: $0) } ?? "?"
         self.largestDatagram = Int(max(configuration.smallSize, configuration.largeSize))
+        self.largestListenerDatagram = Int(configuration.smallSize)
     }
 
     deinit {
         stampede_ring_destroy(ring)
     }
 
-    private func adopt(_ fd: Int32, tag: UInt64, listener: Bool, large: Bool) throws(Errno) -> Int32 {
-        let slot = stampede_ring_add_socket(ring, fd, tag, listener ? 1 : 0, large ? 1 : 0)
+    /// Hands a socket to the ring, which owns it from then on (and closes it if it cannot take it).
+    private func adopt(_ socket: consuming Descriptor, tag: UInt64, listener: Bool, large: Bool) throws(Errno) -> SocketHandle {
+        let slot = stampede_ring_add_socket(ring, socket.release(), tag, listener ? 1 : 0, large ? 1 : 0)
         if let error = Errno(result: slot) { throw error }
-        return slot
+        return SocketHandle(slot)
     }
 
-    public func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 {
+    /// Sockets whose peer may send more than a small buffer takes get the large buffers.
+    private func needsLargeBuffers(_ largestDatagram: Int) -> Bool { largestDatagram > largestListenerDatagram }
+
+    public func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle {
         try adopt(UDPSocket.listener(address, receiveBuffer: receiveBuffer), tag: tag, listener: true, large: false)
     }
 
-    public func adoptListener(_ fd: Int32, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 {
-        try adopt(UDPSocket.adoptListener(fd, receiveBuffer: receiveBuffer), tag: tag, listener: true, large: false)
+    public func adoptListener(_ socket: consuming Descriptor, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle {
+        try adopt(UDPSocket.adoptListener(socket, receiveBuffer: receiveBuffer), tag: tag, listener: true, large: false)
     }
 
     public func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
-                             largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32 {
+                             largestDatagram: Int, tag: UInt64) throws(Errno) -> SocketHandle {
         try adopt(UDPSocket.transfer(local: local, peer: peer, ports: ports), tag: tag, listener: false,
-                  large: largestDatagram > 2048)
+                  large: needsLargeBuffers(largestDatagram))
     }
 
-    public func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32 {
-        try adopt(UDPSocket.client(local: local), tag: tag, listener: false, large: largestDatagram > 2048)
+    public func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> SocketHandle {
+        try adopt(UDPSocket.client(local: local), tag: tag, listener: false, large: needsLargeBuffers(largestDatagram))
     }
 
-    public func localAddress(of socket: Int32) -> SocketAddress? {
+    public func localAddress(of socket: SocketHandle) -> SocketAddress? {
         var storage = sockaddr_storage()
-        guard stampede_socket_address(stampede_ring_socket_fd(ring, socket), &storage) == 0 else { return nil }
+        guard stampede_socket_address(stampede_ring_socket_fd(ring, socket.index), &storage) == 0 else { return nil }
         return SocketAddress(storage: storage)
     }
 
-    public func close(_ socket: Int32) {
-        guard socket >= 0 else { return }
-        stampede_ring_close_socket(ring, socket)
+    public func close(_ socket: SocketHandle) {
+        stampede_ring_close_socket(ring, socket.index)
     }
 
-    public func send(_ socket: Int32, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
-        _ = stampede_ring_send(ring, socket, header.baseAddress, UInt32(header.count), payload.baseAddress,
+    public func send(_ socket: SocketHandle, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
+        _ = stampede_ring_send(ring, socket.index, header.baseAddress, UInt32(header.count), payload.baseAddress,
                                UInt32(payload.count), nil, nil)
     }
 
-    public func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?,
+    public func send(_ socket: SocketHandle, to peer: SocketAddress, from local: SocketAddress?,
                      header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
         var to = peer.storage
         guard var from = local?.storage else {
-            _ = stampede_ring_send(ring, socket, header.baseAddress, UInt32(header.count), payload.baseAddress,
+            _ = stampede_ring_send(ring, socket.index, header.baseAddress, UInt32(header.count), payload.baseAddress,
                                    UInt32(payload.count), &to, nil)
             return
         }
-        _ = stampede_ring_send(ring, socket, header.baseAddress, UInt32(header.count), payload.baseAddress,
+        _ = stampede_ring_send(ring, socket.index, header.baseAddress, UInt32(header.count), payload.baseAddress,
                                UInt32(payload.count), &to, &from)
     }
 
@@ -121,20 +127,11 @@ public final class URingBackend: DatagramBackend {
 
     public func datagram(_ index: Int) -> Datagram {
         let d = datagrams![index]
-        let error = d.length < 0 ? -d.length : 0
         return Datagram(tag: d.tag, bytes: UnsafeRawBufferPointer(start: d.bytes, count: max(0, Int(d.length))),
-                        peer: SocketAddress(storage: d.peer), local: SocketAddress(storage: d.local), error: error)
+                        peer: SocketAddress(storage: d.peer), local: SocketAddress(storage: d.local),
+                        error: d.length < 0 ? Errno(-d.length) : nil)
     }
 
     public var sendFailures: Int { Int(stampede_ring_get_stats(ring).send_failures) }
     public var socketCount: Int { Int(stampede_ring_socket_count(ring)) }
-}
-
-func readSmallFile(_ path: String) throws -> String {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { throw Errno.current }
-    defer { close(fd) }
-    var buffer = [UInt8](repeating: 0, count: 64)
-    let n = read(fd, &buffer, buffer.count)
-    return n > 0 ? String(decoding: buffer[..<n], as: UTF8.self) : ""
 }

@@ -25,20 +25,20 @@ struct ClientOptions: ParsableArguments {
     @Option(name: .customLong("retries"), help: "Retransmissions before giving up.")
     var retries = 5
 
-    /// RFC 2348, 2349 and 7440's ranges (windowsize capped where block numbers stay unambiguous).
+    /// The option table's ranges (`TFTPOption`).
     func validate() throws {
-        try Self.check(blksize, "--blksize", OptionNegotiation.blockSizeRange)
-        try Self.check(windowsize, "--windowsize", OptionNegotiation.grantedWindowSizeRange,
-                       why: " (larger windows make block numbers ambiguous)")
-        try Self.check(timeout, "--timeout", OptionNegotiation.timeoutRange)
+        try Self.check(blksize, .blksize)
+        try Self.check(windowsize, .windowsize)
+        try Self.check(timeout, .timeout)
         guard retries >= 0 else { throw ValidationError("--retries must not be negative.") }
         guard TransferMode(rawValue: mode.lowercased()) != nil else { throw ValidationError("--mode: octet or netascii.") }
     }
 
-    static func check(_ value: Int?, _ flag: String, _ range: ClosedRange<Int>, why: String = "") throws {
-        if let value, !range.contains(value) {
-            throw ValidationError("\(flag) \(value): must be within \(range.lowerBound)...\(range.upperBound)\(why).")
-        }
+    /// `--OPTION value` within the option table's range, or a usage error (exit 64) that gives it.
+    static func check(_ value: Int?, _ option: TFTPOption) throws {
+        guard let value, !option.range.contains(value) else { return }
+        let why = option == .windowsize ? " (larger windows make block numbers ambiguous)" : ""
+        throw ValidationError("--\(option.rawValue) \(value): must be within \(option.range.lowerBound)...\(option.range.upperBound)\(why).")
     }
 
     func settings(host: String) throws -> TFTPClient.Settings {
@@ -67,143 +67,73 @@ struct Get: ParsableCommand {
 
     func run() throws {
         let target = local ?? String(file.split(separator: "/").last ?? Substring(file))
-        var client = try TFTPClient(settings: options.settings(host: host))
-        defer { client.closeSocket() }
-        let sink = try LocalSink(path: target)
-        do {
-            let bytes = try client.download(file, into: sink)
-            try sink.commit()
-            if isatty(2) == 0 || target == "-" { return }
-            fputs("received \(bytes) bytes into \(target)\n", stderr)
-        } catch {
-            sink.abort()
-            fputs("stampede get: \(file): \(error)\n", stderr)
-            throw ExitCode(1)
+        let client: TFTPClient
+        do { client = try TFTPClient(settings: options.settings(host: host)) } catch let error as Errno {
+            throw failure("socket: \(error)")
         }
-    }
-}
-
-/// Where a download goes: a temporary file renamed into place only when complete (never a
-/// half-written file), or standard output.
-final class LocalSink {
-    let path: String
-    let temporary: String
-    let fd: Int32
-    private var done = false
-
-    init(path: String) throws {
-        self.path = path
-        if path == "-" {
-            temporary = ""
-            fd = 1
-            return
+        let sink: ReplacingFile?
+        do { sink = target == "-" ? nil : try Self.replacingFile(target) } catch {
+            throw failure("\(target): \(error)")
         }
-        // A new file of our own (O_EXCL, O_NOFOLLOW): never one that is there already, nor
-        // through a symlink someone planted under the temporary name in a shared directory.
-        var opened: (name: String, fd: Int32)?
-        for attempt in 0..<16 {
-            let name = path + ".stampede-part" + (attempt == 0 ? "" : "-" + String(UInt32.random(in: 0...UInt32.max), radix: 16))
-            let fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o666)
-            if fd >= 0 { opened = (name, fd); break }
-            guard errno == EEXIST else { throw ValidationError("\(name): \(Errno.current)") }
-        }
-        guard let opened else { throw ValidationError("\(path).stampede-part: \(Errno(EEXIST))") }
-        (temporary, fd) = opened
-    }
-
-    func write(_ bytes: UnsafeRawBufferPointer) throws {
-        var done = 0
-        while done < bytes.count {
-            let n = Glibc.write(fd, bytes.baseAddress! + done, bytes.count - done)
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw TFTPClient.Failure.system("write \(path): \(Errno.current)") }
-            done += n
-        }
-    }
-
-    func commit() throws {
-        guard path != "-" else { return }
-        guard fsync(fd) == 0, close(fd) == 0, rename(temporary, path) == 0 else {
-            throw TFTPClient.Failure.system("\(path): \(Errno.current)")
-        }
-        done = true
-    }
-
-    func abort() {
-        guard path != "-", !done else { return }
-        close(fd)
-        unlink(temporary)
-    }
-}
-
-extension TFTPClient {
-    /// RRQ → (OACK → ACK 0) → DATA... with a DataReceiver. Returns the bytes written.
-    mutating func download(_ name: String, into sink: LocalSink) throws -> Int {
-        let asked = requestOptions(size: nil)
-        progress = Progress.ifTerminal(name)
-        var length = try request(Request(isWrite: false, filename: Array(name.utf8), mode: settings.mode.rawValue, options: asked))
-        var options = TransferOptions()
-        var decoder = settings.mode == .netascii ? NetasciiDecoder() : nil
-        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536 + 8, alignment: 8)
+        var decoder = client.settings.mode == .netascii ? NetasciiDecoder() : nil
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 2 * 65536 + 8, alignment: 8)
         defer { scratch.deallocate() }
-        var receiver: DataReceiver?
-        var written = 0
-        while true {
-            let now = stampede_monotonic_ns()
-            switch packet(length) {
-            case .optionAck(let body) where receiver == nil:
-                options = try accept(optionAck: body, asked: asked)
-                progress?.total = options.transferSize
-                receiver = DataReceiver(blockSize: options.blockSize, windowSize: options.windowSize, sendsOptionAck: false, timer: timer(options))
-                receiver!.startAwaiting(now: now)
-                send(PacketWriter.ack(0), to: serverTID!)
-            case .data(let block, let payload):
-                if receiver == nil {
-                    // No OACK: the server ignored our options and runs RFC 1350 defaults.
-                    options = TransferOptions()
-                    receiver = DataReceiver(blockSize: 512, windowSize: 1, sendsOptionAck: false, timer: timer(options))
-                    receiver!.startAwaiting(now: now)
-                }
-                guard payload.count <= receiver!.blockSize else { throw Failure.protocolError("block larger than blksize") }
-                let receipt = receiver!.receiveData(block, length: payload.count, now: now)
-                if receipt.deliver {
-                    if decoder != nil {
-                        let n = decoder!.decode(payload, into: scratch)
-                        try sink.write(UnsafeRawBufferPointer(rebasing: scratch[..<n]))
-                        written += n
-                    } else {
-                        try sink.write(payload)
-                        written += payload.count
-                    }
-                    progress?.update(written)
-                }
-                if case .ack(let b) = receipt.reply { send(PacketWriter.ack(b), to: serverTID!) }
-                if receipt.finished {
-                    if decoder != nil {
-                        let n = decoder!.finish(into: scratch)
-                        try sink.write(UnsafeRawBufferPointer(rebasing: scratch[..<n]))
-                        written += n
-                    }
-                    progress?.update(written, force: true)
-                    progress?.done()
-                    return written
-                }
-            case .error(let code, let message):
-                throw Failure.server(code: code, message: errorText(message))
-            default:
-                throw Failure.protocolError("unexpected packet")
-            }
-            // Wait for the next packet, resending our last ACK on timeouts.
-            while true {
-                guard let deadline = receiver?.deadline else { throw Failure.timedOut }
-                if let n = try receive(until: deadline) { length = n; break }
-                guard let reply = receiver!.timeout(now: stampede_monotonic_ns()) else { throw Failure.timedOut }
-                if case .ack(let b) = reply { send(PacketWriter.ack(b), to: serverTID!) }
+        func write(_ bytes: UnsafeRawBufferPointer) throws(TFTPClient.Failure) {
+            do {
+                if let sink { try sink.write(bytes) } else { try writeAll(1, bytes) }
+            } catch {
+                throw .localFile(path: target, error)
             }
         }
+        var progress = Progress.ifTerminal(file)
+        do {
+            try client.run(client.request(file), progress: { progress?.update($0) }) { bytes throws(TFTPClient.Failure) in
+                if decoder != nil {
+                    try write(UnsafeRawBufferPointer(rebasing: scratch[..<decoder!.decode(bytes, into: scratch)]))
+                } else {
+                    try write(bytes)
+                }
+            }
+            if decoder != nil { try write(UnsafeRawBufferPointer(rebasing: scratch[..<decoder!.finish(into: scratch)])) }
+            do { try sink?.commit() } catch { throw TFTPClient.Failure.localFile(path: target, error) }
+        } catch {
+            sink?.abort()
+            progress?.done()
+            throw failure("\(file): \(error)")
+        }
+        progress?.update(sink?.bytesWritten ?? 0, force: true)
+        progress?.done()
+    }
+
+    /// The download's temporary file beside `path` (`path.stampede-part-…`), renamed over it at the end.
+    static func replacingFile(_ path: String) throws(Errno) -> ReplacingFile {
+        let slash = path.lastIndex(of: "/")
+        let directory = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        let name = slash.map { String(path[path.index(after: $0)...]) } ?? path
+        return try ReplacingFile(in: Descriptor(opening: directory, flags: O_RDONLY | O_DIRECTORY), replacing: Array(name.utf8),
+                                 temporaryPrefix: Array((name + ".stampede-part-").utf8), mode: 0o666 & ~currentUmask())
+    }
+
+    func failure(_ message: String) -> ExitCode {
+        writeToStandardError("stampede get: \(message)\n")
+        return ExitCode(1)
     }
 }
 
-extension PacketWriter {
-    static func ack(_ block: UInt16) -> [UInt8] { [0, 4, UInt8(block >> 8), UInt8(block & 0xFF)] }
+/// The process's umask (umask(2) can only be read by setting it).
+func currentUmask() -> mode_t {
+    let mask = umask(0)
+    umask(mask)
+    return mask
+}
+
+/// Writes all of `bytes` to `fd` (standard output for `get FILE -`).
+func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) throws(Errno) {
+    var done = 0
+    while done < bytes.count {
+        let n = write(fd, bytes.baseAddress! + done, bytes.count - done)
+        if n < 0 && errno == EINTR { continue }
+        if n < 0 { throw Errno.current }
+        done += n
+    }
 }

@@ -5,22 +5,21 @@ import StampedeServer
 
 /// A remap rule file (`-m`): its directory is held open, so that SIGHUP finds the file again
 /// after `-s` has chrooted, and sees an editor's save (a new inode under the same name).
-struct RuleFile: Sendable {
-    let directory: Int32
+final class RuleFile: Sendable {
+    private let directory: Descriptor
     let name: String
 
     init(_ path: String) throws(Errno) {
         let slash = path.lastIndex(of: "/")
         let directoryPath = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
         name = slash.map { String(path[path.index(after: $0)...]) } ?? path
-        directory = open(directoryPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard directory >= 0 else { throw Errno.current }
+        directory = try Descriptor(opening: directoryPath, flags: O_RDONLY | O_DIRECTORY)
     }
 
     /// The rules, or an `UnreadableRuleFile`, or a `RemapRulesError` naming the bad lines.
     @Sendable func load() throws -> RemapRules {
         let text: [UInt8]
-        do { text = try readWholeFile(name, relativeTo: directory) } catch { throw UnreadableRuleFile(error: error) }
+        do { text = try readWholeFile(name, relativeTo: directory.raw) } catch { throw UnreadableRuleFile(error: error) }
         return try RemapRules(parsing: text)
     }
 }

@@ -14,8 +14,8 @@ struct Stampede: ParsableCommand {
             It is also a client (get, put) and a load generator (storm).
             Installed (or linked) as in.tftpd, it is the server alone, as tftpd-hpa's is.
             """,
-        subcommands: [Serve.self, Get.self, Put.self, Storm.self],
-        defaultSubcommand: Serve.self
+        subcommands: [ServeCommand.self, Get.self, Put.self, Storm.self],
+        defaultSubcommand: ServeCommand.self
     )
 
     /// The name this process was started under (syslog's identity, as in.tftpd uses its own).
@@ -36,7 +36,7 @@ struct Stampede: ParsableCommand {
     /// As in.tftpd, every argument belongs to the server: "get" is then a directory name.
     static func main() {
         if isInTFTPD {
-            Serve.main(nil)
+            ServeCommand.main(nil)
         } else {
             main(nil)
         }

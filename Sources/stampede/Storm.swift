@@ -58,10 +58,9 @@ struct Storm: ParsableCommand {
         guard clients >= 1 else { throw ValidationError("--clients must be at least 1.") }
         if let total, total < 0 { throw ValidationError("--total must not be negative.") }
         if let duration, duration <= 0 { throw ValidationError("--duration must be positive.") }
-        try ClientOptions.check(blksize, "--blksize", OptionNegotiation.blockSizeRange)
-        try ClientOptions.check(windowsize, "--windowsize", OptionNegotiation.grantedWindowSizeRange,
-                                why: " (larger windows make block numbers ambiguous)")
-        try ClientOptions.check(timeout, "--timeout", OptionNegotiation.timeoutRange)
+        try ClientOptions.check(blksize, .blksize)
+        try ClientOptions.check(windowsize, .windowsize)
+        try ClientOptions.check(timeout, .timeout)
         guard retransmit >= 1, retries >= 0, hold >= 0, threads >= 1 else {
             throw ValidationError("--retransmit, --threads must be positive; --retries, --hold not negative.")
         }
@@ -115,14 +114,14 @@ struct Storm: ParsableCommand {
         } catch {
             throw failure("cannot start the storm's backend: \(error)")
         }
-        if progress != nil { fputs("\n", stderr) }
+        if progress != nil { writeToStandardError("\n") }
         print(json ? report.json : report.text)
         if report.failed > 0 || report.ok == 0 { throw ExitCode(1) }
     }
 
     /// The live line on a terminal.
     @Sendable static func showProgressLine(_ report: StormReport, _ active: Int) {
-        fputs("\rstorm: \(report.ok) ok, \(report.failed) failed, \(active) running, \(report.bytes / 1_000_000) MB   ", stderr)
+        writeToStandardError("\rstorm: \(report.ok) ok, \(report.failed) failed, \(active) running, \(report.bytes / 1_000_000) MB   ")
     }
 
     /// Large receive buffers for every client when blocks do not fit the small ones.
@@ -133,7 +132,7 @@ struct Storm: ParsableCommand {
     }
 
     func failure(_ message: String) -> ExitCode {
-        fputs("stampede storm: \(message)\n", stderr)
+        writeToStandardError("stampede storm: \(message)\n")
         return ExitCode(2)
     }
 

@@ -10,7 +10,7 @@ import StampedeURing
 import StampedeTestSupport
 import Testing
 
-/// DESIGN: "Steady state allocates nothing per packet, in either backend." A real worker on a
+/// "Steady state allocates nothing per packet, in either backend" (docs/ARCHITECTURE.md). A real worker on a
 /// real backend serves a file to a client on loopback; once the transfer runs, a thousand DATA/ACK
 /// round trips (worker and client, same thread) must not touch the heap.
 @Suite struct SteadyStateAllocations {

@@ -1,7 +1,7 @@
 import Testing
 @testable import StampedeProtocol
 
-let second = Clock.nanosecondsPerSecond
+let second = nanosecondsPerSecond
 
 func makeSender(bytes: Int, blockSize: Int = 512, window: Int = 1, oack: Bool = false) -> DataSender {
     DataSender(totalBytes: bytes, blockSize: blockSize, windowSize: window, sendsOptionAck: oack,

@@ -3,7 +3,7 @@ import Testing
 
 @Suite struct PacketCodec {
     func parse(_ bytes: [UInt8]) -> Result<Request, Request.ParseError> {
-        bytes.withUnsafeBytes { Request.parse($0) }
+        bytes.withUnsafeBytes { raw in Result { () throws(Request.ParseError) in try Request.parse(raw) } }
     }
 
     func decode(_ bytes: [UInt8]) -> String {

@@ -9,9 +9,8 @@ import StampedeProtocol
     let dir = ScratchDirectory()
 
     func acquire(_ cache: FileCache, _ name: String, netascii: Bool = false) throws -> FileCache.Source {
-        let (fd, info) = try AccessPolicy(root: dir.fd).openForReading(Array(name.utf8)).get()
-        defer { close(fd) }
-        return try cache.acquire(fd: fd, info: info, netascii: netascii)
+        let file = try AccessPolicy(root: dir.fd).openForReading(Array(name.utf8))
+        return try cache.acquire(fd: file.descriptor.raw, info: file.info, netascii: netascii)
     }
 
     func image(_ source: FileCache.Source) -> FileImage? {
@@ -77,12 +76,11 @@ import StampedeProtocol
     /// Opens `name` as a request does, then appends `bytes` to it: it grows between the request's
     /// look at it and the cache's read. Returns the cache's verdict.
     func acquireAfterGrowing(_ cache: FileCache, _ name: String, by bytes: Int) throws -> FileCache.Source {
-        let (fd, info) = try AccessPolicy(root: dir.fd).openForReading(Array(name.utf8)).get()
-        defer { close(fd) }
+        let file = try AccessPolicy(root: dir.fd).openForReading(Array(name.utf8))
         let append = open(dir.path + "/" + name, O_WRONLY | O_APPEND)
         _ = [UInt8](repeating: 2, count: bytes).withUnsafeBytes { Glibc.write(append, $0.baseAddress, $0.count) }
         close(append)
-        return try cache.acquire(fd: fd, info: info, netascii: false)
+        return try cache.acquire(fd: file.descriptor.raw, info: file.info, netascii: false)
     }
 
     /// Issue 11: the size checked against the limits was the one seen before the read; a file

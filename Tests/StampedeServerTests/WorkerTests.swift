@@ -11,31 +11,32 @@ import StampedeProtocol
 final class FakeBackend: DatagramBackend {
     let description = "fake"
     var tags: [UInt64] = []
-    var closed: Set<Int32> = []
-    var sent: [(socket: Int32, bytes: [UInt8])] = []
+    var closed: Set<SocketHandle> = []
+    var sent: [(socket: SocketHandle, bytes: [UInt8])] = []
     var inbox: [(tag: UInt64, bytes: [UInt8], peer: SocketAddress, local: SocketAddress)] = []
     var delivered: [(tag: UInt64, bytes: [UInt8], peer: SocketAddress, local: SocketAddress)] = []
     var sendFailures = 0
     var socketCount: Int { tags.count - closed.count }
     var largestDatagram: Int { 65536 }
+    var largestListenerDatagram: Int { 2048 }
 
-    func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 { tags.append(tag); return Int32(tags.count - 1) }
-    func adoptListener(_ fd: Int32, receiveBuffer: Int, tag: UInt64) throws(Errno) -> Int32 { tags.append(tag); return Int32(tags.count - 1) }
+    func open(_ tag: UInt64) -> SocketHandle {
+        tags.append(tag)
+        return SocketHandle(Int32(tags.count - 1))
+    }
+    func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle { open(tag) }
+    func adoptListener(_ socket: consuming Descriptor, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle { open(tag) }
     func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?, largestDatagram: Int,
-                      tag: UInt64) throws(Errno) -> Int32 {
-        tags.append(tag)
-        return Int32(tags.count - 1)
+                      tag: UInt64) throws(Errno) -> SocketHandle {
+        open(tag)
     }
-    func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> Int32 {
-        tags.append(tag)
-        return Int32(tags.count - 1)
-    }
-    func localAddress(of socket: Int32) -> SocketAddress? { nil }
-    func close(_ socket: Int32) { closed.insert(socket) }
-    func send(_ socket: Int32, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
+    func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> SocketHandle { open(tag) }
+    func localAddress(of socket: SocketHandle) -> SocketAddress? { nil }
+    func close(_ socket: SocketHandle) { closed.insert(socket) }
+    func send(_ socket: SocketHandle, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
         sent.append((socket, Array(header) + Array(payload)))
     }
-    func send(_ socket: Int32, to peer: SocketAddress, from local: SocketAddress?,
+    func send(_ socket: SocketHandle, to peer: SocketAddress, from local: SocketAddress?,
               header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
         sent.append((socket, Array(header) + Array(payload)))
     }
@@ -145,14 +146,14 @@ final class FakeBackend: DatagramBackend {
         let worker = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0)
         try worker.bindListeners([local])
         let other = SocketAddress(parsing: "127.0.0.1:40001", defaultPort: 0)!
-        func send(_ bytes: [UInt8], from peer: SocketAddress) -> [(socket: Int32, bytes: [UInt8])] {
+        func send(_ bytes: [UInt8], from peer: SocketAddress) -> [(socket: SocketHandle, bytes: [UInt8])] {
             backend.sent = []
             backend.inbox.append((backend.tags[0], bytes, peer, local))
             worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
             return backend.sent
         }
         let rrq = Request(isWrite: false, filename: Array("f".utf8), mode: "octet").encoded()
-        #expect(send(rrq, from: client).map(\.socket) == [0])     // DATA 1 from the listener
+        #expect(send(rrq, from: client).map(\.socket) == [SocketHandle(0)])     // DATA 1 from the listener
         #expect(send(rrq, from: other).first?.bytes.prefix(4) == [0, 3, 0, 1])
         #expect(backend.tags.count == 1)                          // no transfer sockets
         #expect(send([0, 4, 0, 1], from: client).first?.bytes.prefix(4) == [0, 3, 0, 2])

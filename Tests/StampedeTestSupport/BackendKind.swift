@@ -6,7 +6,7 @@ import StampedeURing
 import Testing
 
 /// Every backend, for tests that hold for all of them.
-public enum BackendKind: String, CaseIterable, CustomTestStringConvertible {
+public enum BackendKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case glibc, uring
     public var testDescription: String { rawValue }
 

@@ -36,17 +36,16 @@ typedef struct {
     const uint8_t *bytes;
     /* Payload length, or a negative errno for a socket error (ECONNREFUSED). */
     int32_t length;
-    int32_t socket;
     struct sockaddr_storage peer;
     /* Listeners: the address the datagram was sent to (PKTINFO); zero otherwise. */
     struct sockaddr_storage local;
 } stampede_ring_datagram;
 
 typedef struct {
+    /* Sends the kernel refused (a full socket buffer: loss that retransmission repairs). */
     uint64_t send_failures;
+    /* Receives that ended for want of a provided buffer (re-armed at the next wait). */
     uint64_t receive_buffer_exhausted;
-    uint64_t rearms;
-    uint64_t enters;
 } stampede_ring_stats;
 
 /* Checks that this kernel lets us use what the engine needs (a ring, provided buffer rings,

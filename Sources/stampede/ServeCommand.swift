@@ -9,9 +9,9 @@ import StampedeServer
 import StampedeURing
 
 /// `stampede [serve]`: the in.tftpd (tftpd-hpa) command line, plus long options of our own.
-struct Serve: ParsableCommand {
+struct ServeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Serve a directory over TFTP (accepts tftpd-hpa's in.tftpd flags).")
+        commandName: "serve", abstract: "Serve a directory over TFTP (accepts tftpd-hpa's in.tftpd flags).")
 
     @Flag(name: [.customShort("l"), .customLong("listen")],
           help: "Standalone: bind -a and serve. Without -l, serve the socket inetd passes on fd 0.")
@@ -21,7 +21,7 @@ struct Serve: ParsableCommand {
           help: "With -l: stay in the foreground and log to standard error (otherwise: detach, log to syslog).")
     var foreground = false
 
-    @Flag(name: .customLong("systemd"), help: "Serve the sockets systemd passes (LISTEN_FDS); see contrib/stampede.socket.")
+    @Flag(name: .customLong("systemd"), help: "Serve the sockets systemd passes (LISTEN_FDS); see contrib/systemd/stampede-activated.socket.")
     var systemd = false
 
     @Flag(name: .customLong("single-port"),
@@ -141,10 +141,11 @@ struct Serve: ParsableCommand {
         if idleTimeout < 1 { throw ValidationError("-t is in seconds and must be at least 1.") }
         if systemd && listen { throw ValidationError("--systemd serves the sockets systemd passes; -l binds its own: choose one.") }
         if directory.count > 1 { throw ValidationError("stampede serves one directory; got \(directory.count).") }
-        if let b = blocksize, !OptionNegotiation.blockSizeRange.contains(b) {
-            throw ValidationError("-B must be within 8...65464.")
+        if let b = blocksize, !TFTPOption.blksize.range.contains(b) {
+            throw ValidationError("-B must be within \(TFTPOption.blksize.range.lowerBound)...\(TFTPOption.blksize.range.upperBound).")
         }
-        if !OptionNegotiation.windowSizeRange.contains(windowsize) { throw ValidationError("-W must be within 1...65535.") }
+        // RFC 7440's range, as in.tftpd takes it; above the table's maximum it is clamped in run().
+        if !(1...65535).contains(windowsize) { throw ValidationError("-W must be within 1...65535.") }
         if retransmit < 1000 { throw ValidationError("-T is in microseconds and must be at least 1000.") }
         if let umask, mode_t(umask, radix: 8) == nil { throw ValidationError("-U takes an octal umask, like 022.") }
         if let portRange, parsePortRange(portRange) == nil { throw ValidationError("-R takes LOW:HIGH, like 4000:4999.") }
@@ -194,12 +195,12 @@ struct Serve: ParsableCommand {
         let logger = Logger(label: "stampede")
         for warning in rules?.current.warnings ?? [] { logger.warning("-m \(mapFile!): \(warning)") }
         if mode != .standalone && !address.isEmpty { logger.warning("-a is for -l (standalone); serving the passed sockets") }
-        var detached: Serving.Detached?
+        var detached: ServerStartup.Detached?
         if detaching {
             var null: Int32 = -1
             let ready = stampede_detach(&null)
             if ready < 0 { throw failure("cannot detach into the background: \(Errno(-ready))") }
-            detached = Serving.Detached(ready: ready, null: null)
+            detached = ServerStartup.Detached(ready: ready, null: null)
         }
         // In the process that serves, before -s hides the file's directory (as in.tftpd does).
         let pid: PidFile?
@@ -233,10 +234,10 @@ struct Serve: ParsableCommand {
         case .inetd: configuration.inheritedListeners = [0]
         case .systemd(let fds): configuration.inheritedListeners = fds
         }
-        if mode != .standalone { configuration.idleExit = Nanoseconds(idleTimeout) * Clock.nanosecondsPerSecond }
+        if mode != .standalone { configuration.idleExit = Nanoseconds(idleTimeout) * nanosecondsPerSecond }
         configuration.remapRules = rules
         configuration.singlePort = singlePort
-        let window = min(windowsize, OptionNegotiation.grantedWindowSizeRange.upperBound)
+        let window = min(windowsize, TFTPOption.windowsize.range.upperBound)
         if window < windowsize {
             logger.warning("""
                 -W \(windowsize): a window of 32,768 blocks or more makes block numbers ambiguous (a reordered \
@@ -249,7 +250,7 @@ struct Serve: ParsableCommand {
         if fixedTimeout { configuration.adaptiveTimeoutFloor = nil }
         configuration.maxRetries = retries
         configuration.portRange = portRange.flatMap(parsePortRange)
-        configuration.shutdownGrace = Nanoseconds(grace) * Clock.nanosecondsPerSecond
+        configuration.shutdownGrace = Nanoseconds(grace) * nanosecondsPerSecond
         configuration.maxTransfers = maxTransfers
         if let maxPerClient {
             configuration.maxTransfersPerClient = maxPerClient
@@ -268,7 +269,7 @@ struct Serve: ParsableCommand {
 
         let (useURing, reason) = chooseBackend()
         if backend == "uring" && !useURing { throw failure("--backend uring: \(reason)") }
-        let serving = Serving(configuration: configuration, workerCount: workerCount, cache: cache, account: account,
+        let serving = ServerStartup(configuration: configuration, workerCount: workerCount, cache: cache, account: account,
                               root: root, secure: secure, detached: detached, command: self)
         if useURing {
             try serving.run(backendName: "uring", reason: reason) { () throws(Errno) in try URingBackend() }
@@ -321,7 +322,7 @@ struct Serve: ParsableCommand {
             return RemapRuleSet(try file.load(), reload: file.load)
         } catch let error as RemapRulesError {
             // tftpd-hpa exits with EX_CONFIG on a bad rule file.
-            fputs(error.lines.map { "stampede: -m \(path): \($0)\n" }.joined(), stderr)
+            writeToStandardError(error.lines.map { "stampede: -m \(path): \($0)\n" }.joined())
             throw ExitCode(78)
         } catch {
             throw failure("-m \(path): \(error)")
@@ -333,8 +334,8 @@ struct Serve: ParsableCommand {
         guard let client = SocketAddress(parsing: mapClient, defaultPort: 0) else {
             throw ValidationError("--map-client \(mapClient): not an IP address.")
         }
-        let trace: ((String) -> Void)? = (verbosity ?? verbose) >= 3 ? { fputs("\($0)\n", stderr) } : nil
-        for warning in rules.warnings { fputs("stampede: -m \(mapFile!): \(warning)\n", stderr) }
+        let trace: ((String) -> Void)? = (verbosity ?? verbose) >= 3 ? { writeToStandardError("\($0)\n") } : nil
+        for warning in rules.warnings { writeToStandardError("stampede: -m \(mapFile!): \(warning)\n") }
         switch rules.apply(to: Array(name.utf8), isWrite: mapWrite, client: client, trace: trace) {
         case .mapped(let mapped):
             print(String(decoding: mapped, as: UTF8.self))
@@ -364,7 +365,7 @@ struct Serve: ParsableCommand {
     /// Says why the server cannot run (on standard error, and in syslog once it is the log), and
     /// the exit status for it.
     func failure(_ message: String) -> ExitCode {
-        if stampede_fd_is_datagram_socket(2) == 0 { fputs("stampede: \(message)\n", stderr) }
+        if stampede_fd_is_datagram_socket(2) == 0 { writeToStandardError("stampede: \(message)\n") }
         if SyslogHandler.inUse { stampede_syslog(LOG_ERR, message) }
         return ExitCode(1)
     }

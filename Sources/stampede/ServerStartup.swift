@@ -7,7 +7,7 @@ import StampedeServer
 
 /// What runs once the command line is understood: bind, drop privileges, release a waiting
 /// parent, serve, report.
-struct Serving {
+struct ServerStartup {
     let configuration: ServerConfiguration
     let workerCount: Int
     let cache: FileCache
@@ -21,7 +21,7 @@ struct Serving {
         let null: Int32
     }
     let detached: Detached?
-    let command: Serve
+    let command: ServeCommand
 
     func run<Backend: DatagramBackend>(backendName: String, reason: String,
                                        makeBackend: () throws(Errno) -> Backend) throws {
@@ -29,13 +29,12 @@ struct Serving {
         let server: Server<Backend>
         do {
             server = try Server(configuration: configuration, workerCount: workerCount, cache: cache, makeBackend: makeBackend)
-        } catch let error as ReceiveBuffersTooSmall {
-            throw command.failure("cannot serve: \(error)")
         } catch {
+            guard case .system(let errno) = error else { throw command.failure("cannot serve: \(error)") }
             let addresses = configuration.inheritedListeners.isEmpty
                 ? configuration.listenAddresses.map(\.description).joined(separator: ", ")
                 : "the passed sockets (fds \(configuration.inheritedListeners.map(String.init).joined(separator: ", ")))"
-            throw command.failure("cannot listen on \(addresses) with the \(backendName) backend: \(error)")
+            throw command.failure("cannot listen on \(addresses) with the \(backendName) backend: \(errno)")
         }
         try command.dropPrivileges(to: account, logger)
         // As the serving user, who wrote them: what a killed server's uploads left behind.

@@ -1,0 +1,39 @@
+import Glibc
+
+/// Reads from `offset` of `fd` into `buffer` until it is full or the file ends (pread, EINTR
+/// retried); returns how many bytes were read. The one reader of files: the cache's images, the
+/// blocks of a streamed transfer, whole small files.
+public func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws(Errno) -> Int {
+    var done = 0
+    while done < buffer.count {
+        let n = pread(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset + done))
+        if n < 0 && errno == EINTR { continue }
+        if n < 0 { throw Errno.current }
+        if n == 0 { break }
+        done += n
+    }
+    return done
+}
+
+/// A whole regular file (a rule file, the file `put` sends, the one `storm --verify` compares
+/// with, a /proc setting), `path` taken from `directory` when it is relative. Read to its end,
+/// not to the size fstat gives: /proc says 0.
+public func readWholeFile(_ path: String, relativeTo directory: Int32 = AT_FDCWD) throws(Errno) -> [UInt8] {
+    let file = try Descriptor(opening: path, relativeTo: directory, flags: O_RDONLY)
+    var info = stat()
+    guard fstat(file.raw, &info) == 0 else { throw Errno.current }
+    guard info.st_mode & S_IFMT == S_IFREG else { throw Errno(EINVAL) }
+    var bytes = [UInt8](repeating: 0, count: max(Int(info.st_size), 4096))
+    var length = 0
+    while true {
+        let fd = file.raw, start = length
+        let read = bytes.withUnsafeMutableBytes { raw in
+            Result { () throws(Errno) in try readFully(fd, into: UnsafeMutableRawBufferPointer(rebasing: raw[start...]), at: start) }
+        }
+        length += try read.get()
+        guard length == bytes.count else { break }
+        bytes += repeatElement(0, count: bytes.count)
+    }
+    bytes.removeSubrange(length...)
+    return bytes
+}
