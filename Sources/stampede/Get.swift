@@ -3,7 +3,6 @@ import CStampedeSys
 import Glibc
 import StampedeIO
 import StampedeProtocol
-import StampedeServer
 
 /// Options shared by `get` and `put`.
 struct ClientOptions: ParsableArguments {
