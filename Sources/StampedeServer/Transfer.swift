@@ -43,8 +43,8 @@ final class StreamedFile {
     }
 
     /// Reads `range` into `buffer`; returns how many bytes were there (fewer if the file shrank).
-    func read(_ range: Range<Int>, into buffer: UnsafeMutableRawBufferPointer) -> Int {
-        (try? readFully(file.raw, into: UnsafeMutableRawBufferPointer(rebasing: buffer[..<range.count]), at: range.lowerBound)) ?? 0
+    func read(_ range: Range<Int>, into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
+        try readFully(file.raw, into: UnsafeMutableRawBufferPointer(rebasing: buffer[..<range.count]), at: range.lowerBound)
     }
 }
 

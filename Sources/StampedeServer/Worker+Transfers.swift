@@ -102,7 +102,14 @@ extension Worker {
         case .sendOptionAck:
             sendOptionAck(slot)
         case .sendBlocks(let first, let count):
-            for block in first..<(first + count) { sendBlock(slot, block) }
+            for block in first..<(first + count) {
+                if let error = sendBlock(slot, block) {
+                    let refusal = TFTPError(.notDefined, "Cannot read the file: \(error)")
+                    sendError(slot, refusal)
+                    finish(slot, .serverError(refusal), now: now)
+                    return
+                }
+            }
         case .finished:
             finish(slot, .completed, now: now)
             return
@@ -119,8 +126,9 @@ extension Worker {
         if let deadline { wheel.schedule(slot, at: deadline) } else { wheel.cancel(slot) }
     }
 
-    /// DATA = 4-byte header + a slice of the shared image, gathered by the backend.
-    func sendBlock(_ slot: Int, _ block: Int) {
+    /// DATA = 4-byte header + a slice of the shared image, gathered by the backend. Returns the
+    /// errno of a streamed file that could not be read.
+    func sendBlock(_ slot: Int, _ block: Int) -> Errno? {
         let range = table[slot].sender!.range(ofBlock: block)
         let headerLength = PacketWriter.dataHeader(block: DataSender.wire(block), into: scratch)
         switch table[slot].source {
@@ -128,13 +136,19 @@ extension Worker {
             transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<headerLength]), payload: image.slice(range))
         case .stream(let file):
             // Read after the header; the backend copies it. A file that shrank under us sends a
-            // short block: the client sees the end, never garbage.
-            let read = file.read(range, into: UnsafeMutableRawBufferPointer(rebasing: scratch[headerLength...]))
-            transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<(headerLength + read)]),
-                     payload: UnsafeRawBufferPointer(start: nil, count: 0))
+            // short block: the client sees the end, never garbage. One that cannot be read (EIO)
+            // ends the transfer with an ERROR, never with a short block taken for the end.
+            do {
+                let read = try file.read(range, into: UnsafeMutableRawBufferPointer(rebasing: scratch[headerLength...]))
+                transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<(headerLength + read)]),
+                         payload: UnsafeRawBufferPointer(start: nil, count: 0))
+            } catch {
+                return error
+            }
         case nil:
             preconditionFailure("a download without a source")
         }
+        return nil
     }
 
     func sendOptionAck(_ slot: Int) {

@@ -240,6 +240,30 @@ final class FakeBackend: DatagramBackend {
         #expect(oacks == 6)
     }
 
+    /// A streamed file that cannot be read (EIO here: a descriptor pread refuses) must end the
+    /// transfer with an ERROR, never with a short block the client takes for the file's end.
+    @Test func aStreamedFileThatCannotBeReadEndsWithAnErrorNotAShortBlock() throws {
+        dir.write("big", Array(repeating: 5, count: 4000))
+        var configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        configuration.optionLimits.maxBlockSize = 1468
+        let streaming = Worker(backend: backend, configuration: configuration,
+                               cache: FileCache(limits: .init(budget: 1 << 20, fileLimit: 0)), index: 0)
+        try streaming.bindListeners([local])
+        let listener = backend.tags.last!
+        backend.inbox.append((listener, Request(isWrite: false, filename: Array("big".utf8), mode: "octet").encoded(), client, local))
+        streaming.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        let slot = try #require(streaming.table.indices.first { streaming.table[$0].phase == .sending })
+        guard case .stream = streaming.table[slot].source else { Issue.record("not streamed"); return }
+        // The file goes bad under the transfer: its descriptor now reads as a directory does (EISDIR).
+        streaming.table[slot].source = .stream(StreamedFile(try Descriptor(opening: dir.path, flags: O_RDONLY | O_DIRECTORY), size: 4000))
+        backend.sent = []
+        backend.inbox.append((transferTag, [0, 4, 0, 1], client, local))
+        streaming.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        #expect(backend.sent.map { Array($0.bytes.prefix(4)) } == [[0, 5, 0, 0]])
+        #expect(streaming.activeTransfers == 0)
+    }
+
     @Test func aSlotsLateDatagramsAreIgnoredAfterItEnds() {
         dir.write("f", [1])
         _ = request("f")
