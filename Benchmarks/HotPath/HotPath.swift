@@ -109,6 +109,14 @@ final class CountingBackend: DatagramBackend {
     }
     func send(_ socket: SocketHandle, to peer: SocketAddress, from local: SocketAddress?,
               header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) { sends += 1 }
+    func sendWindow(_ socket: SocketHandle, to peer: SocketAddress?, from local: SocketAddress?,
+                    headers: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer, blockSize: Int) {
+        sends += headers.count / 4
+        blackHole(payload.count)
+    }
+    var segmentation: Segmentation { .off }
+    var segmentationFallbacks: Int { 0 }
+    var segmentedSends: Int { 0 }
     func poll(deadline: Nanoseconds?) -> Int { next == nil ? 0 : 1 }
     func datagram(_ index: Int) -> Datagram {
         let d = next!

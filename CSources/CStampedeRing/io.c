@@ -161,6 +161,7 @@ int stampede_ring_add_socket(stampede_ring *r, int fd, uint64_t tag, int is_list
     s->tag = tag;
     s->listener = is_listener != 0;
     s->large = large_datagrams != 0;
+    s->segments = (uint8_t)r->segmentation;
     s->fixed = slot < r->fixed_capacity && io_uring_register_files_update(&r->ring, slot, &fd, 1) == 1;
     r->open_count++;
     /* No submission entry now (only when the kernel refuses a submit): armed at the next wait. */
@@ -197,26 +198,80 @@ void stampede_ring_close_socket(stampede_ring *r, int slot)
 
 static int wait_for_sends(stampede_ring *r);
 
+/* A send slot with room for `header_length` copied bytes and `vectors` pooled iovecs. Out of
+ * either mid-turn: let the queued sends complete, then reuse everything; receives that complete
+ * meanwhile wait for the next turn's batch. */
+static struct send_slot *take_send_slot(stampede_ring *r, uint32_t header_length, uint32_t vectors, int *error)
+{
+    struct send_slot *m;
+    if (r->sends_used == r->send_capacity || r->arena_used + header_length > r->arena_size ||
+        r->vectors_used + vectors > r->vector_capacity) {
+        int result;
+        r->deferring = 1;
+        result = wait_for_sends(r);
+        r->deferring = 0;
+        if (result < 0) {
+            *error = result;
+            return NULL;
+        }
+    }
+    m = &r->sends[r->sends_used++];
+    memset(&m->message, 0, sizeof(m->message));
+    return m;
+}
+
+/* Names the destination of an unconnected socket's send, and with `from` its source (PKTINFO). */
+static void address_send(struct send_slot *m, const struct sockaddr_storage *to, const struct sockaddr_storage *from)
+{
+    if (!to)
+        return;
+    m->name = *to;
+    m->message.msg_name = &m->name;
+    m->message.msg_namelen = to->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    if (from) {
+        size_t length = stampede_pktinfo_control(m->control, sizeof(m->control), from);
+        if (length) {
+            m->message.msg_control = m->control;
+            m->message.msg_controllen = length;
+        }
+    }
+}
+
+/* Queues the SENDMSG of a filled send slot; `sqe_flags` may link it to the next (IOSQE_IO_LINK). */
+static int submit_send(stampede_ring *r, struct send_slot *m, uint32_t slot, uint64_t user_data, uint32_t datagrams,
+                       unsigned sqe_flags)
+{
+    struct io_uring_sqe *sqe = next_sqe(r);
+    if (!sqe) {
+        r->sends_used--;
+        r->stats.send_failures += datagrams;
+        return -EBUSY;
+    }
+    io_uring_prep_sendmsg(sqe, r->sockets[slot].fd, &m->message, MSG_DONTWAIT);
+    target(sqe, &r->sockets[slot], slot);
+    sqe->flags |= sqe_flags;
+    io_uring_sqe_set_data64(sqe, user_data);
+    r->sends_in_flight++;
+    return 0;
+}
+
+static int valid_socket(const stampede_ring *r, int slot)
+{
+    return slot >= 0 && (uint32_t)slot < r->socket_capacity && r->sockets[slot].fd >= 0;
+}
+
 int stampede_ring_send(stampede_ring *r, int slot, const void *header, uint32_t header_length,
                        const void *payload, uint32_t payload_length,
                        const struct sockaddr_storage *to, const struct sockaddr_storage *from)
 {
     struct send_slot *m;
-    struct io_uring_sqe *sqe;
     void *copy;
-    if (slot < 0 || (uint32_t)slot >= r->socket_capacity || r->sockets[slot].fd < 0)
+    int error = 0;
+    if (!valid_socket(r, slot))
         return -EBADF;
-    if (r->sends_used == r->send_capacity || r->arena_used + header_length > r->arena_size) {
-        /* Out of send slots mid-turn: let the queued sends complete, then reuse everything.
-         * Receives that complete meanwhile wait for the next turn's batch. */
-        int result;
-        r->deferring = 1;
-        result = wait_for_sends(r);
-        r->deferring = 0;
-        if (result < 0)
-            return result;
-    }
-    m = &r->sends[r->sends_used++];
+    m = take_send_slot(r, header_length > SEND_INLINE ? header_length : 0, 0, &error);
+    if (!m)
+        return error;
     if (header_length <= SEND_INLINE) {
         copy = m->header;
     } else {
@@ -224,39 +279,129 @@ int stampede_ring_send(stampede_ring *r, int slot, const void *header, uint32_t 
         r->arena_used += (header_length + 15) & ~15u;
     }
     memcpy(copy, header, header_length);
-    memset(&m->message, 0, sizeof(m->message));
     m->iov[0].iov_base = copy;
     m->iov[0].iov_len = header_length;
     m->iov[1].iov_base = (void *)payload;
     m->iov[1].iov_len = payload_length;
     m->message.msg_iov = m->iov;
     m->message.msg_iovlen = payload_length ? 2 : 1;
-    if (to) {
-        m->name = *to;
-        m->message.msg_name = &m->name;
-        m->message.msg_namelen = to->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-        if (from) {
-            size_t length = stampede_pktinfo_control(m->control, sizeof(m->control), from);
-            if (length) {
-                m->message.msg_control = m->control;
-                m->message.msg_controllen = length;
-            }
+    address_send(m, to, from);
+    return submit_send(r, m, (uint32_t)slot, pack(OP_SEND, 0, (uint32_t)slot, r->sockets[slot].generation), 1, 0);
+}
+
+/* One send of datagrams first..first+count-1 of a window: segmented when count > 1. `link`: the
+ * window's next run follows in the kernel only if this one went out (see send_one_by_one). */
+static int send_run(stampede_ring *r, int slot, const uint8_t *headers, uint32_t first, uint32_t count,
+                    const uint8_t *payload, uint32_t payload_length, uint32_t block_size,
+                    const struct sockaddr_storage *to, const struct sockaddr_storage *from, int link)
+{
+    struct send_slot *m;
+    struct iovec *v;
+    uint32_t i, used = 0;
+    int error = 0;
+    m = take_send_slot(r, 0, 2 * count, &error);
+    if (!m)
+        return error;
+    memcpy(m->header, headers + 4 * first, 4 * count);
+    v = r->vectors + r->vectors_used;
+    for (i = 0; i < count; i++) {
+        uint64_t start = (uint64_t)(first + i) * block_size, end = start + block_size;
+        if (start > payload_length)
+            start = payload_length;
+        if (end > payload_length)
+            end = payload_length;
+        v[used].iov_base = m->header + 4 * i;
+        v[used++].iov_len = 4;
+        if (end > start) {
+            v[used].iov_base = (void *)(payload + start);
+            v[used++].iov_len = end - start;
         }
     }
-    sqe = next_sqe(r);
-    if (!sqe) {
-        r->sends_used--;
-        r->stats.send_failures++;
-        return -EBUSY;
+    r->vectors_used += used;
+    m->message.msg_iov = v;
+    m->message.msg_iovlen = used;
+    address_send(m, to, from);
+    if (count > 1) {
+        m->message.msg_controllen = stampede_segment_control(m->control, sizeof(m->control),
+                                                             m->message.msg_controllen, (uint16_t)(4 + block_size));
+        m->message.msg_control = m->control;
     }
-    io_uring_prep_sendmsg(sqe, r->sockets[slot].fd, &m->message, MSG_DONTWAIT);
-    target(sqe, &r->sockets[slot], (uint32_t)slot);
-    io_uring_sqe_set_data64(sqe, pack(OP_SEND, 0, (uint32_t)slot, r->sockets[slot].generation));
-    r->sends_in_flight++;
-    return 0;
+    m->socket = (uint32_t)slot;
+    m->generation = r->sockets[slot].generation;
+    m->datagrams = count;
+    return submit_send(r, m, (uint32_t)slot, (uint64_t)OP_SEND_RUN | (uint64_t)(m - r->sends) << 8, count,
+                       link ? IOSQE_IO_LINK : 0);
+}
+
+int stampede_ring_send_window(stampede_ring *r, int slot, const uint8_t *headers, uint32_t count,
+                              const uint8_t *payload, uint32_t payload_length, uint32_t block_size,
+                              const struct sockaddr_storage *to, const struct sockaddr_storage *from)
+{
+    uint32_t first = 0, per_send = 1, i;
+    int result = 0;
+    if (!valid_socket(r, slot))
+        return -EBADF;
+    if (r->sockets[slot].segments) {
+        per_send = STAMPEDE_SEGMENTED_BYTES_MAX / (4 + block_size);
+        if (per_send > STAMPEDE_SEGMENTS_MAX)
+            per_send = STAMPEDE_SEGMENTS_MAX;
+    }
+    /* Runs are linked, so that a run the path refuses stops the window's later runs: all of them go
+     * again one by one, in order, and the client never sees the window's end before its start. */
+    while (first < count && result == 0) {
+        uint32_t n = count - first < per_send ? count - first : per_send;
+        if (per_send > 1 && count > 1) {
+            result = send_run(r, slot, headers, first, n, payload, payload_length, block_size, to, from,
+                              first + n < count);
+        } else {
+            uint64_t start = (uint64_t)first * block_size, end = start + block_size;
+            if (start > payload_length)
+                start = payload_length;
+            if (end > payload_length)
+                end = payload_length;
+            result = stampede_ring_send(r, slot, headers + 4 * first, 4, payload + start, (uint32_t)(end - start), to, from);
+        }
+        first += n;
+    }
+    for (i = first; i < count; i++) /* after a failure: the rest is lost, and counted */
+        r->stats.send_failures++;
+    return result;
 }
 
 /* ---- completions ---- */
+
+/* A segmented send the socket's path refused (a segment above its MTU, a device that cannot
+ * segment): its datagrams again, one by one with a plain sendmmsg now (their payload is valid until
+ * the wait returns), and the socket's later windows unsegmented. */
+static void send_one_by_one(stampede_ring *r, const struct send_slot *m)
+{
+    stampede_mmsghdr messages[STAMPEDE_SEGMENTS_MAX];
+    struct socket_slot *s = &r->sockets[m->socket];
+    uint32_t i, vector = 0, next = 0;
+    size_t control = m->message.msg_controllen - (m->datagrams > 1 ? stampede_segment_space() : 0);
+    for (i = 0; i < m->datagrams; i++) {
+        struct msghdr *message = &messages[i].msg_hdr;
+        *message = m->message;
+        message->msg_iov = m->message.msg_iov + vector;
+        /* A header and its payload; only the last block may be empty (a header alone). */
+        message->msg_iovlen = i + 1 < m->datagrams || vector + 2 == m->message.msg_iovlen ? 2 : 1;
+        message->msg_control = control ? m->message.msg_control : NULL;
+        message->msg_controllen = control;
+        messages[i].msg_len = 0;
+        vector += (uint32_t)message->msg_iovlen;
+    }
+    while (next < m->datagrams) {
+        int sent = stampede_sendmmsg(s->fd, messages + next, m->datagrams - next);
+        if (sent > 0) {
+            next += (uint32_t)sent;
+        } else {
+            /* A full buffer loses the rest; any other error this datagram. Retransmission repairs. */
+            uint32_t lost = sent == -EAGAIN || sent == -ENOBUFS ? m->datagrams - next : 1;
+            r->stats.send_failures += lost;
+            next += lost;
+        }
+    }
+}
 
 /* Buffers of a batch go back to the kernel at the next wait, in bulk. */
 static void lend_buffer(stampede_ring *r, unsigned group, uint16_t id)
@@ -420,9 +565,53 @@ static void on_cancel(stampede_ring *r, const struct io_uring_cqe *cqe)
         push(r->to_close, &r->to_close_count, r->socket_capacity, slot, "close list overflow");
 }
 
+static void on_send_completion(stampede_ring *r, struct io_uring_cqe *cqe, uint32_t datagrams)
+{
+    r->sends_in_flight--;
+    if (is_peer_error(cqe->res)) {
+        if (r->deferring)
+            defer(r, cqe);
+        else
+            on_send_error(r, cqe);
+    } else if (cqe->res < 0) {
+        r->stats.send_failures += datagrams;
+    }
+}
+
+/* A window run's completion, seen before its send slot is reused (sends_in_flight counts it). A
+ * run the path refused goes again one datagram at a time, and so do the window's later runs, which
+ * its link cancelled (and which the socket, unsegmented now, tells apart from a plain failure). */
+static void on_run_sent(stampede_ring *r, struct io_uring_cqe *cqe)
+{
+    const struct send_slot *m = &r->sends[(cqe->user_data >> 8) & 0xFFFFFF];
+    struct socket_slot *s = &r->sockets[m->socket];
+    struct io_uring_cqe as_socket = *cqe;
+    int usable = s->generation == m->generation && s->fd >= 0;
+    if (cqe->res >= 0 && m->datagrams > 1)
+        r->stats.segmented_sends++;
+    if (usable && cqe->res < 0 && m->datagrams > 1 && stampede_segmentation_refused(-cqe->res)) {
+        s->segments = 0;
+        r->stats.segmentation_fallbacks++;
+        r->sends_in_flight--;
+        send_one_by_one(r, m);
+        return;
+    }
+    if (usable && cqe->res == -ECANCELED && !s->segments) {
+        r->sends_in_flight--;
+        send_one_by_one(r, m);
+        return;
+    }
+    /* Otherwise as any send: a peer's error reaches the transfer (by socket slot), a failure counts. */
+    as_socket.user_data = pack(OP_SEND, 0, m->socket, m->generation);
+    on_send_completion(r, &as_socket, m->datagrams);
+}
+
 static void on_completion(stampede_ring *r, struct io_uring_cqe *cqe)
 {
     switch (unpack_op(cqe->user_data)) {
+    case OP_SEND_RUN:
+        on_run_sent(r, cqe);
+        break;
     case OP_RECV:
         if (r->deferring)
             defer(r, cqe);
@@ -430,15 +619,7 @@ static void on_completion(stampede_ring *r, struct io_uring_cqe *cqe)
             on_receive(r, cqe, 1);
         break;
     case OP_SEND:
-        r->sends_in_flight--;
-        if (is_peer_error(cqe->res)) {
-            if (r->deferring)
-                defer(r, cqe);
-            else
-                on_send_error(r, cqe);
-        } else if (cqe->res < 0) {
-            r->stats.send_failures++;
-        }
+        on_send_completion(r, cqe, 1);
         break;
     case OP_CANCEL:
         on_cancel(r, cqe);
@@ -501,6 +682,7 @@ static int wait_for_sends(stampede_ring *r)
     }
     r->sends_used = 0;
     r->arena_used = 0;
+    r->vectors_used = 0;
     return 0;
 }
 

@@ -155,6 +155,9 @@ stampede_ring *stampede_ring_create(const stampede_ring_config *config, const ch
     r->sends = allocate(r->send_capacity, sizeof(*r->sends), &failed);
     r->arena_size = 8u << 20;
     r->arena = allocate(r->arena_size, 1, &failed);
+    r->vector_capacity = r->send_capacity * 4 > 256 ? r->send_capacity * 4 : 256;
+    r->vectors = allocate(r->vector_capacity, sizeof(*r->vectors), &failed);
+    r->segmentation = config->segmentation != 0;
     /* A place for every receive buffer, which may all be lent out in one batch, plus the socket
      * errors a batch reports: reaping never stops early, so every send completion is seen
      * before a wait returns. */
@@ -209,6 +212,7 @@ void stampede_ring_destroy(stampede_ring *r)
     free(r->to_close);
     free(r->sends);
     free(r->arena);
+    free(r->vectors);
     free(r->datagrams);
     free(r->lent_ids);
     free(r->lent_groups);
@@ -218,7 +222,7 @@ void stampede_ring_destroy(stampede_ring *r)
 
 int stampede_ring_probe(const char **reason)
 {
-    stampede_ring_config config = {8, 8, 64, 1, 64, 8, 8};
+    stampede_ring_config config = {8, 8, 64, 1, 64, 8, 8, 0};
     const char *flags;
     int error = 0;
     stampede_ring *r = stampede_ring_create(&config, &flags, &error);

@@ -8,9 +8,16 @@
 #include <netinet/in.h>
 #include <stddef.h>
 
-enum { OP_RECV = 1, OP_SEND = 2, OP_CANCEL = 3 };
+/* OP_SEND carries the socket slot; OP_SEND_RUN (a run of a window's datagrams, sent segmented) the
+ * send slot, which names the socket, so that a refused run can be sent again one datagram at a time. */
+enum { OP_RECV = 1, OP_SEND = 2, OP_CANCEL = 3, OP_SEND_RUN = 4 };
 enum { GROUP_SMALL = 0, GROUP_LARGE = 1 };
 enum { NAME_SPACE = sizeof(struct sockaddr_storage), CONTROL_SPACE = 64, SEND_INLINE = 576 };
+/* A send's control messages: PKTINFO, then UDP_SEGMENT. */
+enum { SEND_CONTROL_SPACE = 96 };
+_Static_assert(SEND_CONTROL_SPACE >= CMSG_SPACE(sizeof(struct in6_pktinfo)) + CMSG_SPACE(sizeof(uint16_t)),
+               "room for PKTINFO and UDP_SEGMENT");
+_Static_assert(SEND_INLINE >= 4 * 64, "a segmented send's headers fit inline");
 
 _Static_assert(CONTROL_SPACE >= CMSG_SPACE(sizeof(struct in6_pktinfo)), "room for PKTINFO");
 _Static_assert(sizeof(stampede_ring_datagram) == 8 + 8 + 4 + 4 + 2 * sizeof(struct sockaddr_storage),
@@ -57,14 +64,21 @@ struct socket_slot {
     uint8_t large;
     /* Registered in the ring's file table at the slot's index (IOSQE_FIXED_FILE). */
     uint8_t fixed;
+    /* Windows go out segmented (until the socket's path refuses once). */
+    uint8_t segments;
 };
 
 struct send_slot {
     struct msghdr message;
+    /* A single datagram's header and payload; a segmented send's iovecs are in the ring's pool. */
     struct iovec iov[2];
     struct sockaddr_storage name;
-    uint8_t control[CONTROL_SPACE];
+    uint8_t control[SEND_CONTROL_SPACE];
     uint8_t header[SEND_INLINE];
+    /* A run of a window (OP_SEND_RUN): its socket and how many datagrams it carries. */
+    uint32_t socket;
+    uint32_t generation;
+    uint32_t datagrams;
 };
 
 struct stampede_ring {
@@ -90,6 +104,10 @@ struct stampede_ring {
     uint32_t sends_used;
     uint32_t sends_in_flight;
     uint8_t *arena; /* headers too big to inline (streamed blocks) */
+    struct iovec *vectors; /* segmented sends' iovecs: header, payload, header, ... */
+    uint32_t vector_capacity;
+    uint32_t vectors_used;
+    int segmentation;
     size_t arena_size;
     size_t arena_used;
 

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <linux/openat2.h>
+#include <netinet/udp.h>
 #include <net/if.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -134,6 +135,46 @@ size_t stampede_pktinfo_control(void *buffer, size_t capacity, const struct sock
         return CMSG_SPACE(sizeof(info));
     }
     return 0;
+}
+
+size_t stampede_segment_space(void)
+{
+    return CMSG_SPACE(sizeof(uint16_t));
+}
+
+int stampede_segment_probe(int family)
+{
+    int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0), size = 1400, result = 0;
+    if (fd < 0)
+        return -errno;
+    if (setsockopt(fd, SOL_UDP, UDP_SEGMENT, &size, sizeof(size)) < 0)
+        result = -errno;
+    close(fd);
+    return result;
+}
+
+size_t stampede_segment_control(void *buffer, size_t capacity, size_t used, uint16_t segment_size)
+{
+    struct cmsghdr *c = (struct cmsghdr *)((uint8_t *)buffer + used);
+    if (used % sizeof(size_t) != 0 || used + CMSG_SPACE(sizeof(segment_size)) > capacity)
+        return 0;
+    memset(c, 0, CMSG_SPACE(sizeof(segment_size)));
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(segment_size));
+    memcpy(CMSG_DATA(c), &segment_size, sizeof(segment_size));
+    return used + CMSG_SPACE(sizeof(segment_size));
+}
+
+int stampede_segmentation_refused(int error)
+{
+    return error == EINVAL || error == EIO || error == EMSGSIZE;
+}
+
+int stampede_enable_receive_coalescing(int fd)
+{
+    int on = 1;
+    return setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof(on)) < 0 ? -errno : 0;
 }
 
 static socklen_t address_length(const struct sockaddr_storage *address)

@@ -4,10 +4,13 @@ import StampedeIO
 import StampedeProtocol
 
 /// The pure-Swift backend: epoll for readiness, recvmmsg per readable socket, sendmmsg per run of
-/// sends to one socket. Every array is allocated once at start (docs/ARCHITECTURE.md, "The backends"); the
+/// sends to one socket, a window of DATA as one segmented send (UDP GSO) where the kernel takes it. Every array is allocated once at start (docs/ARCHITECTURE.md, "The backends"); the
 /// file bytes of a DATA packet are gathered by the kernel from the image, never copied here.
 public final class GlibcBackend: DatagramBackend {
     public var description: String { "glibc (epoll, recvmmsg, sendmmsg)" }
+    public let segmentation: Segmentation
+    public private(set) var segmentationFallbacks = 0
+    public private(set) var segmentedSends = 0
     public var largestDatagram: Int { bufferSize }
     public var largestListenerDatagram: Int { bufferSize }
 
@@ -16,6 +19,8 @@ public final class GlibcBackend: DatagramBackend {
         var fd: Int32 = -1
         var tag: UInt64 = 0
         var isListener = false
+        /// Windows go out segmented until the socket's path refuses once.
+        var segments = false
     }
 
     private let epoll: Int32
@@ -25,11 +30,18 @@ public final class GlibcBackend: DatagramBackend {
     /// Peer errors (ICMP unreachable) that a send drew instead of a receive, for the next batch.
     private var peerErrors: [(tag: UInt64, error: Errno)] = []
 
-    // Send queue: one mmsghdr + 2 iovecs per send; headers copied into an arena.
+    // Send queue: one mmsghdr per send with its iovecs (2 per datagram: header, payload) from a
+    // pool; headers copied into an arena.
     private let sendCapacity: Int
     private let sendMessages: UnsafeMutablePointer<stampede_mmsghdr>
     private let sendVectors: UnsafeMutablePointer<iovec>
+    private let vectorCapacity: Int
+    private var vectorsUsed = 0
     private var sendSocket: [SocketHandle]
+    /// Datagrams in each queued send: more than one for a segmented send.
+    private let sendDatagrams: UnsafeMutablePointer<Int32>
+    /// The datagrams of a refused segmented send, sent again one by one.
+    private let fallbackMessages: UnsafeMutablePointer<stampede_mmsghdr>
     private let sendNames: UnsafeMutablePointer<sockaddr_storage>
     private let sendControls: UnsafeMutableRawPointer
     private let controlSpace: Int
@@ -52,7 +64,9 @@ public final class GlibcBackend: DatagramBackend {
     private let readyTags: UnsafeMutablePointer<UInt64>
     private let readyCapacity = 256
 
-    public init(receiveBatch: Int = 256, sendBatch: Int = 4096, bufferSize: Int = 65536) throws(Errno) {
+    /// `segmentation`: send windows as segmented sends where the kernel takes them.
+    public init(receiveBatch: Int = 256, sendBatch: Int = 4096, bufferSize: Int = 65536,
+                segmentation: Bool = true) throws(Errno) {
         // The steps that can fail come first, each undone if a later one does: nothing leaks.
         let ep = stampede_epoll_create()
         if let error = Errno(result: ep) { throw error }
@@ -65,12 +79,16 @@ public final class GlibcBackend: DatagramBackend {
         }
         epoll = ep
         buffers = UnsafeMutableRawBufferPointer(start: mapped, count: count)
-        controlSpace = stampede_pktinfo_space()
+        controlSpace = stampede_pktinfo_space() + stampede_segment_space()
+        self.segmentation = Segmentation.probe(requested: segmentation)
 
         sendCapacity = sendBatch
         sendMessages = .allocate(capacity: sendBatch)
-        sendVectors = .allocate(capacity: sendBatch * 2)
+        vectorCapacity = max(sendBatch * 2, 4 * Segmentation.maximumSegments)
+        sendVectors = .allocate(capacity: vectorCapacity)
         sendSocket = Array(repeating: SocketHandle(-1), count: sendBatch)
+        sendDatagrams = .allocate(capacity: sendBatch)
+        fallbackMessages = .allocate(capacity: Segmentation.maximumSegments)
         sendNames = .allocate(capacity: sendBatch)
         sendControls = .allocate(byteCount: sendBatch * controlSpace, alignment: 16)
         // Room for a full window of the largest streamed blocks, plus small packets.
@@ -96,6 +114,8 @@ public final class GlibcBackend: DatagramBackend {
         Glibc.close(epoll)
         sendMessages.deallocate()
         sendVectors.deallocate()
+        sendDatagrams.deallocate()
+        fallbackMessages.deallocate()
         sendNames.deallocate()
         sendControls.deallocate()
         arena.deallocate()
@@ -121,7 +141,7 @@ public final class GlibcBackend: DatagramBackend {
             freeSockets.append(index)
             throw error  // the descriptor closes with its owner
         }
-        sockets[Int(index)] = Socket(fd: socket.release(), tag: tag, isListener: isListener)
+        sockets[Int(index)] = Socket(fd: socket.release(), tag: tag, isListener: isListener, segments: segmentation.isOn)
         socketCount += 1
         return SocketHandle(index)
     }
@@ -158,31 +178,44 @@ public final class GlibcBackend: DatagramBackend {
 
     // MARK: Sends
 
-    private func reserveArena(_ count: Int) -> UnsafeMutableRawPointer {
-        if queued == sendCapacity || arenaUsed + count > arena.count { flush() }
+    /// Room for a send of `headerBytes` copied bytes and `vectors` iovecs, flushing first if the
+    /// queue is full; returns where the headers go.
+    private func reserve(headerBytes count: Int, vectors: Int) -> UnsafeMutableRawPointer {
+        if queued == sendCapacity || arenaUsed + count > arena.count || vectorsUsed + vectors > vectorCapacity { flush() }
         let start = arena.baseAddress! + arenaUsed
         arenaUsed += (count + 7) & ~7
         return start
     }
 
     public func send(_ socket: SocketHandle, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
-        let copy = reserveArena(header.count)
+        let copy = reserve(headerBytes: header.count, vectors: 2)
         if header.count > 0 { copy.copyMemory(from: header.baseAddress!, byteCount: header.count) }
-        let vectors = sendVectors + 2 * queued
+        let vectors = sendVectors + vectorsUsed
         vectors[0] = iovec(iov_base: copy, iov_len: header.count)
         vectors[1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress), iov_len: payload.count)
+        let count = payload.count > 0 ? 2 : 1
+        queue(socket, vectors: vectors, count: count, datagrams: 1)
+    }
+
+    private func queue(_ socket: SocketHandle, vectors: UnsafeMutablePointer<iovec>, count: Int, datagrams: Int) {
         var message = msghdr()
         message.msg_iov = vectors
-        message.msg_iovlen = payload.count > 0 ? 2 : 1
+        message.msg_iovlen = count
         sendMessages[queued] = stampede_mmsghdr(msg_hdr: message, msg_len: 0)
         sendSocket[queued] = socket
+        sendDatagrams[queued] = Int32(datagrams)
+        vectorsUsed += count
         queued += 1
     }
 
     public func send(_ socket: SocketHandle, to peer: SocketAddress, from local: SocketAddress?,
                      header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
         send(socket, header: header, payload: payload)
-        let index = queued - 1
+        address(queued - 1, to: peer, from: local)
+    }
+
+    /// Names the destination (and the source, PKTINFO) of the queued send at `index`.
+    private func address(_ index: Int, to peer: SocketAddress, from local: SocketAddress?) {
         sendNames[index] = peer.storage
         sendMessages[index].msg_hdr.msg_name = UnsafeMutableRawPointer(sendNames + index)
         sendMessages[index].msg_hdr.msg_namelen = socklen_t(peer.isIPv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
@@ -192,6 +225,42 @@ public final class GlibcBackend: DatagramBackend {
         if controlLength > 0 {
             sendMessages[index].msg_hdr.msg_control = control
             sendMessages[index].msg_hdr.msg_controllen = controlLength
+        }
+    }
+
+    public func sendWindow(_ socket: SocketHandle, to peer: SocketAddress?, from local: SocketAddress?,
+                           headers: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer, blockSize: Int) {
+        let datagrams = headers.count / 4
+        let perSend = sockets[Int(socket.index)].segments ? Segmentation.segmentsPerSend(datagramSize: 4 + blockSize) : 1
+        var first = 0
+        while first < datagrams {
+            let count = min(perSend, datagrams - first)
+            let copy = reserve(headerBytes: 4 * count, vectors: 2 * count)
+            copy.copyMemory(from: headers.baseAddress! + 4 * first, byteCount: 4 * count)
+            let vectors = sendVectors + vectorsUsed
+            var used = 0
+            for i in 0..<count {
+                let start = min((first + i) * blockSize, payload.count)
+                let end = min(start + blockSize, payload.count)
+                vectors[used] = iovec(iov_base: copy + 4 * i, iov_len: 4)
+                used += 1
+                if end > start {
+                    vectors[used] = iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress! + start), iov_len: end - start)
+                    used += 1
+                }
+            }
+            queue(socket, vectors: vectors, count: used, datagrams: count)
+            if let peer { address(queued - 1, to: peer, from: local) }
+            if count > 1 {
+                // Appended after PKTINFO, if any: datagrams of 4 + blockSize bytes.
+                let index = queued - 1
+                let control = sendControls + index * controlSpace
+                let used = sendMessages[index].msg_hdr.msg_controllen
+                let length = stampede_segment_control(control, controlSpace, used, UInt16(4 + blockSize))
+                sendMessages[index].msg_hdr.msg_control = control
+                sendMessages[index].msg_hdr.msg_controllen = length
+            }
+            first += count
         }
     }
 
@@ -208,10 +277,19 @@ public final class GlibcBackend: DatagramBackend {
             while next < end {
                 let sent = stampede_sendmmsg(fd, sendMessages + next, UInt32(end - next))
                 if sent > 0 {
+                    for i in next..<(next + Int(sent)) where sendDatagrams[i] > 1 { segmentedSends += 1 }
                     next += Int(sent)
                 } else if sent == -EAGAIN || sent == -ENOBUFS {
-                    sendFailures += end - next
+                    for i in next..<end { sendFailures += Int(sendDatagrams[i]) }
                     break
+                } else if sendDatagrams[next] > 1 && stampede_segmentation_refused(-sent) != 0 {
+                    // The path will not take this segmented send (a blksize above its MTU, a
+                    // device that cannot segment): these datagrams one by one, and the socket's
+                    // later windows too.
+                    sockets[Int(socket.index)].segments = false
+                    segmentationFallbacks += 1
+                    sendOneByOne(next, fd: fd)
+                    next += 1
                 } else {
                     // This message is lost; the rest are tried. A peer's error (ECONNREFUSED: the
                     // client's port is gone) reaches a connected socket's first call, this send:
@@ -219,7 +297,7 @@ public final class GlibcBackend: DatagramBackend {
                     if Self.isPeerError(-sent) {
                         if peerErrors.count < receiveCapacity { peerErrors.append((sockets[Int(socket.index)].tag, Errno(-sent))) }
                     } else {
-                        sendFailures += 1
+                        sendFailures += Int(sendDatagrams[next])
                     }
                     next += 1
                 }
@@ -228,6 +306,7 @@ public final class GlibcBackend: DatagramBackend {
         }
         queued = 0
         arenaUsed = 0
+        vectorsUsed = 0
         for socket in closing {
             Glibc.close(sockets[Int(socket.index)].fd)
             sockets[Int(socket.index)] = Socket()
@@ -235,6 +314,37 @@ public final class GlibcBackend: DatagramBackend {
             freeSockets.append(socket.index)
         }
         closing.removeAll(keepingCapacity: true)
+    }
+
+    /// Sends the datagrams of the segmented send at `index` as a sendmmsg of one datagram each:
+    /// the same iovecs, name and PKTINFO, without the UDP_SEGMENT message (appended last).
+    private func sendOneByOne(_ index: Int, fd: Int32) {
+        let segmented = sendMessages[index].msg_hdr
+        let control = segmented.msg_controllen - stampede_segment_space()
+        let count = Int(sendDatagrams[index])
+        var vector = 0
+        for i in 0..<count {
+            var message = segmented
+            message.msg_iov = segmented.msg_iov + vector
+            // A header and its payload; only the last block may be empty (a header alone).
+            message.msg_iovlen = i < count - 1 || vector + 2 == segmented.msg_iovlen ? 2 : 1
+            message.msg_controllen = control
+            if control == 0 { message.msg_control = nil }
+            fallbackMessages[i] = stampede_mmsghdr(msg_hdr: message, msg_len: 0)
+            vector += message.msg_iovlen
+        }
+        var next = 0
+        while next < count {
+            let sent = stampede_sendmmsg(fd, fallbackMessages + next, UInt32(count - next))
+            if sent > 0 {
+                next += Int(sent)
+            } else {
+                // A full buffer loses the rest; any other error this datagram. Retransmission repairs.
+                let lost = sent == -EAGAIN || sent == -ENOBUFS ? count - next : 1
+                sendFailures += lost
+                next += lost
+            }
+        }
     }
 
     static func isPeerError(_ error: Int32) -> Bool {

@@ -41,6 +41,23 @@ public protocol DatagramBackend: AnyObject, CustomStringConvertible {
     func send(_ socket: SocketHandle, to peer: SocketAddress, from local: SocketAddress?,
               header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer)
 
+    /// Queues a window of DATA: datagram i is the 4-byte header `headers[4i ..< 4i + 4]` (copied)
+    /// followed by `payload[i * blockSize ..< min((i + 1) * blockSize, payload.count)]`
+    /// (referenced, as above). Every datagram but the last carries `blockSize` bytes; the last may
+    /// carry fewer, or none. `peer` and `local` as for the unconnected `send`, nil on a connected
+    /// socket. With `segmentation` on, the backend sends runs of them as one segmented send each
+    /// (falling back to one datagram per send on a socket whose path refuses); the client sees the
+    /// same datagrams either way.
+    func sendWindow(_ socket: SocketHandle, to peer: SocketAddress?, from local: SocketAddress?,
+                    headers: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer, blockSize: Int)
+    /// Whether windows go out as segmented sends (for the start line).
+    var segmentation: Segmentation { get }
+    /// Segmented sends a socket's path refused (a blksize above the path MTU, a device that cannot
+    /// segment), sent again one datagram at a time and the socket's later windows too.
+    var segmentationFallbacks: Int { get }
+    /// Segmented sends the kernel took (each carried two datagrams or more).
+    var segmentedSends: Int { get }
+
     /// Flushes queued sends, waits for datagrams until `deadline` (monotonic ns; nil: forever),
     /// and returns how many arrived. They stay valid until the next call.
     func poll(deadline: Nanoseconds?) -> Int
@@ -62,6 +79,25 @@ public protocol DatagramBackend: AnyObject, CustomStringConvertible {
 }
 
 extension DatagramBackend {
+    /// A window one datagram per send, through `send`: what a backend without segmentation does.
+    public func sendWindow(_ socket: SocketHandle, to peer: SocketAddress?, from local: SocketAddress?,
+                           headers: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer, blockSize: Int) {
+        for i in 0..<(headers.count / 4) {
+            let start = min(i * blockSize, payload.count)
+            let header = UnsafeRawBufferPointer(rebasing: headers[(4 * i)..<(4 * i + 4)])
+            let slice = UnsafeRawBufferPointer(rebasing: payload[start..<min(start + blockSize, payload.count)])
+            if let peer {
+                send(socket, to: peer, from: local, header: header, payload: slice)
+            } else {
+                send(socket, header: header, payload: slice)
+            }
+        }
+    }
+
+    public var segmentation: Segmentation { .unavailable("this backend sends one datagram at a time") }
+    public var segmentationFallbacks: Int { 0 }
+    public var segmentedSends: Int { 0 }
+
     /// A whole datagram (copied) to `peer`.
     public func send(_ socket: SocketHandle, to peer: SocketAddress, from local: SocketAddress?, packet: UnsafeRawBufferPointer) {
         send(socket, to: peer, from: local, header: packet, payload: UnsafeRawBufferPointer(start: nil, count: 0))

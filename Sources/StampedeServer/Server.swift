@@ -83,6 +83,8 @@ public final class Server<Backend: DatagramBackend> {
             total.unanswered += worker.summary.unanswered
             total.bytes += worker.summary.bytes
             total.sendFailures += worker.backend.sendFailures
+            total.segmentationFallbacks += worker.backend.segmentationFallbacks
+            total.segmentedSends += worker.backend.segmentedSends
         }
         return total
     }

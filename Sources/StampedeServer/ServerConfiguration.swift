@@ -69,4 +69,8 @@ public struct WorkerSummary: Sendable {
     public var bytes = 0
     /// Datagrams the backends could not send (counted as loss).
     public var sendFailures = 0
+    /// Segmented sends a path refused (blksize above its MTU), sent again one datagram at a time.
+    public var segmentationFallbacks = 0
+    /// Segmented sends (UDP GSO) the kernel took.
+    public var segmentedSends = 0
 }

@@ -32,6 +32,8 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     public internal(set) var summary = WorkerSummary()
     /// Requests left unanswered while busy, logged as one line a second.
     var unanswered = UnansweredRequests()
+    /// A path refused a segmented send: said once, counted at exit.
+    var toldOfSegmentationFallback = false
 
     /// Images of transfers that ended this turn: released after the next flush, because a send
     /// queued this turn may still point into them.
@@ -133,6 +135,13 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         for image in retiredImages { cache.release(image) }
         retiredImages.removeAll(keepingCapacity: true)
         reportUnanswered(now: now)
+        if !toldOfSegmentationFallback && backend.segmentationFallbacks > 0 {
+            toldOfSegmentationFallback = true
+            logger.warning("""
+                a client's path refused a window sent as one segmented send (UDP GSO), most likely a blksize \
+                above its MTU: its windows go one datagram at a time (counted at exit)
+                """)
+        }
         guard count > 0 else { return }
         let arrival = stampede_monotonic_ns()
         for i in 0..<count {

@@ -16,6 +16,7 @@ public final class URingBackend: DatagramBackend {
     public let largestDatagram: Int
     /// Listeners receive into the small buffers.
     public let largestListenerDatagram: Int
+    public let segmentation: Segmentation
     private var datagrams: UnsafePointer<stampede_ring_datagram>?
 
     public struct Configuration: Sendable {
@@ -26,6 +27,8 @@ public final class URingBackend: DatagramBackend {
         public var largeSize: UInt32 = 65536
         public var sendSlots: UInt32 = 4096
         public var errorReports: UInt32 = 1024
+        /// Send windows as segmented sends where the kernel takes them (UDP GSO).
+        public var segmentation = true
         public init() {}
     }
 
@@ -43,10 +46,12 @@ public final class URingBackend: DatagramBackend {
     }
 
     public init(configuration: Configuration = Configuration()) throws(Errno) {
+        let segmentation = Segmentation.probe(requested: configuration.segmentation)
         var config = stampede_ring_config(
             entries: configuration.entries, small_buffers: configuration.smallBuffers, small_size: configuration.smallSize,
             large_buffers: configuration.largeBuffers, large_size: configuration.largeSize,
-            send_slots: configuration.sendSlots, max_datagrams: configuration.errorReports)
+            send_slots: configuration.sendSlots, max_datagrams: configuration.errorReports,
+            segmentation: segmentation.isOn ? 1 : 0)
         var flags: UnsafePointer<CChar>?
         var error: Int32 = 0
         guard let ring = stampede_ring_create(&config, &flags, &error) else { throw Errno(-error) }
@@ -54,6 +59,7 @@ public final class URingBackend: DatagramBackend {
         self.setupFlags = flags.map { String(cString: $0) } ?? "?"
         self.largestDatagram = Int(max(configuration.smallSize, configuration.largeSize))
         self.largestListenerDatagram = Int(configuration.smallSize)
+        self.segmentation = segmentation
     }
 
     deinit {
@@ -115,6 +121,25 @@ public final class URingBackend: DatagramBackend {
                                UInt32(payload.count), &to, &from)
     }
 
+    public func sendWindow(_ socket: SocketHandle, to peer: SocketAddress?, from local: SocketAddress?,
+                           headers: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer, blockSize: Int) {
+        let count = UInt32(headers.count / 4)
+        let headerBytes = headers.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        let payloadBytes = payload.baseAddress?.assumingMemoryBound(to: UInt8.self)
+        guard var to = peer?.storage else {
+            _ = stampede_ring_send_window(ring, socket.index, headerBytes, count, payloadBytes, UInt32(payload.count),
+                                          UInt32(blockSize), nil, nil)
+            return
+        }
+        guard var from = local?.storage else {
+            _ = stampede_ring_send_window(ring, socket.index, headerBytes, count, payloadBytes, UInt32(payload.count),
+                                          UInt32(blockSize), &to, nil)
+            return
+        }
+        _ = stampede_ring_send_window(ring, socket.index, headerBytes, count, payloadBytes, UInt32(payload.count),
+                                      UInt32(blockSize), &to, &from)
+    }
+
     public func poll(deadline: Nanoseconds?) -> Int {
         let timeout = deadline.map { max(0, $0 - stampede_monotonic_ns()) } ?? -1
         let count = stampede_ring_wait(ring, timeout)
@@ -133,5 +158,7 @@ public final class URingBackend: DatagramBackend {
     }
 
     public var sendFailures: Int { Int(stampede_ring_get_stats(ring).send_failures) }
+    public var segmentationFallbacks: Int { Int(stampede_ring_get_stats(ring).segmentation_fallbacks) }
+    public var segmentedSends: Int { Int(stampede_ring_get_stats(ring).segmented_sends) }
     public var socketCount: Int { Int(stampede_ring_socket_count(ring)) }
 }

@@ -109,6 +109,10 @@ struct ServeCommand: ParsableCommand {
     @Option(name: .customLong("backend"), help: "I/O backend: auto (io_uring when this kernel allows it), uring, glibc.")
     var backend = "auto"
 
+    @Flag(name: .customLong("no-gso"),
+          help: "Send every DATA as its own send, never a window as one segmented send (UDP GSO).")
+    var noSegmentation = false
+
     @Option(name: .customLong("retries"), help: "Retransmissions before a transfer is given up.")
     var retries = 5
 
@@ -271,10 +275,15 @@ struct ServeCommand: ParsableCommand {
         if backend == "uring" && !useURing { throw failure("--backend uring: \(reason)") }
         let serving = ServerStartup(configuration: configuration, workerCount: workerCount, cache: cache, account: account,
                               root: root, secure: secure, detached: detached, command: self)
+        let segmentation = !noSegmentation
         if useURing {
-            try serving.run(backendName: "uring", reason: reason) { () throws(Errno) in try URingBackend() }
+            var ring = URingBackend.Configuration()
+            ring.segmentation = segmentation
+            try serving.run(backendName: "uring", reason: reason) { () throws(Errno) in try URingBackend(configuration: ring) }
         } else {
-            try serving.run(backendName: "glibc", reason: reason) { () throws(Errno) in try GlibcBackend() }
+            try serving.run(backendName: "glibc", reason: reason) { () throws(Errno) in
+                try GlibcBackend(segmentation: segmentation)
+            }
         }
     }
 

@@ -44,12 +44,14 @@ struct ServerStartup {
         if let detached { stampede_detach_done(detached.ready, detached.null) }
         logger.notice("""
             serving \(root)\(secure ? " (chroot)" : "") on \(server.boundAddresses.map(\.description).joined(separator: ", ")) \
-            with \(workerCount) workers, backend \(server.workers[0].backend) (\(reason))
+            with \(workerCount) workers, backend \(server.workers[0].backend) (\(reason)), \(server.workers[0].backend.segmentation)
             """)
         let summary = server.run()
         logger.notice("""
             stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes, \
-            \(summary.sendFailures) datagrams the kernel would not send, \(summary.unanswered) requests unanswered while busy)
+            \(summary.sendFailures) datagrams the kernel would not send, \(summary.unanswered) requests unanswered while busy, \
+            \(summary.segmentedSends) segmented sends\
+            \(summary.segmentationFallbacks > 0 ? ", \(summary.segmentationFallbacks) sent again one datagram at a time where the path refused GSO" : ""))
             """)
     }
 }

@@ -54,7 +54,7 @@ static uint16_t port_of(int fd)
 
 static stampede_ring *make_ring(uint32_t small_buffers)
 {
-    stampede_ring_config config = {256, small_buffers, 2048, 4, 65536, 256, 64};
+    stampede_ring_config config = {256, small_buffers, 2048, 4, 65536, 256, 64, 0};
     const char *flags;
     int error;
     return stampede_ring_create(&config, &flags, &error);
@@ -253,7 +253,7 @@ static int socket_to_a_vanished_peer(void)
  * free list (two later sockets would share it and one's datagrams reach the other's tag). */
 static int test_a_socket_closed_while_a_flush_meets_its_last_receive_is_retired_once(void)
 {
-    stampede_ring_config config = {64, 16, 2048, 4, 65536, 2, 8};
+    stampede_ring_config config = {64, 16, 2048, 4, 65536, 2, 8, 0};
     const char *flags;
     int error, round;
     stampede_ring *r = stampede_ring_create(&config, &flags, &error);
@@ -319,7 +319,7 @@ static int test_a_socket_closed_while_a_flush_meets_its_last_receive_is_retired_
  * datagram. Errors beyond the room are dropped (the next send reports again), datagrams never. */
 static int test_errors_and_datagrams_in_one_batch_stay_within_it(void)
 {
-    stampede_ring_config config = {256, 8, 2048, 1, 65536, 64, 4};
+    stampede_ring_config config = {256, 8, 2048, 1, 65536, 64, 4, 0};
     const char *flags;
     int error, i, n, errors = 0, data = 0, rounds;
     stampede_ring *r = stampede_ring_create(&config, &flags, &error);
@@ -359,7 +359,7 @@ static int test_errors_and_datagrams_in_one_batch_stay_within_it(void)
  * queued, many times over, leave every large buffer usable (one batch can still fill them all). */
 static int test_large_buffers_survive_sockets_closed_with_datagrams_pending(void)
 {
-    stampede_ring_config config = {256, 16, 2048, 4, 65536, 64, 8};
+    stampede_ring_config config = {256, 16, 2048, 4, 65536, 64, 8, 0};
     const char *flags;
     int error, round, i, n, seen = 0, rounds;
     stampede_ring *r = stampede_ring_create(&config, &flags, &error);
@@ -426,6 +426,66 @@ static int test_a_vanished_peer_found_by_a_send_is_reported_too(void)
     return 1;
 }
 
+/* Windows of 50 blocks of 1,468 bytes (sends of 44 and 6 datagrams, linked), on a ring with two
+ * send slots (every window flushes mid-way): each datagram arrives whole and in order, segmented
+ * or, on a socket whose sends the kernel will not segment (SO_NO_CHECK: EINVAL, as for a segment
+ * above the path MTU), sent again one by one. */
+static int check_windows(int refuse)
+{
+    stampede_ring_config config = {64, 16, 2048, 4, 65536, 2, 8, 1};
+    const char *flags;
+    int error, one = 1, size = 8 << 20, sender = udp_socket(0, 0), client = udp_socket(0, 0), slot, window, i;
+    struct sockaddr_storage peer = loopback(port_of(client));
+    enum { BLOCK = 1468, BLOCKS = 50, LAST = 10, BYTES = (BLOCKS - 1) * BLOCK + LAST };
+    static uint8_t payload[BYTES], got[2000];
+    uint8_t headers[4 * BLOCKS];
+    stampede_ring *r = stampede_ring_create(&config, &flags, &error);
+    stampede_ring_stats stats;
+    CHECK(r);
+    for (i = 0; i < BYTES; i++)
+        payload[i] = (uint8_t)(i * 13 + (i >> 8));
+    for (i = 0; i < BLOCKS; i++) {
+        headers[4 * i] = 0;
+        headers[4 * i + 1] = 3;
+        headers[4 * i + 2] = (uint8_t)((i + 1) >> 8);
+        headers[4 * i + 3] = (uint8_t)(i + 1);
+    }
+    setsockopt(client, SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof(size));
+    if (refuse)
+        CHECK(setsockopt(sender, SOL_SOCKET, SO_NO_CHECK, &one, sizeof(one)) == 0);
+    connect(sender, (struct sockaddr *)&peer, sizeof(struct sockaddr_in));
+    slot = stampede_ring_add_socket(r, sender, 1, 0, 0);
+    CHECK(slot >= 0);
+    for (window = 0; window < 3; window++) {
+        CHECK(stampede_ring_send_window(r, slot, headers, BLOCKS, payload, BYTES, BLOCK, NULL, NULL) == 0);
+        CHECK(stampede_ring_wait(r, 0) >= 0);
+        usleep(10000);
+        for (i = 0; i < BLOCKS; i++) {
+            int expected = i + 1 < BLOCKS ? BLOCK : LAST;
+            CHECK(recv(client, got, sizeof(got), MSG_DONTWAIT) == 4 + expected);
+            CHECK(got[3] == (uint8_t)(i + 1) && memcmp(got + 4, payload + i * BLOCK, expected) == 0);
+        }
+        CHECK(recv(client, got, sizeof(got), MSG_DONTWAIT) < 0);
+    }
+    stats = stampede_ring_get_stats(r);
+    CHECK(stats.send_failures == 0);
+    CHECK(refuse ? stats.segmentation_fallbacks == 1 && stats.segmented_sends == 0
+                 : stats.segmentation_fallbacks == 0 && stats.segmented_sends == 6);
+    close(client);
+    stampede_ring_destroy(r);
+    return 1;
+}
+
+static int test_windows_arrive_whole_and_in_order(void)
+{
+    return check_windows(0);
+}
+
+static int test_a_refused_window_goes_again_one_by_one_in_order(void)
+{
+    return check_windows(1);
+}
+
 int main(void)
 {
     int (*tests[])(void) = {
@@ -440,6 +500,8 @@ int main(void)
         test_errors_and_datagrams_in_one_batch_stay_within_it,
         test_large_buffers_survive_sockets_closed_with_datagrams_pending,
         test_a_vanished_peer_found_by_a_send_is_reported_too,
+        test_windows_arrive_whole_and_in_order,
+        test_a_refused_window_goes_again_one_by_one_in_order,
     };
     const char *reason;
     size_t i;

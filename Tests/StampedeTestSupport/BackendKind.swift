@@ -10,10 +10,14 @@ public enum BackendKind: String, CaseIterable, Sendable, CustomTestStringConvert
     case glibc, uring
     public var testDescription: String { rawValue }
 
-    public func make() throws -> any DatagramBackend {
+    /// `segmentation`: windows as segmented sends (UDP GSO) where the kernel takes them.
+    public func make(segmentation: Bool = true) throws -> any DatagramBackend {
         switch self {
-        case .glibc: return try GlibcBackend()
-        case .uring: return try URingBackend()
+        case .glibc: return try GlibcBackend(segmentation: segmentation)
+        case .uring:
+            var configuration = URingBackend.Configuration()
+            configuration.segmentation = segmentation
+            return try URingBackend(configuration: configuration)
         }
     }
 }

@@ -28,6 +28,8 @@ typedef struct {
     uint32_t send_slots;
     /* Datagrams returned by one wait. */
     uint32_t max_datagrams;
+    /* Non-zero: windows go out as segmented sends (UDP GSO; the caller has probed the kernel). */
+    uint32_t segmentation;
 } stampede_ring_config;
 
 /* One received datagram; `bytes` points into a provided buffer, valid until the next wait. */
@@ -46,6 +48,10 @@ typedef struct {
     uint64_t send_failures;
     /* Receives that ended for want of a provided buffer (re-armed at the next wait). */
     uint64_t receive_buffer_exhausted;
+    /* Segmented sends a socket's path refused, sent again one datagram at a time. */
+    uint64_t segmentation_fallbacks;
+    /* Segmented sends the kernel took. */
+    uint64_t segmented_sends;
 } stampede_ring_stats;
 
 /* Checks that this kernel lets us use what the engine needs (a ring, provided buffer rings,
@@ -69,6 +75,16 @@ void stampede_ring_close_socket(stampede_ring *ring, int slot);
 int stampede_ring_send(stampede_ring *ring, int slot, const void *header, uint32_t header_length,
                        const void *payload, uint32_t payload_length,
                        const struct sockaddr_storage *to, const struct sockaddr_storage *from);
+
+/* Queues a window of `count` DATA datagrams: datagram i is the 4-byte headers[4i..4i+4] (copied)
+ * and payload[i * block_size, min((i + 1) * block_size, payload_length)) (referenced until the
+ * next wait returns); only the last may be short or empty. With segmentation on, runs of them go
+ * out as one SENDMSG each with a UDP_SEGMENT control message; a socket whose path refuses one
+ * (EINVAL, EIO, EMSGSIZE) gets that run again one datagram at a time, and so its later windows.
+ * `to` and `from` as for stampede_ring_send. */
+int stampede_ring_send_window(stampede_ring *ring, int slot, const uint8_t *headers, uint32_t count,
+                              const uint8_t *payload, uint32_t payload_length, uint32_t block_size,
+                              const struct sockaddr_storage *to, const struct sockaddr_storage *from);
 
 /* Submits, waits up to timeout_ns (negative: no limit) for a datagram, reaps. Returns how many
  * datagrams are in stampede_ring_datagrams(). Every send queued before has completed on return. */

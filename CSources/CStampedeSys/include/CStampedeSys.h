@@ -40,6 +40,33 @@ int stampede_pktinfo_decode(const struct cmsghdr *control, struct sockaddr_stora
  * Returns the control length to store in msg_controllen (0 for an unspecified address). */
 size_t stampede_pktinfo_control(void *buffer, size_t capacity, const struct sockaddr_storage *local);
 
+/* UDP segmentation offload (UDP_SEGMENT, Linux 4.18): one send of a run of equal datagrams to
+ * one peer, cut at the device (or in software where it cannot). */
+
+/* The most datagrams one segmented send may carry (the kernel's UDP_MAX_SEGMENTS), and the most
+ * bytes of UDP payload it may carry in all. */
+enum { STAMPEDE_SEGMENTS_MAX = 64, STAMPEDE_SEGMENTED_BYTES_MAX = 65507 };
+
+/* Room a control buffer needs for one UDP_SEGMENT message. */
+size_t stampede_segment_space(void);
+
+/* 0 if this kernel takes UDP_SEGMENT on a UDP socket of `family` (asked of a socket, not by a
+ * send: the probe needs no route), else a negative errno. */
+int stampede_segment_probe(int family);
+
+/* Appends a UDP_SEGMENT control message (datagrams of `segment_size` bytes of UDP payload) after
+ * the first `used` bytes of `buffer`. Returns the new control length, or 0 without room. */
+size_t stampede_segment_control(void *buffer, size_t capacity, size_t used, uint16_t segment_size);
+
+/* Is `error` (positive) a segmented send the socket's path refused, where the same datagrams sent
+ * one by one go out: a segment larger than the path MTU (EINVAL), a device or a route that cannot
+ * segment (EIO), more than the kernel takes (EMSGSIZE)? */
+int stampede_segmentation_refused(int error);
+
+/* Turns on UDP_GRO: the kernel hands a run of datagrams from one peer to one receive, with their
+ * size in a UDP_GRO control message. 0 or a negative errno. */
+int stampede_enable_receive_coalescing(int fd);
+
 /* A request listener: SO_REUSEPORT, PKTINFO on, IPV6_V6ONLY for IPv6, a receive buffer of at
  * least `receive_buffer` bytes (forced when privileged), non-blocking. Returns the fd. */
 int stampede_listener_socket(const struct sockaddr_storage *address, int receive_buffer);
