@@ -31,7 +31,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build run test unit interop parity-deps sanitize fuzz soak bench bench-loss bench-busy bench-deps bench-micro bench-thresholds deps install clean
+.PHONY: all build run test unit interop parity-deps sanitize fuzz soak bench bench-loss bench-busy bench-deps bench-micro bench-floor bench-thresholds deps install clean
 
 all: build
 
@@ -132,8 +132,16 @@ bench-deps: deps parity-deps
 	@$(PEERS)/usr/sbin/in.tftpd -V 2>&1 | head -1; $(PEERS)/usr/sbin/atftpd -V 2>&1 | head -1; dnsmasq --version | head -1
 
 # Stampede on both backends and every peer, the same scenarios, one table (results/bench.*).
-bench: build bench-deps
+bench: build bench-deps .build/floor
 	python3 Benchmarks/compare.py
+
+# The kernel floor: the same datagrams with sendmmsg, with GSO, with MSG_ZEROCOPY; no TFTP.
+.build/floor: Benchmarks/Floor/floor.c
+	mkdir -p .build
+	cc -std=gnu11 -O2 -Wall -Wextra -Werror -pthread $< -o $@
+
+bench-floor: .build/floor
+	.build/floor --zerocopy
 
 # rack-boot through 1 % loss, fixed vs adaptive retransmit timeout (root: netns + nftables).
 bench-loss: build

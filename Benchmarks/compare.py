@@ -8,6 +8,12 @@ transfer and ignores SIGCHLD, so /proc's cutime never sees them; without cgroups
 fallback and the JSON says so), peak RSS and open fds summed over the server's process tree
 from /proc, sampled every 100 ms. Results go to results/bench.{json,md,svg}; the table goes to stdout.
 
+Stampede runs on each backend with windows sent as segmented sends (UDP GSO, the default) and,
+in the windowed scenarios, with --no-gso: what io_uring adds and what GSO adds, side by side.
+Before the servers, the kernel floor (Benchmarks/Floor/floor.c, built as .build/floor): the
+sender's CPU per GB for the same datagrams with sendmmsg and with GSO, no TFTP at all; each
+scenario's row says how far the server is from the floor for its kind of send.
+
 Per-transfer logging is off for every server that has a switch for it (Stampede --verbosity 0,
 dnsmasq --quiet-tftp, atftpd --verbose=1); tftpd-hpa logs no transfer by default.
 Two runs of the same pair differ by 10-15 % on a shared 2-core machine, so Stampede (both
@@ -41,7 +47,9 @@ QUICK = os.environ.get("BENCH_QUICK") == "1"
 FD_LIMIT = 20000
 SCENARIO_LIMIT = 180  # seconds before a storm is interrupted
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
-REPEATED = {"stampede-uring", "stampede-glibc", "dnsmasq"}
+FLOOR = REPO / ".build" / "floor"
+REPEATED = {"stampede-uring", "stampede-glibc", "stampede-uring-nogso", "stampede-glibc-nogso", "dnsmasq"}
+WINDOWED = {"initrd", "uefi"}
 
 # name, file, size, storm arguments, what it shows
 SCENARIOS = [
@@ -49,6 +57,8 @@ SCENARIOS = [
      "1,000 clients at once x 1 MiB, blksize 1468, lockstep"),
     ("initrd", "64mib.bin", 64 << 20, ["--clients", "16", "--blksize", "1468", "--windowsize", "16"],
      "16 clients x 64 MiB, blksize 1468, windowsize 16"),
+    ("uefi", "1mib.bin", 1 << 20, ["--clients", "400", "--blksize", "1468", "--windowsize", "4"],
+     "400 clients at once x 1 MiB, blksize 1468, windowsize 4 (EDK2's UEFI PXE default)"),
     ("storm", "32kib.bin", 32 << 10, ["--clients", "400", "--total", "10000", "--blksize", "1468"],
      "10,000 transfers of 32 KiB, 400 at a time"),
     ("scale", "32kib.bin", 32 << 10, ["--clients", "10000", "--blksize", "1468", "--timeout", "10", "--hold", "4"],
@@ -74,21 +84,27 @@ def port_is_free(port: int) -> bool:
 class Peer:
     """How to start one server: a name, a command for (root, port), and whether it is installed."""
 
-    def __init__(self, name, binary, command, fixed_port=None):
+    def __init__(self, name, binary, command, fixed_port=None, scenarios=None):
         self.name, self.binary, self.command, self.fixed_port = name, binary, command, fixed_port
+        # Only these scenarios (None: all).
+        self.scenarios = scenarios
 
     @property
     def installed(self) -> bool:
         return Path(self.binary).exists() if "/" in str(self.binary) else shutil.which(self.binary) is not None
 
 
+def stampede(backend, *flags):
+    return lambda root, port: [STAMPEDE, "-l", "-L", "-a", f"127.0.0.1:{port}", "-u", "root", "--verbosity", "0",
+                               "--backend", backend, *flags, root]
+
+
 SERVERS = [
-    Peer("stampede-uring", STAMPEDE,
-         lambda root, port: [STAMPEDE, "-l", "-L", "-a", f"127.0.0.1:{port}", "-u", "root", "--verbosity", "0",
-                             "--backend", "uring", root]),
-    Peer("stampede-glibc", STAMPEDE,
-         lambda root, port: [STAMPEDE, "-l", "-L", "-a", f"127.0.0.1:{port}", "-u", "root", "--verbosity", "0",
-                             "--backend", "glibc", root]),
+    Peer("stampede-uring", STAMPEDE, stampede("uring")),
+    Peer("stampede-glibc", STAMPEDE, stampede("glibc")),
+    # GSO changes only windows: these run where there are windows.
+    Peer("stampede-uring-nogso", STAMPEDE, stampede("uring", "--no-gso"), scenarios=WINDOWED),
+    Peer("stampede-glibc-nogso", STAMPEDE, stampede("glibc", "--no-gso"), scenarios=WINDOWED),
     # dnsmasq has no TFTP port option: it serves on 69. --tftp-max raised from its default of 50.
     Peer("dnsmasq", "dnsmasq",
          lambda root, port: ["dnsmasq", "-k", "--port=0", "--enable-tftp", f"--tftp-root={root}", "--tftp-max=20000",
@@ -334,17 +350,73 @@ def median_rounds(rounds):
     return sorted(rows, key=lambda r: (scenario_order[r["scenario"]], order[r["server"]]))
 
 
-def with_ratios(rows):
-    """Each row against stampede-uring in the same scenario: CPU per GB (lower is better) and
-    sessions per server CPU-second (higher is better)."""
-    reference = {r["scenario"]: r for r in rows if r["server"] == "stampede-uring" and r.get("cpu_s_per_gb")}
+# The floor figure a scenario's sends compare with: (window, mode) of Benchmarks/Floor.
+FLOOR_OF = {"rack-boot": (1, "sendmmsg"), "initrd": (16, "gso"), "uefi": (4, "gso"), "storm": (1, "sendmmsg"),
+            "scale": (1, "sendmmsg")}
+
+
+def run_floor():
+    """The kernel floor, or None where it is not built."""
+    if not FLOOR.exists():
+        print(f"{FLOOR} missing: `make bench` builds it; no floor in this report")
+        return None
+    print("kernel floor (sendmmsg vs GSO vs GSO + MSG_ZEROCOPY, no TFTP) ...", flush=True)
+    r = subprocess.run([str(FLOOR), "--rounds", "5", "--megabytes", "16" if QUICK else "64", "--zerocopy"],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        print(f"floor failed: {r.stderr.strip()[-300:]}")
+        return None
+    return json.loads(r.stdout)
+
+
+def floor_figure(floor, scenario):
+    if not floor or scenario not in FLOOR_OF:
+        return None
+    window, mode = FLOOR_OF[scenario]
+    for f in floor["cpu_s_per_gb"]:
+        if f["window"] == window and f["mode"] == mode:
+            return f["median"]
+    return None
+
+
+def with_ratios(rows, floor=None):
+    """Each row against stampede-uring and dnsmasq in the same scenario: CPU per GB (lower is
+    better) and sessions per server CPU-second (higher is better); and against the kernel floor."""
+    for name, key in (("stampede-uring", "uring"), ("dnsmasq", "dnsmasq")):
+        reference = {r["scenario"]: r for r in rows if r["server"] == name and r.get("cpu_s_per_gb")}
+        for r in rows:
+            ref = reference.get(r["scenario"])
+            if ref and r.get("cpu_s_per_gb"):
+                r[f"cpu_per_gb_vs_{key}"] = round(r["cpu_s_per_gb"] / ref["cpu_s_per_gb"], 2)
+            if ref and r.get("sessions_per_cpu_s"):
+                r[f"sessions_per_cpu_s_vs_{key}"] = round(r["sessions_per_cpu_s"] / ref["sessions_per_cpu_s"], 2)
     for r in rows:
-        ref = reference.get(r["scenario"])
-        if ref and r.get("cpu_s_per_gb"):
-            r["cpu_per_gb_vs_uring"] = round(r["cpu_s_per_gb"] / ref["cpu_s_per_gb"], 2)
-        if ref and r.get("sessions_per_cpu_s"):
-            r["sessions_per_cpu_s_vs_uring"] = round(r["sessions_per_cpu_s"] / ref["sessions_per_cpu_s"], 2)
+        figure = floor_figure(floor, r["scenario"])
+        if figure and r.get("cpu_s_per_gb"):
+            r["cpu_per_gb_vs_floor"] = round(r["cpu_s_per_gb"] / figure, 2)
     return rows
+
+
+def floor_markdown(floor):
+    if not floor:
+        return "No kernel floor in this run (`.build/floor` missing or failed)."
+    windows = sorted({f["window"] for f in floor["cpu_s_per_gb"]})
+    modes = ["sendmmsg", "gso", "gso-zc"]
+    cells = {(f["window"], f["mode"]): f for f in floor["cpu_s_per_gb"]}
+    lines = ["| datagrams per send | sendmmsg | one GSO send | GSO + MSG_ZEROCOPY | sendmmsg ÷ GSO |", "|---|---|---|---|---|"]
+    for w in windows:
+        row = [str(w)]
+        for m in modes:
+            c = cells.get((w, m))
+            row.append(f"{c['median']:.2f} ({c['low']:.2f}–{c['high']:.2f})" if c else "-")
+        a, b = cells.get((w, "sendmmsg")), cells.get((w, "gso"))
+        row.append(f"{a['median'] / b['median']:.2f}" if a and b else "-")
+        lines.append("| " + " | ".join(row) + " |")
+    failures = floor["send_failures"]
+    return (f"Sender CPU-s per GB of {floor['datagram_bytes']}-byte datagrams (4 + 1,468, two iovecs each), median of "
+            f"{floor['rounds']} interleaved rounds of {floor['megabytes_per_measurement']} MB, spread in brackets; "
+            f"send failures {failures}; {floor['sent_datagrams']} sent, {floor['received_datagrams']} received.\n\n"
+            + "\n".join(lines))
 
 
 def fmt(value, digits=2):
@@ -356,12 +428,12 @@ def fmt(value, digits=2):
 
 
 def markdown(rows):
-    header = ("| scenario | server | ok / failed | server CPU s/GB (spread) | × uring | sessions per CPU-s | × uring "
-              "| MB/s | sessions/s | p99 ms | peak RSS MiB | peak fds | storm CPU s |")
+    header = ("| scenario | server | ok / failed | server CPU s/GB (spread) | × uring | × dnsmasq | × floor "
+              "| sessions per CPU-s | × uring | MB/s | sessions/s | p99 ms | peak RSS MiB | peak fds | storm CPU s |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in rows:
         if "ok" not in r:
-            lines.append(f"| {r['scenario']} | {r['server']} | {r['error']} |" + " |" * 10)
+            lines.append(f"| {r['scenario']} | {r['server']} | {r['error']} |" + " |" * 12)
             continue
         failed = str(r["failed"])
         if r["failed"]:
@@ -371,7 +443,8 @@ def markdown(rows):
         cpu = fmt(r["cpu_s_per_gb"]) + (f" ({fmt(spread[0])}–{fmt(spread[1])})" if spread and r["rounds"] > 1 else "")
         lines.append(
             f"| {r['scenario']} | {r['server']}{died} | {r['ok']} / {failed} | {cpu} "
-            f"| {fmt(r.get('cpu_per_gb_vs_uring'))} | {fmt(r['sessions_per_cpu_s'], 0)} "
+            f"| {fmt(r.get('cpu_per_gb_vs_uring'))} | {fmt(r.get('cpu_per_gb_vs_dnsmasq'))} "
+            f"| {fmt(r.get('cpu_per_gb_vs_floor'))} | {fmt(r['sessions_per_cpu_s'], 0)} "
             f"| {fmt(r.get('sessions_per_cpu_s_vs_uring'))} | {fmt(r['mb_per_s'], 0)} | {fmt(r['sessions_per_s'], 0)} "
             f"| {fmt(r['p99_ms'], 0)} | {fmt(r['peak_rss_mib'], 0)} | {r['peak_fds']} | {fmt(r['storm_cpu_s'])} |")
     return "\n".join(lines)
@@ -381,7 +454,7 @@ def svg(rows):
     """Per scenario, two bar charts: server CPU per GB and sessions per server CPU-second."""
     servers = [p.name for p in SERVERS if any(r["server"] == p.name for r in rows)]
     scenarios = [s[0] for s in SCENARIOS if any(r["scenario"] == s[0] for r in rows)]
-    colors = ["#1f77b4", "#6baed6", "#d62728", "#2ca02c", "#ff7f0e"]
+    colors = ["#1f77b4", "#6baed6", "#08306b", "#9ecae1", "#d62728", "#2ca02c", "#ff7f0e"]
     panel_w, panel_h, bar_h = 460, 30 + 22 * len(servers), 16
     width, height = 40 + 2 * panel_w, 60 + len(scenarios) * (panel_h + 30)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
@@ -398,10 +471,10 @@ def svg(rows):
             for i, server in enumerate(servers):
                 y = top + 10 + i * 22
                 v = values.get(server)
-                w = 0 if not v else (panel_w - 220) * v / peak
+                w = 0 if not v else (panel_w - 260) * v / peak
                 out.append(f'<text x="{left}" y="{y + 12}">{server}</text>')
-                out.append(f'<rect x="{left + 110}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colors[i % len(colors)]}"/>')
-                out.append(f'<text x="{left + 115 + w:.1f}" y="{y + 12}">{fmt(v) if v else "failed"}</text>')
+                out.append(f'<rect x="{left + 150}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colors[i % len(colors)]}"/>')
+                out.append(f'<text x="{left + 155 + w:.1f}" y="{y + 12}">{fmt(v) if v else "failed"}</text>')
     out.append("</svg>")
     return "\n".join(out)
 
@@ -421,32 +494,39 @@ def main():
     RESULTS.mkdir(exist_ok=True)
     rounds = []
     started = time.monotonic()
+    floor = run_floor()
     with open(RESULTS / "bench-servers.log", "w") as log:
         for round_number in range(1, ROUNDS + 1):
             for scenario in scenarios:
                 for peer in servers:
                     if round_number > 1 and peer.name not in REPEATED:
                         continue
+                    if peer.scenarios is not None and scenario[0] not in peer.scenarios:
+                        continue
                     print(f"round {round_number}: {scenario[0]:>9} on {peer.name:<15}", end=" ", flush=True)
                     row = run_one(peer, scenario, log)
                     row["round"] = round_number
                     rounds.append(row)
                     print(row.get("error") or f"{row['ok']} ok, {row['failed']} failed, {row['wall_s']} s")
-    rows = with_ratios(median_rounds(rounds))
+    rows = with_ratios(median_rounds(rounds), floor)
     info = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "kernel": os.uname().release, "cpus": os.cpu_count(),
             "quick": QUICK, "rounds": ROUNDS, "seconds": round(time.monotonic() - started, 1),
             "scenarios": {s[0]: s[4] for s in scenarios}}
-    (RESULTS / "bench.json").write_text(json.dumps({"run": info, "rows": rows, "rounds": rounds}, indent=2))
+    (RESULTS / "bench.json").write_text(json.dumps({"run": info, "floor": floor, "rows": rows, "rounds": rounds}, indent=2))
     table = markdown(rows)
     scenario_lines = "\n".join(f"- {name}: {info['scenarios'][name]}" for name in info["scenarios"])
     (RESULTS / "bench.md").write_text(
         f"Measured {info['date']} on {info['cpus']} cores, kernel {info['kernel']}, all on loopback; "
         f"the load is `stampede storm` (io_uring, every byte verified). Median of {ROUNDS} rounds for Stampede and "
-        f"dnsmasq (spread of server CPU per GB in brackets), one round for tftpd-hpa and atftpd.\n\n"
-        f"{scenario_lines}\n\n{table}\n")
+        f"dnsmasq (spread of server CPU per GB in brackets), one round for tftpd-hpa and atftpd. "
+        f"`-nogso`: the same server with --no-gso. × floor: the server's CPU per GB over the kernel floor's for "
+        f"its kind of send (lockstep: one datagram per send; initrd: GSO sends of 16; uefi: GSO sends of 4).\n\n"
+        f"{scenario_lines}\n\n{table}\n\n## The kernel floor\n\n{floor_markdown(floor)}\n")
     (RESULTS / "bench.svg").write_text(svg(rows))
     print()
     print(table)
+    print()
+    print(floor_markdown(floor))
     print(f"\n{info['seconds']} s; results in {RESULTS}/bench.json, bench.md, bench.svg")
 
 

@@ -171,12 +171,6 @@ int stampede_segmentation_refused(int error)
     return error == EINVAL || error == EIO || error == EMSGSIZE;
 }
 
-int stampede_enable_receive_coalescing(int fd)
-{
-    int on = 1;
-    return setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof(on)) < 0 ? -errno : 0;
-}
-
 static socklen_t address_length(const struct sockaddr_storage *address)
 {
     return address->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);

@@ -63,10 +63,6 @@ size_t stampede_segment_control(void *buffer, size_t capacity, size_t used, uint
  * segment (EIO), more than the kernel takes (EMSGSIZE)? */
 int stampede_segmentation_refused(int error);
 
-/* Turns on UDP_GRO: the kernel hands a run of datagrams from one peer to one receive, with their
- * size in a UDP_GRO control message. 0 or a negative errno. */
-int stampede_enable_receive_coalescing(int fd);
-
 /* A request listener: SO_REUSEPORT, PKTINFO on, IPV6_V6ONLY for IPv6, a receive buffer of at
  * least `receive_buffer` bytes (forced when privileged), non-blocking. Returns the fd. */
 int stampede_listener_socket(const struct sockaddr_storage *address, int receive_buffer);
