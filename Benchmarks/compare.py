@@ -22,7 +22,10 @@ interleaved, and the table shows the median round with the spread of server CPU 
 tftpd-hpa and atftpd run once (they are far from the others, and this keeps `make bench` under
 10 minutes). Every round is kept in the JSON.
 Environment: BENCH_SERVERS, BENCH_SCENARIOS (comma lists) narrow the run; BENCH_ROUNDS sets the
-rounds; BENCH_QUICK=1 shrinks every scenario tenfold (a smoke test, not a measurement).
+rounds; BENCH_QUICK=1 shrinks every scenario tenfold (a smoke test, not a measurement);
+BENCH_BASELINE=PATH adds another stampede binary (an older build) on each backend, as
+stampede-uring-baseline and stampede-glibc-baseline, interleaved with the others: a before/after
+comparison in one run.
 """
 import json
 import os
@@ -48,7 +51,8 @@ FD_LIMIT = 20000
 SCENARIO_LIMIT = 180  # seconds before a storm is interrupted
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 FLOOR = REPO / ".build" / "floor"
-REPEATED = {"stampede-uring", "stampede-glibc", "stampede-uring-nogso", "stampede-glibc-nogso", "dnsmasq"}
+REPEATED = {"stampede-uring", "stampede-glibc", "stampede-uring-nogso", "stampede-glibc-nogso", "dnsmasq",
+            "stampede-uring-baseline", "stampede-glibc-baseline"}
 WINDOWED = {"initrd", "uefi"}
 
 # name, file, size, storm arguments, what it shows
@@ -94,9 +98,12 @@ class Peer:
         return Path(self.binary).exists() if "/" in str(self.binary) else shutil.which(self.binary) is not None
 
 
-def stampede(backend, *flags):
-    return lambda root, port: [STAMPEDE, "-l", "-L", "-a", f"127.0.0.1:{port}", "-u", "root", "--verbosity", "0",
+def stampede(backend, *flags, binary=STAMPEDE):
+    return lambda root, port: [binary, "-l", "-L", "-a", f"127.0.0.1:{port}", "-u", "root", "--verbosity", "0",
                                "--backend", backend, *flags, root]
+
+
+BASELINE = os.environ.get("BENCH_BASELINE")
 
 
 SERVERS = [
@@ -105,6 +112,8 @@ SERVERS = [
     # GSO changes only windows: these run where there are windows.
     Peer("stampede-uring-nogso", STAMPEDE, stampede("uring", "--no-gso"), scenarios=WINDOWED),
     Peer("stampede-glibc-nogso", STAMPEDE, stampede("glibc", "--no-gso"), scenarios=WINDOWED),
+    *([Peer("stampede-uring-baseline", BASELINE, stampede("uring", binary=BASELINE)),
+       Peer("stampede-glibc-baseline", BASELINE, stampede("glibc", binary=BASELINE))] if BASELINE else []),
     # dnsmasq has no TFTP port option: it serves on 69. --tftp-max raised from its default of 50.
     Peer("dnsmasq", "dnsmasq",
          lambda root, port: ["dnsmasq", "-k", "--port=0", "--enable-tftp", f"--tftp-root={root}", "--tftp-max=20000",
