@@ -369,7 +369,7 @@ def run_floor():
     if not FLOOR.exists():
         print(f"{FLOOR} missing: `make bench` builds it; no floor in this report")
         return None
-    print("kernel floor (sendmmsg vs GSO vs GSO + MSG_ZEROCOPY, no TFTP) ...", flush=True)
+    print("kernel floor (sendmmsg vs GSO vs zero-copy GSO, by syscall and by io_uring; no TFTP) ...", flush=True)
     r = subprocess.run([str(FLOOR), "--rounds", "5", "--megabytes", "16" if QUICK else "64", "--zerocopy"],
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
@@ -410,9 +410,10 @@ def floor_markdown(floor):
     if not floor:
         return "No kernel floor in this run (`.build/floor` missing or failed)."
     windows = sorted({f["window"] for f in floor["cpu_s_per_gb"]})
-    modes = ["sendmmsg", "gso", "gso-zc"]
+    modes = ["sendmmsg", "gso", "gso-zc", "uring-gso", "uring-gso-zc"]
     cells = {(f["window"], f["mode"]): f for f in floor["cpu_s_per_gb"]}
-    lines = ["| datagrams per send | sendmmsg | one GSO send | GSO + MSG_ZEROCOPY | sendmmsg ÷ GSO |", "|---|---|---|---|---|"]
+    lines = ["| datagrams per send | sendmmsg | one GSO send | GSO + MSG_ZEROCOPY | io_uring GSO SENDMSG "
+             "| io_uring GSO SENDMSG_ZC | sendmmsg ÷ GSO |", "|---|---|---|---|---|---|---|"]
     for w in windows:
         row = [str(w)]
         for m in modes:

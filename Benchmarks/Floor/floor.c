@@ -5,7 +5,9 @@
  * from two iovecs (a 4-byte header, a slice of a file image), as Stampede sends DATA:
  *   sendmmsg   one sendmmsg of W messages per window (what batching buys without GSO);
  *   gso        one sendmsg per window with UDP_SEGMENT (the kernel walks the stack once);
- *   gso-zc     the same with MSG_ZEROCOPY (--zerocopy; the completions read from the error queue).
+ *   gso-zc     the same with MSG_ZEROCOPY (--zerocopy; the completions read from the error queue);
+ *   uring-gso, uring-gso-zc  the GSO send as io_uring SENDMSG and SENDMSG_ZC (--zerocopy), one
+ *              submit-and-wait per window; the zero-copy notifications reaped as they come.
  *              The kernel pins each iovec's pages as fragments of one skb, at most 17
  *              (MAX_SKB_FRAGS), so a zero-copy send takes a window of 4 blocks at most (8 iovecs,
  *              most spanning two pages): larger windows get EMSGSIZE and are not measured.
@@ -21,6 +23,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <liburing.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <pthread.h>
@@ -42,8 +45,45 @@
 enum { BLOCK = 1468, DATAGRAM = 4 + BLOCK, MAX_WINDOW = 44, MAX_ZEROCOPY_WINDOW = 4 };
 static const int windows[] = {1, 4, 8, 16, 32, 44};
 enum { WINDOWS = sizeof(windows) / sizeof(windows[0]) };
-enum mode { SENDMMSG, GSO, GSO_ZC, MODES };
-static const char *mode_names[] = {"sendmmsg", "gso", "gso-zc"};
+enum mode { SENDMMSG, GSO, GSO_ZC, URING_GSO, URING_GSO_ZC, MODES };
+static const char *mode_names[] = {"sendmmsg", "gso", "gso-zc", "uring-gso", "uring-gso-zc"};
+static struct io_uring ring;
+static unsigned notifications_pending;
+
+/* One GSO send through the ring: SENDMSG, or SENDMSG_ZC whose buffer notification comes later. */
+static int ring_send(int fd, struct msghdr *message, int zerocopy)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+    struct io_uring_cqe *cqe;
+    int result = 0, waiting = 1;
+    if (zerocopy)
+        io_uring_prep_sendmsg_zc(sqe, fd, message, 0);
+    else
+        io_uring_prep_sendmsg(sqe, fd, message, 0);
+    io_uring_submit_and_wait(&ring, 1);
+    while (waiting || (zerocopy && notifications_pending > 64)) {
+        if (io_uring_wait_cqe(&ring, &cqe) < 0)
+            return -1;
+        if (cqe->flags & IORING_CQE_F_NOTIF) {
+            notifications_pending--;
+        } else {
+            waiting = 0;
+            result = cqe->res;
+            if (cqe->flags & IORING_CQE_F_MORE)
+                notifications_pending++;
+        }
+        io_uring_cqe_seen(&ring, cqe);
+        /* Reap whatever else is there without waiting. */
+        while (!waiting && io_uring_peek_cqe(&ring, &cqe) == 0) {
+            if (cqe->flags & IORING_CQE_F_NOTIF)
+                notifications_pending--;
+            io_uring_cqe_seen(&ring, cqe);
+        }
+    }
+    if (result < 0)
+        errno = -result;
+    return result;
+}
 
 static atomic_int stop_receiver;
 static atomic_long received;
@@ -170,7 +210,10 @@ static double send_windows(int fd, enum mode mode, int window, const unsigned ch
             c->cmsg_len = CMSG_LEN(sizeof(size));
             memcpy(CMSG_DATA(c), &size, sizeof(size));
             for (;;) {
-                if (sendmsg(fd, &message, mode == GSO_ZC ? MSG_ZEROCOPY : 0) >= 0) {
+                int result = mode == URING_GSO || mode == URING_GSO_ZC
+                                 ? ring_send(fd, &message, mode == URING_GSO_ZC)
+                                 : (int)sendmsg(fd, &message, mode == GSO_ZC ? MSG_ZEROCOPY : 0);
+                if (result >= 0) {
                     sent_datagrams += window;
                     break;
                 }
@@ -196,7 +239,8 @@ static double send_windows(int fd, enum mode mode, int window, const unsigned ch
 /* A window of one is one datagram whatever the mode: measured once, as sendmmsg. */
 static int skipped(enum mode mode, int window, int zerocopy)
 {
-    return (window == 1 && mode != SENDMMSG) || (mode == GSO_ZC && (!zerocopy || window > MAX_ZEROCOPY_WINDOW));
+    int copies_nothing = mode == GSO_ZC || mode == URING_GSO_ZC;
+    return (window == 1 && mode != SENDMMSG) || (copies_nothing && (!zerocopy || window > MAX_ZEROCOPY_WINDOW));
 }
 
 static int compare_doubles(const void *a, const void *b)
@@ -214,7 +258,7 @@ int main(int argc, char **argv)
     size_t image_size = 8 << 20;
     unsigned char *image = malloc(image_size);
     static double seconds[MODES][WINDOWS][64];
-    long failures[MODES] = {0, 0, 0};
+    long failures[MODES] = {0, 0, 0, 0, 0};
     pthread_t thread;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
@@ -247,6 +291,10 @@ int main(int argc, char **argv)
         perror("floor: SO_ZEROCOPY");
         return 1;
     }
+    if (io_uring_queue_init(64, &ring, 0) < 0) {
+        perror("floor: io_uring");
+        return 1;
+    }
     pthread_create(&thread, NULL, receive_all, &receiver);
 
     for (round = 0; round < rounds; round++)
@@ -259,13 +307,16 @@ int main(int argc, char **argv)
                 seconds[mode][w][round] = send_windows(sender, mode, windows[w], image, image_size,
                                                        (size_t)megabytes << 20, &failures[mode]);
             }
+    pace(0); /* the receiver takes the last ones before it stops */
     atomic_store(&stop_receiver, 1);
     pthread_join(thread, NULL);
 
     printf("{\n  \"datagram_bytes\": %d, \"megabytes_per_measurement\": %d, \"rounds\": %d,\n"
-           "  \"send_failures\": {\"sendmmsg\": %ld, \"gso\": %ld, \"gso-zc\": %ld},\n"
+           "  \"send_failures\": {\"sendmmsg\": %ld, \"gso\": %ld, \"gso-zc\": %ld, \"uring-gso\": %ld, "
+           "\"uring-gso-zc\": %ld},\n"
            "  \"sent_datagrams\": %ld, \"received_datagrams\": %ld,\n  \"cpu_s_per_gb\": [\n",
-           DATAGRAM, megabytes, rounds, failures[SENDMMSG], failures[GSO], failures[GSO_ZC], sent_datagrams,
+           DATAGRAM, megabytes, rounds, failures[SENDMMSG], failures[GSO], failures[GSO_ZC], failures[URING_GSO],
+           failures[URING_GSO_ZC], sent_datagrams,
            atomic_load(&received));
     for (w = 0; w < WINDOWS; w++)
         for (m = 0; m < MODES; m++) {
@@ -276,7 +327,7 @@ int main(int argc, char **argv)
             qsort(sorted, rounds, sizeof(double), compare_doubles);
             printf("    {\"window\": %d, \"mode\": \"%s\", \"median\": %.3f, \"low\": %.3f, \"high\": %.3f}%s\n",
                    windows[w], mode_names[m], sorted[(rounds - 1) / 2] * scale, sorted[0] * scale,
-                   sorted[rounds - 1] * scale, w == WINDOWS - 1 && m == GSO ? "" : ",");
+                   sorted[rounds - 1] * scale, w == WINDOWS - 1 && m == URING_GSO ? "" : ",");
         }
     printf("  ]\n}\n");
     close(sender);
