@@ -138,7 +138,7 @@ bench: build bench-deps .build/floor
 # The kernel floor: the same datagrams with sendmmsg, GSO, zero-copy GSO (syscall and io_uring); no TFTP.
 .build/floor: Benchmarks/Floor/floor.c
 	mkdir -p .build
-	cc -std=gnu11 -O2 -Wall -Wextra -Werror -pthread $< $$(pkg-config --cflags --libs liburing) -o $@
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -pthread $< $$(pkg-config --cflags --libs liburing) -o $@
 
 bench-floor: .build/floor
 	.build/floor --zerocopy
