@@ -289,6 +289,15 @@ int stampede_ring_send(stampede_ring *r, int slot, const void *header, uint32_t 
     return submit_send(r, m, (uint32_t)slot, pack(OP_SEND, 0, (uint32_t)slot, r->sockets[slot].generation), 1, 0);
 }
 
+/* Bytes [*start, *end) of block `i` of a window's payload: block_size of them, fewer (or none)
+ * at its end. */
+static void window_block(uint32_t i, uint32_t block_size, uint32_t payload_length, uint32_t *start, uint32_t *end)
+{
+    uint64_t from = (uint64_t)i * block_size, to = from + block_size;
+    *start = (uint32_t)(from < payload_length ? from : payload_length);
+    *end = (uint32_t)(to < payload_length ? to : payload_length);
+}
+
 /* One send of datagrams first..first+count-1 of a window: segmented when count > 1. `link`: the
  * window's next run follows in the kernel only if this one went out (see send_one_by_one). */
 static int send_run(stampede_ring *r, int slot, const uint8_t *headers, uint32_t first, uint32_t count,
@@ -305,11 +314,8 @@ static int send_run(stampede_ring *r, int slot, const uint8_t *headers, uint32_t
     memcpy(m->header, headers + 4 * first, 4 * count);
     v = r->vectors + r->vectors_used;
     for (i = 0; i < count; i++) {
-        uint64_t start = (uint64_t)(first + i) * block_size, end = start + block_size;
-        if (start > payload_length)
-            start = payload_length;
-        if (end > payload_length)
-            end = payload_length;
+        uint32_t start, end;
+        window_block(first + i, block_size, payload_length, &start, &end);
         v[used].iov_base = m->header + 4 * i;
         v[used++].iov_len = 4;
         if (end > start) {
@@ -337,7 +343,7 @@ int stampede_ring_send_window(stampede_ring *r, int slot, const uint8_t *headers
                               const uint8_t *payload, uint32_t payload_length, uint32_t block_size,
                               const struct sockaddr_storage *to, const struct sockaddr_storage *from)
 {
-    uint32_t first = 0, per_send = 1, i;
+    uint32_t first = 0, per_send = 1;
     int result = 0;
     if (!valid_socket(r, slot))
         return -EBADF;
@@ -354,17 +360,13 @@ int stampede_ring_send_window(stampede_ring *r, int slot, const uint8_t *headers
             result = send_run(r, slot, headers, first, n, payload, payload_length, block_size, to, from,
                               first + n < count);
         } else {
-            uint64_t start = (uint64_t)first * block_size, end = start + block_size;
-            if (start > payload_length)
-                start = payload_length;
-            if (end > payload_length)
-                end = payload_length;
-            result = stampede_ring_send(r, slot, headers + 4 * first, 4, payload + start, (uint32_t)(end - start), to, from);
+            uint32_t start, end;
+            window_block(first, block_size, payload_length, &start, &end);
+            result = stampede_ring_send(r, slot, headers + 4 * first, 4, payload + start, end - start, to, from);
         }
         first += n;
     }
-    for (i = first; i < count; i++) /* after a failure: the rest is lost, and counted */
-        r->stats.send_failures++;
+    r->stats.send_failures += count - first; /* after a failure: the rest is lost, and counted */
     return result;
 }
 
@@ -587,16 +589,14 @@ static void on_run_sent(stampede_ring *r, struct io_uring_cqe *cqe)
     struct socket_slot *s = &r->sockets[m->socket];
     struct io_uring_cqe as_socket = *cqe;
     int usable = s->generation == m->generation && s->fd >= 0;
+    int refused = cqe->res < 0 && m->datagrams > 1 && stampede_segmentation_refused(-cqe->res);
     if (cqe->res >= 0 && m->datagrams > 1)
         r->stats.segmented_sends++;
-    if (usable && cqe->res < 0 && m->datagrams > 1 && stampede_segmentation_refused(-cqe->res)) {
-        s->segments = 0;
-        r->stats.segmentation_fallbacks++;
-        r->sends_in_flight--;
-        send_one_by_one(r, m);
-        return;
-    }
-    if (usable && cqe->res == -ECANCELED && !s->segments) {
+    if (usable && (refused || (cqe->res == -ECANCELED && !s->segments))) {
+        if (refused) {
+            s->segments = 0;
+            r->stats.segmentation_fallbacks++;
+        }
         r->sends_in_flight--;
         send_one_by_one(r, m);
         return;

@@ -240,12 +240,11 @@ public final class GlibcBackend: DatagramBackend {
             let vectors = sendVectors + vectorsUsed
             var used = 0
             for i in 0..<count {
-                let start = min((first + i) * blockSize, payload.count)
-                let end = min(start + blockSize, payload.count)
+                let block = windowBlock(payload, first + i, blockSize: blockSize)
                 vectors[used] = iovec(iov_base: copy + 4 * i, iov_len: 4)
                 used += 1
-                if end > start {
-                    vectors[used] = iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress! + start), iov_len: end - start)
+                if block.count > 0 {
+                    vectors[used] = iovec(iov_base: UnsafeMutableRawPointer(mutating: block.baseAddress), iov_len: block.count)
                     used += 1
                 }
             }

@@ -83,9 +83,8 @@ extension DatagramBackend {
     public func sendWindow(_ socket: SocketHandle, to peer: SocketAddress?, from local: SocketAddress?,
                            headers: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer, blockSize: Int) {
         for i in 0..<(headers.count / 4) {
-            let start = min(i * blockSize, payload.count)
             let header = UnsafeRawBufferPointer(rebasing: headers[(4 * i)..<(4 * i + 4)])
-            let slice = UnsafeRawBufferPointer(rebasing: payload[start..<min(start + blockSize, payload.count)])
+            let slice = windowBlock(payload, i, blockSize: blockSize)
             if let peer {
                 send(socket, to: peer, from: local, header: header, payload: slice)
             } else {
@@ -102,6 +101,14 @@ extension DatagramBackend {
     public func send(_ socket: SocketHandle, to peer: SocketAddress, from local: SocketAddress?, packet: UnsafeRawBufferPointer) {
         send(socket, to: peer, from: local, header: packet, payload: UnsafeRawBufferPointer(start: nil, count: 0))
     }
+}
+
+/// The payload of datagram `i` of a window (see `sendWindow`): `blockSize` bytes of `payload` from
+/// `i * blockSize`, fewer (or none) at its end.
+@inline(__always)
+public func windowBlock(_ payload: UnsafeRawBufferPointer, _ i: Int, blockSize: Int) -> UnsafeRawBufferPointer {
+    let start = min(i * blockSize, payload.count)
+    return UnsafeRawBufferPointer(rebasing: payload[start..<min(start + blockSize, payload.count)])
 }
 
 /// One received datagram, pointing into a backend-owned buffer.

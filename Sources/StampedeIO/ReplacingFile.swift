@@ -44,13 +44,7 @@ public final class ReplacingFile {
 
     public func write(_ bytes: UnsafeRawBufferPointer) throws(Errno) {
         guard let fd = file?.raw else { throw Errno(EBADF) }
-        var done = 0
-        while done < bytes.count {
-            let n = Glibc.write(fd, bytes.baseAddress! + done, bytes.count - done)
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 { throw Errno.current }
-            done += n
-        }
+        try writeFully(fd, bytes)
         bytesWritten += bytes.count
     }
 

@@ -72,3 +72,15 @@ public enum TFTPOption: String, CaseIterable, Sendable {
         return value
     }
 }
+
+extension TFTPOption {
+    /// A request's options as Stampede's clients send them (get, put, storm): blksize, timeout,
+    /// tsize, windowsize, each left out when nil. `transferSize` is 0 in an RRQ ("tell me"), the
+    /// file's size in a WRQ.
+    public static func requestList(blockSize: Int?, timeoutSeconds: Int?, transferSize: Int?,
+                                   windowSize: Int?) -> [(name: String, value: String)] {
+        let values: [(TFTPOption, Int?)] = [(.blksize, blockSize), (.timeout, timeoutSeconds), (.tsize, transferSize),
+                                            (.windowsize, windowSize)]
+        return values.compactMap { option, value in value.map { (option.rawValue, String($0)) } }
+    }
+}

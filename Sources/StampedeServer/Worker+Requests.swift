@@ -115,8 +115,7 @@ extension Worker {
                 // A reader's client sends ACKs and ERRORs; a writer's sends DATA of the negotiated size.
                 let largest = request.isWrite ? negotiation.options.blockSize + 4 : 516
                 transfer.socket = try backend.openTransfer(local: local, peer: datagram.peer, ports: configuration.portRange,
-                                                           largestDatagram: largest,
-                                                           tag: UInt64(table[slot].generation & 0x7FFF_FFFF) << 32 | UInt64(slot))
+                                                           largestDatagram: largest, tag: tag(of: slot))
             } catch {
                 freeSlots.append(Int32(slot))
                 release(&transfer)

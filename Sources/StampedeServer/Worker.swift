@@ -210,6 +210,8 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         return Int(freeSlots.removeLast())
     }
 
+    /// The tag a transfer socket of `slot` is opened with: the slot and its generation, so that a
+    /// reused slot never takes its predecessor's late datagrams (`slot(forTag:)`).
     func tag(of slot: Int) -> UInt64 {
         UInt64(table[slot].generation & 0x7FFF_FFFF) << 32 | UInt64(slot)
     }

@@ -42,12 +42,8 @@ public struct StormPlan: Sendable {
 
     /// The options in the order they are sent.
     public var requestOptions: [(name: String, value: String)] {
-        var options: [(name: String, value: String)] = []
-        if let blockSize { options.append(("blksize", String(blockSize))) }
-        if let timeoutSeconds { options.append(("timeout", String(timeoutSeconds))) }
-        if askSize { options.append(("tsize", "0")) }
-        if let windowSize { options.append(("windowsize", String(windowSize))) }
-        return options
+        TFTPOption.requestList(blockSize: blockSize, timeoutSeconds: timeoutSeconds, transferSize: askSize ? 0 : nil,
+                               windowSize: windowSize)
     }
 
     /// The RRQ every client sends.

@@ -79,7 +79,7 @@ struct Get: ParsableCommand {
         defer { scratch.deallocate() }
         func write(_ bytes: UnsafeRawBufferPointer) throws(TFTPClient.Failure) {
             do {
-                if let sink { try sink.write(bytes) } else { try writeAll(1, bytes) }
+                if let sink { try sink.write(bytes) } else { try writeFully(1, bytes) }
             } catch {
                 throw .localFile(path: target, error)
             }
@@ -124,15 +124,4 @@ func currentUmask() -> mode_t {
     let mask = umask(0)
     umask(mask)
     return mask
-}
-
-/// Writes all of `bytes` to `fd` (standard output for `get FILE -`).
-func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) throws(Errno) {
-    var done = 0
-    while done < bytes.count {
-        let n = write(fd, bytes.baseAddress! + done, bytes.count - done)
-        if n < 0 && errno == EINTR { continue }
-        if n < 0 { throw Errno.current }
-        done += n
-    }
 }

@@ -54,11 +54,9 @@ final class TFTPClient {
 
     /// The request for `name`, with the options the settings ask (an upload announces its size).
     func request(_ name: String, uploadSize: Int? = nil) -> Request {
-        var options: [(name: String, value: String)] = []
-        if let b = settings.blockSize { options.append(("blksize", String(b))) }
-        if let t = settings.timeoutSeconds { options.append(("timeout", String(t))) }
-        if settings.askSize { options.append(("tsize", String(uploadSize ?? 0))) }
-        if let w = settings.windowSize { options.append(("windowsize", String(w))) }
+        let options = TFTPOption.requestList(blockSize: settings.blockSize, timeoutSeconds: settings.timeoutSeconds,
+                                             transferSize: settings.askSize ? uploadSize ?? 0 : nil,
+                                             windowSize: settings.windowSize)
         return Request(isWrite: uploadSize != nil, filename: Array(name.utf8), mode: settings.mode.rawValue, options: options)
     }
 

@@ -15,6 +15,18 @@ public func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, a
     return done
 }
 
+/// Writes all of `bytes` to `fd` (EINTR retried, short writes continued). The one writer of
+/// files: uploads and downloads (through `ReplacingFile`), `get FILE -` to standard output.
+public func writeFully(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) throws(Errno) {
+    var done = 0
+    while done < bytes.count {
+        let n = write(fd, bytes.baseAddress! + done, bytes.count - done)
+        if n < 0 && errno == EINTR { continue }
+        if n < 0 { throw Errno.current }
+        done += n
+    }
+}
+
 /// A whole regular file (a rule file, the file `put` sends, the one `storm --verify` compares
 /// with, a /proc setting), `path` taken from `directory` when it is relative. Read to its end,
 /// not to the size fstat gives: /proc says 0.
