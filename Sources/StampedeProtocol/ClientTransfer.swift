@@ -16,6 +16,14 @@ public struct ClientPlan: Sendable {
     /// A download holds its first ACK this long: with a long enough hold every transfer of a
     /// storm is open at once, as with a rack of slow firmware.
     public var holdFirstAck: Nanoseconds = 0
+    /// Backoff stops doubling the retransmit interval at this multiple of it (1: a fixed
+    /// interval, as EDK2's PXE keeps).
+    public var maxBackoff: Int64 = 8
+    /// A size probe (EDK2's): once the OACK arrives, refuse it with ERROR 8 and end, successfully.
+    public var probeOnly = false
+    /// Read this many bytes, then close the transfer with ERROR 0 "closed" (GRUB closing a file
+    /// early), successfully; nil reads the whole file.
+    public var closeAfter: Int?
 
     public init(request: Request, retransmit: Nanoseconds = nanosecondsPerSecond, retries: Int = 5) {
         self.request = request
@@ -37,8 +45,11 @@ public enum ClientSend: Equatable, Sendable {
     case unknownTransferID
     /// ERROR 0 to the server: we gave up on this transfer, it need not retransmit.
     case abort
-    /// ERROR 8 to the server: its OACK holds what we cannot accept (RFC 2347).
+    /// ERROR 8 to the server: its OACK holds what we cannot accept (RFC 2347), or a size probe
+    /// has what it asked for.
     case refuseOptions
+    /// ERROR 0 "closed" to the server: we read what we wanted and close the file early.
+    case close
 }
 
 /// Why a client transfer failed, as far as the protocol tells.
@@ -121,6 +132,7 @@ public struct ClientTransfer<Address: PeerAddress> {
         self.server = server
         // The request is resent at our own interval: a `timeout` option applies only once acknowledged.
         requestTimer = RetransmitTimer(base: plan.retransmit, maxRetries: plan.retries)
+        requestTimer.maxBackoff = plan.maxBackoff
     }
 
     /// Sends the request.
@@ -138,8 +150,10 @@ public struct ClientTransfer<Address: PeerAddress> {
     public func range(ofBlock n: Int) -> Range<Int> { sender!.range(ofBlock: n) }
 
     private func timer(_ options: TransferOptions) -> RetransmitTimer {
-        RetransmitTimer(base: options.timeoutSeconds.map { Nanoseconds($0) * nanosecondsPerSecond } ?? plan.retransmit,
-                        maxRetries: plan.retries)
+        var timer = RetransmitTimer(base: options.timeoutSeconds.map { Nanoseconds($0) * nanosecondsPerSecond } ?? plan.retransmit,
+                                    maxRetries: plan.retries)
+        timer.maxBackoff = plan.maxBackoff
+        return timer
     }
 
     /// The timer at `deadline` fired.
@@ -178,7 +192,11 @@ public struct ClientTransfer<Address: PeerAddress> {
         case .optionAck(let body):
             return optionAck(body, now: now)
         case .data(let block, let payload) where !isWrite:
-            if receiver == nil { startReceiving(TransferOptions(), now: now) }  // no OACK: RFC 1350's defaults
+            if receiver == nil {
+                // A size probe needs the OACK's tsize: a server that ignores options fails it.
+                if plan.probeOnly { return Step(.abort, .failed(.protocolError("DATA where the size probe needs an OACK"))) }
+                startReceiving(TransferOptions(), now: now)  // no OACK: RFC 1350's defaults
+            }
             return data(block, payload, now: now)
         case .ack(let block) where isWrite:
             if sender == nil {
@@ -209,6 +227,10 @@ public struct ClientTransfer<Address: PeerAddress> {
         }
         if isWrite { return startSending(options, now: now) }
         transferSize = options.transferSize
+        if plan.probeOnly {
+            requestTimer.stop()
+            return Step(.refuseOptions, .ok)
+        }
         startReceiving(options, now: now)
         return Step(.ack(0))
     }
@@ -256,6 +278,9 @@ public struct ClientTransfer<Address: PeerAddress> {
                 return Step(.ack(block), .failed(.wrongSize(expected: size, received: received)), delivered: delivered)
             }
             return Step(.ack(block), .ok, delivered: delivered)
+        }
+        if let limit = plan.closeAfter, receiver!.bytesReceived >= limit {
+            return Step(.close, .ok, delivered: delivered)
         }
         guard case .ack(let number) = receipt.reply else { return Step(.none, delivered: delivered) }
         if holdUntil != nil {

@@ -64,6 +64,9 @@ enum Outcome: Equatable {
     /// The client answered our OACK with an ERROR (the UEFI tsize probe): not a failure.
     case endedByClientAfterOptionAck(code: UInt16)
     case clientError(code: UInt16, message: String)
+    /// GRUB closed the file early (ERROR 0 "closed": it read a header, or seeks back and opens it
+    /// again): what it wanted, not a failure.
+    case closedByClient
     /// A socket error on the transfer: ECONNREFUSED means the client's port is gone.
     case socketError(Errno)
     case timedOut
@@ -74,7 +77,7 @@ enum Outcome: Equatable {
 
     var isFailure: Bool {
         switch self {
-        case .completed, .endedByClientAfterOptionAck, .superseded: return false
+        case .completed, .endedByClientAfterOptionAck, .closedByClient, .superseded: return false
         default: return true
         }
     }
@@ -84,6 +87,7 @@ enum Outcome: Equatable {
         case .completed: return "ok"
         case .endedByClientAfterOptionAck(let code): return "ended by client after OACK (error \(code))"
         case .clientError(let code, let message): return "client error \(code) \"\(message)\""
+        case .closedByClient: return "closed early by the client"
         case .socketError(let error) where error.rawValue == ECONNREFUSED: return "client port unreachable"
         case .socketError(let error): return "socket error: \(error)"
         case .timedOut: return "timed out"

@@ -29,6 +29,8 @@ extension Worker {
             if beforeData {
                 // The UEFI size probe: RRQ with tsize, read the OACK, answer ERROR 8, ask again.
                 finish(slot, .endedByClientAfterOptionAck(code: code), now: now)
+            } else if code == 0 && message.prefix(while: { $0 != 0 }).elementsEqual("closed".utf8) {
+                finish(slot, .closedByClient, now: now)
             } else {
                 let text = sanitizedForLog(message.prefix(while: { $0 != 0 }), limit: 128)
                 finish(slot, .clientError(code: code, message: text), now: now)

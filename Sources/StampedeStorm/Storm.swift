@@ -3,8 +3,9 @@ import Glibc
 import StampedeIO
 import StampedeProtocol
 
-/// Plays a storm's clients over one backend on one thread: a socket per client, all of them
-/// served by one loop with a timer wheel, like the server's worker. `run` drives it to the end;
+/// Plays a storm's machines over one backend on one thread: each machine runs the plan's boot
+/// profile stage by stage, a socket per transfer, all of them served by one loop with a timer
+/// wheel, like the server's worker. `run` drives it to the end;
 /// `start` and `turn` let a caller interleave it with a server in one thread (the tests do).
 ///
 /// A storm is not shared: each runs on one thread at a time (the one that made it, or the one it
@@ -12,47 +13,62 @@ import StampedeProtocol
 public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     public let plan: StormPlan
     public let backend: Backend
-    public private(set) var report = StormReport()
+    public private(set) var report: StormReport
 
+    /// Per slot: the machine booting in it, its running transfer and that transfer's socket.
+    private var machines: [Machine?]
     private var sessions: [ClientTransfer<SocketAddress>?]
     private var sockets: [SocketHandle?]
     private var generations: [UInt32]
     private var idle: [Int]
     private var wheel: TimerWheel
     private var expired: [Int32] = []
-    private let request: [UInt8]
-    private let clientPlan: ClientPlan
+    /// The bytes each name must have (nil: no file to compare with), read once per name.
+    private var expected: [String: [UInt8]?]
     private let unknownTransferID = PacketWriter.error(TFTPError(.unknownTransferID, "Unknown transfer ID"))
     private let abortPacket = PacketWriter.error(TFTPError(.notDefined, "storm: transfer abandoned"))
     private let refuseOptionsPacket = PacketWriter.error(TFTPError(.optionNegotiation, "storm: option refused"))
+    private let closePacket = PacketWriter.error(TFTPError(.notDefined, "closed"))
     private var ackPacket: [UInt8] = [0, 4, 0, 0]
     private let local: SocketAddress
     private var launched = 0
-    /// Transfers running: the slots not idle.
-    private var active: Int { sessions.count - idle.count }
+    /// Machines booting: the slots not idle.
+    private var active: Int { machines.count - idle.count }
     private var startedAt: Nanoseconds = 0
     private var launchUntil: Nanoseconds?
+
+    /// A machine in the middle of its boot: which stage, which of the stage's names.
+    struct Machine {
+        var identity: MachineIdentity
+        var stage = 0
+        var name = 0
+        var bootStarted: Nanoseconds
+        var stageStarted: Nanoseconds
+        /// The expanded name the running transfer reads.
+        var file = ""
+    }
 
     public init(plan: StormPlan, backend: Backend) {
         self.plan = plan
         self.backend = backend
-        let slots = max(1, plan.clients)
+        let slots = plan.slots
+        machines = Array(repeating: nil, count: slots)
         sessions = Array(repeating: nil, count: slots)
         sockets = Array(repeating: nil, count: slots)
         generations = Array(repeating: 0, count: slots)
         idle = Array((0..<slots).reversed())
         wheel = TimerWheel(capacity: slots, now: stampede_monotonic_ns())
         expired.reserveCapacity(slots)
-        request = plan.request.encoded()
-        clientPlan = plan.clientPlan
+        expected = plan.expected.mapValues { Optional($0) }
         local = SocketAddress(parsing: plan.server.isIPv6 ? "[::]:0" : "0.0.0.0:0", defaultPort: 0)!
+        report = StormReport(profile: plan.profile)
         report.backend = backend.description
         report.durations.reserveCapacity(plan.plannedTotal ?? 65536)
     }
 
     public var isFinished: Bool { startedAt != 0 && active == 0 && !mayLaunch(now: stampede_monotonic_ns()) }
 
-    /// Sends the first wave of requests: every client at once, as a rack powering on.
+    /// Powers on the first machines: all at once, as a rack does, or the first of a ramp.
     public func start(now: Nanoseconds) {
         startedAt = now
         launchUntil = plan.duration.map { now + $0 }
@@ -60,7 +76,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     }
 
     /// Runs the storm to its end; `progress` is called about ten times a second. When `stop`
-    /// says so, no transfer starts any more and the running ones count as interrupted.
+    /// says so, no machine starts any more and the running ones count as interrupted.
     public func run(progress: ((StormReport, Int) -> Void)? = nil, stop: (() -> Bool)? = nil) -> StormReport {
         start(now: stampede_monotonic_ns())
         var lastProgress = startedAt
@@ -80,7 +96,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         return report
     }
 
-    /// One loop turn: expire timers, flush sends and wait, handle what arrived, start new clients.
+    /// One loop turn: expire timers, flush sends and wait, handle what arrived, start new machines.
     public func turn(now: Nanoseconds, maxWait: Nanoseconds) {
         wheel.expire(now: now, into: &expired)
         for slot in expired where sessions[Int(slot)] != nil {
@@ -90,6 +106,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         expired.removeAll(keepingCapacity: true)
         var deadline = now + maxWait
         if let next = wheel.nextDeadline() { deadline = min(deadline, next) }
+        if let next = nextPowerOn, !idle.isEmpty { deadline = min(deadline, max(next, now)) }
         let count = backend.poll(deadline: deadline)
         let arrival = stampede_monotonic_ns()
         for i in 0..<count {
@@ -97,7 +114,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
             let slot = Int(datagram.tag & 0xFFFF_FFFF)
             guard slot < sessions.count, sessions[slot] != nil, generations[slot] == UInt32(datagram.tag >> 32) else { continue }
             if let error = datagram.error {
-                finish(slot, .failed(.socketError(error)), now: arrival)
+                transferEnded(slot, .failed(.socketError(error)), now: arrival)
                 continue
             }
             let step = sessions[slot]!.receive(datagram.bytes, from: datagram.peer, now: arrival)
@@ -112,7 +129,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         launchUntil = now
         for slot in sessions.indices where sessions[slot] != nil {
             send(.abort, slot: slot, peer: nil)
-            finish(slot, .failed(.interrupted), now: now)
+            transferEnded(slot, .failed(.interrupted), now: now)
         }
         report.wall = now - startedAt
     }
@@ -123,44 +140,63 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         return true
     }
 
+    /// When the next machine powers on, if a ramp holds it back.
+    private var nextPowerOn: Nanoseconds? {
+        guard plan.ramp > 0, startedAt != 0, mayLaunch(now: startedAt) else { return nil }
+        return startedAt + plan.powerOn(plan.machineNumber(launched))
+    }
+
     private func launchAll(now: Nanoseconds) {
         while !idle.isEmpty && mayLaunch(now: now) {
+            let number = plan.machineNumber(launched)
+            guard now >= startedAt + plan.powerOn(number) else { return }
             let slot = idle.removeLast()
             launched += 1
-            generations[slot] &+= 1
-            do {
-                sockets[slot] = try backend.openClient(local: local, largestDatagram: (plan.blockSize ?? 512) + 4,
-                                                       tag: UInt64(generations[slot]) << 32 | UInt64(slot))
-            } catch {
-                report.recordFailure(.socketError(error))
-                idle.append(slot)
-                // Out of sockets or ports: try again next turn (a transfer may have ended by then).
-                return
-            }
-            sessions[slot] = ClientTransfer(plan: clientPlan, server: plan.server, now: now)
+            machines[slot] = Machine(identity: MachineIdentity(number: number), bootStarted: now, stageStarted: now)
+            guard startTransfer(slot, now: now) else { return }
             report.peakActive = max(report.peakActive, active)
-            apply(sessions[slot]!.start(now: now), slot: slot, peer: nil, now: now)
         }
     }
 
-    /// Does what a client's step says: sends, checks delivered bytes (`--verify`), ends, or waits.
+    /// Opens a socket and sends the request for the machine's current stage and name. False when
+    /// no socket could be had (the machine's boot fails: counted, never retried behind its back).
+    private func startTransfer(_ slot: Int, now: Nanoseconds) -> Bool {
+        generations[slot] &+= 1
+        do {
+            sockets[slot] = try backend.openClient(local: local, largestDatagram: plan.largestBlock + 4,
+                                                   tag: UInt64(generations[slot]) << 32 | UInt64(slot))
+        } catch {
+            machineEnded(slot, .failed(.socketError(error)), now: now)
+            return false
+        }
+        let machine = machines[slot]!
+        let stage = plan.profile.stages[machine.stage]
+        let clientPlan = stage.plan(name: machine.name, for: machine.identity, hold: plan.hold)
+        machines[slot]!.file = String(decoding: clientPlan.request.filename, as: UTF8.self)
+        sessions[slot] = ClientTransfer(plan: clientPlan, server: plan.server, now: now)
+        apply(sessions[slot]!.start(now: now), slot: slot, peer: nil, now: now)
+        return true
+    }
+
+    /// Does what a client's step says: sends, checks delivered bytes, ends, or waits.
     private func apply(_ step: ClientStep, slot: Int, peer: SocketAddress?, now: Nanoseconds) {
-        if let (offset, bytes) = step.delivered, let failure = verify(bytes, at: offset) {
+        if let (offset, bytes) = step.delivered, let failure = verify(bytes, at: offset, slot: slot) {
             send(.abort, slot: slot, peer: peer)
-            finish(slot, .failed(failure), now: now)
+            transferEnded(slot, .failed(failure), now: now)
             return
         }
         send(step.send, slot: slot, peer: peer)
         switch step.end {
         case .ok?:
             let received = sessions[slot]!.bytesReceived
-            if let expected = plan.expected, expected.count != received {
-                finish(slot, .failed(.wrongSize(expected: expected.count, received: received)), now: now)
+            let closesEarly = sessions[slot]!.plan.closeAfter != nil || sessions[slot]!.plan.probeOnly
+            if !closesEarly, let whole = expectedBytes(slot), whole.count != received {
+                transferEnded(slot, .failed(.wrongSize(expected: whole.count, received: received)), now: now)
             } else {
-                finish(slot, .ok, now: now)
+                transferEnded(slot, .ok, now: now)
             }
         case .failed(let failure)?:
-            finish(slot, .failed(StormFailure(failure)), now: now)
+            transferEnded(slot, .failed(StormFailure(failure)), now: now)
         case nil:
             if let deadline = sessions[slot]!.deadline { wheel.schedule(slot, at: deadline) } else { wheel.cancel(slot) }
         }
@@ -172,7 +208,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         switch what {
         case .none, .blocks: break  // a storm only downloads
         case .request:
-            request.withUnsafeBytes { backend.send(socket, to: plan.server, from: nil, packet: $0) }
+            sessions[slot]!.plan.request.encoded().withUnsafeBytes { backend.send(socket, to: plan.server, from: nil, packet: $0) }
         case .ack(let block):
             ackPacket[2] = UInt8(block >> 8)
             ackPacket[3] = UInt8(block & 0xFF)
@@ -183,12 +219,26 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
             abortPacket.withUnsafeBytes { backend.send(socket, to: server, from: nil, packet: $0) }
         case .refuseOptions:
             refuseOptionsPacket.withUnsafeBytes { backend.send(socket, to: server, from: nil, packet: $0) }
+        case .close:
+            closePacket.withUnsafeBytes { backend.send(socket, to: server, from: nil, packet: $0) }
         }
     }
 
+    /// The bytes the running transfer's file must have, if the storm knows them.
+    private func expectedBytes(_ slot: Int) -> [UInt8]? {
+        let name = machines[slot]!.file
+        if let known = expected[name] { return known }
+        var bytes: [UInt8]?
+        if let root = plan.verifyRoot, !name.split(separator: "/").contains("..") {
+            bytes = try? readWholeFile(root + "/" + name)
+        }
+        expected[name] = .some(bytes)
+        return bytes
+    }
+
     /// Compares delivered bytes with the expected file; the offset of the first difference.
-    private func verify(_ payload: UnsafeRawBufferPointer, at offset: Int) -> StormFailure? {
-        guard let expected = plan.expected, payload.count > 0 else { return nil }
+    private func verify(_ payload: UnsafeRawBufferPointer, at offset: Int, slot: Int) -> StormFailure? {
+        guard payload.count > 0, let expected = expectedBytes(slot) else { return nil }
         guard offset + payload.count <= expected.count else {
             return .wrongSize(expected: expected.count, received: offset + payload.count)
         }
@@ -199,12 +249,59 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         }
     }
 
-    private func finish(_ slot: Int, _ end: StormEnd, now: Nanoseconds) {
-        report.record(end, transfer: sessions[slot]!, now: now)
+    /// A transfer ended: the machine goes on to its next name or stage, boots, or fails.
+    private func transferEnded(_ slot: Int, _ end: StormEnd, now: Nanoseconds) {
+        let machine = machines[slot]!
+        let stage = plan.profile.stages[machine.stage]
+        report.record(transfer: sessions[slot]!, ok: end == .ok, stage: machine.stage)
         sessions[slot] = nil
         wheel.cancel(slot)
         if let socket = sockets[slot] { backend.close(socket) }
         sockets[slot] = nil
+        switch end {
+        case .failed(.serverError(code: ErrorCode.fileNotFound.rawValue)) where stage.notFoundIsFine:
+            report.stages[machine.stage].notFound += 1
+            if stage.action == .first {
+                guard machine.name + 1 < stage.names.count else {
+                    machineEnded(slot, end, now: now)
+                    return
+                }
+                machines[slot]!.name += 1
+                _ = startTransfer(slot, now: now)
+                return
+            }
+            nextStage(slot, now: now)
+        case .ok:
+            nextStage(slot, now: now)
+        case .failed:
+            machineEnded(slot, end, now: now)
+        }
+    }
+
+    /// The machine got through its stage (a `try` that found nothing does): on to the next, or
+    /// the machine has booted.
+    private func nextStage(_ slot: Int, now: Nanoseconds) {
+        let machine = machines[slot]!
+        report.stages[machine.stage].ok += 1
+        report.stages[machine.stage].durations.append(now - machine.stageStarted)
+        guard machine.stage + 1 < plan.profile.stages.count else {
+            machineEnded(slot, .ok, now: now)
+            return
+        }
+        machines[slot]!.stage += 1
+        machines[slot]!.name = 0
+        machines[slot]!.stageStarted = now
+        _ = startTransfer(slot, now: now)
+    }
+
+    /// The machine booted or failed: counted, and its slot takes the next machine.
+    private func machineEnded(_ slot: Int, _ end: StormEnd, now: Nanoseconds) {
+        let machine = machines[slot]!
+        switch end {
+        case .ok: report.booted(in: now - machine.bootStarted)
+        case .failed(let failure): report.recordFailure(failure, stage: machine.stage)
+        }
+        machines[slot] = nil
         idle.append(slot)
     }
 }

@@ -1,69 +1,68 @@
 import StampedeIO
 import StampedeProtocol
 
-
-/// What a storm plays: many TFTP clients reading one file from one server, as a rack of
-/// machines booting at once does.
+/// What a storm plays: machines booting against one server, each running a boot profile (by
+/// default one file read with one set of options), as a rack powering on does.
 public struct StormPlan: Sendable {
     /// The server's request port.
     public var server: SocketAddress
-    /// The file every client asks for.
-    public var file: String
-    /// Transfers running at once.
+    /// What every machine asks for, stage by stage.
+    public var profile: BootProfile
+    /// Machines booting at once (each runs the whole profile), across every slice.
     public var clients = 100
-    /// Transfers to run in all; nil: one per client, or as many as `duration` allows.
+    /// Machines in all; nil: one per client, or as many as `duration` allows. A slot whose machine
+    /// has finished takes the next.
     public var total: Int?
-    /// Keep starting transfers until this much time has passed (then let the running ones end).
+    /// Keep starting machines until this much time has passed (then let the running ones end).
     public var duration: Nanoseconds?
-    /// Options asked for in each RRQ; nil leaves an option out.
-    public var blockSize: Int?
-    public var windowSize: Int?
-    public var timeoutSeconds: Int?
-    public var askSize = true
-    /// Our retransmit interval when no `timeout` is negotiated, and how often we retry.
-    public var retransmit: Nanoseconds = nanosecondsPerSecond
-    public var retries = 5
+    /// The first `clients` machines power on spread evenly over this time, not all at once.
+    public var ramp: Nanoseconds = 0
+    /// This storm plays the machines whose number n has n % count == index: so that several
+    /// threads, or several processes (`--slice`), share one rack with distinct identities.
+    public var slice = (index: 0, count: 1)
     /// Each client waits this long before its first ACK: with a long enough hold every transfer
     /// is open at once (the `scale` scenario), as with a rack of slow firmware.
     public var hold: Nanoseconds = 0
-    /// The bytes the file must have (`--verify`); every received byte is compared.
-    public var expected: [UInt8]?
+    /// The bytes each file must have: every received byte is compared. `expected` holds one file's
+    /// (`--verify`); `verifyRoot` a directory whose files a profile's names are read from.
+    public var expected: [String: [UInt8]] = [:]
+    public var verifyRoot: String?
 
-    public init(server: SocketAddress, file: String) {
+    public init(server: SocketAddress, profile: BootProfile) {
         self.server = server
-        self.file = file
+        self.profile = profile
     }
 
-    /// The transfers this plan starts, or nil when only `duration` bounds it.
+    /// How many of `n` machines fall in this slice.
+    func portion(_ n: Int) -> Int { n / slice.count + (slice.index < n % slice.count ? 1 : 0) }
+
+    /// Machines this storm starts, or nil when only `duration` bounds it.
     public var plannedTotal: Int? {
-        if let total { return total }
-        return duration == nil ? clients : nil
+        if let total { return portion(total) }
+        return duration == nil ? portion(clients) : nil
     }
 
-    /// The options in the order they are sent.
-    public var requestOptions: [(name: String, value: String)] {
-        TFTPOption.requestList(blockSize: blockSize, timeoutSeconds: timeoutSeconds, transferSize: askSize ? 0 : nil,
-                               windowSize: windowSize)
+    /// Machines this storm runs at once.
+    public var slots: Int { max(1, portion(clients)) }
+
+    /// The number of this storm's k-th machine, counted across every slice.
+    func machineNumber(_ k: Int) -> Int { slice.index + k * slice.count }
+
+    /// When machine n powers on, after the storm starts.
+    func powerOn(_ n: Int) -> Nanoseconds {
+        guard ramp > 0, n < clients else { return 0 }
+        return Nanoseconds(Double(ramp) * Double(n) / Double(clients))
     }
 
-    /// The RRQ every client sends.
-    public var request: Request {
-        Request(isWrite: false, filename: Array(file.utf8), mode: "octet", options: requestOptions)
+    /// The largest DATA a client of this plan may receive.
+    public var largestBlock: Int {
+        profile.stages.flatMap(\.options).filter { $0.name == TFTPOption.blksize.rawValue }.compactMap { Int($0.value) }.max() ?? 512
     }
 
-    /// What each client's transfer is.
-    public var clientPlan: ClientPlan {
-        var plan = ClientPlan(request: request, retransmit: retransmit, retries: retries)
-        plan.holdFirstAck = hold
-        return plan
-    }
-
-    /// This plan for one of `parts` threads: clients and transfers shared out, the rest to the first.
+    /// This plan for one of `parts` threads: every part a slice of this one's machines.
     public func share(_ part: Int, of parts: Int) -> StormPlan {
-        func portion(_ n: Int) -> Int { n / parts + (part < n % parts ? 1 : 0) }
         var plan = self
-        plan.clients = portion(clients)
-        plan.total = plannedTotal.map(portion)
+        plan.slice = (slice.index + part * slice.count, slice.count * parts)
         return plan
     }
 }

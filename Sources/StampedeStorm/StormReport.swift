@@ -1,16 +1,18 @@
 import StampedeIO
 import StampedeProtocol
 
-
-/// What a storm measured. Failures are counted by kind, with the first few described.
+/// What a storm measured, for the machines and for each stage of their profile. Failures are
+/// counted by kind, with the first few described.
 public struct StormReport: Sendable {
+    /// Machines that booted (ran every stage), and those that did not. Without a profile a
+    /// machine is one transfer.
     public var ok = 0
     public var failed = 0
     public var failuresByKind: [String: Int] = [:]
     public var failureExamples: [String] = []
     /// Bytes of the transfers that succeeded.
     public var bytes = 0
-    /// Time from first request to last ACK of each successful transfer.
+    /// Each booted machine's time from its first request to its last byte.
     public var durations: [Nanoseconds] = []
     /// Requests and ACKs we sent again, and DATA the server sent again (duplicates seen).
     public var retransmits = 0
@@ -22,28 +24,71 @@ public struct StormReport: Sendable {
     /// The storm's own CPU time (user + system), set by whoever ran it.
     public var clientCPUSeconds = 0.0
     public var backend = ""
+    /// The profile's name, and what happened at each of its stages.
+    public var profile = ""
+    public var stages: [StageReport] = []
 
-    public init() {}
+    /// One stage of the profile, over every machine that reached it.
+    public struct StageReport: Sendable {
+        public var label: String
+        public var ok = 0
+        public var failed = 0
+        /// Names answered "not found" where that is fine (`try`, a `first` search's misses).
+        public var notFound = 0
+        public var failuresByKind: [String: Int] = [:]
+        /// From the stage's first request to its end, for each machine that got through.
+        public var durations: [Nanoseconds] = []
+        public var retransmits = 0
+        public var bytes = 0
 
-    public var sessions: Int { ok + failed }
-
-    mutating func record(_ end: StormEnd, transfer: ClientTransfer<SocketAddress>, now: Nanoseconds) {
-        retransmits += transfer.retransmits
-        duplicates += transfer.duplicates
-        switch end {
-        case .ok:
-            ok += 1
-            bytes += transfer.bytesReceived
-            durations.append(now - transfer.started)
-        case .failed(let failure):
-            recordFailure(failure)
+        mutating func merge(_ other: StageReport) {
+            ok += other.ok
+            failed += other.failed
+            notFound += other.notFound
+            failuresByKind.merge(other.failuresByKind, uniquingKeysWith: +)
+            durations += other.durations
+            retransmits += other.retransmits
+            bytes += other.bytes
         }
     }
 
-    mutating func recordFailure(_ failure: StormFailure) {
+    public init() {}
+
+    init(profile: BootProfile) {
+        self.profile = profile.name
+        stages = profile.stages.map { StageReport(label: $0.label) }
+    }
+
+    public var sessions: Int { ok + failed }
+
+    /// A transfer of stage `stage` ended: its retransmissions, duplicates and bytes.
+    mutating func record(transfer: ClientTransfer<SocketAddress>, ok: Bool, stage: Int) {
+        retransmits += transfer.retransmits
+        duplicates += transfer.duplicates
+        stages[stage].retransmits += transfer.retransmits
+        if ok {
+            bytes += transfer.bytesReceived
+            stages[stage].bytes += transfer.bytesReceived
+        }
+    }
+
+    /// A machine booted in `time`.
+    mutating func booted(in time: Nanoseconds) {
+        ok += 1
+        durations.append(time)
+    }
+
+    /// A machine's boot failed (at `stage`, when it got that far).
+    mutating func recordFailure(_ failure: StormFailure, stage: Int? = nil) {
         failed += 1
         failuresByKind[failure.kind, default: 0] += 1
-        if failureExamples.count < 5 { failureExamples.append(failure.description) }
+        if let stage {
+            stages[stage].failed += 1
+            stages[stage].failuresByKind[failure.kind, default: 0] += 1
+        }
+        if failureExamples.count < 5 {
+            failureExamples.append(stages.count > 1 && stage != nil ? "\(stages[stage!].label): \(failure.description)" : failure.description)
+        }
     }
 
     /// Adds another thread's report; the wall time is the longest.
@@ -58,6 +103,12 @@ public struct StormReport: Sendable {
         duplicates += other.duplicates
         peakActive += other.peakActive
         wall = max(wall, other.wall)
+        if stages.isEmpty {
+            profile = other.profile
+            stages = other.stages
+        } else {
+            for i in stages.indices where i < other.stages.count { stages[i].merge(other.stages[i]) }
+        }
     }
 
     var seconds: Double { max(Double(wall) / 1e9, 1e-9) }
@@ -83,14 +134,20 @@ public struct StormReport: Sendable {
     /// A few lines for people.
     public var text: String {
         let latency = latencyMilliseconds
+        let booting = stages.count > 1
+        let kinds = failuresByKind.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
         var lines = [
-            "sessions: \(ok) ok, \(failed) failed" + (failed == 0 ? "" : " (" + failuresByKind.sorted { $0.key < $1.key }
-                .map { "\($0.value) \($0.key)" }.joined(separator: ", ") + ")"),
+            (booting ? "machines: \(ok) booted" : "sessions: \(ok) ok") + ", \(failed) failed" + (failed == 0 ? "" : " (\(kinds))"),
             "data: \(bytes) bytes in \(decimalText(seconds, places: 3)) s: \(decimalText(megabytesPerSecond, places: 1)) MB/s, \(decimalText(sessionsPerSecond, places: 1)) sessions/s",
             "transfer time: p50 \(latency.p50) ms, p99 \(latency.p99) ms, max \(latency.max) ms",
             "retransmissions: \(retransmits) sent by us, \(duplicates) duplicate DATA from the server; peak \(peakActive) open at once",
             "storm CPU: \(decimalText(clientCPUSeconds, places: 2)) s on the \(backend) backend",
         ]
+        if booting {
+            lines[2] = "boot time: p50 \(latency.p50) ms, p99 \(latency.p99) ms, max \(latency.max) ms (first request to last byte)"
+            lines.insert("profile \(profile), by stage:", at: 3)
+            lines.insert(contentsOf: stages.map(\.text), at: 4)
+        }
         lines += failureExamples.map { "  failure: \($0)" }
         return lines.joined(separator: "\n")
     }
@@ -106,7 +163,9 @@ public struct StormReport: Sendable {
             "bytes": \(bytes), "seconds": \(decimalText(seconds, places: 6)), "mb_per_s": \(decimalText(megabytesPerSecond, places: 3)), \
             "sessions_per_s": \(decimalText(sessionsPerSecond, places: 3)), "p50_ms": \(latency.p50), "p99_ms": \(latency.p99), \
             "max_ms": \(latency.max), "retransmits": \(retransmits), "duplicates": \(duplicates), \
-            "peak_active": \(peakActive), "client_cpu_s": \(decimalText(clientCPUSeconds, places: 3)), "backend": \(jsonString(backend))}
+            "peak_active": \(peakActive), "client_cpu_s": \(decimalText(clientCPUSeconds, places: 3)), "backend": \(jsonString(backend)), \
+            "profile": \(jsonString(profile)), "stages": [\(stages.map(\.json).joined(separator: ", "))], \
+            "boot_ms": [\(durations.map { decimalText(Double($0) / 1e6, places: 3) }.joined(separator: ", "))]}
             """
     }
 }
@@ -122,4 +181,30 @@ func jsonString(_ text: String) -> String {
         }
     }
     return out + "\""
+}
+
+extension StormReport.StageReport {
+    private var milliseconds: (p50: String, p99: String, max: String) {
+        let sorted = durations.sorted()
+        func ms(_ p: Double) -> String { decimalText(StormReport.percentile(p, ofSorted: sorted) * 1000, places: 1) }
+        return (ms(50), ms(99), ms(100))
+    }
+
+    /// `  uefi probe ipxe.efi: 2000 ok, 0 failed; p50 1.2 ms, p99 3.4 ms, max 5.0 ms; 0 retransmissions`
+    var text: String {
+        let time = milliseconds
+        let kinds = failuresByKind.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
+        return "  \(label): \(ok) ok, \(failed) failed" + (kinds.isEmpty ? "" : " (\(kinds))")
+            + (notFound > 0 ? ", \(notFound) names not found (as expected)" : "")
+            + "; p50 \(time.p50) ms, p99 \(time.p99) ms, max \(time.max) ms; \(retransmits) retransmissions"
+    }
+
+    var json: String {
+        let time = milliseconds
+        let kinds = failuresByKind.sorted { $0.key < $1.key }.map { "\(jsonString($0.key)): \($0.value)" }.joined(separator: ", ")
+        return """
+            {"stage": \(jsonString(label)), "ok": \(ok), "failed": \(failed), "not_found": \(notFound), "failures": {\(kinds)}, \
+            "bytes": \(bytes), "p50_ms": \(time.p50), "p99_ms": \(time.p99), "max_ms": \(time.max), "retransmits": \(retransmits)}
+            """
+    }
 }

@@ -11,25 +11,43 @@ import StampedeURing
 /// `stampede storm`: a rack of machines booting at once, played against a server.
 struct Storm: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Play many TFTP clients reading one file at once, and report what happened.",
+        abstract: "Play many machines booting from a TFTP server at once, and report what happened.",
         discussion: """
-            Every client opens its own socket, sends an RRQ and reads the whole file; with --verify every \
-            byte is compared. Prints sessions ok/failed, MB/s, sessions/s, p50/p99/max transfer time and \
-            retransmissions, with the storm's own CPU time (so you can tell whether the storm or the \
-            server was the limit). Ctrl-C (or SIGTERM) ends the storm early and still reports. Exits 1 if \
-            any transfer failed.
+            Without a profile every client opens its own socket, sends an RRQ and reads the whole file. With \
+            --profile (uefi, ipxe, pxelinux, grub, uboot, uefi-ipxe) or --profile-file, every machine plays \
+            the requests its firmware sends, stage by stage, with names from its own MAC, IP and UUID \
+            (--show-profile prints a profile to start your own from). With --verify or --verify-root every \
+            byte is compared. Prints machines ok/failed, MB/s, p50/p99/max boot time, retransmissions and, \
+            for a profile, the same per stage, with the storm's own CPU time (so you can tell whether the \
+            storm or the server was the limit). Ctrl-C (or SIGTERM) ends the storm early and still \
+            reports. Exits 1 if any machine failed.
             """)
 
     @Argument(help: "The server, HOST[:PORT] (port 69 by default).")
-    var target: String
-    @Argument(help: "The file every client reads.")
-    var file: String
+    var target: String?
+    @Argument(help: "The file every client reads (without a profile).")
+    var file: String?
 
-    @Option(help: "Transfers running at once.")
+    @Option(help: "Play this firmware's boot: \(BootProfile.builtInNames.joined(separator: ", ")).")
+    var profile: String?
+    @Option(help: "Play the boot this profile file describes (see --show-profile for the format).")
+    var profileFile: String?
+    @Option(help: "Print a built-in profile, as a start for your own, and exit.")
+    var showProfile: String?
+    @Option(help: "Play only the profile's first N stages.")
+    var stages: Int?
+    @Option(help: "Compare every file a profile reads with the file of that name under this directory.")
+    var verifyRoot: String?
+    @Option(help: "Power the machines on spread evenly over this many seconds (default: all at once).")
+    var ramp = 0.0
+    @Option(help: "Play only slice I of N of the machines (I/N, from 0), to share a rack between processes.")
+    var slice: String?
+
+    @Option(help: "Machines booting at once (with --slice: in every slice together).")
     var clients = 100
-    @Option(help: "Transfers in all (default: one per client, or unbounded with --duration).")
+    @Option(help: "Machines in all (default: one per client, or unbounded with --duration).")
     var total: Int?
-    @Option(help: "Keep starting transfers for this many seconds, then let the running ones finish.")
+    @Option(help: "Keep starting machines for this many seconds, then let the running ones finish.")
     var duration: Double?
     @Option(help: "Ask for this block size.")
     var blksize: Int?
@@ -55,6 +73,26 @@ struct Storm: ParsableCommand {
     var json = false
 
     func validate() throws {
+        if let showProfile {
+            guard BootProfile.builtIn(showProfile) != nil else { throw ValidationError("--show-profile \(showProfile): \(Self.knownProfiles)") }
+            return
+        }
+        guard target != nil else { throw ValidationError("Missing the server, HOST[:PORT].") }
+        let profiles = (profile == nil ? 0 : 1) + (profileFile == nil ? 0 : 1)
+        guard profiles <= 1 else { throw ValidationError("--profile and --profile-file: choose one.") }
+        if profiles == 1 {
+            guard file == nil else { throw ValidationError("A profile names its own files: leave out \(file!).") }
+            guard blksize == nil, windowsize == nil, timeout == nil, tsize, verify == nil else {
+                throw ValidationError("A profile sets its own options and retries: leave out --blksize, --windowsize, --timeout, --no-tsize and --verify (use --verify-root).")
+            }
+            if let profile, BootProfile.builtIn(profile) == nil { throw ValidationError("--profile \(profile): \(Self.knownProfiles)") }
+        } else {
+            guard file != nil else { throw ValidationError("Missing the file to read (or a --profile).") }
+            guard stages == nil else { throw ValidationError("--stages needs a profile.") }
+        }
+        if let stages, stages < 1 { throw ValidationError("--stages must be at least 1.") }
+        guard ramp >= 0, ramp.isFinite else { throw ValidationError("--ramp must not be negative.") }
+        if let slice, parseSlice(slice) == nil { throw ValidationError("--slice \(slice): write I/N with 0 <= I < N.") }
         guard clients >= 1 else { throw ValidationError("--clients must be at least 1.") }
         if let total, total < 0 { throw ValidationError("--total must not be negative.") }
         if let duration, duration <= 0 { throw ValidationError("--duration must be positive.") }
@@ -67,32 +105,77 @@ struct Storm: ParsableCommand {
         guard ["auto", "uring", "glibc"].contains(backend) else { throw ValidationError("--backend \(backend): choose auto, uring or glibc.") }
     }
 
-    func run() throws {
-        guard let server = SocketAddress(parsing: target, defaultPort: 69, defaultHost: "127.0.0.1") else {
-            throw ValidationError("\(target): not an address (HOST[:PORT]).")
+    static var knownProfiles: String { "the built-in profiles are \(BootProfile.builtInNames.joined(separator: ", "))." }
+
+    /// `I/N` → (I, N).
+    func parseSlice(_ text: String) -> (index: Int, count: Int)? {
+        let parts = text.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2, let index = Int(parts[0]), let count = Int(parts[1]), count >= 1, (0..<count).contains(index) else { return nil }
+        return (index, count)
+    }
+
+    /// The profile the flags name: built in, from a file, or one file read with the flags' options.
+    func bootProfile() throws -> BootProfile {
+        var chosen: BootProfile
+        if let profile {
+            chosen = BootProfile.builtIn(profile)!
+        } else if let profileFile {
+            let bytes: [UInt8]
+            do {
+                bytes = try readWholeFile(profileFile)
+            } catch {
+                throw ValidationError("--profile-file \(profileFile): \(error)")
+            }
+            do throws(BootProfile.ParseError) {
+                chosen = try BootProfile(parsing: String(decoding: bytes, as: UTF8.self))
+            } catch {
+                throw ValidationError("--profile-file \(profileFile): \(error)")
+            }
+        } else {
+            let options = TFTPOption.requestList(blockSize: blksize, timeoutSeconds: timeout, transferSize: tsize ? 0 : nil,
+                                                 windowSize: windowsize)
+            return .single(file: file!, options: options, retransmit: Nanoseconds(retransmit) * 1_000_000, retries: retries)
         }
-        var plan = StormPlan(server: server, file: file)
+        if let stages {
+            guard stages <= chosen.stages.count else {
+                throw ValidationError("--stages \(stages): profile \(chosen.name) has \(chosen.stages.count).")
+            }
+            chosen.stages.removeLast(chosen.stages.count - stages)
+        }
+        return chosen
+    }
+
+    func run() throws {
+        if let showProfile {
+            print(BootProfile.builtInTexts[showProfile]!)
+            return
+        }
+        guard let server = SocketAddress(parsing: target!, defaultPort: 69, defaultHost: "127.0.0.1") else {
+            throw ValidationError("\(target!): not an address (HOST[:PORT]).")
+        }
+        var plan = StormPlan(server: server, profile: try bootProfile())
         plan.clients = clients
         plan.total = total
         plan.duration = duration.map { Nanoseconds($0 * 1e9) }
-        plan.blockSize = blksize
-        plan.windowSize = windowsize
-        plan.askSize = tsize
-        plan.timeoutSeconds = timeout
-        plan.retransmit = Nanoseconds(retransmit) * 1_000_000
-        plan.retries = retries
+        plan.ramp = Nanoseconds(ramp * 1e9)
+        if let slice { plan.slice = parseSlice(slice)! }
         plan.hold = Nanoseconds(hold * 1e9)
-        if let verify {
+        plan.verifyRoot = verifyRoot
+        if let verify, let file {
             do {
-                plan.expected = try readWholeFile(verify)
+                plan.expected[file] = try readWholeFile(verify)
             } catch {
                 throw ValidationError("--verify \(verify): \(error)")
             }
         }
-        // Each client holds a socket: say so before starting if even the hard fd limit is short.
-        let needed = rlim_t(clients + 64)
+        // Each machine holds a socket while it boots: say so before starting if even the hard fd
+        // limit is short.
+        let needed = rlim_t(plan.slots + 64)
         if case .success(let limit) = liftFileLimit(), limit < needed {
-            throw failure("\(clients) clients need \(needed) file descriptors; the limit is \(limit) (ulimit -n)")
+            throw failure("""
+                \(plan.slots) machines at once need \(needed) file descriptors; the limit is \(limit) (ulimit -n): \
+                share them between processes with --slice
+                """)
         }
 
         let progress: (@Sendable (StormReport, Int) -> Void)? = isatty(2) != 0 && !json ? Self.showProgressLine : nil
@@ -105,7 +188,7 @@ struct Storm: ParsableCommand {
         let report: StormReport
         do {
             if useURing {
-                report = try StormRunner.run(plan: plan, threads: threads, makeBackend: makeURingBackend, progress: progress,
+                report = try StormRunner.run(plan: plan, threads: threads, makeBackend: { () throws(Errno) in try makeURingBackend(largestBlock: plan.largestBlock) }, progress: progress,
                                              stop: stop)
             } else {
                 report = try StormRunner.run(plan: plan, threads: threads, makeBackend: { () throws(Errno) in try GlibcBackend() },
@@ -121,13 +204,13 @@ struct Storm: ParsableCommand {
 
     /// The live line on a terminal.
     @Sendable static func showProgressLine(_ report: StormReport, _ active: Int) {
-        writeToStandardError("\rstorm: \(report.ok) ok, \(report.failed) failed, \(active) running, \(report.bytes / 1_000_000) MB   ")
+        writeToStandardError("\rstorm: \(report.ok) ok, \(report.failed) failed, \(active) booting, \(report.bytes / 1_000_000) MB   ")
     }
 
     /// Large receive buffers for every client when blocks do not fit the small ones.
-    func makeURingBackend() throws(Errno) -> URingBackend {
+    func makeURingBackend(largestBlock: Int) throws(Errno) -> URingBackend {
         var configuration = URingBackend.Configuration()
-        if (blksize ?? 512) + 4 > Int(configuration.smallSize) { configuration.largeBuffers = 1024 }
+        if largestBlock + 4 > Int(configuration.smallSize) { configuration.largeBuffers = 1024 }
         return try URingBackend(configuration: configuration)
     }
 

@@ -115,6 +115,8 @@ final class TFTPClient {
             send(PacketWriter.error(TFTPError(.notDefined, "Transfer abandoned")), to: transfer.server)
         case .refuseOptions:
             send(PacketWriter.error(TFTPError(.optionNegotiation, "Option refused")), to: transfer.server)
+        case .close:
+            send(PacketWriter.error(TFTPError(.notDefined, "closed")), to: transfer.server)
         }
     }
 

@@ -39,6 +39,7 @@ final class Rig<Backend: DatagramBackend> {
             turn += 1
         }
         #expect(storm.isFinished, "the storm did not end")
+        _ = storm.backend.poll(deadline: stampede_monotonic_ns())  // what the storm sent last (run() does the same)
         return storm.report
     }
 }
@@ -51,12 +52,11 @@ func randomBytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8.random(
     }
 
     func plan(_ rig: Rig<GlibcBackend>, _ file: String, clients: Int, expected: [UInt8]?) -> StormPlan {
-        var plan = StormPlan(server: rig.address, file: file)
+        let profile = BootProfile.single(file: file, options: [("blksize", "1024"), ("tsize", "0")],
+                                         retransmit: 100_000_000, retries: 2)
+        var plan = StormPlan(server: rig.address, profile: profile)
         plan.clients = clients
-        plan.blockSize = 1024
-        plan.expected = expected
-        plan.retransmit = 100_000_000
-        plan.retries = 2
+        if let expected { plan.expected[file] = expected }
         return plan
     }
 

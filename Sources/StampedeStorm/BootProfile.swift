@@ -1,0 +1,288 @@
+import StampedeProtocol
+
+/// What one firmware, or a chain of them, asks a TFTP server for while a machine boots: a list
+/// of stages, each one request (or a search through several names), with the options, the
+/// retransmit interval and the patience of the firmware that sends it. `stampede storm
+/// --profile` plays it for every simulated machine.
+///
+/// Profiles are text, one directive per line (`#` starts a comment):
+///
+///     profile NAME
+///     firmware NAME [retry=SECONDS] [tries=N] [backoff=N]
+///     get   NAME [OPTION=VALUE...]       the whole file; the boot fails without it
+///     try   NAME [OPTION=VALUE...]       the whole file if there is one; "not found" is fine
+///     first NAME NAME... [OPTION=VALUE...] each name in turn until one is found (a config search)
+///     probe NAME [OPTION=VALUE...]       a size probe: the OACK, then ERROR 8, as EDK2 does
+///     head  BYTES NAME [OPTION=VALUE...] that many bytes, then ERROR 0 "closed", as GRUB does
+///
+/// A `firmware` line starts that firmware's stages: `retry` is its own retransmit interval
+/// when no `timeout` option is negotiated (`250ms` or `4s`), `tries` how often it resends before
+/// it gives up, `backoff` the most the interval grows by doubling (1: a fixed interval). Options
+/// are blksize, timeout, tsize and windowsize, sent in the order written; `tsize` alone means
+/// `tsize=0`. Names may hold the machine's identity: `${mac}` (52:54:00:00:00:01),
+/// `${mac:hexhyp}` (52-54-00-00-00-01), `${ip}` (10.0.0.1), `${ip:hex}` (0A000001),
+/// `${ip:hex:N}` (its first N digits), `${uuid}` and `${machine}` (the machine's number).
+public struct BootProfile: Sendable, Equatable {
+    public var name: String
+    public var stages: [Stage]
+
+    /// One request of the boot, or one search.
+    public struct Stage: Sendable, Equatable {
+        public enum Action: Sendable, Equatable {
+            case get, tryGet, first, probe
+            case head(bytes: Int)
+        }
+
+        public var firmware: String
+        public var action: Action
+        /// The names asked, in order (one, except for `first`), before the identity is filled in.
+        public var names: [String]
+        public var options: [(name: String, value: String)]
+        public var retransmit: Nanoseconds
+        public var retries: Int
+        public var maxBackoff: Int64
+
+        /// How the stage reads in a report: `uefi probe ipxe.efi`.
+        public var label: String {
+            let verb: String
+            switch action {
+            case .get: verb = "get"
+            case .tryGet: verb = "try"
+            case .first: verb = "first"
+            case .probe: verb = "probe"
+            case .head(let bytes): verb = "head \(bytes)"
+            }
+            let shown = names.count > 2 ? "\(names[0]) … \(names[names.count - 1]) (\(names.count) names)" : names.joined(separator: " ")
+            return "\(firmware) \(verb) \(shown)"
+        }
+
+        /// A "not found" ends this stage well: `try`, and `first` until its last name.
+        var notFoundIsFine: Bool { action == .tryGet || action == .first }
+
+        public static func == (a: Stage, b: Stage) -> Bool {
+            a.firmware == b.firmware && a.action == b.action && a.names == b.names
+                && a.options.map(\.name) == b.options.map(\.name) && a.options.map(\.value) == b.options.map(\.value)
+                && a.retransmit == b.retransmit && a.retries == b.retries && a.maxBackoff == b.maxBackoff
+        }
+
+        /// The client plan for one of the stage's names, filled in for `machine`.
+        func plan(name index: Int, for machine: MachineIdentity, hold: Nanoseconds = 0) -> ClientPlan {
+            let request = Request(isWrite: false, filename: Array(machine.expand(names[index]).utf8), mode: "octet", options: options)
+            var plan = ClientPlan(request: request, retransmit: retransmit, retries: retries)
+            plan.maxBackoff = maxBackoff
+            plan.probeOnly = action == .probe
+            plan.holdFirstAck = hold
+            if case .head(let bytes) = action { plan.closeAfter = bytes }
+            return plan
+        }
+    }
+
+    public init(name: String, stages: [Stage]) {
+        self.name = name
+        self.stages = stages
+    }
+
+    /// A storm without a profile: every client reads one file, with the given options.
+    public static func single(file: String, options: [(name: String, value: String)], retransmit: Nanoseconds,
+                              retries: Int) -> BootProfile {
+        BootProfile(name: "get", stages: [Stage(firmware: "storm", action: .get, names: [file], options: options,
+                                                retransmit: retransmit, retries: retries, maxBackoff: 8)])
+    }
+
+    /// A line of a profile that does not parse.
+    public struct ParseError: Error, Equatable, CustomStringConvertible {
+        public var line: Int
+        public var message: String
+        public var description: String { "line \(line): \(message)" }
+    }
+
+    /// Parses a profile's text (see the type's documentation for the format).
+    public init(parsing text: String) throws(ParseError) {
+        var name: String?
+        var stages: [Stage] = []
+        var firmware: (name: String, retransmit: Nanoseconds, retries: Int, backoff: Int64)?
+        for (offset, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let number = offset + 1
+            func fail(_ message: String) -> ParseError { ParseError(line: number, message: message) }
+            let line = rawLine.prefix { $0 != "#" }
+            let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" }).map(String.init)
+            guard let directive = words.first else { continue }
+            let rest = Array(words.dropFirst())
+            switch directive {
+            case "profile":
+                guard rest.count == 1 else { throw fail("profile takes one name") }
+                guard name == nil else { throw fail("a second profile line") }
+                name = rest[0]
+            case "firmware":
+                guard let label = rest.first, !label.contains("=") else { throw fail("firmware takes a name, then retry=, tries=, backoff=") }
+                var settings: (name: String, retransmit: Nanoseconds, retries: Int, backoff: Int64) = (label, nanosecondsPerSecond, 5, 8)
+                for setting in rest.dropFirst() {
+                    let (key, value) = Self.split(setting)
+                    switch key {
+                    case "retry":
+                        guard let value, let interval = Self.duration(value) else { throw fail("retry=\(value ?? ""): write 250ms or 4s (1 ms to 255 s)") }
+                        settings.retransmit = interval
+                    case "tries":
+                        guard let value, let count = TFTPOption.decimal(value), (1...100).contains(count) else { throw fail("tries=\(value ?? ""): 1 to 100") }
+                        settings.retries = count - 1
+                    case "backoff":
+                        guard let value, let factor = TFTPOption.decimal(value), (1...1024).contains(factor) else { throw fail("backoff=\(value ?? ""): 1 to 1024") }
+                        settings.backoff = Int64(factor)
+                    default:
+                        throw fail("\(setting): a firmware line takes retry=, tries= and backoff=")
+                    }
+                }
+                firmware = settings
+            case "get", "try", "first", "probe", "head":
+                guard let firmware else { throw fail("\(directive) before any firmware line") }
+                var words = rest
+                var action: Stage.Action
+                switch directive {
+                case "get": action = .get
+                case "try": action = .tryGet
+                case "first": action = .first
+                case "probe": action = .probe
+                default:
+                    guard let count = words.first.flatMap(TFTPOption.decimal), count > 0 else { throw fail("head takes a byte count, then a name") }
+                    action = .head(bytes: count)
+                    words.removeFirst()
+                }
+                var names: [String] = []
+                var options: [(name: String, value: String)] = []
+                for word in words {
+                    if word.contains("=") || word == "tsize" {
+                        let (key, value) = Self.split(word)
+                        guard let option = TFTPOption(rawValue: key) else { throw fail("\(key): not an option (blksize, timeout, tsize, windowsize)") }
+                        let text = value ?? (option == .tsize ? "0" : "")
+                        guard let number = TFTPOption.decimal(text), option.range.contains(number) else {
+                            throw fail("\(word): \(key) takes \(option.range.lowerBound) to \(option.range.upperBound)")
+                        }
+                        guard !options.contains(where: { $0.name == key }) else { throw fail("\(key) twice") }
+                        options.append((key, text))
+                    } else {
+                        guard options.isEmpty else { throw fail("\(word): names come before the options") }
+                        guard MachineIdentity.isValidTemplate(word) else { throw fail("\(word): an unknown ${...} (mac, mac:hexhyp, ip, ip:hex, ip:hex:N, uuid, machine)") }
+                        names.append(word)
+                    }
+                }
+                guard !names.isEmpty else { throw fail("\(directive) needs a file name") }
+                guard names.count == 1 || action == .first else { throw fail("\(directive) takes one name (first takes several)") }
+                stages.append(Stage(firmware: firmware.name, action: action, names: names, options: options,
+                                    retransmit: firmware.retransmit, retries: firmware.retries, maxBackoff: firmware.backoff))
+            default:
+                throw fail("\(directive): not a directive (profile, firmware, get, try, first, probe, head)")
+            }
+        }
+        guard let name else { throw ParseError(line: 1, message: "no profile line") }
+        guard !stages.isEmpty else { throw ParseError(line: 1, message: "no stages (get, try, first, probe, head)") }
+        self.init(name: name, stages: stages)
+    }
+
+    /// `key=value` → (key, value); a bare word → (word, nil).
+    private static func split(_ word: String) -> (String, String?) {
+        guard let equals = word.firstIndex(of: "=") else { return (word, nil) }
+        return (String(word[..<equals]), String(word[word.index(after: equals)...]))
+    }
+
+    /// `250ms`, `4s`, `0.5s` → nanoseconds, between 1 ms and 255 s.
+    static func duration(_ text: String) -> Nanoseconds? {
+        let (number, scale): (Substring, Double) = text.hasSuffix("ms") ? (text.dropLast(2), 1e6) : text.hasSuffix("s") ? (text.dropLast(), 1e9) : ("", 0)
+        guard let value = Double(number), value.isFinite else { return nil }
+        let nanoseconds = value * scale
+        guard nanoseconds >= 1e6, nanoseconds <= 255e9 else { return nil }
+        return Nanoseconds(nanoseconds)
+    }
+
+    /// The profile named, from those built in.
+    public static func builtIn(_ name: String) -> BootProfile? {
+        builtInTexts[name].map { try! BootProfile(parsing: $0) }
+    }
+}
+
+/// Who a simulated machine is: the names a firmware derives from it (PXELINUX's config search,
+/// iPXE's `${net0/mac}`) are filled in from these. Machine n (from 0) has MAC 52:54:00 followed by
+/// n + 1 in three bytes, IPv4 10.0.0.0 + n + 1, and a UUID made from n: the same machine has the
+/// same identity in every run, and no two of the first 16 million share one.
+public struct MachineIdentity: Sendable, Equatable {
+    public let number: Int
+    public let mac: [UInt8]
+    public let ipv4: UInt32
+    public let uuid: [UInt8]
+
+    public init(number: Int) {
+        self.number = number
+        let n = UInt32(truncatingIfNeeded: number + 1) & 0xFF_FFFF
+        mac = [0x52, 0x54, 0x00, UInt8(n >> 16), UInt8((n >> 8) & 0xFF), UInt8(n & 0xFF)]
+        ipv4 = 0x0A00_0000 | n
+        // Version 4, variant 1, the rest from a mix of the number (splitmix64).
+        var bytes: [UInt8] = []
+        var state = UInt64(number) &* 0x9E37_79B9_7F4A_7C15
+        for _ in 0..<2 {
+            state = state &+ 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            z ^= z >> 31
+            bytes += (0..<8).map { UInt8(truncatingIfNeeded: z >> (8 * UInt64($0))) }
+        }
+        bytes[6] = bytes[6] & 0x0F | 0x40
+        bytes[8] = bytes[8] & 0x3F | 0x80
+        uuid = bytes
+    }
+
+    private static func hex(_ bytes: [UInt8], uppercase: Bool = false) -> [String] {
+        bytes.map { byte in
+            let text = String(byte, radix: 16, uppercase: uppercase)
+            return text.count == 1 ? "0" + text : text
+        }
+    }
+
+    public var macText: String { Self.hex(mac).joined(separator: ":") }
+    public var ipText: String { (0..<4).map { String((ipv4 >> (24 - 8 * UInt32($0))) & 0xFF) }.joined(separator: ".") }
+    public var ipHex: String { Self.hex((0..<4).map { UInt8((ipv4 >> (24 - 8 * UInt32($0))) & 0xFF) }, uppercase: true).joined() }
+    public var uuidText: String {
+        let digits = Self.hex(uuid)
+        return [0..<4, 4..<6, 6..<8, 8..<10, 10..<16].map { digits[$0].joined() }.joined(separator: "-")
+    }
+
+    /// The value of `${key}`, or nil for an unknown key.
+    func value(of key: Substring) -> String? {
+        switch key {
+        case "mac": return macText
+        case "mac:hexhyp": return Self.hex(mac).joined(separator: "-")
+        case "ip": return ipText
+        case "ip:hex": return ipHex
+        case "uuid": return uuidText
+        case "machine": return String(number)
+        default:
+            guard key.hasPrefix("ip:hex:"), let digits = Int(key.dropFirst(7)), (1...8).contains(digits) else { return nil }
+            return String(ipHex.prefix(digits))
+        }
+    }
+
+    /// A name with every `${...}` filled in.
+    public func expand(_ template: String) -> String {
+        var out = ""
+        var rest = Substring(template)
+        while let open = rest.firstRange(of: "${"), let close = rest[open.upperBound...].firstIndex(of: "}") {
+            out += rest[..<open.lowerBound]
+            let key = rest[open.upperBound..<close]
+            out += value(of: key) ?? "${\(key)}"
+            rest = rest[rest.index(after: close)...]
+        }
+        return out + rest
+    }
+
+    /// Whether every `${...}` in a name is one `expand` knows.
+    static func isValidTemplate(_ template: String) -> Bool {
+        let probe = MachineIdentity(number: 0)
+        var rest = Substring(template)
+        while let open = rest.firstRange(of: "${") {
+            guard let close = rest[open.upperBound...].firstIndex(of: "}"), probe.value(of: rest[open.upperBound..<close]) != nil else {
+                return false
+            }
+            rest = rest[rest.index(after: close)...]
+        }
+        return true
+    }
+}

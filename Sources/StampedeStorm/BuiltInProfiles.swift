@@ -1,0 +1,84 @@
+/// The profiles `stampede storm --profile NAME` knows, in the same text format an operator writes
+/// for `--profile-file` (`stampede storm --show-profile NAME` prints one to start from). The
+/// options, their order, the retransmit intervals and the tries are each firmware's own, from its
+/// source; where a firmware's timing is a table or a formula, the line approximates it and says so.
+extension BootProfile {
+    public static let builtInNames = ["uefi", "ipxe", "pxelinux", "grub", "uboot", "uefi-ipxe"]
+
+    private static let uefiStages = """
+        # EDK2's PXE (OVMF, most UEFI servers): PxeBcTftpGetFileSize asks tsize, blksize (the IPv4
+        # MTU 1500 - 32) and windowsize (PcdPxeTftpWindowSize, 4 since 2018); it answers the OACK
+        # with ERROR 8 and asks again without tsize. A fixed 4 s timeout, 6 tries (PXEBC_MTFTP_*).
+        firmware uefi retry=4s tries=6 backoff=1
+        """
+
+    private static let ipxeFirmware = """
+        # iPXE: blksize min(MTU, 1432) and tsize, no windowsize; its retry timer starts at 1/4 s and
+        # doubles up to 10 s, then gives up (DEFAULT_MIN_TIMEOUT, DEFAULT_MAX_TIMEOUT).
+        firmware ipxe retry=250ms tries=8 backoff=40
+        """
+
+    public static let builtInTexts: [String: String] = [
+        "uefi": """
+            profile uefi
+            \(uefiStages)
+            probe bootx64.efi tsize blksize=1468 windowsize=4
+            get   bootx64.efi blksize=1468 windowsize=4
+            """,
+        "ipxe": """
+            profile ipxe
+            \(ipxeFirmware)
+            # autoexec.ipxe is looked for first and usually absent; then the script DHCP named.
+            try   autoexec.ipxe blksize=1432 tsize
+            get   boot.ipxe blksize=1432 tsize
+            get   vmlinuz blksize=1432 tsize
+            get   initrd.img blksize=1432 tsize
+            """,
+        "pxelinux": """
+            profile pxelinux
+            # PXELINUX 6: tsize and blksize 1408, nothing else, and it fails on an option it did not
+            # ask for. Its timeouts follow a table from about 1/8 s growing to seconds: approximated.
+            firmware pxelinux retry=125ms tries=12 backoff=16
+            get   pxelinux.0 tsize blksize=1408
+            get   ldlinux.c32 tsize blksize=1408
+            # The config search: UUID, 01-MAC, the IP in hex shortened a digit at a time, default.
+            first pxelinux.cfg/${uuid} pxelinux.cfg/01-${mac:hexhyp} pxelinux.cfg/${ip:hex} pxelinux.cfg/${ip:hex:7} pxelinux.cfg/${ip:hex:6} pxelinux.cfg/${ip:hex:5} pxelinux.cfg/${ip:hex:4} pxelinux.cfg/${ip:hex:3} pxelinux.cfg/${ip:hex:2} pxelinux.cfg/${ip:hex:1} pxelinux.cfg/default tsize blksize=1408
+            get   vmlinuz tsize blksize=1408
+            get   initrd.img tsize blksize=1408
+            """,
+        "grub": """
+            profile grub
+            # GRUB 2 (grubnetx64.efi): blksize 1024 and tsize. It polls 40 times, 400 ms apart
+            # growing by 20 ms (GRUB_NET_TRIES, GRUB_NET_INTERVAL): a fixed 400 ms here.
+            firmware grub retry=400ms tries=40 backoff=1
+            first grub/grub.cfg-01-${mac:hexhyp} grub/grub.cfg-${ip:hex} grub/grub.cfg-${ip:hex:7} grub/grub.cfg-${ip:hex:6} grub/grub.cfg-${ip:hex:5} grub/grub.cfg-${ip:hex:4} grub/grub.cfg-${ip:hex:3} grub/grub.cfg-${ip:hex:2} grub/grub.cfg-${ip:hex:1} grub/grub.cfg blksize=1024 tsize
+            # Reading a kernel's header and seeking back closes the file (ERROR "closed") and opens it again.
+            head  4096 vmlinuz blksize=1024 tsize
+            get   vmlinuz blksize=1024 tsize
+            get   initrd.img blksize=1024 tsize
+            """,
+        "uboot": """
+            profile uboot
+            # U-Boot: timeout 5, tsize, blksize 1468 (its cap without IP defragmentation), in that
+            # order; windowsize only when tftpwindowsize is set. 5 s, 10 tries (TIMEOUT_COUNT).
+            firmware uboot retry=5s tries=10 backoff=1
+            # `pxe get`: the PXELINUX-style config search, without the UUID.
+            first pxelinux.cfg/01-${mac:hexhyp} pxelinux.cfg/${ip:hex} pxelinux.cfg/${ip:hex:7} pxelinux.cfg/${ip:hex:6} pxelinux.cfg/${ip:hex:5} pxelinux.cfg/${ip:hex:4} pxelinux.cfg/${ip:hex:3} pxelinux.cfg/${ip:hex:2} pxelinux.cfg/${ip:hex:1} pxelinux.cfg/default timeout=5 tsize blksize=1468
+            get   Image timeout=5 tsize blksize=1468
+            get   board.dtb timeout=5 tsize blksize=1468
+            get   initrd.img timeout=5 tsize blksize=1468
+            """,
+        "uefi-ipxe": """
+            profile uefi-ipxe
+            # The chain most racks run: the UEFI PXE loads iPXE, iPXE loads its script and what it names.
+            \(uefiStages)
+            probe ipxe.efi tsize blksize=1468 windowsize=4
+            get   ipxe.efi blksize=1468 windowsize=4
+            \(ipxeFirmware)
+            try   autoexec.ipxe blksize=1432 tsize
+            get   boot.ipxe blksize=1432 tsize
+            get   vmlinuz blksize=1432 tsize
+            get   initrd.img blksize=1432 tsize
+            """,
+    ]
+}

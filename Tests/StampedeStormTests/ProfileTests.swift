@@ -1,0 +1,213 @@
+import CStampedeSys
+import Glibc
+import StampedeGlibc
+import StampedeIO
+import StampedeProtocol
+import StampedeStorm
+import StampedeTestSupport
+import Testing
+
+@Suite struct ProfileParsing {
+    @Test func everyBuiltInProfileParsesAndNamesItself() throws {
+        for name in BootProfile.builtInNames {
+            let profile = try #require(BootProfile.builtIn(name))
+            #expect(profile.name == name)
+            #expect(!profile.stages.isEmpty)
+        }
+        #expect(Set(BootProfile.builtInNames) == Set(BootProfile.builtInTexts.keys))
+    }
+
+    @Test func uefiProbesThenReadsWithEDK2sOptionsAndPatience() throws {
+        let uefi = try #require(BootProfile.builtIn("uefi"))
+        #expect(uefi.stages.map(\.action) == [.probe, .get])
+        #expect(uefi.stages[0].options.map { "\($0.name)=\($0.value)" } == ["tsize=0", "blksize=1468", "windowsize=4"])
+        #expect(uefi.stages[1].options.map { "\($0.name)=\($0.value)" } == ["blksize=1468", "windowsize=4"])
+        #expect(uefi.stages[0].retransmit == 4 * nanosecondsPerSecond)
+        #expect(uefi.stages[0].retries == 5 && uefi.stages[0].maxBackoff == 1)
+    }
+
+    @Test func theChainSwitchesFirmwareAndPatienceMidway() throws {
+        let chain = try #require(BootProfile.builtIn("uefi-ipxe"))
+        #expect(chain.stages.map(\.firmware) == ["uefi", "uefi", "ipxe", "ipxe", "ipxe", "ipxe"])
+        #expect(chain.stages[2].action == .tryGet && chain.stages[2].names == ["autoexec.ipxe"])
+        #expect(chain.stages[2].retransmit == 250_000_000 && chain.stages[2].maxBackoff == 40)
+    }
+
+    @Test func aProfileOfOnesOwn() throws {
+        let profile = try BootProfile(parsing: """
+            # a comment, then blank lines
+
+            profile lab   # trailing comment
+            firmware rom retry=1.5s tries=3 backoff=2
+            first cfg/${mac:hexhyp} cfg/default blksize=512 tsize
+            head 100 kernel timeout=2
+            """)
+        #expect(profile.name == "lab")
+        #expect(profile.stages[0].names == ["cfg/${mac:hexhyp}", "cfg/default"])
+        #expect(profile.stages[0].options.map(\.value) == ["512", "0"])
+        #expect(profile.stages[1].action == .head(bytes: 100))
+        #expect(profile.stages[1].retransmit == 1_500_000_000 && profile.stages[1].retries == 2)
+    }
+
+    @Test(arguments: [
+        ("firmware x\nget a", "line 2"),  // no profile line: reported at the end, line 1
+        ("profile p\nget a", "before any firmware"),
+        ("profile p\nfirmware f\nget a blksize=7", "blksize takes 8 to 65464"),
+        ("profile p\nfirmware f\nget a windowsize=40000", "windowsize takes 1 to 32767"),
+        ("profile p\nfirmware f\nget a colour=blue", "colour: not an option"),
+        ("profile p\nfirmware f\nget a b", "takes one name"),
+        ("profile p\nfirmware f\nget blksize=512 a", "names come before the options"),
+        ("profile p\nfirmware f\nget ${serial}", "unknown ${...}"),
+        ("profile p\nfirmware f retry=0s\nget a", "retry=0s"),
+        ("profile p\nfirmware f tries=0\nget a", "tries=0"),
+        ("profile p\nfirmware f\nhead x a", "byte count"),
+        ("profile p\nfirmware f\nfetch a", "fetch: not a directive"),
+        ("profile p\nfirmware f", "no stages"),
+        ("profile p\nprofile q", "a second profile"),
+    ])
+    func badLinesAreRefusedWithTheirLine(_ text: String, _ expected: String) {
+        #expect(throws: BootProfile.ParseError.self) { try BootProfile(parsing: text) }
+        do {
+            _ = try BootProfile(parsing: text)
+        } catch {
+            if expected == "line 2" {
+                #expect(error.line == 1 && error.message == "no profile line")
+            } else {
+                #expect(error.description.contains(expected), "\(error.description)")
+            }
+        }
+    }
+}
+
+@Suite struct MachineIdentities {
+    @Test func theNamesFirmwareDerives() {
+        let machine = MachineIdentity(number: 6)
+        #expect(machine.expand("pxelinux.cfg/01-${mac:hexhyp}") == "pxelinux.cfg/01-52-54-00-00-00-07")
+        #expect(machine.expand("${mac}") == "52:54:00:00:00:07")
+        #expect(machine.expand("${ip} ${ip:hex} ${ip:hex:3} ${ip:hex:1}") == "10.0.0.7 0A000007 0A0 0")
+        #expect(machine.expand("m${machine}.ipxe") == "m6.ipxe")
+        let uuid = machine.uuidText
+        #expect(uuid.count == 36 && uuid.split(separator: "-").map(\.count) == [8, 4, 4, 4, 12])
+        #expect(uuid[uuid.index(uuid.startIndex, offsetBy: 14)] == "4")  // version 4
+    }
+
+    @Test func identitiesAreStableAndDistinct() {
+        let machines = (0..<20_000).map(MachineIdentity.init)
+        #expect(Set(machines.map(\.macText)).count == 20_000)
+        #expect(Set(machines.map(\.ipHex)).count == 20_000)
+        #expect(Set(machines.map(\.uuidText)).count == 20_000)
+        #expect(MachineIdentity(number: 123).uuidText == MachineIdentity(number: 123).uuidText)
+    }
+}
+
+/// Profiles played against a real worker (glibc) by a storm: what each stage does on the wire is
+/// judged by the storm's verdicts and the server's own files.
+@Suite(.serialized) struct ProfilesAgainstAServer {
+    func run(_ rig: Rig<GlibcBackend>, _ profile: BootProfile, machines: Int, configure: (inout StormPlan) -> Void = { _ in })
+        throws -> StormReport {
+        var plan = StormPlan(server: rig.address, profile: profile)
+        plan.clients = machines
+        plan.verifyRoot = rig.dir.path
+        configure(&plan)
+        return rig.play(Storm(plan: plan, backend: try GlibcBackend()))
+    }
+
+    @Test func pxelinuxSearchesEachMachinesOwnNamesInOrder() throws {
+        let rig = try Rig(backend: try GlibcBackend())
+        mkdir(rig.dir.path + "/pxelinux.cfg", 0o755)
+        for name in ["pxelinux.0", "ldlinux.c32", "vmlinuz", "initrd.img", "pxelinux.cfg/default"] { rig.dir.write(name, randomBytes(5000)) }
+        // Machine 0 has a file by UUID, machine 1 by MAC, machine 2 (10.0.0.3) by its IP in hex;
+        // machine 3 finds only the default.
+        rig.dir.write("pxelinux.cfg/" + MachineIdentity(number: 0).uuidText, randomBytes(300))
+        rig.dir.write("pxelinux.cfg/01-52-54-00-00-00-02", randomBytes(300))
+        rig.dir.write("pxelinux.cfg/0A000003", randomBytes(300))
+        let report = try run(rig, try #require(BootProfile.builtIn("pxelinux")), machines: 4)
+        #expect(report.ok == 4 && report.failed == 0, "\(report.text)")
+        let search = report.stages[2]
+        // Misses: none for the UUID, 1 for the MAC, 2 for the hex IP, 10 before the default.
+        #expect(search.ok == 4 && search.notFound == 0 + 1 + 2 + 10)
+        #expect(report.bytes == 4 * 4 * 5000 + 3 * 300 + 5000)
+    }
+
+    @Test func aSearchThatFindsNothingFailsTheBootAtThatStage() throws {
+        let rig = try Rig(backend: try GlibcBackend())
+        rig.dir.write("pxelinux.0", randomBytes(700))
+        rig.dir.write("ldlinux.c32", randomBytes(700))
+        let report = try run(rig, try #require(BootProfile.builtIn("pxelinux")), machines: 2)
+        #expect(report.ok == 0 && report.failed == 2)
+        #expect(report.stages[2].failed == 2 && report.stages[2].notFound == 2 * 11)
+        #expect(report.stages.dropFirst(3).allSatisfy { $0.ok == 0 && $0.failed == 0 })
+        #expect(report.failuresByKind == ["server error 1": 2])
+    }
+
+    @Test func theUEFIProbeEndsAtTheOptionAckAndTheChainGoesOn() throws {
+        let rig = try Rig(backend: try GlibcBackend())
+        let efi = randomBytes(100_000)
+        rig.dir.write("ipxe.efi", efi)
+        rig.dir.write("boot.ipxe", Array("#!ipxe\nchain kernel\n".utf8))
+        let chain = try #require(BootProfile.builtIn("uefi-ipxe"))
+        let report = try run(rig, BootProfile(name: chain.name, stages: Array(chain.stages.prefix(4))), machines: 5)
+        #expect(report.ok == 5 && report.failed == 0, "\(report.text)")
+        #expect(report.stages[0].ok == 5 && report.stages[0].bytes == 0)  // the probe reads nothing
+        #expect(report.stages[1].bytes == 5 * efi.count)
+        #expect(report.stages[2].ok == 5 && report.stages[2].notFound == 5)  // autoexec.ipxe
+        #expect(report.durations.count == 5)
+    }
+
+    @Test func grubReadsAHeaderClosesAndReadsAgain() throws {
+        let rig = try Rig(backend: try GlibcBackend())
+        mkdir(rig.dir.path + "/grub", 0o755)
+        rig.dir.write("grub/grub.cfg", randomBytes(2000))
+        let kernel = randomBytes(40_000)
+        rig.dir.write("vmlinuz", kernel)
+        rig.dir.write("initrd.img", randomBytes(9000))
+        let report = try run(rig, try #require(BootProfile.builtIn("grub")), machines: 3)
+        #expect(report.ok == 3, "\(report.text)")
+        // The header read stops at 4096 bytes (4 blocks of 1024), then the whole kernel.
+        #expect(report.stages[1].bytes == 3 * 4096 && report.stages[2].bytes == 3 * kernel.count)
+        // The server heard "closed" and ended those transfers (and then the last ACKs): nothing
+        // left running once it has read what the storm sent last.
+        for _ in 0..<50 where rig.worker.activeTransfers > 0 { rig.worker.turn(now: stampede_monotonic_ns(), maxWait: 10_000_000) }
+        #expect(rig.worker.activeTransfers == 0)
+        // Only the config search's misses count as failed: "closed" is what GRUB meant.
+        #expect(rig.worker.summary.failed == 3 * 9)
+    }
+
+    @Test func aWrongByteInAStageFailsThatStage() throws {
+        let rig = try Rig(backend: try GlibcBackend())
+        let efi = randomBytes(30_000)
+        rig.dir.write("ipxe.efi", efi)
+        let profile = try BootProfile(parsing: "profile p\nfirmware f retry=100ms tries=2\nget ipxe.efi blksize=1024")
+        var wrong = efi
+        wrong[12_345] ^= 1
+        let report = try run(rig, profile, machines: 2) { $0.expected["ipxe.efi"] = wrong }
+        #expect(report.failuresByKind == ["corrupted": 2] && report.stages[0].failed == 2)
+    }
+
+    @Test func aRampSpreadsThePowerOns() throws {
+        let rig = try Rig(backend: try GlibcBackend())
+        rig.dir.write("f", randomBytes(600))
+        let profile = try BootProfile(parsing: "profile p\nfirmware f\nget f")
+        let started = stampede_monotonic_ns()
+        let report = try run(rig, profile, machines: 6) { $0.ramp = 300_000_000 }
+        #expect(report.ok == 6)
+        // The last machine powers on at 5/6 of the ramp.
+        #expect(stampede_monotonic_ns() - started >= 250_000_000)
+    }
+
+    @Test func slicesShareOneRackWithoutOverlap() {
+        var plan = StormPlan(server: SocketAddress(parsing: "127.0.0.1:69", defaultPort: 69)!,
+                             profile: .single(file: "f", options: [], retransmit: nanosecondsPerSecond, retries: 1))
+        plan.clients = 10
+        var seen: [Int] = []
+        for process in 0..<3 {
+            var slice = plan
+            slice.slice = (process, 3)
+            for thread in 0..<2 {
+                let part = slice.share(thread, of: 2)
+                seen += (0..<(part.plannedTotal ?? 0)).map { part.slice.index + $0 * part.slice.count }
+            }
+        }
+        #expect(seen.sorted() == Array(0..<10))
+    }
+}
