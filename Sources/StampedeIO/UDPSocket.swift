@@ -26,6 +26,15 @@ public enum UDPSocket {
                                                   UInt32.random(in: 0...UInt32.max)))
     }
 
+    /// A shared transfer socket: bound to `local` (port 0, or a free one of `ports`), not
+    /// connected, never SO_REUSEPORT (its port is its own); adopted as a listener so that each
+    /// datagram names its peer and the address it was sent to.
+    public static func sharedTransfer(local: SocketAddress, ports: ClosedRange<UInt16>?) throws(Errno) -> Descriptor {
+        var localStorage = local.storage
+        return try owned(stampede_transfer_socket(&localStorage, nil, ports?.lowerBound ?? 0, ports?.upperBound ?? 0,
+                                                  UInt32.random(in: 0...UInt32.max)))
+    }
+
     /// A client socket: bound to `local` (port 0: an ephemeral port of its own, never shared as
     /// SO_REUSEPORT would allow), not connected, so the server's reply from its transfer port
     /// arrives; non-blocking.

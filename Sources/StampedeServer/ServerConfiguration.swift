@@ -38,6 +38,10 @@ public struct ServerConfiguration: Sendable {
     /// `--single-port`: transfers answer from the listener's own port and share its socket; the
     /// worker tells them apart by client address and port.
     public var singlePort = false
+    /// Transfers of one worker that get a socket of their own; the reads beyond share the
+    /// worker's pool of transfer sockets (`Worker+SharedSockets.swift`), so that a process with
+    /// fewer descriptors than transfers still serves them all.
+    public var ownTransferSocketsPerWorker = Int.max
     /// `-m`: tftpd-hpa's filename remapping, applied to every request before the access checks.
     public var remapRules: RemapRuleSet?
     /// Requested listener receive buffer (bursts of thousands of RRQs).

@@ -111,16 +111,35 @@ extension Worker {
         } else {
             var local = datagram.local
             local.port = 0
-            do {
-                // A reader's client sends ACKs and ERRORs; a writer's sends DATA of the negotiated size.
-                let largest = request.isWrite ? negotiation.options.blockSize + 4 : 516
-                transfer.socket = try backend.openTransfer(local: local, peer: datagram.peer, ports: configuration.portRange,
-                                                           largestDatagram: largest, tag: tag(of: slot))
-            } catch {
+            var refusal: Errno?
+            if ownTransferSockets < configuration.ownTransferSocketsPerWorker {
+                do {
+                    // A reader's client sends ACKs and ERRORs; a writer's sends DATA of the negotiated size.
+                    let largest = request.isWrite ? negotiation.options.blockSize + 4 : 516
+                    transfer.socket = try backend.openTransfer(local: local, peer: datagram.peer, ports: configuration.portRange,
+                                                               largestDatagram: largest, tag: tag(of: slot))
+                    ownTransferSockets += 1
+                } catch {
+                    refusal = error
+                }
+            }
+            let outOfDescriptors = refusal.map { $0.rawValue == EMFILE || $0.rawValue == ENFILE } ?? true
+            if transfer.socket == nil, !request.isWrite, outOfDescriptors {
+                if let running = sharedSessions[datagram.peer] {
+                    // Same address and port on a shared socket: the client started over.
+                    finish(Int(running), .superseded, now: now)
+                }
+                if let shared = sharedSocket(for: datagram.peer, local: datagram.local) {
+                    transfer.socket = shared
+                    transfer.replyFrom = datagram.local
+                }
+            }
+            guard transfer.socket != nil else {
                 freeSlots.append(Int32(slot))
                 release(&transfer)
                 // EMFILE, ENFILE, ENOBUFS, a full port range: the host is busy, not the request wrong.
-                refuse(datagram, listener, TFTPError(.notDefined, "Server out of sockets: \(error)", busy: true), what: what)
+                let reason = refusal.map { "\($0)" } ?? "no transfer socket left"
+                refuse(datagram, listener, TFTPError(.notDefined, "Server out of sockets: \(reason)", busy: true), what: what)
                 return
             }
         }
@@ -146,7 +165,7 @@ extension Worker {
                                          sendsOptionAck: !transfer.optionAck.isEmpty, timer: timer)
         }
         table[slot] = transfer
-        if configuration.singlePort { sharedSessions[datagram.peer] = Int32(slot) }
+        if transfer.replyFrom != nil { sharedSessions[datagram.peer] = Int32(slot) }
         activeTransfers += 1
         started = true
         logger.debug("\(datagram.peer): \(what) \(negotiation.summary) accepted on \(listeners[index].address)")

@@ -24,8 +24,15 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     var wheel: TimerWheel
     var expired: [Int32] = []
     var listeners: [(socket: SocketHandle, address: SocketAddress)] = []
-    /// Single-port mode: the running transfers by client address and port.
+    /// Transfers on a shared socket (the listener in single-port mode, else the shared transfer
+    /// sockets), by client address and port.
     var sharedSessions: [SocketAddress: Int32] = [:]
+    /// Shared transfer sockets, IPv4 then IPv6 (`Worker+SharedSockets.swift`), and the transfer
+    /// sockets of their own that this worker's transfers hold.
+    var sharedSockets: [[SocketHandle]] = [[], []]
+    var sharedSocketsOpened = 0
+    var sharedSocketsIdleSince: Nanoseconds?
+    var ownTransferSockets = 0
     /// False once stopping: single-port listeners stay open for the transfers still running.
     var accepting = true
     public internal(set) var activeTransfers = 0
@@ -118,6 +125,8 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
             turn(now: now, maxWait: 500_000_000)
         }
         closeListeners()
+        for socket in sharedSockets.joined() { backend.close(socket) }
+        sharedSockets = [[], []]
         reportUnanswered(now: stampede_monotonic_ns(), force: true)
         _ = backend.poll(deadline: stampede_monotonic_ns())
         retiredImages.removeAll(keepingCapacity: true)
@@ -135,6 +144,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         for image in retiredImages { cache.release(image) }
         retiredImages.removeAll(keepingCapacity: true)
         reportUnanswered(now: now)
+        closeSharedSocketsIfIdle(now: now)
         if !toldOfSegmentationFallback && backend.segmentationFallbacks > 0 {
             toldOfSegmentationFallback = true
             logger.warning("""
@@ -152,6 +162,8 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
                 } else if accepting {
                     handleRequest(datagram, listener: Int(datagram.tag & 0xFFFF), now: arrival)
                 }
+            } else if datagram.tag & Self.sharedBit != 0 {
+                handleSharedDatagram(datagram, now: arrival)
             } else {
                 handleTransferDatagram(datagram, now: arrival)
             }
@@ -231,6 +243,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
             sharedSessions[table[slot].peer] = nil
         } else if let socket = table[slot].socket {
             backend.close(socket)
+            ownTransferSockets -= 1
         }
         if case .image(let image) = table[slot].source { retiredImages.append(image) }
         table[slot].upload?.abort()

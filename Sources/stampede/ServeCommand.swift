@@ -127,6 +127,9 @@ struct ServeCommand: ParsableCommand {
 
     @Option(name: .customLong("max-transfers"), help: "Concurrent transfers in all before requests get ERROR 0 (server busy).")
     var maxTransfers = 65536
+    @Option(name: .customLong("max-transfer-sockets"),
+            help: "Transfers with a socket of their own, in all; further reads share 64 transfer sockets per worker (default: the open file limit less 1,024, or half of it when that is more).")
+    var maxTransferSockets: Int?
     @Option(name: .customLong("max-per-client"),
             help: "Concurrent transfers per client machine: an IPv4 address, an IPv6 /64 (default: 64, loopback clients not counted).")
     var maxPerClient: Int?
@@ -138,6 +141,9 @@ struct ServeCommand: ParsableCommand {
     var directory: [String] = []
 
     func validate() throws {
+        if let maxTransferSockets, maxTransferSockets < 0 {
+            throw ValidationError("--max-transfer-sockets must not be negative (0: every read shares).")
+        }
         guard maxTransfers >= 1, maxPerClient.map({ $0 >= 1 }) ?? true else {
             throw ValidationError("--max-transfers and --max-per-client must be at least 1.")
         }
@@ -219,8 +225,10 @@ struct ServeCommand: ParsableCommand {
         let inherited = Glibc.umask(0)
         Glibc.umask(inherited)
         let fileUmask = umask.map { mode_t($0, radix: 8)! } ?? (permissive ? inherited : 0)
-        if case .failure(let error) = liftFileLimit() {
-            logger.warning("could not raise the open file limit: \(error)")
+        var fileLimit = rlim_t(1024)
+        switch liftFileLimit() {
+        case .success(let limit): fileLimit = limit
+        case .failure(let error): logger.warning("could not raise the open file limit: \(error)")
         }
 
         // Resolved before -s: a chroot has no /etc/passwd.
@@ -270,6 +278,11 @@ struct ServeCommand: ParsableCommand {
             logger.notice("--single-port on a passed socket: one worker")
             workerCount = 1
         }
+        // Beyond this, transfers share sockets instead of running out of descriptors: the rest of
+        // the limit is for listeners, streamed files, the shared sockets and the cache's opens.
+        let limit = Int(min(fileLimit, rlim_t(Int.max)))
+        let ownSockets = maxTransferSockets ?? max(limit / 2, limit - 1024)
+        configuration.ownTransferSocketsPerWorker = ownSockets / workerCount
 
         let (useURing, reason) = chooseBackend()
         if backend == "uring" && !useURing { throw failure("--backend uring: \(reason)") }
