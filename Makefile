@@ -16,11 +16,15 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # (Tests/interop/conftest.py); Tests/interop/test_external_commands.py fails when a test or a
 # benchmark runs a command of a non-essential package that is not listed here.
 TEST_COMMANDS := curl:curl tftp:tftp-hpa atftp:atftp busybox:busybox ip:iproute2 nft:nftables \
-	mount:mount umount:mount prlimit:util-linux unshare:util-linux
+	mount:mount umount:mount prlimit:util-linux unshare:util-linux dnsmasq:dnsmasq-base \
+	qemu-system-x86_64:qemu-system-x86
 BENCH_COMMANDS := dnsmasq:dnsmasq-base
 commands_of = $(foreach c,$(1),$(word 1,$(subst :, ,$(c))))
 packages_of = $(sort $(foreach c,$(1),$(word 2,$(subst :, ,$(c)))))
-APT_PACKAGES := liburing-dev pkg-config python3-venv $(call packages_of,$(TEST_COMMANDS))
+# The firmware the suite boots (Tests/interop/test_firmware.py): OVMF's UEFI, iPXE for UEFI, the
+# iPXE ROMs QEMU's NICs carry.
+FIRMWARE_PACKAGES := ovmf ipxe ipxe-qemu
+APT_PACKAGES := liburing-dev pkg-config python3-venv $(FIRMWARE_PACKAGES) $(call packages_of,$(TEST_COMMANDS))
 BENCH_PACKAGES := libwrap0 $(call packages_of,$(BENCH_COMMANDS))
 # A machine with the Swift toolchain alone may have no cc: the toolchain's clang builds the C tests.
 ifeq ($(origin CC),default)

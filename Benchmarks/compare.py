@@ -67,7 +67,15 @@ SCENARIOS = [
      "10,000 transfers of 32 KiB, 400 at a time"),
     ("scale", "32kib.bin", 32 << 10, ["--clients", "10000", "--blksize", "1468", "--timeout", "10", "--hold", "4"],
      "10,000 transfers held open at once (each client holds its first ACK 4 s)"),
+    ("rack", "ipxe.efi", 1 << 20, ["--profile", "uefi-ipxe", "--stages", "4", "--clients", "20000", "--ramp", "3"],
+     "20,000 machines powering on over 3 s, each the uefi-ipxe profile's first stages: the UEFI size probe, "
+     "ipxe.efi (1 MiB), autoexec.ipxe (not found), boot.ipxe; the storm in 4 processes, every process at most "
+     "20,000 descriptors"),
 ]
+# Scenarios that play a boot profile: the storm runs as this many processes (`--slice`), each
+# machine from its own loopback address, and each server runs them once (they are long).
+STORM_PROCESSES = 4
+ONE_ROUND = {"rack"}
 
 
 def free_port() -> int:
@@ -229,6 +237,8 @@ def make_root():
         if not path.exists() or path.stat().st_size != size:
             with open(path, "wb") as f:
                 f.write(os.urandom(size))
+    # The script iPXE reads in the rack scenario (autoexec.ipxe is absent on purpose).
+    (ROOT / "boot.ipxe").write_text("#!ipxe\nkernel vmlinuz\ninitrd initrd.img\nboot\n")
     ROOT.chmod(0o755)
     for f in ROOT.iterdir():
         f.chmod(0o644)
@@ -289,20 +299,28 @@ def run_one(peer, scenario, log):
     cpu0 = server_cpu()
     sampler.start()
     started = time.monotonic()
-    storm = subprocess.Popen([str(STAMPEDE), "storm", f"127.0.0.1:{port}", file, *args, "--retries", "3",
-                              "--verify", str(ROOT / file), "--json"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=raise_fd_limit)
+    if "--profile" in args:
+        # Each process plays a slice of the rack, from its own loopback addresses.
+        commands = [[str(STAMPEDE), "storm", f"127.0.0.1:{port}", *args, "--verify-root", str(ROOT), "--json",
+                     "--slice", f"{i}/{STORM_PROCESSES}"] for i in range(STORM_PROCESSES)]
+    else:
+        commands = [[str(STAMPEDE), "storm", f"127.0.0.1:{port}", file, *args, "--retries", "3",
+                     "--verify", str(ROOT / file), "--json"]]
+    storms = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=raise_fd_limit)
+              for c in commands]
     # A server that dies (atftpd past 1,024 sockets) or never finishes would leave the storm
     # waiting out its retries: it is interrupted instead, and reports what it saw until then.
     died_at = None
-    while storm.poll() is None:
+    while any(storm.poll() is None for storm in storms):
         time.sleep(0.1)
         if died_at is None and process.poll() is not None:
             died_at = time.monotonic()
         if (died_at and time.monotonic() - died_at > 2) or time.monotonic() - started > SCENARIO_LIMIT:
-            storm.send_signal(signal.SIGINT)
+            for storm in storms:
+                if storm.poll() is None:
+                    storm.send_signal(signal.SIGINT)
             break
-    out, err = storm.communicate()
+    outputs = [storm.communicate() for storm in storms]
     wall = time.monotonic() - started
     alive = process.poll() is None
     # Let forked children finish and be reaped, so that their CPU is counted.
@@ -316,9 +334,9 @@ def run_one(peer, scenario, log):
     if group:
         group.remove()
     try:
-        result = json.loads(out)
+        result = merge_storms([json.loads(out) for out, _ in outputs])
     except json.JSONDecodeError:
-        return {"server": peer.name, "scenario": name, "error": f"storm: {err.strip()[-300:]}"}
+        return {"server": peer.name, "scenario": name, "error": f"storm: {outputs[0][1].strip()[-300:]}"}
     gigabytes = result["bytes"] / 1e9
     row = {
         "server": peer.name, "scenario": name, "ok": result["ok"], "failed": result["failed"],
@@ -333,9 +351,43 @@ def run_one(peer, scenario, log):
         "peak_rss_mib": round(sampler.peak_rss, 1), "peak_fds": sampler.peak_fds,
         "peak_processes": sampler.peak_processes, "storm_cpu_s": result["client_cpu_s"], "wall_s": round(wall, 2),
     }
+    if "stages" in result:
+        row["stages"] = result["stages"]
     if not alive:
         row["error"] = f"the server died (exit {process.returncode})"
     return row
+
+
+def percentile(sorted_values, p):
+    if not sorted_values:
+        return 0
+    rank = max(0, min(len(sorted_values) - 1, int(-(-p / 100 * len(sorted_values) // 1)) - 1))
+    return sorted_values[rank]
+
+
+def merge_storms(results):
+    """One report from the storm processes' reports: counts added, boot times pooled."""
+    if len(results) == 1:
+        return results[0]
+    merged = {"ok": 0, "failed": 0, "failures": {}, "bytes": 0, "retransmits": 0, "duplicates": 0,
+              "client_cpu_s": 0.0, "peak_active": 0}
+    for r in results:
+        for key in ("ok", "failed", "bytes", "retransmits", "duplicates", "client_cpu_s", "peak_active"):
+            merged[key] += r[key]
+        for kind, count in r["failures"].items():
+            merged["failures"][kind] = merged["failures"].get(kind, 0) + count
+    seconds = max(r["seconds"] for r in results)
+    boots = sorted(ms for r in results for ms in r.get("boot_ms", []))
+    merged.update(seconds=seconds, mb_per_s=round(merged["bytes"] / 1e6 / seconds, 3),
+                  sessions_per_s=round(merged["ok"] / seconds, 3), p50_ms=percentile(boots, 50),
+                  p99_ms=percentile(boots, 99), max_ms=percentile(boots, 100))
+    stages = []
+    for i, stage in enumerate(results[0].get("stages", [])):
+        parts = [r["stages"][i] for r in results]
+        stages.append({"stage": stage["stage"], "ok": sum(p["ok"] for p in parts), "failed": sum(p["failed"] for p in parts),
+                       "not_found": sum(p["not_found"] for p in parts)})
+    merged["stages"] = stages
+    return merged
 
 
 def median_rounds(rounds):
@@ -460,6 +512,28 @@ def markdown(rows):
     return "\n".join(lines)
 
 
+def rack_markdown(rows):
+    """The boot-profile scenarios on their own: did every machine boot, how long it took, and
+    what the server held to get there."""
+    rows = [r for r in rows if r["scenario"] in ONE_ROUND]
+    if not rows:
+        return ""
+    header = "| server | booted / failed | p50 boot s | p99 boot s | max boot s | wall s | server CPU s | peak RSS MiB | peak fds |"
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for r in rows:
+        if "ok" not in r:
+            lines.append(f"| {r['server']} | {r['error']} |" + " |" * 7)
+            continue
+        failed = str(r["failed"])
+        if r["failed"]:
+            failed += " (" + ", ".join(f"{v} {k}" for k, v in sorted(r["failures"].items(), key=lambda kv: -kv[1])) + ")"
+        died = " (died)" if not r["server_alive"] else ""
+        lines.append(f"| {r['server']}{died} | {r['ok']} / {failed} | {fmt(r['p50_ms'] / 1000)} | {fmt(r['p99_ms'] / 1000)} "
+                     f"| {fmt(r['max_ms'] / 1000)} | {fmt(r['wall_s'])} | {fmt(r['server_cpu_s'])} "
+                     f"| {fmt(r['peak_rss_mib'], 0)} | {r['peak_fds']} |")
+    return "\n".join(lines)
+
+
 def svg(rows):
     """Per scenario, two bar charts: server CPU per GB and sessions per server CPU-second."""
     servers = [p.name for p in SERVERS if any(r["server"] == p.name for r in rows)]
@@ -509,7 +583,7 @@ def main():
         for round_number in range(1, ROUNDS + 1):
             for scenario in scenarios:
                 for peer in servers:
-                    if round_number > 1 and peer.name not in REPEATED:
+                    if round_number > 1 and (peer.name not in REPEATED or scenario[0] in ONE_ROUND):
                         continue
                     if peer.scenarios is not None and scenario[0] not in peer.scenarios:
                         continue
@@ -531,10 +605,13 @@ def main():
         f"dnsmasq (spread of server CPU per GB in brackets), one round for tftpd-hpa and atftpd. "
         f"`-nogso`: the same server with --no-gso. × floor: the server's CPU per GB over the kernel floor's for "
         f"its kind of send (lockstep: one datagram per send; initrd: GSO sends of 16; uefi: GSO sends of 4).\n\n"
-        f"{scenario_lines}\n\n{table}\n\n## The kernel floor\n\n{floor_markdown(floor)}\n")
+        f"{scenario_lines}\n\n{table}\n\n## The rack: boot profiles at scale\n\n{rack_markdown(rows)}\n\n"
+        f"## The kernel floor\n\n{floor_markdown(floor)}\n")
     (RESULTS / "bench.svg").write_text(svg(rows))
     print()
     print(table)
+    print()
+    print(rack_markdown(rows))
     print()
     print(floor_markdown(floor))
     print(f"\n{info['seconds']} s; results in {RESULTS}/bench.json, bench.md, bench.svg")

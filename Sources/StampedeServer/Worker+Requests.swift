@@ -123,8 +123,9 @@ extension Worker {
                     refusal = error
                 }
             }
-            let outOfDescriptors = refusal.map { $0.rawValue == EMFILE || $0.rawValue == ENFILE } ?? true
-            if transfer.socket == nil, !request.isWrite, outOfDescriptors {
+            // Out of descriptors, or of ports on this address: share.
+            let outOfSockets = refusal.map { [EMFILE, ENFILE, EADDRINUSE].contains($0.rawValue) } ?? true
+            if transfer.socket == nil, !request.isWrite, outOfSockets {
                 if let running = sharedSessions[datagram.peer] {
                     // Same address and port on a shared socket: the client started over.
                     finish(Int(running), .superseded, now: now)

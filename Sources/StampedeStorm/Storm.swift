@@ -30,7 +30,6 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     private let refuseOptionsPacket = PacketWriter.error(TFTPError(.optionNegotiation, "storm: option refused"))
     private let closePacket = PacketWriter.error(TFTPError(.notDefined, "closed"))
     private var ackPacket: [UInt8] = [0, 4, 0, 0]
-    private let local: SocketAddress
     private var launched = 0
     /// Machines booting: the slots not idle.
     private var active: Int { machines.count - idle.count }
@@ -60,7 +59,6 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         wheel = TimerWheel(capacity: slots, now: stampede_monotonic_ns())
         expired.reserveCapacity(slots)
         expected = plan.expected.mapValues { Optional($0) }
-        local = SocketAddress(parsing: plan.server.isIPv6 ? "[::]:0" : "0.0.0.0:0", defaultPort: 0)!
         report = StormReport(profile: plan.profile)
         report.backend = backend.description
         report.durations.reserveCapacity(plan.plannedTotal ?? 65536)
@@ -163,7 +161,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     private func startTransfer(_ slot: Int, now: Nanoseconds) -> Bool {
         generations[slot] &+= 1
         do {
-            sockets[slot] = try backend.openClient(local: local, largestDatagram: plan.largestBlock + 4,
+            sockets[slot] = try backend.openClient(local: plan.source(of: machines[slot]!.identity.number), largestDatagram: plan.largestBlock + 4,
                                                    tag: UInt64(generations[slot]) << 32 | UInt64(slot))
         } catch {
             machineEnded(slot, .failed(.socketError(error)), now: now)

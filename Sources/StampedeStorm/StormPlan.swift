@@ -1,3 +1,4 @@
+import Glibc
 import StampedeIO
 import StampedeProtocol
 
@@ -27,6 +28,10 @@ public struct StormPlan: Sendable {
     /// (`--verify`); `verifyRoot` a directory whose files a profile's names are read from.
     public var expected: [String: [UInt8]] = [:]
     public var verifyRoot: String?
+    /// Each machine sends from an address of its own, 127.1.0.0 + its number, when the server is
+    /// on IPv4 loopback: as on a real network, and 20,000 machines do not share (and exhaust)
+    /// one address's ports with the server's transfer sockets.
+    public var sourcePerMachine = false
 
     public init(server: SocketAddress, profile: BootProfile) {
         self.server = server
@@ -52,6 +57,15 @@ public struct StormPlan: Sendable {
     func powerOn(_ n: Int) -> Nanoseconds {
         guard ramp > 0, n < clients else { return 0 }
         return Nanoseconds(Double(ramp) * Double(n) / Double(clients))
+    }
+
+    /// The address machine `number` sends from.
+    func source(of number: Int) -> SocketAddress {
+        guard sourcePerMachine, !server.isIPv6, server.isLoopback else {
+            return SocketAddress(parsing: server.isIPv6 ? "[::]:0" : "0.0.0.0:0", defaultPort: 0)!
+        }
+        let host = 0x7F00_0000 | (0x0001_0000 &+ UInt32(truncatingIfNeeded: number)) & 0x00FF_FFFF
+        return SocketAddress(ipv4: in_addr(s_addr: host.bigEndian), port: 0)
     }
 
     /// The largest DATA a client of this plan may receive.

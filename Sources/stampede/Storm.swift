@@ -161,6 +161,7 @@ struct Storm: ParsableCommand {
         if let slice { plan.slice = parseSlice(slice)! }
         plan.hold = Nanoseconds(hold * 1e9)
         plan.verifyRoot = verifyRoot
+        plan.sourcePerMachine = profile != nil || profileFile != nil
         if let verify, let file {
             do {
                 plan.expected[file] = try readWholeFile(verify)

@@ -1,0 +1,147 @@
+"""Real firmware boots from Stampede: QEMU (software emulation) on a tap device in a private
+network namespace, DHCP from dnsmasq with its own TFTP off, every file from Stampede.
+
+- UEFI: OVMF's own PXE (EDK2's TFTP client: the size probe, then the file; the NIC's iPXE option
+  ROM is turned off so that EDK2, not iPXE, speaks) loads ipxe.efi, which asks DHCP again and
+  reads boot.ipxe, whose commands read a per-machine marker file.
+- BIOS: SeaBIOS with the NIC's iPXE ROM reads boot.ipxe and the marker.
+
+The marker, named after the machine's MAC by iPXE itself, read to its last byte, proves the boot
+(and the console, kept in the test's directory, says how far it got when it did not). Needs root
+(namespaces, tap devices); skips loudly otherwise."""
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BINARY
+
+OVMF = Path("/usr/share/ovmf/OVMF.fd")
+IPXE_EFI = Path("/usr/lib/ipxe/ipxe.efi")
+MAC = "52:54:00:5e:a7:01"
+MARKER = "marker-" + MAC.replace(":", "-") + ".txt"
+SERVER_IP = "10.77.0.1"
+SCRIPT = f"""#!ipxe
+echo stampede: boot.ipxe from ${{next-server}} on ${{net0/mac}}
+imgfetch marker-${{net0/mac:hexhyp}}.txt || goto failed
+echo stampede: BOOTED
+:wait
+sleep 60
+goto wait
+:failed
+echo stampede: FAILED
+goto wait
+"""
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="firmware boots need root (a network namespace, a tap device): "
+                                                          "NOT TESTED — run `make test` as root")
+
+
+@pytest.fixture
+def lab(tmp_path, request):
+    """A namespace with tap0 at 10.77.0.1/24, dnsmasq answering DHCP on it (TFTP off), and a root
+    with ipxe.efi, boot.ipxe and the marker."""
+    for needed in (OVMF, IPXE_EFI):
+        assert needed.exists(), f"{needed} missing: `make deps` installs ovmf and ipxe"
+    name = f"stfw{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    processes = []
+
+    def inside(argv, **kw):
+        return subprocess.Popen(["ip", "netns", "exec", name, *map(str, argv)], **kw)
+
+    try:
+        for command in (["ip", "link", "set", "lo", "up"], ["ip", "tuntap", "add", "dev", "tap0", "mode", "tap"],
+                        ["ip", "addr", "add", f"{SERVER_IP}/24", "dev", "tap0"], ["ip", "link", "set", "tap0", "up"]):
+            subprocess.run(["ip", "netns", "exec", name, *command], check=True)
+        root = tmp_path / "tftp"
+        root.mkdir()
+        shutil.copy(IPXE_EFI, root / "ipxe.efi")
+        (root / "boot.ipxe").write_text(SCRIPT)
+        (root / MARKER).write_bytes(os.urandom(100_000))
+        for f in root.iterdir():
+            f.chmod(0o644)
+        root.chmod(0o755)
+        # iPXE says who it is with DHCP option 175: it gets the script; the UEFI PXE (arch 7) gets iPXE.
+        dhcp_log = open(tmp_path / "dnsmasq.log", "w")
+        processes.append(inside(["dnsmasq", "-k", "--port=0", "--interface=tap0", "--bind-interfaces",
+                                 "--dhcp-range=10.77.0.50,10.77.0.99,255.255.255.0,1h", "--dhcp-match=set:ipxe,175",
+                                 "--dhcp-vendorclass=set:efi,PXEClient:Arch:00007",
+                                 f"--dhcp-boot=tag:ipxe,boot.ipxe,,{SERVER_IP}",
+                                 f"--dhcp-boot=tag:!ipxe,tag:efi,ipxe.efi,,{SERVER_IP}",
+                                 f"--dhcp-leasefile={tmp_path / 'leases'}", "--pid-file=", "--log-dhcp",
+                                 "--log-facility=-", "--user=root"], stdout=dhcp_log, stderr=subprocess.STDOUT))
+        yield inside, root, tmp_path, processes
+    finally:
+        for p in reversed(processes):
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        subprocess.run(["ip", "netns", "delete", name])
+
+
+def boot(lab, backend, qemu_args, deadline_s=110):
+    """Serves the root on the tap's address, powers the machine on, and waits for the marker to
+    be read to its end; returns the server's log."""
+    inside, root, tmp, processes = lab
+    log_path = tmp / "stampede.log"
+    server = inside([BINARY, "-l", "-L", "-a", f"{SERVER_IP}:69", "-v", "--backend", backend, root],
+                    stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    processes.append(server)
+    started = time.time()
+    while "serving" not in log_path.read_text() and time.time() - started < 10:
+        time.sleep(0.05)
+    console = tmp / "console.log"
+    # Software emulation: the same on every machine (KVM under a hypervisor is not always sound).
+    qemu = inside(["qemu-system-x86_64", "-machine", "q35", "-accel", "tcg", "-nodefaults", "-m", "256",
+                   "-display", "none", "-monitor", "none",
+                   "-serial", f"file:{console}", "-no-reboot",
+                   "-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no", *qemu_args],
+                  stdout=open(tmp / "qemu.log", "w"), stderr=subprocess.STDOUT)
+    processes.append(qemu)
+    done = f'"{MARKER}" octet'
+    while time.time() - started < deadline_s:
+        text = log_path.read_text(errors="replace")
+        if any(done in line and line.endswith(": ok") for line in text.splitlines()):
+            return text
+        assert qemu.poll() is None, f"qemu exited {qemu.returncode}: {(tmp / 'qemu.log').read_text()[-2000:]}"
+        time.sleep(0.25)
+    pytest.fail(f"no boot in {deadline_s} s.\nserver:\n{log_path.read_text()[-3000:]}\n"
+                f"console:\n{console.read_text(errors='replace')[-3000:] if console.exists() else ''}\n"
+                f"dhcp:\n{(tmp / 'dnsmasq.log').read_text()[-2000:]}")
+
+
+def ended_lines(log, name):
+    return [line for line in log.splitlines() if f'RRQ ' in line and f'"{name}" octet' in line]
+
+
+def test_uefi_pxe_loads_ipxe_which_loads_its_script_and_a_file(lab, report):
+    started = time.time()
+    log = boot(lab, "uring", ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n"])
+    efi = ended_lines(log, "ipxe.efi")
+    # EDK2: the size probe (tsize, ended with ERROR 8 after our OACK), then the file without tsize.
+    assert any("tsize=" in line and "ended by client after OACK (error 8)" in line for line in efi), log
+    whole = [line for line in efi if line.endswith(": ok")]
+    assert whole and f"bytes={IPXE_EFI.stat().st_size}" in whole[-1], log
+    # What the uefi storm profile plays: blksize 1468 (MTU 1500 - 32) and windowsize 4, no tsize.
+    assert '"ipxe.efi" octet blksize=1468 windowsize=4 ' in whole[-1], whole[-1]
+    assert any(line.endswith(": ok") for line in ended_lines(log, "boot.ipxe")), log
+    assert "bytes=100000" in ended_lines(log, MARKER)[-1]
+    report(f"UEFI (OVMF) PXE -> ipxe.efi -> boot.ipxe -> marker from Stampede: {time.time() - started:.0f} s")
+
+
+def test_bios_ipxe_rom_loads_its_script_and_a_file(lab, report):
+    started = time.time()
+    log = boot(lab, "glibc", ["-device", f"virtio-net-pci,netdev=n0,mac={MAC}", "-boot", "n"])
+    script = ended_lines(log, "boot.ipxe")
+    # iPXE asks blksize and tsize, no windowsize.
+    assert any(line.endswith(": ok") and "tsize=" in line and "blksize=" in line for line in script), log
+    assert "bytes=100000" in ended_lines(log, MARKER)[-1]
+    report(f"BIOS iPXE ROM -> boot.ipxe -> marker from Stampede: {time.time() - started:.0f} s")
