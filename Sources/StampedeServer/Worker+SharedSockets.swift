@@ -7,8 +7,8 @@ import StampedeProtocol
 /// A transfer normally gets a socket of its own, on a fresh port, connected to its client, as
 /// tftpd-hpa does. Once a worker holds `ownTransferSocketsPerWorker` of them (by default the
 /// descriptor limit, less a reserve, shared among the workers), or the kernel refuses another
-/// (EMFILE, ENFILE), a new read goes to one of the worker's shared sockets instead: 64 per
-/// address family, each unconnected on a port of its own (from `-R` when given), opened when
+/// (EMFILE, ENFILE) or a port (EADDRINUSE), a new read goes to one of the worker's shared sockets
+/// instead: 64 per address family (fewer under a small descriptor limit), each unconnected on a port of its own (from `-R` when given), opened when
 /// first needed and closed two seconds after the last transfer on them ended. A client always gets the same
 /// one of them (chosen by its address and port), and the worker tells the transfers apart by the
 /// client's address and port, as in single-port mode.
@@ -22,7 +22,9 @@ import StampedeProtocol
 /// need the listener's large buffers; over the limit they are refused as busy.
 extension Worker {
     static var sharedBit: UInt64 { 1 << 62 }
-    static var sharedSocketsPerFamily: Int { 64 }
+    /// 64, or fewer when the worker's own budget is small: the shared sockets are descriptors
+    /// too, and the files being opened need some (a 64-descriptor limit gets 4).
+    var sharedSocketsPerFamily: Int { min(64, max(4, configuration.ownTransferSocketsPerWorker / 16)) }
 
     /// The shared socket for a read from `peer` to `local`, opened (with its family's others)
     /// when first needed; nil when none can be opened.
@@ -31,7 +33,7 @@ extension Worker {
         if sharedSockets[family].isEmpty {
             var wildcard = SocketAddress(parsing: local.isIPv6 ? "[::]:0" : "0.0.0.0:0", defaultPort: 0)!
             wildcard.port = 0
-            for _ in 0..<Self.sharedSocketsPerFamily {
+            for _ in 0..<sharedSocketsPerFamily {
                 let tag = Self.sharedBit | UInt64(family << 16 | sharedSockets[family].count)
                 do {
                     let descriptor = try UDPSocket.sharedTransfer(local: wildcard, ports: configuration.portRange)

@@ -123,31 +123,28 @@ def storm_json(server, root, clients):
     return json.loads(r.stdout)
 
 
-def test_out_of_file_descriptors_the_clients_retry_until_served(serve, root, report):
-    """atftpd dies at 1,024 sockets; with a hard limit of 64 descriptors Stampede leaves what it
-    cannot open unanswered, keeps every running transfer, and serves the retried requests."""
+def test_out_of_file_descriptors_reads_share_sockets_and_every_client_is_served(serve, root, report):
+    """atftpd dies at 1,024 sockets; with a hard limit of 64 descriptors Stampede gives 16
+    transfers per worker sockets of their own and shares a few among the rest: 200 clients at
+    once are all served, and none has to retry for want of a socket."""
     s = serve(prefix=["prlimit", "--nofile=64:64"])
     crowded = storm_json(s, root, 200)
     assert crowded["ok"] == 200, crowded["failures"]
-    assert crowded["retransmits"] > 0
+    assert s.fd_count() <= 64
     s.stop()
-    assert "Too many open files" in s.log_text() or "out of sockets" in s.log_text()
-    assert unanswered_in_log(s) > 0
-    report(f"fd limit 64 ({s.backend}): 200 of 200 served through their retries "
-           f"({unanswered_in_log(s)} requests left unanswered, p99 {crowded['p99_ms'] / 1000:.1f} s)")
+    assert "further reads share 4 transfer sockets" in s.log_text()
+    report(f"fd limit 64 ({s.backend}): 200 of 200 served at once through shared sockets, "
+           f"p99 {crowded['p99_ms'] / 1000:.1f} s")
 
 
-def test_out_of_file_descriptors_with_when_busy_error_then_service_recovers(serve, root, report):
+def test_out_of_file_descriptors_with_when_busy_error_nothing_is_refused(serve, root):
+    # Where a full descriptor table used to answer ERROR 0, reads share sockets instead.
     s = serve("--when-busy", "error", prefix=["prlimit", "--nofile=64:64"])
     crowded = storm_json(s, root, 200)
-    assert crowded["ok"] + crowded["failed"] == 200
-    assert 20 <= crowded["ok"] < 64
-    assert set(crowded["failures"]) == {"server error 0"}, crowded["failures"]
-    assert "Too many open files" in s.log_text() or "out of sockets" in s.log_text()
-    assert s.alive
+    assert crowded["ok"] == 200, crowded["failures"]
     after = storm_json(s, root, 30)
     assert after["ok"] == 30, after
-    report(f"fd limit 64, --when-busy error ({s.backend}): {crowded['ok']} of 200 served, the rest ERROR 0; then 30 of 30")
+    assert s.alive
 
 
 def test_a_memory_budget_smaller_than_the_files_streams_them(serve, root):
