@@ -28,6 +28,7 @@ stampede-uring-baseline and stampede-glibc-baseline, interleaved with the others
 comparison in one run.
 """
 import json
+import math
 import os
 import resource
 import shutil
@@ -361,8 +362,9 @@ def run_one(peer, scenario, log):
 def percentile(sorted_values, p):
     if not sorted_values:
         return 0
-    rank = max(0, min(len(sorted_values) - 1, int(-(-p / 100 * len(sorted_values) // 1)) - 1))
-    return sorted_values[rank]
+    # The storm's rule (StormReport.percentile): the ceil(p% of n)-th value.
+    rank = math.ceil(p / 100 * len(sorted_values)) - 1
+    return sorted_values[max(0, min(len(sorted_values) - 1, rank))]
 
 
 def merge_storms(results):
@@ -489,6 +491,16 @@ def fmt(value, digits=2):
     return str(value)
 
 
+def failed_text(r):
+    """`3 (2 timed out, 1 server error 0)`: the failures, most first."""
+    kinds = sorted(r["failures"].items(), key=lambda kv: -kv[1])
+    return str(r["failed"]) + (" (" + ", ".join(f"{v} {k}" for k, v in kinds) + ")" if r["failed"] else "")
+
+
+def died_text(r):
+    return "" if r["server_alive"] else " (died)"
+
+
 def markdown(rows):
     header = ("| scenario | server | ok / failed | server CPU s/GB (spread) | × uring | × dnsmasq | × floor "
               "| sessions per CPU-s | × uring | MB/s | sessions/s | p99 ms | peak RSS MiB | peak fds | storm CPU s |")
@@ -497,10 +509,7 @@ def markdown(rows):
         if "ok" not in r:
             lines.append(f"| {r['scenario']} | {r['server']} | {r['error']} |" + " |" * 12)
             continue
-        failed = str(r["failed"])
-        if r["failed"]:
-            failed += " (" + ", ".join(f"{v} {k}" for k, v in r["failures"].items()) + ")"
-        died = " (died)" if not r["server_alive"] else ""
+        failed, died = failed_text(r), died_text(r)
         spread = r.get("cpu_s_per_gb_range")
         cpu = fmt(r["cpu_s_per_gb"]) + (f" ({fmt(spread[0])}–{fmt(spread[1])})" if spread and r["rounds"] > 1 else "")
         lines.append(
@@ -524,10 +533,7 @@ def rack_markdown(rows):
         if "ok" not in r:
             lines.append(f"| {r['server']} | {r['error']} |" + " |" * 7)
             continue
-        failed = str(r["failed"])
-        if r["failed"]:
-            failed += " (" + ", ".join(f"{v} {k}" for k, v in sorted(r["failures"].items(), key=lambda kv: -kv[1])) + ")"
-        died = " (died)" if not r["server_alive"] else ""
+        failed, died = failed_text(r), died_text(r)
         lines.append(f"| {r['server']}{died} | {r['ok']} / {failed} | {fmt(r['p50_ms'] / 1000)} | {fmt(r['p99_ms'] / 1000)} "
                      f"| {fmt(r['max_ms'] / 1000)} | {fmt(r['wall_s'])} | {fmt(r['server_cpu_s'])} "
                      f"| {fmt(r['peak_rss_mib'], 0)} | {r['peak_fds']} |")

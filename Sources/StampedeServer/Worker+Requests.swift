@@ -118,13 +118,12 @@ extension Worker {
                     let largest = request.isWrite ? negotiation.options.blockSize + 4 : 516
                     transfer.socket = try backend.openTransfer(local: local, peer: datagram.peer, ports: configuration.portRange,
                                                                largestDatagram: largest, tag: tag(of: slot))
-                    ownTransferSockets += 1
                 } catch {
                     refusal = error
                 }
             }
             // Out of descriptors, or of ports on this address: share.
-            let outOfSockets = refusal.map { [EMFILE, ENFILE, EADDRINUSE].contains($0.rawValue) } ?? true
+            let outOfSockets = refusal.map { $0.rawValue == EMFILE || $0.rawValue == ENFILE || $0.rawValue == EADDRINUSE } ?? true
             if transfer.socket == nil, !request.isWrite, outOfSockets {
                 if let running = sharedSessions[datagram.peer] {
                     // Same address and port on a shared socket: the client started over.

@@ -31,8 +31,7 @@ extension Worker {
     func sharedSocket(for peer: SocketAddress, local: SocketAddress) -> SocketHandle? {
         let family = local.isIPv6 ? 1 : 0
         if sharedSockets[family].isEmpty {
-            var wildcard = SocketAddress(parsing: local.isIPv6 ? "[::]:0" : "0.0.0.0:0", defaultPort: 0)!
-            wildcard.port = 0
+            let wildcard = SocketAddress(parsing: local.isIPv6 ? "[::]:0" : "0.0.0.0:0", defaultPort: 0)!
             for _ in 0..<sharedSocketsPerFamily {
                 let tag = Self.sharedBit | UInt64(family << 16 | sharedSockets[family].count)
                 do {

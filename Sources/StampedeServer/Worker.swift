@@ -27,12 +27,12 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     /// Transfers on a shared socket (the listener in single-port mode, else the shared transfer
     /// sockets), by client address and port.
     var sharedSessions: [SocketAddress: Int32] = [:]
-    /// Shared transfer sockets, IPv4 then IPv6 (`Worker+SharedSockets.swift`), and the transfer
-    /// sockets of their own that this worker's transfers hold.
+    /// Shared transfer sockets, IPv4 then IPv6 (`Worker+SharedSockets.swift`).
     var sharedSockets: [[SocketHandle]] = [[], []]
     var sharedSocketsOpened = 0
     var sharedSocketsIdleSince: Nanoseconds?
-    var ownTransferSockets = 0
+    /// Transfers with a socket of their own: all but the shared ones (outside single-port mode).
+    var ownTransferSockets: Int { activeTransfers - sharedSessions.count }
     /// False once stopping: single-port listeners stay open for the transfers still running.
     var accepting = true
     public internal(set) var activeTransfers = 0
@@ -243,7 +243,6 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
             sharedSessions[table[slot].peer] = nil
         } else if let socket = table[slot].socket {
             backend.close(socket)
-            ownTransferSockets -= 1
         }
         if case .image(let image) = table[slot].source { retiredImages.append(image) }
         table[slot].upload?.abort()

@@ -35,6 +35,8 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     private var active: Int { machines.count - idle.count }
     private var startedAt: Nanoseconds = 0
     private var launchUntil: Nanoseconds?
+    /// The largest DATA any stage may receive: every client socket's buffers fit it.
+    private let largestDatagram: Int
 
     /// A machine in the middle of its boot: which stage, which of the stage's names.
     struct Machine {
@@ -43,8 +45,10 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         var name = 0
         var bootStarted: Nanoseconds
         var stageStarted: Nanoseconds
-        /// The expanded name the running transfer reads.
-        var file = ""
+        /// The running transfer's request, encoded once (it is resent as it is), and the bytes its
+        /// file must have, looked up once per transfer rather than per DATA.
+        var request: [UInt8] = []
+        var expected: [UInt8]?
     }
 
     public init(plan: StormPlan, backend: Backend) {
@@ -59,6 +63,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         wheel = TimerWheel(capacity: slots, now: stampede_monotonic_ns())
         expired.reserveCapacity(slots)
         expected = plan.expected.mapValues { Optional($0) }
+        largestDatagram = plan.largestBlock + 4
         report = StormReport(profile: plan.profile)
         report.backend = backend.description
         report.durations.reserveCapacity(plan.plannedTotal ?? 65536)
@@ -161,7 +166,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     private func startTransfer(_ slot: Int, now: Nanoseconds) -> Bool {
         generations[slot] &+= 1
         do {
-            sockets[slot] = try backend.openClient(local: plan.source(of: machines[slot]!.identity.number), largestDatagram: plan.largestBlock + 4,
+            sockets[slot] = try backend.openClient(local: plan.source(of: machines[slot]!.identity.number), largestDatagram: largestDatagram,
                                                    tag: UInt64(generations[slot]) << 32 | UInt64(slot))
         } catch {
             machineEnded(slot, .failed(.socketError(error)), now: now)
@@ -170,7 +175,8 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         let machine = machines[slot]!
         let stage = plan.profile.stages[machine.stage]
         let clientPlan = stage.plan(name: machine.name, for: machine.identity, hold: plan.hold)
-        machines[slot]!.file = String(decoding: clientPlan.request.filename, as: UTF8.self)
+        machines[slot]!.request = clientPlan.request.encoded()
+        machines[slot]!.expected = expectedBytes(of: String(decoding: clientPlan.request.filename, as: UTF8.self))
         sessions[slot] = ClientTransfer(plan: clientPlan, server: plan.server, now: now)
         apply(sessions[slot]!.start(now: now), slot: slot, peer: nil, now: now)
         return true
@@ -188,7 +194,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         case .ok?:
             let received = sessions[slot]!.bytesReceived
             let closesEarly = sessions[slot]!.plan.closeAfter != nil || sessions[slot]!.plan.probeOnly
-            if !closesEarly, let whole = expectedBytes(slot), whole.count != received {
+            if !closesEarly, let whole = machines[slot]!.expected, whole.count != received {
                 transferEnded(slot, .failed(.wrongSize(expected: whole.count, received: received)), now: now)
             } else {
                 transferEnded(slot, .ok, now: now)
@@ -206,7 +212,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         switch what {
         case .none, .blocks: break  // a storm only downloads
         case .request:
-            sessions[slot]!.plan.request.encoded().withUnsafeBytes { backend.send(socket, to: plan.server, from: nil, packet: $0) }
+            machines[slot]!.request.withUnsafeBytes { backend.send(socket, to: plan.server, from: nil, packet: $0) }
         case .ack(let block):
             ackPacket[2] = UInt8(block >> 8)
             ackPacket[3] = UInt8(block & 0xFF)
@@ -222,9 +228,8 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         }
     }
 
-    /// The bytes the running transfer's file must have, if the storm knows them.
-    private func expectedBytes(_ slot: Int) -> [UInt8]? {
-        let name = machines[slot]!.file
+    /// The bytes the file `name` must have, if the storm knows them.
+    private func expectedBytes(of name: String) -> [UInt8]? {
         if let known = expected[name] { return known }
         var bytes: [UInt8]?
         if let root = plan.verifyRoot, !name.split(separator: "/").contains("..") {
@@ -236,7 +241,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
 
     /// Compares delivered bytes with the expected file; the offset of the first difference.
     private func verify(_ payload: UnsafeRawBufferPointer, at offset: Int, slot: Int) -> StormFailure? {
-        guard payload.count > 0, let expected = expectedBytes(slot) else { return nil }
+        guard payload.count > 0, let expected = machines[slot]!.expected else { return nil }
         guard offset + payload.count <= expected.count else {
             return .wrongSize(expected: expected.count, received: offset + payload.count)
         }

@@ -3,7 +3,7 @@ import Glibc
 import StampedeGlibc
 import StampedeIO
 import StampedeProtocol
-import StampedeStorm
+@testable import StampedeStorm
 import StampedeTestSupport
 import Testing
 
@@ -50,9 +50,9 @@ import Testing
     }
 
     @Test(arguments: [
-        ("firmware x\nget a", "line 2"),  // no profile line: reported at the end, line 1
-        ("profile p\nget a", "before any firmware"),
-        ("profile p\nfirmware f\nget a blksize=7", "blksize takes 8 to 65464"),
+        ("firmware x\nget a", "line 1: no profile line"),  // found at the end, said of line 1
+        ("profile p\nget a", "line 2: get before any firmware"),
+        ("profile p\nfirmware f\nget a blksize=7", "line 3: blksize=7: blksize takes 8 to 65464"),
         ("profile p\nfirmware f\nget a windowsize=40000", "windowsize takes 1 to 32767"),
         ("profile p\nfirmware f\nget a colour=blue", "colour: not an option"),
         ("profile p\nfirmware f\nget a b", "takes one name"),
@@ -63,18 +63,14 @@ import Testing
         ("profile p\nfirmware f\nhead x a", "byte count"),
         ("profile p\nfirmware f\nfetch a", "fetch: not a directive"),
         ("profile p\nfirmware f", "no stages"),
-        ("profile p\nprofile q", "a second profile"),
+        ("profile p\nprofile q", "line 2: a second profile"),
     ])
     func badLinesAreRefusedWithTheirLine(_ text: String, _ expected: String) {
-        #expect(throws: BootProfile.ParseError.self) { try BootProfile(parsing: text) }
         do {
-            _ = try BootProfile(parsing: text)
+            let profile = try BootProfile(parsing: text)
+            Issue.record("parsed: \(profile.name)")
         } catch {
-            if expected == "line 2" {
-                #expect(error.line == 1 && error.message == "no profile line")
-            } else {
-                #expect(error.description.contains(expected), "\(error.description)")
-            }
+            #expect(error.description.contains(expected), "\(error.description)")
         }
     }
 }
@@ -205,7 +201,7 @@ import Testing
             slice.slice = (process, 3)
             for thread in 0..<2 {
                 let part = slice.share(thread, of: 2)
-                seen += (0..<(part.plannedTotal ?? 0)).map { part.slice.index + $0 * part.slice.count }
+                seen += (0..<(part.plannedTotal ?? 0)).map(part.machineNumber)
             }
         }
         #expect(seen.sorted() == Array(0..<10))
