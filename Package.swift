@@ -11,6 +11,8 @@ import PackageDescription
 //   StampedeServer    the server: workers, access policy, file cache, uploads, limits, remap rules
 //   StampedeGlibc     a backend: epoll + recvmmsg/sendmmsg
 //   StampedeURing     a backend: the Swift side of the io_uring engine
+//   StampedeMetrics   the operator's view: Prometheus exposition over HTTP (its own thread), the
+//                     systemd notifications, reading a server's metrics (storm --metrics)
 //   StampedeStorm     the load generator: many clients on a backend its caller gives it
 //   stampede          the command line: serve (in.tftpd's flags), get, put, storm
 let strictC: [CSetting] = [.define("_GNU_SOURCE"), .unsafeFlags(["-Wall", "-Wextra", "-Werror"])]
@@ -26,6 +28,10 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-atomics", from: "1.3.0"),
         .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
     ],
     targets: [
@@ -37,14 +43,22 @@ let package = Package(
 
         .target(name: "StampedeProtocol"),
         .target(name: "StampedeIO", dependencies: ["StampedeProtocol", "CStampedeSys"]),
-        .target(name: "StampedeServer", dependencies: ["StampedeProtocol", "StampedeIO", "CStampedeSys", log]),
+        .target(name: "StampedeServer", dependencies: ["StampedeProtocol", "StampedeIO", "CStampedeSys", log,
+                                                     .product(name: "Atomics", package: "swift-atomics")]),
+        .target(name: "StampedeMetrics",
+                dependencies: ["StampedeServer", "StampedeIO", "StampedeProtocol",
+                               .product(name: "Prometheus", package: "swift-prometheus"),
+                               .product(name: "Metrics", package: "swift-metrics"),
+                               .product(name: "NIOCore", package: "swift-nio"),
+                               .product(name: "NIOPosix", package: "swift-nio"),
+                               .product(name: "NIOHTTP1", package: "swift-nio")]),
         .target(name: "StampedeGlibc", dependencies: ["StampedeIO", "CStampedeSys"]),
         .target(name: "StampedeURing", dependencies: ["StampedeIO", "CStampedeSys", "CStampedeRing"]),
         .target(name: "StampedeStorm", dependencies: ["StampedeProtocol", "StampedeIO"]),
         .executableTarget(
             name: "stampede",
             dependencies: ["StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeGlibc", "StampedeURing",
-                           "StampedeStorm", "CStampedeSys", log,
+                           "StampedeStorm", "StampedeMetrics", "CStampedeSys", log,
                            .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
 
@@ -69,7 +83,7 @@ let package = Package(
                 path: "Tests/StampedeTestSupport"),
         .testTarget(name: "StampedeProtocolTests", dependencies: ["StampedeProtocol"]),
         .testTarget(name: "StampedeServerTests",
-                    dependencies: ["StampedeServer", "StampedeProtocol", "StampedeIO", "StampedeTestSupport", log]),
+                    dependencies: ["StampedeServer", "StampedeProtocol", "StampedeIO", "StampedeTestSupport", "StampedeMetrics", log]),
         // The backend contract, tested once for every backend, with a malloc counter for the hot path.
         .target(name: "CMallocCounter", path: "Tests/CMallocCounter", cSettings: strictC),
         .testTarget(name: "StampedeBackendTests",

@@ -123,7 +123,7 @@ final class CountingBackend: DatagramBackend {
         next = nil
         return Datagram(tag: d.tag, bytes: d.bytes, peer: peer, local: local)
     }
-    var sendFailures: Int { 0 }
+    var statistics: BackendStatistics { BackendStatistics() }
     var socketCount: Int { 0 }
     var largestDatagram: Int { 65536 }
     var largestListenerDatagram: Int { 2048 }

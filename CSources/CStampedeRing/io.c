@@ -21,10 +21,21 @@ static int enable(stampede_ring *r)
     if (r->enabled)
         return 0;
     /* liburing 2.3 declares io_uring_enable_rings but does not export it: kernel ABI. */
+    r->stats.system_calls++;
     if (syscall(__NR_io_uring_register, r->ring.ring_fd, IORING_REGISTER_ENABLE_RINGS, NULL, 0) < 0)
         return -errno;
     r->enabled = 1;
     return 0;
+}
+
+/* io_uring_submit, counted as a system call when liburing makes one (with nothing queued, it
+ * does not). */
+static int submit(stampede_ring *r)
+{
+    int result = io_uring_submit(&r->ring);
+    if (result != 0)
+        r->stats.system_calls++;
+    return result;
 }
 
 /* A free submission entry, submitting the full queue first if need be; NULL if even that fails. */
@@ -32,7 +43,7 @@ static struct io_uring_sqe *next_sqe(stampede_ring *r)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
     if (!sqe && enable(r) == 0) {
-        io_uring_submit(&r->ring);
+        submit(r);
         sqe = io_uring_get_sqe(&r->ring);
     }
     return sqe;
@@ -125,8 +136,10 @@ static void rearm_later(stampede_ring *r, uint32_t slot)
 static void close_fd(stampede_ring *r, struct socket_slot *s, uint32_t slot)
 {
     int none = -1;
-    if (s->fixed)
+    if (s->fixed) {
         io_uring_register_files_update(&r->ring, slot, &none, 1);
+        r->stats.system_calls++;
+    }
     s->fixed = 0;
     close(s->fd);
     s->fd = -1;
@@ -163,6 +176,8 @@ int stampede_ring_add_socket(stampede_ring *r, int fd, uint64_t tag, int is_list
     s->large = large_datagrams != 0;
     s->segments = (uint8_t)r->segmentation;
     s->fixed = slot < r->fixed_capacity && io_uring_register_files_update(&r->ring, slot, &fd, 1) == 1;
+    if (slot < r->fixed_capacity)
+        r->stats.system_calls++;
     r->open_count++;
     /* No submission entry now (only when the kernel refuses a submit): armed at the next wait. */
     if (arm_receive(r, slot) < 0)
@@ -248,6 +263,7 @@ static int submit_send(stampede_ring *r, struct send_slot *m, uint32_t slot, uin
         return -EBUSY;
     }
     io_uring_prep_sendmsg(sqe, r->sockets[slot].fd, &m->message, MSG_DONTWAIT);
+    r->stats.send_operations++;
     target(sqe, &r->sockets[slot], slot);
     sqe->flags |= sqe_flags;
     io_uring_sqe_set_data64(sqe, user_data);
@@ -394,7 +410,10 @@ static void send_one_by_one(stampede_ring *r, const struct send_slot *m)
     }
     while (next < m->datagrams) {
         int sent = stampede_sendmmsg(s->fd, messages + next, m->datagrams - next);
+        r->stats.system_calls++;
         if (sent > 0) {
+            r->stats.send_operations += (uint32_t)sent;
+            r->stats.datagrams_sent += (uint32_t)sent;
             next += (uint32_t)sent;
         } else {
             /* A full buffer loses the rest; any other error this datagram. Retransmission repairs. */
@@ -577,6 +596,8 @@ static void on_send_completion(stampede_ring *r, struct io_uring_cqe *cqe, uint3
             on_send_error(r, cqe);
     } else if (cqe->res < 0) {
         r->stats.send_failures += datagrams;
+    } else {
+        r->stats.datagrams_sent += datagrams;
     }
 }
 
@@ -665,6 +686,7 @@ static void reap(stampede_ring *r)
     drain(r);
     for (rounds = 0; rounds < 64 && task_work_pending(r); rounds++) {
         io_uring_get_events(&r->ring);
+        r->stats.system_calls++;
         if (drain(r) == 0)
             return;
     }
@@ -676,6 +698,7 @@ static int wait_for_sends(stampede_ring *r)
 {
     while (r->sends_in_flight > 0) {
         int result = io_uring_submit_and_wait(&r->ring, 1);
+        r->stats.system_calls++;
         if (result < 0 && result != -EINTR && result != -EAGAIN && result != -EBUSY)
             return result;
         reap(r);
@@ -770,13 +793,15 @@ int stampede_ring_wait(stampede_ring *r, int64_t timeout_ns)
     ready = start_closing(r);
 
     if (timeout_ns == 0) {
-        result = io_uring_submit(&r->ring);
+        result = submit(r);
     } else if (timeout_ns < 0) {
         result = io_uring_submit_and_wait(&r->ring, 1);
+        r->stats.system_calls++;
     } else {
         timeout.tv_sec = timeout_ns / 1000000000;
         timeout.tv_nsec = timeout_ns % 1000000000;
         result = io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1, &timeout, NULL);
+        r->stats.system_calls++;
     }
     if (result < 0 && result != -ETIME && result != -EINTR && result != -EAGAIN && result != -EBUSY)
         return result;

@@ -9,8 +9,7 @@ import StampedeProtocol
 public final class GlibcBackend: DatagramBackend {
     public var description: String { "glibc (epoll, recvmmsg, sendmmsg)" }
     public let segmentation: Segmentation
-    public private(set) var segmentationFallbacks = 0
-    public private(set) var segmentedSends = 0
+    public private(set) var statistics = BackendStatistics()
     public var largestDatagram: Int { bufferSize }
     public var largestListenerDatagram: Int { bufferSize }
 
@@ -48,7 +47,6 @@ public final class GlibcBackend: DatagramBackend {
     private let arena: UnsafeMutableRawBufferPointer
     private var arenaUsed = 0
     private var queued = 0
-    public private(set) var sendFailures = 0
     public private(set) var socketCount = 0
 
     // Receive batch.
@@ -275,18 +273,23 @@ public final class GlibcBackend: DatagramBackend {
             var next = start
             while next < end {
                 let sent = stampede_sendmmsg(fd, sendMessages + next, UInt32(end - next))
+                statistics.systemCalls += 1
                 if sent > 0 {
-                    for i in next..<(next + Int(sent)) where sendDatagrams[i] > 1 { segmentedSends += 1 }
+                    for i in next..<(next + Int(sent)) {
+                        if sendDatagrams[i] > 1 { statistics.segmentedSends += 1 }
+                        statistics.datagramsSent += Int(sendDatagrams[i])
+                    }
+                    statistics.sendOperations += Int(sent)
                     next += Int(sent)
                 } else if sent == -EAGAIN || sent == -ENOBUFS {
-                    for i in next..<end { sendFailures += Int(sendDatagrams[i]) }
+                    for i in next..<end { statistics.sendFailures += Int(sendDatagrams[i]) }
                     break
                 } else if sendDatagrams[next] > 1 && stampede_segmentation_refused(-sent) != 0 {
                     // The path will not take this segmented send (a blksize above its MTU, a
                     // device that cannot segment): these datagrams one by one, and the socket's
                     // later windows too.
                     sockets[Int(socket.index)].segments = false
-                    segmentationFallbacks += 1
+                    statistics.segmentationFallbacks += 1
                     sendOneByOne(next, fd: fd)
                     next += 1
                 } else {
@@ -296,7 +299,7 @@ public final class GlibcBackend: DatagramBackend {
                     if Self.isPeerError(-sent) {
                         if peerErrors.count < receiveCapacity { peerErrors.append((sockets[Int(socket.index)].tag, Errno(-sent))) }
                     } else {
-                        sendFailures += Int(sendDatagrams[next])
+                        statistics.sendFailures += Int(sendDatagrams[next])
                     }
                     next += 1
                 }
@@ -335,12 +338,15 @@ public final class GlibcBackend: DatagramBackend {
         var next = 0
         while next < count {
             let sent = stampede_sendmmsg(fd, fallbackMessages + next, UInt32(count - next))
+            statistics.systemCalls += 1
             if sent > 0 {
+                statistics.sendOperations += Int(sent)
+                statistics.datagramsSent += Int(sent)
                 next += Int(sent)
             } else {
                 // A full buffer loses the rest; any other error this datagram. Retransmission repairs.
                 let lost = sent == -EAGAIN || sent == -ENOBUFS ? count - next : 1
-                sendFailures += lost
+                statistics.sendFailures += lost
                 next += lost
             }
         }
@@ -363,6 +369,7 @@ public final class GlibcBackend: DatagramBackend {
         var timeout: Int64 = count > 0 ? 0 : -1
         if count == 0, let deadline { timeout = max(0, deadline - stampede_monotonic_ns()) }
         let ready = stampede_epoll_wait(epoll, readyTags, Int32(readyCapacity), timeout)
+        statistics.systemCalls += 1
         guard ready > 0 else { return count }
         for i in 0..<Int(ready) where count < receiveCapacity {
             let handle = Int(readyTags[i])
@@ -389,6 +396,7 @@ public final class GlibcBackend: DatagramBackend {
             receiveMessages[i] = stampede_mmsghdr(msg_hdr: message, msg_len: 0)
         }
         let n = stampede_recvmmsg(socket.fd, receiveMessages + first, UInt32(room))
+        statistics.systemCalls += 1
         if n < 0 {
             guard n != -EAGAIN else { return 0 }
             // A pending ICMP error on a connected socket: report it to the transfer.

@@ -52,11 +52,6 @@ public protocol DatagramBackend: AnyObject, CustomStringConvertible {
                     headers: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer, blockSize: Int)
     /// Whether windows go out as segmented sends (for the start line).
     var segmentation: Segmentation { get }
-    /// Segmented sends a socket's path refused (a blksize above the path MTU, a device that cannot
-    /// segment), sent again one datagram at a time and the socket's later windows too.
-    var segmentationFallbacks: Int { get }
-    /// Segmented sends the kernel took (each carried two datagrams or more).
-    var segmentedSends: Int { get }
 
     /// Flushes queued sends, waits for datagrams until `deadline` (monotonic ns; nil: forever),
     /// and returns how many arrived. They stay valid until the next call.
@@ -64,9 +59,9 @@ public protocol DatagramBackend: AnyObject, CustomStringConvertible {
     /// The i-th datagram of the last poll.
     func datagram(_ index: Int) -> Datagram
 
-    /// Datagrams the kernel refused to send (a full socket buffer: loss that retransmission
-    /// repairs), reported when the server stops.
-    var sendFailures: Int { get }
+    /// What the backend has done since it was made (`BackendStatistics`): read by its own
+    /// thread, which publishes it for the metrics.
+    var statistics: BackendStatistics { get }
     /// Sockets the backend holds: open ones, and closed ones whose last operations the kernel has
     /// not yet confirmed. Back to the listener count when no transfer runs, or something leaks.
     var socketCount: Int { get }
@@ -94,8 +89,9 @@ extension DatagramBackend {
     }
 
     public var segmentation: Segmentation { .unavailable("this backend sends one datagram at a time") }
-    public var segmentationFallbacks: Int { 0 }
-    public var segmentedSends: Int { 0 }
+    public var sendFailures: Int { statistics.sendFailures }
+    public var segmentationFallbacks: Int { statistics.segmentationFallbacks }
+    public var segmentedSends: Int { statistics.segmentedSends }
 
     /// A whole datagram (copied) to `peer`.
     public func send(_ socket: SocketHandle, to peer: SocketAddress, from local: SocketAddress?, packet: UnsafeRawBufferPointer) {
@@ -129,4 +125,28 @@ public struct Datagram {
         self.local = local
         self.error = error
     }
+}
+
+/// A backend's own figures, counted as it works: how much each entry into the kernel carried.
+public struct BackendStatistics: Sendable, Equatable {
+    /// Entries into the kernel for I/O: io_uring_enter and the engine's other calls; epoll_wait,
+    /// recvmmsg, sendmmsg.
+    public var systemCalls = 0
+    /// Send operations: a sendmmsg message, or an io_uring SENDMSG (one datagram, or a segmented
+    /// send of several). `datagramsSent / sendOperations` is what one send carried.
+    public var sendOperations = 0
+    /// Datagrams the kernel took.
+    public var datagramsSent = 0
+    /// Datagrams the kernel refused (a full socket buffer: loss that retransmission repairs).
+    public var sendFailures = 0
+    /// Segmented sends (UDP GSO) the kernel took, each of two datagrams or more.
+    public var segmentedSends = 0
+    /// Segmented sends a socket's path refused (a blksize above the path MTU, a device that cannot
+    /// segment), sent again one datagram at a time, and the socket's later windows too.
+    public var segmentationFallbacks = 0
+    /// Receives that found no free buffer (io_uring's provided buffers; nil for a backend that
+    /// receives into buffers of its own, which the kernel never runs out of).
+    public var receiveBufferExhausted: Int?
+
+    public init() {}
 }

@@ -31,6 +31,8 @@ public struct DataSender: Sendable {
     /// A duplicate ACK already caused one resend since the last send.
     private var resentOnDuplicate = false
     public private(set) var isFinished = false
+    /// ACKs that repeated the last acknowledged block (a lost DATA, a client's own timeout).
+    public private(set) var duplicateAcks = 0
 
     public init(totalBytes: Int, blockSize: Int, windowSize: Int, sendsOptionAck: Bool, timer: RetransmitTimer) {
         precondition(blockSize >= 8 && windowSize >= 1 && totalBytes >= 0)
@@ -102,6 +104,7 @@ public struct DataSender: Sendable {
     /// lockstep client (U-Boot) that timed out repeats its last ACK and wants the block again:
     /// resend once, only when the duplicate comes at least half a timeout after our send.
     private mutating func duplicateAck(now: Nanoseconds) -> Action {
+        duplicateAcks += 1
         guard !resentOnDuplicate, now - timer.lastSent >= timer.current / 2 else { return .none }
         resentOnDuplicate = true
         timer.resentEarly(now: now)

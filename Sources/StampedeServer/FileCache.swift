@@ -34,6 +34,7 @@ public final class FileCache: Sendable {
         var entries: [FileKey: Entry] = [:]
         var bytes = 0
         var clock: UInt64 = 0
+        var counts = Statistics()
     }
 
     public let limits: Limits
@@ -46,6 +47,29 @@ public final class FileCache: Sendable {
     public var residentBytes: Int { state.withLock { $0.bytes } }
     public var imageCount: Int { state.withLock { $0.entries.count } }
 
+    /// What the cache holds and has done, for the metrics.
+    public struct Statistics: Sendable, Equatable {
+        public var images = 0
+        public var bytes = 0
+        /// Acquires that found the version they asked for already loaded.
+        public var hits = 0
+        /// Acquires that loaded their file (or tried to).
+        public var misses = 0
+        /// Unused images dropped to make room.
+        public var evictions = 0
+        /// Files served without an image: over the file limit or the budget.
+        public var streamed = 0
+    }
+
+    public var statistics: Statistics {
+        state.withLock { state in
+            var statistics = state.counts
+            statistics.images = state.entries.count
+            statistics.bytes = state.bytes
+            return statistics
+        }
+    }
+
     /// The image of the open file `fd` (whose fstat is `info`), loading it when no transfer has
     /// it yet. Each successful acquire must be paired with `release`.
     /// A file that changes while it is read is read again as the version it became, judged
@@ -56,12 +80,14 @@ public final class FileCache: Sendable {
             if let image = use(key) { return .image(image) }
             guard key.size <= limits.fileLimit else {
                 if netascii { throw Errno(EFBIG) }
+                state.withLock { $0.counts.streamed += 1 }
                 return .stream(size: key.size)
             }
             // netascii can double a file (every LF becomes CR LF): reserve the worst case.
             let reserved = netascii ? 2 * key.size : key.size
             guard reserve(reserved) else {
                 if netascii { throw Errno(ENOMEM) }
+                state.withLock { $0.counts.streamed += 1 }
                 return .stream(size: key.size)
             }
             let loaded: Loaded
@@ -93,7 +119,11 @@ public final class FileCache: Sendable {
 
     private func use(_ key: FileKey) -> FileImage? {
         state.withLock { state in
-            guard var entry = state.entries[key] else { return nil }
+            guard var entry = state.entries[key] else {
+                state.counts.misses += 1
+                return nil
+            }
+            state.counts.hits += 1
             state.clock += 1
             entry.users += 1
             entry.lastUse = state.clock
@@ -135,6 +165,7 @@ public final class FileCache: Sendable {
                 .min(by: { $0.value.lastUse < $1.value.lastUse }) else { return }
             state.entries[victim.key] = nil
             state.bytes -= victim.value.image.count
+            state.counts.evictions += 1
         }
     }
 

@@ -10,6 +10,8 @@ import StampedeProtocol
 public final class Server<Backend: DatagramBackend> {
     public let workers: [Worker<Backend>]
     public let boundAddresses: [SocketAddress]
+    /// The file labels every worker's duration histogram uses.
+    public var fileLabels: FileLabels { workers[0].fileLabels }
     let logger: Logger
 
     public init(configuration: ServerConfiguration, workerCount: Int, cache: FileCache,
@@ -40,6 +42,7 @@ public final class Server<Backend: DatagramBackend> {
         var workers: [Worker<Backend>] = []
         var addresses = configuration.listenAddresses
         let admission = Admission(configuration)
+        let fileLabels = FileLabels()
         let needed = 4 + (configuration.optionLimits.maxBlockSize ?? TFTPOption.blksize.range.upperBound)
         for index in 0..<max(1, workerCount) {
             let backend: Backend
@@ -48,7 +51,7 @@ public final class Server<Backend: DatagramBackend> {
                 throw .receiveBuffersTooSmall(backend: backend.description, largest: backend.largestDatagram, needed: needed)
             }
             let worker = Worker(backend: backend, configuration: configuration, cache: cache, index: index,
-                                admission: admission)
+                                admission: admission, fileLabels: fileLabels)
             do throws(Errno) {
                 if configuration.inheritedListeners.isEmpty {
                     // A port 0 is chosen by the first bind; the other workers share that port.

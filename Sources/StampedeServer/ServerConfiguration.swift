@@ -44,6 +44,8 @@ public struct ServerConfiguration: Sendable {
     public var ownTransferSocketsPerWorker = Int.max
     /// `-m`: tftpd-hpa's filename remapping, applied to every request before the access checks.
     public var remapRules: RemapRuleSet?
+    /// `--log-format`: how a finished transfer's log line is written.
+    public var logFormat = LogFormat.text
     /// Requested listener receive buffer (bursts of thousands of RRQs).
     public var listenerReceiveBuffer = 8 << 20
     public var logger: Logger
@@ -53,6 +55,12 @@ public struct ServerConfiguration: Sendable {
         self.policy = policy
         self.logger = logger
     }
+}
+
+/// `--log-format`: tftpd-hpa's kind of line, or one JSON object per finished transfer or refusal
+/// for log pipelines (the log handler writes every line as an object then).
+public enum LogFormat: String, Sendable, CaseIterable {
+    case text, json
 }
 
 /// `--when-busy`: the answer to a request the server has no room for.

@@ -82,6 +82,22 @@ enum Outcome: Equatable {
         }
     }
 
+    /// Its class for the metrics and the JSON log.
+    var result: WorkerMetrics.Result {
+        switch self {
+        case .completed: .served
+        case .endedByClientAfterOptionAck: .probe
+        case .closedByClient: .closedByClient
+        case .clientError: .clientError
+        case .socketError(let error) where [ECONNREFUSED, EHOSTUNREACH, ENETUNREACH].contains(error.rawValue): .unreachable
+        case .socketError: .serverError
+        case .timedOut: .timedOut
+        case .serverError(let error): WorkerMetrics.Result(error)
+        case .shutdown: .shutdown
+        case .superseded: .superseded
+        }
+    }
+
     var text: String {
         switch self {
         case .completed: return "ok"

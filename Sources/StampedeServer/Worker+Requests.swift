@@ -31,22 +31,23 @@ extension Worker {
             refuse(datagram, listener, TFTPError(.illegalOperation, "Illegal TFTP operation"), what: "malformed request (\(error))")
             return
         }
+        let kind: WorkerMetrics.Kind = request.isWrite ? .write : .read
         let name = sanitizedForLog(request.filename)
         var what = "\(request.isWrite ? "WRQ" : "RRQ") \"\(name)\" \(sanitizedForLog(request.mode.utf8, limit: 16))"
         guard let mode = TransferMode(rawValue: request.mode) else {
-            refuse(datagram, listener, TFTPError(.illegalOperation, "Unsupported mode"), what: what)
+            refuse(datagram, listener, TFTPError(.illegalOperation, "Unsupported mode"), what: what, kind: kind)
             return
         }
         // No path is longer (PATH_MAX); a longer name costs nothing more, before any rule runs on it.
         guard request.filename.count <= Request.longestFilename else {
             refuse(datagram, listener, Errno(ENAMETOOLONG).tftpError,
-                   what: what + " (a name of \(request.filename.count) bytes, more than \(Request.longestFilename))")
+                   what: what + " (a name of \(request.filename.count) bytes, more than \(Request.longestFilename))", kind: kind)
             return
         }
         // Limits first: a flood over them costs no file lookups. The place is given back on every
         // way out below that does not start the transfer.
         if let refusal = admission.admit(datagram.peer) {
-            refuse(datagram, listener, refusal, what: what)
+            refuse(datagram, listener, refusal, what: what, kind: kind)
             return
         }
         var started = false
@@ -56,7 +57,7 @@ extension Worker {
             switch remap(filename, with: rules, isWrite: request.isWrite, client: datagram.peer) {
             case .success(let mapped): filename = mapped
             case .failure(let refusal):
-                refuse(datagram, listener, refusal, what: what)
+                refuse(datagram, listener, refusal, what: what, kind: kind)
                 return
             }
         }
@@ -82,7 +83,7 @@ extension Worker {
                 size = source.size
             }
         } catch {
-            refuse(datagram, listener, error, what: what)
+            refuse(datagram, listener, error, what: what, kind: kind)
             return
         }
         var largestBlock = maxBlockSize(for: datagram.local)
@@ -96,7 +97,7 @@ extension Worker {
                 try upload.announce(announced)
             } catch {
                 release(&transfer)
-                refuse(datagram, listener, error.tftpError, what: what)
+                refuse(datagram, listener, error.tftpError, what: what, kind: kind)
                 return
             }
         }
@@ -139,7 +140,7 @@ extension Worker {
                 release(&transfer)
                 // EMFILE, ENFILE, ENOBUFS, a full port range: the host is busy, not the request wrong.
                 let reason = refusal.map { "\($0)" } ?? "no transfer socket left"
-                refuse(datagram, listener, TFTPError(.notDefined, "Server out of sockets: \(reason)", busy: true), what: what)
+                refuse(datagram, listener, TFTPError(.notDefined, "Server out of sockets: \(reason)", busy: true), what: what, kind: kind)
                 return
             }
         }
@@ -226,7 +227,9 @@ extension Worker {
     /// Answers a request that does not become a transfer with its ERROR, and logs it. A busy
     /// server (`TFTPError.isBusy`) answers nothing by default: a firmware that gets ERROR 0 fails
     /// its boot, one that hears nothing sends its request again a few seconds later.
-    func refuse(_ datagram: Datagram, _ listener: SocketHandle, _ error: TFTPError, what: String) {
+    func refuse(_ datagram: Datagram, _ listener: SocketHandle, _ error: TFTPError, what: String,
+                kind: WorkerMetrics.Kind = .invalid) {
+        metrics.countRequest(kind, WorkerMetrics.Result(error))
         if error.isBusy && configuration.whenBusy == .silence {
             unanswered.note(error.message, now: stampede_monotonic_ns())
             summary.unanswered += 1
@@ -236,10 +239,20 @@ extension Worker {
         let count = PacketWriter.error(error.code.rawValue, message: error.message, into: scratch)
         backend.send(listener, to: datagram.peer, from: datagram.local,
                      packet: UnsafeRawBufferPointer(rebasing: scratch[..<count]))
+        metrics.add(.bytesSent, count)
         summary.transfers += 1
         summary.failed += 1
         // A remap rule's message carries the client's name (\0, \1...): sanitised like every name.
-        logger.warning("\(datagram.peer): \(what): refused: error \(error.code.rawValue) \"\(sanitizedForLog(error.message.utf8))\"")
+        let message = sanitizedForLog(error.message.utf8)
+        if configuration.logFormat == .json {
+            logger.warning("refused", metadata: [
+                "event": "refused", "client": "\(datagram.peer)", "request": "\(kind.label)", "what": "\(what)",
+                "error_code": .stringConvertible(Int(error.code.rawValue)), "error": "\(message)",
+                "outcome": "\(WorkerMetrics.Result(error).label)",
+            ])
+            return
+        }
+        logger.warning("\(datagram.peer): \(what): refused: error \(error.code.rawValue) \"\(message)\"")
     }
 
     /// The largest blksize that crosses this address's interface unfragmented (reference quirk 4):

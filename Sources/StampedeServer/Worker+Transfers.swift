@@ -20,7 +20,11 @@ extension Worker {
         }
         switch TransferPacket(datagram.bytes) {
         case .ack(let block) where table[slot].sender != nil:
+            let duplicates = table[slot].sender!.duplicateAcks
+            let resends = table[slot].sender!.retransmits
             let action = table[slot].sender!.receiveAck(block, now: now)
+            metrics.add(.duplicateAcks, table[slot].sender!.duplicateAcks - duplicates)
+            metrics.add(.retransmissions, table[slot].sender!.retransmits - resends)
             perform(slot, action, now: now)
         case .data(let block, let payload) where table[slot].receiver != nil:
             receiveData(slot, block: block, payload: payload, now: now)
@@ -82,12 +86,14 @@ extension Worker {
         switch table[slot].phase {
         case .sending:
             let action = table[slot].sender!.timeout(now: now)
+            if case .timedOut = action {} else { metrics.add(.retransmissions) }
             perform(slot, action, now: now)
         case .receiving:
             guard let reply = table[slot].receiver!.timeout(now: now) else {
                 finish(slot, .timedOut, now: now)
                 return
             }
+            metrics.add(.retransmissions)
             sendReply(slot, reply)
             scheduleTimer(slot)
         case .dallying:
@@ -173,6 +179,7 @@ extension Worker {
             backend.sendWindow(table[slot].socket!, to: table[slot].replyFrom == nil ? nil : table[slot].peer,
                                from: table[slot].replyFrom, headers: UnsafeRawBufferPointer(rebasing: scratch[..<(4 * (end - start))]),
                                payload: image.slice(bytes), blockSize: sender.blockSize)
+            metrics.add(.bytesSent, 4 * (end - start) + bytes.count)
             start = end
         }
     }
@@ -198,6 +205,7 @@ extension Worker {
 
     /// On the transfer's own connected socket, or in single-port mode from the listener to the peer.
     func transmit(_ slot: Int, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
+        metrics.add(.bytesSent, header.count + payload.count)
         if let local = table[slot].replyFrom {
             backend.send(table[slot].socket!, to: table[slot].peer, from: local, header: header, payload: payload)
         } else {

@@ -16,6 +16,12 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     let cache: FileCache
     /// Shared by every worker of a server: the transfer limits.
     let admission: Admission
+    /// What this worker counts for the metrics, published once per turn.
+    public let metrics = WorkerMetrics()
+    /// Shared by every worker of a server: the file labels of the duration histogram; and the
+    /// names this worker has looked up there.
+    let fileLabels: FileLabels
+    var fileLabelIndices: [String: Int32] = [:]
     let index: Int
     var logger: Logger
 
@@ -51,13 +57,14 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
 
     static var listenerBit: UInt64 { 1 << 63 }
 
-    /// `admission`: the limits shared with the other workers (nil: this worker's own).
+    /// `admission`, `fileLabels`: shared with the other workers (nil: this worker's own).
     public init(backend: Backend, configuration: ServerConfiguration, cache: FileCache, index: Int,
-                admission: Admission? = nil) {
+                admission: Admission? = nil, fileLabels: FileLabels? = nil) {
         self.backend = backend
         self.configuration = configuration
         self.cache = cache
         self.admission = admission ?? Admission(configuration)
+        self.fileLabels = fileLabels ?? FileLabels()
         self.index = index
         self.logger = configuration.logger
         self.logger[metadataKey: "worker"] = "\(index)"
@@ -130,6 +137,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         reportUnanswered(now: stampede_monotonic_ns(), force: true)
         _ = backend.poll(deadline: stampede_monotonic_ns())
         retiredImages.removeAll(keepingCapacity: true)
+        publishMetrics(now: stampede_monotonic_ns())
     }
 
     /// One loop turn: expire timers, flush and wait, dispatch what arrived.
@@ -139,6 +147,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         expired.removeAll(keepingCapacity: true)
         var deadline = now + maxWait
         if let next = wheel.nextDeadline() { deadline = min(deadline, next) }
+        publishMetrics(now: now)
         let count = backend.poll(deadline: deadline)
         // The flush is done: what ended last turn can let go of its memory.
         for image in retiredImages { cache.release(image) }
@@ -154,8 +163,10 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         }
         guard count > 0 else { return }
         let arrival = stampede_monotonic_ns()
+        metrics.add(.datagramsReceived, count)
         for i in 0..<count {
             let datagram = backend.datagram(i)
+            metrics.add(.bytesReceived, datagram.bytes.count)
             if datagram.tag & Self.listenerBit != 0 {
                 if !sharedSessions.isEmpty, let slot = sharedSessions[datagram.peer], !Request.isRequest(datagram.bytes) {
                     handleTransferDatagram(datagram, slot: Int(slot), now: arrival)
@@ -168,6 +179,15 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
                 handleTransferDatagram(datagram, now: arrival)
             }
         }
+    }
+
+    /// What this turn counted, for the scrape (`WorkerMetrics`).
+    func publishMetrics(now: Nanoseconds) {
+        metrics.set(.transfersRunning, activeTransfers)
+        metrics.set(.transfersOnSharedSockets, sharedSessions.count)
+        metrics.set(.lastTurn, Int(now))
+        metrics.setBackend(backend.statistics)
+        metrics.publish()
     }
 
     func reportUnanswered(now: Nanoseconds, force: Bool = false) {
@@ -260,15 +280,47 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         let t = table[slot]
         let bytes = t.sender?.bytesAcknowledged ?? t.upload?.bytesWritten ?? t.receiver?.bytesReceived ?? 0
         let retransmits = (t.sender?.retransmits ?? 0) + (t.receiver?.retransmits ?? 0)
-        let seconds = Double(now - t.record.started) / 1e9
+        let duration = now - t.record.started
+        let seconds = Double(duration) / 1e9
         summary.transfers += 1
         summary.bytes += bytes
         if outcome.isFailure { summary.failed += 1 }
+        let kind: WorkerMetrics.Kind = t.record.isWrite ? .write : .read
+        let result = outcome.result
+        metrics.countRequest(kind, result)
+        metrics.add(t.record.isWrite ? .fileBytesReceived : .fileBytesSent, bytes)
+        if result == .served { recordDuration(of: t.record.filename, kind: kind, duration) }
+        if configuration.logFormat == .json {
+            var fields: Logger.Metadata = [
+                "event": "transfer", "client": "\(t.peer)", "request": "\(kind.label)", "file": "\(t.record.filename)",
+                "mode": "\(t.record.mode.rawValue)", "options": "\(t.record.options)", "bytes": .stringConvertible(bytes),
+                "duration_s": .stringConvertible(seconds), "retransmits": .stringConvertible(retransmits),
+                "outcome": "\(result.label)",
+            ]
+            if outcome != .completed { fields["detail"] = "\(outcome.text)" }
+            logger.log(level: outcome.isFailure ? .warning : .info, "transfer", metadata: fields)
+            return
+        }
         let line: Logger.Message = """
             \(t.record.isWrite ? "WRQ" : "RRQ") \(t.peer) "\(t.record.filename)" \(t.record.mode.rawValue)\
             \(t.record.options.isEmpty ? "" : " " + t.record.options) bytes=\(bytes) \
             time=\(decimalText(seconds, places: 3))s retransmits=\(retransmits): \(outcome.text)
             """
         if outcome.isFailure { logger.warning(line) } else { logger.info(line) }
+    }
+
+    /// A served transfer's duration, for the histogram, under its file's label (`FileLabels`).
+    func recordDuration(of filename: String, kind: WorkerMetrics.Kind, _ duration: Nanoseconds) {
+        let label: Int32
+        if let known = fileLabelIndices[filename] {
+            label = known
+        } else {
+            label = fileLabels.index(of: FileLabels.label(of: filename))
+            // The names behind `other` are not kept: a flood of names grows nothing.
+            if label != 0 && fileLabelIndices.count < 4 * fileLabels.limit { fileLabelIndices[filename] = label }
+        }
+        if !metrics.durations.push(.init(label: label, kind: kind, nanoseconds: Int64(duration))) {
+            metrics.add(.durationsDropped)
+        }
     }
 }

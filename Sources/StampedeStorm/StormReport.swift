@@ -27,6 +27,8 @@ public struct StormReport: Sendable {
     /// The profile's name, and what happened at each of its stages.
     public var profile = ""
     public var stages: [StageReport] = []
+    /// What the server's own metrics said of the storm (`--metrics`): lines, and a JSON object.
+    public var serverView: (text: String, json: String)?
 
     /// One stage of the profile, over every machine that reached it.
     public struct StageReport: Sendable {
@@ -149,6 +151,7 @@ public struct StormReport: Sendable {
             lines.insert(contentsOf: stages.map(\.text), at: 4)
         }
         lines += failureExamples.map { "  failure: \($0)" }
+        if let serverView { lines.append(serverView.text) }
         return lines.joined(separator: "\n")
     }
 
@@ -165,7 +168,8 @@ public struct StormReport: Sendable {
             "max_ms": \(latency.max), "retransmits": \(retransmits), "duplicates": \(duplicates), \
             "peak_active": \(peakActive), "client_cpu_s": \(decimalText(clientCPUSeconds, places: 3)), "backend": \(jsonString(backend)), \
             "profile": \(jsonString(profile)), "stages": [\(stages.map(\.json).joined(separator: ", "))], \
-            "boot_ms": [\(durations.map { decimalText(Double($0) / 1e6, places: 3) }.joined(separator: ", "))]}
+            "boot_ms": [\(durations.map { decimalText(Double($0) / 1e6, places: 3) }.joined(separator: ", "))]\
+            \(serverView.map { ", \"server\": \($0.json)" } ?? "")}
             """
     }
 }

@@ -157,8 +157,17 @@ public final class URingBackend: DatagramBackend {
                         error: d.length < 0 ? Errno(-d.length) : nil)
     }
 
-    public var sendFailures: Int { Int(stampede_ring_get_stats(ring).send_failures) }
-    public var segmentationFallbacks: Int { Int(stampede_ring_get_stats(ring).segmentation_fallbacks) }
-    public var segmentedSends: Int { Int(stampede_ring_get_stats(ring).segmented_sends) }
+    public var statistics: BackendStatistics {
+        let stats = stampede_ring_get_stats(ring)
+        var statistics = BackendStatistics()
+        statistics.systemCalls = Int(stats.system_calls)
+        statistics.sendOperations = Int(stats.send_operations)
+        statistics.datagramsSent = Int(stats.datagrams_sent)
+        statistics.sendFailures = Int(stats.send_failures)
+        statistics.segmentedSends = Int(stats.segmented_sends)
+        statistics.segmentationFallbacks = Int(stats.segmentation_fallbacks)
+        statistics.receiveBufferExhausted = Int(stats.receive_buffer_exhausted)
+        return statistics
+    }
     public var socketCount: Int { Int(stampede_ring_socket_count(ring)) }
 }

@@ -137,6 +137,13 @@ struct ServeCommand: ParsableCommand {
             help: "Over --max-transfers or --max-per-client, or out of sockets, descriptors or memory: silence (the client sends its request again a few seconds later; default) or error (ERROR 0 at once, which fails a firmware's boot).")
     var whenBusy = "silence"
 
+    @Option(name: .customLong("metrics"),
+            help: "Serve Prometheus metrics over HTTP at ADDR:PORT/metrics (off by default). Stampede's port is 9469: --metrics :9469 (every IPv4 address), 127.0.0.1:9469, [::]:9469; port 0 takes a free one, said at start.")
+    var metrics: String?
+    @Option(name: .customLong("log-format"),
+            help: "text (tftpd-hpa's lines; default) or json: every line one JSON object, one per finished transfer or refusal (at -v 1; failures at -v 0).")
+    var logFormat = "text"
+
     @Argument(help: "The directory to serve.")
     var directory: [String] = []
 
@@ -164,6 +171,10 @@ struct ServeCommand: ParsableCommand {
             throw ValidationError("--backend \(backend): choose auto, uring or glibc.")
         }
         if ipv4 && ipv6 { throw ValidationError("-4 and -6 exclude each other.") }
+        if let metrics, MetricsAddress(metrics) == nil {
+            throw ValidationError("--metrics \(metrics): not ADDR:PORT with a numeric address (or :PORT), like 127.0.0.1:9469.")
+        }
+        if LogFormat(rawValue: logFormat) == nil { throw ValidationError("--log-format \(logFormat): choose text or json.") }
     }
 
     func parsePortRange(_ text: String) -> ClosedRange<UInt16>? {
@@ -201,7 +212,7 @@ struct ServeCommand: ParsableCommand {
         let detaching = mode == .standalone && !foreground
         let destination: LogDestination = foreground && mode != .inetd
             ? .standardError : .syslog(identity: Stampede.invokedName)
-        destination.bootstrap(level: LogDestination.level(verbosity: verbosity ?? verbose))
+        destination.bootstrap(level: LogDestination.level(verbosity: verbosity ?? verbose), format: LogFormat(rawValue: logFormat)!)
         let logger = Logger(label: "stampede")
         for warning in rules?.current.warnings ?? [] { logger.warning("-m \(mapFile!): \(warning)") }
         if mode != .standalone && !address.isEmpty { logger.warning("-a is for -l (standalone); serving the passed sockets") }
@@ -231,8 +242,9 @@ struct ServeCommand: ParsableCommand {
         case .failure(let error): logger.warning("could not raise the open file limit: \(error)")
         }
 
-        // Resolved before -s: a chroot has no /etc/passwd.
+        // Resolved before -s: a chroot has no /etc/passwd (nor /run/systemd/notify).
         let account = try lookUpUser()
+        let notifier = SystemdNotifier()
         let rootFD: Int32
         do { rootFD = try AccessPolicy.openRoot(root) } catch { throw failure("cannot open \(root): \(error)") }
         if secure {
@@ -269,6 +281,7 @@ struct ServeCommand: ParsableCommand {
             configuration.loopbackUncountedPerClient = false
         }
         configuration.whenBusy = BusyReply(rawValue: whenBusy)!
+        configuration.logFormat = LogFormat(rawValue: logFormat)!
         let cache = FileCache(limits: .init(budget: cacheSize << 20, fileLimit: cacheFileLimit << 20))
         var workerCount = workers ?? Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
         if singlePort && mode != .standalone && workerCount > 1 {
@@ -287,7 +300,8 @@ struct ServeCommand: ParsableCommand {
         let (useURing, reason) = chooseBackend()
         if backend == "uring" && !useURing { throw failure("--backend uring: \(reason)") }
         let serving = ServerStartup(configuration: configuration, workerCount: workerCount, cache: cache, account: account,
-                              root: root, secure: secure, detached: detached, command: self)
+                              root: root, secure: secure, detached: detached, metrics: metrics.flatMap(MetricsAddress.init),
+                              notifier: notifier, command: self)
         let segmentation = !noSegmentation
         if useURing {
             var ring = URingBackend.Configuration()
@@ -409,3 +423,31 @@ struct ServeCommand: ParsableCommand {
     }
 }
 
+
+/// `--metrics ADDR:PORT`: a numeric IPv4 address, a bracketed IPv6 one, or none (every IPv4 address).
+struct MetricsAddress: CustomStringConvertible {
+    let host: String
+    let port: Int
+
+    init?(_ text: String) {
+        let host: Substring, port: Substring
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else { return nil }
+            host = text[text.index(after: text.startIndex)..<close]
+            port = text[text.index(close, offsetBy: 2)...]
+            var address = in6_addr()
+            guard inet_pton(AF_INET6, String(host), &address) == 1 else { return nil }
+        } else {
+            guard let colon = text.lastIndex(of: ":") else { return nil }
+            host = text[..<colon]
+            port = text[text.index(after: colon)...]
+            var address = in_addr()
+            guard host.isEmpty || inet_pton(AF_INET, String(host), &address) == 1 else { return nil }
+        }
+        guard let number = Int(port), (0...65535).contains(number), port.allSatisfy(\.isASCII) else { return nil }
+        self.host = host.isEmpty ? "0.0.0.0" : String(host)
+        self.port = number
+    }
+
+    var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}

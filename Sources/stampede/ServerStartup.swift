@@ -3,7 +3,9 @@ import Glibc
 import Logging
 import StampedeIO
 import StampedeProtocol
+import StampedeMetrics
 import StampedeServer
+import Synchronization
 
 /// What runs once the command line is understood: bind, drop privileges, release a waiting
 /// parent, serve, report.
@@ -21,6 +23,8 @@ struct ServerStartup {
         let null: Int32
     }
     let detached: Detached?
+    let metrics: MetricsAddress?
+    let notifier: SystemdNotifier?
     let command: ServeCommand
 
     func run<Backend: DatagramBackend>(backendName: String, reason: String,
@@ -36,6 +40,17 @@ struct ServerStartup {
                 : "the passed sockets (fds \(configuration.inheritedListeners.map(String.init).joined(separator: ", ")))"
             throw command.failure("cannot listen on \(addresses) with the \(backendName) backend: \(errno)")
         }
+        // Bound as the starting user (a port below 1024 needs root), served on a thread of its own.
+        let listener = try metrics.map { address in
+            let exporter = MetricsExporter(workers: server.workers.map(\.metrics), cache: cache, fileLabels: server.fileLabels,
+                                           build: buildInfo(backendName, server.workers[0].backend))
+            do {
+                return try MetricsListener(host: address.host, port: address.port, exporter: exporter)
+            } catch {
+                throw command.failure("cannot serve metrics on \(address): \(error)")
+            }
+        }
+        defer { listener?.shutdown() }
         try command.dropPrivileges(to: account, logger)
         // As the serving user, who wrote them: what a killed server's uploads left behind.
         let stale = Upload.removeStale(beneath: configuration.policy.root)
@@ -46,7 +61,19 @@ struct ServerStartup {
             serving \(root)\(secure ? " (chroot)" : "") on \(server.boundAddresses.map(\.description).joined(separator: ", ")) \
             with \(workerCount) workers, backend \(server.workers[0].backend) (\(reason)), \(server.workers[0].backend.segmentation)
             """)
-        let summary = server.run()
+        if let listener { logger.notice("metrics on http://\(listener.address)/metrics") }
+        let summary: WorkerSummary
+        if let notifier {
+            notifier.notify("READY=1\nSTATUS=serving \(root)\nMAINPID=\(getpid())")
+            let done = Done()
+            let heartbeats = server.workers.map(\.metrics)
+            let supervisor = SystemThread { notifier.supervise(heartbeats: heartbeats, logger: logger) { done.flag.load(ordering: .acquiring) } }
+            summary = server.run()
+            done.flag.store(true, ordering: .releasing)
+            supervisor.join()
+        } else {
+            summary = server.run()
+        }
         logger.notice("""
             stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes, \
             \(summary.sendFailures) datagrams the kernel would not send, \(summary.unanswered) requests unanswered while busy, \
@@ -54,4 +81,16 @@ struct ServerStartup {
             \(summary.segmentationFallbacks > 0 ? ", \(summary.segmentationFallbacks) sent again one datagram at a time where the path refused GSO" : ""))
             """)
     }
+}
+
+/// Tells the systemd supervisor thread that the server has stopped.
+private final class Done: Sendable {
+    let flag = Atomic<Bool>(false)
+}
+
+/// What `stampede_build_info` says of this server: the kernel features its backend uses.
+private func buildInfo<Backend: DatagramBackend>(_ name: String, _ backend: Backend) -> BuildInfo {
+    var features = name == "uring" ? ["io_uring", "provided_buffer_rings", "multishot_recvmsg"] : ["epoll", "recvmmsg", "sendmmsg"]
+    if backend.segmentation == .on { features.append("udp_gso") }
+    return BuildInfo(version: Stampede.version, backend: name, features: features)
 }

@@ -3,6 +3,7 @@ import CStampedeSys
 import Glibc
 import StampedeGlibc
 import StampedeIO
+import StampedeMetrics
 import StampedeProtocol
 import StampedeServer
 import StampedeStorm
@@ -71,6 +72,8 @@ struct Storm: ParsableCommand {
     var backend = "auto"
     @Flag(help: "Print the report as one JSON object.")
     var json = false
+    @Option(help: "Read the server's metrics (http://HOST:PORT/metrics, its --metrics) before and after, and report its own view: its CPU, retransmissions, refusals.")
+    var metrics: String?
 
     func validate() throws {
         if let showProfile {
@@ -186,7 +189,11 @@ struct Storm: ParsableCommand {
         let probe = URingBackend.probe()
         let useURing = backend == "uring" || (backend == "auto" && probe.available)
         if backend == "uring" && !probe.available { throw failure("--backend uring: \(probe.reason)") }
-        let report: StormReport
+        let before: MetricsSample?
+        do { before = try metrics.map { url throws(MetricsSample.Failure) in try MetricsSample.read(url) } } catch {
+            throw failure("--metrics: \(error)")
+        }
+        var report: StormReport
         do {
             if useURing {
                 report = try StormRunner.run(plan: plan, threads: threads, makeBackend: { () throws(Errno) in try makeURingBackend(largestBlock: plan.largestBlock) }, progress: progress,
@@ -199,8 +206,28 @@ struct Storm: ParsableCommand {
             throw failure("cannot start the storm's backend: \(error)")
         }
         if progress != nil { writeToStandardError("\n") }
+        if let metrics, let before {
+            do {
+                let view = ServerView(before: before, after: try Self.settledReading(metrics, running: before.sum("stampede_transfers_running")))
+                report.serverView = (view.text, view.json)
+            } catch {
+                writeToStandardError("storm: --metrics: \(error)\n")
+            }
+        }
         print(json ? report.json : report.text)
         if report.failed > 0 || report.ok == 0 { throw ExitCode(1) }
+    }
+
+    /// The server's metrics once its transfers of the storm are over: a transfer ends on the server
+    /// when it hears the last ACK, a moment after the client (at most 5 s of waiting).
+    static func settledReading(_ url: String, running: Double) throws(MetricsSample.Failure) -> MetricsSample {
+        var sample = try MetricsSample.read(url)
+        let deadline = stampede_monotonic_ns() + 5 * nanosecondsPerSecond
+        while sample.sum("stampede_transfers_running") > running && stampede_monotonic_ns() < deadline {
+            usleep(100_000)
+            sample = try MetricsSample.read(url)
+        }
+        return sample
     }
 
     /// The live line on a terminal.

@@ -1,6 +1,8 @@
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeIO
+import StampedeServer
 
 /// Where the server's log goes: standard error in the foreground (`-L`), otherwise syslog with
 /// facility daemon, as in.tftpd logs (and in inetd mode, where fds 0-2 are the socket).
@@ -20,7 +22,16 @@ enum LogDestination {
         }
     }
 
-    func bootstrap(level: Logger.Level) {
+    func bootstrap(level: Logger.Level, format: LogFormat = .text) {
+        if format == .json {
+            if case .syslog(let identity) = self {
+                stampede_open_syslog(SyslogHandler.keep(identity))
+                SyslogHandler.inUse = true
+            }
+            let toSyslog = SyslogHandler.inUse
+            LoggingSystem.bootstrap { _ in JSONLogHandler(logLevel: level, toSyslog: toSyslog) }
+            return
+        }
         switch self {
         case .standardError:
             LoggingSystem.bootstrap { label in
@@ -71,5 +82,80 @@ struct SyslogHandler: LogHandler {
     /// openlog keeps the pointer it is given: the identity lives as long as the process.
     static func keep(_ identity: String) -> UnsafePointer<CChar> {
         UnsafePointer(strdup(identity)!)
+    }
+}
+
+/// `--log-format json`: every line one JSON object: `time`, `level`, the metadata as fields
+/// (numbers as numbers), `message`. A finished transfer's line carries `event: "transfer"` and its
+/// client, file, options, bytes, duration and outcome (`Worker.log`).
+struct JSONLogHandler: LogHandler {
+    var logLevel: Logger.Level
+    var metadata: Logger.Metadata = [:]
+    let toSyslog: Bool
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var merged = metadata
+        if let extra = event.metadata { merged.merge(extra) { $1 } }
+        var text = "{"
+        if !toSyslog { text += "\"time\":\(Self.quoted(Self.timestamp())),\"level\":\(Self.quoted(event.level.rawValue))," }
+        for (key, value) in merged.sorted(by: { $0.key < $1.key }) {
+            text += "\(Self.quoted(key)):\(Self.json(value)),"
+        }
+        text += "\"message\":\(Self.quoted("\(event.message)"))}"
+        if toSyslog {
+            stampede_syslog(SyslogHandler.priority(event.level), text)
+        } else {
+            writeToStandardError(text + "\n")
+        }
+    }
+
+    static func json(_ value: Logger.Metadata.Value) -> String {
+        switch value {
+        case .stringConvertible(let number as Int): return "\(number)"
+        case .stringConvertible(let number as Double): return number.isFinite ? "\(number)" : "null"
+        case .stringConvertible(let flag as Bool): return flag ? "true" : "false"
+        case .array(let values): return "[" + values.map(json).joined(separator: ",") + "]"
+        case .dictionary(let fields):
+            return "{" + fields.sorted { $0.key < $1.key }.map { "\(quoted($0.key)):\(json($0.value))" }.joined(separator: ",") + "}"
+        default: return quoted("\(value)")
+        }
+    }
+
+    /// A JSON string: quotes, backslashes and control characters escaped.
+    static func quoted(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20:
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
+    }
+
+    /// UTC, ISO 8601, milliseconds.
+    static func timestamp() -> String {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        var parts = tm()
+        var seconds = now.tv_sec
+        gmtime_r(&seconds, &parts)
+        var buffer = [CChar](repeating: 0, count: 32)
+        let count = strftime(&buffer, buffer.count, "%Y-%m-%dT%H:%M:%S", &parts)
+        let millis = now.tv_nsec / 1_000_000
+        let base = String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return base + "." + String(repeating: "0", count: millis < 10 ? 2 : millis < 100 ? 1 : 0) + "\(millis)Z"
     }
 }

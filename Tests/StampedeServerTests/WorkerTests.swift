@@ -15,7 +15,7 @@ final class FakeBackend: DatagramBackend {
     var sent: [(socket: SocketHandle, bytes: [UInt8])] = []
     var inbox: [(tag: UInt64, bytes: [UInt8], peer: SocketAddress, local: SocketAddress)] = []
     var delivered: [(tag: UInt64, bytes: [UInt8], peer: SocketAddress, local: SocketAddress)] = []
-    var sendFailures = 0
+    var statistics = BackendStatistics()
     var socketCount: Int { tags.count - closed.count }
     var largestDatagram: Int { 65536 }
     var largestListenerDatagram: Int { 2048 }

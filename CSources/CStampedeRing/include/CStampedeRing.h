@@ -52,6 +52,14 @@ typedef struct {
     uint64_t segmentation_fallbacks;
     /* Segmented sends the kernel took. */
     uint64_t segmented_sends;
+    /* Entries into the kernel: io_uring_enter (when liburing makes one), registrations, and the
+     * sendmmsg of a refused segmented send. */
+    uint64_t system_calls;
+    /* SENDMSG operations queued (each one datagram or a segmented send), and the sendmmsg
+     * messages of the one-by-one fallback. */
+    uint64_t send_operations;
+    /* Datagrams the kernel took. */
+    uint64_t datagrams_sent;
 } stampede_ring_stats;
 
 /* Checks that this kernel lets us use what the engine needs (a ring, provided buffer rings,

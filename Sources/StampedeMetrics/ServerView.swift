@@ -1,0 +1,142 @@
+import Glibc
+import StampedeIO
+import StampedeProtocol
+
+/// One reading of a server's metrics (`stampede storm --metrics URL`): every sample of the
+/// exposition, by its name and labels as written (`stampede_requests_total{request="rrq",outcome="served"}`).
+public struct MetricsSample: Sendable {
+    public var values: [String: Double] = [:]
+
+    public init(parsing text: String) {
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+            // The value is the last field but one when a timestamp follows; Stampede writes none.
+            guard let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...]) else { continue }
+            values[String(line[..<space])] = value
+        }
+    }
+
+    /// The sum of every sample of `name` whose labels include `labels` (`outcome="served"`).
+    public func sum(_ name: String, _ labels: [String] = []) -> Double {
+        values.reduce(0) { total, entry in
+            let key = entry.key
+            guard key == name || key.hasPrefix(name + "{") else { return total }
+            return labels.allSatisfy { key.contains($0) } ? total + entry.value : total
+        }
+    }
+
+    /// Why a reading failed.
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// GET `url` (http://HOST:PORT/PATH), at most `timeout` seconds.
+    public static func read(_ url: String, timeout: Int = 5) throws(Failure) -> MetricsSample {
+        guard url.hasPrefix("http://") else { throw Failure(description: "\(url): only http:// URLs") }
+        let rest = url.dropFirst("http://".count)
+        let authority = rest.prefix { $0 != "/" }
+        let path = rest.dropFirst(authority.count)
+        var host = String(authority), port = "80"
+        if authority.hasPrefix("["), let close = authority.firstIndex(of: "]") {
+            host = String(authority[authority.index(after: authority.startIndex)..<close])
+            let after = authority[authority.index(after: close)...]
+            if after.hasPrefix(":") { port = String(after.dropFirst()) }
+        } else if let colon = authority.lastIndex(of: ":") {
+            host = String(authority[..<colon])
+            port = String(authority[authority.index(after: colon)...])
+        }
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var found: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, port, &hints, &found) == 0, let info = found else {
+            throw Failure(description: "\(url): cannot resolve \(host):\(port)")
+        }
+        defer { freeaddrinfo(found) }
+        let fd = socket(info.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw Failure(description: "\(url): \(Errno.current)") }
+        defer { close(fd) }
+        var limit = timeval(tv_sec: timeout, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        guard connect(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0 else {
+            throw Failure(description: "\(url): cannot connect: \(Errno.current)")
+        }
+        let request = "GET \(path.isEmpty ? "/" : path) HTTP/1.1\r\nHost: \(authority)\r\nConnection: close\r\n\r\n"
+        let sent = request.utf8CString.withUnsafeBytes { send(fd, $0.baseAddress, $0.count - 1, Int32(MSG_NOSIGNAL)) }
+        guard sent == request.utf8.count else { throw Failure(description: "\(url): cannot send the request: \(Errno.current)") }
+        var response: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count < 0 { throw Failure(description: "\(url): \(Errno.current)") }
+            if count == 0 { break }
+            response += chunk[..<count]
+            if response.count > 64 << 20 { throw Failure(description: "\(url): the answer is over 64 MiB") }
+        }
+        let separator = Array("\r\n\r\n".utf8)
+        guard let headerEnd = response.indices.first(where: { response[$0...].starts(with: separator) }) else {
+            throw Failure(description: "\(url): not an HTTP answer")
+        }
+        let statusLine = String(decoding: response.prefix { $0 != UInt8(ascii: "\r") }, as: UTF8.self)
+        let status = statusLine.split(separator: " ", maxSplits: 2)
+        guard status.count >= 2, status[1] == "200" else { throw Failure(description: "\(url): the server answered \(statusLine)") }
+        return MetricsSample(parsing: String(decoding: response[(headerEnd + 4)...], as: UTF8.self))
+    }
+}
+
+/// What a server's own metrics say happened between two readings: the server's view of a storm,
+/// printed beside the storm's.
+public struct ServerView: Sendable {
+    public let before: MetricsSample
+    public let after: MetricsSample
+
+    public init(before: MetricsSample, after: MetricsSample) {
+        self.before = before
+        self.after = after
+    }
+
+    /// How much the samples of `name` with `labels` grew.
+    public func delta(_ name: String, _ labels: [String] = []) -> Double {
+        after.sum(name, labels) - before.sum(name, labels)
+    }
+
+    /// Requests by outcome, those that happened.
+    public var outcomes: [(String, Int)] {
+        var totals: [String: Int] = [:]
+        for (key, value) in after.values where key.hasPrefix("stampede_requests_total{") {
+            let labels = key.dropFirst("stampede_requests_total{".count).split(separator: ",")
+            guard let label = labels.first(where: { $0.hasPrefix("outcome=\"") }) else { continue }
+            let outcome = String(label.dropFirst("outcome=\"".count).prefix { $0 != "\"" })
+            totals[outcome, default: 0] += Int(value - (before.values[key] ?? 0))
+        }
+        return totals.filter { $0.value != 0 }.sorted { $0.value > $1.value }
+    }
+
+    public var cpuSeconds: Double { delta("process_cpu_seconds_total") }
+    public var retransmissions: Int { Int(delta("stampede_retransmissions_total")) }
+    public var duplicateAcks: Int { Int(delta("stampede_duplicate_acks_total")) }
+    public var fileBytesSent: Int { Int(delta("stampede_file_bytes_total", ["direction=\"sent\""])) }
+    public var systemCalls: Int { Int(delta("stampede_backend_system_calls_total")) }
+    public var datagramsPerSend: Double {
+        let operations = delta("stampede_backend_send_operations_total")
+        return operations > 0 ? delta("stampede_backend_sent_datagrams_total") / operations : 0
+    }
+    public var sendFailures: Int { Int(delta("stampede_backend_send_failures_total")) }
+
+    public var text: String {
+        let requests = outcomes.map { "\($0.1) \(String($0.0.map { $0 == "_" ? " " : $0 }))" }.joined(separator: ", ")
+        return """
+            server (its metrics): CPU \(decimalText(cpuSeconds, places: 2)) s; requests: \(requests.isEmpty ? "none" : requests)
+            server: \(fileBytesSent) file bytes sent, \(retransmissions) retransmissions, \(duplicateAcks) duplicate ACKs, \
+            \(sendFailures) datagrams the kernel refused; \(systemCalls) system calls, \(decimalText(datagramsPerSend, places: 2)) datagrams per send
+            """
+    }
+
+    public var json: String {
+        let requests = outcomes.map { "\"\($0.0)\": \($0.1)" }.joined(separator: ", ")
+        return """
+            {"cpu_s": \(decimalText(cpuSeconds, places: 3)), "requests": {\(requests)}, "file_bytes_sent": \(fileBytesSent), \
+            "retransmissions": \(retransmissions), "duplicate_acks": \(duplicateAcks), "send_failures": \(sendFailures), \
+            "system_calls": \(systemCalls), "datagrams_per_send": \(decimalText(datagramsPerSend, places: 3))}
+            """
+    }
+}

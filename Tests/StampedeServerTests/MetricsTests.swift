@@ -1,0 +1,138 @@
+import CStampedeSys
+import Glibc
+import Logging
+import StampedeIO
+import StampedeMetrics
+import StampedeProtocol
+@testable import StampedeServer
+import StampedeTestSupport
+import Testing
+
+@Suite struct FileLabelSpec {
+    @Test(arguments: [
+        ("pxelinux.0", "pxelinux.0"),
+        ("pxelinux.cfg/default", "pxelinux.cfg/default"),
+        ("pxelinux.cfg/01-52-54-00-12-34-56", "pxelinux.cfg/*"),
+        ("pxelinux.cfg/C0A80001", "pxelinux.cfg/*"),
+        ("pxelinux.cfg/C0A", "pxelinux.cfg/*"),
+        ("grub/grub.cfg-01-52-54-00-12-34-56", "grub/grub.cfg-*"),
+        ("hosts/52:54:00:12:34:56/boot.ipxe", "hosts/*/boot.ipxe"),
+        ("uefi/4c4c4544-0042-3510-8052-b4c04f564433/grub.cfg", "uefi/*/grub.cfg"),
+        ("by-ip/10.0.0.17.ipxe", "by-ip/*.ipxe"),
+        ("configs/525400123456.cfg", "configs/*.cfg"),
+        ("vmlinuz-6.1.0-13-amd64", "vmlinuz-6.1.0-13-amd64"),
+        ("a\u{1}b\"c", "a?b?c"),
+    ])
+    func machineSpecificPartsFoldToAStar(name: String, label: String) {
+        #expect(FileLabels.label(of: name) == label)
+    }
+
+    @Test func aFloodOfDistinctNamesStopsAtTheLimitAndCountsAsOther() {
+        let labels = FileLabels(limit: 8)
+        var indices: Set<Int32> = []
+        for i in 0..<10_000 { indices.insert(labels.index(of: "file-\(i)")) }
+        #expect(labels.names.count == 9)
+        #expect(indices.count == 9)
+        #expect(labels.index(of: "file-99999") == 0)
+        #expect(labels.index(of: "file-3") == 4)
+    }
+}
+
+@Suite struct WorkerMetricsSpec {
+    @Test func whatTheWorkerCountsIsSeenOnlyOnceItPublishes() {
+        let metrics = WorkerMetrics()
+        metrics.add(.bytesSent, 516)
+        metrics.countRequest(.read, .notFound)
+        #expect(metrics.value(.bytesSent) == 0)
+        metrics.publish()
+        #expect(metrics.value(.bytesSent) == 516)
+        #expect(metrics.requests(.read, .notFound) == 1)
+        #expect(metrics.requests(.write, .notFound) == 0)
+    }
+
+    @Test func theDurationLogDropsWhenFullAndGivesEverythingElseOnce() {
+        let log = DurationLog(capacity: 4)
+        for i in 0..<6 { _ = log.push(.init(label: 0, kind: .read, nanoseconds: Int64(i))) }
+        var seen: [Int64] = []
+        log.drain { seen.append($0.nanoseconds) }
+        #expect(seen == [0, 1, 2, 3])
+        log.drain { seen.append($0.nanoseconds) }
+        #expect(seen.count == 4)
+        #expect(log.push(.init(label: 0, kind: .read, nanoseconds: 9)))
+    }
+
+    @Test(arguments: [
+        (TFTPError(.fileNotFound, "x"), WorkerMetrics.Result.notFound),
+        (TFTPError(.accessViolation, "x"), .accessDenied),
+        (TFTPError(.fileExists, "x"), .accessDenied),
+        (TFTPError(.illegalOperation, "x"), .protocolError),
+        (TFTPError(.diskFull, "x"), .serverError),
+        (TFTPError(.notDefined, "Server busy", busy: true), .busy),
+    ])
+    func refusalsAreClassedByTheirError(error: TFTPError, result: WorkerMetrics.Result) {
+        #expect(WorkerMetrics.Result(error) == result)
+    }
+}
+
+/// A worker on a fake backend, scraped through the exporter: the text a Prometheus would read.
+@Suite(.serialized) struct ExporterSpec {
+    let dir = ScratchDirectory()
+    let backend = FakeBackend()
+    let worker: Worker<FakeBackend>
+    let exporter: MetricsExporter
+    let client = SocketAddress(parsing: "127.0.0.1:40000", defaultPort: 0)!
+    let local = SocketAddress(parsing: "127.0.0.1:69", defaultPort: 0)!
+
+    init() throws {
+        let configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        let cache = FileCache()
+        worker = Worker(backend: backend, configuration: configuration, cache: cache, index: 0)
+        try worker.bindListeners([local])
+        exporter = MetricsExporter(workers: [worker.metrics], cache: cache, fileLabels: worker.fileLabels,
+                                   build: BuildInfo(version: "test", backend: "fake", features: []))
+    }
+
+    func deliver(_ bytes: [UInt8], tag: UInt64) {
+        backend.inbox.append((tag, bytes, client, local))
+        worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+    }
+
+    func read(_ name: String) {
+        deliver(Request(isWrite: false, filename: Array(name.utf8), mode: "octet", options: []).encoded(), tag: backend.tags[0])
+    }
+
+    func scrape() -> MetricsSample { MetricsSample(parsing: String(decoding: exporter.scrape(), as: UTF8.self)) }
+
+    @Test func servedRefusedBytesAndDurationsReachTheExposition() {
+        mkdir(dir.path + "/pxelinux.cfg", 0o755)
+        dir.write("pxelinux.cfg/01-52-54-00-00-00-01", Array(repeating: 7, count: 700))
+        read("pxelinux.cfg/01-52-54-00-00-00-01")
+        deliver([0, 4, 0, 1], tag: backend.tags.last!)
+        deliver([0, 4, 0, 2], tag: backend.tags.last!)
+        read("missing")
+        read("missing")
+        worker.turn(now: stampede_monotonic_ns(), maxWait: 0)  // publishes
+        let sample = scrape()
+        #expect(sample.sum("stampede_requests_total", ["outcome=\"served\"", "request=\"rrq\""]) == 1)
+        #expect(sample.sum("stampede_requests_total", ["outcome=\"not_found\""]) == 2)
+        #expect(sample.sum("stampede_file_bytes_total", ["direction=\"sent\""]) == 700)
+        #expect(sample.sum("stampede_transfer_duration_seconds_count", ["file=\"pxelinux.cfg/*\""]) == 1)
+        #expect(sample.sum("stampede_transfers_running") == 0)
+        #expect(sample.sum("stampede_cache_misses_total") == 1)
+        // Scraped again, nothing new: the counters stay (a scrape moves deltas, never twice).
+        #expect(scrape().sum("stampede_requests_total") == 3)
+    }
+
+    @Test func aRunningTransferIsAGaugeAndARetransmissionACounter() {
+        dir.write("f", Array(repeating: 1, count: 2000))
+        read("f")
+        worker.turn(now: stampede_monotonic_ns(), maxWait: 0)  // the next turn publishes, before it waits
+        #expect(scrape().sum("stampede_transfers_running") == 1)
+        deliver([0, 4, 0, 0], tag: backend.tags.last!)  // a duplicate of nothing: ignored
+        // The retransmit timer fires (1 s, and the adaptive floor of 100 ms at first contact).
+        worker.turn(now: stampede_monotonic_ns() + 2 * nanosecondsPerSecond, maxWait: 0)
+        worker.turn(now: stampede_monotonic_ns() + 2 * nanosecondsPerSecond, maxWait: 0)
+        #expect(scrape().sum("stampede_retransmissions_total") >= 1)
+    }
+}
