@@ -48,7 +48,7 @@ let package = Package(
         .target(name: "StampedeMetrics",
                 dependencies: ["StampedeServer", "StampedeIO", "StampedeProtocol",
                                .product(name: "Prometheus", package: "swift-prometheus"),
-                               .product(name: "Metrics", package: "swift-metrics"),
+                               .product(name: "CoreMetrics", package: "swift-metrics"),
                                .product(name: "NIOCore", package: "swift-nio"),
                                .product(name: "NIOPosix", package: "swift-nio"),
                                .product(name: "NIOHTTP1", package: "swift-nio")]),

@@ -1,4 +1,5 @@
 import Glibc
+import enum CoreMetrics.MetricsSystem
 import Prometheus
 import StampedeServer
 import Synchronization
@@ -125,6 +126,14 @@ public final class MetricsExporter: Sendable {
             process: (registry.makeGauge(descriptor: described("process_resident_memory_bytes", "Resident memory size in bytes.")),
                       registry.makeGauge(descriptor: described("process_open_fds", "Open file descriptors.")),
                       registry.makeGauge(descriptor: described("process_max_fds", "The limit on open file descriptors.")))))
+    }
+
+    /// Makes swift-metrics report into this registry, so that a library instrumented with
+    /// swift-metrics shows in the same exposition. Once per process. Stampede's own metrics are
+    /// made on the registry itself: they carry help text, which swift-metrics' API cannot, and
+    /// which Prometheus's linter (`promtool check metrics`) requires.
+    public func bootstrapMetricsSystem() {
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
     }
 
     /// The exposition, brought up to date.

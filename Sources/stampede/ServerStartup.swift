@@ -44,6 +44,7 @@ struct ServerStartup {
         let listener = try metrics.map { address in
             let exporter = MetricsExporter(workers: server.workers.map(\.metrics), cache: cache, fileLabels: server.fileLabels,
                                            build: buildInfo(backendName, server.workers[0].backend))
+            exporter.bootstrapMetricsSystem()
             do {
                 return try MetricsListener(host: address.host, port: address.port, exporter: exporter)
             } catch {
