@@ -35,7 +35,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build run test unit interop parity-deps sanitize fuzz soak bench bench-loss bench-busy bench-deps bench-micro bench-floor bench-thresholds deps install clean
+.PHONY: all build run test unit interop parity-deps sanitize fuzz soak bench bench-loss bench-busy bench-metrics bench-deps bench-micro bench-floor bench-thresholds deps install clean
 
 all: build
 
@@ -154,6 +154,10 @@ bench-loss: build
 # A full server answering ERROR 0 vs nothing: how many of 1,000 machines boot (--when-busy).
 bench-busy: build
 	python3 Benchmarks/busy.py
+
+# What the metrics cost: server CPU per GB without --metrics, and with it scraped every second.
+bench-metrics: build
+	python3 Benchmarks/metrics_cost.py --config off=$(BIN) --config scraped=$(BIN),--metrics
 
 # Hot-path micro-benchmarks; fails if malloc counts (or, threefold, times) exceed Benchmarks/Thresholds.
 bench-micro:
