@@ -81,6 +81,9 @@ struct Storm: ParsableCommand {
             return
         }
         guard target != nil else { throw ValidationError("Missing the server, HOST[:PORT].") }
+        if let metrics, !metrics.hasPrefix("http://") {
+            throw ValidationError("--metrics \(metrics): an http:// URL, like http://10.0.0.1:9469/metrics.")
+        }
         let profiles = (profile == nil ? 0 : 1) + (profileFile == nil ? 0 : 1)
         guard profiles <= 1 else { throw ValidationError("--profile and --profile-file: choose one.") }
         if profiles == 1 {

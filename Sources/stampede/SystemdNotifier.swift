@@ -65,8 +65,10 @@ final class SystemdNotifier: Sendable {
                 notify("STOPPING=1\nSTATUS=stopping: finishing the running transfers")
             }
             if let watchdog = watchdogInterval, now - lastPing >= interval {
-                // A worker stuck longer than the whole interval lets systemd restart the server.
-                let stuck = heartbeats.firstIndex { now - Nanoseconds($0.value(.lastTurn)) > watchdog }
+                // An idle worker turns every half second; one silent for the whole interval (2 s at
+                // least) is stuck, and systemd may restart the server.
+                let patience = max(watchdog, 2 * nanosecondsPerSecond)
+                let stuck = heartbeats.firstIndex { now - Nanoseconds($0.value(.lastTurn)) > patience }
                 if let stuck {
                     if stalled != stuck { logger.error("worker \(stuck) has not turned for more than the watchdog interval: not pinging systemd") }
                 } else {

@@ -259,6 +259,12 @@ def test_storm_refuses_a_metrics_url_it_cannot_read(serve):
     assert r.returncode == 2 and b"--metrics" in r.stderr and b"cannot connect" in r.stderr
 
 
+def test_storm_refuses_a_metrics_url_that_is_not_http_with_exit_64(serve):
+    s = serve()
+    r = run([str(BINARY), "storm", f"127.0.0.1:{s.port}", "hello.txt", "--metrics", "ftp://127.0.0.1/metrics"])
+    assert r.returncode == 64 and b"--metrics" in r.stderr
+
+
 def test_the_json_log_has_one_object_per_finished_transfer(serve, root, tmp_path):
     s = serve("--log-format", "json")
     assert curl(s.port, "hello.txt", tmp_path / "got") == 0
