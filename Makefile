@@ -17,7 +17,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # benchmark runs a command of a non-essential package that is not listed here.
 TEST_COMMANDS := curl:curl tftp:tftp-hpa atftp:atftp busybox:busybox ip:iproute2 nft:nftables \
 	mount:mount umount:mount prlimit:util-linux unshare:util-linux dnsmasq:dnsmasq-base \
-	qemu-system-x86_64:qemu-system-x86 prometheus:prometheus promtool:prometheus
+	qemu-system-x86_64:qemu-system-x86 prometheus:prometheus promtool:prometheus \
+	systemd-analyze:systemd
 BENCH_COMMANDS := dnsmasq:dnsmasq-base
 commands_of = $(foreach c,$(1),$(word 1,$(subst :, ,$(c))))
 packages_of = $(sort $(foreach c,$(1),$(word 2,$(subst :, ,$(c)))))

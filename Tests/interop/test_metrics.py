@@ -323,10 +323,15 @@ def test_systemd_hears_ready_watchdog_pings_and_stopping(root, tmp_path):
         listener.close()
 
 
-def test_without_notify_socket_nothing_is_sent_and_the_units_use_notify():
+def test_the_shipped_units_use_notify_and_systemd_reads_them_without_a_word(tmp_path):
+    for unit in (REPO / "contrib" / "systemd").iterdir():
+        (tmp_path / unit.name).write_text(unit.read_text().replace("@SBINDIR@", str(BINARY.parent)))
     for unit in ("stampede.service", "stampede-activated.service"):
-        text = (REPO / "contrib" / "systemd" / unit).read_text()
+        text = (tmp_path / unit).read_text()
         assert "Type=notify" in text and "WatchdogSec=" in text, unit
+    units = sorted(p.name for p in tmp_path.iterdir())
+    check = run(["systemd-analyze", "verify", *units], cwd=tmp_path)
+    assert check.returncode == 0 and not check.stdout and not check.stderr, check.stderr.decode()
 
 
 def test_the_grafana_dashboard_asks_only_for_metrics_the_server_exposes(serve, root, tmp_path):
