@@ -296,7 +296,7 @@ public final class GlibcBackend: DatagramBackend {
                     // This message is lost; the rest are tried. A peer's error (ECONNREFUSED: the
                     // client's port is gone) reaches a connected socket's first call, this send:
                     // the transfer hears it as from a receive.
-                    if Self.isPeerError(-sent) {
+                    if Errno(-sent).meansPeerUnreachable {
                         if peerErrors.count < receiveCapacity { peerErrors.append((sockets[Int(socket.index)].tag, Errno(-sent))) }
                     } else {
                         statistics.sendFailures += Int(sendDatagrams[next])
@@ -350,10 +350,6 @@ public final class GlibcBackend: DatagramBackend {
                 next += lost
             }
         }
-    }
-
-    static func isPeerError(_ error: Int32) -> Bool {
-        error == ECONNREFUSED || error == EHOSTUNREACH || error == ENETUNREACH
     }
 
     // MARK: Receives

@@ -149,4 +149,15 @@ public struct BackendStatistics: Sendable, Equatable {
     public var receiveBufferExhausted: Int?
 
     public init() {}
+
+    /// Two backends' figures together (a server's workers).
+    public static func += (total: inout BackendStatistics, other: BackendStatistics) {
+        total.systemCalls += other.systemCalls
+        total.sendOperations += other.sendOperations
+        total.datagramsSent += other.datagramsSent
+        total.sendFailures += other.sendFailures
+        total.segmentedSends += other.segmentedSends
+        total.segmentationFallbacks += other.segmentationFallbacks
+        if let exhausted = other.receiveBufferExhausted { total.receiveBufferExhausted = (total.receiveBufferExhausted ?? 0) + exhausted }
+    }
 }

@@ -10,6 +10,10 @@ public struct Errno: Error, Equatable, Sendable, CustomStringConvertible {
         rawValue = -result
     }
     public static var current: Errno { Errno(errno) }
+    /// An ICMP error a connected socket reports: the peer's port or host is gone.
+    public var meansPeerUnreachable: Bool {
+        rawValue == ECONNREFUSED || rawValue == EHOSTUNREACH || rawValue == ENETUNREACH
+    }
     public var description: String { String(cString: strerror(rawValue)) }
 }
 

@@ -85,9 +85,7 @@ public final class Server<Backend: DatagramBackend> {
             total.failed += worker.summary.failed
             total.unanswered += worker.summary.unanswered
             total.bytes += worker.summary.bytes
-            total.sendFailures += worker.backend.sendFailures
-            total.segmentationFallbacks += worker.backend.segmentationFallbacks
-            total.segmentedSends += worker.backend.segmentedSends
+            total.backend += worker.backend.statistics
         }
         return total
     }

@@ -79,10 +79,6 @@ public struct WorkerSummary: Sendable {
     /// Requests left unanswered because the server was busy (their clients retry).
     public var unanswered = 0
     public var bytes = 0
-    /// Datagrams the backends could not send (counted as loss).
-    public var sendFailures = 0
-    /// Segmented sends a path refused (blksize above its MTU), sent again one datagram at a time.
-    public var segmentationFallbacks = 0
-    /// Segmented sends (UDP GSO) the kernel took.
-    public var segmentedSends = 0
+    /// The backends' figures, summed: send failures, segmented sends and their fallbacks.
+    public var backend = BackendStatistics()
 }

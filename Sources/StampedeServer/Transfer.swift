@@ -89,7 +89,7 @@ enum Outcome: Equatable {
         case .endedByClientAfterOptionAck: .probe
         case .closedByClient: .closedByClient
         case .clientError: .clientError
-        case .socketError(let error) where [ECONNREFUSED, EHOSTUNREACH, ENETUNREACH].contains(error.rawValue): .unreachable
+        case .socketError(let error) where error.meansPeerUnreachable: .unreachable
         case .socketError: .serverError
         case .timedOut: .timedOut
         case .serverError(let error): WorkerMetrics.Result(error)

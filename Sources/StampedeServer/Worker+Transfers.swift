@@ -85,15 +85,17 @@ extension Worker {
     func timerFired(_ slot: Int, now: Nanoseconds) {
         switch table[slot].phase {
         case .sending:
+            let resends = table[slot].sender!.retransmits
             let action = table[slot].sender!.timeout(now: now)
-            if case .timedOut = action {} else { metrics.add(.retransmissions) }
+            metrics.add(.retransmissions, table[slot].sender!.retransmits - resends)
             perform(slot, action, now: now)
         case .receiving:
+            let resends = table[slot].receiver!.retransmits
             guard let reply = table[slot].receiver!.timeout(now: now) else {
                 finish(slot, .timedOut, now: now)
                 return
             }
-            metrics.add(.retransmissions)
+            metrics.add(.retransmissions, table[slot].receiver!.retransmits - resends)
             sendReply(slot, reply)
             scheduleTimer(slot)
         case .dallying:

@@ -73,6 +73,8 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         retiredImages.reserveCapacity(1024)
         expired.reserveCapacity(1024)
         grow(to: 1024)
+        // Before the first turn too: a scrape (and the exporter's making) sees the backend's figures.
+        publishMetrics(now: stampede_monotonic_ns())
     }
 
     deinit {

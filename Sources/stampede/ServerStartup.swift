@@ -77,9 +77,9 @@ struct ServerStartup {
         }
         logger.notice("""
             stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes, \
-            \(summary.sendFailures) datagrams the kernel would not send, \(summary.unanswered) requests unanswered while busy, \
-            \(summary.segmentedSends) segmented sends\
-            \(summary.segmentationFallbacks > 0 ? ", \(summary.segmentationFallbacks) sent again one datagram at a time where the path refused GSO" : ""))
+            \(summary.backend.sendFailures) datagrams the kernel would not send, \(summary.unanswered) requests unanswered while busy, \
+            \(summary.backend.segmentedSends) segmented sends\
+            \(summary.backend.segmentationFallbacks > 0 ? ", \(summary.backend.segmentationFallbacks) sent again one datagram at a time where the path refused GSO" : ""))
             """)
     }
 }

@@ -23,47 +23,55 @@ enum LogDestination {
     }
 
     func bootstrap(level: Logger.Level, format: LogFormat = .text) {
-        if format == .json {
-            if case .syslog(let identity) = self {
-                stampede_open_syslog(SyslogHandler.keep(identity))
-                SyslogHandler.inUse = true
-            }
+        if case .syslog(let identity) = self {
+            stampede_open_syslog(SyslogHandler.keep(identity))
+            SyslogHandler.inUse = true
+        }
+        switch (self, format) {
+        case (_, .json):
             let toSyslog = SyslogHandler.inUse
             LoggingSystem.bootstrap { _ in JSONLogHandler(logLevel: level, toSyslog: toSyslog) }
-            return
-        }
-        switch self {
-        case .standardError:
+        case (.standardError, .text):
             LoggingSystem.bootstrap { label in
                 var handler = StreamLogHandler.standardError(label: label)
                 handler.logLevel = level
                 return handler
             }
-        case .syslog(let identity):
-            stampede_open_syslog(SyslogHandler.keep(identity))
-            SyslogHandler.inUse = true
+        case (.syslog, .text):
             LoggingSystem.bootstrap { _ in SyslogHandler(logLevel: level) }
         }
     }
 }
 
-/// A swift-log handler over syslog(3), which is thread-safe; metadata goes in front as
-/// `key=value`, like the stream handler's.
-struct SyslogHandler: LogHandler {
-    /// Set once, before any thread starts.
-    nonisolated(unsafe) static var inUse = false
-    var logLevel: Logger.Level
-    var metadata: Logger.Metadata = [:]
+/// What the handlers here share: their own metadata, under which an event's goes.
+protocol MetadataLogHandler: LogHandler {
+    var metadata: Logger.Metadata { get set }
+}
 
+extension MetadataLogHandler {
     subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
         set { metadata[key] = newValue }
     }
 
-    func log(event: LogEvent) {
+    /// The handler's metadata with the event's on top, sorted by key.
+    func fields(of event: LogEvent) -> [(key: String, value: Logger.Metadata.Value)] {
         var merged = metadata
         if let extra = event.metadata { merged.merge(extra) { $1 } }
-        let prefix = merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+        return merged.sorted { $0.key < $1.key }
+    }
+}
+
+/// A swift-log handler over syslog(3), which is thread-safe; metadata goes in front as
+/// `key=value`, like the stream handler's.
+struct SyslogHandler: MetadataLogHandler {
+    /// Set once, before any thread starts.
+    nonisolated(unsafe) static var inUse = false
+    var logLevel: Logger.Level
+    var metadata: Logger.Metadata = [:]
+
+    func log(event: LogEvent) {
+        let prefix = fields(of: event).map { "\($0.key)=\($0.value)" }.joined(separator: " ")
         let text = prefix.isEmpty ? "\(event.message)" : "\(prefix) \(event.message)"
         stampede_syslog(Self.priority(event.level), text)
     }
@@ -88,22 +96,15 @@ struct SyslogHandler: LogHandler {
 /// `--log-format json`: every line one JSON object: `time`, `level`, the metadata as fields
 /// (numbers as numbers), `message`. A finished transfer's line carries `event: "transfer"` and its
 /// client, file, options, bytes, duration and outcome (`Worker.log`).
-struct JSONLogHandler: LogHandler {
+struct JSONLogHandler: MetadataLogHandler {
     var logLevel: Logger.Level
     var metadata: Logger.Metadata = [:]
     let toSyslog: Bool
 
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
     func log(event: LogEvent) {
-        var merged = metadata
-        if let extra = event.metadata { merged.merge(extra) { $1 } }
         var text = "{"
         if !toSyslog { text += "\"time\":\(Self.quoted(Self.timestamp())),\"level\":\(Self.quoted(event.level.rawValue))," }
-        for (key, value) in merged.sorted(by: { $0.key < $1.key }) {
+        for (key, value) in fields(of: event) {
             text += "\(Self.quoted(key)):\(Self.json(value)),"
         }
         text += "\"message\":\(Self.quoted("\(event.message)"))}"

@@ -129,7 +129,10 @@ import Testing
         read("f")
         worker.turn(now: stampede_monotonic_ns(), maxWait: 0)  // the next turn publishes, before it waits
         #expect(scrape().sum("stampede_transfers_running") == 1)
-        deliver([0, 4, 0, 0], tag: backend.tags.last!)  // a duplicate of nothing: ignored
+        deliver([0, 4, 0, 0], tag: backend.tags.last!)  // ACK 0 repeats "nothing yet": a duplicate, too soon to resend
+        worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        #expect(scrape().sum("stampede_duplicate_acks_total") == 1)
+        #expect(scrape().sum("stampede_retransmissions_total") == 0)
         // The retransmit timer fires (1 s, and the adaptive floor of 100 ms at first contact).
         worker.turn(now: stampede_monotonic_ns() + 2 * nanosecondsPerSecond, maxWait: 0)
         worker.turn(now: stampede_monotonic_ns() + 2 * nanosecondsPerSecond, maxWait: 0)

@@ -79,6 +79,8 @@ def test_the_exposition_passes_promtool_and_counts_what_curl_did(serve, root, tm
     assert total(values, "stampede_build_info", backend=s.backend) == 1
     assert total(values, "stampede_backend_sent_datagrams_total") >= 3 * 2049
     assert total(values, "process_cpu_seconds_total") > 0
+    # Only io_uring has provided buffers to run out of.
+    assert ("stampede_backend_receive_buffer_exhausted_total" in values) == (s.backend == "uring")
 
 
 PXELINUX_FILES = {"pxelinux.0": 42_000, "ldlinux.c32": 122_000, "pxelinux.cfg/default": 40,
