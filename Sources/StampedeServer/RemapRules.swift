@@ -15,6 +15,10 @@ import StampedeProtocol
 /// address), `\x` (the address in hexadecimal), `\U` `\L` `\E` (upper, lower, as is), and `\c`
 /// for a literal c (`\\`, `\ `, `\#`). `#` starts a comment.
 ///
+/// A request's remapping runs on its worker's thread, so what it may cost is bounded: `maxSteps`
+/// regex runs, a name no longer than `Request.longestFilename`, `matchingBudget`; and the regexes
+/// glibc would compile or match out of all proportion are refused with the file (`PatternShape`).
+///
 /// Immutable after parsing and shared by every worker: glibc's regexec is thread-safe.
 public final class RemapRules: @unchecked Sendable {
     public struct Flags: OptionSet, Sendable {
@@ -37,6 +41,8 @@ public final class RemapRules: @unchecked Sendable {
         var flags: Flags
         var regex: UnsafeMutablePointer<regex_t>
         var replacement: [UInt8]
+        /// Its regex's `PatternShape.positions`: what a run costs per byte of name.
+        var positions: Int
     }
 
     /// A rule file line that is not a rule; tftpd-hpa refuses to start on one, and so do we.
@@ -51,8 +57,12 @@ public final class RemapRules: @unchecked Sendable {
         case mapped([UInt8])
         /// An `a` rule matched: refuse with ERROR 2 and this message (nil: "Access violation").
         case refused(String?)
-        /// The rules did not settle within `maxSteps` (a rule set that loops): refused too.
+        /// The rules did not settle within `maxSteps` regex runs or `matchingBudget` (a rule set
+        /// that loops): refused too.
         case looped
+        /// A rewrite made the name longer than `Request.longestFilename` (a rule set that grows
+        /// it on every pass would otherwise take memory until the step limit): refused too.
+        case tooLong
     }
 
     /// tftpd-hpa's "deadman": a rule set still rewriting after this many regex runs is looping.
@@ -99,6 +109,7 @@ public final class RemapRules: @unchecked Sendable {
                       trace: ((String) -> Void)? = nil) -> Outcome {
         var current = filename
         var steps = 0
+        var work = 0
         var index = 0
         // A v4 client on a dual-stack socket (::ffff:a.b.c.d) is an IPv4 client for 4 and 6 rules.
         let ipv6 = client.isIPv6 && !client.isIPv4Mapped
@@ -112,7 +123,8 @@ public final class RemapRules: @unchecked Sendable {
             var matched = false
             repeat {
                 steps += 1
-                if steps > Self.maxSteps {
+                work += max(rule.positions, 1) * (current.count + 1)
+                if steps > Self.maxSteps || work > Self.matchingBudget {
                     trace?("remap: breaking loop, input = \(sanitizedForLog(filename)), last = \(sanitizedForLog(current))")
                     return .looped
                 }
@@ -130,6 +142,10 @@ public final class RemapRules: @unchecked Sendable {
                 }
                 if rule.flags.contains(.rewrite) {
                     current = expand(rule.replacement, in: current, matches: matches, client: client)
+                    guard current.count <= Request.longestFilename else {
+                        trace?("remap: rule \(rule.line): the name grew past \(Request.longestFilename) bytes")
+                        return .tooLong
+                    }
                     trace?("remap: rule \(rule.line): rewrite: \(sanitizedForLog(current))")
                 }
             } while rule.flags.contains(.global)
@@ -230,6 +246,13 @@ public final class RemapRules: @unchecked Sendable {
             // tftpd-hpa ignores the rest of the line, so a working file may have it: said, not refused.
             warnings.append(LineError(line: number, message: "ignored \"\(sanitizedForLog(extra))\" after the replacement (a space in it must be written \"\\ \")"))
         }
+        let shape = PatternShape(pattern)
+        if shape.hasBackReference {
+            throw LineError(line: number, message: "\"\(sanitizedForLog(pattern))\" has a back-reference (\\1-\\9): glibc matches it by backtracking, and one long requested name would stall the server for minutes (tftpd-hpa accepts it); a replacement may use \\1-\\9")
+        }
+        guard shape.positions <= largestPattern else {
+            throw LineError(line: number, message: "\"\(sanitizedForLog(pattern))\" stands for \(shape.positions) characters once its repetitions are written out, more than \(largestPattern): regcomp would take memory out of all proportion")
+        }
         let regex = UnsafeMutablePointer<regex_t>.allocate(capacity: 1)
         let status = (pattern + [0]).withUnsafeBufferPointer { bytes in
             bytes.baseAddress!.withMemoryRebound(to: CChar.self, capacity: bytes.count) { regcomp(regex, $0, regexFlags) }
@@ -241,7 +264,7 @@ public final class RemapRules: @unchecked Sendable {
             let text = String(decoding: message.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
             throw LineError(line: number, message: "bad regular expression \"\(sanitizedForLog(pattern))\": \(text)")
         }
-        return Rule(line: number, flags: flags, regex: regex, replacement: replacement)
+        return Rule(line: number, flags: flags, regex: regex, replacement: replacement, positions: shape.positions)
     }
 
     /// The next field: leading blanks skipped, ends at an unescaped blank or `#` (a comment);

@@ -192,7 +192,10 @@ extension Worker {
         case .refused(let message):
             return .failure(TFTPError(.accessViolation, message.map { String($0.prefix(200)) } ?? "Access violation"))
         case .looped:
-            logger.error("\(client): the remap rules did not settle after \(RemapRules.maxSteps) steps on \"\(sanitizedForLog(filename))\"")
+            logger.error("\(client): the remap rules did not settle on \"\(sanitizedForLog(filename))\" (\(RemapRules.looping))")
+            return .failure(TFTPError(.accessViolation, "Remap table failure"))
+        case .tooLong:
+            logger.error("\(client): the remap rules made \"\(sanitizedForLog(filename))\" longer than \(Request.longestFilename) bytes")
             return .failure(TFTPError(.accessViolation, "Remap table failure"))
         }
     }

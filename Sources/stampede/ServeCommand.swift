@@ -379,7 +379,10 @@ struct ServeCommand: ParsableCommand {
             print("refused: error 2 \"\(message ?? "Access violation")\"")
             throw ExitCode(1)
         case .looped:
-            print("refused: error 2 \"Remap table failure\" (the rules did not settle after \(RemapRules.maxSteps) steps)")
+            print("refused: error 2 \"Remap table failure\" (the rules did not settle: \(RemapRules.looping))")
+            throw ExitCode(1)
+        case .tooLong:
+            print("refused: error 2 \"Remap table failure\" (the rules made the name longer than \(Request.longestFilename) bytes)")
             throw ExitCode(1)
         }
     }

@@ -15,6 +15,7 @@ import StampedeProtocol
         case .mapped(let bytes): return String(decoding: bytes, as: UTF8.self)
         case .refused(let message): return "REFUSED(\(message ?? "-"))"
         case .looped: return "LOOPED"
+        case .tooLong: return "TOO LONG"
         }
     }
 
@@ -180,6 +181,64 @@ import StampedeProtocol
     @Test func aLoopingRuleSetIsStoppedAndRefused() throws {
         #expect(try map("rg a a", "a") == "LOOPED")
         #expect(try map("rs a b\nrs b a", "a") == "LOOPED")
+    }
+
+    @Test func aRuleSetThatGrowsTheNameIsStoppedBeforeItOutgrowsAPath() throws {
+        // Found by the fuzzer: each pass adds 40 bytes; until the step limit the name reached
+        // 160 KB and one request took 2 GB of copies and matches.
+        let growing = "rs a b\nrs b " + String(repeating: "x", count: 40) + "a"
+        #expect(try map(growing, "a") == "TOO LONG")
+        #expect(try map("rg x xx", "x") == "TOO LONG")
+        let longest = String(repeating: "y", count: Request.longestFilename - 1)
+        #expect(try map("r $ z", longest) == longest + "z")
+        #expect(try map("r $ zz", longest) == "TOO LONG")
+    }
+
+    @Test func aRuleSetThatSettlesOnlyAfterTooMuchMatchingIsStoppedAsLooping() throws {
+        // 1,000 passes (2,000 runs, within the step limit), each running a 991-position regex
+        // over a 1,000-byte name: a billion position-bytes. The light rule alone settles.
+        let heavy = "r (.{1,10}){1,98}z$ q\nrs a b"
+        let name = String(repeating: "a", count: 1_000)
+        #expect(try map(heavy, name) == "LOOPED")
+        #expect(try map("rs a b", name) == String(repeating: "b", count: 1_000))
+        #expect(try map(heavy, "aaa") == "bbb")
+    }
+
+    @Test func repetitionsAreCountedAsRegcompWritesThemOut() {
+        func positions(_ pattern: String) -> Int { RemapRules.PatternShape(Array(pattern.utf8)).positions }
+        #expect(positions("abc") == 3)
+        #expect(positions("a{2,5}") == 5)
+        #expect(positions("(ab){3}") == 6)
+        #expect(positions("a+b*c?") == 4)
+        #expect(positions("a{2,}") == 3)
+        #expect(positions("x{,4}") == 4)
+        #expect(positions("a{0}b") == 1)
+        #expect(positions("(.{1,500}){1,500}") == 250_000)
+        #expect(positions("((.{1,10}){1,10}){1,10}") == 1_000)
+        #expect(positions("[]{}a-z[:alpha:]]{4}") == 4)
+        #expect(positions(#"\{3}"#) == 3)
+        #expect(positions("a{x}") == 4)
+        #expect(positions("^pxelinux.cfg/01-([0-9a-f]{2}-){5}[0-9a-f]{2}$") == 35)
+        #expect(positions("(a|bc){9999999999999999999999}") > RemapRules.largestPattern)
+    }
+
+    @Test func aRegexThatExpandsBeyondTheLimitIsRefusedAtLoad() {
+        // 18 bytes that took regcomp 1.7 GB.
+        #expect(lineErrors("r (.{1,500}){1,500} x\nr ((.{1,10}){1,10}){1,10} x") == [1])
+        do {
+            _ = try rules("r (.{1,500}){1,500} x")
+            Issue.record("parsed")
+        } catch {
+            #expect("\(error)".contains("250000 characters"))
+        }
+    }
+
+    @Test func aBackReferenceInTheRegexIsRefusedButNotInTheReplacement() {
+        // (x*)*\1y takes glibc 5 s on a 200-byte name, more than a minute on 400.
+        #expect(lineErrors(#"r (x*)*\1y z"#) == [1])
+        #expect(lineErrors(#"r ([ab])\2 z"#) == [1])
+        #expect(lineErrors(#"r [\1] z"#) == [])
+        #expect(lineErrors(#"r ^(pxelinux\.cfg)/(.*) \1/\2"#) == [])
     }
 
     @Test func tracesSayWhatEachRuleDid() throws {

@@ -98,6 +98,25 @@ def test_a_bad_rule_file_stops_the_server_naming_every_bad_line(binary, root, tm
     assert missing.returncode == 1 and b"cannot read" in missing.stderr
 
 
+def test_rules_that_would_take_the_server_down_are_refused(serve, binary, root, tmp_path):
+    # Found by the fuzzer: a rule set that grows the name on every pass took 2 GB per request.
+    growing = tmp_path / "growing"
+    growing.write_text("rs a b\nrs b " + "x" * 40 + "a\n")
+    s = serve("-m", str(growing))
+    started = time.monotonic()
+    reply = RawClient(s).exchange(request("a"))[0]
+    assert reply == ("ERROR", (2, "Remap table failure")), reply
+    assert time.monotonic() - started < 2
+    assert "longer than 4096 bytes" in s.log_text()
+    assert fetch(s.port, "hello.txt")[1] == b"hello, rack\n"
+    # A back-reference in a regex, and repetitions that regcomp writes out to 250,000 positions.
+    for line, says in [(r"r (x*)*\1y z", "back-reference"), ("r (.{1,500}){1,500} z", "250000 characters")]:
+        bad = tmp_path / "bad"
+        bad.write_text(line + "\n")
+        r = run([str(binary), "-l", "-L", "-a", "127.0.0.1:0", "-m", str(bad), str(root)])
+        assert r.returncode == 78 and says in r.stderr.decode() and "line 1" in r.stderr.decode(), r
+
+
 def test_map_test_prints_what_a_name_becomes(binary, site):
     _, rules = site
     def map_test(*args):
