@@ -78,6 +78,16 @@ class Server:
             self.log.flush()
         return self.log_path.read_text(errors="replace")
 
+    def log_lines(self, text: str, timeout=10.0) -> list:
+        """The log's lines holding `text`, waiting up to `timeout` for the first: a line is written
+        when the server ends the transfer, which may be after the client has exited."""
+        deadline = time.time() + timeout
+        while True:
+            lines = [line for line in self.log_text().splitlines() if text in line]
+            if lines or time.time() >= deadline:
+                return lines
+            time.sleep(0.05)
+
     def rss_kib(self) -> int:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):

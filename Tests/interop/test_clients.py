@@ -54,7 +54,7 @@ def test_atftp_with_blksize_tsize_timeout_windowsize(serve, root, tmp_path):
              "--option", "windowsize 16", "-g", "-r", "one-mib.bin", "-l", str(out), "127.0.0.1", str(s.port)])
     assert r.returncode == 0, r.stderr
     assert same(out, root / "one-mib.bin")
-    line = [l for l in s.log_text().splitlines() if "RRQ" in l and "windowsize" in l]
+    line = [l for l in s.log_lines("RRQ") if "windowsize" in l]
     assert line and "blksize=1468" in line[0] and "tsize=1048576" in line[0] and "timeout=2" in line[0]
     assert "windowsize=16" in line[0]
 
