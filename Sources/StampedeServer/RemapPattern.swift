@@ -123,7 +123,4 @@ extension RemapRules {
     /// times the length of the name it ran on (about 25 ns a unit at worst; under half a second).
     /// A rule set that needs more is treated as one that loops.
     public static let matchingBudget = 1 << 24
-
-    /// Why `.looped`, for a log line.
-    public static var looping: String { "more than \(maxSteps) regex runs or a matching budget of \(matchingBudget) position-bytes" }
 }

@@ -57,12 +57,24 @@ public final class RemapRules: @unchecked Sendable {
         case mapped([UInt8])
         /// An `a` rule matched: refuse with ERROR 2 and this message (nil: "Access violation").
         case refused(String?)
-        /// The rules did not settle within `maxSteps` regex runs or `matchingBudget` (a rule set
-        /// that loops): refused too.
+        /// The rules broke down on this name: refused too (ERROR 2 "Remap table failure").
+        case failed(Failure)
+    }
+
+    /// How a rule set breaks down on a name; its description says so in a log line.
+    public enum Failure: Equatable, CustomStringConvertible {
+        /// Still rewriting after `maxSteps` regex runs or `matchingBudget`: the rules loop.
         case looped
         /// A rewrite made the name longer than `Request.longestFilename` (a rule set that grows
-        /// it on every pass would otherwise take memory until the step limit): refused too.
+        /// it on every pass would otherwise take memory until the step limit).
         case tooLong
+
+        public var description: String {
+            switch self {
+            case .looped: "the rules did not settle (more than \(maxSteps) regex runs or \(matchingBudget) position-bytes of matching)"
+            case .tooLong: "the rules made the name longer than \(Request.longestFilename) bytes"
+            }
+        }
     }
 
     /// tftpd-hpa's "deadman": a rule set still rewriting after this many regex runs is looping.
@@ -126,7 +138,7 @@ public final class RemapRules: @unchecked Sendable {
                 work += max(rule.positions, 1) * (current.count + 1)
                 if steps > Self.maxSteps || work > Self.matchingBudget {
                     trace?("remap: breaking loop, input = \(sanitizedForLog(filename)), last = \(sanitizedForLog(current))")
-                    return .looped
+                    return .failed(.looped)
                 }
                 let found = Self.search(rule.regex, in: current, matches: &matches)
                 guard found != rule.flags.contains(.inverse) else { break }
@@ -144,7 +156,7 @@ public final class RemapRules: @unchecked Sendable {
                     current = expand(rule.replacement, in: current, matches: matches, client: client)
                     guard current.count <= Request.longestFilename else {
                         trace?("remap: rule \(rule.line): the name grew past \(Request.longestFilename) bytes")
-                        return .tooLong
+                        return .failed(.tooLong)
                     }
                     trace?("remap: rule \(rule.line): rewrite: \(sanitizedForLog(current))")
                 }

@@ -191,11 +191,8 @@ extension Worker {
             return .success(mapped)
         case .refused(let message):
             return .failure(TFTPError(.accessViolation, message.map { String($0.prefix(200)) } ?? "Access violation"))
-        case .looped:
-            logger.error("\(client): the remap rules did not settle on \"\(sanitizedForLog(filename))\" (\(RemapRules.looping))")
-            return .failure(TFTPError(.accessViolation, "Remap table failure"))
-        case .tooLong:
-            logger.error("\(client): the remap rules made \"\(sanitizedForLog(filename))\" longer than \(Request.longestFilename) bytes")
+        case .failed(let failure):
+            logger.error("\(client): remapping \"\(sanitizedForLog(filename))\": \(failure)")
             return .failure(TFTPError(.accessViolation, "Remap table failure"))
         }
     }

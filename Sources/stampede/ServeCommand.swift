@@ -125,7 +125,7 @@ struct ServeCommand: ParsableCommand {
     @Option(name: .customLong("cache-file-limit"), help: "Larger files are streamed instead of cached, in MiB.")
     var cacheFileLimit = 256
 
-    @Option(name: .customLong("max-transfers"), help: "Concurrent transfers in all before requests get ERROR 0 (server busy).")
+    @Option(name: .customLong("max-transfers"), help: "Concurrent transfers in all; further requests are busy (see --when-busy).")
     var maxTransfers = 65536
     @Option(name: .customLong("max-transfer-sockets"),
             help: "Transfers with a socket of their own, in all; further reads share 64 transfer sockets per worker (default: the open file limit less 1,024, or half of it when that is more).")
@@ -378,11 +378,8 @@ struct ServeCommand: ParsableCommand {
         case .refused(let message):
             print("refused: error 2 \"\(message ?? "Access violation")\"")
             throw ExitCode(1)
-        case .looped:
-            print("refused: error 2 \"Remap table failure\" (the rules did not settle: \(RemapRules.looping))")
-            throw ExitCode(1)
-        case .tooLong:
-            print("refused: error 2 \"Remap table failure\" (the rules made the name longer than \(Request.longestFilename) bytes)")
+        case .failed(let failure):
+            print("refused: error 2 \"Remap table failure\" (\(failure))")
             throw ExitCode(1)
         }
     }

@@ -14,8 +14,8 @@ import StampedeProtocol
         switch try rules(text).apply(to: Array(name.utf8), isWrite: write, client: client ?? v4) {
         case .mapped(let bytes): return String(decoding: bytes, as: UTF8.self)
         case .refused(let message): return "REFUSED(\(message ?? "-"))"
-        case .looped: return "LOOPED"
-        case .tooLong: return "TOO LONG"
+        case .failed(.looped): return "LOOPED"
+        case .failed(.tooLong): return "TOO LONG"
         }
     }
 

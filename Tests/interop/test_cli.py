@@ -153,9 +153,7 @@ def test_raspberry_pi_duplicate_rrq_gets_two_transfers_and_the_abandoned_one_end
     keeper, dropper = RawClient(s), RawClient(s)
     dropper.send(request("hello.txt"))
     assert keeper.download("hello.txt") == b"hello, rack\n"
-    deadline = time.time() + 5
-    while time.time() < deadline and "timed out" not in s.log_text():
-        time.sleep(0.05)
+    s.log_lines("timed out", timeout=5)
     lines = [l for l in s.log_text().splitlines() if 'RRQ' in l and 'hello.txt' in l and 'bytes=' in l]
     assert len(lines) == 2
     assert any(l.endswith(": ok") for l in lines) and any("timed out" in l for l in lines)

@@ -118,20 +118,13 @@ def start_upload(server, name):
     return c
 
 
-def wait_for(server, text, seconds=5):
-    deadline = time.time() + seconds
-    while time.time() < deadline and text not in server.log_text():
-        time.sleep(0.05)
-    return text in server.log_text()
-
-
 ORIGINAL = ["empty.bin", "exact-512.bin", "hello.txt", "one-mib.bin", "text.txt"]
 
 
 def test_a_silent_uploader_times_out_and_leaves_nothing_behind(serve, root):
     s = serve("-c", "-T", "100000", "--retries", "2")
     c = start_upload(s, "half.bin")
-    assert wait_for(s, "timed out")
+    assert s.log_lines("timed out", timeout=5)
     assert sorted(os.listdir(root)) == ORIGINAL
     c.close()
 
@@ -140,7 +133,7 @@ def test_a_vanished_uploader_leaves_nothing_behind(serve, root):
     s = serve("-c", "-T", "100000", "--retries", "2")
     start_upload(s, "half.bin").close()
     # The next retransmission meets a closed port (ICMP): the transfer ends at once.
-    assert wait_for(s, "client port unreachable")
+    assert s.log_lines("client port unreachable", timeout=5)
     assert sorted(os.listdir(root)) == ORIGINAL
 
 
@@ -231,7 +224,7 @@ def test_kill_9_mid_upload_keeps_the_old_file_and_the_next_start_cleans_up(serve
     assert len(leftovers) == 1 and (root / leftovers[0]).stat().st_size == 512
     # The next start removes it...
     other = serve("-c")
-    assert wait_for(other, "removed 1 temporary files of interrupted uploads")
+    assert other.log_lines("removed 1 temporary files of interrupted uploads", timeout=5)
     assert not [p for p in os.listdir(root) if p.startswith(".stampede-upload-")]
     # ...but never the temporary of an upload running in another server on the same root.
     live = start_upload(other, "live.bin")
