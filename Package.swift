@@ -79,7 +79,7 @@ let package = Package(
                           path: "Benchmarks/HotPath",
                           plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]),
 
-        .target(name: "StampedeTestSupport", dependencies: ["StampedeIO", "StampedeServer", "StampedeGlibc", "StampedeURing"],
+        .target(name: "StampedeTestSupport", dependencies: ["StampedeIO", "StampedeServer", "StampedeGlibc", "StampedeURing", log],
                 path: "Tests/StampedeTestSupport"),
         .testTarget(name: "StampedeProtocolTests", dependencies: ["StampedeProtocol"]),
         .testTarget(name: "StampedeServerTests",

@@ -220,9 +220,15 @@ int stampede_transfer_socket(const struct sockaddr_storage *local, const struct 
                              uint16_t port_low, uint16_t port_high, uint32_t seed)
 {
     struct sockaddr_storage bound = *local;
+    int one = 1;
     int fd = socket(local->ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
+    /* An IPv6 socket hears IPv6 alone, as the listeners do; only one bound to an IPv4-mapped
+     * address (a request that came to a dual-stack socket) must hear IPv4. */
+    if (local->ss_family == AF_INET6 && !IN6_IS_ADDR_V4MAPPED(&((const struct sockaddr_in6 *)local)->sin6_addr) &&
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0)
+        return fail_closing(fd);
     if (port_low == 0) {
         set_port(&bound, 0);
         if (bind(fd, (struct sockaddr *)&bound, address_length(&bound)) < 0)

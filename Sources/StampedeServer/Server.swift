@@ -83,6 +83,9 @@ public final class Server<Backend: DatagramBackend> {
         for worker in workers {
             total.transfers += worker.summary.transfers
             total.failed += worker.summary.failed
+            total.refused += worker.summary.refused
+            total.notFound += worker.summary.notFound
+            total.repeated += worker.summary.repeated
             total.unanswered += worker.summary.unanswered
             total.bytes += worker.summary.bytes
             total.backend += worker.backend.statistics

@@ -74,10 +74,17 @@ public enum BusyReply: String, Sendable, CaseIterable {
 
 /// What the worker learned when it ended, for the process exit.
 public struct WorkerSummary: Sendable {
+    /// Transfers that started (a reply went out), and those of them that failed.
     public var transfers = 0
     public var failed = 0
+    /// Requests answered with an ERROR instead of a transfer, and those of them for a file that
+    /// is not there (a PXELINUX configuration search asks for a dozen names, most of them absent).
+    public var refused = 0
+    public var notFound = 0
     /// Requests left unanswered because the server was busy (their clients retry).
     public var unanswered = 0
+    /// Requests dropped as repeats of a running transfer's (a client's resend), or stale ones.
+    public var repeated = 0
     public var bytes = 0
     /// The backends' figures, summed: send failures, segmented sends and their fallbacks.
     public var backend = BackendStatistics()

@@ -2,18 +2,18 @@ import Glibc
 import StampedeIO
 import StampedeProtocol
 
-/// One slot of a worker's session table: a transfer in progress, or a free slot.
-/// Plain data plus what it reads from or writes to; the generation tells a reused slot from its past.
+/// One slot of a worker's session table (`SessionTable`): a transfer in progress, or a free slot.
+/// Plain data plus what it reads from or writes to.
 struct Transfer {
     enum Phase { case free, sending, receiving, dallying }
 
-    var generation: UInt32 = 0
     var phase = Phase.free
-    /// Its own socket, or in single-port mode the listener's (then `replyFrom` is set).
-    var socket: SocketHandle?
+    var socket: TransferSocket?
     var peer = SocketAddress()
-    /// Single-port mode: `socket` is the listener's, and sends go to `peer` from this address.
-    var replyFrom: SocketAddress?
+    /// The request as it arrived: the same bytes again from the same port are a duplicate.
+    var request: [UInt8] = []
+    /// Whether the request asked for tsize (EDK2's size probe does, and ends with ERROR 8).
+    var askedSize = false
     var sender: DataSender?
     var receiver: DataReceiver?
     /// What a download sends; nil for an upload.
@@ -21,6 +21,41 @@ struct Transfer {
     var upload: Upload?
     var optionAck: [UInt8] = []
     var record = TransferRecord()
+
+    /// The client has answered (ACK 0 or DATA 1, or later): it knows this transfer, so a request
+    /// from its port can no longer be the one that started it over.
+    var clientHasAnswered: Bool {
+        sender?.timer.peerHasAnswered ?? receiver?.timer.peerHasAnswered ?? false
+    }
+}
+
+/// The socket a transfer sends from and hears its client on.
+enum TransferSocket: Equatable {
+    /// Its own, on a fresh port, connected to the client: closed when the transfer ends.
+    case own(SocketHandle)
+    /// One of the worker's shared transfer sockets (`SharedSocketPools`): unconnected, so every
+    /// send names the client, from the address the request came to.
+    case shared(SocketHandle, from: SocketAddress)
+    /// The listener the request came to (`--single-port`), from the address it came to.
+    case listener(SocketHandle, from: SocketAddress)
+
+    var handle: SocketHandle {
+        switch self {
+        case .own(let socket), .shared(let socket, _), .listener(let socket, _): socket
+        }
+    }
+
+    /// Where sends come from on an unconnected socket; nil on the transfer's own.
+    var replyFrom: SocketAddress? {
+        switch self {
+        case .own: nil
+        case .shared(_, let local), .listener(_, let local): local
+        }
+    }
+
+    /// A socket other transfers hear on too: its datagrams find their transfer by the client's
+    /// address and port (`SessionTable.slot(of:)`), not by the socket's tag.
+    var isShared: Bool { replyFrom != nil }
 }
 
 /// Where a download's bytes come from.
@@ -29,6 +64,14 @@ enum TransferSource {
     case image(FileImage)
     /// A file too large to cache: each block is read when it is sent.
     case stream(StreamedFile)
+
+    /// The bytes the transfer sends.
+    var size: Int {
+        switch self {
+        case .image(let image): image.count
+        case .stream(let file): file.size
+        }
+    }
 }
 
 /// A file served without an image (over --cache-file-limit or the budget), owning its descriptor.

@@ -4,147 +4,223 @@ import Logging
 import StampedeIO
 import StampedeProtocol
 
-/// RRQ/WRQ on a listener → parse → policy → file cache → negotiation → a transfer slot with its
-/// own socket (docs/ARCHITECTURE.md, "One RRQ, from datagram to DATA"). Every refusal is an ERROR from the listener, sourced
-/// from the address the request was sent to, and a log line.
+/// RRQ/WRQ on a listener → parse → the repeat policy → limits → file cache → negotiation → a
+/// transfer slot and its socket (docs/ARCHITECTURE.md, "One RRQ, from datagram to DATA"). Every
+/// refusal is an ERROR from the listener, sourced from the address the request was sent to, and a
+/// log line.
+
+/// A request on a listener, on its way to becoming a transfer.
+struct IncomingRequest {
+    let peer: SocketAddress
+    /// The address it was sent to: the transfer answers from there.
+    let local: SocketAddress
+    let listener: SocketHandle
+    let request: Request
+    /// Its bytes as they arrived, to tell the same request again from another.
+    let bytes: [UInt8]
+    let kind: WorkerMetrics.Kind
+    /// What the log says of it: `RRQ "name" octet`, and what the rules made of the name.
+    var what: String
+}
+
+/// Why a request does not become a transfer.
+enum RequestRefusal: Error {
+    /// Answered with this ERROR (with silence when it means busy, by default) and logged.
+    case error(TFTPError)
+    /// A repeat of a running transfer's request, or a stale one: dropped, said at debug level.
+    case repeated(String)
+}
+
 extension Worker {
+    /// parse → the repeat policy → shape → limits → file and options → socket → the first reply.
+    /// Every step either returns what the next needs or throws the refusal; what the steps took
+    /// (a place under the limits, an image, an upload's file) is given back on the way out.
     func handleRequest(_ datagram: Datagram, listener index: Int, now: Nanoseconds) {
-        guard index < listeners.count, datagram.error == nil, datagram.peer.port != 0 else { return }
+        guard datagram.error == nil, datagram.peer.port != 0 else { return }
         let listener = listeners[index].socket
-        let request: Request
+        guard let request = parseRequest(datagram, on: listener) else { return }
+        var incoming = IncomingRequest(
+            peer: datagram.peer, local: datagram.local, listener: listener, request: request, bytes: Array(datagram.bytes),
+            kind: request.isWrite ? .write : .read,
+            what: "\(request.isWrite ? "WRQ" : "RRQ") \"\(sanitizedForLog(request.filename))\" \(sanitizedForLog(request.mode.utf8, limit: 16))")
+        do throws(RequestRefusal) {
+            let running = try repeatPolicy(incoming, now: now)
+            let mode = try shape(of: &incoming)
+            // Limits first: a flood over them costs no file lookups.
+            if let busy = admission.admit(incoming.peer) { throw .error(busy) }
+            var transfer = Transfer()
+            do throws(RequestRefusal) {
+                let negotiation = try prepare(&transfer, for: &incoming, mode: mode, now: now)
+                let slot = table.reserve()
+                do throws(RequestRefusal) {
+                    transfer.socket = try transferSocket(for: incoming, slot: slot, negotiation: negotiation, beside: running)
+                } catch {
+                    table.abandon(slot)
+                    throw error
+                }
+                begin(transfer, in: slot, incoming, negotiation, now: now)
+            } catch {
+                release(&transfer)
+                admission.release(incoming.peer)
+                throw error
+            }
+        } catch {
+            refuse(incoming, error)
+        }
+    }
+
+    /// The request a listener's datagram holds; nil when there is none to serve (refused or
+    /// ignored here).
+    func parseRequest(_ datagram: Datagram, on listener: SocketHandle) -> Request? {
         do {
-            request = try Request.parse(datagram.bytes)
+            return try Request.parse(datagram.bytes)
         } catch .notARequest {
             // DATA, ACK and ERROR have no business on the listener: stay silent rather than
             // answer (and amplify) stray or spoofed traffic. Unknown opcodes get ERROR 4.
             guard datagram.bytes.count >= 2 else {
                 logger.info("\(datagram.peer): ignored a \(datagram.bytes.count)-byte packet on the listener")
-                return
+                return nil
             }
             let opcode = UInt16(datagram.bytes[0]) << 8 | UInt16(datagram.bytes[1])
             logger.info("\(datagram.peer): ignored a packet with opcode \(opcode) on the listener")
             if !(3...6).contains(opcode) {
                 refuse(datagram, listener, TFTPError(.illegalOperation, "Illegal TFTP operation"), what: "unknown opcode \(opcode)")
             }
-            return
         } catch {
             refuse(datagram, listener, TFTPError(.illegalOperation, "Illegal TFTP operation"), what: "malformed request (\(error))")
-            return
         }
-        let kind: WorkerMetrics.Kind = request.isWrite ? .write : .read
-        let name = sanitizedForLog(request.filename)
-        var what = "\(request.isWrite ? "WRQ" : "RRQ") \"\(name)\" \(sanitizedForLog(request.mode.utf8, limit: 16))"
-        guard let mode = TransferMode(rawValue: request.mode) else {
-            refuse(datagram, listener, TFTPError(.illegalOperation, "Unsupported mode"), what: what, kind: kind)
-            return
+        return nil
+    }
+
+    /// One policy for a request from a client address and port whose transfer is running: the
+    /// same request again is a duplicate (a resend that arrived late, or crossed our first reply:
+    /// iPXE resends after 250 ms) and is dropped, the transfer goes on; another request supersedes
+    /// the running transfer only if the client never answered it (it started over: a lost first
+    /// reply, a reboot). Another request beside a transfer the client has answered is a transfer
+    /// of its own; returns that running transfer's slot, since the two cannot share the client's
+    /// address and port on one socket (`transferSocket`).
+    func repeatPolicy(_ incoming: IncomingRequest, now: Nanoseconds) throws(RequestRefusal) -> Int? {
+        guard let slot = table.slot(of: incoming.peer) else { return nil }
+        if table[slot].request == incoming.bytes {
+            throw .repeated("a duplicate of the running transfer's request")
+        }
+        guard table[slot].clientHasAnswered else {
+            finish(slot, .superseded, now: now)
+            return nil
+        }
+        return slot
+    }
+
+    /// The mode, and a name no longer than any path.
+    func shape(of incoming: inout IncomingRequest) throws(RequestRefusal) -> TransferMode {
+        guard let mode = TransferMode(rawValue: incoming.request.mode) else {
+            throw .error(TFTPError(.illegalOperation, "Unsupported mode"))
         }
         // No path is longer (PATH_MAX); a longer name costs nothing more, before any rule runs on it.
-        guard request.filename.count <= Request.longestFilename else {
-            refuse(datagram, listener, Errno(ENAMETOOLONG).tftpError,
-                   what: what + " (a name of \(request.filename.count) bytes, more than \(Request.longestFilename))", kind: kind)
-            return
+        let length = incoming.request.filename.count
+        guard length <= Request.longestFilename else {
+            incoming.what += " (a name of \(length) bytes, more than \(Request.longestFilename))"
+            throw .error(Errno(ENAMETOOLONG).tftpError)
         }
-        // Limits first: a flood over them costs no file lookups. The place is given back on every
-        // way out below that does not start the transfer.
-        if let refusal = admission.admit(datagram.peer) {
-            refuse(datagram, listener, refusal, what: what, kind: kind)
-            return
-        }
-        var started = false
-        defer { if !started { admission.release(datagram.peer) } }
+        return mode
+    }
+
+    /// Everything that may refuse a request with an ERROR before the first reply: the remap
+    /// rules, the file (opened and checked, its image taken from the cache) or the upload's
+    /// temporary file, and the options, with an upload's announced size checked against the disk.
+    func prepare(_ transfer: inout Transfer, for incoming: inout IncomingRequest, mode: TransferMode,
+                 now: Nanoseconds) throws(RequestRefusal) -> OptionNegotiation {
+        let request = incoming.request
         var filename = request.filename
         if let rules = configuration.remapRules?.current {
-            switch remap(filename, with: rules, isWrite: request.isWrite, client: datagram.peer) {
+            switch remap(filename, with: rules, isWrite: request.isWrite, client: incoming.peer) {
             case .success(let mapped): filename = mapped
-            case .failure(let refusal):
-                refuse(datagram, listener, refusal, what: what, kind: kind)
-                return
+            case .failure(let refusal): throw .error(refusal)
             }
         }
-        let logName = filename == request.filename ? name : sanitizedForLog(filename)
+        let logName = sanitizedForLog(filename)
         if filename != request.filename {
             // Said at -v, as tftpd-hpa does; the transfer's end line has the rest.
-            what += " remapped to \"\(logName)\""
-            logger.info("\(datagram.peer): \(what)")
+            incoming.what += " remapped to \"\(logName)\""
+            logger.info("\(incoming.peer): \(incoming.what)")
         }
-        var transfer = Transfer()
-        transfer.peer = datagram.peer
+        transfer.peer = incoming.peer
+        transfer.request = incoming.bytes
+        transfer.askedSize = request.options.contains { $0.name.lowercased() == TFTPOption.tsize.rawValue }
         transfer.record = TransferRecord(isWrite: request.isWrite, filename: logName, mode: mode, started: now)
-        let size: Int?
+        var size: Int?
         do throws(TFTPError) {
             if request.isWrite {
                 let upload = try configuration.policy.openForWriting(filename)
                 if mode == .netascii { upload.useNetascii() }
                 transfer.upload = upload
-                size = nil
             } else {
                 let source = try openSource(filename, netascii: mode == .netascii)
                 transfer.source = source.source
                 size = source.size
             }
         } catch {
-            refuse(datagram, listener, error, what: what, kind: kind)
-            return
+            throw .error(error)
         }
-        var largestBlock = maxBlockSize(for: datagram.local)
+        var largestBlock = maxBlockSize(for: incoming.local)
         // Single-port uploads arrive on the listener, in whatever its receive buffers take.
         if configuration.singlePort && request.isWrite { largestBlock = min(largestBlock, backend.largestListenerDatagram - 4) }
         let negotiation = OptionNegotiation(requested: request.options, isWrite: request.isWrite, fileSize: size,
                                             maxBlockSize: largestBlock, limits: configuration.optionLimits)
         transfer.record.options = negotiation.summary
         if let upload = transfer.upload, let announced = negotiation.options.transferSize {
-            do {
-                try upload.announce(announced)
-            } catch {
-                release(&transfer)
-                refuse(datagram, listener, error.tftpError, what: what, kind: kind)
-                return
-            }
+            do { try upload.announce(announced) } catch { throw .error(error.tftpError) }
         }
-        if configuration.singlePort, let running = sharedSessions[datagram.peer] {
-            // Same address and port: the client started over (a lost first reply, a reboot).
-            finish(Int(running), .superseded, now: now)
-        }
-        let slot = allocateSlot()
+        return negotiation
+    }
+
+    /// The socket a transfer runs on: the listener in single-port mode; otherwise one of its own,
+    /// bound to the address the request came to and connected to the client, or, past the
+    /// worker's budget or when the kernel refuses one, a shared one for a read.
+    func transferSocket(for incoming: IncomingRequest, slot: Int, negotiation: OptionNegotiation,
+                        beside running: Int?) throws(RequestRefusal) -> TransferSocket {
         if configuration.singlePort {
-            transfer.socket = listener
-            transfer.replyFrom = datagram.local
-        } else {
-            var local = datagram.local
-            local.port = 0
-            var refusal: Errno?
-            if ownTransferSockets < configuration.ownTransferSocketsPerWorker {
-                do {
-                    // A reader's client sends ACKs and ERRORs; a writer's sends DATA of the negotiated size.
-                    let largest = request.isWrite ? negotiation.options.blockSize + 4 : 516
-                    transfer.socket = try backend.openTransfer(local: local, peer: datagram.peer, ports: configuration.portRange,
-                                                               largestDatagram: largest, tag: tag(of: slot))
-                } catch {
-                    refusal = error
-                }
-            }
-            // Out of descriptors, or of ports on this address: share.
-            let outOfSockets = refusal.map { $0.rawValue == EMFILE || $0.rawValue == ENFILE || $0.rawValue == EADDRINUSE } ?? true
-            if transfer.socket == nil, !request.isWrite, outOfSockets {
-                if let running = sharedSessions[datagram.peer] {
-                    // Same address and port on a shared socket: the client started over.
-                    finish(Int(running), .superseded, now: now)
-                }
-                if let shared = sharedSocket(for: datagram.peer, local: datagram.local) {
-                    transfer.socket = shared
-                    transfer.replyFrom = datagram.local
-                }
-            }
-            guard transfer.socket != nil else {
-                freeSlots.append(Int32(slot))
-                release(&transfer)
-                // EMFILE, ENFILE, ENOBUFS, a full port range: the host is busy, not the request wrong.
-                let reason = refusal.map { "\($0)" } ?? "no transfer socket left"
-                refuse(datagram, listener, TFTPError(.notDefined, "Server out of sockets: \(reason)", busy: true), what: what, kind: kind)
-                return
+            if running != nil { throw .repeated("a stale request from the port of a running transfer") }
+            return .listener(incoming.listener, from: incoming.local)
+        }
+        var local = incoming.local
+        local.port = 0
+        var refusal: Errno?
+        if table.ownCount < configuration.ownTransferSocketsPerWorker {
+            do {
+                // A reader's client sends ACKs and ERRORs; a writer's sends DATA of the negotiated size.
+                let largest = incoming.request.isWrite ? negotiation.options.blockSize + 4 : 516
+                return .own(try backend.openTransfer(local: local, peer: incoming.peer, ports: configuration.portRange,
+                                                     largestDatagram: largest, tag: table.tag(of: slot).rawValue))
+            } catch {
+                refusal = error
             }
         }
-        transfer.generation = table[slot].generation
+        // Out of descriptors, or of ports on this address: share (reads only).
+        let reason: String
+        switch refusal?.rawValue {
+        case nil: reason = "\(table.ownCount) transfers with sockets of their own, the most this worker may hold"
+        case EMFILE?, ENFILE?: reason = "the kernel refused a transfer socket (\(refusal!))"
+        case EADDRINUSE?: reason = "no free port for a transfer socket (\(refusal!))"
+        default:
+            // ENOBUFS and the like: the host is busy, not the request wrong.
+            throw .error(TFTPError(.notDefined, "Server out of sockets: \(refusal!)", busy: true))
+        }
+        guard !incoming.request.isWrite else {
+            throw .error(TFTPError(.notDefined, "Server out of sockets: \(refusal.map { "\($0)" } ?? "no transfer socket left")", busy: true))
+        }
+        if let running, table[running].socket!.isShared {
+            throw .repeated("a stale request from the port of a running transfer")
+        }
+        guard let shared = sharedSocket(for: incoming.peer, local: incoming.local, because: reason) else {
+            throw .error(TFTPError(.notDefined, "Server out of sockets: \(refusal.map { "\($0)" } ?? "no transfer socket left")", busy: true))
+        }
+        return .shared(shared, from: incoming.local)
+    }
+
+    /// The transfer starts: its state machine, its timer, its first reply.
+    func begin(_ transfer: Transfer, in slot: Int, _ incoming: IncomingRequest, _ negotiation: OptionNegotiation, now: Nanoseconds) {
+        var transfer = transfer
         if !negotiation.acknowledged.isEmpty { transfer.optionAck = PacketWriter.optionAck(negotiation.acknowledged) }
         var timer = RetransmitTimer(
             base: negotiation.options.timeoutSeconds.map { Nanoseconds($0) * nanosecondsPerSecond } ?? configuration.retransmitTimeout,
@@ -152,25 +228,23 @@ extension Worker {
         // A negotiated timeout counts once the client has answered: until then, -T's.
         timer.firstAnswerBase = configuration.retransmitTimeout
         // A reader that did not ask for a timeout gets one that follows its round trip.
-        if !request.isWrite, negotiation.options.timeoutSeconds == nil, let floor = configuration.adaptiveTimeoutFloor {
+        if !incoming.request.isWrite, negotiation.options.timeoutSeconds == nil, let floor = configuration.adaptiveTimeoutFloor {
             timer.adapt(floor: floor)
         }
         let options = negotiation.options
-        if request.isWrite {
+        if incoming.request.isWrite {
             transfer.phase = .receiving
             transfer.receiver = DataReceiver(blockSize: options.blockSize, windowSize: options.windowSize,
                                              sendsOptionAck: !transfer.optionAck.isEmpty, timer: timer)
         } else {
             transfer.phase = .sending
-            transfer.sender = DataSender(totalBytes: size ?? 0, blockSize: options.blockSize, windowSize: options.windowSize,
-                                         sendsOptionAck: !transfer.optionAck.isEmpty, timer: timer)
+            transfer.sender = DataSender(totalBytes: transfer.source.map(\.size) ?? 0, blockSize: options.blockSize,
+                                         windowSize: options.windowSize, sendsOptionAck: !transfer.optionAck.isEmpty, timer: timer)
         }
-        table[slot] = transfer
-        if transfer.replyFrom != nil { sharedSessions[datagram.peer] = Int32(slot) }
-        activeTransfers += 1
-        started = true
-        logger.debug("\(datagram.peer): \(what) \(negotiation.summary) accepted on \(listeners[index].address)")
-        if request.isWrite {
+        table.start(transfer, in: slot)
+        if wheel.capacity < table.capacity { wheel.grow(to: table.capacity) }
+        logger.debug("\(incoming.peer): \(incoming.what) \(negotiation.summary) accepted on \(incoming.local)")
+        if incoming.request.isWrite {
             let reply = table[slot].receiver!.start(now: now)
             sendReply(slot, reply)
             scheduleTimer(slot)
@@ -224,35 +298,52 @@ extension Worker {
         transfer = Transfer()
     }
 
+    /// A request that does not become a transfer: a repeat is dropped and said at debug level;
+    /// a refusal is answered and logged (`refuse(_:_:_:what:kind:)`).
+    func refuse(_ incoming: IncomingRequest, _ refusal: RequestRefusal) {
+        switch refusal {
+        case .repeated(let why):
+            metrics.countRequest(incoming.kind, .duplicate)
+            summary.repeated += 1
+            logger.debug("\(incoming.peer): \(incoming.what): ignored, \(why)")
+        case .error(let error):
+            refuse(error, to: incoming.peer, from: incoming.local, on: incoming.listener, what: incoming.what, kind: incoming.kind)
+        }
+    }
+
+    func refuse(_ datagram: Datagram, _ listener: SocketHandle, _ error: TFTPError, what: String,
+                kind: WorkerMetrics.Kind = .invalid) {
+        refuse(error, to: datagram.peer, from: datagram.local, on: listener, what: what, kind: kind)
+    }
+
     /// Answers a request that does not become a transfer with its ERROR, and logs it. A busy
     /// server (`TFTPError.isBusy`) answers nothing by default: a firmware that gets ERROR 0 fails
     /// its boot, one that hears nothing sends its request again a few seconds later.
-    func refuse(_ datagram: Datagram, _ listener: SocketHandle, _ error: TFTPError, what: String,
-                kind: WorkerMetrics.Kind = .invalid) {
+    func refuse(_ error: TFTPError, to peer: SocketAddress, from local: SocketAddress, on listener: SocketHandle,
+                what: String, kind: WorkerMetrics.Kind) {
         metrics.countRequest(kind, WorkerMetrics.Result(error))
         if error.isBusy && configuration.whenBusy == .silence {
             unanswered.note(error.message, now: stampede_monotonic_ns())
             summary.unanswered += 1
-            logger.debug("\(datagram.peer): \(what): unanswered, busy: \(error.message)")
+            logger.debug("\(peer): \(what): unanswered, busy: \(error.message)")
             return
         }
         let count = PacketWriter.error(error.code.rawValue, message: error.message, into: scratch)
-        backend.send(listener, to: datagram.peer, from: datagram.local,
-                     packet: UnsafeRawBufferPointer(rebasing: scratch[..<count]))
+        backend.send(listener, to: peer, from: local, packet: UnsafeRawBufferPointer(rebasing: scratch[..<count]))
         metrics.add(.bytesSent, count)
-        summary.transfers += 1
-        summary.failed += 1
+        summary.refused += 1
+        if error.code == .fileNotFound { summary.notFound += 1 }
         // A remap rule's message carries the client's name (\0, \1...): sanitised like every name.
         let message = sanitizedForLog(error.message.utf8)
         if configuration.logFormat == .json {
             logger.warning("refused", metadata: [
-                "event": "refused", "client": "\(datagram.peer)", "request": "\(kind.label)", "what": "\(what)",
+                "event": "refused", "client": "\(peer)", "request": "\(kind.label)", "what": "\(what)",
                 "error_code": .stringConvertible(Int(error.code.rawValue)), "error": "\(message)",
                 "outcome": "\(WorkerMetrics.Result(error).label)",
             ])
             return
         }
-        logger.warning("\(datagram.peer): \(what): refused: error \(error.code.rawValue) \"\(message)\"")
+        logger.warning("\(peer): \(what): refused: error \(error.code.rawValue) \"\(message)\"")
     }
 
     /// The largest blksize that crosses this address's interface unfragmented (reference quirk 4):

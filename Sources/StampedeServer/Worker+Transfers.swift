@@ -6,11 +6,6 @@ import StampedeProtocol
 /// Datagrams on transfer sockets → the transfer's state machine → sends and timer changes
 /// (docs/ARCHITECTURE.md, "One RRQ, from datagram to DATA"). Nothing here allocates per packet.
 extension Worker {
-    func handleTransferDatagram(_ datagram: Datagram, now: Nanoseconds) {
-        guard let slot = slot(forTag: datagram.tag) else { return } // a slot's late arrivals
-        handleTransferDatagram(datagram, slot: slot, now: now)
-    }
-
     func handleTransferDatagram(_ datagram: Datagram, slot: Int, now: Nanoseconds) {
         if let error = datagram.error {
             // ECONNREFUSED: the client's port is closed (a Raspberry Pi dropped one of its two
@@ -178,8 +173,9 @@ extension Worker {
                                             into: UnsafeMutableRawBufferPointer(rebasing: scratch[(4 * (block - start))...]))
             }
             let bytes = sender.range(ofBlock: start).lowerBound..<sender.range(ofBlock: end - 1).upperBound
-            backend.sendWindow(table[slot].socket!, to: table[slot].replyFrom == nil ? nil : table[slot].peer,
-                               from: table[slot].replyFrom, headers: UnsafeRawBufferPointer(rebasing: scratch[..<(4 * (end - start))]),
+            let socket = table[slot].socket!
+            backend.sendWindow(socket.handle, to: socket.isShared ? table[slot].peer : nil, from: socket.replyFrom,
+                               headers: UnsafeRawBufferPointer(rebasing: scratch[..<(4 * (end - start))]),
                                payload: image.slice(bytes), blockSize: sender.blockSize)
             metrics.add(.bytesSent, 4 * (end - start) + bytes.count)
             start = end
@@ -205,13 +201,14 @@ extension Worker {
         }
     }
 
-    /// On the transfer's own connected socket, or in single-port mode from the listener to the peer.
+    /// On the transfer's own connected socket, or from a shared one (or the listener) to the client.
     func transmit(_ slot: Int, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
         metrics.add(.bytesSent, header.count + payload.count)
-        if let local = table[slot].replyFrom {
-            backend.send(table[slot].socket!, to: table[slot].peer, from: local, header: header, payload: payload)
+        let socket = table[slot].socket!
+        if let local = socket.replyFrom {
+            backend.send(socket.handle, to: table[slot].peer, from: local, header: header, payload: payload)
         } else {
-            backend.send(table[slot].socket!, header: header, payload: payload)
+            backend.send(socket.handle, header: header, payload: payload)
         }
     }
 

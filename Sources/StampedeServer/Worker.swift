@@ -25,23 +25,15 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     let index: Int
     var logger: Logger
 
-    var table: [Transfer] = []
-    var freeSlots: [Int32] = []
+    let table = SessionTable(capacity: 1024)
     var wheel: TimerWheel
     var expired: [Int32] = []
     var listeners: [(socket: SocketHandle, address: SocketAddress)] = []
-    /// Transfers on a shared socket (the listener in single-port mode, else the shared transfer
-    /// sockets), by client address and port.
-    var sharedSessions: [SocketAddress: Int32] = [:]
-    /// Shared transfer sockets, IPv4 then IPv6 (`Worker+SharedSockets.swift`).
-    var sharedSockets: [[SocketHandle]] = [[], []]
-    var sharedSocketsOpened = 0
-    var sharedSocketsIdleSince: Nanoseconds?
-    /// Transfers with a socket of their own: all but the shared ones (outside single-port mode).
-    var ownTransferSockets: Int { activeTransfers - sharedSessions.count }
+    /// Shared transfer sockets (`Worker+SharedSockets.swift`).
+    var sharedSockets = SharedSocketPools()
     /// False once stopping: single-port listeners stay open for the transfers still running.
     var accepting = true
-    public internal(set) var activeTransfers = 0
+    public var activeTransfers: Int { table.count }
     public internal(set) var summary = WorkerSummary()
     /// Requests left unanswered while busy, logged as one line a second.
     var unanswered = UnansweredRequests()
@@ -54,8 +46,6 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     /// Headers, stream reads and netascii decoding.
     let scratch: UnsafeMutableRawBufferPointer
     var mtuCache: [SocketAddress: (blockSize: Int, expires: Nanoseconds)] = [:]
-
-    static var listenerBit: UInt64 { 1 << 63 }
 
     /// `admission`, `fileLabels`: shared with the other workers (nil: this worker's own).
     public init(backend: Backend, configuration: ServerConfiguration, cache: FileCache, index: Int,
@@ -72,7 +62,6 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         self.scratch = .allocate(byteCount: 65536 + 16, alignment: 16)
         retiredImages.reserveCapacity(1024)
         expired.reserveCapacity(1024)
-        grow(to: 1024)
         // Before the first turn too: a scrape (and the exporter's making) sees the backend's figures.
         publishMetrics(now: stampede_monotonic_ns())
     }
@@ -101,7 +90,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         }
     }
 
-    private var nextListenerTag: UInt64 { Self.listenerBit | UInt64(listeners.count) }
+    private var nextListenerTag: UInt64 { Tag.listener(listeners.count).rawValue }
 
     /// Records a listener under the address it is bound to (`fallback` if the kernel does not say).
     private func addListener(_ socket: SocketHandle, else fallback: SocketAddress) -> SocketAddress {
@@ -134,8 +123,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
             turn(now: now, maxWait: 500_000_000)
         }
         closeListeners()
-        for socket in sharedSockets.joined() { backend.close(socket) }
-        sharedSockets = [[], []]
+        for socket in sharedSockets.removeAll() { backend.close(socket) }
         reportUnanswered(now: stampede_monotonic_ns(), force: true)
         _ = backend.poll(deadline: stampede_monotonic_ns())
         retiredImages.removeAll(keepingCapacity: true)
@@ -169,24 +157,58 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         for i in 0..<count {
             let datagram = backend.datagram(i)
             metrics.add(.bytesReceived, datagram.bytes.count)
-            if datagram.tag & Self.listenerBit != 0 {
-                if !sharedSessions.isEmpty, let slot = sharedSessions[datagram.peer], !Request.isRequest(datagram.bytes) {
-                    handleTransferDatagram(datagram, slot: Int(slot), now: arrival)
-                } else if accepting {
-                    handleRequest(datagram, listener: Int(datagram.tag & 0xFFFF), now: arrival)
-                }
-            } else if datagram.tag & Self.sharedBit != 0 {
-                handleSharedDatagram(datagram, now: arrival)
-            } else {
-                handleTransferDatagram(datagram, now: arrival)
+            switch route(datagram) {
+            case .request(let listener): handleRequest(datagram, listener: listener, now: arrival)
+            case .transfer(let slot): handleTransferDatagram(datagram, slot: slot, now: arrival)
+            case .stranger(let socket): answerStranger(datagram, on: socket)
+            case .drop: break
             }
+        }
+    }
+
+    /// Where a datagram goes (docs/ARCHITECTURE.md, "Routing"), by the tag of the socket it came
+    /// to and, for a socket transfers share, by the client's address and port.
+    enum Route: Equatable {
+        /// A request, or what is to be answered as one, on this listener.
+        case request(listener: Int)
+        /// The running transfer in this slot.
+        case transfer(Int)
+        /// On a shared transfer socket from no transfer's client: ERROR 5.
+        case stranger(SocketHandle)
+        /// Nothing to do: a late datagram of an ended transfer or a closed socket, a request to a
+        /// worker that is stopping.
+        case drop
+    }
+
+    func route(_ datagram: Datagram) -> Route {
+        switch Tag(rawValue: datagram.tag).kind {
+        case .listener(let index)?:
+            guard index < listeners.count else { return .drop }
+            // Single-port mode alone runs transfers on the listener: only there may a datagram to
+            // port 69 reach one, and only one running on this very listener.
+            if configuration.singlePort, !Request.isRequest(datagram.bytes), let slot = table.slot(of: datagram.peer),
+               case .listener(let socket, _)? = table[slot].socket, socket == listeners[index].socket {
+                return .transfer(slot)
+            }
+            return accepting ? .request(listener: index) : .drop
+        case .shared(let pool, let index)?:
+            guard let socket = sharedSockets.socket(pool: pool, index: index) else { return .drop }
+            if let slot = table.slot(of: datagram.peer), let own = table[slot].socket, own.isShared, own.handle == socket {
+                return .transfer(slot)
+            }
+            return .stranger(socket)
+        case .transfer?:
+            guard let slot = table.slot(for: Tag(rawValue: datagram.tag)) else { return .drop }
+            return .transfer(slot)
+        case nil:
+            return .drop
         }
     }
 
     /// What this turn counted, for the scrape (`WorkerMetrics`).
     func publishMetrics(now: Nanoseconds) {
         metrics.set(.transfersRunning, activeTransfers)
-        metrics.set(.transfersOnSharedSockets, sharedSessions.count)
+        metrics.set(.transfersOnSharedSockets, table.sharedCount)
         metrics.set(.lastTurn, Int(now))
         metrics.setBackend(backend.statistics)
         metrics.publish()
@@ -222,58 +244,21 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     }
 
     func abortAll(now: Nanoseconds) {
-        for slot in table.indices where table[slot].phase != .free {
+        for slot in table.running {
             sendError(slot, TFTPError(.notDefined, "Server shutting down"))
             finish(slot, .shutdown, now: now)
         }
     }
 
-    // MARK: Session table
-
-    func grow(to capacity: Int) {
-        let old = table.count
-        guard capacity > old else { return }
-        table += repeatElement(Transfer(), count: capacity - old)
-        freeSlots.reserveCapacity(capacity)
-        for slot in (old..<capacity).reversed() { freeSlots.append(Int32(slot)) }
-        wheel.grow(to: capacity)
-    }
-
-    func allocateSlot() -> Int {
-        if freeSlots.isEmpty { grow(to: table.count * 2) }
-        return Int(freeSlots.removeLast())
-    }
-
-    /// The tag a transfer socket of `slot` is opened with: the slot and its generation, so that a
-    /// reused slot never takes its predecessor's late datagrams (`slot(forTag:)`).
-    func tag(of slot: Int) -> UInt64 {
-        UInt64(table[slot].generation & 0x7FFF_FFFF) << 32 | UInt64(slot)
-    }
-
-    func slot(forTag tag: UInt64) -> Int? {
-        let slot = Int(tag & 0xFFFF_FFFF)
-        guard slot < table.count, table[slot].phase != .free,
-              table[slot].generation & 0x7FFF_FFFF == UInt32(tag >> 32) else { return nil }
-        return slot
-    }
-
-    /// Ends a transfer: one log line, the socket closed, the image released after the flush.
+    /// Ends a transfer: one log line, its own socket closed, the image released after the flush.
     func finish(_ slot: Int, _ outcome: Outcome, now: Nanoseconds) {
         log(slot, outcome, now: now)
         wheel.cancel(slot)
-        if table[slot].replyFrom != nil {
-            sharedSessions[table[slot].peer] = nil
-        } else if let socket = table[slot].socket {
-            backend.close(socket)
-        }
-        if case .image(let image) = table[slot].source { retiredImages.append(image) }
-        table[slot].upload?.abort()
-        admission.release(table[slot].peer)
-        let generation = table[slot].generation &+ 1
-        table[slot] = Transfer()
-        table[slot].generation = generation
-        freeSlots.append(Int32(slot))
-        activeTransfers -= 1
+        let transfer = table.end(slot)
+        if case .own(let socket)? = transfer.socket { backend.close(socket) }
+        if case .image(let image) = transfer.source { retiredImages.append(image) }
+        transfer.upload?.abort()
+        admission.release(transfer.peer)
     }
 
     func log(_ slot: Int, _ outcome: Outcome, now: Nanoseconds) {

@@ -69,8 +69,11 @@ public final class WorkerMetrics: @unchecked Sendable {
         /// The server could not do it: disk full, a read error, no socket for another reason.
         case serverError
         case shutdown
-        /// Single-port mode and shared sockets: the same client port asked again.
+        /// A new request from the client's port before it answered: the client started over.
         case superseded
+        /// The running transfer's request again (a client's resend), or a stale request from its
+        /// port: dropped, the transfer goes on.
+        case duplicate
 
         public var label: String {
             switch self {
@@ -87,6 +90,7 @@ public final class WorkerMetrics: @unchecked Sendable {
             case .serverError: "server_error"
             case .shutdown: "shutdown"
             case .superseded: "superseded"
+            case .duplicate: "duplicate"
             }
         }
 

@@ -14,6 +14,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BINARY = Path(os.environ.get("STAMPEDE_BIN", REPO / ".build" / "release" / "stampede"))
+# The servers the tests start, from another build if asked (to show a test fails on an older
+# server while the clients, get and storm, stay this build's).
+SERVER_BINARY = Path(os.environ.get("STAMPEDE_SERVER_BIN", BINARY))
 
 
 def external_commands(variables=("TEST_COMMANDS", "BENCH_COMMANDS")):
@@ -58,7 +61,7 @@ class Server:
         self.log_path = root.parent / f"server-{self.port}.log"
         address = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
         # `prefix`: run inside something, as `ip netns exec NAME` for a lossy network.
-        self.argv = [*prefix, str(BINARY), "-l", "-L", "-a", address, "-v", "--backend", backend, *args, str(root)]
+        self.argv = [*prefix, str(SERVER_BINARY), "-l", "-L", "-a", address, "-v", "--backend", backend, *args, str(root)]
         self.log = open(self.log_path, "w")
         self.process = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
         self.wait_ready()
@@ -98,6 +101,27 @@ class Server:
         """User + system CPU of the server process so far (all its threads)."""
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def udp_sockets(self) -> list:
+        """The local (address, port) of every UDP socket the server holds, from /proc/net/udp{,6}."""
+        inodes = set()
+        for fd in os.listdir(f"/proc/{self.process.pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{self.process.pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        found = []
+        for table, family in (("udp", socket.AF_INET), ("udp6", socket.AF_INET6)):
+            for line in Path(f"/proc/{self.process.pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[9] not in inodes:
+                    continue
+                address, port = fields[1].split(":")
+                raw = bytes.fromhex(address)
+                # /proc prints each 32-bit word in host order.
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                found.append((socket.inet_ntop(family, raw), int(port, 16)))
+        return found
 
     def fd_count(self) -> int:
         return len(os.listdir(f"/proc/{self.process.pid}/fd"))

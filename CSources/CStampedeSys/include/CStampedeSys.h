@@ -68,8 +68,9 @@ int stampede_segmentation_refused(int error);
 int stampede_listener_socket(const struct sockaddr_storage *address, int receive_buffer);
 
 /* A transfer socket: bound to `local` (port 0, or the first free port of lo..hi starting at a
- * point picked from `seed`), connected to `peer` (NULL: left unconnected, a client's socket that
- * hears the server's reply from a port not yet known), non-blocking. Returns the fd. */
+ * point picked from `seed`), connected to `peer` (NULL: left unconnected, a shared transfer
+ * socket, or a client's socket that hears the server's reply from a port not yet known),
+ * non-blocking, IPV6_V6ONLY unless `local` is an IPv4-mapped address. Returns the fd. */
 int stampede_transfer_socket(const struct sockaddr_storage *local, const struct sockaddr_storage *peer,
                              uint16_t port_low, uint16_t port_high, uint32_t seed);
 

@@ -1,0 +1,51 @@
+import CStampedeSys
+import Glibc
+import StampedeIO
+import StampedeProtocol
+
+/// A backend with no sockets: the test plays the network.
+final class FakeBackend: DatagramBackend {
+    let description = "fake"
+    var tags: [UInt64] = []
+    var closed: Set<SocketHandle> = []
+    var sent: [(socket: SocketHandle, bytes: [UInt8], to: SocketAddress?)] = []
+    var inbox: [(tag: UInt64, bytes: [UInt8], peer: SocketAddress, local: SocketAddress)] = []
+    var delivered: [(tag: UInt64, bytes: [UInt8], peer: SocketAddress, local: SocketAddress)] = []
+    var statistics = BackendStatistics()
+    var socketCount: Int { tags.count - closed.count }
+    var largestDatagram: Int { 65536 }
+    var largestListenerDatagram: Int { 2048 }
+
+    func open(_ tag: UInt64) -> SocketHandle {
+        tags.append(tag)
+        return SocketHandle(Int32(tags.count - 1))
+    }
+    func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle { open(tag) }
+    func adoptListener(_ socket: consuming Descriptor, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle { open(tag) }
+    /// What `openTransfer` throws, as a kernel out of descriptors or ports would.
+    var transferSocketError: Errno?
+    func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?, largestDatagram: Int,
+                      tag: UInt64) throws(Errno) -> SocketHandle {
+        if let transferSocketError { throw transferSocketError }
+        return open(tag)
+    }
+    func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> SocketHandle { open(tag) }
+    func localAddress(of socket: SocketHandle) -> SocketAddress? { nil }
+    func close(_ socket: SocketHandle) { closed.insert(socket) }
+    func send(_ socket: SocketHandle, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
+        sent.append((socket, Array(header) + Array(payload), nil))
+    }
+    func send(_ socket: SocketHandle, to peer: SocketAddress, from local: SocketAddress?,
+              header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
+        sent.append((socket, Array(header) + Array(payload), peer))
+    }
+    func poll(deadline: Nanoseconds?) -> Int {
+        delivered = inbox
+        inbox = []
+        return delivered.count
+    }
+    func datagram(_ index: Int) -> Datagram {
+        let d = delivered[index]
+        return d.bytes.withUnsafeBytes { Datagram(tag: d.tag, bytes: $0, peer: d.peer, local: d.local) }
+    }
+}
