@@ -26,6 +26,7 @@ public final class MetricsExporter: Sendable {
     private let workers: [WorkerMetrics]
     private let cache: FileCache
     private let fileLabels: FileLabels
+    private let process: ProcessFigures
     /// One scrape (or drain) at a time; never taken by a worker.
     private let state: Mutex<State>
 
@@ -44,12 +45,15 @@ public final class MetricsExporter: Sendable {
     public static let durationBuckets: [Duration] = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300]
         .map { Duration.milliseconds(Int64($0 * 1000)) }
 
-    public init(workers: [WorkerMetrics], cache: FileCache, fileLabels: FileLabels, build: BuildInfo) {
+    /// `process`: opened before `-s` and `-u` (`ProcessFigures`).
+    public init(workers: [WorkerMetrics], cache: FileCache, fileLabels: FileLabels, build: BuildInfo,
+                process: ProcessFigures = ProcessFigures()) {
         let registry = PrometheusCollectorRegistry()
         self.registry = registry
         self.workers = workers
         self.cache = cache
         self.fileLabels = fileLabels
+        self.process = process
 
         typealias Read = @Sendable ([WorkerMetrics], FileCache.Statistics) -> Int
         var counters: [(Counter, Read, Int)] = []
@@ -162,8 +166,8 @@ public final class MetricsExporter: Sendable {
                 state.cpu.increment(by: cpu - state.cpuSeconds)
                 state.cpuSeconds = cpu
             }
-            state.process.resident.set(Int64(Self.residentBytes()))
-            state.process.openDescriptors.set(Int64(Self.openDescriptors()))
+            state.process.resident.set(Int64(process.residentBytes))
+            state.process.openDescriptors.set(Int64(process.openDescriptors))
             var limit = rlimit()
             getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
             state.process.maxDescriptors.set(Int64(clamping: limit.rlim_cur))
@@ -192,29 +196,6 @@ public final class MetricsExporter: Sendable {
                 state.durations[key]!.recordNanoseconds(entry.nanoseconds)
             }
         }
-    }
-
-    /// /proc/self/statm's second field (resident pages), in bytes.
-    static func residentBytes() -> Int {
-        let fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return 0 }
-        defer { close(fd) }
-        var buffer = [UInt8](repeating: 0, count: 128)
-        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        guard count > 0 else { return 0 }
-        let fields = buffer[..<count].split(separator: UInt8(ascii: " "))
-        guard fields.count > 1, let pages = Int(String(decoding: fields[1], as: UTF8.self)) else { return 0 }
-        return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
-    }
-
-    static func openDescriptors() -> Int {
-        guard let directory = opendir("/proc/self/fd") else { return 0 }
-        defer { closedir(directory) }
-        var count = 0
-        while let entry = readdir(directory) {
-            if entry.pointee.d_name.0 != CChar(UInt8(ascii: ".")) { count += 1 }
-        }
-        return count - 1  // the directory's own descriptor
     }
 }
 

@@ -104,8 +104,11 @@ struct TransferRecord {
 /// How a transfer ended.
 enum Outcome: Equatable {
     case completed
-    /// The client answered our OACK with an ERROR (the UEFI tsize probe): not a failure.
-    case endedByClientAfterOptionAck(code: UInt16)
+    /// The client read the OACK's tsize and ended with ERROR 8 (EDK2's size probe): not a failure.
+    case sizeProbe
+    /// The client answered ERROR 5: it runs another transfer for the same request (sent twice,
+    /// from two ports) and refuses this one. Not a failure.
+    case refusedAsDuplicate
     case clientError(code: UInt16, message: String)
     /// GRUB closed the file early (ERROR 0 "closed": it read a header, or seeks back and opens it
     /// again): what it wanted, not a failure.
@@ -120,7 +123,7 @@ enum Outcome: Equatable {
 
     var isFailure: Bool {
         switch self {
-        case .completed, .endedByClientAfterOptionAck, .closedByClient, .superseded: return false
+        case .completed, .sizeProbe, .refusedAsDuplicate, .closedByClient, .superseded: return false
         default: return true
         }
     }
@@ -129,7 +132,8 @@ enum Outcome: Equatable {
     var result: WorkerMetrics.Result {
         switch self {
         case .completed: .served
-        case .endedByClientAfterOptionAck: .probe
+        case .sizeProbe: .probe
+        case .refusedAsDuplicate: .duplicate
         case .closedByClient: .closedByClient
         case .clientError: .clientError
         case .socketError(let error) where error.meansPeerUnreachable: .unreachable
@@ -144,7 +148,8 @@ enum Outcome: Equatable {
     var text: String {
         switch self {
         case .completed: return "ok"
-        case .endedByClientAfterOptionAck(let code): return "ended by client after OACK (error \(code))"
+        case .sizeProbe: return "ended by client after OACK (error 8): a size probe"
+        case .refusedAsDuplicate: return "refused by the client (error 5): a duplicate of a transfer it runs"
         case .clientError(let code, let message): return "client error \(code) \"\(message)\""
         case .closedByClient: return "closed early by the client"
         case .socketError(let error) where error.rawValue == ECONNREFUSED: return "client port unreachable"

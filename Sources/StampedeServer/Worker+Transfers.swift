@@ -24,10 +24,14 @@ extension Worker {
         case .data(let block, let payload) where table[slot].receiver != nil:
             receiveData(slot, block: block, payload: payload, now: now)
         case .error(let code, let message):
-            let beforeData = (table[slot].sender.map { $0.sentThrough == 0 } ?? false) && !table[slot].optionAck.isEmpty
-            if beforeData {
+            let afterOptionAck = (table[slot].sender.map { $0.sentThrough == 0 } ?? false) && !table[slot].optionAck.isEmpty
+            if afterOptionAck && code == ErrorCode.optionNegotiation.rawValue && table[slot].askedSize {
                 // The UEFI size probe: RRQ with tsize, read the OACK, answer ERROR 8, ask again.
-                finish(slot, .endedByClientAfterOptionAck(code: code), now: now)
+                finish(slot, .sizeProbe, now: now)
+            } else if code == ErrorCode.unknownTransferID.rawValue {
+                // The client runs another transfer for this request (it sent the request twice,
+                // from two ports) and refuses this one's packets.
+                finish(slot, .refusedAsDuplicate, now: now)
             } else if code == 0 && message.prefix(while: { $0 != 0 }).elementsEqual("closed".utf8) {
                 finish(slot, .closedByClient, now: now)
             } else {
@@ -48,7 +52,9 @@ extension Worker {
             finish(slot, .serverError(TFTPError(.illegalOperation, "oversized DATA")), now: now)
             return
         }
+        let resends = table[slot].receiver!.retransmits
         let receipt = table[slot].receiver!.receiveData(block, length: payload.count, now: now)
+        metrics.add(.retransmissions, table[slot].receiver!.retransmits - resends)
         if table[slot].phase == .dallying {
             sendReply(slot, receipt.reply) // our final ACK was lost: say it again, keep the dally timer
             return

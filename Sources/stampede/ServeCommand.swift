@@ -4,6 +4,7 @@ import Glibc
 import Logging
 import StampedeGlibc
 import StampedeIO
+import StampedeMetrics
 import StampedeProtocol
 import StampedeServer
 import StampedeURing
@@ -242,9 +243,10 @@ struct ServeCommand: ParsableCommand {
         case .failure(let error): logger.warning("could not raise the open file limit: \(error)")
         }
 
-        // Resolved before -s: a chroot has no /etc/passwd (nor /run/systemd/notify).
+        // Resolved before -s: a chroot has no /etc/passwd (nor /run/systemd/notify, nor /proc).
         let account = try lookUpUser()
         let notifier = SystemdNotifier()
+        let processFigures = metrics == nil ? nil : ProcessFigures()
         let rootFD: Int32
         do { rootFD = try AccessPolicy.openRoot(root) } catch { throw failure("cannot open \(root): \(error)") }
         if secure {
@@ -301,7 +303,7 @@ struct ServeCommand: ParsableCommand {
         if backend == "uring" && !useURing { throw failure("--backend uring: \(reason)") }
         let serving = ServerStartup(configuration: configuration, workerCount: workerCount, cache: cache, account: account,
                               root: root, secure: secure, detached: detached, metrics: metrics.flatMap(MetricsAddress.init),
-                              notifier: notifier, command: self)
+                              processFigures: processFigures, notifier: notifier, command: self)
         let segmentation = !noSegmentation
         if useURing {
             var ring = URingBackend.Configuration()

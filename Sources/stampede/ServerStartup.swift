@@ -24,6 +24,8 @@ struct ServerStartup {
     }
     let detached: Detached?
     let metrics: MetricsAddress?
+    /// Opened before -s and -u, when there are metrics.
+    let processFigures: ProcessFigures?
     let notifier: SystemdNotifier?
     let command: ServeCommand
 
@@ -43,7 +45,8 @@ struct ServerStartup {
         // Bound as the starting user (a port below 1024 needs root), served on a thread of its own.
         let listener = try metrics.map { address in
             let exporter = MetricsExporter(workers: server.workers.map(\.metrics), cache: cache, fileLabels: server.fileLabels,
-                                           build: buildInfo(backendName, server.workers[0].backend))
+                                           build: buildInfo(backendName, server.workers[0].backend),
+                                           process: processFigures ?? ProcessFigures())
             exporter.bootstrapMetricsSystem()
             do {
                 return try MetricsListener(host: address.host, port: address.port, exporter: exporter)

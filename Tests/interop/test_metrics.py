@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BINARY, REPO, free_udp_port, run
+from tftpwire import RawClient, data, error, request
 
 
 def metrics_url(server) -> str:
@@ -348,3 +349,66 @@ def test_the_grafana_dashboard_asks_only_for_metrics_the_server_exposes(serve, r
         assert wanted in titles
     names = {re.sub(r"_(bucket|sum|count)$", "", n) for e in expressions for n in re.findall(r"\b((?:stampede|process)_\w+)", e)}
     assert names and names <= exposed, names - exposed
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="LOUD SKIP: chroot and user switching need root")
+def test_process_figures_are_read_under_chroot_and_another_user(serve, root):
+    """Issue 21, defect 6: under -s (the shipped unit's default) /proc was opened after the chroot,
+    and both process figures read 0."""
+    s = serve("-s", "-u", "nobody", "--metrics", "127.0.0.1:0")
+    values = samples(scrape(metrics_url(s)))
+    assert values["process_resident_memory_bytes"] > 1 << 20
+    # Listeners, the io_uring ring or epoll, the root, the metrics listener and its loop: more than 5.
+    assert values["process_open_fds"] > 5
+    assert abs(values["process_open_fds"] - s.fd_count()) <= 2
+
+
+def test_each_end_of_a_transfer_is_counted_as_what_it_was(serve, root):
+    """Issue 21, defect 6: any client ERROR after an OACK counted as a size probe; upload re-ACKs
+    were not retransmissions."""
+    root.chmod(0o777)
+    s = serve("--metrics", "127.0.0.1:0", "-c")
+    url = metrics_url(s)
+
+    def ended_after_oack(options, code, message=""):
+        client = RawClient(s)
+        reply, tid = client.exchange(request("one-mib.bin", options=options))
+        assert reply[0] == "OACK", reply
+        client.send(error(code, message), tid)
+        client.close()
+
+    ended_after_oack((("tsize", "0"), ("blksize", "1468")), 8)  # EDK2's size probe
+    ended_after_oack((("blksize", "1468"),), 8)                 # refused options, no size asked: the client's error
+    ended_after_oack((("tsize", "0"),), 0, "abort")             # a client that gave up
+    ended_after_oack((("tsize", "0"),), 5, "Unknown transfer ID")  # the client runs another transfer of it
+    # An upload whose client sends DATA 1 twice: the second gets ACK 1 again, a retransmission.
+    writer = RawClient(s)
+    reply, tid = writer.exchange(request("up.bin", write=True))
+    assert reply == ("ACK", (0, b"")), reply
+    for _ in range(2):
+        writer.send(data(1, b"x" * 512), tid)
+        assert writer.receive() == (("ACK", (1, b"")), tid)
+    writer.send(data(2, b"end"), tid)
+    assert writer.receive() == (("ACK", (2, b"")), tid)
+    writer.close()
+    time.sleep(0.3)
+    values = samples(scrape(url))
+    assert total(values, "stampede_requests_total", request="rrq", outcome="probe") == 1
+    assert total(values, "stampede_requests_total", request="rrq", outcome="client_error") == 2
+    assert total(values, "stampede_requests_total", request="rrq", outcome="duplicate") == 1
+    assert total(values, "stampede_requests_total", request="wrq", outcome="served") == 1
+    assert total(values, "stampede_retransmissions_total") == 1
+
+
+def test_the_exit_line_tells_transfers_from_refused_requests(serve, root):
+    """Issue 21, defect 6: a PXELINUX configuration search's "not found"s were failed transfers."""
+    s = serve()
+    client = RawClient(s)
+    for name in ("pxelinux.cfg/01-52-54-00-12-34-56", "pxelinux.cfg/C0A80001", "pxelinux.cfg/C0A8", "pxelinux.cfg/C"):
+        assert client.exchange(request(name))[0] == ("ERROR", (1, "File not found"))
+    assert client.download("hello.txt") == b"hello, rack\n"
+    client.close()
+    s.stop()
+    line = s.log_lines("stopped after")[0]
+    assert "stopped after 1 transfers (0 failed" in line, line
+    assert "4 requests refused (4 of them for a file not there)" in line, line
