@@ -72,6 +72,21 @@ public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConverti
         }
     }
 
+    /// An IPv4 client seen on a dual-stack socket as itself (::ffff:a.b.c.d → a.b.c.d); any other
+    /// address as it is. What a client is called by (remap rules' `\i` and `\x`), never where a
+    /// reply goes: a dual-stack socket sends to the mapped form.
+    public var unmapped: SocketAddress {
+        guard isIPv4Mapped else { return self }
+        return withUnsafeBytes(of: storage) { raw in
+            let sin6 = raw.load(as: sockaddr_in6.self)
+            var v4 = in_addr()
+            withUnsafeBytes(of: sin6.sin6_addr) { a in
+                withUnsafeMutableBytes(of: &v4) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: a[12..<16])) }
+            }
+            return SocketAddress(ipv4: v4, port: UInt16(bigEndian: sin6.sin6_port))
+        }
+    }
+
     /// 127.0.0.0/8, ::1, or ::ffff:127.x.x.x: this machine itself.
     public var isLoopback: Bool {
         withUnsafeBytes(of: storage) { raw in
@@ -85,22 +100,34 @@ public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConverti
         }
     }
 
-    /// The machine a client is, for counting its transfers: its address without the port, and
-    /// for IPv6 its /64 (one host may take any address of its /64, SLAAC privacy addresses do).
-    public var clientMachine: SocketAddress {
-        var machine = self
-        machine.port = 0
-        if isIPv6 && !isIPv4Mapped {
-            withUnsafeMutableBytes(of: &machine.storage) { raw in
+    /// The host a client is, for counting its transfers: its address without the port (nor an
+    /// IPv6 flow label), whatever port its firmware picks.
+    public var clientHost: SocketAddress {
+        var host = self
+        host.port = 0
+        if isIPv6 {
+            withUnsafeMutableBytes(of: &host.storage) { raw in
                 var sin6 = raw.load(as: sockaddr_in6.self)
                 sin6.sin6_flowinfo = 0
-                withUnsafeMutableBytes(of: &sin6.sin6_addr) { a in
-                    for i in 8..<16 { a[i] = 0 }
-                }
                 raw.storeBytes(of: sin6, as: sockaddr_in6.self)
             }
         }
-        return machine
+        return host
+    }
+
+    /// The IPv6 /64 a client is in (a whole LAN: its hosts pick their own addresses in it, SLAAC
+    /// privacy addresses change them); nil for an IPv4 client, mapped or not.
+    public var clientPrefix: SocketAddress? {
+        guard isIPv6 && !isIPv4Mapped else { return nil }
+        var prefix = clientHost
+        withUnsafeMutableBytes(of: &prefix.storage) { raw in
+            var sin6 = raw.load(as: sockaddr_in6.self)
+            withUnsafeMutableBytes(of: &sin6.sin6_addr) { a in
+                for i in 8..<16 { a[i] = 0 }
+            }
+            raw.storeBytes(of: sin6, as: sockaddr_in6.self)
+        }
+        return prefix
     }
 
     public var port: UInt16 {

@@ -3,12 +3,15 @@ import StampedeIO
 import StampedeProtocol
 import Synchronization
 
-/// How many transfers may run: in all (`--max-transfers`) and per client machine
-/// (`--max-per-client`: an IPv4 address, an IPv6 /64), counted across every worker. Asked once
-/// when a transfer starts and told once when it ends, never per packet, so a mutex is cheap enough.
+/// How many transfers may run: in all (`--max-transfers`), per client host (`--max-per-client`:
+/// an IPv4 or IPv6 address, whatever its port) and per IPv6 /64 (`--max-per-prefix`: a whole LAN,
+/// so its cap is far larger; it stops one host that rotates its address through its /64),
+/// counted across every worker. Asked once when a transfer starts and told once when it ends,
+/// never per packet, so a mutex is cheap enough.
 public final class Admission: Sendable {
     public let maxTransfers: Int
     public let maxPerClient: Int?
+    public let maxPerPrefix: Int?
     /// Loopback clients are not counted per client (the default limit: local tools and tests
     /// play whole racks from 127.0.0.1, and no packet from the network has a loopback source).
     public let loopbackUncounted: Bool
@@ -16,39 +19,45 @@ public final class Admission: Sendable {
     private struct Counts {
         var running = 0
         var perClient: [SocketAddress: Int] = [:]
+        var perPrefix: [SocketAddress: Int] = [:]
         /// When a transfer last started or ended: the idle exit of inetd mode counts from there.
         var lastActivity = stampede_monotonic_ns()
     }
     private let counts = Mutex(Counts())
 
-    public init(maxTransfers: Int, maxPerClient: Int?, loopbackUncounted: Bool = false) {
+    public init(maxTransfers: Int, maxPerClient: Int?, maxPerPrefix: Int? = nil, loopbackUncounted: Bool = false) {
         self.maxTransfers = maxTransfers
         self.maxPerClient = maxPerClient
+        self.maxPerPrefix = maxPerPrefix
         self.loopbackUncounted = loopbackUncounted
     }
 
     /// The limits a server's configuration sets.
     public convenience init(_ configuration: ServerConfiguration) {
         self.init(maxTransfers: configuration.maxTransfers, maxPerClient: configuration.maxTransfersPerClient,
-                  loopbackUncounted: configuration.loopbackUncountedPerClient)
+                  maxPerPrefix: configuration.maxTransfersPerPrefix, loopbackUncounted: configuration.loopbackUncountedPerClient)
     }
 
-    /// Whether `peer` is counted per client machine (whatever port its firmware picks).
+    /// Whether `peer` is counted per host and per /64 (whatever port its firmware picks).
     private func countsPerClient(_ peer: SocketAddress) -> Bool {
-        maxPerClient != nil && !(loopbackUncounted && peer.isLoopback)
+        !(loopbackUncounted && peer.isLoopback)
     }
 
     /// Takes a place for a transfer from `peer`, or says why there is none.
     public func admit(_ peer: SocketAddress) -> TFTPError? {
-        let perClient = countsPerClient(peer) ? maxPerClient : nil
+        let counted = countsPerClient(peer)
+        let host = counted && maxPerClient != nil ? peer.clientHost : nil
+        let prefix = counted && maxPerPrefix != nil ? peer.clientPrefix : nil
         return counts.withLock { counts in
             guard counts.running < maxTransfers else { return TFTPError(.notDefined, "Server busy, try again later", busy: true) }
-            if let perClient {
-                let key = peer.clientMachine
-                let current = counts.perClient[key, default: 0]
-                guard current < perClient else { return TFTPError(.notDefined, "Too many transfers from your address", busy: true) }
-                counts.perClient[key] = current + 1
+            if let host, counts.perClient[host, default: 0] >= maxPerClient! {
+                return TFTPError(.notDefined, "Too many transfers from your address", busy: true)
             }
+            if let prefix, counts.perPrefix[prefix, default: 0] >= maxPerPrefix! {
+                return TFTPError(.notDefined, "Too many transfers from your network", busy: true)
+            }
+            if let host { counts.perClient[host, default: 0] += 1 }
+            if let prefix { counts.perPrefix[prefix, default: 0] += 1 }
             counts.running += 1
             counts.lastActivity = stampede_monotonic_ns()
             return nil
@@ -58,14 +67,18 @@ public final class Admission: Sendable {
     /// Gives back the place of a transfer that ended.
     public func release(_ peer: SocketAddress) {
         let counted = countsPerClient(peer)
+        let host = counted && maxPerClient != nil ? peer.clientHost : nil
+        let prefix = counted && maxPerPrefix != nil ? peer.clientPrefix : nil
         counts.withLock { counts in
             counts.running -= 1
             counts.lastActivity = stampede_monotonic_ns()
-            if counted {
-                let key = peer.clientMachine
-                if let current = counts.perClient[key], current > 1 { counts.perClient[key] = current - 1 } else { counts.perClient[key] = nil }
-            }
+            if let host { Self.decrement(&counts.perClient, host) }
+            if let prefix { Self.decrement(&counts.perPrefix, prefix) }
         }
+    }
+
+    private static func decrement(_ table: inout [SocketAddress: Int], _ key: SocketAddress) {
+        if let current = table[key], current > 1 { table[key] = current - 1 } else { table[key] = nil }
     }
 
     /// How long no transfer has run nor started (0 while one runs).

@@ -123,9 +123,10 @@ public final class RemapRules: @unchecked Sendable {
         var steps = 0
         var work = 0
         var index = 0
-        // A v4 client on a dual-stack socket (::ffff:a.b.c.d) is an IPv4 client for 4 and 6 rules.
-        let ipv6 = client.isIPv6 && !client.isIPv4Mapped
-        let skip: Flags = [isWrite ? .readsOnly : .writesOnly, ipv6 ? .ipv4Only : .ipv6Only]
+        // A v4 client on a dual-stack socket (::ffff:a.b.c.d) is an IPv4 client, to 4 and 6
+        // rules and to \i and \x, as tftpd-hpa sees it.
+        let client = client.unmapped
+        let skip: Flags = [isWrite ? .readsOnly : .writesOnly, client.isIPv6 ? .ipv4Only : .ipv6Only]
         var matches = [regmatch_t](repeating: regmatch_t(), count: 10)
         trace?("remap: input: \(sanitizedForLog(current))")
         while index < rules.count {

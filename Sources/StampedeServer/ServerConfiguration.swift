@@ -18,11 +18,14 @@ public struct ServerConfiguration: Sendable {
     public var portRange: ClosedRange<UInt16>?
     /// Concurrent transfers in all before new requests get ERROR 0 "server busy".
     public var maxTransfers = 65536
-    /// Concurrent transfers per client machine (an IPv4 address, an IPv6 /64; nil: no limit). A
-    /// booting machine runs one or two at once; a flood from one address runs into this.
+    /// Concurrent transfers per client host (an IPv4 or IPv6 address; nil: no limit). A booting
+    /// machine runs one or two at once; a flood from one address runs into this.
     public var maxTransfersPerClient: Int? = 64
-    /// The per-client limit leaves loopback clients alone: true for the default limit, false when
-    /// the operator sets one.
+    /// Concurrent transfers per IPv6 /64 (nil: no limit): a whole provisioning LAN boots within
+    /// it, one host rotating its address through its /64 cannot take the whole server.
+    public var maxTransfersPerPrefix: Int? = 16384
+    /// The per-client limits leave loopback clients alone: true for the default limits, false
+    /// when the operator sets one.
     public var loopbackUncountedPerClient = true
     /// What a request hears when the server is busy (a limit reached; out of sockets,
     /// descriptors or memory).

@@ -32,6 +32,9 @@ public struct StormPlan: Sendable {
     /// on IPv4 loopback: as on a real network, and 20,000 machines do not share (and exhaust)
     /// one address's ports with the server's transfer sockets.
     public var sourcePerMachine = false
+    /// Machine n sends from this address + n (`--source-range`): a rack on a network of its own,
+    /// an IPv6 /64 say, whose addresses the host takes (a local route, non-local binds).
+    public var firstSource: SocketAddress?
 
     public init(server: SocketAddress, profile: BootProfile) {
         self.server = server
@@ -61,11 +64,34 @@ public struct StormPlan: Sendable {
 
     /// The address machine `number` sends from.
     func source(of number: Int) -> SocketAddress {
+        if let firstSource { return Self.address(firstSource, plus: number) }
         guard sourcePerMachine, !server.isIPv6, server.isLoopback else {
             return SocketAddress(parsing: server.isIPv6 ? "[::]:0" : "0.0.0.0:0", defaultPort: 0)!
         }
         let host = 0x7F00_0000 | (0x0001_0000 &+ UInt32(truncatingIfNeeded: number)) & 0x00FF_FFFF
         return SocketAddress(ipv4: in_addr(s_addr: host.bigEndian), port: 0)
+    }
+
+    /// `base` + n, counted in its last 32 bits (IPv4) or 64 (IPv6), port 0.
+    static func address(_ base: SocketAddress, plus n: Int) -> SocketAddress {
+        var address = base
+        address.port = 0
+        withUnsafeMutableBytes(of: &address.storage) { raw in
+            if base.isIPv6 {
+                var sin6 = raw.load(as: sockaddr_in6.self)
+                withUnsafeMutableBytes(of: &sin6.sin6_addr) { bytes in
+                    var low = UInt64(bigEndian: bytes.load(fromByteOffset: 8, as: UInt64.self))
+                    low &+= UInt64(n)
+                    bytes.storeBytes(of: low.bigEndian, toByteOffset: 8, as: UInt64.self)
+                }
+                raw.storeBytes(of: sin6, as: sockaddr_in6.self)
+            } else {
+                var sin = raw.load(as: sockaddr_in.self)
+                sin.sin_addr.s_addr = (UInt32(bigEndian: sin.sin_addr.s_addr) &+ UInt32(truncatingIfNeeded: n)).bigEndian
+                raw.storeBytes(of: sin, as: sockaddr_in.self)
+            }
+        }
+        return address
     }
 
     /// The largest DATA a client of this plan may receive.

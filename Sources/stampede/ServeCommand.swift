@@ -132,8 +132,11 @@ struct ServeCommand: ParsableCommand {
             help: "Transfers with a socket of their own, in all; further reads share 64 transfer sockets per worker (default: the open file limit less 1,024, or half of it when that is more).")
     var maxTransferSockets: Int?
     @Option(name: .customLong("max-per-client"),
-            help: "Concurrent transfers per client machine: an IPv4 address, an IPv6 /64 (default: 64, loopback clients not counted).")
+            help: "Concurrent transfers per client host, an IPv4 or IPv6 address (default: 64, loopback clients not counted).")
     var maxPerClient: Int?
+    @Option(name: .customLong("max-per-prefix"),
+            help: "Concurrent transfers per IPv6 /64, a whole LAN (default: 16384, loopback clients not counted).")
+    var maxPerPrefix: Int?
     @Option(name: .customLong("when-busy"),
             help: "Over --max-transfers or --max-per-client, or out of sockets, descriptors or memory: silence (the client sends its request again a few seconds later; default) or error (ERROR 0 at once, which fails a firmware's boot).")
     var whenBusy = "silence"
@@ -184,6 +187,9 @@ struct ServeCommand: ParsableCommand {
         return low...high
     }
 
+    /// The addresses `-a` names. No address, or IPv6's wildcard `[::]`, is every address of both
+    /// families (unless -4 or -6), as in.tftpd serves IPv4 clients on `[::]`: its listeners are
+    /// 0.0.0.0 and [::] (IPv6 only), so that an IPv4 client is seen as one.
     func listenAddresses() throws -> [SocketAddress] {
         let specs = address.isEmpty ? [""] : address
         var result: [SocketAddress] = []
@@ -194,8 +200,13 @@ struct ServeCommand: ParsableCommand {
                 guard let parsed = SocketAddress(parsing: spec, defaultPort: 69, defaultHost: host.isEmpty ? "0.0.0.0" : host) else {
                     throw ValidationError("-a \(spec): not an address[:port].")
                 }
-                if (ipv4 && parsed.isIPv6) || (ipv6 && !parsed.isIPv6) { continue }
-                result.append(parsed)
+                var family = [parsed]
+                if parsed.isIPv6 && parsed.host == "::" && !ipv6 {
+                    family.insert(SocketAddress(parsing: "0.0.0.0", defaultPort: parsed.port)!, at: 0)
+                }
+                for address in family where !((ipv4 && address.isIPv6) || (ipv6 && !address.isIPv6)) && !result.contains(address) {
+                    result.append(address)
+                }
             }
         }
         return result
@@ -278,10 +289,9 @@ struct ServeCommand: ParsableCommand {
         configuration.portRange = portRange.flatMap(parsePortRange)
         configuration.shutdownGrace = Nanoseconds(grace) * nanosecondsPerSecond
         configuration.maxTransfers = maxTransfers
-        if let maxPerClient {
-            configuration.maxTransfersPerClient = maxPerClient
-            configuration.loopbackUncountedPerClient = false
-        }
+        if let maxPerClient { configuration.maxTransfersPerClient = maxPerClient }
+        if let maxPerPrefix { configuration.maxTransfersPerPrefix = maxPerPrefix }
+        if maxPerClient != nil || maxPerPrefix != nil { configuration.loopbackUncountedPerClient = false }
         configuration.whenBusy = BusyReply(rawValue: whenBusy)!
         configuration.logFormat = LogFormat(rawValue: logFormat)!
         let cache = FileCache(limits: .init(budget: cacheSize << 20, fileLimit: cacheFileLimit << 20))

@@ -43,6 +43,8 @@ struct Storm: ParsableCommand {
     var ramp = 0.0
     @Option(help: "Play only slice I of N of the machines (I/N, from 0), to share a rack between processes.")
     var slice: String?
+    @Option(help: "Machine n sends from this address + n (the host must take them: a local route for the network, non-local binds allowed).")
+    var sourceRange: String?
 
     @Option(help: "Machines booting at once (with --slice: in every slice together).")
     var clients = 100
@@ -168,6 +170,10 @@ struct Storm: ParsableCommand {
         plan.hold = Nanoseconds(hold * 1e9)
         plan.verifyRoot = verifyRoot
         plan.sourcePerMachine = profile != nil || profileFile != nil
+        plan.firstSource = sourceRange.flatMap { SocketAddress(parsing: $0, defaultPort: 0) }
+        if let first = plan.firstSource, first.isIPv6 != server.isIPv6 {
+            throw ValidationError("--source-range \(sourceRange!) and the server \(target!) are of two address families.")
+        }
         if let verify, let file {
             do {
                 plan.expected[file] = try readWholeFile(verify)

@@ -244,15 +244,25 @@ import StampedeProtocol
 @Suite struct AdmissionSpec {
     func address(_ text: String) -> SocketAddress { SocketAddress(parsing: text, defaultPort: 0)! }
 
-    @Test func anIPv6ClientIsCountedByItsSlash64() {
-        let admission = Admission(maxTransfers: 100, maxPerClient: 2)
-        #expect(admission.admit(address("[2001:db8:1:2::1]:1000")) == nil)
-        #expect(admission.admit(address("[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:1001")) == nil)
-        // A third address of the same /64: the same machine (or site) as far as limits go.
-        #expect(admission.admit(address("[2001:db8:1:2:ffff::9]:7"))?.isBusy == true)
+    /// Defect 1 of issue 21: counted by its /64, an IPv6 rack got 64 transfers at once in all.
+    @Test func anIPv6ClientIsCountedAsAHostAndItsSlash64HasACapOfItsOwn() {
+        let admission = Admission(maxTransfers: 100_000, maxPerClient: 2, maxPerPrefix: 700)
+        // A rack of 300 machines in one /64, each asking twice: all in.
+        for machine in 1...300 {
+            for port in [1000, 1001] {
+                #expect(admission.admit(address("[2001:db8:1:2::\(String(machine, radix: 16))]:\(port)")) == nil)
+            }
+        }
+        // A third from one of them: its own limit.
+        #expect(admission.admit(address("[2001:db8:1:2::1]:1002"))?.message == "Too many transfers from your address")
+        // A host rotating through the /64 runs into the prefix's cap: 600 taken, 100 more fit.
+        for machine in 301...400 { #expect(admission.admit(address("[2001:db8:1:2::\(String(machine, radix: 16))]:7")) == nil) }
+        #expect(admission.admit(address("[2001:db8:1:2::ffff]:7"))?.message == "Too many transfers from your network")
         #expect(admission.admit(address("[2001:db8:1:3::1]:7")) == nil)
         admission.release(address("[2001:db8:1:2::1]:1000"))
-        #expect(admission.admit(address("[2001:db8:1:2:ffff::9]:7")) == nil)
+        #expect(admission.admit(address("[2001:db8:1:2::ffff]:7")) == nil)
+        // An IPv4 client (mapped, on a dual-stack socket) has no /64.
+        #expect(admission.admit(address("[::ffff:10.0.0.1]:7")) == nil)
     }
 
     @Test func anIPv4ClientIsCountedByItsAddressWhateverItsPort() {
