@@ -9,8 +9,8 @@ public let nanosecondsPerSecond: Nanoseconds = 1_000_000_000
 /// (RFC 6298's smoothed RTT + 4 × variation, Karn's rule: no sample from a resent packet),
 /// between a floor and the base, so a lost packet costs a rack a round trip or two, not a second.
 public struct RetransmitTimer: Equatable, Sendable {
-    public var base: Nanoseconds
-    public var maxRetries: Int
+    public let base: Nanoseconds
+    public let maxRetries: Int
     /// Until the peer first answers, the timer runs on at most this base, whatever timeout was
     /// negotiated: a request from a spoofed address, whose "client" never answers, holds its
     /// transfer no longer than an ordinary one would (nil: the base throughout).
@@ -36,9 +36,14 @@ public struct RetransmitTimer: Equatable, Sendable {
     public private(set) var deadline: Nanoseconds?
     public private(set) var lastSent: Nanoseconds = 0
 
+    /// The longest base: RFC 2349's largest timeout. Backoff from it (at most 2^24 times it) still
+    /// fits a deadline, whatever a caller passes.
+    public static let longestBase: Nanoseconds = 255 * nanosecondsPerSecond
+
+    /// `base` is held to 1 ms ... 255 s, `maxRetries` to 0 or more.
     public init(base: Nanoseconds, maxRetries: Int) {
-        self.base = max(base, 1_000_000)
-        self.maxRetries = maxRetries
+        self.base = min(max(base, 1_000_000), Self.longestBase)
+        self.maxRetries = max(0, maxRetries)
         self.interval = self.base
     }
 

@@ -29,7 +29,7 @@ struct ClientOptions: ParsableArguments {
         try Self.check(blksize, .blksize)
         try Self.check(windowsize, .windowsize)
         try Self.check(timeout, .timeout)
-        guard retries >= 0 else { throw ValidationError("--retries must not be negative.") }
+        try FlagRange.check(retries, FlagRange.retries, "--retries")
         guard TransferMode(rawValue: mode.lowercased()) != nil else { throw ValidationError("--mode: octet or netascii.") }
     }
 

@@ -152,24 +152,29 @@ struct ServeCommand: ParsableCommand {
     var directory: [String] = []
 
     func validate() throws {
-        if let maxTransferSockets, maxTransferSockets < 0 {
-            throw ValidationError("--max-transfer-sockets must not be negative (0: every read shares).")
-        }
-        guard maxTransfers >= 1, maxPerClient.map({ $0 >= 1 }) ?? true else {
-            throw ValidationError("--max-transfers and --max-per-client must be at least 1.")
-        }
+        try FlagRange.check(idleTimeout, 1...FlagRange.year, "-t", "seconds")
+        // The RFC's longest timeout (255 s); a longer one's backoff would overflow.
+        try FlagRange.check(retransmit, 1_000...255_000_000, "-T", "microseconds")
+        try FlagRange.check(verbosity, 0...9, "--verbosity")
+        try FlagRange.check(workers, 1...1024, "--workers")
+        try FlagRange.check(retries, FlagRange.retries, "--retries")
+        try FlagRange.check(grace, 0...FlagRange.year, "--grace", "seconds")
+        try FlagRange.check(cacheSize, FlagRange.mebibytes, "--cache-size", "MiB")
+        try FlagRange.check(cacheFileLimit, FlagRange.mebibytes, "--cache-file-limit", "MiB")
+        try FlagRange.check(maxTransfers, FlagRange.count, "--max-transfers")
+        try FlagRange.check(maxTransferSockets, 0...FlagRange.count.upperBound, "--max-transfer-sockets", "(0: every read shares)")
+        try FlagRange.check(maxPerClient, FlagRange.count, "--max-per-client")
+        try FlagRange.check(maxPerPrefix, FlagRange.count, "--max-per-prefix")
         if mapTest != nil && mapFile == nil { throw ValidationError("--map-test needs the rules: -m FILE.") }
-        if idleTimeout < 1 { throw ValidationError("-t is in seconds and must be at least 1.") }
         if systemd && listen { throw ValidationError("--systemd serves the sockets systemd passes; -l binds its own: choose one.") }
         if directory.count > 1 { throw ValidationError("stampede serves one directory; got \(directory.count).") }
-        if let b = blocksize, !TFTPOption.blksize.range.contains(b) {
-            throw ValidationError("-B must be within \(TFTPOption.blksize.range.lowerBound)...\(TFTPOption.blksize.range.upperBound).")
-        }
+        try FlagRange.check(blocksize, TFTPOption.blksize.range, "-B", "bytes")
         // RFC 7440's range, as in.tftpd takes it; above the table's maximum it is clamped in run().
-        if !(1...65535).contains(windowsize) { throw ValidationError("-W must be within 1...65535.") }
-        if retransmit < 1000 { throw ValidationError("-T is in microseconds and must be at least 1000.") }
-        if let umask, mode_t(umask, radix: 8) == nil { throw ValidationError("-U takes an octal umask, like 022.") }
-        if let portRange, parsePortRange(portRange) == nil { throw ValidationError("-R takes LOW:HIGH, like 4000:4999.") }
+        try FlagRange.check(windowsize, 1...65535, "-W", "blocks")
+        if let umask, mode_t(umask, radix: 8).map({ $0 <= 0o777 }) != true { throw ValidationError("-U \(umask): an octal umask within 0...777, like 022.") }
+        if let portRange, parsePortRange(portRange) == nil {
+            throw ValidationError("-R \(portRange): LOW:HIGH within 1...65535, like 4000:4999.")
+        }
         if BusyReply(rawValue: whenBusy) == nil { throw ValidationError("--when-busy \(whenBusy): choose silence or error.") }
         if !["auto", "uring", "glibc"].contains(backend) {
             throw ValidationError("--backend \(backend): choose auto, uring or glibc.")

@@ -98,18 +98,22 @@ struct Storm: ParsableCommand {
             guard file != nil else { throw ValidationError("Missing the file to read (or a --profile).") }
             guard stages == nil else { throw ValidationError("--stages needs a profile.") }
         }
-        if let stages, stages < 1 { throw ValidationError("--stages must be at least 1.") }
-        guard ramp >= 0, ramp.isFinite else { throw ValidationError("--ramp must not be negative.") }
+        try FlagRange.check(stages, FlagRange.count, "--stages")
+        try FlagRange.check(ramp, 0...Double(FlagRange.year), "--ramp", "seconds")
         if let slice, parseSlice(slice) == nil { throw ValidationError("--slice \(slice): write I/N with 0 <= I < N.") }
-        guard clients >= 1 else { throw ValidationError("--clients must be at least 1.") }
-        if let total, total < 0 { throw ValidationError("--total must not be negative.") }
-        if let duration, duration <= 0 { throw ValidationError("--duration must be positive.") }
+        if let sourceRange, SocketAddress(parsing: sourceRange, defaultPort: 0) == nil {
+            throw ValidationError("--source-range \(sourceRange): an IPv4 or IPv6 address, the first machine's.")
+        }
+        try FlagRange.check(clients, FlagRange.count, "--clients")
+        try FlagRange.check(total, 0...Int(Int32.max), "--total")
+        try FlagRange.check(duration, 0.001...Double(FlagRange.year), "--duration", "seconds")
         try ClientOptions.check(blksize, .blksize)
         try ClientOptions.check(windowsize, .windowsize)
         try ClientOptions.check(timeout, .timeout)
-        guard retransmit >= 1, retries >= 0, hold >= 0, threads >= 1 else {
-            throw ValidationError("--retransmit, --threads must be positive; --retries, --hold not negative.")
-        }
+        try FlagRange.check(retransmit, 1...255_000, "--retransmit", "milliseconds")
+        try FlagRange.check(retries, FlagRange.retries, "--retries")
+        try FlagRange.check(hold, 0...255, "--hold", "seconds")
+        try FlagRange.check(threads, 1...1024, "--threads")
         guard ["auto", "uring", "glibc"].contains(backend) else { throw ValidationError("--backend \(backend): choose auto, uring or glibc.") }
     }
 

@@ -121,3 +121,26 @@ import Testing
         #expect(s.deadline == 4 * ms + 12 * ms)
     }
 }
+
+/// Issue 21, defect 5: `--retries -1` trapped at the first retransmission (`0...-1`), and a -T of
+/// 99,999,999,999 µs shifted its backoff into deadlines in the past.
+@Suite struct RetransmitTimerLimits {
+    @Test func aNegativeRetryCountGivesUpAtTheFirstTimeoutWithoutTrapping() {
+        var timer = RetransmitTimer(base: nanosecondsPerSecond, maxRetries: -1)
+        timer.sentNew(now: 0)
+        #expect(timer.fixedPatience == nanosecondsPerSecond)
+        #expect(timer.retransmit(now: nanosecondsPerSecond) == false)
+    }
+
+    @Test func aHugeBaseIsHeldToTheLongestTimeoutAndEveryDeadlineLiesAhead() {
+        var timer = RetransmitTimer(base: 99_999_999_999 * 1000, maxRetries: 100)
+        #expect(timer.base == RetransmitTimer.longestBase)
+        var now: Nanoseconds = 0
+        timer.sentNew(now: now)
+        while timer.retransmit(now: now) {
+            #expect(timer.deadline! > now)
+            now = timer.deadline!
+        }
+        #expect(timer.retries == 100)
+    }
+}
