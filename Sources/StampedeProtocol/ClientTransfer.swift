@@ -229,6 +229,8 @@ public struct ClientTransfer<Address: PeerAddress> {
         transferSize = options.transferSize
         if plan.probeOnly {
             requestTimer.stop()
+            // The probe is for the size: an OACK without it fails the firmware's boot (EDK2).
+            guard options.transferSize != nil else { return Step(.refuseOptions, .failed(.protocolError("a size probe's OACK without tsize"))) }
             return Step(.refuseOptions, .ok)
         }
         startReceiving(options, now: now)

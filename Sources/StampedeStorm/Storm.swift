@@ -37,6 +37,8 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     private var launchUntil: Nanoseconds?
     /// The largest DATA any stage may receive: every client socket's buffers fit it.
     private let largestDatagram: Int
+    /// Machines booting in every storm of a run (`StormRunner`'s threads), and the most at once.
+    private let booting: MachinesBooting
 
     /// A machine in the middle of its boot: which stage, which of the stage's names.
     struct Machine {
@@ -51,9 +53,11 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         var expected: [UInt8]?
     }
 
-    public init(plan: StormPlan, backend: Backend) {
+    /// `booting`: shared by the storms of one run, so that the peak is of them all at once.
+    public init(plan: StormPlan, backend: Backend, booting: MachinesBooting = MachinesBooting()) {
         self.plan = plan
         self.backend = backend
+        self.booting = booting
         let slots = plan.slots
         machines = Array(repeating: nil, count: slots)
         sessions = Array(repeating: nil, count: slots)
@@ -156,8 +160,8 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
             let slot = idle.removeLast()
             launched += 1
             machines[slot] = Machine(identity: MachineIdentity(number: number), bootStarted: now, stageStarted: now)
+            report.peakActive = max(report.peakActive, booting.started())
             guard startTransfer(slot, now: now) else { return }
-            report.peakActive = max(report.peakActive, active)
         }
     }
 
@@ -192,10 +196,12 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         send(step.send, slot: slot, peer: peer)
         switch step.end {
         case .ok?:
-            let received = sessions[slot]!.bytesReceived
-            let closesEarly = sessions[slot]!.plan.closeAfter != nil || sessions[slot]!.plan.probeOnly
-            if !closesEarly, let whole = machines[slot]!.expected, whole.count != received {
-                transferEnded(slot, .failed(.wrongSize(expected: whole.count, received: received)), now: now)
+            // What a probe read is the OACK's tsize; a whole read, its bytes; a read closed early
+            // (GRUB's header) has nothing to compare.
+            let session = sessions[slot]!
+            let size = session.plan.probeOnly ? session.transferSize : session.plan.closeAfter == nil ? session.bytesReceived : nil
+            if let size, let whole = machines[slot]!.expected, whole.count != size {
+                transferEnded(slot, .failed(.wrongSize(expected: whole.count, received: size)), now: now)
             } else {
                 transferEnded(slot, .ok, now: now)
             }
@@ -228,16 +234,20 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         }
     }
 
-    /// The bytes the file `name` must have, if the storm knows them.
+    /// The bytes the file `name` must have, if the storm knows them: `--verify`'s file, or the
+    /// file of that name under `--verify-root`, read once (a name found nowhere is kept as nil,
+    /// so a machine-specific name that a search misses is not looked up again). Without a root,
+    /// nothing new is kept, however many names the machines ask for.
     private func expectedBytes(of name: String) -> [UInt8]? {
         if let known = expected[name] { return known }
-        var bytes: [UInt8]?
-        if let root = plan.verifyRoot, !name.split(separator: "/").contains("..") {
-            bytes = try? readWholeFile(root + "/" + name)
-        }
+        guard let root = plan.verifyRoot else { return nil }
+        let bytes = name.split(separator: "/").contains("..") ? nil : try? readWholeFile(root + "/" + name)
         expected[name] = .some(bytes)
         return bytes
     }
+
+    /// Names whose expected bytes the storm keeps (tests: bounded without a root).
+    public var knownFiles: Int { expected.count }
 
     /// Compares delivered bytes with the expected file; the offset of the first difference.
     private func verify(_ payload: UnsafeRawBufferPointer, at offset: Int, slot: Int) -> StormFailure? {
@@ -306,6 +316,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         }
         machines[slot] = nil
         idle.append(slot)
+        booting.ended()
     }
 }
 

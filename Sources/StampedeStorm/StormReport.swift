@@ -103,7 +103,7 @@ public struct StormReport: Sendable {
         durations += other.durations
         retransmits += other.retransmits
         duplicates += other.duplicates
-        peakActive += other.peakActive
+        peakActive = max(peakActive, other.peakActive)  // a run's storms share one count
         wall = max(wall, other.wall)
         if stages.isEmpty {
             profile = other.profile

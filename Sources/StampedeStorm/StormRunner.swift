@@ -14,8 +14,9 @@ public enum StormRunner {
     ) throws(Errno) -> StormReport {
         let parts = max(1, min(threads, plan.clients))
         var storms: [Storm<Backend>] = []
+        let booting = MachinesBooting()
         for part in 0..<parts {
-            storms.append(Storm(plan: plan.share(part, of: parts), backend: try makeBackend()))
+            storms.append(Storm(plan: plan.share(part, of: parts), backend: try makeBackend(), booting: booting))
         }
         let board = ProgressBoard(parts: parts, progress: progress)
         let cpuBefore = processCPUSeconds()
@@ -25,6 +26,7 @@ public enum StormRunner {
         var report = storms[0].run(progress: { board.post(0, $0, $1) }, stop: stop)
         for thread in others { thread.join() }
         for storm in storms.dropFirst() { report.merge(storm.report) }
+        report.peakActive = booting.peak
         report.clientCPUSeconds = processCPUSeconds() - cpuBefore
         return report
     }
@@ -64,4 +66,24 @@ final class ProgressBoard: Sendable {
         }
         if index == 0 { progress(total, running) }
     }
+}
+
+/// Machines booting across the storms of a run, and the most that were at once: counted when a
+/// machine powers on and when it ends (not per packet), so that a run's peak is the peak of all
+/// its threads together, not the sum of theirs.
+public final class MachinesBooting: Sendable {
+    private let count = Atomic<Int>(0)
+    private let most = Atomic<Int>(0)
+
+    public init() {}
+
+    /// One more machine booting; returns the most at once so far.
+    func started() -> Int {
+        let now = count.wrappingAdd(1, ordering: .relaxed).newValue
+        return most.max(now, ordering: .relaxed).newValue
+    }
+
+    func ended() { count.wrappingSubtract(1, ordering: .relaxed) }
+
+    public var peak: Int { most.load(ordering: .relaxed) }
 }

@@ -45,6 +45,22 @@ struct Peer: PeerAddress {
         #expect(transfer.bytesReceived == 515 && transfer.duplicates == 1)
     }
 
+    /// Issue 21, defect 7: EDK2 sizes its buffer from the probe's tsize; an OACK without it
+    /// fails the firmware, so it fails the probe.
+    @Test func aSizeProbeEndsWithTheOptionAcksTsizeOrFailsWithoutIt() {
+        for (oack, end) in [([("tsize", "4000"), ("blksize", "1468")], ClientEnd.ok),
+                            ([("blksize", "1468")], .failed(.protocolError("a size probe's OACK without tsize")))] {
+            var plan = ClientPlan(request: Request(isWrite: false, filename: Array("f".utf8), mode: "octet",
+                                                   options: [("tsize", "0"), ("blksize", "1468")]))
+            plan.probeOnly = true
+            var transfer = ClientTransfer(plan: plan, server: server, now: 0)
+            _ = transfer.start(now: 0)
+            let step = feed(&transfer, PacketWriter.optionAck(oack))
+            #expect(step.send == .refuseOptions && step.end == end)
+            #expect(transfer.transferSize == (end == .ok ? 4000 : nil))
+        }
+    }
+
     @Test func anOptionWeDidNotAskForIsRefusedWithErrorEight() {
         var transfer = download()
         let step = feed(&transfer, PacketWriter.optionAck([("windowsize", "8")]))

@@ -209,3 +209,43 @@ import Testing
         #expect(seen.sorted() == Array(0..<10))
     }
 }
+
+/// Issue 21, defect 7: the storm checks what it reads, and keeps only what it checks against.
+@Suite(.serialized) struct StormChecks {
+    func storm(_ rig: Rig<GlibcBackend>, _ profile: BootProfile, machines: Int, verifyRoot: String?) throws -> Storm<GlibcBackend> {
+        var plan = StormPlan(server: rig.address, profile: profile)
+        plan.clients = machines
+        plan.verifyRoot = verifyRoot
+        return Storm(plan: plan, backend: try GlibcBackend())
+    }
+
+    /// EDK2 allocates what the probe's tsize says and fails when the file is another size.
+    @Test func aSizeProbeWhoseTsizeIsNotTheFilesSizeFails() throws {
+        let rig = try Rig(backend: try GlibcBackend())
+        rig.dir.write("bootx64.efi", randomBytes(3000))
+        let other = ScratchDirectory()
+        other.write("bootx64.efi", randomBytes(4000))
+        let probe = try #require(BootProfile.builtIn("uefi"))
+        var first = probe
+        first.stages.removeLast(first.stages.count - 1)
+        let wrong = rig.play(try storm(rig, first, machines: 2, verifyRoot: other.path))
+        #expect(wrong.ok == 0 && wrong.failed == 2, "\(wrong.text)")
+        #expect(wrong.text.contains("wrong size"), "\(wrong.text)")
+        let right = rig.play(try storm(rig, first, machines: 2, verifyRoot: rig.dir.path))
+        #expect(right.ok == 2 && right.failed == 0, "\(right.text)")
+    }
+
+    @Test func withoutAVerifyRootNoNameIsKeptHoweverManyTheMachinesAskFor() throws {
+        let rig = try Rig(backend: try GlibcBackend())
+        mkdir(rig.dir.path + "/pxelinux.cfg", 0o755)
+        for name in ["pxelinux.0", "ldlinux.c32", "vmlinuz", "initrd.img", "pxelinux.cfg/default"] { rig.dir.write(name, randomBytes(500)) }
+        let pxelinux = try #require(BootProfile.builtIn("pxelinux"))
+        let unchecked = try storm(rig, pxelinux, machines: 20, verifyRoot: nil)
+        #expect(rig.play(unchecked).ok == 20)
+        #expect(unchecked.knownFiles == 0)
+        // With a root, one entry per name asked: the machines' own names (13 tries each), and the shared files.
+        let checked = try storm(rig, pxelinux, machines: 20, verifyRoot: rig.dir.path)
+        #expect(rig.play(checked).ok == 20)
+        #expect(checked.knownFiles <= 20 * 13 + 5)
+    }
+}

@@ -115,3 +115,25 @@ def test_max_per_client_and_max_transfers_with_when_busy_error_refuse_the_rest(s
     code, result, _ = storm(t, "one-mib.bin", "--clients", "10", "--blksize", "1468")
     assert result["ok"] == 3 and result["failures"] == {"server error 0": 7}
     assert "Server busy" in t.log_text()
+
+
+def test_the_peak_is_of_all_threads_at_once_not_their_sum(serve, root):
+    """Issue 21, defect 7: each thread's peak was added up. Two machines a second apart, each
+    done in a few milliseconds, on two threads: never two at once."""
+    s = serve()
+    code, result, err = storm(s, "hello.txt", "--clients", "2", "--threads", "2", "--ramp", "2")
+    assert code == 0, err
+    assert result["ok"] == 2 and result["peak_active"] == 1, result
+
+
+def test_a_size_probe_is_checked_against_the_file(serve, root, tmp_path):
+    """Issue 21, defect 7: the UEFI size probe never compared the OACK's tsize with the file, so
+    the storm said "booted" where EDK2 would have failed."""
+    (root / "bootx64.efi").write_bytes(b"x" * 3000)
+    (root / "bootx64.efi").chmod(0o644)
+    (tmp_path / "bootx64.efi").write_bytes(b"x" * 4000)
+    s = serve()
+    code, result, _ = storm(s, "--profile", "uefi", "--stages", "1", "--clients", "2", "--verify-root", str(tmp_path))
+    assert code == 1 and result["failed"] == 2, result
+    code, result, err = storm(s, "--profile", "uefi", "--stages", "1", "--clients", "2", "--verify-root", str(root))
+    assert code == 0 and result["ok"] == 2, err
