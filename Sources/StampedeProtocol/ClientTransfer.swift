@@ -272,6 +272,7 @@ public struct ClientTransfer<Address: PeerAddress> {
             return Step(.none)
         }
         let receipt = receiver!.receiveData(block, length: payload.count, now: now)
+        if receipt.timedOut { return Step(.abort, .failed(.timedOut)) }
         let delivered = receipt.deliver ? (offset: receiver!.bytesReceived - payload.count, bytes: payload) : nil
         if !receipt.deliver { duplicates += 1 }
         if receipt.finished {

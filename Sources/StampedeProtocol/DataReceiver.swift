@@ -16,6 +16,16 @@ public struct DataReceiver: Sendable {
         public var reply: Reply
         /// This was the last block.
         public var finished: Bool
+        /// The sender kept sending what cannot be used until the patience ran out: the transfer
+        /// has failed.
+        public var timedOut = false
+
+        public init(deliver: Bool, reply: Reply, finished: Bool, timedOut: Bool = false) {
+            self.deliver = deliver
+            self.reply = reply
+            self.finished = finished
+            self.timedOut = timedOut
+        }
     }
 
     public let blockSize: Int
@@ -79,7 +89,7 @@ public struct DataReceiver: Sendable {
         }
         reAckedSinceProgress = true
         lastAcked = received
-        timer.resentEarly(now: now)
+        guard timer.resentEarly(now: now) else { return Receipt(deliver: false, reply: .none, finished: false, timedOut: true) }
         return Receipt(deliver: false, reply: lastReply, finished: false)
     }
 

@@ -107,7 +107,7 @@ public struct DataSender: Sendable {
         duplicateAcks += 1
         guard !resentOnDuplicate, now - timer.lastSent >= timer.current / 2 else { return .none }
         resentOnDuplicate = true
-        timer.resentEarly(now: now)
+        guard timer.resentEarly(now: now) else { return .timedOut }
         return .sendBlocks(first: acknowledged + 1, count: sentThrough - acknowledged)
     }
 

@@ -94,6 +94,18 @@ public struct RetransmitTimer: Equatable, Sendable {
 
     /// The timer fired and we resend: back off, or say the transfer has failed.
     public mutating func retransmit(now: Nanoseconds) -> Bool {
+        resend(now: now)
+    }
+
+    /// A resend the peer provoked (a duplicate ACK, a block out of order), not the timer: it
+    /// counts against the patience as the timer's do, or a peer that keeps sending what cannot
+    /// be used would push the deadline on for ever. False when the patience is spent: the
+    /// transfer has failed.
+    public mutating func resentEarly(now: Nanoseconds) -> Bool {
+        resend(now: now)
+    }
+
+    private mutating func resend(now: Nanoseconds) -> Bool {
         // Adapting shortens the waits, not the persistence: it gives up no sooner than the fixed
         // timer would have (retries past maxRetries until that much time has gone by).
         guard retries < maxRetries || (floor != nil && now - waitingSince < fixedPatience) else {
@@ -106,14 +118,6 @@ public struct RetransmitTimer: Equatable, Sendable {
         lastSent = now
         deadline = now + current
         return true
-    }
-
-    /// A resend not caused by the timer (a client that evidently timed out), same backoff state.
-    public mutating func resentEarly(now: Nanoseconds) {
-        totalRetransmits += 1
-        unambiguous = false
-        lastSent = now
-        deadline = now + current
     }
 
     public mutating func stop() { deadline = nil }

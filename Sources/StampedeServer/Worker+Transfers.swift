@@ -55,6 +55,11 @@ extension Worker {
         let resends = table[slot].receiver!.retransmits
         let receipt = table[slot].receiver!.receiveData(block, length: payload.count, now: now)
         metrics.add(.retransmissions, table[slot].receiver!.retransmits - resends)
+        if receipt.timedOut {
+            // A client that keeps sending blocks out of order: as if it had gone silent.
+            finish(slot, .timedOut, now: now)
+            return
+        }
         if table[slot].phase == .dallying {
             sendReply(slot, receipt.reply) // our final ACK was lost: say it again, keep the dally timer
             return

@@ -61,6 +61,22 @@ struct Peer: PeerAddress {
         }
     }
 
+    /// Issue 21, defect 12: get and storm hung for ever on a server resending a block they
+    /// could not use (each re-ACK moved the deadline on without counting a retry).
+    @Test func aServerThatResendsABlockWeHaveForEverIsGivenUp() {
+        var transfer = download([("blksize", "512")])
+        _ = feed(&transfer, PacketWriter.optionAck([("blksize", "512")]))
+        _ = feed(&transfer, [0, 3, 0, 1] + Array(repeating: 1, count: 512), now: 2_000)
+        var now: Nanoseconds = 2_000
+        var step = ClientStep(.none)
+        while step.end == nil && now < 600 * 1_000_000_000 {
+            now += 300_000_000
+            step = feed(&transfer, [0, 3, 0, 1] + Array(repeating: 1, count: 512), now: now)
+        }
+        #expect(step.end == .failed(.timedOut))
+        #expect(now < 60 * 1_000_000_000)
+    }
+
     @Test func anOptionWeDidNotAskForIsRefusedWithErrorEight() {
         var transfer = download()
         let step = feed(&transfer, PacketWriter.optionAck([("windowsize", "8")]))

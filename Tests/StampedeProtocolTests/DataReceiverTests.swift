@@ -70,3 +70,46 @@ func makeReceiver(blockSize: Int = 512, window: Int = 1, oack: Bool = false) -> 
         #expect(r.timeout(now: 7 * second) == nil)
     }
 }
+
+/// Issue 21, defect 12: a re-ACK for a block that cannot be used moved the deadline a whole
+/// timeout on without counting a retry, so a sender resending it for ever was never given up.
+@Suite struct UselessBlocks {
+    @Test func aSenderThatKeepsResendingAReceivedBlockIsGivenUpAfterTheRetries() {
+        var r = makeReceiver()  // 1 s, 2 retries
+        _ = r.start(now: 0)
+        _ = r.receiveData(1, length: 512, now: 1)
+        var now: Nanoseconds = 1
+        var receipts: [DataReceiver.Receipt] = []
+        // Block 1 again, every 0.6 s: each provokes a re-ACK at most, and each counts.
+        while now < 60 * second, receipts.last?.timedOut != true {
+            now += 600_000_000
+            receipts.append(r.receiveData(1, length: 512, now: now))
+        }
+        #expect(receipts.last?.timedOut == true)
+        #expect(receipts.filter { $0.reply == .ack(1) }.count == 2)
+        #expect(now < 10 * second)
+    }
+
+    @Test func aBlockFromFarAheadIsAsUseless() {
+        var r = makeReceiver()
+        _ = r.start(now: 0)
+        var now: Nanoseconds = 0
+        var receipt = DataReceiver.Receipt(deliver: false, reply: .none, finished: false)
+        while !receipt.timedOut && now < 60 * second {
+            now += 300_000_000
+            receipt = r.receiveData(7, length: 512, now: now)
+            #expect(!receipt.deliver)
+        }
+        #expect(receipt.timedOut && now < 10 * second)
+    }
+}
+
+@Suite struct ProvokedResends {
+    @Test func aResendTheCounterpartProvokedCountsAgainstThePatience() {
+        var timer = RetransmitTimer(base: second, maxRetries: 2)
+        timer.sentNew(now: 0)
+        let resends = [timer.resentEarly(now: 1), timer.resentEarly(now: 2), timer.resentEarly(now: 3)]
+        #expect(resends == [true, true, false])
+        #expect(timer.deadline == nil)
+    }
+}
