@@ -106,7 +106,7 @@ static void target(struct io_uring_sqe *sqe, const struct socket_slot *s, uint32
 
 static unsigned group_of(const struct socket_slot *s)
 {
-    return s->large ? GROUP_LARGE : GROUP_SMALL;
+    return s->group;
 }
 
 static int arm_receive(stampede_ring *r, uint32_t slot)
@@ -173,7 +173,7 @@ int stampede_ring_add_socket(stampede_ring *r, int fd, uint64_t tag, int is_list
     s->fd = fd;
     s->tag = tag;
     s->listener = is_listener != 0;
-    s->large = large_datagrams != 0;
+    s->group = is_listener ? GROUP_REQUEST : large_datagrams ? GROUP_LARGE : GROUP_SMALL;
     s->segments = (uint8_t)r->segmentation;
     s->fixed = slot < r->fixed_capacity && io_uring_register_files_update(&r->ring, slot, &fd, 1) == 1;
     if (slot < r->fixed_capacity)
@@ -444,15 +444,14 @@ static void lend_buffer(stampede_ring *r, unsigned group, uint16_t id)
 static void take_back_buffers(stampede_ring *r)
 {
     uint32_t i;
-    int added[2] = {0, 0};
+    int added[GROUP_COUNT] = {0};
     for (i = 0; i < r->lent_count; i++) {
         int group = r->lent_groups[i];
         give_buffer(&r->groups[group], r->lent_ids[i], added[group]++);
     }
-    if (added[0])
-        io_uring_buf_ring_advance(r->groups[0].ring, added[0]);
-    if (added[1])
-        io_uring_buf_ring_advance(r->groups[1].ring, added[1]);
+    for (i = 0; i < GROUP_COUNT; i++)
+        if (added[i])
+            io_uring_buf_ring_advance(r->groups[i].ring, added[i]);
     r->lent_count = 0;
 }
 
@@ -467,14 +466,15 @@ static void add_datagram(stampede_ring *r, const struct socket_slot *s, unsigned
     if (id >= g->count || r->datagram_count == r->datagram_capacity)
         return;
     out = io_uring_recvmsg_validate(g->memory + (size_t)id * g->size, length, layout);
-    /* A transfer's datagram cut short is no packet we accept; a listener keeps the start of a
-     * long request (its option list is cut at a limit anyway). */
-    if (!out || ((out->flags & MSG_TRUNC) && !s->listener))
+    if (!out)
         return;
     d = &r->datagrams[r->datagram_count++];
     d->tag = s->tag;
     d->bytes = io_uring_recvmsg_payload(out, layout);
     d->length = (int32_t)io_uring_recvmsg_payload_length(out, length, layout);
+    /* Longer than the buffer: its start, said so, for the caller to refuse as the Glibc backend
+     * would the whole datagram (never taken as if it were whole). */
+    d->truncated = (out->flags & MSG_TRUNC) != 0;
     memset(&d->peer, 0, sizeof(d->peer));
     memcpy(&d->peer, io_uring_recvmsg_name(out), out->namelen < sizeof(d->peer) ? out->namelen : sizeof(d->peer));
     memset(&d->local, 0, sizeof(d->local));

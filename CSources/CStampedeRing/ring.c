@@ -2,7 +2,7 @@
  * The io_uring engine. One ring per worker thread, so the ring is single-issuer.
  *
  * Receives: every socket has one multishot recvmsg that picks buffers from a provided-buffer
- * ring (group 0 small, group 1 large). A CQE without IORING_CQE_F_MORE means the multishot
+ * ring (group 0 small, 1 large, 2 requests: listeners'). A CQE without IORING_CQE_F_MORE means the multishot
  * ended (ENOBUFS, a socket error): the socket is re-armed at the next wait, after the buffers of
  * the last batch went back to the kernel.
  * Sends: SENDMSG with MSG_DONTWAIT, so a UDP send is done (or fails with EAGAIN, i.e. loss) when
@@ -135,7 +135,8 @@ stampede_ring *stampede_ring_create(const stampede_ring_config *config, const ch
         return NULL;
     }
     if ((config->small_buffers & (config->small_buffers - 1)) || (config->large_buffers & (config->large_buffers - 1)) ||
-        config->small_buffers > 32768 || config->large_buffers > 32768) {
+        (config->request_buffers & (config->request_buffers - 1)) || config->small_buffers > 32768 ||
+        config->large_buffers > 32768 || config->request_buffers > 32768) {
         free(r);
         *error = -EINVAL;
         return NULL;
@@ -162,7 +163,7 @@ stampede_ring *stampede_ring_create(const stampede_ring_config *config, const ch
      * errors a batch reports: reaping never stops early, so every send completion is seen
      * before a wait returns. */
     r->error_capacity = config->max_datagrams;
-    r->datagram_capacity = config->small_buffers + config->large_buffers + config->max_datagrams;
+    r->datagram_capacity = config->small_buffers + config->large_buffers + config->request_buffers + config->max_datagrams;
     r->datagrams = allocate(r->datagram_capacity, sizeof(*r->datagrams), &failed);
     r->lent_ids = allocate(r->datagram_capacity, sizeof(uint16_t), &failed);
     r->lent_groups = allocate(r->datagram_capacity, 1, &failed);
@@ -184,6 +185,9 @@ stampede_ring *stampede_ring_create(const stampede_ring_config *config, const ch
     result = setup_buffer_group(&r->ring, &r->groups[GROUP_SMALL], GROUP_SMALL, config->small_buffers, config->small_size);
     if (result == 0)
         result = setup_buffer_group(&r->ring, &r->groups[GROUP_LARGE], GROUP_LARGE, config->large_buffers, config->large_size);
+    if (result == 0)
+        result = setup_buffer_group(&r->ring, &r->groups[GROUP_REQUEST], GROUP_REQUEST, config->request_buffers,
+                                    config->request_size);
     if (result < 0) {
         stampede_ring_destroy(r);
         *error = result;
@@ -204,8 +208,8 @@ void stampede_ring_destroy(stampede_ring *r)
                 close(r->sockets[i].fd);
     if (r->ring.ring_fd > 0)
         io_uring_queue_exit(&r->ring);
-    free_buffer_group(&r->groups[0]);
-    free_buffer_group(&r->groups[1]);
+    for (i = 0; i < GROUP_COUNT; i++)
+        free_buffer_group(&r->groups[i]);
     free(r->sockets);
     free(r->free_sockets);
     free(r->to_arm);
@@ -222,7 +226,7 @@ void stampede_ring_destroy(stampede_ring *r)
 
 int stampede_ring_probe(const char **reason)
 {
-    stampede_ring_config config = {8, 8, 64, 1, 64, 8, 8, 0};
+    stampede_ring_config config = {8, 8, 64, 1, 64, 1, 64, 8, 8, 0};
     const char *flags;
     int error = 0;
     stampede_ring *r = stampede_ring_create(&config, &flags, &error);

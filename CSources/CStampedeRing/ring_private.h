@@ -11,7 +11,10 @@
 /* OP_SEND carries the socket slot; OP_SEND_RUN (a run of a window's datagrams, sent segmented) the
  * send slot, which names the socket, so that a refused run can be sent again one datagram at a time. */
 enum { OP_RECV = 1, OP_SEND = 2, OP_CANCEL = 3, OP_SEND_RUN = 4 };
-enum { GROUP_SMALL = 0, GROUP_LARGE = 1 };
+/* Receive buffers: small ones for a transfer's ACKs and a client's DATA of small blocks, large
+ * ones for uploads of large blocks, request ones for listeners (a request, or a single-port
+ * upload's DATA). */
+enum { GROUP_SMALL = 0, GROUP_LARGE = 1, GROUP_REQUEST = 2, GROUP_COUNT = 3 };
 enum { NAME_SPACE = sizeof(struct sockaddr_storage), CONTROL_SPACE = 64, SEND_INLINE = 576 };
 /* A send's control messages: PKTINFO, then UDP_SEGMENT. */
 enum { SEND_CONTROL_SPACE = 96 };
@@ -21,7 +24,7 @@ _Static_assert(SEND_INLINE >= 4 * 64, "a segmented send's headers fit inline");
 
 _Static_assert(CONTROL_SPACE >= CMSG_SPACE(sizeof(struct in6_pktinfo)), "room for PKTINFO");
 _Static_assert(sizeof(stampede_ring_datagram) == 8 + 8 + 4 + 4 + 2 * sizeof(struct sockaddr_storage),
-               "stampede_ring_datagram layout is read by Swift (4 bytes of padding before peer)");
+               "stampede_ring_datagram layout is read by Swift");
 _Static_assert(offsetof(stampede_ring_datagram, peer) == 24, "stampede_ring_datagram layout");
 
 struct buffer_group {
@@ -61,7 +64,8 @@ struct socket_slot {
     uint64_t tag;
     uint8_t state;
     uint8_t listener;
-    uint8_t large;
+    /* The buffer group its receive takes buffers from (GROUP_*). */
+    uint8_t group;
     /* Registered in the ring's file table at the slot's index (IOSQE_FIXED_FILE). */
     uint8_t fixed;
     /* Windows go out segmented (until the socket's path refuses once). */
@@ -83,7 +87,7 @@ struct send_slot {
 
 struct stampede_ring {
     struct io_uring ring;
-    struct buffer_group groups[2];
+    struct buffer_group groups[GROUP_COUNT];
     /* What a multishot recvmsg lays out in each buffer (name, control). One per kind of socket,
      * held here because the kernel reads it at submission and the socket array may move. */
     struct msghdr listener_template;
@@ -136,14 +140,15 @@ struct stampede_ring {
     stampede_ring_stats stats;
 };
 
-/* user_data: op (bits 0-3), the receive's buffer group (bit 4), slot (8-31), generation (32-63). */
+/* user_data: op (bits 0-3), the receive's buffer group (bits 4-5), slot (8-31), generation (32-63). */
 static inline uint64_t pack(unsigned op, unsigned group, uint32_t slot, uint32_t generation)
 {
     return (uint64_t)op | (uint64_t)group << 4 | (uint64_t)slot << 8 | (uint64_t)generation << 32;
 }
+_Static_assert(GROUP_COUNT <= 4, "the group fits user_data's bits 4-5");
 
 static inline unsigned unpack_op(uint64_t data) { return data & 0xF; }
-static inline unsigned unpack_group(uint64_t data) { return (data >> 4) & 1; }
+static inline unsigned unpack_group(uint64_t data) { return (data >> 4) & 3; }
 static inline uint32_t unpack_slot(uint64_t data) { return (data >> 8) & 0xFFFFFF; }
 static inline uint32_t unpack_generation(uint64_t data) { return data >> 32; }
 

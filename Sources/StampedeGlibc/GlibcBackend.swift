@@ -57,7 +57,7 @@ public final class GlibcBackend: DatagramBackend {
     private let receiveVectors: UnsafeMutablePointer<iovec>
     private let receiveNames: UnsafeMutablePointer<sockaddr_storage>
     private let receiveControls: UnsafeMutableRawPointer
-    private var received: [(tag: UInt64, length: Int32, error: Errno?)]
+    private var received: [(tag: UInt64, length: Int32, error: Errno?, truncated: Bool)]
     private var receivedLocal: [SocketAddress]
     private let readyTags: UnsafeMutablePointer<UInt64>
     private let readyCapacity = 256
@@ -98,7 +98,7 @@ public final class GlibcBackend: DatagramBackend {
         receiveVectors = .allocate(capacity: receiveBatch)
         receiveNames = .allocate(capacity: receiveBatch)
         receiveControls = .allocate(byteCount: receiveBatch * controlSpace, alignment: 16)
-        received = Array(repeating: (0, 0, nil), count: receiveBatch)
+        received = Array(repeating: (0, 0, nil, false), count: receiveBatch)
         receivedLocal = Array(repeating: SocketAddress(), count: receiveBatch)
         readyTags = .allocate(capacity: readyCapacity)
         sockets.reserveCapacity(1024)
@@ -358,7 +358,7 @@ public final class GlibcBackend: DatagramBackend {
         flush()
         var count = 0
         for (tag, error) in peerErrors where tag != UInt64.max {
-            received[count] = (tag, 0, error)
+            received[count] = (tag, 0, error, false)
             count += 1
         }
         peerErrors.removeAll(keepingCapacity: true)
@@ -396,30 +396,21 @@ public final class GlibcBackend: DatagramBackend {
         if n < 0 {
             guard n != -EAGAIN else { return 0 }
             // A pending ICMP error on a connected socket: report it to the transfer.
-            received[first] = (socket.tag, 0, Errno(-n))
+            received[first] = (socket.tag, 0, Errno(-n), false)
             return 1
         }
-        var kept = 0
         for i in first..<(first + Int(n)) {
             let message = receiveMessages[i]
-            // A datagram larger than our buffer is no TFTP packet we accept.
-            if message.msg_hdr.msg_flags & Int32(MSG_TRUNC) != 0 { continue }
-            let slot = first + kept
-            if slot != i {
-                receiveNames[slot] = receiveNames[i]
-                (buffers.baseAddress! + slot * bufferSize).copyMemory(from: buffers.baseAddress! + i * bufferSize,
-                                                                      byteCount: Int(message.msg_len))
-            }
-            received[slot] = (socket.tag, Int32(message.msg_len), nil)
+            // Longer than our buffer: its start, said to be cut (the caller refuses it).
+            received[i] = (socket.tag, Int32(message.msg_len), nil, message.msg_hdr.msg_flags & Int32(MSG_TRUNC) != 0)
             if socket.isListener {
                 var local = sockaddr_storage()
                 var header = message.msg_hdr
                 _ = stampede_pktinfo_local(&header, &local, 0)
-                receivedLocal[slot] = SocketAddress(storage: local)
+                receivedLocal[i] = SocketAddress(storage: local)
             }
-            kept += 1
         }
-        return kept
+        return Int(n)
     }
 
     public func datagram(_ index: Int) -> Datagram {
@@ -427,6 +418,6 @@ public final class GlibcBackend: DatagramBackend {
         return Datagram(tag: entry.tag,
                         bytes: UnsafeRawBufferPointer(start: buffers.baseAddress! + index * bufferSize, count: Int(entry.length)),
                         peer: SocketAddress(storage: receiveNames[index]),
-                        local: receivedLocal[index], error: entry.error)
+                        local: receivedLocal[index], error: entry.error, truncated: entry.truncated)
     }
 }

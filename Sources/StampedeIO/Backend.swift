@@ -65,11 +65,11 @@ public protocol DatagramBackend: AnyObject, CustomStringConvertible {
     /// Sockets the backend holds: open ones, and closed ones whose last operations the kernel has
     /// not yet confirmed. Back to the listener count when no transfer runs, or something leaks.
     var socketCount: Int { get }
-    /// The largest datagram a transfer or client socket receives whole (longer ones are dropped
-    /// as cut short): a server refuses to start when an upload's DATA could be larger.
+    /// The largest datagram a transfer or client socket receives whole (a longer one arrives
+    /// `truncated`): a server refuses to start when an upload's DATA could be larger.
     var largestDatagram: Int { get }
-    /// The largest datagram a listener receives whole: in single-port mode an upload's DATA
-    /// arrives on the listener, which bounds the blksize it may get.
+    /// The largest datagram a listener receives whole, at least `Request.largestDatagram`: in
+    /// single-port mode an upload's DATA arrives on the listener, which bounds its blksize.
     var largestListenerDatagram: Int { get }
 }
 
@@ -117,13 +117,19 @@ public struct Datagram {
     public var local: SocketAddress
     /// A socket error in place of a datagram (ECONNREFUSED: the peer's port is gone).
     public var error: Errno?
+    /// The datagram was longer than the socket's buffers: `bytes` is its start. Every backend
+    /// says so rather than hand it over as if whole or drop it without a word; its reader
+    /// refuses it as it would the whole datagram (`largestDatagram`, `largestListenerDatagram`).
+    public var truncated: Bool
 
-    public init(tag: UInt64, bytes: UnsafeRawBufferPointer, peer: SocketAddress, local: SocketAddress, error: Errno? = nil) {
+    public init(tag: UInt64, bytes: UnsafeRawBufferPointer, peer: SocketAddress, local: SocketAddress, error: Errno? = nil,
+                truncated: Bool = false) {
         self.tag = tag
         self.bytes = bytes
         self.peer = peer
         self.local = local
         self.error = error
+        self.truncated = truncated
     }
 }
 

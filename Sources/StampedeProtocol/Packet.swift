@@ -103,6 +103,11 @@ public struct Request: Equatable, Sendable {
     /// path the kernel takes.
     public static let longestFilename = 4096
 
+    /// Longer requests are refused (ERROR 4): the longest name, a mode and every option fit with
+    /// room to spare. Every backend's listener takes this much whole, so a request is judged by
+    /// its length alone, the same on each.
+    public static let largestDatagram = 8192
+
     public enum ParseError: Error, Equatable {
         case notARequest, missingTerminator, emptyMode
     }

@@ -24,8 +24,8 @@ public final class Server<Backend: DatagramBackend> {
     public enum StartFailure: Error, CustomStringConvertible {
         /// A backend or a listener could not be made.
         case system(Errno)
-        /// The backend's receive buffers cannot hold the largest DATA an upload may send (it would
-        /// be dropped as cut short, and the upload stall).
+        /// The backend's receive buffers cannot hold the largest DATA an upload may send, or a
+        /// listener's the largest request (it would arrive cut short and be refused).
         case receiveBuffersTooSmall(backend: String, largest: Int, needed: Int)
 
         public var description: String {
@@ -49,6 +49,10 @@ public final class Server<Backend: DatagramBackend> {
             do { backend = try makeBackend() } catch { throw .system(error) }
             guard backend.largestDatagram >= needed else {
                 throw .receiveBuffersTooSmall(backend: backend.description, largest: backend.largestDatagram, needed: needed)
+            }
+            guard backend.largestListenerDatagram >= Request.largestDatagram else {
+                throw .receiveBuffersTooSmall(backend: backend.description, largest: backend.largestListenerDatagram,
+                                              needed: Request.largestDatagram)
             }
             let worker = Worker(backend: backend, configuration: configuration, cache: cache, index: index,
                                 admission: admission, fileLabels: fileLabels)

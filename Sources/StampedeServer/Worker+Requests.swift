@@ -72,6 +72,13 @@ extension Worker {
     /// The request a listener's datagram holds; nil when there is none to serve (refused or
     /// ignored here).
     func parseRequest(_ datagram: Datagram, on listener: SocketHandle) -> Request? {
+        // Judged by its length alone, whatever the backend's buffers took of it.
+        if datagram.truncated || datagram.bytes.count > Request.largestDatagram, Request.isRequest(datagram.bytes) {
+            refuse(datagram, listener, TFTPError(.illegalOperation, "Request too long"),
+                   what: "a request of \(datagram.truncated ? "over \(datagram.bytes.count)" : "\(datagram.bytes.count)") bytes, more than \(Request.largestDatagram)",
+                   kind: datagram.bytes[1] == 2 ? .write : .read)
+            return nil
+        }
         do {
             return try Request.parse(datagram.bytes)
         } catch .notARequest {

@@ -22,7 +22,7 @@ extension Worker {
             metrics.add(.retransmissions, table[slot].sender!.retransmits - resends)
             perform(slot, action, now: now)
         case .data(let block, let payload) where table[slot].receiver != nil:
-            receiveData(slot, block: block, payload: payload, now: now)
+            receiveData(slot, block: block, payload: payload, cut: datagram.truncated, now: now)
         case .error(let code, let message):
             let afterOptionAck = (table[slot].sender.map { $0.sentThrough == 0 } ?? false) && !table[slot].optionAck.isEmpty
             if afterOptionAck && code == ErrorCode.optionNegotiation.rawValue && table[slot].askedSize {
@@ -46,8 +46,9 @@ extension Worker {
         }
     }
 
-    func receiveData(_ slot: Int, block: UInt16, payload: UnsafeRawBufferPointer, now: Nanoseconds) {
-        guard payload.count <= table[slot].receiver!.blockSize else {
+    /// `cut`: the DATA was longer than the socket's buffers (then it is larger than the blksize).
+    func receiveData(_ slot: Int, block: UInt16, payload: UnsafeRawBufferPointer, cut: Bool, now: Nanoseconds) {
+        guard payload.count <= table[slot].receiver!.blockSize && !cut else {
             sendError(slot, TFTPError(.illegalOperation, "Block larger than the negotiated blksize"))
             finish(slot, .serverError(TFTPError(.illegalOperation, "oversized DATA")), now: now)
             return

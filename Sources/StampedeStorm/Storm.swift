@@ -124,6 +124,15 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
                 transferEnded(slot, .failed(.socketError(error)), now: arrival)
                 continue
             }
+            var host = datagram.peer
+            host.port = plan.server.port
+            if datagram.truncated && host == plan.server {
+                // Longer than the largest block asked for, which the socket's buffers hold: no
+                // packet a server of this transfer should send.
+                send(.abort, slot: slot, peer: datagram.peer)
+                transferEnded(slot, .failed(.protocolError("a datagram of more than \(datagram.bytes.count) bytes")), now: arrival)
+                continue
+            }
             let step = sessions[slot]!.receive(datagram.bytes, from: datagram.peer, now: arrival)
             apply(step, slot: slot, peer: datagram.peer, now: arrival)
         }

@@ -14,7 +14,7 @@ public final class URingBackend: DatagramBackend {
     public var description: String { "uring (\(setupFlags))" }
     /// Transfer sockets that may take datagrams over the small buffers get the large ones.
     public let largestDatagram: Int
-    /// Listeners receive into the small buffers.
+    /// Listeners receive into the request buffers.
     public let largestListenerDatagram: Int
     public let segmentation: Segmentation
     private var datagrams: UnsafePointer<stampede_ring_datagram>?
@@ -25,6 +25,9 @@ public final class URingBackend: DatagramBackend {
         public var smallSize: UInt32 = 2048
         public var largeBuffers: UInt32 = 64
         public var largeSize: UInt32 = 65536
+        /// Listeners': a request with the longest name and options whole (`Request.largestDatagram`).
+        public var requestBuffers: UInt32 = 1024
+        public var requestSize = UInt32(Request.largestDatagram)
         public var sendSlots: UInt32 = 4096
         public var errorReports: UInt32 = 1024
         /// Send windows as segmented sends where the kernel takes them (UDP GSO).
@@ -50,6 +53,7 @@ public final class URingBackend: DatagramBackend {
         var config = stampede_ring_config(
             entries: configuration.entries, small_buffers: configuration.smallBuffers, small_size: configuration.smallSize,
             large_buffers: configuration.largeBuffers, large_size: configuration.largeSize,
+            request_buffers: configuration.requestBuffers, request_size: configuration.requestSize,
             send_slots: configuration.sendSlots, max_datagrams: configuration.errorReports,
             segmentation: segmentation.isOn ? 1 : 0)
         var flags: UnsafePointer<CChar>?
@@ -58,8 +62,9 @@ public final class URingBackend: DatagramBackend {
         self.ring = ring
         self.setupFlags = flags.map { String(cString: $0) } ?? "?"
         self.largestDatagram = Int(max(configuration.smallSize, configuration.largeSize))
-        self.largestListenerDatagram = Int(configuration.smallSize)
+        self.largestListenerDatagram = Int(configuration.requestSize)
         self.segmentation = segmentation
+        self.smallSize = Int(configuration.smallSize)
     }
 
     deinit {
@@ -74,7 +79,8 @@ public final class URingBackend: DatagramBackend {
     }
 
     /// Sockets whose peer may send more than a small buffer takes get the large buffers.
-    private func needsLargeBuffers(_ largestDatagram: Int) -> Bool { largestDatagram > largestListenerDatagram }
+    private let smallSize: Int
+    private func needsLargeBuffers(_ largestDatagram: Int) -> Bool { largestDatagram > smallSize }
 
     public func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle {
         try adopt(UDPSocket.listener(address, receiveBuffer: receiveBuffer), tag: tag, listener: true, large: false)
@@ -154,7 +160,7 @@ public final class URingBackend: DatagramBackend {
         let d = datagrams![index]
         return Datagram(tag: d.tag, bytes: UnsafeRawBufferPointer(start: d.bytes, count: max(0, Int(d.length))),
                         peer: SocketAddress(storage: d.peer), local: SocketAddress(storage: d.local),
-                        error: d.length < 0 ? Errno(-d.length) : nil)
+                        error: d.length < 0 ? Errno(-d.length) : nil, truncated: d.truncated != 0)
     }
 
     public var statistics: BackendStatistics {

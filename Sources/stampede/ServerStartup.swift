@@ -81,7 +81,7 @@ struct ServerStartup {
         logger.notice("""
             stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes); \
             \(summary.refused) requests refused (\(summary.notFound) of them for a file not there), \
-            \(summary.unanswered) unanswered while busy, \(summary.repeated) repeats of a running transfer's request dropped; \
+            \(summary.unanswered) requests unanswered while busy, \(summary.repeated) repeats of a running transfer's request dropped; \
             \(summary.backend.sendFailures) datagrams the kernel would not send, \(summary.backend.segmentedSends) segmented sends\
             \(summary.backend.segmentationFallbacks > 0 ? ", \(summary.backend.segmentationFallbacks) sent again one datagram at a time where the path refused GSO" : "")
             """)

@@ -54,7 +54,7 @@ static uint16_t port_of(int fd)
 
 static stampede_ring *make_ring(uint32_t small_buffers)
 {
-    stampede_ring_config config = {256, small_buffers, 2048, 4, 65536, 256, 64, 0};
+    stampede_ring_config config = {256, small_buffers, 2048, 4, 65536, small_buffers, 2048, 256, 64, 0};
     const char *flags;
     int error;
     return stampede_ring_create(&config, &flags, &error);
@@ -108,6 +108,40 @@ static int test_send_gathers_header_and_payload(void)
     CHECK(recv(client, got, sizeof(got), 0) == 1004);
     CHECK(memcmp(got, "\0\3\0\1", 4) == 0 && memcmp(got + 4, payload, 1000) == 0);
     CHECK(stampede_ring_get_stats(r).send_failures == 0);
+    close(client);
+    stampede_ring_destroy(r);
+    return 1;
+}
+
+/* A datagram longer than its buffer is delivered as its start and said to be cut, on a listener
+ * (request buffers, 2048 here) and on a transfer socket (small buffers) alike: never taken as if
+ * it were whole, never dropped without a word. */
+static int test_a_datagram_longer_than_its_buffer_is_said_to_be_cut(void)
+{
+    stampede_ring *r = make_ring(8);
+    int listener = udp_socket(0, 1), transfer = udp_socket(0, 0), client = udp_socket(0, 0), i, n, cut = 0, whole = 0;
+    struct sockaddr_storage to_listener = loopback(port_of(listener)), to_transfer = loopback(port_of(transfer));
+    static uint8_t big[3000];
+    memset(big, 'x', sizeof(big));
+    CHECK(stampede_ring_add_socket(r, listener, 1, 1, 0) >= 0);
+    CHECK(stampede_ring_add_socket(r, transfer, 2, 0, 0) >= 0);
+    stampede_ring_wait(r, 0);
+    sendto(client, big, sizeof(big), 0, (struct sockaddr *)&to_listener, sizeof(struct sockaddr_in));
+    sendto(client, big, sizeof(big), 0, (struct sockaddr *)&to_transfer, sizeof(struct sockaddr_in));
+    sendto(client, big, 100, 0, (struct sockaddr *)&to_listener, sizeof(struct sockaddr_in));
+    n = wait_for(r, 3);
+    CHECK(n == 3);
+    for (i = 0; i < n; i++) {
+        const stampede_ring_datagram *d = &stampede_ring_datagrams(r)[i];
+        if (d->truncated) {
+            CHECK(d->length >= 2048 && d->length < 3000 && d->bytes[0] == 'x');
+            cut++;
+        } else {
+            CHECK(d->length == 100);
+            whole++;
+        }
+    }
+    CHECK(cut == 2 && whole == 1);
     close(client);
     stampede_ring_destroy(r);
     return 1;
@@ -253,7 +287,7 @@ static int socket_to_a_vanished_peer(void)
  * free list (two later sockets would share it and one's datagrams reach the other's tag). */
 static int test_a_socket_closed_while_a_flush_meets_its_last_receive_is_retired_once(void)
 {
-    stampede_ring_config config = {64, 16, 2048, 4, 65536, 2, 8, 0};
+    stampede_ring_config config = {64, 16, 2048, 4, 65536, 16, 2048, 2, 8, 0};
     const char *flags;
     int error, round;
     stampede_ring *r = stampede_ring_create(&config, &flags, &error);
@@ -319,7 +353,7 @@ static int test_a_socket_closed_while_a_flush_meets_its_last_receive_is_retired_
  * datagram. Errors beyond the room are dropped (the next send reports again), datagrams never. */
 static int test_errors_and_datagrams_in_one_batch_stay_within_it(void)
 {
-    stampede_ring_config config = {256, 8, 2048, 1, 65536, 64, 4, 0};
+    stampede_ring_config config = {256, 8, 2048, 1, 65536, 8, 2048, 64, 4, 0};
     const char *flags;
     int error, i, n, errors = 0, data = 0, rounds;
     stampede_ring *r = stampede_ring_create(&config, &flags, &error);
@@ -359,7 +393,7 @@ static int test_errors_and_datagrams_in_one_batch_stay_within_it(void)
  * queued, many times over, leave every large buffer usable (one batch can still fill them all). */
 static int test_large_buffers_survive_sockets_closed_with_datagrams_pending(void)
 {
-    stampede_ring_config config = {256, 16, 2048, 4, 65536, 64, 8, 0};
+    stampede_ring_config config = {256, 16, 2048, 4, 65536, 16, 2048, 64, 8, 0};
     const char *flags;
     int error, round, i, n, seen = 0, rounds;
     stampede_ring *r = stampede_ring_create(&config, &flags, &error);
@@ -432,7 +466,7 @@ static int test_a_vanished_peer_found_by_a_send_is_reported_too(void)
  * above the path MTU), sent again one by one. */
 static int check_windows(int refuse)
 {
-    stampede_ring_config config = {64, 16, 2048, 4, 65536, 2, 8, 1};
+    stampede_ring_config config = {64, 16, 2048, 4, 65536, 16, 2048, 2, 8, 1};
     const char *flags;
     int error, one = 1, size = 8 << 20, sender = udp_socket(0, 0), client = udp_socket(0, 0), slot, window, i;
     struct sockaddr_storage peer = loopback(port_of(client));
@@ -492,6 +526,7 @@ int main(void)
         test_listener_sees_payload_peer_and_local_address,
         test_send_gathers_header_and_payload,
         test_more_datagrams_than_buffers_all_arrive,
+        test_a_datagram_longer_than_its_buffer_is_said_to_be_cut,
         test_closing_thousands_of_sockets_releases_every_slot,
         test_sockets_added_past_the_table_size_in_one_turn_all_receive,
         test_a_closed_sockets_datagrams_never_surface,

@@ -65,6 +65,36 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
         return try backend.openTransfer(local: loopbackAny, peer: gone, ports: nil, largestDatagram: 516, tag: tag)
     }
 
+    /// Issue 21, defect 8: io_uring listeners handed over the first 2 KiB of a longer datagram as
+    /// if it were whole (a single-port upload's over-long DATA was cut and stored), and dropped a
+    /// transfer's without a word. Every backend now says a datagram was cut; each listener takes
+    /// a request of `Request.largestDatagram` whole.
+    @Test(arguments: BackendKind.allCases)
+    func aDatagramLongerThanItsBufferArrivesCutAndSaysSo(kind: BackendKind) throws {
+        // The Glibc backend's buffers hold any UDP datagram by default: smaller ones here.
+        let backend: any DatagramBackend = kind == .glibc ? try GlibcBackend(bufferSize: Request.largestDatagram) : try kind.make()
+        #expect(backend.largestListenerDatagram >= Request.largestDatagram)
+        let (_, bound) = try loopbackListener(backend, tag: 1)
+        let client = LoopbackClient()
+        let whole = [0, 1] + [UInt8](repeating: 0x61, count: Request.largestDatagram - 2)
+        let longer = whole + [UInt8](repeating: 0x61, count: 1000)
+        client.send(whole, to: bound)
+        client.send(longer, to: bound)
+        var seen: [(count: Int, truncated: Bool, start: [UInt8])] = []
+        while seen.count < 2 {
+            let n = pollUntilSomething(backend)
+            guard n > 0 else { break }
+            for i in 0..<n {
+                let d = backend.datagram(i)
+                seen.append((d.bytes.count, d.truncated, Array(d.bytes.prefix(3))))
+            }
+        }
+        #expect(seen.count == 2)
+        #expect(seen.first.map { $0.count == whole.count && !$0.truncated } == true)
+        #expect(seen.last.map { $0.count >= Request.largestDatagram && $0.count < longer.count && $0.truncated } == true)
+        #expect(seen.last?.start == [0, 1, 0x61])
+    }
+
     @Test(arguments: BackendKind.allCases)
     func aListenerReportsPeerAndTheLocalAddressFromPktinfo(kind: BackendKind) throws {
         let backend = try kind.make()
@@ -273,8 +303,14 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
             }
         }
         configuration.optionLimits.maxBlockSize = 1468
+        // Nor does it start with listeners that would cut the largest request.
+        #expect(throws: Server<GlibcBackend>.StartFailure.self) {
+            _ = try Server(configuration: configuration, workerCount: 1, cache: FileCache()) { () throws(Errno) in
+                try GlibcBackend(receiveBatch: 8, bufferSize: 2048)
+            }
+        }
         let server = try Server(configuration: configuration, workerCount: 1, cache: FileCache()) { () throws(Errno) in
-            try GlibcBackend(receiveBatch: 8, bufferSize: 2048)
+            try GlibcBackend(receiveBatch: 8, bufferSize: Request.largestDatagram)
         }
         #expect(server.boundAddresses.count == 1)
     }

@@ -14,7 +14,9 @@ final class FakeBackend: DatagramBackend {
     var statistics = BackendStatistics()
     var socketCount: Int { tags.count - closed.count }
     var largestDatagram: Int { 65536 }
-    var largestListenerDatagram: Int { 2048 }
+    var largestListenerDatagram: Int { 8192 }
+    /// Datagrams longer than this arrive cut to it, as a real backend's buffers would cut them.
+    var cutAt: Int?
 
     func open(_ tag: UInt64) -> SocketHandle {
         tags.append(tag)
@@ -46,6 +48,10 @@ final class FakeBackend: DatagramBackend {
     }
     func datagram(_ index: Int) -> Datagram {
         let d = delivered[index]
-        return d.bytes.withUnsafeBytes { Datagram(tag: d.tag, bytes: $0, peer: d.peer, local: d.local) }
+        let cut = cutAt.map { d.bytes.count > $0 } ?? false
+        return d.bytes.withUnsafeBytes {
+            Datagram(tag: d.tag, bytes: cut ? UnsafeRawBufferPointer(rebasing: $0[..<cutAt!]) : $0, peer: d.peer, local: d.local,
+                     truncated: cut)
+        }
     }
 }

@@ -29,8 +29,9 @@ final class RoutingRig {
 
     let log = LogLines()
 
-    init(_ mode: Mode, listeners: [SocketAddress]? = nil, transferSocketError: Errno? = nil) throws {
-        var configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd), logger: log.logger())
+    init(_ mode: Mode, listeners: [SocketAddress]? = nil, transferSocketError: Errno? = nil, allowCreate: Bool = false) throws {
+        var configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd, allowCreate: allowCreate),
+                                                logger: log.logger())
         backend.transferSocketError = transferSocketError
         configuration.optionLimits.maxBlockSize = 1468
         configuration.singlePort = mode == .singlePort
@@ -248,5 +249,40 @@ final class RoutingRig {
         #expect(Tag.listener(0).kind == .listener(0))
         #expect(Tag.listener(7).kind == .listener(7))
         #expect(Tag(rawValue: UInt64.max).kind == nil)
+    }
+}
+
+/// Issue 21, defect 8: a request or a DATA is judged by its whole length, whether a backend's
+/// buffers took it whole or cut it (io_uring's listeners took 2 KiB and kept the start).
+@Suite struct CutDatagramsSpec {
+    let client = SocketAddress(parsing: "127.0.0.1:40000", defaultPort: 0)!
+
+    func longRequest(_ nameLength: Int, options: Int = 0) -> [UInt8] {
+        Request(isWrite: false, filename: [UInt8](repeating: 0x61, count: nameLength), mode: "octet",
+                options: (0..<options).map { ("x\($0)", String(repeating: "9", count: 200)) }).encoded()
+    }
+
+    @Test(arguments: [nil, 8192])
+    func aRequestLongerThanTheLargestIsRefusedWithErrorFourWholeOrCut(cutAt: Int?) throws {
+        let rig = try RoutingRig(.ownSockets)
+        rig.backend.cutAt = cutAt
+        let tooLong = longRequest(100, options: 40)
+        #expect(tooLong.count > Request.largestDatagram)
+        #expect(rig.deliver(tooLong, from: client, tag: rig.listener()).map(\.bytes)
+                == [PacketWriter.error(TFTPError(.illegalOperation, "Request too long"))])
+        // A name of 3,000 bytes fits: it is looked for (and not found), not refused as too long.
+        #expect(RoutingRig.heads(rig.deliver(longRequest(3000), from: client, tag: rig.listener())) == [[0, 5, 0, 1]])
+    }
+
+    @Test func aSinglePortUploadsDataCutByTheListenerEndsTheUploadAndStoresNothing() throws {
+        let upload = try RoutingRig(.singlePort, allowCreate: true)
+        upload.backend.cutAt = 2048
+        let wrq = Request(isWrite: true, filename: Array("up.bin".utf8), mode: "octet", options: [("blksize", "1400")]).encoded()
+        #expect(RoutingRig.heads(upload.deliver(wrq, from: client, tag: upload.listener())) == [[0, 6, 0x62, 0x6C]])
+        // A DATA of 3,000 bytes: the listener's buffers keep 2,048 of them, and say so.
+        let answer = upload.deliver([0, 3, 0, 1] + [UInt8](repeating: 7, count: 2996), from: client, tag: upload.listener())
+        #expect(RoutingRig.heads(answer) == [[0, 5, 0, 4]])
+        #expect(upload.worker.activeTransfers == 0)
+        #expect(upload.dir.entries().filter { $0.hasPrefix("up") || $0.hasPrefix(".stampede") }.isEmpty)
     }
 }

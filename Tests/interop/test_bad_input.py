@@ -186,3 +186,30 @@ def test_an_ack_storm_for_blocks_never_sent_costs_little_and_changes_nothing(hos
     # The transfer is intact: block 1 comes again at the server's retransmit timeout, then on.
     c.sock.settimeout(3)
     assert read_lockstep(c, tid, first=1) == (root / "one-mib.bin").read_bytes()
+
+
+def test_a_request_is_judged_by_its_length_alone_the_same_on_every_backend(hostile):
+    """Issue 21, defect 8: io_uring's listeners kept the first 2 KiB of a request, so a name of
+    3,000 bytes got ERROR 4 there and was looked up on Glibc."""
+    c = RawClient(hostile)
+    assert c.exchange(request("a" * 3000))[0] == ("ERROR", (1, "File not found"))
+    assert c.exchange(request("hello.txt", options=[(f"x{i}", "y" * 200) for i in range(40)]))[0] == \
+        ("ERROR", (4, "Request too long"))
+    assert c.download("hello.txt") == b"hello, rack\n"
+
+
+def test_a_single_port_uploads_over_long_data_is_refused_and_nothing_stored(serve, root):
+    """Issue 21, defect 8: in single-port mode an upload's DATA longer than the listener's buffers
+    was cut to them and stored as a full block."""
+    root.chmod(0o777)
+    s = serve("--single-port", "-c")
+    c = RawClient(s)
+    reply, tid = c.exchange(request("up.bin", write=True, options=[("blksize", "65464")]))
+    assert reply[0] == "OACK", reply
+    blksize = int(reply[1]["blksize"])
+    # Longer than the blksize (and, with io_uring's 8 KiB listener buffers, than those), within UDP's 65,507.
+    c.send(data(1, b"z" * (blksize + min(1000, 65503 - blksize))), tid)
+    assert c.receive()[0] == ("ERROR", (4, "Block larger than the negotiated blksize"))
+    c.close()
+    assert not (root / "up.bin").exists()
+    assert [p.name for p in root.iterdir() if p.name.startswith(".stampede-upload")] == []

@@ -18,12 +18,15 @@ typedef struct stampede_ring stampede_ring;
 typedef struct {
     /* Submission queue entries; the completion queue is four times larger. */
     uint32_t entries;
-    /* Receive buffers for small datagrams (requests, ACKs): count (a power of two) and payload size. */
+    /* Receive buffers for small datagrams (ACKs, small blocks): count (a power of two) and payload size. */
     uint32_t small_buffers;
     uint32_t small_size;
     /* Receive buffers for uploads with large blocks. */
     uint32_t large_buffers;
     uint32_t large_size;
+    /* Receive buffers for listeners: requests (and, in single-port mode, an upload's DATA). */
+    uint32_t request_buffers;
+    uint32_t request_size;
     /* Sends in flight at once (one msghdr + iovecs each). */
     uint32_t send_slots;
     /* Datagrams returned by one wait. */
@@ -38,6 +41,8 @@ typedef struct {
     const uint8_t *bytes;
     /* Payload length, or a negative errno for a socket error (ECONNREFUSED). */
     int32_t length;
+    /* Non-zero: the datagram was longer than its buffer; `bytes` holds its start. */
+    uint32_t truncated;
     struct sockaddr_storage peer;
     /* Listeners: the address the datagram was sent to (PKTINFO); zero otherwise. */
     struct sockaddr_storage local;
@@ -70,7 +75,8 @@ int stampede_ring_probe(const char **reason);
 stampede_ring *stampede_ring_create(const stampede_ring_config *config, const char **flags, int *error);
 void stampede_ring_destroy(stampede_ring *ring);
 
-/* Hands over a non-blocking UDP socket and arms its receive. Returns the socket slot. */
+/* Hands over a non-blocking UDP socket and arms its receive: a listener's into the request
+ * buffers, another's into the large ones if `large_datagrams`, else the small. Returns the slot. */
 int stampede_ring_add_socket(stampede_ring *ring, int fd, uint64_t tag, int is_listener, int large_datagrams);
 /* The fd of a slot (for getsockname). */
 int stampede_ring_socket_fd(const stampede_ring *ring, int slot);
