@@ -3,27 +3,37 @@ import NIOHTTP1
 import NIOPosix
 
 /// `--metrics`: the exposition over HTTP/1.1 (`GET /metrics`), on one SwiftNIO event loop of its
-/// own, never a worker's. A scraper cannot hold the server: each connection must send a request
-/// within `requestDeadline` of opening or of its last answer, however slowly it sends its bytes
-/// (a slowloris is cut off at the deadline); beyond `maxConnections` at once a new connection is
-/// closed as soon as it is accepted, so idle connections cost at most that many descriptors.
+/// own, never a worker's. Its memory is the TFTP server's, so a scraper cannot make it grow nor
+/// hold it: each connection must send a request within `requestDeadline` of opening or of its
+/// last answer, however slowly it sends its bytes (a slowloris is cut off at the deadline); a
+/// connection lives at most `connectionLifetime` (its answer after that says Connection: close);
+/// one that asks faster than it reads is closed once `pendingLimit` bytes of answers wait for it
+/// (pipelined GETs never read grew the server by 494 MiB per 60,000); a request that does not
+/// parse is answered 400 and closed; beyond `maxConnections` at once a new connection is closed
+/// as soon as it is accepted, so connections cost at most that many descriptors.
 public final class MetricsListener: Sendable {
     public static let defaultPort = 9469
     public static let maxConnections = 16
     public static let requestDeadline = TimeAmount.seconds(10)
+    public static let connectionLifetime = TimeAmount.seconds(60)
+    /// Answers written and not yet taken by the peer's socket, beyond which its reads stop (NIO's
+    /// high water mark) and its next answer closes it instead.
+    public static let pendingLimit = 256 * 1024
 
     /// The address it listens on (with the port the kernel chose for port 0).
     public let address: String
     private let group: MultiThreadedEventLoopGroup
     private let channel: any Channel
 
-    public init(host: String, port: Int, exporter: MetricsExporter) throws {
+    /// `lifetime`: how long a connection may live (`connectionLifetime`; shorter in tests).
+    public init(host: String, port: Int, exporter: MetricsExporter, lifetime: TimeAmount = connectionLifetime) throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let loop = group.next()
         let connections = NIOLoopBoundBox.makeBoxSendingValue(0, as: Int.self, eventLoop: loop)
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 64)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.writeBufferWaterMark, value: .init(low: Self.pendingLimit / 4, high: Self.pendingLimit))
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     guard connections.value < Self.maxConnections else {
@@ -32,8 +42,10 @@ public final class MetricsListener: Sendable {
                     }
                     connections.value += 1
                     channel.closeFuture.whenComplete { _ in connections.value -= 1 }
+                    // Reads stop while answers wait beyond the high water mark.
+                    try channel.pipeline.syncOperations.addHandler(BackPressureHandler())
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
-                    try channel.pipeline.syncOperations.addHandler(ScrapeHandler(exporter: exporter))
+                    try channel.pipeline.syncOperations.addHandler(ScrapeHandler(exporter: exporter, lifetime: lifetime))
                 }
             }
         do {
@@ -65,19 +77,34 @@ final class ScrapeHandler: ChannelInboundHandler {
     typealias OutboundOut = HTTPServerResponsePart
 
     private let exporter: MetricsExporter
+    private let lifetime: TimeAmount
     private var request: HTTPRequestHead?
     private var deadline: Scheduled<Void>?
+    private var end: Scheduled<Void>?
+    private var expired = false
 
-    init(exporter: MetricsExporter) {
+    init(exporter: MetricsExporter, lifetime: TimeAmount) {
         self.exporter = exporter
+        self.lifetime = lifetime
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
         armDeadline(context)
+        // Past its lifetime the next answer closes the connection; one that asks nothing more is
+        // closed at the request deadline after it.
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        end = context.eventLoop.scheduleTask(in: lifetime) { bound.value.0.expired = true }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
         deadline?.cancel()
+        end?.cancel()
+    }
+
+    /// A request that does not parse: the error handler before this one answered 400; the
+    /// connection goes now rather than hold its place until the deadline.
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
     }
 
     /// The connection must bring its next request within the deadline, whatever it sends meanwhile.
@@ -101,6 +128,12 @@ final class ScrapeHandler: ChannelInboundHandler {
     }
 
     private func respond(to head: HTTPRequestHead, context: ChannelHandlerContext) {
+        guard context.channel.isWritable else {
+            // Asking faster than it reads (pipelined requests, answers not taken): what waits for
+            // it is already at the limit, and it gets no more.
+            context.close(promise: nil)
+            return
+        }
         let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
         let status: HTTPResponseStatus
         var body: [UInt8]
@@ -118,7 +151,7 @@ final class ScrapeHandler: ChannelInboundHandler {
         }
         headers.add(name: "Content-Type", value: status == .ok ? "text/plain; version=0.0.4; charset=utf-8" : "text/plain; charset=utf-8")
         headers.add(name: "Content-Length", value: "\(body.count)")
-        let keepAlive = head.isKeepAlive
+        let keepAlive = head.isKeepAlive && !expired
         if !keepAlive { headers.add(name: "Connection", value: "close") }
         if head.method == .HEAD { body = [] }
         context.write(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))), promise: nil)

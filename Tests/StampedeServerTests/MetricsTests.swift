@@ -139,3 +139,66 @@ import Testing
         #expect(scrape().sum("stampede_retransmissions_total") >= 1)
     }
 }
+
+/// The metrics listener's own limits, on loopback.
+@Suite struct MetricsListenerSpec {
+    /// A blocking TCP connection to 127.0.0.1:`port`.
+    func connect(_ port: Int) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = SocketAddress(parsing: "127.0.0.1:\(port)", defaultPort: 0)!.storage
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        try #require(connected == 0)
+        var timeout = timeval(tv_sec: 15, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        return fd
+    }
+
+    /// One answer's head and body (by its Content-Length); nil when the peer has closed.
+    func answer(_ fd: Int32) -> (head: String, body: Int)? {
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            if let end = bytes.indices.dropLast(3).first(where: { bytes[$0...($0 + 3)].elementsEqual([13, 10, 13, 10]) }) {
+                let head = String(decoding: bytes[..<end], as: UTF8.self)
+                let length = head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("content-length:") }
+                    .flatMap { Int($0.split(separator: ":")[1].filter { $0 != " " }) } ?? 0
+                while bytes.count < end + 4 + length {
+                    let n = read(fd, &buffer, buffer.count)
+                    guard n > 0 else { return nil }
+                    bytes += buffer[..<n]
+                }
+                return (head, length)
+            }
+            let n = read(fd, &buffer, buffer.count)
+            guard n > 0 else { return nil }
+            bytes += buffer[..<n]
+        }
+    }
+
+    /// Issue 21, defect 14: keep-alive scrapers could hold all 16 places for ever.
+    @Test func aKeepAliveConnectionIsClosedAfterItsLifetime() throws {
+        let exporter = MetricsExporter(workers: [WorkerMetrics()], cache: FileCache(), fileLabels: FileLabels(),
+                                       build: BuildInfo(version: "test", backend: "none", features: []))
+        let listener = try MetricsListener(host: "127.0.0.1", port: 0, exporter: exporter, lifetime: .milliseconds(500))
+        defer { listener.shutdown() }
+        let port = Int(listener.address.split(separator: ":").last!)!
+        let opened = stampede_monotonic_ns()
+        let fd = try connect(port)
+        defer { close(fd) }
+        let get = Array("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".utf8)
+        // A scraper asking every 100 ms, keep-alive: answered, until its lifetime is over.
+        var closing: Nanoseconds?
+        for _ in 0..<100 where closing == nil {
+            _ = write(fd, get, get.count)
+            let reply = try #require(answer(fd))
+            #expect(reply.head.hasPrefix("HTTP/1.1 200"))
+            if reply.head.lowercased().contains("connection: close") { closing = stampede_monotonic_ns() }
+            usleep(100_000)
+        }
+        let closed = try #require(closing)
+        #expect(closed - opened >= 500_000_000)
+        #expect(answer(fd) == nil)  // and then the end
+    }
+}
