@@ -28,20 +28,41 @@ public final class FileCache: Sendable {
         var image: FileImage
         var users: Int
         var lastUse: UInt64
+        /// Loaded at least `racyWindow` after its version's last change (see `racyWindow`).
+        var settled: Bool
     }
 
     private struct State {
         var entries: [FileKey: Entry] = [:]
+        /// Images taken out of `entries` while transfers still use them (racy ones, reloaded).
+        var retired: [ObjectIdentifier: Entry] = [:]
         var bytes = 0
         var clock: UInt64 = 0
         var counts = Statistics()
+        /// Versions a worker is reading now, for the others to wait for.
+        var loading: [FileKey: Gate] = [:]
     }
+
+    /// A file changed this recently before it was read may have been changed again within the
+    /// same timestamp tick (a coarse clock; 2 s on FAT) with no time nor size telling: git's
+    /// "racily clean" files. Such an image is shared while the window lasts, like any read of a
+    /// file being written; the first request after it reads the file again, once.
+    public static let racyWindow: Int64 = 2 * 1_000_000_000
 
     public let limits: Limits
     private let state = Mutex(State())
+    /// Wall-clock nanoseconds, as file times are (tests pass their own).
+    private let wallClock: @Sendable () -> Int64
 
-    public init(limits: Limits = Limits()) {
+    public init(limits: Limits = Limits(), wallClock: @escaping @Sendable () -> Int64 = FileCache.realTime) {
         self.limits = limits
+        self.wallClock = wallClock
+    }
+
+    public static let realTime: @Sendable () -> Int64 = {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
     }
 
     public var residentBytes: Int { state.withLock { $0.bytes } }
@@ -59,6 +80,8 @@ public final class FileCache: Sendable {
         public var evictions = 0
         /// Files served without an image: over the file limit or the budget.
         public var streamed = 0
+        /// Images loaded within `racyWindow` of their file's last change (read again after it).
+        public var racy = 0
     }
 
     public var statistics: Statistics {
@@ -74,10 +97,22 @@ public final class FileCache: Sendable {
     /// it yet. Each successful acquire must be paired with `release`.
     /// A file that changes while it is read is read again as the version it became, judged
     /// anew against the limits: one that grew past them is streamed, never loaded past them.
+    /// One worker reads a version at a time: another that wants it meanwhile waits for that read
+    /// (it would read the same bytes, or stream them for want of budget), then shares the image.
     public func acquire(fd: Int32, info: stat, netascii: Bool) throws(Errno) -> Source {
         var key = FileKey(info, netascii: netascii)
-        for _ in 0..<4 {
-            if let image = use(key) { return .image(image) }
+        var versions = 0
+        while true {
+            switch claim(key) {
+            case .image(let image): return .image(image)
+            case .wait(let gate):
+                gate.wait()
+                continue
+            case .load:
+                break
+            }
+            // This worker reads `key` now; whatever the way out, those waiting for it go on.
+            defer { doneLoading(key) }
             guard key.size <= limits.fileLimit else {
                 if netascii { throw Errno(EFBIG) }
                 state.withLock { $0.counts.streamed += 1 }
@@ -91,6 +126,7 @@ public final class FileCache: Sendable {
                 return .stream(size: key.size)
             }
             let loaded: Loaded
+            let loadedAt = wallClock()
             do {
                 loaded = try load(fd: fd, key: key)
             } catch {
@@ -99,36 +135,75 @@ public final class FileCache: Sendable {
             }
             switch loaded {
             case .image(let image):
-                return .image(insert(image, reserved: reserved))
+                return .image(insert(image, reserved: reserved, loadedAt: loadedAt))
             case .changed(let now):
                 state.withLock { $0.bytes -= reserved }
                 key = now
+                versions += 1
+                if versions == 4 { throw Errno(EBUSY) }
             }
         }
-        throw Errno(EBUSY)
+    }
+
+    private enum Claim {
+        case image(FileImage)
+        /// Another worker reads this version now.
+        case wait(Gate)
+        /// Nobody has it: the caller reads it (a gate now says so to the others).
+        case load
+    }
+
+    private func claim(_ key: FileKey) -> Claim {
+        let now = wallClock()
+        return state.withLock { state in
+            if let entry = state.entries[key], !entry.settled, now - key.lastChange >= Self.racyWindow {
+                // Racy, and its window is over: read the file again; transfers on the old image keep it.
+                Self.retire(&state, key)
+            }
+            if var entry = state.entries[key] {
+                state.counts.hits += 1
+                state.clock += 1
+                entry.users += 1
+                entry.lastUse = state.clock
+                state.entries[key] = entry
+                return .image(entry.image)
+            }
+            if let gate = state.loading[key] { return .wait(gate) }
+            state.counts.misses += 1
+            state.loading[key] = Gate()
+            return .load
+        }
+    }
+
+    private func doneLoading(_ key: FileKey) {
+        state.withLock { $0.loading.removeValue(forKey: key) }?.open()
     }
 
     public func release(_ image: FileImage) {
         state.withLock { state in
-            guard var entry = state.entries[image.key], entry.image === image else { return }
-            entry.users -= 1
-            state.entries[image.key] = entry
-            Self.evict(&state, budget: limits.budget)
+            if var entry = state.entries[image.key], entry.image === image {
+                entry.users -= 1
+                state.entries[image.key] = entry
+                Self.evict(&state, budget: limits.budget)
+            } else if var entry = state.retired[ObjectIdentifier(image)] {
+                entry.users -= 1
+                if entry.users > 0 {
+                    state.retired[ObjectIdentifier(image)] = entry
+                } else {
+                    state.retired[ObjectIdentifier(image)] = nil
+                    state.bytes -= image.count
+                }
+            }
         }
     }
 
-    private func use(_ key: FileKey) -> FileImage? {
-        state.withLock { state in
-            guard var entry = state.entries[key] else {
-                state.counts.misses += 1
-                return nil
-            }
-            state.counts.hits += 1
-            state.clock += 1
-            entry.users += 1
-            entry.lastUse = state.clock
-            state.entries[key] = entry
-            return entry.image
+    /// Takes `key`'s entry out of the cache: freed now if unused, else when its last user ends.
+    private static func retire(_ state: inout State, _ key: FileKey) {
+        guard let entry = state.entries.removeValue(forKey: key) else { return }
+        if entry.users > 0 {
+            state.retired[ObjectIdentifier(entry.image)] = entry
+        } else {
+            state.bytes -= entry.image.count
         }
     }
 
@@ -142,8 +217,11 @@ public final class FileCache: Sendable {
         }
     }
 
-    private func insert(_ image: FileImage, reserved: Int) -> FileImage {
-        state.withLock { state in
+    /// `loadedAt`: when the read began (wall clock).
+    private func insert(_ image: FileImage, reserved: Int, loadedAt: Int64) -> FileImage {
+        let settled = loadedAt - image.key.lastChange >= Self.racyWindow
+        return state.withLock { state in
+            if !settled { state.counts.racy += 1 }
             state.bytes += image.count - reserved
             state.clock += 1
             if var existing = state.entries[image.key] {
@@ -154,7 +232,7 @@ public final class FileCache: Sendable {
                 state.entries[image.key] = existing
                 return existing.image
             }
-            state.entries[image.key] = Entry(image: image, users: 1, lastUse: state.clock)
+            state.entries[image.key] = Entry(image: image, users: 1, lastUse: state.clock, settled: settled)
             return image
         }
     }

@@ -60,12 +60,14 @@ public final class FileImage: @unchecked Sendable {
     }
 }
 
-/// Which version of which file an image holds.
+/// Which version of which file an image holds. The change time is there for what rewrites a
+/// file in place and puts its modification time back (`cp -p`, `touch -r`): nobody can set it.
 public struct FileKey: Hashable, Sendable {
     public var device: UInt64
     public var inode: UInt64
     public var size: Int
     public var modified: Int64
+    public var changed: Int64
     public var netascii: Bool
 
     public init(_ s: stat, netascii: Bool) {
@@ -73,6 +75,10 @@ public struct FileKey: Hashable, Sendable {
         inode = UInt64(s.st_ino)
         size = Int(s.st_size)
         modified = Int64(s.st_mtim.tv_sec) * 1_000_000_000 + Int64(s.st_mtim.tv_nsec)
+        changed = Int64(s.st_ctim.tv_sec) * 1_000_000_000 + Int64(s.st_ctim.tv_nsec)
         self.netascii = netascii
     }
+
+    /// The later of the two times, in wall-clock nanoseconds.
+    var lastChange: Int64 { max(modified, changed) }
 }

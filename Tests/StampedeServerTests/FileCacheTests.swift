@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 import StampedeTestSupport
 import Testing
 @testable import StampedeServer
@@ -108,5 +109,85 @@ import StampedeProtocol
         let cache = FileCache()
         let empty = try #require(image(try acquire(cache, "empty")))
         #expect(empty.count == 0)
+    }
+}
+
+/// Issue 21, defect 14: the cache keyed versions by size and modification time alone, and loaded
+/// a file twice (or streamed it for want of budget) when two workers wanted it at once.
+@Suite struct FileCacheVersions {
+    let dir = ScratchDirectory()
+
+    func info(_ name: String) throws -> stat {
+        try AccessPolicy(root: dir.fd).openForReading(Array(name.utf8)).info
+    }
+
+    func bytes(_ cache: FileCache, _ name: String) throws -> (image: FileImage, bytes: [UInt8]) {
+        let file = try AccessPolicy(root: dir.fd).openForReading(Array(name.utf8))
+        guard case .image(let image) = try cache.acquire(fd: file.descriptor.raw, info: file.info, netascii: false) else {
+            throw Errno(EINVAL)
+        }
+        return (image, Array(image.bytes))
+    }
+
+    /// A clock well past any racy window.
+    static let later: @Sendable () -> Int64 = { FileCache.realTime() + 60 * 1_000_000_000 }
+
+    @Test func aSameSizeRewriteThatPutsTheModificationTimeBackIsANewVersion() throws {
+        let cache = FileCache(wallClock: Self.later)
+        dir.write("kernel", [UInt8]("version one"))
+        let old = try info("kernel")
+        let first = try bytes(cache, "kernel")
+        cache.release(first.image)
+        // `cp -p` over it in place: same size, the same modification time put back.
+        dir.write("kernel", [UInt8]("version two"))
+        var times = [old.st_atim, old.st_mtim]
+        #expect(utimensat(dir.fd, "kernel", &times, 0) == 0)
+        let now = try info("kernel")
+        #expect(now.st_mtim.tv_sec == old.st_mtim.tv_sec && now.st_mtim.tv_nsec == old.st_mtim.tv_nsec && now.st_size == old.st_size)
+        #expect(try bytes(cache, "kernel").bytes == [UInt8]("version two"))
+    }
+
+    @Test func aFileChangedJustBeforeItWasReadIsSharedForItsWindowThenReadAgainOnce() throws {
+        dir.write("boot.ipxe", [UInt8]("#!ipxe"))
+        let changed = FileKey(try info("boot.ipxe"), netascii: false).lastChange
+        let clock = Mutex(changed + 1_000_000)  // read a millisecond after it was written
+        let cache = FileCache(wallClock: { clock.withLock { $0 } })
+        let racy = try bytes(cache, "boot.ipxe").image
+        clock.withLock { $0 = changed + FileCache.racyWindow / 2 }
+        #expect(try bytes(cache, "boot.ipxe").image === racy)  // within its window: shared
+        clock.withLock { $0 = changed + FileCache.racyWindow + 1 }
+        let settled = try bytes(cache, "boot.ipxe").image  // after it: read again, once
+        #expect(settled !== racy)
+        #expect(try bytes(cache, "boot.ipxe").image === settled)
+        #expect(cache.statistics.misses == 2 && cache.statistics.hits == 2 && cache.statistics.racy == 1)
+        // The racy image is freed when its last transfer lets go of it.
+        #expect(cache.residentBytes == 2 * 6)
+        cache.release(racy)
+        cache.release(racy)
+        #expect(cache.residentBytes == 6)
+    }
+
+    @Test func twoWorkersWantingOneFileReadItOnceAndShareIt() throws {
+        let size = 128 << 20
+        dir.write("initrd.img", [UInt8](repeating: 3, count: size))
+        // Room for one copy: a second reader used to find no budget and stream it.
+        let cache = FileCache(limits: .init(budget: size + size / 2, fileLimit: size), wallClock: Self.later)
+        let results = Mutex<[FileImage?]>([])
+        let root = dir.fd
+        let threads = (0..<2).map { index in
+            SystemThread {
+                if index == 1 { usleep(5_000) }
+                let file = try! AccessPolicy(root: root).openForReading(Array("initrd.img".utf8))
+                var image: FileImage?
+                if case .image(let loaded) = try! cache.acquire(fd: file.descriptor.raw, info: file.info, netascii: false) {
+                    image = loaded
+                }
+                results.withLock { $0.append(image) }
+            }
+        }
+        for thread in threads { thread.join() }
+        let images = results.withLock { $0 }.compactMap { $0 }
+        #expect(images.count == 2 && images[0] === images[1])
+        #expect(cache.statistics.misses == 1 && cache.statistics.streamed == 0)
     }
 }
