@@ -25,7 +25,9 @@ packages_of = $(sort $(foreach c,$(1),$(word 2,$(subst :, ,$(c)))))
 # The firmware the suite boots (Tests/interop/test_firmware.py): OVMF's UEFI, iPXE for UEFI, the
 # iPXE ROMs QEMU's NICs carry.
 FIRMWARE_PACKAGES := ovmf ipxe ipxe-qemu
-APT_PACKAGES := liburing-dev pkg-config python3-venv $(FIRMWARE_PACKAGES) $(call packages_of,$(TEST_COMMANDS))
+# The slow disk of Tests/interop/test_disk.py: a FUSE file system in Python (fusepy loads libfuse 2).
+FUSE_PACKAGES := libfuse2
+APT_PACKAGES := liburing-dev pkg-config python3-venv $(FIRMWARE_PACKAGES) $(FUSE_PACKAGES) $(call packages_of,$(TEST_COMMANDS))
 BENCH_PACKAGES := libwrap0 $(call packages_of,$(BENCH_COMMANDS))
 # A machine with the Swift toolchain alone may have no cc: the toolchain's clang builds the C tests.
 ifeq ($(origin CC),default)
@@ -58,7 +60,7 @@ endef
 deps:
 	$(call apt_install,$(APT_PACKAGES),$(call commands_of,$(TEST_COMMANDS)))
 	@[ -x $(PYTHON) ] || python3 -m venv $(VENV)
-	@$(PYTHON) -c "import pytest, tftpy" 2>/dev/null || $(VENV)/bin/pip install -q pytest tftpy
+	@$(PYTHON) -c "import pytest, tftpy, fuse" 2>/dev/null || $(VENV)/bin/pip install -q pytest tftpy fusepy
 
 $(DEMO):
 	mkdir -p $(DEMO)/pxelinux.cfg

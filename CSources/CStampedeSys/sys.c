@@ -183,6 +183,11 @@ static int fail_closing(int fd)
     return error;
 }
 
+int stampede_fallocate(int fd, int64_t length)
+{
+    return negative_errno(fallocate(fd, 0, 0, (off_t)length));
+}
+
 int stampede_listener_socket(const struct sockaddr_storage *address, int receive_buffer)
 {
     int one = 1;

@@ -12,6 +12,8 @@ public final class Server<Backend: DatagramBackend> {
     public let boundAddresses: [SocketAddress]
     /// The file labels every worker's duration histogram uses.
     public var fileLabels: FileLabels { workers[0].fileLabels }
+    /// The workers' disk thread (`DiskWork`), for the start's own disk work too.
+    public var disk: DiskWork { workers[0].disk }
     let logger: Logger
 
     public init(configuration: ServerConfiguration, workerCount: Int, cache: FileCache,
@@ -43,6 +45,7 @@ public final class Server<Backend: DatagramBackend> {
         var addresses = configuration.listenAddresses
         let admission = Admission(configuration)
         let fileLabels = FileLabels()
+        let disk = DiskWork()
         let needed = 4 + (configuration.optionLimits.maxBlockSize ?? TFTPOption.blksize.range.upperBound)
         for index in 0..<max(1, workerCount) {
             let backend: Backend
@@ -55,7 +58,7 @@ public final class Server<Backend: DatagramBackend> {
                                               needed: Request.largestDatagram)
             }
             let worker = Worker(backend: backend, configuration: configuration, cache: cache, index: index,
-                                admission: admission, fileLabels: fileLabels)
+                                admission: admission, fileLabels: fileLabels, disk: disk)
             do throws(Errno) {
                 if configuration.inheritedListeners.isEmpty {
                     // A port 0 is chosen by the first bind; the other workers share that port.

@@ -5,7 +5,13 @@ import StampedeProtocol
 /// One slot of a worker's session table (`SessionTable`): a transfer in progress, or a free slot.
 /// Plain data plus what it reads from or writes to.
 struct Transfer {
-    enum Phase { case free, sending, receiving, dallying }
+    enum Phase {
+        case free, sending, receiving
+        /// An upload's last block is written; the disk thread commits it.
+        case committing
+        /// Done; the last ACK may be asked for again.
+        case dallying
+    }
 
     var phase = Phase.free
     var socket: TransferSocket?

@@ -1,3 +1,4 @@
+import CStampedeSys
 import Glibc
 import StampedeIO
 import StampedeProtocol
@@ -5,7 +6,11 @@ import StampedeProtocol
 /// An upload in progress: the bytes go to a hidden temporary file in the target's directory
 /// (`ReplacingFile`), renamed over the target only when the last block has arrived. A failed or
 /// interrupted upload leaves the old file as it was and no partial file under its name.
-public final class Upload {
+///
+/// One thread uses it at a time: its worker's, and while it commits, the disk thread's
+/// (`DiskWork`), to which the worker hands it over and from which it hears the outcome; hence
+/// `@unchecked Sendable`.
+public final class Upload: @unchecked Sendable {
     /// Prefix of temporary upload files (a later start may clean stale ones).
     public static let temporaryPrefix = ".stampede-upload-"
 
@@ -51,7 +56,10 @@ public final class Upload {
             announced = nil
             let room = try reservableSpace()
             let reserve = min(size, room)
-            let result = reserve > 0 ? posix_fallocate(file.fd, 0, off_t(reserve)) : 0
+            // fallocate(2) itself, not posix_fallocate: where the file system cannot reserve
+            // (EOPNOTSUPP: FAT, some FUSE, NFS before 4.2) glibc's fallback writes a byte into
+            // every block, on the worker's loop. No reservation there; the writes find a full disk.
+            let result = reserve > 0 ? -stampede_fallocate(file.fd, Int64(reserve)) : 0
             if result == ENOSPC || result == EDQUOT || result == EFBIG { throw Errno(result) }
         }
         if decoder != nil {
@@ -62,13 +70,24 @@ public final class Upload {
         }
     }
 
-    /// Makes the upload the file (the netascii decoder's last byte first).
-    public func commit(scratch: UnsafeMutableRawBufferPointer) throws(Errno) {
+    /// The last bytes written: the netascii decoder's held byte, if any. On the worker's loop.
+    public func finishWriting(scratch: UnsafeMutableRawBufferPointer) throws(Errno) {
         if decoder != nil {
             let n = decoder!.finish(into: scratch)
             try file.write(UnsafeRawBufferPointer(rebasing: scratch[..<n]))
         }
+    }
+
+    /// Makes the upload the file: trim, fsync, rename, the directory's fsync. Blocks as long as
+    /// the disk likes: the server runs it on its disk thread.
+    public func commitFile() throws(Errno) {
         try file.commit()
+    }
+
+    /// Both steps at once (a caller with no loop to keep moving).
+    public func commit(scratch: UnsafeMutableRawBufferPointer) throws(Errno) {
+        try finishWriting(scratch: scratch)
+        try commitFile()
     }
 
     /// Drops the temporary file; the target is untouched.
@@ -77,16 +96,18 @@ public final class Upload {
 
 extension Upload {
     /// Removes temporary files that interrupted uploads left under `root` (the server was killed,
-    /// the machine lost power): hidden files with the upload prefix that no live upload holds
-    /// locked, so a second server on the same root keeps its uploads. Returns how many went.
-    public static func removeStale(beneath root: Int32, maxDepth: Int = 32) -> Int {
+    /// the machine lost power): hidden files with the upload prefix, last changed before
+    /// `changedBefore` (wall-clock ns: the uploads of a server that runs meanwhile are newer, and
+    /// one it has just created is not yet locked), that no live upload holds locked, so a second
+    /// server on the same root keeps its uploads. Returns how many went.
+    public static func removeStale(beneath root: Int32, changedBefore: Int64, maxDepth: Int = 32) -> Int {
         let directory = openat(root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard directory >= 0 else { return 0 }
-        return removeStale(in: directory, depthLeft: maxDepth)
+        return removeStale(in: directory, changedBefore: changedBefore, depthLeft: maxDepth)
     }
 
     /// Takes ownership of `directory` (closed when done).
-    private static func removeStale(in directory: Int32, depthLeft: Int) -> Int {
+    private static func removeStale(in directory: Int32, changedBefore: Int64, depthLeft: Int) -> Int {
         guard let stream = fdopendir(directory) else {
             close(directory)
             return 0
@@ -105,11 +126,15 @@ extension Upload {
             }
             if type == Int32(DT_DIR) && depthLeft > 0 {
                 let child = withCPath(name) { openat(directory, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-                if child >= 0 { removed += removeStale(in: child, depthLeft: depthLeft - 1) }
+                if child >= 0 { removed += removeStale(in: child, changedBefore: changedBefore, depthLeft: depthLeft - 1) }
             } else if type == Int32(DT_REG) && name.starts(with: prefix) {
                 let file = withCPath(name) { openat(directory, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
                 guard file >= 0 else { continue }
-                if flock(file, LOCK_EX | LOCK_NB) == 0, withCPath(name, { unlinkat(directory, $0, 0) }) == 0 { removed += 1 }
+                var info = stat()
+                if fstat(file, &info) == 0, Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec) < changedBefore,
+                   flock(file, LOCK_EX | LOCK_NB) == 0, withCPath(name, { unlinkat(directory, $0, 0) }) == 0 {
+                    removed += 1
+                }
                 close(file)
             }
         }

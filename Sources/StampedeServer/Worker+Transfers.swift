@@ -7,6 +7,9 @@ import StampedeProtocol
 /// (docs/ARCHITECTURE.md, "One RRQ, from datagram to DATA"). Nothing here allocates per packet.
 extension Worker {
     func handleTransferDatagram(_ datagram: Datagram, slot: Int, now: Nanoseconds) {
+        // The disk thread has the upload until its commit is done (`Worker+Disk.swift`): nothing
+        // may end it meanwhile; the client's repeats of its last block wait for the ACK.
+        guard table[slot].phase != .committing else { return }
         if let error = datagram.error {
             // ECONNREFUSED: the client's port is closed (a Raspberry Pi dropped one of its two
             // RRQs, or the client gave up). Nobody is listening; end quietly.
@@ -48,6 +51,8 @@ extension Worker {
 
     /// `cut`: the DATA was longer than the socket's buffers (then it is larger than the blksize).
     func receiveData(_ slot: Int, block: UInt16, payload: UnsafeRawBufferPointer, cut: Bool, now: Nanoseconds) {
+        // Its last block again while the commit runs: the ACK comes when the file is there.
+        guard table[slot].phase != .committing else { return }
         guard payload.count <= table[slot].receiver!.blockSize && !cut else {
             sendError(slot, TFTPError(.illegalOperation, "Block larger than the negotiated blksize"))
             finish(slot, .serverError(TFTPError(.illegalOperation, "oversized DATA")), now: now)
@@ -68,7 +73,7 @@ extension Worker {
         if receipt.deliver, let upload = table[slot].upload {
             do {
                 try upload.write(payload, scratch: scratch)
-                if receipt.finished { try upload.commit(scratch: scratch) }
+                if receipt.finished { try upload.finishWriting(scratch: scratch) }
             } catch {
                 // Disk full or I/O error: ERROR 3 (or the errno's), and the temp file goes away.
                 sendError(slot, error.tftpError)
@@ -76,17 +81,24 @@ extension Worker {
                 return
             }
         }
-        sendReply(slot, receipt.reply)
         if receipt.finished {
-            // Log now; stay a while to re-ACK the last block if our ACK is lost (the client
-            // would otherwise resend it into a closed port and report a failure).
-            log(slot, .completed, now: now)
-            table[slot].phase = .dallying
-            let rto = table[slot].receiver!.timer.current
-            wheel.schedule(slot, at: now + rto * 2)
+            // The last ACK says the file is there: it waits for the commit, off the loop.
+            commit(slot, now: now)
             return
         }
+        sendReply(slot, receipt.reply)
         scheduleTimer(slot)
+    }
+
+    /// The upload is committed: its last ACK goes out, and the transfer stays a while to send it
+    /// again if it is lost (the client would otherwise resend its last block into a closed port
+    /// and report a failure).
+    func committed(_ slot: Int, now: Nanoseconds) {
+        sendReply(slot, .ack(DataSender.wire(table[slot].receiver!.received)))
+        log(slot, .completed, now: now)
+        table[slot].phase = .dallying
+        let rto = table[slot].receiver!.timer.current
+        wheel.schedule(slot, at: now + rto * 2)
     }
 
     func timerFired(_ slot: Int, now: Nanoseconds) {
@@ -107,7 +119,7 @@ extension Worker {
             scheduleTimer(slot)
         case .dallying:
             finish(slot, .completed, now: now)
-        case .free:
+        case .committing, .free:
             break
         }
     }

@@ -3,6 +3,7 @@ import Glibc
 import Logging
 import StampedeIO
 import StampedeProtocol
+import Synchronization
 
 /// One event loop on one core: its listeners, its session table, its timer wheel, its backend.
 /// Workers share the file cache, the transfer limits (`Admission`) and the remap rules, each
@@ -18,6 +19,12 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     let admission: Admission
     /// What this worker counts for the metrics, published once per turn.
     public let metrics = WorkerMetrics()
+    /// Shared by every worker of a server: the disk thread, for work that may block
+    /// (`Worker+Disk.swift`); the commits this worker handed over and has not heard back from,
+    /// and the outcomes the disk thread posts.
+    let disk: DiskWork
+    var diskPending = 0
+    let diskOutcomes = Mutex<[(tag: Tag, failure: Errno?)]>([])
     /// Shared by every worker of a server: the file labels of the duration histogram; and the
     /// names this worker has looked up there.
     let fileLabels: FileLabels
@@ -47,14 +54,15 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     let scratch: UnsafeMutableRawBufferPointer
     var mtuCache: [SocketAddress: (blockSize: Int, expires: Nanoseconds)] = [:]
 
-    /// `admission`, `fileLabels`: shared with the other workers (nil: this worker's own).
+    /// `admission`, `fileLabels`, `disk`: shared with the other workers (nil: this worker's own).
     public init(backend: Backend, configuration: ServerConfiguration, cache: FileCache, index: Int,
-                admission: Admission? = nil, fileLabels: FileLabels? = nil) {
+                admission: Admission? = nil, fileLabels: FileLabels? = nil, disk: DiskWork? = nil) {
         self.backend = backend
         self.configuration = configuration
         self.cache = cache
         self.admission = admission ?? Admission(configuration)
         self.fileLabels = fileLabels ?? FileLabels()
+        self.disk = disk ?? DiskWork()
         self.index = index
         self.logger = configuration.logger
         self.logger[metadataKey: "worker"] = "\(index)"
@@ -118,7 +126,11 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
             }
             if let deadline = stopDeadline {
                 if activeTransfers == 0 { break }
-                if now >= deadline { abortAll(now: now); break }
+                // Past the grace, what runs is aborted; a commit the disk thread has is waited for.
+                if now >= deadline {
+                    abortAll(now: now)
+                    if diskPending == 0 { break }
+                }
             }
             turn(now: now, maxWait: 500_000_000)
         }
@@ -135,10 +147,11 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         wheel.expire(now: now, into: &expired)
         for slot in expired { timerFired(Int(slot), now: now) }
         expired.removeAll(keepingCapacity: true)
-        var deadline = now + maxWait
+        var deadline = now + (diskPending > 0 ? min(maxWait, Self.diskPollInterval) : maxWait)
         if let next = wheel.nextDeadline() { deadline = min(deadline, next) }
         publishMetrics(now: now)
         let count = backend.poll(deadline: deadline)
+        collectDiskOutcomes(now: stampede_monotonic_ns())
         // The flush is done: what ended last turn can let go of its memory.
         for image in retiredImages { cache.release(image) }
         retiredImages.removeAll(keepingCapacity: true)
@@ -243,15 +256,26 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         listeners.removeAll()
     }
 
+    /// The grace period is over: what still runs is aborted, with an ERROR to its client; an
+    /// upload already committed and waiting only to ACK a lost last block again has succeeded; one
+    /// the disk thread is committing ends when its commit does.
     func abortAll(now: Nanoseconds) {
         for slot in table.running {
-            sendError(slot, TFTPError(.notDefined, "Server shutting down"))
-            finish(slot, .shutdown, now: now)
+            switch table[slot].phase {
+            case .dallying:
+                finish(slot, .completed, now: now)
+            case .committing:
+                continue
+            default:
+                sendError(slot, TFTPError(.notDefined, "Server shutting down"))
+                finish(slot, .shutdown, now: now)
+            }
         }
     }
 
     /// Ends a transfer: one log line, its own socket closed, the image released after the flush.
     func finish(_ slot: Int, _ outcome: Outcome, now: Nanoseconds) {
+        precondition(table[slot].phase != .committing, "a transfer ended while the disk thread commits its upload")
         log(slot, outcome, now: now)
         wheel.cancel(slot)
         let transfer = table.end(slot)

@@ -56,9 +56,15 @@ struct ServerStartup {
         }
         defer { listener?.shutdown() }
         try command.dropPrivileges(to: account, logger)
-        // As the serving user, who wrote them: what a killed server's uploads left behind.
-        let stale = Upload.removeStale(beneath: configuration.policy.root)
-        if stale > 0 { logger.notice("removed \(stale) temporary files of interrupted uploads") }
+        // As the serving user, who wrote them: what a killed server's uploads left behind. A walk
+        // of the whole tree, on the disk thread while the server serves: only files older than
+        // this start, which no upload of this server can have made.
+        let root = configuration.policy.root
+        let startedAt = FileCache.realTime()
+        server.disk.submit {
+            let stale = Upload.removeStale(beneath: root, changedBefore: startedAt)
+            if stale > 0 { logger.notice("removed \(stale) temporary files of interrupted uploads") }
+        }
         stampede_install_stop_signals()
         if let detached { stampede_detach_done(detached.ready, detached.null) }
         logger.notice("""

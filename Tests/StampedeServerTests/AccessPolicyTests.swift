@@ -133,7 +133,12 @@ import StampedeProtocol
         dir.write("boot/efi/grubx64.efi", [5])
         dir.write(".stampede-uploadish", [6])
         let live = try upload("boot/live.bin")
-        #expect(Upload.removeStale(beneath: dir.fd) == 2)
+        // One made after this server started (its upload has not locked it yet): not stale.
+        let startedAt = FileCache.realTime()
+        usleep(10_000)
+        dir.write("boot/" + Upload.temporaryPrefix + "new", [7])
+        #expect(Upload.removeStale(beneath: dir.fd, changedBefore: startedAt) == 2)
+        unlinkat(dir.fd, "boot/" + Upload.temporaryPrefix + "new", 0)
         #expect(dir.entries() == [".stampede-uploadish", "boot"])
         // The live upload's temporary survived and still commits.
         let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 64, alignment: 8)
@@ -142,7 +147,7 @@ import StampedeProtocol
         try live.commit(scratch: scratch)
         #expect(dir.read("boot/live.bin") == [UInt8]("ok"))
         #expect(dir.read("boot/efi/grubx64.efi") == [5])
-        #expect(Upload.removeStale(beneath: dir.fd) == 0)
+        #expect(Upload.removeStale(beneath: dir.fd, changedBefore: FileCache.realTime()) == 0)
     }
 
     @Test func anAbortedUploadLeavesTheOldFileAndNoTemporary() throws {

@@ -286,3 +286,49 @@ final class RoutingRig {
         #expect(upload.dir.entries().filter { $0.hasPrefix("up") || $0.hasPrefix(".stampede") }.isEmpty)
     }
 }
+
+/// Uploads commit on the disk thread (issue 21, defect 9): the last ACK waits for the commit, and
+/// nothing may end the transfer meanwhile; at shutdown an upload already committed is a success.
+@Suite struct CommitSpec {
+    let client = SocketAddress(parsing: "127.0.0.1:40000", defaultPort: 0)!
+
+    /// WRQ, then DATA 1 of `bytes` (< 512: the last block); returns the transfer's tag.
+    func upload(_ rig: RoutingRig, _ bytes: [UInt8]) throws -> UInt64 {
+        let wrq = Request(isWrite: true, filename: Array("up.bin".utf8), mode: "octet").encoded()
+        #expect(RoutingRig.heads(rig.deliver(wrq, from: client, tag: rig.listener())) == [[0, 4, 0, 0]])
+        let tag = try rig.transferTag(of: client)
+        // The commit is handed over: no ACK yet, and the client's repeat of its block waits too.
+        #expect(rig.deliver([0, 3, 0, 1] + bytes, from: client, tag: tag).isEmpty)
+        #expect(rig.deliver([0, 5, 0, 0, 0], from: client, tag: tag).isEmpty)
+        return tag
+    }
+
+    /// Turns the worker (the fake backend never waits: the test does) until it sends something.
+    func turnUntilSent(_ rig: RoutingRig) -> [[UInt8]] {
+        for _ in 0..<5000 {
+            rig.backend.sent = []
+            rig.worker.turn(now: stampede_monotonic_ns(), maxWait: 2_000_000)
+            if !rig.backend.sent.isEmpty { return rig.backend.sent.map(\.bytes) }
+            usleep(2_000)
+        }
+        return []
+    }
+
+    @Test func theLastAckComesOnceTheFileIsThere() throws {
+        let rig = try RoutingRig(.ownSockets, allowCreate: true)
+        _ = try upload(rig, [UInt8]("twelve bytes"))
+        #expect(turnUntilSent(rig) == [[0, 4, 0, 1]])
+        #expect(rig.dir.read("up.bin") == [UInt8]("twelve bytes"))
+        #expect(rig.worker.summary.transfers == 1 && rig.worker.summary.failed == 0)
+    }
+
+    @Test func anUploadCommittedAndDallyingAtShutdownHearsNoErrorAndCountsAsServed() throws {
+        let rig = try RoutingRig(.ownSockets, allowCreate: true)
+        _ = try upload(rig, [UInt8]("last"))
+        #expect(turnUntilSent(rig) == [[0, 4, 0, 1]])
+        rig.backend.sent = []
+        rig.worker.abortAll(now: stampede_monotonic_ns())
+        #expect(rig.backend.sent.isEmpty)  // no ERROR 0 "Server shutting down"
+        #expect(rig.worker.activeTransfers == 0 && rig.worker.summary.failed == 0)
+    }
+}

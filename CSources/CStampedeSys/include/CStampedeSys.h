@@ -63,6 +63,11 @@ size_t stampede_segment_control(void *buffer, size_t capacity, size_t used, uint
  * segment (EIO), more than the kernel takes (EMSGSIZE)? */
 int stampede_segmentation_refused(int error);
 
+/* Reserves the first `length` bytes of `fd` with fallocate(2) itself: 0, or a negative errno
+ * (EOPNOTSUPP where the file system cannot; glibc's posix_fallocate would then write a byte into
+ * every block). */
+int stampede_fallocate(int fd, int64_t length);
+
 /* A request listener: SO_REUSEPORT, PKTINFO on, IPV6_V6ONLY for IPv6, a receive buffer of at
  * least `receive_buffer` bytes (forced when privileged), non-blocking. Returns the fd. */
 int stampede_listener_socket(const struct sockaddr_storage *address, int receive_buffer);

@@ -1,0 +1,161 @@
+"""A slow disk never stalls a worker's loop (issue 21, defect 9): an upload's commit (fsync, the
+rename, the directory's fsync) runs on the disk thread, a reservation the file system cannot make
+is skipped rather than written block by block, and the start's sweep of stale temporaries runs
+after the server says it serves. The disk: slowdisk.py, a FUSE mirror that takes its time."""
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BACKENDS, BINARY, Server, run
+from tftpwire import RawClient, ack, data, error, request
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def slow_disk(tmp_path):
+    """slow_disk(fsync=seconds, readdir=seconds) -> a mounted directory whose files live in a
+    backing directory of the test's."""
+    if os.geteuid() != 0:
+        pytest.skip("LOUD SKIP: mounting a FUSE file system needs root")
+    mounted = []
+
+    def make(fsync=0.0, readdir=0.0):
+        backing, mount = tmp_path / f"backing{len(mounted)}", tmp_path / f"disk{len(mounted)}"
+        backing.mkdir()
+        mount.mkdir()
+        backing.chmod(0o777)
+        process = subprocess.Popen([sys.executable, str(HERE / "slowdisk.py"), str(backing), str(mount),
+                                    "--fsync", str(fsync), "--readdir", str(readdir)], stderr=subprocess.PIPE)
+        deadline = time.time() + 10
+        while not os.path.ismount(mount):
+            assert process.poll() is None and time.time() < deadline, process.stderr.read().decode(errors="replace")
+            time.sleep(0.05)
+        mounted.append((mount, process))
+        return backing, mount
+
+    yield make
+    for mount, process in mounted:
+        run(["umount", "-l", str(mount)])
+        process.wait(timeout=10)
+
+
+class Heartbeat:
+    """A lockstep download that keeps going while something else happens, noting how long the
+    server took to answer each ACK: the longest wait is the loop's longest stall."""
+
+    def __init__(self, server, name):
+        self.client = RawClient(server, timeout=10)
+        self.name = name
+        self.gaps = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self):
+        reply, tid = self.client.exchange(request(self.name))
+        block = 0
+        while not self.stop.is_set() and reply is not None and reply[0] == "DATA":
+            block = reply[1][0]
+            if len(reply[1][1]) < 512:
+                reply, tid = self.client.exchange(request(self.name))  # start over, same socket
+                continue
+            sent = time.monotonic()
+            self.client.send(ack(block), tid)
+            reply, _ = self.client.receive()
+            self.gaps.append((sent, time.monotonic() - sent))
+        if reply is not None and tid:
+            self.client.send(error(0, "done"), tid)
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join()
+        self.client.close()
+        return self.gaps
+
+
+def serve_on(directory, backend, *args):
+    # One worker: the heartbeat and the upload share its loop, as a busy server's transfers do.
+    return Server(directory, ("--workers", "1", *args), backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_slow_commit_never_stalls_the_other_transfers(slow_disk, backend, tmp_path, report):
+    backing, disk = slow_disk(fsync=2.0)
+    (backing / "big.bin").write_bytes(os.urandom(8 << 20))
+    (backing / "big.bin").chmod(0o644)
+    s = serve_on(disk, backend, "-c")
+    try:
+        beat = Heartbeat(s, "big.bin")
+        time.sleep(0.3)
+        upload = tmp_path / "up.bin"
+        upload.write_bytes(os.urandom(1 << 20))
+        started = time.monotonic()
+        r = run([str(BINARY), "put", f"127.0.0.1:{s.port}", str(upload), "up.bin", "--blksize", "1468"], timeout=60)
+        took = time.monotonic() - started
+        gaps = beat.finish()
+    finally:
+        s.stop()
+    assert r.returncode == 0, r.stderr
+    assert (backing / "up.bin").read_bytes() == upload.read_bytes()
+    assert took >= 2.0, f"the put took {took:.2f} s: the disk was not slow"
+    during = [gap for at, gap in gaps if started <= at <= started + took]
+    assert len(during) > 100, f"{len(during)} blocks read during the upload"
+    assert max(during) < 0.5, f"a transfer waited {max(during):.2f} s for the server while it committed"
+    report(f"a 2 s fsync during an upload ({backend}): the other transfer's longest wait {max(during) * 1000:.0f} ms")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_reservation_the_disk_cannot_make_costs_no_stall(slow_disk, backend):
+    backing, disk = slow_disk()
+    (backing / "big.bin").write_bytes(os.urandom(8 << 20))
+    (backing / "big.bin").chmod(0o644)
+    s = serve_on(disk, backend, "-c")
+    try:
+        beat = Heartbeat(s, "big.bin")
+        time.sleep(0.3)
+        writer = RawClient(s)
+        started = time.monotonic()
+        reply, tid = writer.exchange(request("huge.bin", write=True, options=(("tsize", str(256 << 20)),)))
+        assert reply[0] == "OACK", reply
+        # DATA 1 is when the server reserves the announced size: this file system cannot.
+        writer.send(data(1, b"x" * 512), tid)
+        assert writer.receive()[0] == ("ACK", (1, b""))
+        answered = time.monotonic() - started
+        writer.send(error(0, "enough"), tid)
+        writer.close()
+        time.sleep(0.2)
+        gaps = beat.finish()
+    finally:
+        s.stop()
+    assert answered < 0.5, f"DATA 1 answered after {answered:.2f} s"
+    assert max(gap for _, gap in gaps) < 0.5
+    assert [p.name for p in backing.iterdir() if p.name.startswith(".stampede-upload")] == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_start_does_not_wait_for_the_sweep_of_stale_uploads(slow_disk, backend):
+    backing, disk = slow_disk(readdir=1.0)
+    for name in ("a", "b", "c", "d"):
+        (backing / name).mkdir()
+        (backing / name).chmod(0o777)  # the sweep runs as the serving user
+    stale = backing / "c" / ".stampede-upload-0123456789abcdef"
+    stale.write_bytes(b"left by a killed server")
+    (backing / "hello.txt").write_text("hello\n")
+    (backing / "hello.txt").chmod(0o644)
+    started = time.monotonic()
+    s = serve_on(disk, backend)
+    try:
+        ready = time.monotonic() - started
+        assert RawClient(s).download("hello.txt") == b"hello\n"
+        # Five directories at 1 s each: the sweep ends later, and removes the stale file.
+        assert s.log_lines("temporary files of interrupted uploads", timeout=20)
+        assert not stale.exists()
+    finally:
+        s.stop()
+    assert ready < 2.5, f"the server said it serves {ready:.2f} s after it started"
