@@ -28,7 +28,11 @@ public struct RetransmitTimer: Equatable, Sendable {
     /// What was last sent has not been resent, so its answer times a round trip.
     private var unambiguous = false
     /// When the peer last made progress (the last `sentNew`).
-    private var waitingSince: Nanoseconds = 0
+    public private(set) var waitingSince: Nanoseconds = 0
+
+    /// The peer has let the whole current interval pass without progress: a resend is due or
+    /// made, and nothing answered it.
+    public func peerIsQuiet(now: Nanoseconds) -> Bool { now - waitingSince > current }
 
     public private(set) var retries = 0
     /// Retransmissions done over the transfer's life (for the log line).

@@ -33,6 +33,11 @@ struct Transfer {
     var clientHasAnswered: Bool {
         sender?.timer.peerHasAnswered ?? receiver?.timer.peerHasAnswered ?? false
     }
+
+    /// The client has let a whole retransmit interval pass without progress.
+    func clientIsQuiet(now: Nanoseconds) -> Bool {
+        sender?.timer.peerIsQuiet(now: now) ?? receiver?.timer.peerIsQuiet(now: now) ?? false
+    }
 }
 
 /// The socket a transfer sends from and hears its client on.

@@ -103,19 +103,21 @@ extension Worker {
     /// same request again is a duplicate (a resend that arrived late, or crossed our first reply:
     /// iPXE resends after 250 ms) and is dropped, the transfer goes on; another request supersedes
     /// the running transfer only if the client never answered it (it started over: a lost first
-    /// reply, a reboot). Another request beside a transfer the client has answered is a transfer
-    /// of its own; returns that running transfer's slot, since the two cannot share the client's
-    /// address and port on one socket (`transferSocket`).
+    /// reply). Another request beside a transfer the client has answered is a transfer of its
+    /// own; returns that running transfer's slot, since the two cannot share the client's address
+    /// and port on one socket (`transferSocket`).
+    /// One exception: the same request from a client that answered and has since gone quiet for a
+    /// whole retransmit interval is the client starting over (a PXE ROM that reboots and asks
+    /// from the same fixed port), not a late copy: the transfer it abandoned gives way.
     func repeatPolicy(_ incoming: IncomingRequest, now: Nanoseconds) throws(RequestRefusal) -> Int? {
-        guard let slot = table.slot(of: incoming.peer) else { return nil }
-        if table[slot].request == incoming.bytes {
+        guard let slot = table.slot(of: incoming.peer), table[slot].phase != .committing else { return nil }
+        let answered = table[slot].clientHasAnswered
+        if table[slot].request == incoming.bytes && !(answered && table[slot].clientIsQuiet(now: now)) {
             throw .repeated("a duplicate of the running transfer's request")
         }
-        guard table[slot].clientHasAnswered else {
-            finish(slot, .superseded, now: now)
-            return nil
-        }
-        return slot
+        guard !answered || table[slot].request == incoming.bytes else { return slot }
+        finish(slot, .superseded, now: now)
+        return nil
     }
 
     /// The mode, and a name no longer than any path.

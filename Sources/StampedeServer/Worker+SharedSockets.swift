@@ -53,9 +53,7 @@ extension Worker {
         sharedSockets.add(local: bound, sockets: sockets)
         // Said once; a rack boot that ebbs and flows opens them again at debug level.
         let level: Logger.Level = sharedSockets.openings == 1 ? .notice : .debug
-        logger.log(level: level, """
-            \(reason): further reads to \(bound.host) share \(sockets.count) transfer sockets
-            """)
+        logger.log(level: level, "\(reason): further reads share \(sockets.count) transfer sockets (on \(bound.host))")
         return sharedSockets.socket(for: peer, in: pool)
     }
 

@@ -91,6 +91,21 @@ final class RoutingRig {
         #expect(rig.worker.metrics.requests(.read, .duplicate) == 1)
     }
 
+    /// A PXE ROM that reboots asks again from the same fixed port, with the same request: the
+    /// transfer it abandoned has heard nothing for a whole retransmit interval, and gives way.
+    @Test(arguments: RoutingRig.Mode.allCases)
+    func theSameRequestFromAClientGoneQuietStartsOver(mode: RoutingRig.Mode) throws {
+        let rig = try RoutingRig(mode)
+        _ = rig.deliver(rig.rrq("f"), from: client, tag: rig.listener())
+        let tag = try rig.transferTag(of: client)
+        #expect(RoutingRig.heads(rig.deliver([0, 4, 0, 1], from: client, tag: tag)) == [[0, 3, 0, 2]])
+        usleep(300_000)  // past the adaptive interval (100 ms at least), no ACK
+        // The turn resends DATA 2 (its timer is due), then the request starts the file over.
+        #expect(RoutingRig.heads(rig.deliver(rig.rrq("f"), from: client, tag: rig.listener())) == [[0, 3, 0, 2], [0, 3, 0, 1]])
+        #expect(rig.worker.activeTransfers == 1 && rig.worker.summary.repeated == 0)
+        #expect(rig.log.all.contains { $0.contains("superseded by a new request from the same port") })
+    }
+
     @Test(arguments: RoutingRig.Mode.allCases)
     func anotherRequestBeforeTheClientAnsweredStartsOver(mode: RoutingRig.Mode) throws {
         let rig = try RoutingRig(mode)
@@ -178,7 +193,7 @@ final class RoutingRig {
         #expect(RoutingRig.heads(rig.deliver(rig.rrq("f"), from: client, tag: rig.listener())) == [[0, 3, 0, 1]])
         let slot = try #require(rig.worker.table.slot(of: client))
         #expect(rig.worker.table[slot].socket?.isShared == true)
-        let notice = try #require(rig.log.all.first { $0.contains("further reads to 127.0.0.1 share") })
+        let notice = try #require(rig.log.all.first { $0.contains("further reads share") && $0.hasSuffix("(on 127.0.0.1)") })
         #expect(notice.hasPrefix("notice \(why) (\(error))"), "\(notice)")
     }
 

@@ -46,13 +46,16 @@ def test_two_storms_at_once_leave_the_server_standing(serve, root, report):
            f"fds back to {idle}")
 
 
-def vanishing_clients(server, name, count, blocks, deadline=60):
+def vanishing_clients(server, name, count, blocks, deadline=60, source="127.0.0.1"):
     """`count` clients ask for `name` (blksize 1468, windowsize 16) at once, each take `blocks`
     blocks, then close their sockets without a word: the server's next DATA draws ECONNREFUSED.
-    Returns how many vanished that way."""
+    Returns how many vanished that way. `source`: their address (a round of its own per address:
+    a port a vanished client freed, taken by the next round with the same request, would be the
+    same client asking again while its transfer still runs, a duplicate)."""
     pending = {}
     for _ in range(count):
         c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        c.bind((source, 0))
         c.setblocking(False)
         c.sendto(request(name, options=(("blksize", 1468), ("windowsize", 16))), ("127.0.0.1", server.port))
         pending[c] = 0
@@ -100,8 +103,8 @@ def test_clients_that_vanish_while_large_windows_fill_the_send_arena(serve, root
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     vanished = 0
     with namespace.sockets():
-        for _ in range(3):
-            vanished += vanishing_clients(s, "one-mib.bin", 200, blocks=40)
+        for round in range(3):
+            vanished += vanishing_clients(s, "one-mib.bin", 200, blocks=40, source=f"127.0.{round + 2}.1")
     out, err = streamers.communicate(timeout=300)
     result = json.loads(out)
     assert vanished == 600
