@@ -14,7 +14,7 @@ public struct SocketHandle: Hashable, Sendable, CustomStringConvertible {
 /// Sends are queued descriptors flushed together by `poll`; a DATA send is a 4-byte header plus a
 /// slice of a file image that the backend gathers with an iovec, never copies. The backend says
 /// what it can take (`largestDatagram`, `largestListenerDatagram`); its users ask.
-public protocol DatagramBackend: AnyObject, CustomStringConvertible {
+public protocol DatagramBackend: AnyObject, CustomStringConvertible, SendableMetatype {
     /// Opens a request listener (see `UDPSocket.listener`). Throws the errno.
     func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle
     /// Takes over a bound datagram socket as a listener: inetd's fd 0, systemd's LISTEN_FDS
