@@ -694,12 +694,34 @@ static void reap(stampede_ring *r)
 
 /* Sends are MSG_DONTWAIT and complete when issued; this waits for their completions so that no
  * payload is referenced by the kernel once a wait returns (the caller may free it then). */
+/* The kernel dropped completions (EBADR: under memory pressure it had no room for its overflow
+ * list): a loss to count and live with, not a reason to stop. */
+static int survived(stampede_ring *r, int result)
+{
+    if (result != -EBADR)
+        return result;
+    r->stats.completions_lost++;
+    return 0;
+}
+
 static int wait_for_sends(stampede_ring *r)
 {
+    uint32_t idle = 0;
     while (r->sends_in_flight > 0) {
-        int result = io_uring_submit_and_wait(&r->ring, 1);
+        /* A send with MSG_DONTWAIT completes when it is issued: a second of waits without its
+         * completion, after the kernel said it dropped some, means it was among them. */
+        struct __kernel_timespec timeout = {0, 100 * 1000 * 1000};
+        struct io_uring_cqe *cqe = NULL;
+        int result = survived(r, io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1, &timeout, NULL));
         r->stats.system_calls++;
-        if (result < 0 && result != -EINTR && result != -EAGAIN && result != -EBUSY)
+        if (result == -ETIME) {
+            if (r->stats.completions_lost > 0 && ++idle >= 10) {
+                r->sends_in_flight = 0;
+                break;
+            }
+            continue;
+        }
+        if (result < 0 && result != -EINTR && result != -EAGAIN && result != -EBUSY && result != -ENOMEM)
             return result;
         reap(r);
     }
@@ -793,17 +815,18 @@ int stampede_ring_wait(stampede_ring *r, int64_t timeout_ns)
     ready = start_closing(r);
 
     if (timeout_ns == 0) {
-        result = submit(r);
+        result = survived(r, submit(r));
     } else if (timeout_ns < 0) {
-        result = io_uring_submit_and_wait(&r->ring, 1);
+        result = survived(r, io_uring_submit_and_wait(&r->ring, 1));
         r->stats.system_calls++;
     } else {
         timeout.tv_sec = timeout_ns / 1000000000;
         timeout.tv_nsec = timeout_ns % 1000000000;
-        result = io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1, &timeout, NULL);
+        result = survived(r, io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1, &timeout, NULL));
         r->stats.system_calls++;
     }
-    if (result < 0 && result != -ETIME && result != -EINTR && result != -EAGAIN && result != -EBUSY)
+    /* Transient: interrupted, timed out, the kernel short of memory or busy with completions. */
+    if (result < 0 && result != -ETIME && result != -EINTR && result != -EAGAIN && result != -EBUSY && result != -ENOMEM)
         return result;
 
     finish_closing(r, ready);

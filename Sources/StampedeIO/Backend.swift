@@ -153,6 +153,9 @@ public struct BackendStatistics: Sendable, Equatable {
     /// Receives that found no free buffer (io_uring's provided buffers; nil for a backend that
     /// receives into buffers of its own, which the kernel never runs out of).
     public var receiveBufferExhausted: Int?
+    /// Times the kernel said it dropped completions under memory pressure (io_uring's EBADR; nil
+    /// for a backend without completions): survived, and counted.
+    public var completionsLost: Int?
 
     public init() {}
 
@@ -165,5 +168,6 @@ public struct BackendStatistics: Sendable, Equatable {
         total.segmentedSends += other.segmentedSends
         total.segmentationFallbacks += other.segmentationFallbacks
         if let exhausted = other.receiveBufferExhausted { total.receiveBufferExhausted = (total.receiveBufferExhausted ?? 0) + exhausted }
+        if let lost = other.completionsLost { total.completionsLost = (total.completionsLost ?? 0) + lost }
     }
 }

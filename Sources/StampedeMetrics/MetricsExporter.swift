@@ -116,6 +116,12 @@ public final class MetricsExporter: Sendable {
                 workers.reduce(0) { $0 + max(0, $1.value(.receiveBufferExhausted)) }
             }
         }
+        if workers.contains(where: { $0.value(.completionsLost) >= 0 }) {
+            counter("stampede_backend_completions_lost_total",
+                    "Times the kernel dropped completions under memory pressure (io_uring's EBADR).", []) { workers, _ in
+                workers.reduce(0) { $0 + max(0, $1.value(.completionsLost)) }
+            }
+        }
         gauge("stampede_workers", "Worker threads, one event loop each.") { workers, _ in workers.count }
 
         registry.makeGauge(descriptor: described("stampede_build_info", "The running build: its version, I/O backend and the kernel features it uses."),

@@ -46,6 +46,8 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     var unanswered = UnansweredRequests()
     /// A path refused a segmented send: said once, counted at exit.
     var toldOfSegmentationFallback = false
+    /// The kernel dropped completions: said each time the count grows.
+    var completionsLostSaid = 0
 
     /// Images of transfers that ended this turn: released after the next flush, because a send
     /// queued this turn may still point into them.
@@ -162,6 +164,13 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
             logger.warning("""
                 a client's path refused a window sent as one segmented send (UDP GSO), most likely a blksize \
                 above its MTU: its windows go one datagram at a time (counted at exit)
+                """)
+        }
+        if let lost = backend.statistics.completionsLost, lost > completionsLostSaid {
+            completionsLostSaid = lost
+            logger.error("""
+                the kernel dropped I/O completions (io_uring EBADR: no memory for its overflow list, \
+                \(lost) times): a transfer whose socket went deaf ends by its timeout
                 """)
         }
         guard count > 0 else { return }

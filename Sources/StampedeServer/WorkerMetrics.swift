@@ -31,6 +31,8 @@ public final class WorkerMetrics: @unchecked Sendable {
         case systemCalls, sendOperations, datagramsSent, sendFailures, segmentedSends, segmentationFallbacks
         /// -1: the backend has no such buffers.
         case receiveBufferExhausted
+        /// -1: the backend has no completions to lose.
+        case completionsLost
     }
 
     /// What a request asked for.
@@ -152,6 +154,7 @@ public final class WorkerMetrics: @unchecked Sendable {
         set(.segmentedSends, statistics.segmentedSends)
         set(.segmentationFallbacks, statistics.segmentationFallbacks)
         set(.receiveBufferExhausted, statistics.receiveBufferExhausted ?? -1)
+        set(.completionsLost, statistics.completionsLost ?? -1)
     }
 
     /// Makes what the worker counted visible to the scrape.

@@ -150,8 +150,9 @@ public final class URingBackend: DatagramBackend {
         let timeout = deadline.map { max(0, $0 - stampede_monotonic_ns()) } ?? -1
         let count = stampede_ring_wait(ring, timeout)
         datagrams = stampede_ring_datagrams(ring)
-        // Transient results (EINTR, ETIME, EAGAIN, EBUSY) never reach here; anything else means
-        // this ring cannot run (used from a thread that is not its issuer): a programming error.
+        // Transient results (EINTR, ETIME, EAGAIN, EBUSY, ENOMEM) and lost completions (EBADR,
+        // counted) never reach here; anything else means this ring cannot run (used from a thread
+        // that is not its issuer, its descriptor gone): a programming error.
         precondition(count >= 0, "io_uring_enter failed: \(Errno(-count))")
         return Int(count)
     }
@@ -173,6 +174,7 @@ public final class URingBackend: DatagramBackend {
         statistics.segmentedSends = Int(stats.segmented_sends)
         statistics.segmentationFallbacks = Int(stats.segmentation_fallbacks)
         statistics.receiveBufferExhausted = Int(stats.receive_buffer_exhausted)
+        statistics.completionsLost = Int(stats.completions_lost)
         return statistics
     }
     public var socketCount: Int { Int(stampede_ring_socket_count(ring)) }
