@@ -38,7 +38,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build run test unit interop parity-deps sanitize fuzz soak bench bench-loss bench-busy bench-metrics bench-deps bench-micro bench-floor bench-thresholds deps install clean
+.PHONY: all build run test unit interop parity-deps sanitize fuzz soak bench bench-loss bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds deps install clean
 
 all: build
 
@@ -157,6 +157,11 @@ bench-loss: build
 # A full server answering ERROR 0 vs nothing: how many of 1,000 machines boot (--when-busy).
 bench-busy: build
 	python3 Benchmarks/busy.py
+
+# How long a slow disk (a FUSE mirror whose fsync takes a second) stalls the other transfers;
+# BASELINE=PATH adds an older build, interleaved (root: FUSE).
+bench-disk: build deps
+	$(PYTHON) Benchmarks/disk_stall.py --binary current=$(BIN) $(if $(BASELINE),--binary baseline=$(BASELINE))
 
 # What the metrics cost: server CPU per GB without --metrics, and with it scraped every second.
 bench-metrics: build
