@@ -708,22 +708,23 @@ static int wait_for_sends(stampede_ring *r)
 {
     uint32_t idle = 0;
     while (r->sends_in_flight > 0) {
-        /* A send with MSG_DONTWAIT completes when it is issued: a second of waits without its
-         * completion, after the kernel said it dropped some, means it was among them. */
+        /* A send with MSG_DONTWAIT completes when it is issued: a second of waits without a
+         * completion, after the kernel said it dropped some, means the rest were among them. */
         struct __kernel_timespec timeout = {0, 100 * 1000 * 1000};
         struct io_uring_cqe *cqe = NULL;
+        uint32_t before = r->sends_in_flight;
         int result = survived(r, io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1, &timeout, NULL));
         r->stats.system_calls++;
-        if (result == -ETIME) {
-            if (r->stats.completions_lost > 0 && ++idle >= 10) {
-                r->sends_in_flight = 0;
-                break;
-            }
-            continue;
-        }
-        if (result < 0 && result != -EINTR && result != -EAGAIN && result != -EBUSY && result != -ENOMEM)
+        if (result < 0 && result != -ETIME && result != -EINTR && result != -EAGAIN && result != -EBUSY &&
+            result != -ENOMEM)
             return result;
+        /* Whatever the wait said (a timeout may come with completions posted meanwhile). */
         reap(r);
+        idle = r->sends_in_flight < before ? 0 : idle + 1;
+        if (idle >= 10 && r->stats.completions_lost > 0) {
+            r->sends_in_flight = 0;
+            break;
+        }
     }
     r->sends_used = 0;
     r->arena_used = 0;
