@@ -36,6 +36,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -307,8 +308,11 @@ def run_one(peer, scenario, log):
     else:
         commands = [[str(STAMPEDE), "storm", f"127.0.0.1:{port}", file, *args, "--retries", "3",
                      "--verify", str(ROOT / file), "--json"]]
-    storms = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=raise_fd_limit)
-              for c in commands]
+    # Their reports go to files: one of 10,000 machines is larger than a pipe holds, and a storm
+    # that cannot write it would wait (until the limit below) for a reader that waits for it.
+    files = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in commands]
+    storms = [subprocess.Popen(c, stdout=out, stderr=err, text=True, preexec_fn=raise_fd_limit)
+              for c, (out, err) in zip(commands, files)]
     # A server that dies (atftpd past 1,024 sockets) or never finishes would leave the storm
     # waiting out its retries: it is interrupted instead, and reports what it saw until then.
     died_at = None
@@ -321,7 +325,15 @@ def run_one(peer, scenario, log):
                 if storm.poll() is None:
                     storm.send_signal(signal.SIGINT)
             break
-    outputs = [storm.communicate() for storm in storms]
+    for storm in storms:
+        storm.wait()
+    outputs = []
+    for out, err in files:
+        out.seek(0)
+        err.seek(0)
+        outputs.append((out.read(), err.read()))
+        out.close()
+        err.close()
     wall = time.monotonic() - started
     alive = process.poll() is None
     # Let forked children finish and be reaped, so that their CPU is counted.
