@@ -1,4 +1,3 @@
-import Glibc
 import StampedeIO
 import Synchronization
 
@@ -38,52 +37,35 @@ public final class DiskWork: Sendable {
     }
 }
 
-/// The jobs, and the thread's wait for them (a mutex and a condition variable: the thread sleeps
-/// until there is work).
+/// The jobs, and the thread's wait for them (it sleeps until there is work).
 private final class JobQueue: @unchecked Sendable {
-    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-    private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private let lock = ConditionLock()
     private var jobs: [@Sendable () -> Void] = []
     private var stopping = false
 
-    init() {
-        pthread_mutex_init(mutex, nil)
-        pthread_cond_init(condition, nil)
-    }
-
-    deinit {
-        pthread_cond_destroy(condition)
-        pthread_mutex_destroy(mutex)
-        condition.deallocate()
-        mutex.deallocate()
-    }
-
     func push(_ job: @escaping @Sendable () -> Void) {
-        pthread_mutex_lock(mutex)
-        jobs.append(job)
-        pthread_cond_signal(condition)
-        pthread_mutex_unlock(mutex)
+        lock.withLock {
+            jobs.append(job)
+            lock.wake()
+        }
     }
 
     func stop() {
-        pthread_mutex_lock(mutex)
-        stopping = true
-        pthread_cond_signal(condition)
-        pthread_mutex_unlock(mutex)
+        lock.withLock {
+            stopping = true
+            lock.wake()
+        }
     }
 
     /// The disk thread: runs the jobs in order until stopped with none left.
     func run() {
-        while true {
-            pthread_mutex_lock(mutex)
-            while jobs.isEmpty && !stopping { pthread_cond_wait(condition, mutex) }
-            if jobs.isEmpty {
-                pthread_mutex_unlock(mutex)
-                return
-            }
-            let job = jobs.removeFirst()
-            pthread_mutex_unlock(mutex)
-            job()
+        while let job = next() { job() }
+    }
+
+    private func next() -> (@Sendable () -> Void)? {
+        lock.withLock {
+            lock.wait { !jobs.isEmpty || stopping }
+            return jobs.isEmpty ? nil : jobs.removeFirst()
         }
     }
 }

@@ -84,15 +84,21 @@ def serve_on(directory, backend, *args):
     return Server(directory, ("--workers", "1", *args), backend=backend)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_slow_commit_never_stalls_the_other_transfers(slow_disk, backend, tmp_path, report):
-    backing, disk = slow_disk(fsync=2.0)
+def beating_server(slow_disk, backend, fsync=0.0):
+    """A server taking uploads on a slow disk, and a heartbeat already reading from it."""
+    backing, disk = slow_disk(fsync=fsync)
     (backing / "big.bin").write_bytes(os.urandom(8 << 20))
     (backing / "big.bin").chmod(0o644)
     s = serve_on(disk, backend, "-c")
+    beat = Heartbeat(s, "big.bin")
+    time.sleep(0.3)
+    return backing, s, beat
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_slow_commit_never_stalls_the_other_transfers(slow_disk, backend, tmp_path, report):
+    backing, s, beat = beating_server(slow_disk, backend, fsync=2.0)
     try:
-        beat = Heartbeat(s, "big.bin")
-        time.sleep(0.3)
         upload = tmp_path / "up.bin"
         upload.write_bytes(os.urandom(1 << 20))
         started = time.monotonic()
@@ -112,13 +118,8 @@ def test_a_slow_commit_never_stalls_the_other_transfers(slow_disk, backend, tmp_
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_reservation_the_disk_cannot_make_costs_no_stall(slow_disk, backend):
-    backing, disk = slow_disk()
-    (backing / "big.bin").write_bytes(os.urandom(8 << 20))
-    (backing / "big.bin").chmod(0o644)
-    s = serve_on(disk, backend, "-c")
+    backing, s, beat = beating_server(slow_disk, backend)
     try:
-        beat = Heartbeat(s, "big.bin")
-        time.sleep(0.3)
         writer = RawClient(s)
         started = time.monotonic()
         reply, tid = writer.exchange(request("huge.bin", write=True, options=(("tsize", str(256 << 20)),)))
