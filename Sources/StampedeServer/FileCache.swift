@@ -111,8 +111,10 @@ public final class FileCache: Sendable {
             case .load:
                 break
             }
-            // This worker reads `key` now; whatever the way out, those waiting for it go on.
-            defer { doneLoading(key) }
+            // This worker reads `key` now; whatever the way out (the next version too), those
+            // waiting for it go on.
+            let claimed = key
+            defer { doneLoading(claimed) }
             guard key.size <= limits.fileLimit else {
                 if netascii { throw Errno(EFBIG) }
                 state.withLock { $0.counts.streamed += 1 }

@@ -214,11 +214,11 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
             }
             return accepting ? .request(listener: index) : .drop
         case .shared(let pool, let index)?:
-            guard let socket = sharedSockets.socket(pool: pool, index: index) else { return .drop }
-            if let slot = table.slot(of: datagram.peer), let own = table[slot].socket, own.isShared, own.handle == socket {
+            guard let shared = sharedSockets.socket(pool: pool, index: index) else { return .drop }
+            if let slot = table.slot(of: datagram.peer), case .shared(let socket, _)? = table[slot].socket, socket == shared {
                 return .transfer(slot)
             }
-            return .stranger(socket)
+            return .stranger(shared)
         case .transfer?:
             guard let slot = table.slot(for: Tag(rawValue: datagram.tag)) else { return .drop }
             return .transfer(slot)

@@ -167,6 +167,28 @@ import StampedeProtocol
         #expect(cache.residentBytes == 6)
     }
 
+    /// A version that turned out to have changed while it was read still lets those waiting for
+    /// it go on (its gate was left closed, and the next worker to want it waited for ever).
+    @Test func aVersionThatChangedUnderItsReadLeavesNobodyWaiting() throws {
+        let cache = FileCache(wallClock: Self.later)
+        dir.write("menu.ipxe", [UInt8]("#!ipxe short"))
+        let stale = try info("menu.ipxe")
+        dir.write("menu.ipxe", [UInt8]("#!ipxe a longer menu"))
+        let root = dir.fd
+        let done = Mutex(0)
+        for _ in 0..<2 {
+            // Each asks for the version it saw at open, which is gone: read again as the new one.
+            SystemThread {
+                let file = try! AccessPolicy(root: root).openForReading(Array("menu.ipxe".utf8))
+                if case .image(let image) = try! cache.acquire(fd: file.descriptor.raw, info: stale, netascii: false),
+                   Array(image.bytes) == [UInt8]("#!ipxe a longer menu") {
+                    done.withLock { $0 += 1 }
+                }
+            }.join()
+        }
+        #expect(done.withLock { $0 } == 2)
+    }
+
     @Test func twoWorkersWantingOneFileReadItOnceAndShareIt() throws {
         let size = 128 << 20
         dir.write("initrd.img", [UInt8](repeating: 3, count: size))
