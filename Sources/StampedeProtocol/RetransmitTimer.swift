@@ -110,9 +110,11 @@ public struct RetransmitTimer: Equatable, Sendable {
     }
 
     private mutating func resend(now: Nanoseconds) -> Bool {
-        // Adapting shortens the waits, not the persistence: it gives up no sooner than the fixed
-        // timer would have (retries past maxRetries until that much time has gone by).
-        guard retries < maxRetries || (floor != nil && now - waitingSince < fixedPatience) else {
+        // The patience is the retries and the time the fixed timer takes to spend them: a transfer
+        // fails when both are spent. Adapting shortens the waits, and a busy peer provokes resends
+        // faster than the timer makes them; neither gives up sooner than a silent peer would have
+        // (EDK2 likewise starts its count over on every ACK it sends).
+        guard retries < maxRetries || now - waitingSince < fixedPatience else {
             deadline = nil
             return false
         }
