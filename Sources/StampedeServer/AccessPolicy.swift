@@ -16,6 +16,8 @@ public struct AccessPolicy: Sendable {
     public var permissive: Bool
     /// `-c`: a WRQ may create a new file.
     public var allowCreate: Bool
+    /// `--read-only`: every WRQ is refused, whatever the file's permissions.
+    public var readOnly = false
     /// `-U`: mode bits removed from created files.
     public var umask: mode_t
 
@@ -77,6 +79,7 @@ public struct AccessPolicy: Sendable {
     /// Starts an upload: refused unless creation is allowed or the file exists and is
     /// world-writable (tftpd-hpa's rule); the data goes to a temporary file beside the target.
     public func openForWriting(_ filename: [UInt8]) throws(TFTPError) -> Upload {
+        guard !readOnly else { throw TFTPError(.accessViolation, "Uploads are disabled (read-only server)") }
         guard let path = Self.relativePath(filename) else { throw TFTPError(.accessViolation, "Access violation") }
         let slash = path.lastIndex(of: UInt8(ascii: "/"))
         let directoryPath: [UInt8] = slash.map { Array(path[..<$0]) } ?? [UInt8(ascii: ".")]

@@ -39,11 +39,14 @@ struct ServeCommand: ParsableCommand {
     @Flag(name: [.customShort("6"), .customLong("ipv6")], help: "IPv6 only.")
     var ipv6 = false
 
-    @Flag(name: [.customShort("s"), .customLong("secure")], help: "chroot into the directory before serving.")
+    @Flag(name: [.customShort("s"), .customLong("secure"), .customLong("chroot")], help: "chroot into the directory before serving.")
     var secure = false
 
     @Flag(name: [.customShort("c"), .customLong("create")], help: "Allow uploads to create new files.")
     var create = false
+
+    @Flag(name: [.customLong("ro"), .customLong("read-only")], help: "Refuse every upload, whatever the permissions.")
+    var readOnly = false
 
     @Flag(name: [.customShort("p"), .customLong("permissive")],
           help: "Only the OS permissions decide: no world-readable/writable requirement.")
@@ -87,8 +90,13 @@ struct ServeCommand: ParsableCommand {
             help: "As tftpd-hpa: 0 start, stop, problems and refusals (default); 1 every transfer and remapping; 2 accepted requests and options; 3 remap steps.")
     var verbosity: Int?
 
-    @Option(name: [.customShort("r"), .customLong("refuse")], help: "Never negotiate this option (repeatable).")
+    @Option(name: [.customShort("r"), .customLong("refuse"), .customLong("reject")],
+            help: "Never negotiate this option (repeatable).")
     var refuse: [String] = []
+
+    @Flag(name: [.customLong("refuse-all"), .customLong("reject-all")],
+          help: "Negotiate no option: every transfer starts with DATA (or ACK 0), never an OACK.")
+    var refuseAll = false
 
     @Option(name: [.customShort("B"), .customLong("blocksize")],
             help: "Largest blksize granted (default: the interface MTU minus headers).")
@@ -98,7 +106,7 @@ struct ServeCommand: ParsableCommand {
             help: "Largest windowsize granted (at most 32767: larger windows make block numbers ambiguous).")
     var windowsize: Int = 64
 
-    @Option(name: [.customShort("R"), .customLong("port-range")], help: "Ports for transfers, LOW:HIGH.")
+    @Option(name: [.customShort("R"), .customLong("port-range"), .customLong("ports")], help: "Ports for transfers, LOW:HIGH.")
     var portRange: String?
 
     @Flag(name: [.customShort("V"), .customLong("version")], help: "Print the version and exit.")
@@ -269,7 +277,8 @@ struct ServeCommand: ParsableCommand {
             guard chroot(root) == 0, chdir("/") == 0 else { throw failure("-s: chroot \(root): \(Errno.current)") }
         }
 
-        let policy = AccessPolicy(root: rootFD, permissive: permissive, allowCreate: create, umask: fileUmask)
+        var policy = AccessPolicy(root: rootFD, permissive: permissive, allowCreate: create, umask: fileUmask)
+        policy.readOnly = readOnly
         var configuration = ServerConfiguration(listenAddresses: [], policy: policy, logger: logger)
         switch mode {
         case .standalone: configuration.listenAddresses = try listenAddresses()
@@ -287,7 +296,8 @@ struct ServeCommand: ParsableCommand {
                 """)
         }
         configuration.optionLimits = OptionLimits(maxBlockSize: blocksize, maxWindowSize: window,
-                                                  refused: Set(refuse.map { $0.lowercased() }))
+                                                  refused: refuseAll ? Set(TFTPOption.allCases.map(\.rawValue))
+                                                                     : Set(refuse.map { $0.lowercased() }))
         configuration.retransmitTimeout = Nanoseconds(retransmit) * 1000
         if fixedTimeout { configuration.adaptiveTimeoutFloor = nil }
         configuration.maxRetries = retries
