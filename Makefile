@@ -29,7 +29,9 @@ FIRMWARE_PACKAGES := ovmf ipxe ipxe-qemu
 FUSE_PACKAGES := libfuse2
 # The parity test's peer runs from a Debian unstable tree made with debootstrap (parity-deps).
 PARITY_PACKAGES := debootstrap
-APT_PACKAGES := liburing-dev pkg-config python3-venv $(FIRMWARE_PACKAGES) $(FUSE_PACKAGES) $(PARITY_PACKAGES) $(call packages_of,$(TEST_COMMANDS))
+# /etc/services, for -S with a service name (Tests/interop/test_cli.py).
+SERVICES_PACKAGES := netbase
+APT_PACKAGES := liburing-dev pkg-config python3-venv $(FIRMWARE_PACKAGES) $(FUSE_PACKAGES) $(PARITY_PACKAGES) $(SERVICES_PACKAGES) $(call packages_of,$(TEST_COMMANDS))
 BENCH_PACKAGES := libwrap0 $(call packages_of,$(BENCH_COMMANDS))
 # A machine with the Swift toolchain alone may have no cc: the toolchain's clang builds the C tests.
 ifeq ($(origin CC),default)

@@ -33,6 +33,10 @@ struct ServeCommand: ParsableCommand {
             help: "Listen on [ADDRESS][:PORT] (repeatable; default: all addresses, port 69).")
     var address: [String] = []
 
+    @Option(name: [.customShort("S"), .customLong("service"), .customLong("port")],
+            help: "The port of an -a that names none: a number or a services(5) name (default: tftp, 69).")
+    var service: String?
+
     @Flag(name: [.customShort("4"), .customLong("ipv4")], help: "IPv4 only.")
     var ipv4 = false
 
@@ -180,6 +184,9 @@ struct ServeCommand: ParsableCommand {
         // RFC 7440's range, as in.tftpd takes it; above the table's maximum it is clamped in run().
         try FlagRange.check(windowsize, 1...65535, "-W", "blocks")
         if let umask, mode_t(umask, radix: 8).map({ $0 <= 0o777 }) != true { throw ValidationError("-U \(umask): an octal umask within 0...777, like 022.") }
+        if let service, Self.port(ofService: service) == nil {
+            throw ValidationError("-S \(service): neither a port within 1...65535 nor a UDP service in /etc/services.")
+        }
         if let portRange, parsePortRange(portRange) == nil {
             throw ValidationError("-R \(portRange): LOW:HIGH within 1...65535, like 4000:4999.")
         }
@@ -192,6 +199,13 @@ struct ServeCommand: ParsableCommand {
             throw ValidationError("--metrics \(metrics): not ADDR:PORT with a numeric address (or :PORT), like 127.0.0.1:9469.")
         }
         if LogFormat(rawValue: logFormat) == nil { throw ValidationError("--log-format \(logFormat): choose text or json.") }
+    }
+
+    /// `-S`: a port number, or a name services(5) gives a UDP port, as in.tftpd takes it.
+    static func port(ofService text: String) -> UInt16? {
+        if let number = Int(text) { return (1...65535).contains(number) ? UInt16(number) : nil }
+        guard !text.isEmpty, let entry = getservbyname(text, "udp") else { return nil }
+        return UInt16(bigEndian: UInt16(truncatingIfNeeded: entry.pointee.s_port))
     }
 
     func parsePortRange(_ text: String) -> ClosedRange<UInt16>? {
@@ -210,7 +224,8 @@ struct ServeCommand: ParsableCommand {
             let hostPart = spec.hasPrefix("[") ? spec : String(spec.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
             let hosts: [String] = hostPart.isEmpty ? (ipv4 ? ["0.0.0.0"] : ipv6 ? ["::"] : ["0.0.0.0", "::"]) : [""]
             for host in hosts {
-                guard let parsed = SocketAddress(parsing: spec, defaultPort: 69, defaultHost: host.isEmpty ? "0.0.0.0" : host) else {
+                let defaultPort = service.flatMap(Self.port(ofService:)) ?? 69
+                guard let parsed = SocketAddress(parsing: spec, defaultPort: defaultPort, defaultHost: host.isEmpty ? "0.0.0.0" : host) else {
                     throw ValidationError("-a \(spec): not an address[:port].")
                 }
                 var family = [parsed]

@@ -17,10 +17,28 @@ def test_version(binary):
         assert r.returncode == 0 and b"stampede" in r.stdout
 
 
-@pytest.mark.parametrize("args", [["-B", "7"], ["-W", "0"], ["-R", "5:1"], ["-U", "9z"], ["-T", "5"], ["--backend", "x"]])
+@pytest.mark.parametrize("args", [["-B", "7"], ["-W", "0"], ["-R", "5:1"], ["-U", "9z"], ["-T", "5"], ["--backend", "x"],
+                                  ["-S", "no-such-service"], ["-S", "0"], ["-S", "-1"], ["--port", "70000"],
+                                  ["--service", "99999999999999999999999"]])
 def test_bad_flags_are_usage_errors(binary, root, args):
     r = run([str(binary), "-l", *args, str(root)])
     assert r.returncode == 64, r.stderr
+
+
+def test_service_names_resolve_through_services(binary, root):
+    """-S takes a services(5) name, as in.tftpd does: asp is 27374/udp in netbase's /etc/services."""
+    port = socket.getservbyname("asp", "udp")
+    p = subprocess.Popen([str(binary), "-l", "-L", "-a", "127.0.0.1", "--service", "asp", "-u", "root", str(root)],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 10
+        line = ""
+        while time.time() < deadline and "serving" not in line:
+            line = p.stderr.readline()
+        assert f"on 127.0.0.1:{port} " in line, line
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
 
 
 def test_sigterm_lets_running_transfers_finish_then_exits_0(serve, root):

@@ -34,7 +34,8 @@ NUMERIC = {
 # The other flags that take a value: names, addresses, choices, files (checked elsewhere).
 OTHER = {
     "serve": {"--address", "--user", "--umask", "--pidfile", "--map-file", "--map-test", "--map-client", "--refuse",
-              "--port-range", "--backend", "--when-busy", "--metrics", "--log-format"},
+              "--port-range", "--backend", "--when-busy", "--metrics", "--log-format",
+              "--service"},  # a port or a services(5) name: test_cli.py
     "get": {"--mode"},
     "put": {"--mode"},
     "storm": {"--profile", "--profile-file", "--show-profile", "--verify-root", "--slice", "--source-range",

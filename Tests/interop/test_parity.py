@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Server
+from conftest import REPO, SERVER_BINARY, Server
 from tftpwire import ack, data, decode, request
 
 # The in.tftpd of Debian unstable needs its glibc: it runs chrooted in the tree, in a mount
@@ -241,6 +241,30 @@ def test_tftp_hpa_7_spellings_do_what_7_3_does(tmp_path, spelling):
     finally:
         theirs.stop()
         ours.stop()
+
+
+def test_service_is_the_port_of_an_address_that_names_none(tmp_path):
+    """-S/--service/--port PORT: `-a 127.0.0.1` listens on PORT, for 7.3 and for Stampede, one
+    after the other on the same port."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    answers = []
+    for spelling, command in (("-S", in_tftpd), ("--port", lambda *a, share: [str(SERVER_BINARY), *map(str, a)])):
+        root = make_root(tmp_path / spelling.strip("-"))
+        process = subprocess.Popen(command("-l", "-L", "-a", "127.0.0.1", spelling, str(port), "-s", "-u", "root", root,
+                                           share=tmp_path), stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.time() + 10
+            answer = ("SILENT",)
+            while time.time() < deadline and answer[0] != "DATA" and process.poll() is None:
+                answer = outcome(port, "hello.txt", False, "octet", ())
+            answers.append(answer)
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+    assert answers == [("DATA", b"hello, rack\n")] * 2, answers
 
 
 def test_refuse_all_negotiates_nothing_where_7_3_answers_nothing(tmp_path):
