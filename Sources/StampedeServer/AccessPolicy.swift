@@ -17,14 +17,16 @@ public struct AccessPolicy: Sendable {
     /// `-c`: a WRQ may create a new file.
     public var allowCreate: Bool
     /// `--read-only`: every WRQ is refused, whatever the file's permissions.
-    public var readOnly = false
+    public var readOnly: Bool
     /// `-U`: mode bits removed from created files.
     public var umask: mode_t
 
-    public init(root: Int32, permissive: Bool = false, allowCreate: Bool = false, umask: mode_t = 0o022) {
+    public init(root: Int32, permissive: Bool = false, allowCreate: Bool = false, readOnly: Bool = false,
+                umask: mode_t = 0o022) {
         self.root = root
         self.permissive = permissive
         self.allowCreate = allowCreate
+        self.readOnly = readOnly
         self.umask = umask
     }
 

@@ -219,12 +219,12 @@ struct ServeCommand: ParsableCommand {
     /// 0.0.0.0 and [::] (IPv6 only), so that an IPv4 client is seen as one.
     func listenAddresses() throws -> [SocketAddress] {
         let specs = address.isEmpty ? [""] : address
+        let defaultPort = service.flatMap(Self.port(ofService:)) ?? 69
         var result: [SocketAddress] = []
         for spec in specs {
             let hostPart = spec.hasPrefix("[") ? spec : String(spec.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
             let hosts: [String] = hostPart.isEmpty ? (ipv4 ? ["0.0.0.0"] : ipv6 ? ["::"] : ["0.0.0.0", "::"]) : [""]
             for host in hosts {
-                let defaultPort = service.flatMap(Self.port(ofService:)) ?? 69
                 guard let parsed = SocketAddress(parsing: spec, defaultPort: defaultPort, defaultHost: host.isEmpty ? "0.0.0.0" : host) else {
                     throw ValidationError("-a \(spec): not an address[:port].")
                 }
@@ -292,8 +292,8 @@ struct ServeCommand: ParsableCommand {
             guard chroot(root) == 0, chdir("/") == 0 else { throw failure("-s: chroot \(root): \(Errno.current)") }
         }
 
-        var policy = AccessPolicy(root: rootFD, permissive: permissive, allowCreate: create, umask: fileUmask)
-        policy.readOnly = readOnly
+        let policy = AccessPolicy(root: rootFD, permissive: permissive, allowCreate: create, readOnly: readOnly,
+                                  umask: fileUmask)
         var configuration = ServerConfiguration(listenAddresses: [], policy: policy, logger: logger)
         switch mode {
         case .standalone: configuration.listenAddresses = try listenAddresses()

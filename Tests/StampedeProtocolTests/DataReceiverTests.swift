@@ -109,8 +109,8 @@ func makeReceiver(blockSize: Int = 512, window: Int = 1, oack: Bool = false) -> 
     @Test func aResendTheCounterpartProvokedCountsAgainstThePatience() {
         var timer = RetransmitTimer(base: second, maxRetries: 2)
         timer.sentNew(now: 0)
-        _ = [timer.resentEarly(now: 1), timer.resentEarly(now: 2)]
-        #expect(timer.retries == 2)
+        let early = [timer.resentEarly(now: 1), timer.resentEarly(now: 2)]
+        #expect(early == [true, true] && timer.retries == 2)
         let spent = timer.resentEarly(now: 7 * second)
         #expect(spent == false)
         #expect(timer.deadline == nil)

@@ -104,8 +104,7 @@ import StampedeProtocol
         #expect(writeError(creating, "new") == nil)
         #expect(writeError(creating, "../escape") == .accessViolation)
         // --read-only (tftp-hpa 7.1's --ro): refused whatever -c, -p and the file's mode say.
-        var readOnly = AccessPolicy(root: dir.fd, permissive: true, allowCreate: true)
-        readOnly.readOnly = true
+        let readOnly = AccessPolicy(root: dir.fd, permissive: true, allowCreate: true, readOnly: true)
         let before = dir.entries()
         #expect(writeError(readOnly, "new") == .accessViolation)
         #expect(writeError(readOnly, "open") == .accessViolation)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SERVER_BINARY, Server
+from conftest import REPO, SERVER_BINARY, Server, free_udp_port
 from tftpwire import ack, data, decode, request
 
 # The in.tftpd of Debian unstable needs its glibc: it runs chrooted in the tree, in a mount
@@ -161,10 +161,7 @@ def outcome(port, name, write, mode, options):
 
 class TftpdHpa:
     def __init__(self, root: Path, args):
-        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        probe.bind(("127.0.0.1", 0))
-        self.port = probe.getsockname()[1]
-        probe.close()
+        self.port = free_udp_port()
         self.root = root
         self.process = subprocess.Popen(in_tftpd("-l", "-L", "-a", f"127.0.0.1:{self.port}", *args, root,
                                                  share=root.parent), stderr=subprocess.PIPE)
@@ -246,10 +243,7 @@ def test_tftp_hpa_7_spellings_do_what_7_3_does(tmp_path, spelling):
 def test_service_is_the_port_of_an_address_that_names_none(tmp_path):
     """-S/--service/--port PORT: `-a 127.0.0.1` listens on PORT, for 7.3 and for Stampede, one
     after the other on the same port."""
-    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
+    port = free_udp_port()
     answers = []
     for spelling, command in (("-S", in_tftpd), ("--port", lambda *a, share: [str(SERVER_BINARY), *map(str, a)])):
         root = make_root(tmp_path / spelling.strip("-"))
