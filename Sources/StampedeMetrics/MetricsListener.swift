@@ -64,9 +64,18 @@ public final class MetricsListener: Sendable {
         loop.scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { _ in exporter.drainDurations() }
     }
 
-    /// Stops listening and closes every connection.
-    public func shutdown() {
+    /// Stops listening, for a process about to exit: its connections and its event loop thread
+    /// end with the process. NIO's graceful shutdown of the thread answers through Dispatch,
+    /// whose worker pool reads /proc/TID/stat and kills the process when it cannot, as under
+    /// `-s` (no /proc in the chroot): a server stopped on SIGTERM exited with SIGILL.
+    public func stopListening() {
         try? channel.close().wait()
+    }
+
+    /// Stops listening and closes every connection and the event loop thread (not under a chroot:
+    /// see `stopListening`).
+    public func shutdown() {
+        stopListening()
         try? group.syncShutdownGracefully()
     }
 }

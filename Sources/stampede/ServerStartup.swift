@@ -54,7 +54,7 @@ struct ServerStartup {
                 throw command.failure("cannot serve metrics on \(address): \(error)")
             }
         }
-        defer { listener?.shutdown() }
+        defer { listener?.stopListening() }
         try command.dropPrivileges(to: account, logger)
         // As the serving user, who wrote them: what a killed server's uploads left behind. A walk
         // of the whole tree, on the disk thread while the server serves: only files older than
