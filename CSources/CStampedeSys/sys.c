@@ -264,14 +264,14 @@ int stampede_socket_address(int fd, struct sockaddr_storage *address)
     return negative_errno(getsockname(fd, (struct sockaddr *)address, &length));
 }
 
-int stampede_open_beneath(int directory, const char *path, int flags, unsigned int mode)
+int stampede_open_beneath(int directory, const char *path, int flags, unsigned int mode, int in_root)
 {
     struct open_how how;
     long fd;
     memset(&how, 0, sizeof(how));
     how.flags = (uint64_t)flags | O_CLOEXEC;
     how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    how.resolve = (in_root ? RESOLVE_IN_ROOT : RESOLVE_BENEATH) | RESOLVE_NO_MAGICLINKS;
     do {
         fd = syscall(SYS_openat2, directory, path, &how, sizeof(how));
     } while (fd < 0 && (errno == EINTR || errno == EAGAIN));

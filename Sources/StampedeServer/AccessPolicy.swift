@@ -6,9 +6,11 @@ import StampedeProtocol
 /// Which files a client may read or write, as tftpd-hpa decides it (docs/ARCHITECTURE.md,
 /// "Security").
 ///
-/// Names resolve beneath the root with openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS): no
-/// "..", absolute path or symlink leaves it, whatever a string check would miss. A leading "/"
-/// means the root, as PXE configurations write it. Only regular files are served.
+/// Names resolve beneath the root with openat2, whatever a string check would miss: with
+/// RESOLVE_BENEATH, a "..", absolute symlink or symlink that would leave it is refused; under `-s`
+/// or `-j` (`virtualRoot`), with RESOLVE_IN_ROOT, the root is the name's "/", as a chroot makes it
+/// for tftpd-hpa: ".." stops there and an absolute symlink is read inside it. A leading "/" means
+/// the root, as PXE configurations write it. Only regular files are served.
 public struct AccessPolicy: Sendable {
     /// A directory descriptor of the served root, open for the life of the process.
     public let root: Int32
@@ -20,10 +22,13 @@ public struct AccessPolicy: Sendable {
     public var readOnly: Bool
     /// `-U`: mode bits removed from created files.
     public var umask: mode_t
+    /// `-s`, `-j`: the root is every name's "/" (RESOLVE_IN_ROOT), not a boundary (RESOLVE_BENEATH).
+    public var virtualRoot: Bool
 
     public init(root: Int32, permissive: Bool = false, allowCreate: Bool = false, readOnly: Bool = false,
-                umask: mode_t = 0o022) {
+                umask: mode_t = 0o022, virtualRoot: Bool = false) {
         self.root = root
+        self.virtualRoot = virtualRoot
         self.permissive = permissive
         self.allowCreate = allowCreate
         self.readOnly = readOnly
@@ -44,7 +49,7 @@ public struct AccessPolicy: Sendable {
 
     /// Opens `path` beneath the root; a failure is the TFTP error tftpd-hpa answers for it.
     func open(_ path: [UInt8], flags: Int32) throws(TFTPError) -> Descriptor {
-        let fd = withCPath(path) { stampede_open_beneath(root, $0, flags, 0) }
+        let fd = withCPath(path) { stampede_open_beneath(root, $0, flags, 0, virtualRoot ? 1 : 0) }
         if let error = Errno(result: fd) { throw error.tftpError }
         return Descriptor(owning: fd)
     }

@@ -35,9 +35,11 @@ public struct ServerConfiguration: Sendable {
     /// Sockets handed over by inetd (fd 0) or systemd (LISTEN_FDS), served instead of binding
     /// `listenAddresses`.
     public var inheritedListeners: [Int32] = []
-    /// `-t` in inetd and socket-activated modes: exit after this long with no transfer (the
+    /// `-t`: exit after this long with no transfer (in inetd and socket-activated modes the
     /// superserver starts a new server for the next request).
     public var idleExit: Nanoseconds?
+    /// SIGHUP, beside reloading `-m`: reopens `--logfile` (rotation); says what went wrong, if anything.
+    public var onHangup: (@Sendable () -> String?)?
     /// `--single-port`: transfers answer from the listener's own port and share its socket; the
     /// worker tells them apart by client address and port.
     public var singlePort = false

@@ -121,7 +121,10 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
                 if index == 0 { logger.notice("no transfer for \(idle / nanosecondsPerSecond) s (-t): exiting") }
                 stampede_request_stop()
             }
-            if index == 0 && stampede_reload_requested() != 0 { reloadRemapRules() }
+            if index == 0 && stampede_reload_requested() != 0 {
+                if let problem = configuration.onHangup?() { logger.error("SIGHUP: \(problem)") }
+                reloadRemapRules()
+            }
             if stopDeadline == nil && stampede_stop_requested() != 0 {
                 stopDeadline = now + configuration.shutdownGrace
                 stopListening()

@@ -13,9 +13,8 @@ final class PidFile {
     private let file: Descriptor
 
     init(_ path: String) throws(Errno) {
-        let slash = path.lastIndex(of: "/")
-        let directoryPath = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
-        name = slash.map { String(path[path.index(after: $0)...]) } ?? path
+        let (directoryPath, name) = splitPath(path)
+        self.name = name
         self.path = path
         directory = try Descriptor(opening: directoryPath, flags: stampede_o_path | O_DIRECTORY)
         // O_NOFOLLOW: root never writes through a symlink someone planted there.

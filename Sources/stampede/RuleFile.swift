@@ -10,9 +10,8 @@ final class RuleFile: Sendable {
     let name: String
 
     init(_ path: String) throws(Errno) {
-        let slash = path.lastIndex(of: "/")
-        let directoryPath = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
-        name = slash.map { String(path[path.index(after: $0)...]) } ?? path
+        let (directoryPath, name) = splitPath(path)
+        self.name = name
         directory = try Descriptor(opening: directoryPath, flags: O_RDONLY | O_DIRECTORY)
     }
 

@@ -19,10 +19,11 @@ struct ServeCommand: ParsableCommand {
     var listen = false
 
     @Flag(name: [.customShort("L"), .customLong("foreground")],
-          help: "With -l: stay in the foreground and log to standard error (otherwise: detach, log to syslog).")
+          help: "-l, staying in the foreground and logging to standard error (-l alone detaches and logs to syslog).")
     var foreground = false
 
-    @Flag(name: .customLong("systemd"), help: "Serve the sockets systemd passes (LISTEN_FDS); see contrib/systemd/stampede-activated.socket.")
+    @Flag(name: .customLong("systemd"),
+          help: "Serve the sockets systemd passes (LISTEN_FDS), in the foreground; excludes -l, -L and -a. See contrib/systemd/stampede-activated.socket.")
     var systemd = false
 
     @Flag(name: .customLong("single-port"),
@@ -46,6 +47,10 @@ struct ServeCommand: ParsableCommand {
     @Flag(name: [.customShort("s"), .customLong("secure"), .customLong("chroot")], help: "chroot into the directory before serving.")
     var secure = false
 
+    @Flag(name: [.customShort("j"), .customLong("jail")],
+          help: "The directory is every name's \"/\", as under -s, without chroot (openat2): no root needed.")
+    var jail = false
+
     @Flag(name: [.customShort("c"), .customLong("create")], help: "Allow uploads to create new files.")
     var create = false
 
@@ -67,8 +72,8 @@ struct ServeCommand: ParsableCommand {
     var pidfile: String?
 
     @Option(name: [.customShort("t"), .customLong("timeout")],
-            help: "inetd and systemd modes: exit after this many seconds with no transfer.")
-    var idleTimeout: Int = 900
+            help: "Exit after this many seconds with no transfer; 0 never (default: 0 with -l or -L, otherwise 900).")
+    var idleTimeout: Int?
 
     @Option(name: [.customShort("T"), .customLong("retransmit")],
             help: "Retransmit timeout in microseconds (the ceiling of the adaptive one).")
@@ -156,6 +161,13 @@ struct ServeCommand: ParsableCommand {
     @Option(name: .customLong("metrics"),
             help: "Serve Prometheus metrics over HTTP at ADDR:PORT/metrics (off by default). Stampede's port is 9469: --metrics :9469 (every IPv4 address), 127.0.0.1:9469, [::]:9469; port 0 takes a free one, said at start.")
     var metrics: String?
+    @Flag(exclusivity: .chooseLast, help: "Where the log goes (the last one given; default: syslog, or standard error with -L).")
+    var logTarget: LogTarget?
+    @Option(name: .customLong("logfile"), help: "Log to this file instead: appended to, created 0644, reopened on SIGHUP (rotation).")
+    var logfile: String?
+    @Option(name: .customLong("logformat"),
+            help: "Lines outside syslog, as in.tftpd writes them: human (NAME[PID]: LEVEL: text; default) or tag (<PRIORITY>text, for the journal). --stderr=FORMAT and --stdout=FORMAT say it too.")
+    var lineFormat = "human"
     @Option(name: .customLong("log-format"),
             help: "text (tftpd-hpa's lines; default) or json: every line one JSON object, one per finished transfer or refusal (at -v 1; failures at -v 0).")
     var logFormat = "text"
@@ -164,7 +176,7 @@ struct ServeCommand: ParsableCommand {
     var directory: [String] = []
 
     func validate() throws {
-        try FlagRange.check(idleTimeout, 1...FlagRange.year, "-t", "seconds")
+        try FlagRange.check(idleTimeout, 0...FlagRange.year, "-t", "seconds (0: never)")
         // The RFC's longest timeout (255 s); a longer one's backoff would overflow.
         try FlagRange.check(retransmit, 1_000...255_000_000, "-T", "microseconds")
         try FlagRange.check(verbosity, 0...9, "--verbosity")
@@ -178,8 +190,14 @@ struct ServeCommand: ParsableCommand {
         try FlagRange.check(maxPerClient, FlagRange.count, "--max-per-client")
         try FlagRange.check(maxPerPrefix, FlagRange.count, "--max-per-prefix")
         if mapTest != nil && mapFile == nil { throw ValidationError("--map-test needs the rules: -m FILE.") }
-        if systemd && listen { throw ValidationError("--systemd serves the sockets systemd passes; -l binds its own: choose one.") }
+        if systemd && (listen || foreground || !address.isEmpty) {
+            throw ValidationError("--systemd serves the sockets systemd passes; -l, -L and -a bind their own: choose one.")
+        }
+        if let logTarget, logfile != nil { throw ValidationError("--logfile and --\(logTarget.rawValue): choose one.") }
+        if LineFormat(rawValue: lineFormat) == nil { throw ValidationError("--logformat \(lineFormat): choose human or tag.") }
         if directory.count > 1 { throw ValidationError("stampede serves one directory; got \(directory.count).") }
+        if secure && jail { throw ValidationError("--chroot (-s) and --jail (-j) exclude each other.") }
+        if jail && directory.isEmpty { throw ValidationError("--jail: name the directory to serve.") }
         try FlagRange.check(blocksize, TFTPOption.blksize.range, "-B", "bytes")
         // RFC 7440's range, as in.tftpd takes it; above the table's maximum it is clamped in run().
         try FlagRange.check(windowsize, 1...65535, "-W", "blocks")
@@ -250,9 +268,9 @@ struct ServeCommand: ParsableCommand {
         let mode = try servingMode()
         // in.tftpd detaches unless -L; inetd and systemd supervise the process themselves.
         let detaching = mode == .standalone && !foreground
-        let destination: LogDestination = foreground && mode != .inetd
-            ? .standardError : .syslog(identity: Stampede.invokedName)
-        destination.bootstrap(level: LogDestination.level(verbosity: verbosity ?? verbose), format: LogFormat(rawValue: logFormat)!)
+        let destination = try logDestination(mode)
+        destination.bootstrap(level: LogDestination.level(verbosity: verbosity ?? verbose), format: LogFormat(rawValue: logFormat)!,
+                              lines: LineFormat(rawValue: lineFormat)!)
         let logger = Logger(label: "stampede")
         for warning in rules?.current.warnings ?? [] { logger.warning("-m \(mapFile!): \(warning)") }
         if mode != .standalone && !address.isEmpty { logger.warning("-a is for -l (standalone); serving the passed sockets") }
@@ -287,20 +305,26 @@ struct ServeCommand: ParsableCommand {
         let notifier = SystemdNotifier()
         let processFigures = metrics == nil ? nil : ProcessFigures()
         let rootFD: Int32
-        do { rootFD = try AccessPolicy.openRoot(root) } catch { throw failure("cannot open \(root): \(error)") }
+        do { rootFD = try AccessPolicy.openRoot(root) } catch {
+            // EX_NOINPUT, as in.tftpd exits when its directory is not there.
+            throw failure("cannot open \(root): \(error)", status: [ENOENT, ENOTDIR].contains(error.rawValue) ? 66 : 1)
+        }
         if secure {
             guard chroot(root) == 0, chdir("/") == 0 else { throw failure("-s: chroot \(root): \(Errno.current)") }
         }
 
         let policy = AccessPolicy(root: rootFD, permissive: permissive, allowCreate: create, readOnly: readOnly,
-                                  umask: fileUmask)
+                                  umask: fileUmask, virtualRoot: secure || jail)
         var configuration = ServerConfiguration(listenAddresses: [], policy: policy, logger: logger)
         switch mode {
         case .standalone: configuration.listenAddresses = try listenAddresses()
         case .inetd: configuration.inheritedListeners = [0]
         case .systemd(let fds): configuration.inheritedListeners = fds
         }
-        if mode != .standalone { configuration.idleExit = Nanoseconds(idleTimeout) * nanosecondsPerSecond }
+        // in.tftpd's default: 15 minutes under a superserver, which starts another; never standalone.
+        let idle = idleTimeout ?? (mode == .standalone ? 0 : 900)
+        if idle > 0 { configuration.idleExit = Nanoseconds(idle) * nanosecondsPerSecond }
+        if case .file(let file) = destination { configuration.onHangup = file.reopen }
         configuration.remapRules = rules
         configuration.singlePort = singlePort
         let window = min(windowsize, TFTPOption.windowsize.range.upperBound)
@@ -363,10 +387,10 @@ struct ServeCommand: ParsableCommand {
         case systemd([Int32])
     }
 
-    /// -l binds; --systemd, or LISTEN_FDS meant for this process, serves systemd's sockets;
-    /// otherwise fd 0 must be inetd's socket, as in.tftpd expects.
+    /// -l (or -L) binds; --systemd, or LISTEN_FDS meant for this process, serves systemd's
+    /// sockets; otherwise fd 0 must be inetd's socket, as in.tftpd expects.
     func servingMode() throws -> ServingMode {
-        if listen { return .standalone }
+        if listen || foreground { return .standalone }
         if let fds = Self.systemdSockets() { return .systemd(fds) }
         if systemd {
             throw failure("--systemd: no sockets passed (LISTEN_FDS and LISTEN_PID unset, or meant for another process)")
@@ -390,6 +414,22 @@ struct ServeCommand: ParsableCommand {
               let countText = getenv("LISTEN_FDS"), let count = Int32(String(cString: countText)), count > 0
         else { return nil }
         return (0..<count).map { 3 + $0 }
+    }
+
+    /// `--logfile`, `--stderr`, `--stdout`, `--syslog`; without them syslog, or standard error in
+    /// the foreground. In inetd mode fds 0-2 are the socket: syslog whatever is asked.
+    func logDestination(_ mode: ServingMode) throws -> LogDestination {
+        let syslog = LogDestination.syslog(identity: Stampede.invokedName)
+        if let logfile {
+            do { return .file(try LogFile(logfile)) } catch { throw failure("--logfile \(logfile): \(error)") }
+        }
+        if mode == .inetd { return syslog }
+        switch logTarget {
+        case .stderr: return .standardError
+        case .stdout: return .standardOutput
+        case .syslog: return syslog
+        case nil: return foreground ? .standardError : syslog
+        }
     }
 
     /// The -m file, read now and again on SIGHUP (`RuleFile`).
@@ -442,10 +482,10 @@ struct ServeCommand: ParsableCommand {
 
     /// Says why the server cannot run (on standard error, and in syslog once it is the log), and
     /// the exit status for it.
-    func failure(_ message: String) -> ExitCode {
+    func failure(_ message: String, status: Int32 = 1) -> ExitCode {
         if stampede_fd_is_datagram_socket(2) == 0 { writeToStandardError("stampede: \(message)\n") }
         if SyslogHandler.inUse { stampede_syslog(LOG_ERR, message) }
-        return ExitCode(1)
+        return ExitCode(status)
     }
 
     /// The `-u` account, when started as root (otherwise there is nothing to drop).
@@ -492,4 +532,20 @@ struct MetricsAddress: CustomStringConvertible {
     }
 
     var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+/// `--syslog`, `--stderr`, `--stdout`: where the log goes, the last one given winning, as in.tftpd
+/// takes them.
+enum LogTarget: String, EnumerableFlag {
+    case syslog, stderr, stdout
+
+    static func name(for value: LogTarget) -> NameSpecification { .customLong(value.rawValue) }
+
+    static func help(for value: LogTarget) -> ArgumentHelp? {
+        switch value {
+        case .syslog: "Log to syslog (facility daemon)."
+        case .stderr: "Log to standard error (--stderr=FORMAT: and --logformat FORMAT)."
+        case .stdout: "Log to standard output (--stdout=FORMAT: and --logformat FORMAT)."
+        }
+    }
 }

@@ -35,10 +35,22 @@ struct Stampede: ParsableCommand {
 
     /// As in.tftpd, every argument belongs to the server: "get" is then a directory name.
     static func main() {
+        let arguments = spellingOut(Array(CommandLine.arguments.dropFirst()))
         if isInTFTPD {
-            ServeCommand.main(nil)
+            ServeCommand.main(arguments)
         } else {
-            main(nil)
+            main(arguments)
+        }
+    }
+
+    /// in.tftpd's `--stderr=FORMAT` and `--stdout=FORMAT`, an option whose value may be left out,
+    /// which the parser does not take: said as `--stderr --logformat FORMAT`.
+    static func spellingOut(_ arguments: [String]) -> [String] {
+        arguments.flatMap { argument -> [String] in
+            for flag in ["--stderr", "--stdout"] where argument.hasPrefix(flag + "=") {
+                return [flag, "--logformat", String(argument.dropFirst(flag.count + 1))]
+            }
+            return [argument]
         }
     }
 }

@@ -4,10 +4,13 @@ import Logging
 import StampedeIO
 import StampedeServer
 
-/// Where the server's log goes: standard error in the foreground (`-L`), otherwise syslog with
-/// facility daemon, as in.tftpd logs (and in inetd mode, where fds 0-2 are the socket).
+/// Where the server's log goes: syslog with facility daemon, as in.tftpd logs (the default, and
+/// always in inetd mode, where fds 0-2 are the socket); standard error in the foreground (`-L`,
+/// `--stderr`); standard output (`--stdout`); or a file (`--logfile`).
 enum LogDestination {
     case standardError
+    case standardOutput
+    case file(LogFile)
     case syslog(identity: String)
 
     /// tftpd-hpa's verbosity: 0 start, stop and problems (and every refusal: bad input always
@@ -22,23 +25,101 @@ enum LogDestination {
         }
     }
 
-    func bootstrap(level: Logger.Level, format: LogFormat = .text) {
+    /// The descriptor lines are written to; nil for syslog.
+    var descriptor: Int32? {
+        switch self {
+        case .standardError: 2
+        case .standardOutput: 1
+        case .file(let file): file.descriptor
+        case .syslog: nil
+        }
+    }
+
+    func bootstrap(level: Logger.Level, format: LogFormat = .text, lines: LineFormat = .human) {
         if case .syslog(let identity) = self {
             stampede_open_syslog(SyslogHandler.keep(identity))
             SyslogHandler.inUse = true
         }
-        switch (self, format) {
+        let descriptor = descriptor
+        switch (descriptor, format) {
         case (_, .json):
-            let toSyslog = SyslogHandler.inUse
-            LoggingSystem.bootstrap { _ in JSONLogHandler(logLevel: level, toSyslog: toSyslog) }
-        case (.standardError, .text):
-            LoggingSystem.bootstrap { label in
-                var handler = StreamLogHandler.standardError(label: label)
-                handler.logLevel = level
-                return handler
-            }
-        case (.syslog, .text):
+            LoggingSystem.bootstrap { _ in JSONLogHandler(logLevel: level, descriptor: descriptor) }
+        case (let fd?, .text):
+            LoggingSystem.bootstrap { _ in LineLogHandler(logLevel: level, descriptor: fd, format: lines) }
+        case (nil, .text):
             LoggingSystem.bootstrap { _ in SyslogHandler(logLevel: level) }
+        }
+    }
+}
+
+/// `--logformat`, as in.tftpd 7.3 writes its lines outside syslog: `human` is
+/// `in.tftpd[PID]: notice: text`, `tag` is `<5>text` (the priority as systemd's journal reads a
+/// service's output).
+enum LineFormat: String, CaseIterable {
+    case human, tag
+}
+
+/// `--logfile FILE`: appended to, created 0644; reopened on SIGHUP under the same name (after
+/// logrotate moved it), through the directory held open, so that `-s` does not hide it. The new
+/// file takes the old one's descriptor (dup2), so a line being written goes to one or the other.
+final class LogFile: Sendable {
+    let descriptor: Int32
+    private let directory: Descriptor
+    private let name: String
+
+    init(_ path: String) throws(Errno) {
+        let (directoryPath, name) = splitPath(path)
+        self.name = name
+        directory = try Descriptor(opening: directoryPath, flags: O_RDONLY | O_DIRECTORY)
+        descriptor = try Self.open(name, in: directory.raw)
+    }
+
+    private static func open(_ name: String, in directory: Int32) throws(Errno) -> Int32 {
+        let fd = openat(directory, name, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0o644)
+        guard fd >= 0 else { throw Errno.current }
+        return fd
+    }
+
+    /// Says what went wrong, or nil.
+    func reopen() -> String? {
+        do throws(Errno) {
+            let fresh = try Self.open(name, in: directory.raw)
+            defer { close(fresh) }
+            guard dup2(fresh, descriptor) >= 0, fcntl(descriptor, F_SETFD, FD_CLOEXEC) == 0 else { throw Errno.current }
+            return nil
+        } catch {
+            let who = error.rawValue == EACCES && getuid() != 0 ? " (as uid \(getuid()), the -u user)" : ""
+            return "--logfile \(name): cannot reopen, writing on to the old file: \(error)\(who)"
+        }
+    }
+}
+
+/// A line per event on a descriptor, in `LineFormat`; metadata goes in front as `key=value`.
+struct LineLogHandler: MetadataLogHandler {
+    var logLevel: Logger.Level
+    var metadata: Logger.Metadata = [:]
+    let descriptor: Int32
+    let format: LineFormat
+
+    func log(event: LogEvent) {
+        let prefix = fields(of: event).map { "\($0.key)=\($0.value) " }.joined()
+        switch format {
+        case .human:
+            writeAll("\(Stampede.invokedName)[\(getpid())]: \(Self.name(event.level)): \(prefix)\(event.message)\n", to: descriptor)
+        case .tag:
+            writeAll("<\(SyslogHandler.priority(event.level))>\(prefix)\(event.message)\n", to: descriptor)
+        }
+    }
+
+    /// syslog's names for the priorities, as in.tftpd writes them.
+    static func name(_ level: Logger.Level) -> String {
+        switch level {
+        case .trace, .debug: "debug"
+        case .info: "info"
+        case .notice: "notice"
+        case .warning: "warning"
+        case .error: "error"
+        case .critical: "crit"
         }
     }
 }
@@ -99,19 +180,20 @@ struct SyslogHandler: MetadataLogHandler {
 struct JSONLogHandler: MetadataLogHandler {
     var logLevel: Logger.Level
     var metadata: Logger.Metadata = [:]
-    let toSyslog: Bool
+    /// Where the lines go; nil for syslog (which stamps its own time and level).
+    let descriptor: Int32?
 
     func log(event: LogEvent) {
         var text = "{"
-        if !toSyslog { text += "\"time\":\(Self.quoted(Self.timestamp())),\"level\":\(Self.quoted(event.level.rawValue))," }
+        if descriptor != nil { text += "\"time\":\(Self.quoted(Self.timestamp())),\"level\":\(Self.quoted(event.level.rawValue))," }
         for (key, value) in fields(of: event) {
             text += "\(Self.quoted(key)):\(Self.json(value)),"
         }
         text += "\"message\":\(Self.quoted("\(event.message)"))}"
-        if toSyslog {
-            stampede_syslog(SyslogHandler.priority(event.level), text)
+        if let descriptor {
+            writeAll(text + "\n", to: descriptor)
         } else {
-            writeToStandardError(text + "\n")
+            stampede_syslog(SyslogHandler.priority(event.level), text)
         }
     }
 

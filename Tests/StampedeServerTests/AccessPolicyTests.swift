@@ -8,8 +8,8 @@ import StampedeProtocol
 @Suite struct AccessPolicySpec {
     let dir = ScratchDirectory()
 
-    func readError(_ name: String, permissive: Bool = false) -> ErrorCode? {
-        let policy = AccessPolicy(root: dir.fd, permissive: permissive)
+    func readError(_ name: String, permissive: Bool = false, virtualRoot: Bool = false) -> ErrorCode? {
+        let policy = AccessPolicy(root: dir.fd, permissive: permissive, virtualRoot: virtualRoot)
         do {
             _ = try policy.openForReading(Array(name.utf8))
             return nil
@@ -48,6 +48,20 @@ import StampedeProtocol
         #expect(readError("passwd") == .accessViolation)
         #expect(readError("etc/passwd") == .accessViolation)
         #expect(readError("zero") == .accessViolation)
+    }
+
+    /// `-s`, `-j`: the root is the name's "/", as in tftpd-hpa's chroot.
+    @Test func aVirtualRootStopsClimbsAndReadsAbsoluteSymlinksInside() {
+        dir.write("boot.bin", [1])
+        _ = symlink("/boot.bin", dir.path + "/absolute")
+        _ = symlink("/etc/passwd", dir.path + "/passwd")
+        _ = symlink("../../../../boot.bin", dir.path + "/climbing")
+        for name in ["../boot.bin", "/../../boot.bin", "absolute", "climbing"] {
+            #expect(readError(name, virtualRoot: true) == nil, "\(name)")
+            #expect(readError(name) == .accessViolation, "\(name)")
+        }
+        #expect(readError("passwd", virtualRoot: true) == .fileNotFound)
+        #expect(readError("../etc/passwd", virtualRoot: true) == .fileNotFound)
     }
 
     @Test func aSymlinkInsideTheRootIsFollowed() {

@@ -17,7 +17,7 @@ RETRIES = (0, 100)
 # flag: (low, high), integers unless a float is given.
 NUMERIC = {
     "serve": {
-        "-t": (1, YEAR), "-T": (1000, 255_000_000), "--verbosity": (0, 9), "--workers": (1, 1024),
+        "-t": (0, YEAR), "-T": (1000, 255_000_000), "--verbosity": (0, 9), "--workers": (1, 1024),
         "--retries": RETRIES, "--grace": (0, YEAR), "--cache-size": MIB, "--cache-file-limit": MIB,
         "--max-transfers": COUNT, "--max-transfer-sockets": (0, COUNT[1]), "--max-per-client": COUNT,
         "--max-per-prefix": COUNT, "-B": (8, 65464), "-W": (1, 65535),
@@ -34,7 +34,7 @@ NUMERIC = {
 # The other flags that take a value: names, addresses, choices, files (checked elsewhere).
 OTHER = {
     "serve": {"--address", "--user", "--umask", "--pidfile", "--map-file", "--map-test", "--map-client", "--refuse",
-              "--port-range", "--backend", "--when-busy", "--metrics", "--log-format",
+              "--port-range", "--backend", "--when-busy", "--metrics", "--log-format", "--logfile", "--logformat",
               "--service"},  # a port or a services(5) name: test_cli.py
     "get": {"--mode"},
     "put": {"--mode"},
@@ -81,7 +81,7 @@ def invocation(command, flag, value, tmp_path, port):
     local = tmp_path / "local.bin"
     local.write_bytes(b"x" * 100)
     base = {
-        # A directory that is not there: a flag that is taken gets as far as opening it (exit 1).
+        # A directory that is not there: a flag that is taken gets as far as opening it (exit 66).
         "serve": ["-l", "-a", "127.0.0.1:0", str(tmp_path / "absent")],
         "get": [f"127.0.0.1:{port}", "f", str(tmp_path / "out")],
         "put": [f"127.0.0.1:{port}", str(local), "f"],

@@ -4,8 +4,11 @@ Stampede; outcomes compared case by case: the bytes served, the error codes (the
 differ), the files written. Deliberate differences are listed here and in the README's migration
 note."""
 import os
+import pwd
+import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -79,13 +82,6 @@ CASES = {
     "restart (s)": ("again", False, "octet", ()),
 }
 
-# Where Stampede answers differently on purpose (README, "Migrating from tftpd-hpa").
-DELIBERATE = {
-    # A path that climbs out of the root: tftpd-hpa -s lets the chroot clamp it to the root
-    # (here ERROR 1: there is no <root>/etc/passwd); Stampede refuses it, ERROR 2.
-    "traversal",
-    "traversal, absolute",
-}
 
 
 def compared(outcome):
@@ -175,6 +171,18 @@ class TftpdHpa:
         self.process.wait(timeout=10)
 
 
+def assert_same_outcomes(theirs, ours, requests, label, deliberate=None):
+    """Each request to both servers: the same outcome, or the pair `deliberate` lists for (name,
+    write). Returns Stampede's outcomes."""
+    outcomes = []
+    for name, write, mode, options in requests:
+        expected = compared(outcome(theirs.port, name, write, mode, options))
+        outcomes.append(got := compared(outcome(ours.port, name, write, mode, options)))
+        assert (expected, got) == (deliberate or {}).get((name, write), (expected, expected)), \
+            f"{label} {name}: tftpd-hpa {expected[:3]!r:.300}, stampede {got[:3]!r:.300}"
+    return outcomes
+
+
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     base = tmp_path_factory.mktemp("parity")
@@ -191,24 +199,107 @@ def pair(tmp_path_factory):
 @pytest.mark.parametrize("case", CASES)
 def test_same_request_same_outcome_as_tftpd_hpa(pair, case):
     theirs, ours = pair
-    name, write, mode, options = CASES[case]
-    expected = compared(outcome(theirs.port, name, write, mode, options))
-    got = compared(outcome(ours.port, name, write, mode, options))
-    if case in DELIBERATE:
-        assert got != expected, f"{case}: listed as a deliberate difference, but both answered {got}"
-        return
-    assert got == expected, f"{case}: tftpd-hpa {expected[:3]!r:.300}, stampede {got[:3]!r:.300}"
+    name, write, _, _ = CASES[case]
+    [got] = assert_same_outcomes(theirs, ours, [CASES[case]], case)
     if write and got[0] == "WROTE":
         target = name.replace("upload/", "incoming/")
         assert (ours.root / target).read_bytes() == (theirs.root / target).read_bytes() == UPLOAD
 
 
-def test_the_deliberate_differences_are_the_documented_ones(pair):
-    theirs, ours = pair
-    def both(name):
-        return outcome(theirs.port, name, False, "octet", ()), outcome(ours.port, name, False, "octet", ())
-    assert both("../../etc/passwd") == (("ERROR", 1, "No such file or directory"), ("ERROR", 2, "Access violation"))
-    assert both("/../etc/passwd")[0][:2] == ("ERROR", 1)
+# -j/--jail and -s: the directory is every name's "/". A climb stops there, an absolute symlink is
+# read inside it, one that leads nowhere inside is not found; uploads land inside too.
+ROOT_LINKS = {"abs-link": "/etc/passwd", "up-link": "../../../../etc/passwd", "in-link": "hello.txt",
+              "abs-in-link": "/hello.txt", "abs-dir-link": "/pxelinux.cfg"}
+ROOT_REQUESTS = [*((name, False, "octet", ()) for name in (
+    "hello.txt", "/hello.txt", "../hello.txt", "a/../hello.txt", "//hello.txt", "./hello.txt", "../../etc/passwd",
+    "/../etc/passwd", "pxelinux.cfg//default", "hosts/", *ROOT_LINKS, "abs-dir-link/default", "up-link/x")),
+    ("../climbed.bin", True, "octet", ()), ("abs-dir-link/written.bin", True, "octet", ()),
+    ("in-link", True, "octet", ())]
+
+
+# Refused by both, with another code (README, "Migrating from tftpd-hpa"): a directory, which 7.3
+# opens and fails to read (ERROR 0 "Input/output error"), and an upload onto a symlink, which 7.3's
+# O_NOFOLLOW refuses with ERROR 0 (ELOOP); Stampede answers both ERROR 2 "Not a regular file".
+ROOT_DELIBERATE = {(name, write): (("ERROR", 0), ("ERROR", 2))
+                   for name, write in (("hosts/", False), ("abs-dir-link", False), ("in-link", True))}
+
+
+def make_linked_root(path: Path) -> Path:
+    root = make_root(path)
+    for name, target in ROOT_LINKS.items():
+        (root / name).symlink_to(target)
+    return root
+
+
+@pytest.mark.parametrize("flag", ["-j", "--jail", "-s"])
+def test_a_virtual_root_resolves_names_as_7_3_does(tmp_path, flag):
+    args = [flag, "-c", "-u", "root"]
+    theirs = TftpdHpa(make_linked_root(tmp_path / "tftpd-hpa"), args)
+    ours = Server(make_linked_root(tmp_path / "stampede"), args)
+    try:
+        assert_same_outcomes(theirs, ours, ROOT_REQUESTS, flag, ROOT_DELIBERATE)
+        for written in ("climbed.bin", "pxelinux.cfg/written.bin"):
+            assert (ours.root / written).read_bytes() == (theirs.root / written).read_bytes() == UPLOAD
+        assert not (tmp_path / "climbed.bin").exists()
+    finally:
+        theirs.stop()
+        ours.stop()
+
+
+@pytest.fixture
+def open_directory():
+    """A directory anyone may enter (pytest's tmp_path is root's alone), removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="stampede-parity-") as name:
+        os.chmod(name, 0o755)
+        yield Path(name)
+
+
+def test_debians_unit_line_serves_as_its_user_without_root(open_directory):
+    """Debian unstable's tftpd-hpa.service: `in.tftpd $TFTPD_OPTS --systemd --jail ${TFTPD_HOME}`
+    as User=tftp (here nobody), on the socket tftpd-hpa.socket passes. Both servers, the same line."""
+    answers = []
+    for who in ("tftpd-hpa", "stampede"):
+        root = make_linked_root(open_directory / who)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind(("127.0.0.1", 0))
+        line = ["--systemd", "--jail", root]
+        if who == "tftpd-hpa":
+            command = [part.replace('exec chroot "$0"', 'exec chroot --userspec=nobody:nogroup "$0"')
+                       for part in in_tftpd(*line, share=open_directory)]
+        else:
+            command = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", str(SERVER_BINARY), *map(str, line)]
+        # As systemd passes it: fd 3, LISTEN_FDS=1, LISTEN_PID the server's own (every step execs).
+        def place(fd=sock.fileno()):
+            os.dup2(fd, 100)
+            os.dup2(100, 3)
+        script = 'export LISTEN_PID=$$ LISTEN_FDS=1; exec "$@"'
+        process = subprocess.Popen(["sh", "-c", script, "sh", *command], preexec_fn=place, close_fds=False,
+                                   stderr=subprocess.PIPE)
+        try:
+            answers.append([compared(outcome(sock.getsockname()[1], name, False, "octet", ()))
+                            for name in ("hello.txt", "../hello.txt", "abs-in-link", "abs-link")])
+            status = Path(f"/proc/{process.pid}/status").read_text()
+            assert [line.split()[1] for line in status.splitlines() if line.startswith("Uid:")] == \
+                [str(pwd.getpwnam("nobody").pw_uid)], (who, status)
+        finally:
+            process.terminate()
+            sock.close()
+            _, err = process.communicate(timeout=10)
+        assert process.returncode in (0, -signal.SIGTERM), (who, process.returncode, err)
+    assert answers[0] == answers[1], answers
+    assert answers[1] == [("DATA", b"hello, rack\n")] * 3 + [("ERROR", 1)], answers
+
+
+@pytest.mark.parametrize("args,status", [(["-j", "-s"], 64), (["-j"], 64), (["-j", "/nowhere/at/all"], 66),
+                                         (["--jail", "/tmp", "/srv"], 64)])
+def test_jail_misuse_exits_as_7_3_does(tmp_path, args, status):
+    argv = ["-l", "-L", "-a", "127.0.0.1:0", "-u", "root", *args]
+    if args == ["-j", "-s"]:
+        argv.append(str(make_root(tmp_path / "root")))
+    theirs = subprocess.run(in_tftpd(*argv, share=tmp_path), capture_output=True, timeout=10)
+    ours = subprocess.run([str(SERVER_BINARY), *argv], capture_output=True, timeout=10)
+    assert theirs.returncode == ours.returncode == status, (theirs, ours)
+    assert ours.stderr, ours
 
 
 # tftp-hpa 7.x's spellings of the flags, each given to both servers with -s -c -u root: the
@@ -231,10 +322,7 @@ def test_tftp_hpa_7_spellings_do_what_7_3_does(tmp_path, spelling):
     theirs = TftpdHpa(make_root(tmp_path / "tftpd-hpa"), args)
     ours = Server(make_root(tmp_path / "stampede"), args)
     try:
-        for name, write, mode, options in SPELLING_REQUESTS:
-            expected = compared(outcome(theirs.port, name, write, mode, options))
-            got = compared(outcome(ours.port, name, write, mode, options))
-            assert got == expected, f"{spelling} {name}: tftpd-hpa {expected[:3]!r:.300}, stampede {got[:3]!r:.300}"
+        assert_same_outcomes(theirs, ours, SPELLING_REQUESTS, spelling)
     finally:
         theirs.stop()
         ours.stop()
@@ -290,3 +378,123 @@ def test_a_bad_rule_stops_both_servers_with_ex_config(tmp_path, bad):
     ours = subprocess.run([str(REPO / ".build" / "release" / "stampede"), *argv], capture_output=True, timeout=10)
     assert theirs.returncode == ours.returncode == 78, (theirs, ours)
     assert b"line 2" in ours.stderr
+
+
+# The command line of 7.3: -L implies -l, --systemd excludes -l/-L/-a, -t counts standalone too,
+# and the log goes where --syslog, --stderr, --stdout or --logfile says, in 7.3's line formats.
+def run_both(argv, tmp_path, timeout=10):
+    """Each server with `argv` to the end (usage errors), as (7.3's, Stampede's) CompletedProcess."""
+    theirs = subprocess.run(in_tftpd(*argv, share=tmp_path), capture_output=True, timeout=timeout)
+    ours = subprocess.run([str(SERVER_BINARY), *map(str, argv)], capture_output=True, timeout=timeout)
+    return theirs, ours
+
+
+@pytest.mark.parametrize("argv", [["--systemd", "-L"], ["--systemd", "-l"], ["--systemd", "-a", "127.0.0.1:0"],
+                                  ["-L", "--logformat", "bogus"], ["-L", "--stderr=bogus"]],
+                         ids=lambda argv: " ".join(argv))
+def test_flags_that_exclude_each_other_are_usage_errors_in_both(tmp_path, argv):
+    theirs, ours = run_both([*argv, "-u", "root", make_root(tmp_path / "root")], tmp_path)
+    assert theirs.returncode == ours.returncode == 64 and ours.stderr, (theirs, ours)
+
+
+def start_both(args, tmp_path, **popen):
+    """Both servers on free ports, each with `-a 127.0.0.1:PORT ARGS ROOT` (ARGS: `args`, or
+    `args(who)`); a list of (process, port, root), 7.3's first."""
+    started = []
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for who in ("tftpd-hpa", "stampede"):
+        root = make_root(tmp_path / who)
+        port = free_udp_port()
+        argv = ["-a", f"127.0.0.1:{port}", *(args(who) if callable(args) else args), root]
+        command = in_tftpd(*argv, share=tmp_path) if who == "tftpd-hpa" else [str(SERVER_BINARY), *map(str, argv)]
+        started.append((subprocess.Popen(command, **popen), port, root))
+    return started
+
+
+def serves(port, seconds=10):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if outcome(port, "hello.txt", False, "octet", ())[0] == "DATA":
+            return True
+    return False
+
+
+def test_L_alone_serves_standalone_and_t_ends_an_idle_one(tmp_path):
+    """-L implies -l; -t N makes a standalone server exit after N idle seconds (status 0), and
+    -t 0 (the standalone default) never."""
+    forever = start_both(["-L", "-u", "root", "-s", "-t", "0"], tmp_path / "t0")
+    both = start_both(["-L", "-u", "root", "-s", "-t", "4"], tmp_path / "t4")
+    try:
+        for process, port, _ in both + forever:
+            assert serves(port), process.args
+        served = time.time()
+        assert [process.wait(timeout=15) for process, _, _ in both] == [0, 0]
+        assert 2 < time.time() - served < 8
+        assert [process.poll() for process, _, _ in forever] == [None, None]
+    finally:
+        for process, _, _ in both + forever:
+            process.kill()
+            process.wait()
+
+
+HUMAN = r"^(in\.tftpd|stampede)\[\d+\]: (debug|info|notice|warning|error|crit): \S"
+TAG = r"^<[0-7]>\S"
+
+
+@pytest.mark.parametrize("flags,stream,pattern", [
+    (["--stderr"], "stderr", HUMAN), (["--stderr=tag"], "stderr", TAG), (["--stdout=human"], "stdout", HUMAN),
+    (["--logformat", "tag", "--stdout"], "stdout", TAG), (["--syslog", "--stderr"], "stderr", HUMAN),
+    (["--stderr", "--syslog"], None, None)], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_the_log_goes_where_7_3_sends_it_in_its_line_formats(tmp_path, flags, stream, pattern):
+    import re
+    started = start_both(["-L", "-v", "-u", "root", "-s", *flags], tmp_path, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    outputs = []
+    try:
+        for process, port, _ in started:
+            assert serves(port)
+            assert outcome(port, "missing.bin", False, "octet", ())[:2] == ("ERROR", 1)
+    finally:
+        for process, _, _ in started:
+            process.terminate()
+            out, err = process.communicate(timeout=10)
+            outputs.append({"stdout": out.decode(), "stderr": err.decode()})
+    for who, output in zip(("tftpd-hpa", "stampede"), outputs):
+        if stream is None:
+            assert output == {"stdout": "", "stderr": ""}, (who, output)
+            continue
+        other = "stdout" if stream == "stderr" else "stderr"
+        lines = output[stream].splitlines()
+        assert lines and output[other] == "", (who, output)
+        assert all(re.match(pattern, line) for line in lines), (who, lines)
+        assert any("missing.bin" in line for line in lines), (who, lines)
+
+
+def test_logfile_is_appended_to_and_reopened_on_sighup(tmp_path):
+    """--logfile: created 0644, appended to; after logrotate renames it, SIGHUP opens the name again."""
+    (tmp_path / "roots").mkdir()
+    logs = {who: tmp_path / "roots" / f"{who}.log" for who in ("tftpd-hpa", "stampede")}
+    for log in logs.values():
+        log.write_text("kept\n")
+    started = start_both(lambda who: ["-L", "-v", "-u", "root", "-s", "--logfile", logs[who]], tmp_path / "roots")
+    try:
+        for process, port, _ in started:
+            assert serves(port)
+            assert outcome(port, "first.bin", False, "octet", ())[:2] == ("ERROR", 1)
+        for log in logs.values():
+            log.rename(log.with_suffix(".log.1"))
+        for process, _, _ in started:
+            process.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        for process, port, _ in started:
+            assert outcome(port, "second.bin", False, "octet", ())[:2] == ("ERROR", 1)
+        time.sleep(0.3)
+        for who, log in logs.items():
+            old, new = log.with_suffix(".log.1").read_text(), log.read_text()
+            assert old.startswith("kept\n") and "first.bin" in old and "second.bin" not in old, (who, old)
+            assert "second.bin" in new and "first.bin" not in new, (who, new)
+            assert log.stat().st_mode & 0o777 == 0o644, who
+    finally:
+        for process, _, _ in started:
+            process.kill()
+            process.wait()

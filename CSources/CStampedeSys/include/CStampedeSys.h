@@ -86,9 +86,11 @@ int stampede_socket_address(int fd, struct sockaddr_storage *address);
  * opening it (no device is touched, no FIFO blocks). */
 extern const int stampede_o_path;
 
-/* openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS): `path` may not leave `directory` by "..",
- * an absolute path or a symlink. Returns the fd. */
-int stampede_open_beneath(int directory, const char *path, int flags, unsigned int mode);
+/* openat2 with RESOLVE_NO_MAGICLINKS, and RESOLVE_BENEATH: `path` may not leave `directory` by
+ * "..", an absolute path or a symlink (-EXDEV); or, with `in_root`, RESOLVE_IN_ROOT: `directory`
+ * is the path's "/", as in a chroot ("/" and ".." stop there, absolute symlinks are read in it).
+ * Returns the fd. */
+int stampede_open_beneath(int directory, const char *path, int flags, unsigned int mode, int in_root);
 
 /* epoll with the 64-bit user data as a plain tag; the packed epoll_event stays in C. */
 int stampede_epoll_create(void);
