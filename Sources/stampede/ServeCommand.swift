@@ -167,7 +167,7 @@ struct ServeCommand: ParsableCommand {
     var logfile: String?
     @Option(name: .customLong("logformat"),
             help: "Lines outside syslog, as in.tftpd writes them: human (NAME[PID]: LEVEL: text; default) or tag (<PRIORITY>text, for the journal). --stderr=FORMAT and --stdout=FORMAT say it too.")
-    var lineFormat = "human"
+    var lineFormat = LineFormat.human
     @Option(name: .customLong("log-format"),
             help: "text (tftpd-hpa's lines; default) or json: every line one JSON object, one per finished transfer or refusal (at -v 1; failures at -v 0).")
     var logFormat = "text"
@@ -194,7 +194,6 @@ struct ServeCommand: ParsableCommand {
             throw ValidationError("--systemd serves the sockets systemd passes; -l, -L and -a bind their own: choose one.")
         }
         if let logTarget, logfile != nil { throw ValidationError("--logfile and --\(logTarget.rawValue): choose one.") }
-        if LineFormat(rawValue: lineFormat) == nil { throw ValidationError("--logformat \(lineFormat): choose human or tag.") }
         if directory.count > 1 { throw ValidationError("stampede serves one directory; got \(directory.count).") }
         if secure && jail { throw ValidationError("--chroot (-s) and --jail (-j) exclude each other.") }
         if jail && directory.isEmpty { throw ValidationError("--jail: name the directory to serve.") }
@@ -270,7 +269,7 @@ struct ServeCommand: ParsableCommand {
         let detaching = mode == .standalone && !foreground
         let destination = try logDestination(mode)
         destination.bootstrap(level: LogDestination.level(verbosity: verbosity ?? verbose), format: LogFormat(rawValue: logFormat)!,
-                              lines: LineFormat(rawValue: lineFormat)!)
+                              lines: lineFormat)
         let logger = Logger(label: "stampede")
         for warning in rules?.current.warnings ?? [] { logger.warning("-m \(mapFile!): \(warning)") }
         if mode != .standalone && !address.isEmpty { logger.warning("-a is for -l (standalone); serving the passed sockets") }
@@ -544,8 +543,8 @@ enum LogTarget: String, EnumerableFlag {
     static func help(for value: LogTarget) -> ArgumentHelp? {
         switch value {
         case .syslog: "Log to syslog (facility daemon)."
-        case .stderr: "Log to standard error (--stderr=FORMAT: and --logformat FORMAT)."
-        case .stdout: "Log to standard output (--stdout=FORMAT: and --logformat FORMAT)."
+        case .stderr: "Log to standard error (--stderr=FORMAT also sets --logformat)."
+        case .stdout: "Log to standard output (--stdout=FORMAT also sets --logformat)."
         }
     }
 }

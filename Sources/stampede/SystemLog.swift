@@ -1,3 +1,4 @@
+import ArgumentParser
 import CStampedeSys
 import Glibc
 import Logging
@@ -55,7 +56,7 @@ enum LogDestination {
 /// `--logformat`, as in.tftpd 7.3 writes its lines outside syslog: `human` is
 /// `in.tftpd[PID]: notice: text`, `tag` is `<5>text` (the priority as systemd's journal reads a
 /// service's output).
-enum LineFormat: String, CaseIterable {
+enum LineFormat: String, CaseIterable, ExpressibleByArgument {
     case human, tag
 }
 
