@@ -123,9 +123,10 @@ soak: build
 PEER_DEBS := tftpd-hpa atftpd
 PEERS := .build/peers
 
-# The in.tftpd the parity test (Tests/interop/test_parity.py) holds Stampede to: Debian unstable's
-# tftpd-hpa, which needs a newer glibc than this Debian's, so it runs from a minimal unstable tree
-# made once with debootstrap (about 30 s) and kept under .build. Unstable moves: the version is
+# The in.tftpd the parity tests (Tests/interop/test_parity*.py, through parity.py) hold Stampede
+# to: Debian unstable's tftpd-hpa, which needs a newer glibc than this Debian's, so it runs from
+# a minimal unstable tree made once with debootstrap (about 30 s) and kept under .build.
+# Unstable moves: the version is
 # printed, and a tree whose in.tftpd is not the one the parity corpus was written for is said
 # loudly here and skipped by the test (rm -rf $(SID) makes it again).
 SID := .build/sid
@@ -139,7 +140,7 @@ parity-deps: deps
 		mv $(SID).new $(SID); \
 	fi
 	@v=$$($(SUDO) chroot $(SID) /usr/sbin/in.tftpd -V 2>&1 | head -1); echo "parity peer: $$v ($(SID))"; \
-	[ "$$v" = "$(PARITY_TFTPD)" ] || echo "WARNING: $(SID) has $$v, the parity corpus was written for $(PARITY_TFTPD): test_parity.py skips"
+	[ "$$v" = "$(PARITY_TFTPD)" ] || echo "WARNING: $(SID) has $$v, the parity corpus was written for $(PARITY_TFTPD): the parity tests skip"
 
 bench-deps: deps
 	$(call apt_install,$(BENCH_PACKAGES),$(call commands_of,$(BENCH_COMMANDS)))

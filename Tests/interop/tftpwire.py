@@ -10,7 +10,7 @@ def request(name, mode="octet", options=(), write=False) -> bytes:
         name = name.encode()
     body = name + b"\0" + mode.encode() + b"\0"
     for key, value in options:
-        body += key.encode() + b"\0" + str(value).encode() + b"\0"
+        body += key.encode() + b"\0" + (value if isinstance(value, bytes) else str(value).encode()) + b"\0"
     return struct.pack("!H", 2 if write else 1) + body
 
 
@@ -40,7 +40,9 @@ def decode(packet: bytes):
         return name, (block, packet[4:])
     if name == "OACK":
         parts = packet[2:].split(b"\0")
-        return name, {parts[i].decode(): parts[i + 1].decode() for i in range(0, len(parts) - 1, 2)}
+        # Values as bytes would be, whatever their encoding (a cookie is echoed byte for byte).
+        return name, {parts[i].decode(errors="surrogateescape"): parts[i + 1].decode(errors="surrogateescape")
+                      for i in range(0, len(parts) - 1, 2)}
     return name, packet[2:]
 
 
