@@ -14,13 +14,14 @@ func optionAckFuzz(_ input: UnsafeRawBufferPointer) {
     let asked = OptionList.parse(UnsafeRawBufferPointer(rebasing: input[..<(split ?? 0)]))
     let body = UnsafeRawBufferPointer(rebasing: input[(split.map { $0 + 1 } ?? 0)...])
     if let options = try? TransferOptions(optionAck: body, asked: asked) {
-        func askedValue(_ name: String) -> Int? { asked.first { $0.name == name }.flatMap { TFTPOption.decimal($0.value) } }
+        func askedValue(_ name: String) -> Int? { asked.last { $0.name == name }.flatMap { TFTPOption.decimal($0.value) } }
         precondition(TFTPOption.blksize.range.contains(options.blockSize) || options.blockSize == 512)
-        precondition(options.blockSize == 512 || options.blockSize <= askedValue("blksize") ?? 0)
+        precondition(options.blockSize == 512 || options.blockSize <= max(askedValue("blksize") ?? 0, askedValue("blksize2") ?? 0))
         precondition(TFTPOption.windowsize.range.contains(options.windowSize))
         precondition(options.windowSize == 1 || options.windowSize <= askedValue("windowsize") ?? 0)
-        if let timeout = options.timeoutSeconds {
-            precondition(TFTPOption.timeout.range.contains(timeout) && timeout == askedValue("timeout"))
+        if let timeout = options.retransmitTimeout {
+            precondition(timeout == (askedValue("timeout") ?? -1) * 1_000_000_000 || timeout == (askedValue("utimeout") ?? -1) * 1000)
+            precondition((10_000_000...255_000_000_000).contains(timeout))
         }
     }
 

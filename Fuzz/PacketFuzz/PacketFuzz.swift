@@ -24,12 +24,13 @@ func packetFuzz(_ bytes: UnsafeRawBufferPointer) {
     precondition(reparsed == request, "re-encoding changed the request")
     let limits = OptionLimits(maxBlockSize: 1468, maxWindowSize: 64)
     for isWrite in [false, true] {
-        let negotiation = OptionNegotiation(requested: request.options, isWrite: isWrite, fileSize: isWrite ? nil : 1 << 20,
+        let negotiation = OptionNegotiation(requested: request.options, cookie: request.cookie, isWrite: isWrite, fileSize: isWrite ? nil : 1 << 20,
                                             maxBlockSize: 1468, limits: limits)
         let options = negotiation.options
         precondition(TFTPOption.blksize.range.contains(options.blockSize) || options.blockSize == 512)
         precondition(options.blockSize <= 1468 && (1...64).contains(options.windowSize))
-        if let timeout = options.timeoutSeconds { precondition(TFTPOption.timeout.range.contains(timeout)) }
+        if let timeout = options.retransmitTimeout { precondition((10_000_000...255 * nanosecondsPerSecond).contains(timeout)) }
+        if let cookie = options.cookie { precondition(cookie == request.cookie && (1...255).contains(cookie.count)) }
         precondition(negotiation.acknowledged.allSatisfy { asked in request.options.contains { $0.name == asked.name } })
     }
 }

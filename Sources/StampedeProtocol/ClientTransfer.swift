@@ -148,9 +148,11 @@ public struct ClientTransfer<Address: PeerAddress> {
     public var retransmits: Int { requestTimer.totalRetransmits + (receiver?.retransmits ?? 0) + (sender?.retransmits ?? 0) }
     /// The bytes of an upload's block `n`.
     public func range(ofBlock n: Int) -> Range<Int> { sender!.range(ofBlock: n) }
+    /// An upload's block `n` as its DATA numbers it.
+    public func wire(_ n: Int) -> UInt16 { sender!.wire(n) }
 
     private func timer(_ options: TransferOptions) -> RetransmitTimer {
-        var timer = RetransmitTimer(base: options.timeoutSeconds.map { Nanoseconds($0) * nanosecondsPerSecond } ?? plan.retransmit,
+        var timer = RetransmitTimer(base: options.retransmitTimeout ?? plan.retransmit,
                                     maxRetries: plan.retries)
         timer.maxBackoff = plan.maxBackoff
         return timer
@@ -238,7 +240,8 @@ public struct ClientTransfer<Address: PeerAddress> {
     }
 
     private mutating func startReceiving(_ options: TransferOptions, now: Nanoseconds) {
-        receiver = DataReceiver(blockSize: options.blockSize, windowSize: options.windowSize, sendsOptionAck: false,
+        receiver = DataReceiver(blockSize: options.blockSize, windowSize: options.windowSize, numbering: options.numbering,
+                                sendsOptionAck: false,
                                 timer: timer(options))
         receiver!.startAwaiting(now: now)
         requestTimer.stop()
@@ -246,6 +249,7 @@ public struct ClientTransfer<Address: PeerAddress> {
 
     private mutating func startSending(_ options: TransferOptions, now: Nanoseconds) -> Step {
         sender = DataSender(totalBytes: plan.uploadSize, blockSize: options.blockSize, windowSize: options.windowSize,
+                            numbering: options.numbering,
                             sendsOptionAck: false, timer: timer(options))
         requestTimer.stop()
         return sending(sender!.start(now: now))
@@ -266,7 +270,7 @@ public struct ClientTransfer<Address: PeerAddress> {
         guard payload.count <= receiver!.blockSize else {
             return Step(.abort, .failed(.protocolError("a block of \(payload.count) bytes, blksize is \(receiver!.blockSize)")))
         }
-        if holdUntil != nil && block != DataSender.wire(receiver!.received + 1) {
+        if holdUntil != nil && block != receiver!.numbering.wire(receiver!.received + 1) {
             // The server resends while we hold our ACK on purpose: nothing to answer yet.
             duplicates += 1
             return Step(.none)

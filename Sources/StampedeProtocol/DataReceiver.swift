@@ -30,6 +30,7 @@ public struct DataReceiver: Sendable {
 
     public let blockSize: Int
     public let windowSize: Int
+    public let numbering: BlockNumbering
     public private(set) var timer: RetransmitTimer
     private let sentOptionAck: Bool
 
@@ -40,8 +41,10 @@ public struct DataReceiver: Sendable {
     private var reAckedSinceProgress = false
     public private(set) var isFinished = false
 
-    public init(blockSize: Int, windowSize: Int, sendsOptionAck: Bool, timer: RetransmitTimer) {
+    public init(blockSize: Int, windowSize: Int, numbering: BlockNumbering = BlockNumbering(), sendsOptionAck: Bool,
+                timer: RetransmitTimer) {
         self.blockSize = blockSize
+        self.numbering = numbering
         self.windowSize = windowSize
         self.sentOptionAck = sendsOptionAck
         self.timer = timer
@@ -62,7 +65,7 @@ public struct DataReceiver: Sendable {
     }
 
     public mutating func receiveData(_ wireBlock: UInt16, length: Int, now: Nanoseconds) -> Receipt {
-        if wireBlock == DataSender.wire(received + 1) && !isFinished {
+        if wireBlock == numbering.wire(received + 1) && !isFinished {
             timer.answered(now: now)
             received += 1
             bytesReceived += length
@@ -74,14 +77,14 @@ public struct DataReceiver: Sendable {
                     isFinished = true
                 }
                 timer.sentNew(now: now)
-                return Receipt(deliver: true, reply: .ack(DataSender.wire(received)), finished: last)
+                return Receipt(deliver: true, reply: .ack(numbering.wire(received)), finished: last)
             }
             timer.sentNew(now: now)
             return Receipt(deliver: true, reply: .none, finished: false)
         }
         // A duplicate (our ACK was lost) or a block past a gap: ACK the last block in order,
         // once per progress step, or again when the sender has evidently timed out since.
-        if isFinished && wireBlock == DataSender.wire(received) {
+        if isFinished && wireBlock == numbering.wire(received) {
             return Receipt(deliver: false, reply: .ack(wireBlock), finished: false)
         }
         guard !reAckedSinceProgress || now - timer.lastSent >= timer.current / 2 else {
@@ -94,7 +97,7 @@ public struct DataReceiver: Sendable {
     }
 
     private var lastReply: Reply {
-        received == 0 && sentOptionAck ? .optionAck : .ack(DataSender.wire(received))
+        received == 0 && sentOptionAck ? .optionAck : .ack(numbering.wire(received))
     }
 
     /// Our reply went out later than the block arrived (a client holding its ACK on purpose):

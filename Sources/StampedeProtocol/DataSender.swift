@@ -1,7 +1,7 @@
 /// The sending side of a transfer: the server answering an RRQ, or a client's `put`.
 ///
-/// Blocks are numbered from 1 (absolute, 64-bit); on the wire they wrap past 65535 to 0 as
-/// dnsmasq, atftpd and tftpd-hpa do. A file of N bytes has N / blksize + 1 blocks: the last is
+/// Blocks are numbered from 1 (absolute, 64-bit); on the wire they wrap past 65535 to 0, or to
+/// 1 when the rollover option says so (`BlockNumbering`). A file of N bytes has N / blksize + 1 blocks: the last is
 /// short, possibly empty. With windowsize W (RFC 7440) up to W blocks are in flight; an ACK
 /// acknowledges everything up to its block and the next window starts right after it.
 public struct DataSender: Sendable {
@@ -21,6 +21,7 @@ public struct DataSender: Sendable {
     public let blockSize: Int
     public let windowSize: Int
     public let blockCount: Int
+    public let numbering: BlockNumbering
     public private(set) var timer: RetransmitTimer
 
     /// Highest block acknowledged (0 = none, or only the OACK).
@@ -34,8 +35,10 @@ public struct DataSender: Sendable {
     /// ACKs that repeated the last acknowledged block (a lost DATA, a client's own timeout).
     public private(set) var duplicateAcks = 0
 
-    public init(totalBytes: Int, blockSize: Int, windowSize: Int, sendsOptionAck: Bool, timer: RetransmitTimer) {
+    public init(totalBytes: Int, blockSize: Int, windowSize: Int, numbering: BlockNumbering = BlockNumbering(),
+                sendsOptionAck: Bool, timer: RetransmitTimer) {
         precondition(blockSize >= 8 && windowSize >= 1 && totalBytes >= 0)
+        self.numbering = numbering
         self.totalBytes = totalBytes
         self.blockSize = blockSize
         self.windowSize = windowSize
@@ -51,8 +54,9 @@ public struct DataSender: Sendable {
         return start..<min(start + blockSize, totalBytes)
     }
 
+    /// Block `n`'s number on the wire.
     @inline(__always)
-    public static func wire(_ block: Int) -> UInt16 { UInt16(truncatingIfNeeded: block) }
+    public func wire(_ block: Int) -> UInt16 { numbering.wire(block) }
 
     public var deadline: Nanoseconds? { timer.deadline }
     public var retransmits: Int { timer.totalRetransmits }
@@ -82,9 +86,7 @@ public struct DataSender: Sendable {
             return nextWindow()
         }
         // The absolute block this ACK names, if it lies in acknowledged...sentThrough.
-        let distance = Int(wireBlock &- Self.wire(acknowledged))
-        let block = acknowledged + distance
-        guard block <= sentThrough else { return .none }
+        guard let block = numbering.block(wireBlock, in: acknowledged, through: sentThrough) else { return .none }
         if block == acknowledged {
             return duplicateAck(now: now)
         }

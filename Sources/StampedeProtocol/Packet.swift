@@ -80,8 +80,11 @@ public struct Request: Equatable, Sendable {
     public var isWrite: Bool
     public var filename: [UInt8]
     public var mode: String
-    /// Options in the order given, names lower-cased; values as sent.
+    /// Options in the order given, names and values as sent (names are case-insensitive: compare
+    /// them lower-cased; an OACK answers in the client's spelling, as tftpd-hpa does).
     public var options: [(name: String, value: String)]
+    /// The last cookie option's value as bytes: echoed byte for byte, whatever their encoding.
+    public var cookie: [UInt8]?
 
     public init(isWrite: Bool, filename: [UInt8], mode: String, options: [(name: String, value: String)] = []) {
         self.isWrite = isWrite
@@ -135,14 +138,18 @@ public struct Request: Equatable, Sendable {
         guard fields.count >= 2 else { throw .missingTerminator }
         guard !fields[1].isEmpty else { throw .emptyMode }
         var options: [(name: String, value: String)] = []
+        var cookie: [UInt8]?
         var i = 2
         while i + 1 < fields.count {
-            options.append((String(decoding: fields[i], as: UTF8.self).lowercased(),
-                            String(decoding: fields[i + 1], as: UTF8.self)))
+            let name = String(decoding: fields[i], as: UTF8.self)
+            options.append((name, String(decoding: fields[i + 1], as: UTF8.self)))
+            if name.lowercased() == "cookie" { cookie = Array(fields[i + 1]) }
             i += 2
         }
-        return Request(isWrite: bytes[1] == 2, filename: Array(fields[0]),
-                       mode: String(decoding: fields[1], as: UTF8.self).lowercased(), options: options)
+        var request = Request(isWrite: bytes[1] == 2, filename: Array(fields[0]),
+                              mode: String(decoding: fields[1], as: UTF8.self).lowercased(), options: options)
+        request.cookie = cookie
+        return request
     }
 
     public func encoded() -> [UInt8] {
@@ -193,10 +200,14 @@ public enum PacketWriter {
         }
     }
 
-    public static func optionAck(_ options: [(name: String, value: String)]) -> [UInt8] {
+    public static func optionAck(_ options: [(name: String, value: [UInt8])]) -> [UInt8] {
         var out: [UInt8] = [0, UInt8(Opcode.optionAck.rawValue)]
-        for option in options { out += Array(option.name.utf8) + [0] + Array(option.value.utf8) + [0] }
+        for option in options { out += Array(option.name.utf8) + [0] + option.value + [0] }
         return out
+    }
+
+    public static func optionAck(_ options: [(name: String, value: String)]) -> [UInt8] {
+        optionAck(options.map { ($0.name, Array($0.value.utf8)) })
     }
 }
 

@@ -108,11 +108,14 @@ extension Worker {
     /// and port on one socket (`transferSocket`).
     /// One exception: the same request from a client that answered and has since gone quiet for a
     /// whole retransmit interval is the client starting over (a PXE ROM that reboots and asks
-    /// from the same fixed port), not a late copy: the transfer it abandoned gives way.
+    /// from the same fixed port), not a late copy: the transfer it abandoned gives way. Unless
+    /// the request carries a cookie (tftp-hpa 7.2's option): a client that starts over sends a
+    /// new one, so the same cookie is always a resend.
     func repeatPolicy(_ incoming: IncomingRequest, now: Nanoseconds) throws(RequestRefusal) -> Int? {
         guard let slot = table.slot(of: incoming.peer), table[slot].phase != .committing else { return nil }
         let answered = table[slot].clientHasAnswered
-        if table[slot].request == incoming.bytes && !(answered && table[slot].clientIsQuiet(now: now)) {
+        let startedOver = answered && incoming.request.cookie == nil && table[slot].clientIsQuiet(now: now)
+        if table[slot].request == incoming.bytes && !startedOver {
             throw .repeated("a duplicate of the running transfer's request")
         }
         guard !answered || table[slot].request == incoming.bytes else { return slot }
@@ -174,7 +177,7 @@ extension Worker {
         var largestBlock = maxBlockSize(for: incoming.local)
         // Single-port uploads arrive on the listener, in whatever its receive buffers take.
         if configuration.singlePort && request.isWrite { largestBlock = min(largestBlock, backend.largestListenerDatagram - 4) }
-        let negotiation = OptionNegotiation(requested: request.options, isWrite: request.isWrite, fileSize: size,
+        let negotiation = OptionNegotiation(requested: request.options, cookie: request.cookie, isWrite: request.isWrite, fileSize: size,
                                             maxBlockSize: largestBlock, limits: configuration.optionLimits)
         transfer.record.options = negotiation.summary
         if let upload = transfer.upload, let announced = negotiation.options.transferSize {
@@ -232,23 +235,24 @@ extension Worker {
         var transfer = transfer
         if !negotiation.acknowledged.isEmpty { transfer.optionAck = PacketWriter.optionAck(negotiation.acknowledged) }
         var timer = RetransmitTimer(
-            base: negotiation.options.timeoutSeconds.map { Nanoseconds($0) * nanosecondsPerSecond } ?? configuration.retransmitTimeout,
+            base: negotiation.options.retransmitTimeout ?? configuration.retransmitTimeout,
             maxRetries: configuration.maxRetries)
         // A negotiated timeout counts once the client has answered: until then, -T's.
         timer.firstAnswerBase = configuration.retransmitTimeout
         // A reader that did not ask for a timeout gets one that follows its round trip.
-        if !incoming.request.isWrite, negotiation.options.timeoutSeconds == nil, let floor = configuration.adaptiveTimeoutFloor {
+        if !incoming.request.isWrite, negotiation.options.retransmitTimeout == nil, let floor = configuration.adaptiveTimeoutFloor {
             timer.adapt(floor: floor)
         }
         let options = negotiation.options
         if incoming.request.isWrite {
             transfer.phase = .receiving
-            transfer.receiver = DataReceiver(blockSize: options.blockSize, windowSize: options.windowSize,
+            transfer.receiver = DataReceiver(blockSize: options.blockSize, windowSize: options.windowSize, numbering: options.numbering,
                                              sendsOptionAck: !transfer.optionAck.isEmpty, timer: timer)
         } else {
             transfer.phase = .sending
             transfer.sender = DataSender(totalBytes: transfer.source.map(\.size) ?? 0, blockSize: options.blockSize,
-                                         windowSize: options.windowSize, sendsOptionAck: !transfer.optionAck.isEmpty, timer: timer)
+                                         windowSize: options.windowSize, numbering: options.numbering,
+                                         sendsOptionAck: !transfer.optionAck.isEmpty, timer: timer)
         }
         table.start(transfer, in: slot)
         if wheel.capacity < table.capacity { wheel.grow(to: table.capacity) }

@@ -94,7 +94,8 @@ extension Worker {
     /// again if it is lost (the client would otherwise resend its last block into a closed port
     /// and report a failure).
     func committed(_ slot: Int, now: Nanoseconds) {
-        sendReply(slot, .ack(DataSender.wire(table[slot].receiver!.received)))
+        let receiver = table[slot].receiver!
+        sendReply(slot, .ack(receiver.numbering.wire(receiver.received)))
         log(slot, .completed, now: now)
         table[slot].phase = .dallying
         let rto = table[slot].receiver!.timer.current
@@ -163,7 +164,7 @@ extension Worker {
     /// errno of a streamed file that could not be read.
     func sendBlock(_ slot: Int, _ block: Int) -> Errno? {
         let range = table[slot].sender!.range(ofBlock: block)
-        let headerLength = PacketWriter.dataHeader(block: DataSender.wire(block), into: scratch)
+        let headerLength = PacketWriter.dataHeader(block: table[slot].sender!.wire(block), into: scratch)
         switch table[slot].source {
         case .image(let image):
             transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<headerLength]), payload: image.slice(range))
@@ -193,7 +194,7 @@ extension Worker {
         while start < first + count {
             let end = min(first + count, start + perCall)
             for block in start..<end {
-                _ = PacketWriter.dataHeader(block: DataSender.wire(block),
+                _ = PacketWriter.dataHeader(block: sender.wire(block),
                                             into: UnsafeMutableRawBufferPointer(rebasing: scratch[(4 * (block - start))...]))
             }
             let bytes = sender.range(ofBlock: start).lowerBound..<sender.range(ofBlock: end - 1).upperBound

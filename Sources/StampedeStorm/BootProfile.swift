@@ -152,11 +152,11 @@ public struct BootProfile: Sendable, Equatable {
                 for word in words {
                     if word.contains("=") || word == "tsize" {
                         let (key, value) = Self.split(word)
-                        guard let option = TFTPOption(rawValue: key) else { throw fail("\(key): not an option (blksize, timeout, tsize, windowsize)") }
-                        let text = value ?? (option == .tsize ? "0" : "")
-                        guard let number = TFTPOption.decimal(text), option.range.contains(number) else {
-                            throw fail("\(word): \(key) takes \(option.range.lowerBound) to \(option.range.upperBound)")
+                        guard let option = TFTPOption(rawValue: key) else {
+                            throw fail("\(key): not an option (\(TFTPOption.allCases.map(\.rawValue).joined(separator: ", ")))")
                         }
+                        let text = value ?? (option == .tsize ? "0" : "")
+                        guard option.accepts(text) else { throw fail("\(word): \(option.takes)") }
                         guard !options.contains(where: { $0.name == key }) else { throw fail("\(key) twice") }
                         options.append((key, text))
                     } else {

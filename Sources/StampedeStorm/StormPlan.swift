@@ -96,7 +96,8 @@ public struct StormPlan: Sendable {
 
     /// The largest DATA a client of this plan may receive.
     public var largestBlock: Int {
-        profile.stages.flatMap(\.options).filter { $0.name == TFTPOption.blksize.rawValue }.compactMap { Int($0.value) }.max() ?? 512
+        let sizes: Set = [TFTPOption.blksize.rawValue, TFTPOption.blksize2.rawValue]
+        return max(512, profile.stages.flatMap(\.options).filter { sizes.contains($0.name) }.compactMap { Int($0.value) }.max() ?? 512)
     }
 
     /// This plan for one of `parts` threads: every part a slice of this one's machines.

@@ -18,6 +18,10 @@ struct ClientOptions: ParsableArguments {
     @Flag(name: .customLong("no-tsize"), help: "Do not ask for / announce the transfer size.")
     var noTsize = false
 
+    @Option(name: .customLong("option"),
+            help: "Ask for any option of the table as NAME=VALUE (repeatable): blksize2, utimeout, rollover, cookie, ...")
+    var option: [String] = []
+
     @Option(name: .customLong("mode"), help: "octet or netascii.")
     var mode = "octet"
 
@@ -30,6 +34,7 @@ struct ClientOptions: ParsableArguments {
         try Self.check(windowsize, .windowsize)
         try Self.check(timeout, .timeout)
         try FlagRange.check(retries, FlagRange.retries, "--retries")
+        _ = try Self.requested(option)
         guard TransferMode(rawValue: mode.lowercased()) != nil else { throw ValidationError("--mode: octet or netascii.") }
     }
 
@@ -38,6 +43,16 @@ struct ClientOptions: ParsableArguments {
         guard let value, !option.range.contains(value) else { return }
         let why = option == .windowsize ? " (larger windows make block numbers ambiguous)" : ""
         throw ValidationError("--\(option.rawValue) \(value): must be within \(option.range.lowerBound)...\(option.range.upperBound)\(why).")
+    }
+
+    /// `--option NAME=VALUE`, each checked against the option table.
+    static func requested(_ words: [String]) throws -> [(name: String, value: String)] {
+        try words.map { word in
+            switch TFTPOption.requested(word) {
+            case .success(let option): return option
+            case .failure(let error): throw ValidationError("--option \(error)")
+            }
+        }
     }
 
     func settings(host: String) throws -> TFTPClient.Settings {
@@ -50,6 +65,7 @@ struct ClientOptions: ParsableArguments {
         settings.blockSize = blksize
         settings.windowSize = windowsize
         settings.timeoutSeconds = timeout
+        settings.moreOptions = try Self.requested(option)
         settings.askSize = !noTsize
         settings.retries = retries
         return settings

@@ -112,8 +112,12 @@ struct ServeCommand: ParsableCommand {
     var blocksize: Int?
 
     @Option(name: [.customShort("W"), .customLong("windowsize")],
-            help: "Largest windowsize granted (at most 32767: larger windows make block numbers ambiguous).")
-    var windowsize: Int = 64
+            help: "Largest windowsize granted (default 64; 0 means 1; at most 32767: larger windows make block numbers ambiguous).")
+    var windowsize: Int = OptionLimits.defaultWindowSize
+
+    @Option(name: .customLong("window-bytes"),
+            help: "blksize × windowsize never above this many bytes (0: no limit); a window of one block is lockstep.")
+    var windowBytes: Int = OptionLimits.defaultWindowBytes
 
     @Option(name: [.customShort("R"), .customLong("port-range"), .customLong("ports")], help: "Ports for transfers, LOW:HIGH.")
     var portRange: String?
@@ -198,8 +202,13 @@ struct ServeCommand: ParsableCommand {
         if secure && jail { throw ValidationError("--chroot (-s) and --jail (-j) exclude each other.") }
         if jail && directory.isEmpty { throw ValidationError("--jail: name the directory to serve.") }
         try FlagRange.check(blocksize, TFTPOption.blksize.range, "-B", "bytes")
-        // RFC 7440's range, as in.tftpd takes it; above the table's maximum it is clamped in run().
-        try FlagRange.check(windowsize, 1...65535, "-W", "blocks")
+        // Any count, as in.tftpd 7.3 takes it: 0 is 1, above the table's maximum it is clamped in run().
+        try FlagRange.check(windowsize, 0...Int.max, "-W", "blocks")
+        try FlagRange.check(windowBytes, 0...Int.max, "--window-bytes", "bytes")
+        for name in refuse where TFTPOption(rawValue: name.lowercased()) == nil {
+            let known = TFTPOption.allCases.map(\.rawValue).joined(separator: ", ")
+            throw ValidationError("-r \(name): not an option this server negotiates (\(known)).")
+        }
         if let umask, mode_t(umask, radix: 8).map({ $0 <= 0o777 }) != true { throw ValidationError("-U \(umask): an octal umask within 0...777, like 022.") }
         if let service, Self.port(ofService: service) == nil {
             throw ValidationError("-S \(service): neither a port within 1...65535 nor a UDP service in /etc/services.")
@@ -326,14 +335,14 @@ struct ServeCommand: ParsableCommand {
         if case .file(let file) = destination { configuration.onHangup = file.reopen }
         configuration.remapRules = rules
         configuration.singlePort = singlePort
-        let window = min(windowsize, TFTPOption.windowsize.range.upperBound)
+        let window = min(max(1, windowsize), TFTPOption.windowsize.range.upperBound)
         if window < windowsize {
             logger.warning("""
                 -W \(windowsize): a window of 32,768 blocks or more makes block numbers ambiguous (a reordered \
                 old ACK would look new and corrupt the file): granting at most \(window)
                 """)
         }
-        configuration.optionLimits = OptionLimits(maxBlockSize: blocksize, maxWindowSize: window,
+        configuration.optionLimits = OptionLimits(maxBlockSize: blocksize, maxWindowSize: window, maxWindowBytes: windowBytes,
                                                   refused: refuseAll ? Set(TFTPOption.allCases.map(\.rawValue))
                                                                      : Set(refuse.map { $0.lowercased() }))
         configuration.retransmitTimeout = Nanoseconds(retransmit) * 1000

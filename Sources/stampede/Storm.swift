@@ -58,6 +58,9 @@ struct Storm: ParsableCommand {
     var windowsize: Int?
     @Flag(inversion: .prefixedNo, help: "Ask for the transfer size (RFC 2349).")
     var tsize = true
+    @Option(name: .customLong("option"),
+            help: "Ask for any option of the table as NAME=VALUE (repeatable): blksize2, utimeout, rollover, cookie, ...")
+    var option: [String] = []
     @Option(help: "Ask for this retransmit timeout, in seconds (RFC 2349).")
     var timeout: Int?
     @Option(help: "Our retransmit interval when no timeout is negotiated, in milliseconds.")
@@ -90,8 +93,8 @@ struct Storm: ParsableCommand {
         guard profiles <= 1 else { throw ValidationError("--profile and --profile-file: choose one.") }
         if profiles == 1 {
             guard file == nil else { throw ValidationError("A profile names its own files: leave out \(file!).") }
-            guard blksize == nil, windowsize == nil, timeout == nil, tsize, verify == nil else {
-                throw ValidationError("A profile sets its own options and retries: leave out --blksize, --windowsize, --timeout, --no-tsize and --verify (use --verify-root).")
+            guard blksize == nil, windowsize == nil, timeout == nil, tsize, option.isEmpty, verify == nil else {
+                throw ValidationError("A profile sets its own options and retries: leave out --blksize, --windowsize, --timeout, --no-tsize, --option and --verify (use --verify-root).")
             }
             if let profile, BootProfile.builtIn(profile) == nil { throw ValidationError("--profile \(profile): \(Self.knownProfiles)") }
         } else {
@@ -108,6 +111,7 @@ struct Storm: ParsableCommand {
         try FlagRange.check(total, 0...Int(Int32.max), "--total")
         try FlagRange.check(duration, 0.001...Double(FlagRange.year), "--duration", "seconds")
         try ClientOptions.check(blksize, .blksize)
+        _ = try ClientOptions.requested(option)
         try ClientOptions.check(windowsize, .windowsize)
         try ClientOptions.check(timeout, .timeout)
         try FlagRange.check(retransmit, 1...255_000, "--retransmit", "milliseconds")
@@ -145,7 +149,7 @@ struct Storm: ParsableCommand {
             }
         } else {
             let options = TFTPOption.requestList(blockSize: blksize, timeoutSeconds: timeout, transferSize: tsize ? 0 : nil,
-                                                 windowSize: windowsize)
+                                                 windowSize: windowsize, more: try ClientOptions.requested(option))
             return .single(file: file!, options: options, retransmit: Nanoseconds(retransmit) * 1_000_000, retries: retries)
         }
         if let stages {

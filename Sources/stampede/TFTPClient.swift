@@ -12,6 +12,8 @@ final class TFTPClient {
         var blockSize: Int?
         var windowSize: Int?
         var timeoutSeconds: Int?
+        /// `--option NAME=VALUE`: sent after the others.
+        var moreOptions: [(name: String, value: String)] = []
         var askSize = true
         var retransmit: Nanoseconds = nanosecondsPerSecond
         var retries = 5
@@ -56,7 +58,7 @@ final class TFTPClient {
     func request(_ name: String, uploadSize: Int? = nil) -> Request {
         let options = TFTPOption.requestList(blockSize: settings.blockSize, timeoutSeconds: settings.timeoutSeconds,
                                              transferSize: settings.askSize ? uploadSize ?? 0 : nil,
-                                             windowSize: settings.windowSize)
+                                             windowSize: settings.windowSize, more: settings.moreOptions)
         return Request(isWrite: uploadSize != nil, filename: Array(name.utf8), mode: settings.mode.rawValue, options: options)
     }
 
@@ -106,7 +108,7 @@ final class TFTPClient {
             send([0, 4, UInt8(block >> 8), UInt8(block & 0xFF)], to: transfer.server)
         case .blocks(let first, let count):
             for block in first..<(first + count) {
-                let wire = DataSender.wire(block)
+                let wire = transfer.wire(block)
                 send([0, 3, UInt8(wire >> 8), UInt8(wire & 0xFF)] + upload[transfer.range(ofBlock: block)], to: transfer.server)
             }
         case .unknownTransferID:

@@ -1,8 +1,9 @@
 import Testing
 @testable import StampedeProtocol
 
-func makeReceiver(blockSize: Int = 512, window: Int = 1, oack: Bool = false) -> DataReceiver {
-    DataReceiver(blockSize: blockSize, windowSize: window, sendsOptionAck: oack, timer: RetransmitTimer(base: second, maxRetries: 2))
+func makeReceiver(blockSize: Int = 512, window: Int = 1, oack: Bool = false, rollover: Int = 0) -> DataReceiver {
+    DataReceiver(blockSize: blockSize, windowSize: window, numbering: BlockNumbering(rollover: rollover), sendsOptionAck: oack,
+                 timer: RetransmitTimer(base: second, maxRetries: 2))
 }
 
 @Suite struct DataReceiverSpec {
@@ -52,14 +53,18 @@ func makeReceiver(blockSize: Int = 512, window: Int = 1, oack: Bool = false) -> 
         #expect(r.receiveData(1, length: 3, now: 2) == .init(deliver: false, reply: .ack(1), finished: false))
     }
 
-    @Test func blockNumbersWrap() {
-        var r = makeReceiver(blockSize: 8)
+    @Test(arguments: [0, 1])
+    func blockNumbersWrap(rollover: Int) {
+        var r = makeReceiver(blockSize: 8, rollover: rollover)
+        let numbering = BlockNumbering(rollover: rollover)
         _ = r.start(now: 0)
         for block in 1...65537 {
-            let receipt = r.receiveData(DataSender.wire(block), length: 8, now: 1)
+            let receipt = r.receiveData(numbering.wire(block), length: 8, now: 1)
             #expect(receipt.deliver)
         }
         #expect(r.received == 65537)
+        // The number the other rollover would send next is a gap, not a block.
+        #expect(!r.receiveData(BlockNumbering(rollover: 1 - rollover).wire(65538), length: 8, now: 2).deliver)
     }
 
     @Test func timeoutResendsTheLastReplyThenGivesUp() {

@@ -3,8 +3,9 @@ import Testing
 
 let second = nanosecondsPerSecond
 
-func makeSender(bytes: Int, blockSize: Int = 512, window: Int = 1, oack: Bool = false) -> DataSender {
-    DataSender(totalBytes: bytes, blockSize: blockSize, windowSize: window, sendsOptionAck: oack,
+func makeSender(bytes: Int, blockSize: Int = 512, window: Int = 1, oack: Bool = false, rollover: Int = 0) -> DataSender {
+    DataSender(totalBytes: bytes, blockSize: blockSize, windowSize: window, numbering: BlockNumbering(rollover: rollover),
+               sendsOptionAck: oack,
                timer: RetransmitTimer(base: second, maxRetries: 3))
 }
 
@@ -35,21 +36,40 @@ func makeSender(bytes: Int, blockSize: Int = 512, window: Int = 1, oack: Bool = 
         #expect(s.receiveAck(1, now: 1) == .finished)
     }
 
-    @Test func blockNumbersWrapPast65535ToZero() {
-        let blocks = 70_000
-        var s = makeSender(bytes: blocks * 8 + 3, blockSize: 8)
+    /// Past 65535 the numbers wrap to the rollover value (0 by default, 1 by the option); after
+    /// a wrap to 1 they run 1...65535 and 0 never comes again, so the second wrap is at 131070.
+    @Test(arguments: [(0, [65535, 0, 1], [65535, 0]), (1, [65535, 1, 2], [65535, 1])])
+    func blockNumbersWrapPast65535ToTheRolloverValue(rollover: Int, firstWrap: [UInt16], secondWrap: [UInt16]) {
+        let blocks = 140_000
+        var s = makeSender(bytes: blocks * 8 + 3, blockSize: 8, rollover: rollover)
         var action = s.start(now: 0)
         var wireSeen: [UInt16] = []
+        var secondSeen: [UInt16] = []
         while case .sendBlocks(let first, _) = action {
-            let wire = DataSender.wire(first)
-            if first >= 65535 && first <= 65537 { wireSeen.append(wire) }
+            let wire = s.wire(first)
+            if (65535...65537).contains(first) { wireSeen.append(wire) }
+            if (131070...131071).contains(first) { secondSeen.append(wire) }
             action = s.receiveAck(wire, now: 1)
         }
         #expect(action == .finished)
-        #expect(wireSeen == [65535, 0, 1])
+        #expect(wireSeen == firstWrap)
+        #expect(secondSeen == (rollover == 0 ? [65534, 65535] : secondWrap))
         #expect(s.bytesAcknowledged == blocks * 8 + 3)
     }
 
+    /// A window that spans a wrap to 1: an ACK inside it names the right block, and ACK 0 (a
+    /// number the wrap skipped) names none.
+    @Test func anAckInAWindowAcrossAWrapToOneNamesItsBlock() {
+        var s = makeSender(bytes: 70_000 * 8, blockSize: 8, window: 8, rollover: 1)
+        var action = s.start(now: 0)
+        while case .sendBlocks(let first, let count) = action, first + count <= 65533 {
+            action = s.receiveAck(s.wire(first + count - 1), now: 1)
+        }
+        #expect(action == .sendBlocks(first: 65529, count: 8))
+        #expect(s.receiveAck(0, now: 2) == .none)
+        #expect(s.receiveAck(1, now: 2) == .sendBlocks(first: 65537, count: 8))
+        #expect(s.acknowledged == 65536)
+    }
     @Test func optionAckWaitsForAckZero() {
         var s = makeSender(bytes: 100, oack: true)
         #expect(s.start(now: 0) == .sendOptionAck)

@@ -19,14 +19,15 @@ import Testing
         }
     }
 
-    @Test func readRequestWithOptionsKeepsOrderAndLowercasesNames() throws {
+    /// The mode is lower-cased; option names are kept as spelled (the OACK answers in that spelling).
+    @Test func readRequestWithOptionsKeepsOrderAndSpelling() throws {
         let bytes: [UInt8] = [0, 1] + Array("boot/pxelinux.0".utf8) + [0] + Array("OCTET".utf8) + [0]
             + Array("BlkSize".utf8) + [0] + Array("1468".utf8) + [0] + Array("tsize".utf8) + [0] + [48, 0]
         let request = try parse(bytes).get()
         #expect(!request.isWrite)
         #expect(request.filename == Array("boot/pxelinux.0".utf8))
         #expect(request.mode == "octet")
-        #expect(request.options.map(\.name) == ["blksize", "tsize"])
+        #expect(request.options.map(\.name) == ["BlkSize", "tsize"])
         #expect(request.options.map(\.value) == ["1468", "0"])
     }
 

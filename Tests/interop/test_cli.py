@@ -17,12 +17,21 @@ def test_version(binary):
         assert r.returncode == 0 and b"stampede" in r.stdout
 
 
-@pytest.mark.parametrize("args", [["-B", "7"], ["-W", "0"], ["-R", "5:1"], ["-U", "9z"], ["-T", "5"], ["--backend", "x"],
+@pytest.mark.parametrize("args", [["-B", "7"], ["-W", "-1"], ["-r", "multicast"], ["--window-bytes", "-1"], ["-R", "5:1"], ["-U", "9z"], ["-T", "5"], ["--backend", "x"],
                                   ["-S", "no-such-service"], ["-S", "0"], ["-S", "-1"], ["--port", "70000"],
                                   ["--service", "99999999999999999999999"]])
 def test_bad_flags_are_usage_errors(binary, root, args):
     r = run([str(binary), "-l", *args, str(root)])
     assert r.returncode == 64, r.stderr
+
+
+@pytest.mark.parametrize("command", ["get", "put", "storm"])
+@pytest.mark.parametrize("word", ["rollover=2", "cookie=", "cookie=" + "x" * 256, "utimeout=9999", "blksize2=7",
+                                  "multicast=1", "blksize"])
+def test_a_client_option_outside_the_table_is_a_usage_error(binary, command, word):
+    args = {"get": ["127.0.0.1:9", "f"], "put": ["127.0.0.1:9", "f"], "storm": ["127.0.0.1:9", "f"]}[command]
+    r = run([str(binary), command, "--option", word, *args])
+    assert r.returncode == 64 and b"--option" in r.stderr, r.stderr
 
 
 def test_service_names_resolve_through_services(binary, root):
@@ -229,11 +238,15 @@ def test_a_bad_option_ack_is_refused_with_error_8_and_reported(oack, tmp_path):
 
 def test_windows_above_32767_are_clamped_with_a_warning(serve):
     """Block numbers wrap at 65,536: with a window of 32,768 or more, a reordered old ACK looks new
-    and the file is silently corrupted. A tftpd-hpa -W above that still starts, clamped."""
-    s = serve("-W", "65535")
+    and the file is silently corrupted. A tftpd-hpa -W above that still starts, clamped. (Without
+    --window-bytes 0, its 4 MiB bound the window first: 8,192 blocks of 512 bytes.)"""
+    s = serve("-W", "65535", "--window-bytes", "0")
     assert "granting at most 32767" in s.log_text()
     reply, _ = RawClient(s).exchange(request("one-mib.bin", options=[("windowsize", 40000)]))
     assert reply == ("OACK", {"windowsize": "32767"})
+    bounded = serve("-W", "65535")
+    reply, _ = RawClient(bounded).exchange(request("one-mib.bin", options=[("windowsize", 40000)]))
+    assert reply == ("OACK", {"windowsize": "8192"})
 
 
 def test_get_never_writes_through_a_symlink_at_its_temporary_name(serve, root, tmp_path):

@@ -20,7 +20,8 @@ NUMERIC = {
         "-t": (0, YEAR), "-T": (1000, 255_000_000), "--verbosity": (0, 9), "--workers": (1, 1024),
         "--retries": RETRIES, "--grace": (0, YEAR), "--cache-size": MIB, "--cache-file-limit": MIB,
         "--max-transfers": COUNT, "--max-transfer-sockets": (0, COUNT[1]), "--max-per-client": COUNT,
-        "--max-per-prefix": COUNT, "-B": (8, 65464), "-W": (1, 65535),
+        "--max-per-prefix": COUNT, "-B": (8, 65464), "-W": (0, 2**63 - 1),
+        "--window-bytes": (0, 2**63 - 1),
     },
     "get": {"--blksize": (8, 65464), "--windowsize": (1, 32767), "--timeout": (1, 255), "--retries": RETRIES},
     "put": {"--blksize": (8, 65464), "--windowsize": (1, 32767), "--timeout": (1, 255), "--retries": RETRIES},
@@ -36,10 +37,10 @@ OTHER = {
     "serve": {"--address", "--user", "--umask", "--pidfile", "--map-file", "--map-test", "--map-client", "--refuse",
               "--port-range", "--backend", "--when-busy", "--metrics", "--log-format", "--logfile", "--logformat",
               "--service"},  # a port or a services(5) name: test_cli.py
-    "get": {"--mode"},
-    "put": {"--mode"},
+    "get": {"--mode", "--option"},  # NAME=VALUE of the option table: test_parity_options.py, test_cli.py
+    "put": {"--mode", "--option"},
     "storm": {"--profile", "--profile-file", "--show-profile", "--verify-root", "--slice", "--source-range",
-              "--verify", "--backend", "--metrics"},
+              "--verify", "--backend", "--metrics", "--option"},
 }
 VALUES = ["0", "-1", "99999999999", "99999999999999999999999", "x"]
 

@@ -2,7 +2,7 @@
 Debian's in.tftpd (tftp-hpa 7.3, from the Debian unstable tree `make parity-deps` makes) and to
 Stampede; outcomes compared case by case: the bytes served, the error codes (the messages may
 differ), the files written. Deliberate differences are listed here and in the README's migration
-note."""
+note. The option negotiation has its own corpus: test_parity_options.py."""
 import os
 import pwd
 import signal
@@ -14,37 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SERVER_BINARY, Server, free_udp_port
-from tftpwire import ack, data, decode, request
+from conftest import SERVER_BINARY, Server, free_udp_port
+from parity import (REQUIRES_PEER, UPLOAD, TftpdHpa, assert_same_outcomes, compared, in_tftpd, make_root,
+                    outcome, run_both, serves, start_both)
 
-# The in.tftpd of Debian unstable needs its glibc: it runs chrooted in the tree, in a mount
-# namespace of its own where the test's directory is bound at the same path (it shares the network).
-SID = REPO / ".build" / "sid"
-PARITY_TFTPD = "tftp-hpa 7.3"
-
-
-def in_tftpd(*args, share: Path):
-    """The command that runs the tree's in.tftpd with `args`, `share` visible at its own path."""
-    script = 'mkdir -p "$0$1" && mount --bind "$1" "$0$1" && shift && exec chroot "$0" /usr/sbin/in.tftpd "$@"'
-    return ["unshare", "--mount", "sh", "-c", script, str(SID), str(share), *map(str, args)]
-
-
-def tree_version():
-    if os.geteuid() != 0 or not (SID / "usr" / "sbin" / "in.tftpd").exists():
-        return None
-    r = subprocess.run(["chroot", str(SID), "/usr/sbin/in.tftpd", "-V"], capture_output=True, text=True, timeout=10)
-    return (r.stdout + r.stderr).splitlines()[0] if r.stdout + r.stderr else "nothing"
-
-
-VERSION = tree_version()
-
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="tftpd-hpa with -s and -u needs root"),
-    pytest.mark.skipif(VERSION is None, reason=f"no Debian unstable tree in {SID}: run `make parity-deps` (make test does)"),
-    pytest.mark.skipif(VERSION not in (None, PARITY_TFTPD),
-                       reason=f"{SID} has {VERSION!r}, the corpus was written for {PARITY_TFTPD!r}: "
-                              f"rm -rf {SID} and make parity-deps, or bring the corpus to the new version"),
-]
+pytestmark = REQUIRES_PEER
 
 RULES = r"""
 # A PXE site's rules: every flag the two servers share
@@ -82,105 +56,6 @@ CASES = {
     "restart (s)": ("again", False, "octet", ()),
 }
 
-
-
-def compared(outcome):
-    """What must match: an error's code, not its message (Stampede's may say more)."""
-    return outcome[:2] if outcome[0] == "ERROR" else outcome
-
-
-UPLOAD = os.urandom(70_000)
-
-
-def make_root(path: Path) -> Path:
-    path.mkdir()
-    (path / "hello.txt").write_text("hello, rack\n")
-    (path / "first.txt").write_text("the e rule ended here\n")
-    (path / "text.txt").write_bytes(b"line one\nline two\r\nbare\rcr\n" * 200)
-    (path / "one-mib.bin").write_bytes(bytes(range(256)) * 4096)
-    (path / "v4.txt").write_text("IPv4 client\n")
-    (path / "v6.txt").write_text("IPv6 client\n")
-    (path / "pxelinux.cfg").mkdir()
-    (path / "pxelinux.cfg" / "default").write_text("DEFAULT linux\n")
-    (path / "hosts").mkdir()
-    (path / "hosts" / "127.0.0.1").write_text("for 127.0.0.1\n")
-    (path / "private").mkdir()
-    (path / "private" / "key").write_text("secret\n")
-    (path / "incoming").mkdir()
-    for p in path.rglob("*"):
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    (path / "incoming").chmod(0o777)
-    path.chmod(0o777)
-    return path
-
-
-def outcome(port, name, write, mode, options):
-    """What the server answered: ("DATA", bytes), ("WROTE", n), ("ERROR", code, message) or ("SILENT",)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.settimeout(3)
-    try:
-        sock.sendto(request(name, mode, options, write=write), ("127.0.0.1", port))
-        received = bytearray()
-        blksize = 512
-        block = 0
-        negotiated = ()
-        while True:
-            try:
-                packet, tid = sock.recvfrom(70000)
-            except socket.timeout:
-                return ("SILENT",)
-            kind, fields = decode(packet)
-            if kind == "ERROR":
-                return ("ERROR", fields[0], fields[1])
-            if kind == "OACK":
-                blksize = int(fields.get("blksize", 512))
-                negotiated = tuple(sorted(fields.items()))
-                if not write:
-                    sock.sendto(ack(0), tid)
-                    continue
-            if write and kind in ("ACK", "OACK"):
-                acked = fields[0] if kind == "ACK" else 0
-                if acked * blksize > len(UPLOAD):
-                    return ("WROTE", len(UPLOAD))
-                block = acked + 1
-                sock.sendto(data(block, UPLOAD[(block - 1) * blksize:block * blksize]), tid)
-                continue
-            if kind == "DATA" and fields[0] == (block + 1) & 0xFFFF:
-                received += fields[1]
-                block += 1
-                sock.sendto(ack(fields[0]), tid)
-                if len(fields[1]) < blksize:
-                    return ("DATA", bytes(received)) + ((negotiated,) if options else ())
-    finally:
-        sock.close()
-
-
-class TftpdHpa:
-    def __init__(self, root: Path, args):
-        self.port = free_udp_port()
-        self.root = root
-        self.process = subprocess.Popen(in_tftpd("-l", "-L", "-a", f"127.0.0.1:{self.port}", *args, root,
-                                                 share=root.parent), stderr=subprocess.PIPE)
-        deadline = time.time() + 10
-        while time.time() < deadline and outcome(self.port, "hello.txt", False, "octet", ())[0] != "DATA":
-            assert self.process.poll() is None, self.process.stderr.read()
-            time.sleep(0.1)
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait(timeout=10)
-
-
-def assert_same_outcomes(theirs, ours, requests, label, deliberate=None):
-    """Each request to both servers: the same outcome, or the pair `deliberate` lists for (name,
-    write). Returns Stampede's outcomes."""
-    outcomes = []
-    for name, write, mode, options in requests:
-        expected = compared(outcome(theirs.port, name, write, mode, options))
-        outcomes.append(got := compared(outcome(ours.port, name, write, mode, options)))
-        assert (expected, got) == (deliberate or {}).get((name, write), (expected, expected)), \
-            f"{label} {name}: tftpd-hpa {expected[:3]!r:.300}, stampede {got[:3]!r:.300}"
-    return outcomes
 
 
 @pytest.fixture(scope="module")
@@ -375,48 +250,19 @@ def test_a_bad_rule_stops_both_servers_with_ex_config(tmp_path, bad):
     root = make_root(tmp_path / "root")
     argv = ["-l", "-L", "-a", "127.0.0.1:0", "-u", "root", "-m", str(rules), str(root)]
     theirs = subprocess.run(in_tftpd(*argv, share=tmp_path), capture_output=True, timeout=10)
-    ours = subprocess.run([str(REPO / ".build" / "release" / "stampede"), *argv], capture_output=True, timeout=10)
+    ours = subprocess.run([str(SERVER_BINARY), *argv], capture_output=True, timeout=10)
     assert theirs.returncode == ours.returncode == 78, (theirs, ours)
     assert b"line 2" in ours.stderr
 
 
 # The command line of 7.3: -L implies -l, --systemd excludes -l/-L/-a, -t counts standalone too,
 # and the log goes where --syslog, --stderr, --stdout or --logfile says, in 7.3's line formats.
-def run_both(argv, tmp_path, timeout=10):
-    """Each server with `argv` to the end (usage errors), as (7.3's, Stampede's) CompletedProcess."""
-    theirs = subprocess.run(in_tftpd(*argv, share=tmp_path), capture_output=True, timeout=timeout)
-    ours = subprocess.run([str(SERVER_BINARY), *map(str, argv)], capture_output=True, timeout=timeout)
-    return theirs, ours
-
-
 @pytest.mark.parametrize("argv", [["--systemd", "-L"], ["--systemd", "-l"], ["--systemd", "-a", "127.0.0.1:0"],
                                   ["-L", "--logformat", "bogus"], ["-L", "--stderr=bogus"]],
                          ids=lambda argv: " ".join(argv))
 def test_flags_that_exclude_each_other_are_usage_errors_in_both(tmp_path, argv):
     theirs, ours = run_both([*argv, "-u", "root", make_root(tmp_path / "root")], tmp_path)
     assert theirs.returncode == ours.returncode == 64 and ours.stderr, (theirs, ours)
-
-
-def start_both(args, tmp_path, **popen):
-    """Both servers on free ports, each with `-a 127.0.0.1:PORT ARGS ROOT` (ARGS: `args`, or
-    `args(who)`); a list of (process, port, root), 7.3's first."""
-    started = []
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    for who in ("tftpd-hpa", "stampede"):
-        root = make_root(tmp_path / who)
-        port = free_udp_port()
-        argv = ["-a", f"127.0.0.1:{port}", *(args(who) if callable(args) else args), root]
-        command = in_tftpd(*argv, share=tmp_path) if who == "tftpd-hpa" else [str(SERVER_BINARY), *map(str, argv)]
-        started.append((subprocess.Popen(command, **popen), port, root))
-    return started
-
-
-def serves(port, seconds=10):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if outcome(port, "hello.txt", False, "octet", ())[0] == "DATA":
-            return True
-    return False
 
 
 def test_L_alone_serves_standalone_and_t_ends_an_idle_one(tmp_path):
