@@ -1,9 +1,9 @@
 /// The sending side of a transfer: the server answering an RRQ, or a client's `put`.
 ///
 /// Blocks are numbered from 1 (absolute, 64-bit); on the wire they wrap past 65535 to 0, or to
-/// 1 when the rollover option says so (`BlockNumbering`). A file of N bytes has N / blksize + 1 blocks: the last is
-/// short, possibly empty. With windowsize W (RFC 7440) up to W blocks are in flight; an ACK
-/// acknowledges everything up to its block and the next window starts right after it.
+/// 1 when the rollover option says so (`BlockNumbering`). A file of N bytes has N / blksize + 1
+/// blocks: the last is short, possibly empty. With windowsize W (RFC 7440) up to W blocks are in
+/// flight; an ACK acknowledges everything up to its block and the next window starts right after it.
 public struct DataSender: Sendable {
     public enum Action: Equatable, Sendable {
         case none

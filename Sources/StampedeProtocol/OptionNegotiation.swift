@@ -42,10 +42,10 @@ public struct TransferOptions: Equatable, Sendable {
 }
 
 /// RFC 2347 negotiation, by the option table (`TFTPOption`), as tftp-hpa 7.3 negotiates: an option
-/// named twice counts with its last value, an empty name or value ends the list; an option is answered only when asked for and
-/// acceptable: a value below the range or not a number is dropped, one above the range (or the
-/// server's limit) clamped or dropped as the table says, and the transfer then runs without what
-/// was dropped. Unknown options are ignored. A valid blksize wins over blksize2, a valid utimeout
+/// named twice counts with its last value, an empty name or value ends the list; an option is
+/// answered only when asked for and acceptable: a value below the range or not a number is
+/// dropped, one above the range (or the server's limit) clamped or dropped as the table says, and
+/// the transfer then runs without what was dropped. Unknown options are ignored. A valid blksize wins over blksize2, a valid utimeout
 /// over timeout; windowsize is granted after the block size, within `--window-bytes`. The OACK
 /// lists the options in the table's order, each named as the client spelled it.
 public struct OptionNegotiation: Equatable, Sendable {
@@ -86,7 +86,8 @@ public struct OptionNegotiation: Equatable, Sendable {
         if let size = number(.blksize, ceiling: maxBlockSize) {
             options.blockSize = size
             grant(.blksize, size)
-        } else if let size = number(.blksize2, ceiling: min(maxBlockSize, 32768)) {
+        } else if let size = number(.blksize2, ceiling: maxBlockSize) {
+            // Below 65,464 (the range's top), so at most 32,768.
             options.blockSize = TFTPOption.powerOfTwo(atMost: size)
             grant(.blksize2, options.blockSize)
         }
@@ -142,29 +143,17 @@ extension TransferOptions {
         self.init()
         for (name, value) in OptionList.parse(body) {
             let shown = sanitizedForLog(value.utf8, limit: 32)
-            if name == TFTPOption.cookie.rawValue {
-                guard let request = asked.last(where: { $0.name == name }), request.value == value else {
-                    throw OptionAckError(description: "the server acknowledged cookie=\(shown), which is not the cookie we sent")
-                }
-                cookie = Array(value.utf8)
-                continue
-            }
-            guard let number = TFTPOption.decimal(value) else {
+            let option = TFTPOption(rawValue: name)
+            guard option?.isNumeric == false || TFTPOption.decimal(value) != nil else {
                 throw OptionAckError(description: "option \(sanitizedForLog(name.utf8, limit: 32))=\(shown) is no number")
             }
-            guard let request = asked.last(where: { $0.name == name }), let option = TFTPOption(rawValue: name) else {
+            guard let request = asked.last(where: { $0.name == name }), let option else {
                 throw OptionAckError(description: "the server acknowledged \(sanitizedForLog(name.utf8, limit: 32))=\(shown), which we did not ask for")
             }
-            let asked = TFTPOption.decimal(request.value)
-            let agreed: Bool
-            switch option.agreement {
-            case .atMostAsked: agreed = number <= asked ?? 0
-            case .asAsked: agreed = number == asked
-            case .serverStates: agreed = true
-            }
-            guard agreed && option.range.contains(number) else {
+            guard option.agrees(value, asked: request.value) else {
                 throw OptionAckError(description: "the server acknowledged \(name)=\(shown), which is not what we asked (\(sanitizedForLog(request.value.utf8, limit: 32)))")
             }
+            let number = TFTPOption.decimal(value) ?? 0
             if option == .blksize2 && number & (number - 1) != 0 {
                 throw OptionAckError(description: "the server acknowledged blksize2=\(shown), which is no power of two")
             }
@@ -175,7 +164,7 @@ extension TransferOptions {
             case .utimeout: retransmitTimeout = Nanoseconds(number) * 1000
             case .tsize: transferSize = number
             case .rollover: numbering = BlockNumbering(rollover: number)
-            case .cookie: break
+            case .cookie: cookie = Array(value.utf8)
             }
         }
     }

@@ -98,9 +98,12 @@ public enum TFTPOption: String, CaseIterable, Sendable {
         return value
     }
 
+    /// Every option's name, for a usage error.
+    public static let names = allCases.map(\.rawValue).joined(separator: ", ")
+
     /// What the option takes, for a usage error.
     public var takes: String {
-        isNumeric ? "\(rawValue) takes \(range.lowerBound) to \(range.upperBound)" : "\(rawValue) takes 1 to 255 bytes"
+        "\(rawValue) takes \(range.lowerBound) to \(range.upperBound)\(isNumeric ? "" : " bytes")"
     }
 
     /// `NAME=VALUE` as a client's `--option` gives it: an option of the table with a value it
@@ -108,7 +111,7 @@ public enum TFTPOption: String, CaseIterable, Sendable {
     public static func requested(_ word: String) -> Result<(name: String, value: String), OptionWordError> {
         let parts = word.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
         guard parts.count == 2, let option = TFTPOption(rawValue: parts[0].lowercased()) else {
-            return .failure(OptionWordError(description: "\(word): NAME=VALUE, NAME one of \(allCases.map(\.rawValue).joined(separator: ", "))"))
+            return .failure(OptionWordError(description: "\(word): NAME=VALUE, NAME one of \(names)"))
         }
         let value = String(parts[1])
         guard option.accepts(value) else { return .failure(OptionWordError(description: "\(word): \(option.takes)")) }
@@ -120,6 +123,18 @@ public enum TFTPOption: String, CaseIterable, Sendable {
     public func accepts(_ value: String) -> Bool {
         guard isNumeric else { return range.contains(value.utf8.count) }
         return TFTPOption.decimal(value).map(range.contains) ?? false
+    }
+
+    /// Whether an OACK's `value` for this option agrees with the `asked` one (`agreement`), and
+    /// lies in the range.
+    public func agrees(_ value: String, asked: String) -> Bool {
+        guard isNumeric else { return value == asked && accepts(value) }
+        guard let number = TFTPOption.decimal(value), range.contains(number) else { return false }
+        switch agreement {
+        case .atMostAsked: return number <= TFTPOption.decimal(asked) ?? 0
+        case .asAsked: return number == TFTPOption.decimal(asked)
+        case .serverStates: return true
+        }
     }
 }
 

@@ -153,7 +153,7 @@ public struct BootProfile: Sendable, Equatable {
                     if word.contains("=") || word == "tsize" {
                         let (key, value) = Self.split(word)
                         guard let option = TFTPOption(rawValue: key) else {
-                            throw fail("\(key): not an option (\(TFTPOption.allCases.map(\.rawValue).joined(separator: ", ")))")
+                            throw fail("\(key): not an option (\(TFTPOption.names))")
                         }
                         let text = value ?? (option == .tsize ? "0" : "")
                         guard option.accepts(text) else { throw fail("\(word): \(option.takes)") }

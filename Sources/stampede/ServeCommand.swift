@@ -206,8 +206,7 @@ struct ServeCommand: ParsableCommand {
         try FlagRange.check(windowsize, 0...Int.max, "-W", "blocks")
         try FlagRange.check(windowBytes, 0...Int.max, "--window-bytes", "bytes")
         for name in refuse where TFTPOption(rawValue: name.lowercased()) == nil {
-            let known = TFTPOption.allCases.map(\.rawValue).joined(separator: ", ")
-            throw ValidationError("-r \(name): not an option this server negotiates (\(known)).")
+            throw ValidationError("-r \(name): not an option this server negotiates (\(TFTPOption.names)).")
         }
         if let umask, mode_t(umask, radix: 8).map({ $0 <= 0o777 }) != true { throw ValidationError("-U \(umask): an octal umask within 0...777, like 022.") }
         if let service, Self.port(ofService: service) == nil {

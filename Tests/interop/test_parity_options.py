@@ -238,10 +238,13 @@ def test_a_resent_request_with_its_cookie_is_the_same_transfer(tmp_path):
         ours.stop()
 
 
-@pytest.mark.parametrize("words", [["blksize2=1000", "utimeout=200000", "rollover=1", "cookie=get-1"],
-                                   ["blksize=16", "windowsize=64", "rollover=1"]], ids=" ".join)
-def test_get_asks_for_7_3s_options_and_reads_both_servers_alike(pair, tmp_path, words):
-    """`stampede get --option` speaks the options to 7.3 and to Stampede; the file comes back whole."""
+@pytest.mark.parametrize("words, granted", [
+    (["blksize2=1000", "utimeout=200000", "rollover=1", "cookie=get-1"], "blksize2=512 cookie=get-1 rollover=1 tsize=SIZE utimeout=200000"),
+    (["blksize=16", "windowsize=64", "rollover=1"], "blksize=16 rollover=1 tsize=SIZE windowsize=64")], ids=["7.3's own", "a wrap to 1"])
+def test_get_asks_for_7_3s_options_and_reads_both_servers_alike(pair, tmp_path, words, granted):
+    """`stampede get --option` speaks the options to 7.3 and to Stampede; the file comes back whole
+    from each, and Stampede's log line says they were granted (the corpus above shows 7.3 grants
+    the same)."""
     got = []
     for server in pair:
         out = tmp_path / f"{server.port}.bin"
@@ -250,3 +253,5 @@ def test_get_asks_for_7_3s_options_and_reads_both_servers_alike(pair, tmp_path, 
         assert r.returncode == 0, r.stderr
         got.append(out.read_bytes())
     assert got == [WRAP, WRAP]
+    granted = granted.replace("SIZE", str(len(WRAP)))  # get asks for tsize unless --no-tsize
+    assert f'"wrap.bin" octet {granted} bytes={len(WRAP)}' in pair[1].log_text()
