@@ -24,6 +24,8 @@ public struct AccessPolicy: Sendable {
     public var umask: mode_t
     /// `-s`, `-j`: the root is every name's "/" (RESOLVE_IN_ROOT), not a boundary (RESOLVE_BENEATH).
     public var virtualRoot: Bool
+    /// `--normalize`, `--validate`: what a name goes through before it is opened.
+    public var names = FilenameProcessing()
 
     public init(root: Int32, permissive: Bool = false, allowCreate: Bool = false, readOnly: Bool = false,
                 umask: mode_t = 0o022, virtualRoot: Bool = false) {
@@ -40,9 +42,10 @@ public struct AccessPolicy: Sendable {
         try Descriptor(opening: path, flags: O_RDONLY | O_DIRECTORY).release()
     }
 
-    /// The name relative to the root: leading slashes dropped; empty means "no file".
-    static func relativePath(_ filename: [UInt8]) -> [UInt8]? {
-        let trimmed = filename.drop(while: { $0 == UInt8(ascii: "/") })
+    /// The name relative to the root, after `names`' steps: leading slashes dropped; empty means
+    /// "no file".
+    func relativePath(_ filename: [UInt8]) throws(TFTPError) -> [UInt8]? {
+        let trimmed = try names.apply(to: filename).drop(while: { $0 == UInt8(ascii: "/") })
         guard !trimmed.isEmpty, !trimmed.contains(0) else { return nil }
         return Array(trimmed)
     }
@@ -63,7 +66,7 @@ public struct AccessPolicy: Sendable {
     /// A file opened for an RRQ: every file problem is found here, before any OACK (EFI clients
     /// cannot take an ERROR after an OACK).
     public func openForReading(_ filename: [UInt8]) throws(TFTPError) -> OpenFile {
-        guard let path = Self.relativePath(filename) else { throw TFTPError(.fileNotFound, "File not found") }
+        guard let path = try relativePath(filename) else { throw TFTPError(.fileNotFound, "File not found") }
         // Looked at first (O_PATH), opened only if a regular file: opening a device node can act
         // on the device (rewind a tape), opening a FIFO can release a waiting writer.
         let named = try open(path, flags: stampede_o_path)
@@ -83,11 +86,39 @@ public struct AccessPolicy: Sendable {
         return OpenFile(descriptor: file, info: info)
     }
 
-    /// Starts an upload: refused unless creation is allowed or the file exists and is
-    /// world-writable (tftpd-hpa's rule); the data goes to a temporary file beside the target.
+    /// Whether a read or write of `filename` would be allowed now: the remap rules' `E` probe.
+    public func canServe(_ filename: [UInt8], isWrite: Bool) -> Bool {
+        do {
+            if isWrite { _ = try writeTarget(filename) } else { _ = try openForReading(filename) }
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    /// Starts an upload: the data goes to a temporary file beside the target (`writeTarget`).
     public func openForWriting(_ filename: [UInt8]) throws(TFTPError) -> Upload {
+        let target = try writeTarget(filename)
+        do {
+            return try Upload(directory: target.directory, name: target.name, mode: target.mode, owner: target.owner)
+        } catch {
+            throw error.tftpError
+        }
+    }
+
+    /// Where an upload goes, and the mode and owner its file will have.
+    struct WriteTarget: ~Copyable {
+        var directory: Descriptor
+        var name: [UInt8]
+        var mode: mode_t
+        var owner: (uid_t, gid_t)?
+    }
+
+    /// An upload's target: refused unless creation is allowed or the file exists and is
+    /// world-writable (tftpd-hpa's rule).
+    func writeTarget(_ filename: [UInt8]) throws(TFTPError) -> WriteTarget {
         guard !readOnly else { throw TFTPError(.accessViolation, "Uploads are disabled (read-only server)") }
-        guard let path = Self.relativePath(filename) else { throw TFTPError(.accessViolation, "Access violation") }
+        guard let path = try relativePath(filename) else { throw TFTPError(.accessViolation, "Access violation") }
         let slash = path.lastIndex(of: UInt8(ascii: "/"))
         let directoryPath: [UInt8] = slash.map { Array(path[..<$0]) } ?? [UInt8(ascii: ".")]
         let name = slash.map { Array(path[($0 + 1)...]) } ?? path
@@ -117,10 +148,6 @@ public struct AccessPolicy: Sendable {
         } else if !allowCreate {
             throw TFTPError(.fileNotFound, "File not found")
         }
-        do {
-            return try Upload(directory: directory, name: name, mode: mode, owner: owner)
-        } catch {
-            throw error.tftpError
-        }
+        return WriteTarget(directory: directory, name: name, mode: mode, owner: owner)
     }
 }

@@ -3,21 +3,27 @@ import Synchronization
 import StampedeIO
 import StampedeProtocol
 
-/// tftpd-hpa's filename remapping (`-m FILE`, in.tftpd(8) "FILENAME REMAPPING"): each line is
-/// `FLAGS REGEX [REPLACEMENT]`, POSIX extended regular expressions (glibc's regcomp, as tftpd-hpa
-/// uses), applied from the top to the requested name before any access check.
+/// tftpd-hpa's filename remapping (`-m FILE`, in.tftpd(8) "FILENAME REMAPPING", as 7.3 reads
+/// it): each line is `FLAGS REGEX [REPLACEMENT]` or a `:label`; POSIX extended regular
+/// expressions (glibc's regcomp, as tftpd-hpa uses), applied from the top to the requested name
+/// before any access check.
 ///
 /// Flags: `r` rewrite the match with the replacement; `g` repeat the rule until it no longer
-/// matches; `i` match case-insensitively; `e` end processing when the rule matches; `s` start
-/// again from the first rule; `a` refuse the request (ERROR 2, the replacement as its message);
-/// `~` act when the regex does not match; `4`/`6` only for IPv4/IPv6 clients; `G`/`P` only for
-/// reads/writes. The replacement knows `\0`-`\9` (the match and its groups), `\i` (the client's
-/// address), `\x` (the address in hexadecimal), `\U` `\L` `\E` (upper, lower, as is), and `\c`
-/// for a literal c (`\\`, `\ `, `\#`). `#` starts a comment.
+/// matches; `gg` replace every match in what follows the last one, as sed's `s///g`; `i` match
+/// case-insensitively; `e` end processing when the rule matches; `E` end it only if the result
+/// names a file that can be served (the caller's probe), undoing the rewrite otherwise; `s` start
+/// again from the first rule; `j` jump to the label the replacement names; `a` refuse the request
+/// (ERROR 2, the replacement as its message); `~` act when the regex does not match; `4`/`6`
+/// only for IPv4/IPv6 clients; `G`/`P` only for reads/writes. The replacement knows `\0`-`\9` (the
+/// match and its groups), `\i` (the client's address), `\x` (the address in hexadecimal), `\U`
+/// `\L` `\E` (upper, lower, as is), and `\c` for a literal c (`\\`, `\ `, `\#`). `#` starts a
+/// comment. The combinations in.tftpd(8) forbids (`r` with `~`, `a` or `j`; `e` with `a`, `E`, `j`
+/// or `s`; ...) are bad lines, and so is a jump to a label that is not there.
 ///
 /// A request's remapping runs on its worker's thread, so what it may cost is bounded: `maxSteps`
-/// regex runs, a name no longer than `Request.longestFilename`, `matchingBudget`; and the regexes
-/// glibc would compile or match out of all proportion are refused with the file (`PatternShape`).
+/// regex runs (`--map-steps`), a name no longer than `Request.longestFilename`, `matchingBudget`;
+/// and the regexes glibc would compile or match out of all proportion are refused with the file
+/// (`PatternShape`).
 ///
 /// Immutable after parsing and shared by every worker: glibc's regexec is thread-safe.
 public final class RemapRules: @unchecked Sendable {
@@ -34,6 +40,25 @@ public final class RemapRules: @unchecked Sendable {
         public static let ipv6Only = Flags(rawValue: 1 << 7)
         public static let readsOnly = Flags(rawValue: 1 << 8)
         public static let writesOnly = Flags(rawValue: 1 << 9)
+        /// `gg`: sed's global replacement, each search after the last replacement.
+        public static let everyMatch = Flags(rawValue: 1 << 10)
+        /// `E`: end if the result can be served, else undo.
+        public static let exitIfServable = Flags(rawValue: 1 << 11)
+        public static let jump = Flags(rawValue: 1 << 12)
+
+        /// The letters of in.tftpd(8), in its words for the combinations it forbids.
+        static let letters: [(Flags, Character)] = [
+            (.rewrite, "r"), (.abort, "a"), (.exit, "e"), (.exitIfServable, "E"), (.restart, "s"), (.jump, "j"), (.inverse, "~"),
+        ]
+        /// Each flag with the ones it cannot be used with (in.tftpd(8); 7.3 refuses all but `s`
+        /// with `j`, which loops there).
+        static let forbidden: [(Flags, Flags)] = [
+            (.rewrite, [.inverse, .abort, .jump]),
+            (.abort, [.exit, .exitIfServable, .jump, .restart]),
+            (.exit, [.exitIfServable, .jump, .restart]),
+            (.exitIfServable, [.jump, .restart]),
+            (.restart, [.jump]),
+        ]
     }
 
     struct Rule {
@@ -41,6 +66,8 @@ public final class RemapRules: @unchecked Sendable {
         var flags: Flags
         var regex: UnsafeMutablePointer<regex_t>
         var replacement: [UInt8]
+        /// `j`: the index of the rule after the label.
+        var target: Int?
         /// Its regex's `PatternShape.positions`: what a run costs per byte of name.
         var positions: Int
     }
@@ -64,47 +91,68 @@ public final class RemapRules: @unchecked Sendable {
     /// How a rule set breaks down on a name; its description says so in a log line.
     public enum Failure: Equatable, CustomStringConvertible {
         /// Still rewriting after `maxSteps` regex runs or `matchingBudget`: the rules loop.
-        case looped
+        case looped(steps: Int)
         /// A rewrite made the name longer than `Request.longestFilename` (a rule set that grows
         /// it on every pass would otherwise take memory until the step limit).
         case tooLong
 
         public var description: String {
             switch self {
-            case .looped: "the rules did not settle (more than \(maxSteps) regex runs or \(matchingBudget) position-bytes of matching)"
+            case .looped(let steps): "the rules did not settle (more than \(steps) regex runs, or \(matchingBudget) position-bytes of matching)"
             case .tooLong: "the rules made the name longer than \(Request.longestFilename) bytes"
             }
         }
     }
 
-    /// tftpd-hpa's "deadman": a rule set still rewriting after this many regex runs is looping.
-    public static let maxSteps = 4096
+    /// tftpd-hpa's "deadman" (`--map-steps`): a rule set still rewriting after this many regex
+    /// runs is looping.
+    public static let defaultMaxSteps = 4096
+    public static let stepRange = 1...Int(Int32.max)
 
     let rules: [Rule]
+    public let maxSteps: Int
     /// Lines tftpd-hpa accepts but that probably do not say what was meant.
     public let warnings: [LineError]
 
     public var count: Int { rules.count }
 
     /// Parses a rule file; every bad line is reported (with its number), not just the first.
-    public init(parsing text: [UInt8]) throws(RemapRulesError) {
+    public init(parsing text: [UInt8], maxSteps: Int = defaultMaxSteps) throws(RemapRulesError) {
         var rules: [Rule] = []
+        var labels: [[UInt8]: Int] = [:]
+        var jumps: [(rule: Int, label: [UInt8])] = []
         var errors: [LineError] = []
         var warnings: [LineError] = []
         var lineNumber = 0
         for line in text.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
             lineNumber += 1
             do {
-                if let rule = try Self.parse(line: Array(line), number: lineNumber, warnings: &warnings) { rules.append(rule) }
+                switch try Self.parse(line: Array(line), number: lineNumber, warnings: &warnings) {
+                case .nothing: break
+                case .label(let label): if labels[label] == nil { labels[label] = rules.count }
+                case .rule(let rule):
+                    if rule.flags.contains(.jump) { jumps.append((rules.count, rule.replacement)) }
+                    rules.append(rule)
+                }
             } catch {
                 errors.append(error)
             }
         }
+        // 7.3 looks a label up when the jump is taken, and fails the request then: here the
+        // file is refused, so that the operator hears of it at start.
+        for (index, label) in jumps {
+            if let target = labels[label] {
+                rules[index].target = target
+            } else {
+                errors.append(LineError(line: rules[index].line, message: "label not found: \(sanitizedForLog(label))"))
+            }
+        }
         if !errors.isEmpty {
             for rule in rules { regfree(rule.regex); rule.regex.deallocate() }
-            throw RemapRulesError(lines: errors)
+            throw RemapRulesError(lines: errors.sorted { $0.line < $1.line })
         }
         self.rules = rules
+        self.maxSteps = maxSteps
         self.warnings = warnings
     }
 
@@ -116,9 +164,10 @@ public final class RemapRules: @unchecked Sendable {
     }
 
     /// Runs the rules over `filename` for a read (`isWrite` false) or write from `client`.
-    /// `trace` receives tftpd-hpa's verbosity-3 lines ("rule 2: rewrite: …").
+    /// `servable` is `E`'s probe: whether a name can be served (nil: never, as in.tftpd 7.3's
+    /// `--map-test` finds). `trace` receives tftpd-hpa's verbosity-3 lines ("rule 2: rewrite: …").
     public func apply(to filename: [UInt8], isWrite: Bool, client: SocketAddress,
-                      trace: ((String) -> Void)? = nil) -> Outcome {
+                      servable: (([UInt8]) -> Bool)? = nil, trace: ((String) -> Void)? = nil) -> Outcome {
         var current = filename
         var steps = 0
         var work = 0
@@ -128,41 +177,86 @@ public final class RemapRules: @unchecked Sendable {
         let client = client.unmapped
         let skip: Flags = [isWrite ? .readsOnly : .writesOnly, client.isIPv6 ? .ipv4Only : .ipv6Only]
         var matches = [regmatch_t](repeating: regmatch_t(), count: 10)
+        /// One regex run over `subject` from `offset`, counted against the limits.
+        func search(_ rule: Rule, _ subject: [UInt8], from offset: Int = 0) -> Bool? {
+            steps += 1
+            work += max(rule.positions, 1) * (subject.count - offset + 1)
+            guard steps <= maxSteps, work <= Self.matchingBudget else {
+                trace?("remap: breaking loop, input = \(sanitizedForLog(filename)), last = \(sanitizedForLog(subject))")
+                return nil
+            }
+            return Self.search(rule.regex, in: subject, from: offset, matches: &matches)
+        }
         trace?("remap: input: \(sanitizedForLog(current))")
         while index < rules.count {
             let rule = rules[index]
             index += 1
             if !rule.flags.isDisjoint(with: skip) { continue }
-            var matched = false
-            repeat {
-                steps += 1
-                work += max(rule.positions, 1) * (current.count + 1)
-                if steps > Self.maxSteps || work > Self.matchingBudget {
-                    trace?("remap: breaking loop, input = \(sanitizedForLog(filename)), last = \(sanitizedForLog(current))")
-                    return .failed(.looped)
-                }
-                let found = Self.search(rule.regex, in: current, matches: &matches)
-                guard found != rule.flags.contains(.inverse) else { break }
-                matched = true
-                if rule.flags.contains(.inverse) {
-                    for i in matches.indices { matches[i] = regmatch_t(rm_so: -1, rm_eo: -1) }
-                }
-                if rule.flags.contains(.abort) {
-                    trace?("remap: rule \(rule.line): abort: \(sanitizedForLog(current))")
-                    guard !rule.replacement.isEmpty else { return .refused(nil) }
-                    let message = expand(rule.replacement, in: current, matches: matches, client: client)
-                    return .refused(String(decoding: message, as: UTF8.self))
-                }
-                if rule.flags.contains(.rewrite) {
-                    current = expand(rule.replacement, in: current, matches: matches, client: client)
-                    guard current.count <= Request.longestFilename else {
-                        trace?("remap: rule \(rule.line): the name grew past \(Request.longestFilename) bytes")
-                        return .failed(.tooLong)
+            guard let found = search(rule, current) else { return .failed(.looped(steps: maxSteps)) }
+            guard found != rule.flags.contains(.inverse) else { continue }
+            if rule.flags.contains(.inverse) {
+                for i in matches.indices { matches[i] = regmatch_t(rm_so: -1, rm_eo: -1) }
+            }
+            if rule.flags.contains(.abort) {
+                trace?("remap: rule \(rule.line): abort: \(sanitizedForLog(current))")
+                guard !rule.replacement.isEmpty else { return .refused(nil) }
+                let message = expand(rule.replacement, in: current, matches: matches, client: client)
+                return .refused(String(decoding: message, as: UTF8.self))
+            }
+            if rule.flags.contains(.jump) {
+                trace?("remap: rule \(rule.line): jump to \(sanitizedForLog(rule.replacement))")
+                index = rule.target!
+                continue
+            }
+            var result = current
+            if rule.flags.contains(.rewrite) {
+                result = expand(rule.replacement, in: current, matches: matches, client: client)
+                if rule.flags.contains(.everyMatch) {
+                    // sed's s///g: each search starts after the last replacement (a byte further
+                    // after an empty match), `^` matches only at the start, and an empty match
+                    // right after a match is passed over.
+                    var end = result.count - (current.count - Int(matches[0].rm_eo))
+                    var afterMatch = matches[0].rm_so != matches[0].rm_eo
+                    var from = afterMatch ? end : end + 1
+                    while from <= result.count, result.count <= Request.longestFilename {
+                        guard let again = search(rule, result, from: from) else { return .failed(.looped(steps: maxSteps)) }
+                        guard again else { break }
+                        let (start, stop) = (Int(matches[0].rm_so), Int(matches[0].rm_eo))
+                        if start == stop && start == end && afterMatch {
+                            (from, afterMatch) = (end + 1, false)
+                            continue
+                        }
+                        let before = result
+                        result = expand(rule.replacement, in: before, matches: matches, client: client)
+                        end = result.count - (before.count - stop)
+                        afterMatch = start != stop
+                        from = afterMatch ? end : end + 1
                     }
-                    trace?("remap: rule \(rule.line): rewrite: \(sanitizedForLog(current))")
+                } else if rule.flags.contains(.global) {
+                    while result.count <= Request.longestFilename {
+                        guard let again = search(rule, result) else { return .failed(.looped(steps: maxSteps)) }
+                        guard again else { break }
+                        result = expand(rule.replacement, in: result, matches: matches, client: client)
+                    }
                 }
-            } while rule.flags.contains(.global)
-            guard matched else { continue }
+                guard result.count <= Request.longestFilename else {
+                    trace?("remap: rule \(rule.line): the name grew past \(Request.longestFilename) bytes")
+                    return .failed(.tooLong)
+                }
+            }
+            if rule.flags.contains(.exitIfServable) {
+                guard servable?(result) == true else {
+                    trace?("remap: rule \(rule.line): ignoring rewrite (\(sanitizedForLog(result)) cannot be served)")
+                    continue
+                }
+                current = result
+                trace?("remap: rule \(rule.line): \(sanitizedForLog(current)) can be served: exit")
+                return .mapped(current)
+            }
+            if rule.flags.contains(.rewrite) {
+                current = result
+                trace?("remap: rule \(rule.line): rewrite: \(sanitizedForLog(current))")
+            }
             if rule.flags.contains(.exit) {
                 trace?("remap: rule \(rule.line): exit")
                 return .mapped(current)
@@ -176,15 +270,25 @@ public final class RemapRules: @unchecked Sendable {
         return .mapped(current)
     }
 
-    /// regexec over a NUL-terminated copy; true when it matched.
-    static func search(_ regex: UnsafeMutablePointer<regex_t>, in subject: [UInt8], matches: inout [regmatch_t]) -> Bool {
+    /// regexec over a NUL-terminated copy of `subject` from `offset` (not a line's start there,
+    /// when it is past 0: `^` matches only at the start); true when it matched. The offsets in
+    /// `matches` count from the start of `subject`.
+    static func search(_ regex: UnsafeMutablePointer<regex_t>, in subject: [UInt8], from offset: Int = 0,
+                       matches: inout [regmatch_t]) -> Bool {
         var terminated = subject
         terminated.append(0)
-        return terminated.withUnsafeBufferPointer { bytes in
+        let found = terminated.withUnsafeBufferPointer { bytes in
             bytes.baseAddress!.withMemoryRebound(to: CChar.self, capacity: bytes.count) { string in
-                regexec(regex, string, matches.count, &matches, 0) == 0
+                regexec(regex, string + offset, matches.count, &matches, offset > 0 ? REG_NOTBOL : 0) == 0
             }
         }
+        if found && offset > 0 {
+            for i in matches.indices where matches[i].rm_so >= 0 {
+                matches[i].rm_so += regoff_t(offset)
+                matches[i].rm_eo += regoff_t(offset)
+            }
+        }
+        return found
     }
 
     /// The text before the match, the replacement with its escapes expanded, the text after it
@@ -223,19 +327,33 @@ public final class RemapRules: @unchecked Sendable {
         return out
     }
 
-    /// One line: nil for blank lines and comments.
-    static func parse(line: [UInt8], number: Int, warnings: inout [LineError]) throws(LineError) -> Rule? {
+    /// What a line of the file holds.
+    enum Line {
+        case nothing
+        case label([UInt8])
+        case rule(Rule)
+    }
+
+    /// One line: a rule, a `:label`, or nothing (blank lines and comments).
+    static func parse(line: [UInt8], number: Int, warnings: inout [LineError]) throws(LineError) -> Line {
         var cursor = 0
-        guard let flagText = nextField(line, &cursor) else { return nil }
+        guard let flagText = nextField(line, &cursor) else { return .nothing }
+        if flagText.first == UInt8(ascii: ":") {
+            // As 7.3: what follows the label's word is ignored.
+            return .label(Array(flagText.dropFirst()))
+        }
         var flags: Flags = []
         var regexFlags = REG_EXTENDED
+        var gs = 0
         for byte in flagText {
             switch byte {
             case UInt8(ascii: "r"): flags.insert(.rewrite)
-            case UInt8(ascii: "g"): flags.insert(.global)
+            case UInt8(ascii: "g"): gs += 1
             case UInt8(ascii: "e"): flags.insert(.exit)
+            case UInt8(ascii: "E"): flags.insert(.exitIfServable)
             case UInt8(ascii: "s"): flags.insert(.restart)
             case UInt8(ascii: "a"): flags.insert(.abort)
+            case UInt8(ascii: "j"): flags.insert(.jump)
             case UInt8(ascii: "i"): regexFlags |= REG_ICASE
             case UInt8(ascii: "~"): flags.insert(.inverse)
             case UInt8(ascii: "4"): flags.insert(.ipv4Only)
@@ -243,18 +361,22 @@ public final class RemapRules: @unchecked Sendable {
             case UInt8(ascii: "G"): flags.insert(.readsOnly)
             case UInt8(ascii: "P"): flags.insert(.writesOnly)
             default:
-                throw LineError(line: number, message: "flags \"\(sanitizedForLog(flagText))\" contain the unknown flag \"\(sanitizedForLog([byte]))\" (known: r g i e s a ~ 4 6 G P)")
+                throw LineError(line: number, message: "flags \"\(sanitizedForLog(flagText))\" contain the unknown flag \"\(sanitizedForLog([byte]))\" (known: r g gg i e E s j a ~ 4 6 G P)")
             }
         }
-        // As tftpd-hpa: g means nothing without r, and an inverse rule has no match to rewrite.
-        if !flags.contains(.rewrite) { flags.remove(.global) }
-        if flags.isSuperset(of: [.rewrite, .inverse]) {
-            throw LineError(line: number, message: "r rules cannot be inverted (~)")
+        for (flag, others) in Flags.forbidden where flags.contains(flag) {
+            if let other = Flags.letters.first(where: { others.contains($0.0) && flags.contains($0.0) }) {
+                let name = Flags.letters.first { $0.0 == flag }!.1
+                throw LineError(line: number, message: "rule flags \(name) and \(other.1) cannot be combined")
+            }
         }
+        // As tftpd-hpa: g and gg mean nothing without r.
+        if flags.contains(.rewrite) && gs > 0 { flags.insert(gs == 1 ? .global : .everyMatch) }
         guard let pattern = nextField(line, &cursor) else {
             throw LineError(line: number, message: "flags \"\(sanitizedForLog(flagText))\" but no regular expression")
         }
         let replacement = nextField(line, &cursor) ?? []
+        if flags.contains(.jump) && replacement.isEmpty { throw LineError(line: number, message: "no label in j rule") }
         if let extra = nextField(line, &cursor) {
             // tftpd-hpa ignores the rest of the line, so a working file may have it: said, not refused.
             warnings.append(LineError(line: number, message: "ignored \"\(sanitizedForLog(extra))\" after the replacement (a space in it must be written \"\\ \")"))
@@ -277,7 +399,7 @@ public final class RemapRules: @unchecked Sendable {
             let text = String(decoding: message.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
             throw LineError(line: number, message: "bad regular expression \"\(sanitizedForLog(pattern))\": \(text)")
         }
-        return Rule(line: number, flags: flags, regex: regex, replacement: replacement, positions: shape.positions)
+        return .rule(Rule(line: number, flags: flags, regex: regex, replacement: replacement, positions: shape.positions))
     }
 
     /// The next field: leading blanks skipped, ends at an unescaped blank or `#` (a comment);

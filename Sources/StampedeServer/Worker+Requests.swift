@@ -268,12 +268,15 @@ extension Worker {
     }
 
     /// The name the remap rules make of a requested one (`-m`), or the refusal they decide:
-    /// ERROR 2 with an `a` rule's message, as tftpd-hpa answers. Verbosity 3 traces every rule.
+    /// ERROR 2 with an `a` rule's message, as tftpd-hpa answers. An `E` rule asks the access
+    /// policy whether its result can be served. Verbosity 3 traces every rule.
     func remap(_ filename: [UInt8], with rules: RemapRules, isWrite: Bool,
                client: SocketAddress) -> Result<[UInt8], TFTPError> {
         let logger = self.logger
         let trace: ((String) -> Void)? = logger.logLevel <= .trace ? { logger.trace("\(client): \($0)") } : nil
-        switch rules.apply(to: filename, isWrite: isWrite, client: client, trace: trace) {
+        let policy = configuration.policy
+        switch rules.apply(to: filename, isWrite: isWrite, client: client,
+                           servable: { policy.canServe($0, isWrite: isWrite) }, trace: trace) {
         case .mapped(let mapped):
             return .success(mapped)
         case .refused(let message):

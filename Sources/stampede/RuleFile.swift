@@ -8,10 +8,13 @@ import StampedeServer
 final class RuleFile: Sendable {
     private let directory: Descriptor
     let name: String
+    /// `--map-steps`.
+    let maxSteps: Int
 
-    init(_ path: String) throws(Errno) {
+    init(_ path: String, maxSteps: Int = RemapRules.defaultMaxSteps) throws(Errno) {
         let (directoryPath, name) = splitPath(path)
         self.name = name
+        self.maxSteps = maxSteps
         directory = try Descriptor(opening: directoryPath, flags: O_RDONLY | O_DIRECTORY)
     }
 
@@ -19,7 +22,7 @@ final class RuleFile: Sendable {
     @Sendable func load() throws -> RemapRules {
         let text: [UInt8]
         do { text = try readWholeFile(name, relativeTo: directory.raw) } catch { throw UnreadableRuleFile(error: error) }
-        return try RemapRules(parsing: text)
+        return try RemapRules(parsing: text, maxSteps: maxSteps)
     }
 }
 

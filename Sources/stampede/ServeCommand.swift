@@ -51,6 +51,18 @@ struct ServeCommand: ParsableCommand {
           help: "The directory is every name's \"/\", as under -s, without chroot (openat2): no root needed.")
     var jail = false
 
+    @Flag(name: .customLong("validate"),
+          help: "Refuse a name that does not begin with \"/\" or has a \".\" or \"..\" component or a control character (after -m and --normalize).")
+    var validatePaths = false
+
+    @Option(name: .customLong("path-prefix"),
+            help: "Serve PREFIX/DIRECTORY (PREFIX must be a directory; \"/\" may be served only with a prefix).")
+    var pathPrefix: String?
+
+    @Option(name: .customLong("normalize"),
+            help: "--normalize[=none|root|path], after -m: root prefixes \"/\"; path (--normalize alone) also removes \"//\" and \".\", and \"..\" with the component before it.")
+    var normalize: FilenameProcessing.Normalization = .none
+
     @Flag(name: [.customShort("c"), .customLong("create")], help: "Allow uploads to create new files.")
     var create = false
 
@@ -85,12 +97,14 @@ struct ServeCommand: ParsableCommand {
     @Option(name: [.customShort("m"), .customLong("map-file")], help: "Filename remapping rules (tftpd-hpa's syntax).")
     var mapFile: String?
 
-    @Option(name: .customLong("map-test"), help: "Print what the -m rules make of this file name, then exit.")
+    @Option(name: .customLong("map-steps"), help: "Remap rules run at most this many regexes on a name (default 4096).")
+    var mapSteps = RemapRules.defaultMaxSteps
+
+    @Option(name: .customLong("map-test"),
+            help: "Print what -m and --normalize make of each line of FILE (- for standard input), as a read (-c: a write) from an IPv4 (-6: IPv6) client, then exit.")
     var mapTest: String?
-    @Option(name: .customLong("map-client"), help: "--map-test: the client's address (default 127.0.0.1).")
-    var mapClient = "127.0.0.1"
-    @Flag(name: .customLong("map-write"), help: "--map-test: as a write request (WRQ), not a read.")
-    var mapWrite = false
+    @Option(name: .customLong("map-client"), help: "--map-test: the client's address (default 192.0.2.34, or 2001:db8::feed:face:dead:beef with -6).")
+    var mapClient: String?
 
     @Flag(name: [.customShort("v"), .customLong("verbose")], help: "One more level of --verbosity (repeatable).")
     var verbose: Int
@@ -193,7 +207,8 @@ struct ServeCommand: ParsableCommand {
         try FlagRange.check(maxTransferSockets, 0...FlagRange.count.upperBound, "--max-transfer-sockets", "(0: every read shares)")
         try FlagRange.check(maxPerClient, FlagRange.count, "--max-per-client")
         try FlagRange.check(maxPerPrefix, FlagRange.count, "--max-per-prefix")
-        if mapTest != nil && mapFile == nil { throw ValidationError("--map-test needs the rules: -m FILE.") }
+        try FlagRange.check(mapSteps, RemapRules.stepRange, "--map-steps")
+        if mapClient != nil && mapTest == nil { throw ValidationError("--map-client is for --map-test.") }
         if systemd && (listen || foreground || !address.isEmpty) {
             throw ValidationError("--systemd serves the sockets systemd passes; -l, -L and -a bind their own: choose one.")
         }
@@ -271,7 +286,7 @@ struct ServeCommand: ParsableCommand {
             return
         }
         let rules = try mapFile.map(loadRules)
-        if let mapTest, let rules { return try runMapTest(mapTest, rules.current) }
+        if let mapTest { return try runMapTest(mapTest, rules?.current) }
         let mode = try servingMode()
         // in.tftpd detaches unless -L; inetd and systemd supervise the process themselves.
         let detaching = mode == .standalone && !foreground
@@ -294,7 +309,7 @@ struct ServeCommand: ParsableCommand {
             throw failure("-P \(pidfile!): \(error)")
         }
         defer { if let problem = pid?.remove() { logger.notice("\(problem)") } }
-        let root = directory.first ?? "/srv/tftp"
+        let root = try servedDirectory()
 
         // in.tftpd's -U default: 0, so that a file an upload created (0666) may be uploaded again
         // (switches back up their configuration every night); with -p, the inherited umask.
@@ -320,8 +335,9 @@ struct ServeCommand: ParsableCommand {
             guard chroot(root) == 0, chdir("/") == 0 else { throw failure("-s: chroot \(root): \(Errno.current)") }
         }
 
-        let policy = AccessPolicy(root: rootFD, permissive: permissive, allowCreate: create, readOnly: readOnly,
+        var policy = AccessPolicy(root: rootFD, permissive: permissive, allowCreate: create, readOnly: readOnly,
                                   umask: fileUmask, virtualRoot: secure || jail)
+        policy.names = FilenameProcessing(normalization: normalize, validates: validatePaths)
         var configuration = ServerConfiguration(listenAddresses: [], policy: policy, logger: logger)
         switch mode {
         case .standalone: configuration.listenAddresses = try listenAddresses()
@@ -442,7 +458,7 @@ struct ServeCommand: ParsableCommand {
     /// The -m file, read now and again on SIGHUP (`RuleFile`).
     func loadRules(_ path: String) throws -> RemapRuleSet {
         let file: RuleFile
-        do { file = try RuleFile(path) } catch { throw failure("-m \(path): cannot read: \(error)") }
+        do { file = try RuleFile(path, maxSteps: mapSteps) } catch { throw failure("-m \(path): cannot read: \(error)") }
         do {
             return RemapRuleSet(try file.load(), reload: file.load)
         } catch let error as RemapRulesError {
@@ -454,22 +470,72 @@ struct ServeCommand: ParsableCommand {
         }
     }
 
-    /// `--map-test NAME`: the rules' verdict on one name, with their steps on standard error at -v 3.
-    func runMapTest(_ name: String, _ rules: RemapRules) throws {
-        guard let client = SocketAddress(parsing: mapClient, defaultPort: 0) else {
-            throw ValidationError("--map-client \(mapClient): not an IP address.")
+    /// The directory served: `--path-prefix` joined to the one named (in.tftpd 7.3's rules: the
+    /// prefix must be a directory, and "/" may be served only with one; exit 65 otherwise).
+    func servedDirectory() throws -> String {
+        let named = directory.first ?? "/srv/tftp"
+        guard let pathPrefix else {
+            if FilenameProcessing.normalize(Array(named.utf8), .path) == [UInt8(ascii: "/")] && named.hasPrefix("/") {
+                throw failure("/ as the directory to serve needs --path-prefix", status: 65)
+            }
+            return named
+        }
+        var info = stat()
+        guard stat(pathPrefix, &info) == 0 else { throw failure("--path-prefix \(pathPrefix): \(Errno.current)", status: 65) }
+        guard info.st_mode & S_IFMT == S_IFDIR else { throw failure("--path-prefix \(pathPrefix): not a directory", status: 65) }
+        return pathPrefix + (named.hasPrefix("/") || pathPrefix.hasSuffix("/") ? "" : "/") + named
+    }
+
+    /// `--map-test FILE`, as in.tftpd 7.3's: each line of FILE as a requested name, what -m and
+    /// --normalize make of it on standard output ("ERROR: message" for a refusal); the rules'
+    /// steps on standard error at -v 3. `E` rules probe the directory named, when there is one.
+    func runMapTest(_ path: String, _ rules: RemapRules?) throws {
+        let defaultClient = ipv6 ? "2001:db8::feed:face:dead:beef" : "192.0.2.34"
+        guard let client = SocketAddress(parsing: mapClient ?? defaultClient, defaultPort: 0) else {
+            throw ValidationError("--map-client \(mapClient!): not an IP address.")
+        }
+        let text: [UInt8]
+        do {
+            text = try path == "-" ? Self.readStandardInput() : readWholeFile(path)
+        } catch {
+            throw failure("--map-test \(path): cannot read: \(error)", status: 66)
+        }
+        var policy: AccessPolicy?
+        if !directory.isEmpty, let root = try? AccessPolicy.openRoot(servedDirectory()) {
+            policy = AccessPolicy(root: root, permissive: permissive, allowCreate: create, readOnly: readOnly,
+                                  virtualRoot: secure || jail)
+            policy?.names = FilenameProcessing(normalization: normalize, validates: validatePaths)
         }
         let trace: ((String) -> Void)? = (verbosity ?? verbose) >= 3 ? { writeToStandardError("\($0)\n") } : nil
-        for warning in rules.warnings { writeToStandardError("stampede: -m \(mapFile!): \(warning)\n") }
-        switch rules.apply(to: Array(name.utf8), isWrite: mapWrite, client: client, trace: trace) {
-        case .mapped(let mapped):
-            print(String(decoding: mapped, as: UTF8.self))
-        case .refused(let message):
-            print("refused: error 2 \"\(message ?? "Access violation")\"")
-            throw ExitCode(1)
-        case .failed(let failure):
-            print("refused: error 2 \"Remap table failure\" (\(failure))")
-            throw ExitCode(1)
+        for warning in rules?.warnings ?? [] { writeToStandardError("stampede: -m \(mapFile!): \(warning)\n") }
+        var lines = text.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+        if lines.last?.isEmpty == true { lines.removeLast() }
+        var output: [UInt8] = []
+        for line in lines {
+            let outcome = rules?.apply(to: Array(line), isWrite: create, client: client,
+                                       servable: policy.map { policy in { policy.canServe($0, isWrite: create) } },
+                                       trace: trace) ?? .mapped(Array(line))
+            switch outcome {
+            case .mapped(let mapped):
+                output += FilenameProcessing.normalize(mapped, normalize) + [UInt8(ascii: "\n")]
+            case .refused(let message):
+                output += Array("ERROR: \(message ?? "Access violation")\n".utf8)
+            case .failed(let failure):
+                output += Array("ERROR: Remap table failure (\(failure))\n".utf8)
+            }
+        }
+        output.withUnsafeBytes { try? writeFully(1, $0) }
+    }
+
+    static func readStandardInput() throws(Errno) -> [UInt8] {
+        var text: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(0, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 { throw Errno.current }
+            if n == 0 { return text }
+            text += chunk[..<n]
         }
     }
 
@@ -556,3 +622,5 @@ enum LogTarget: String, EnumerableFlag {
         }
     }
 }
+
+extension FilenameProcessing.Normalization: ExpressibleByArgument {}

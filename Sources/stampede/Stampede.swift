@@ -43,13 +43,15 @@ struct Stampede: ParsableCommand {
         }
     }
 
-    /// in.tftpd's `--stderr=FORMAT` and `--stdout=FORMAT`, an option whose value may be left out,
-    /// which the parser does not take: said as `--stderr --logformat FORMAT`.
+    /// in.tftpd's options whose value may be left out, which the parser does not take:
+    /// `--stderr=FORMAT` and `--stdout=FORMAT` said as `--stderr --logformat FORMAT`, and a bare
+    /// `--normalize` as `--normalize=path` (its default; the next word is not its value).
     static func spellingOut(_ arguments: [String]) -> [String] {
         arguments.flatMap { argument -> [String] in
             for flag in ["--stderr", "--stdout"] where argument.hasPrefix(flag + "=") {
                 return [flag, "--logformat", String(argument.dropFirst(flag.count + 1))]
             }
+            if argument == "--normalize" { return ["--normalize=path"] }
             return [argument]
         }
     }

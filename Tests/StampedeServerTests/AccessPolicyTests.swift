@@ -203,3 +203,51 @@ import StampedeProtocol
         #expect(dir.read("t.txt") == [0x61, 0x0A, 0x62, 0x0D])
     }
 }
+
+/// `--normalize` and `--validate` (in.tftpd(8), "FILENAME PROCESSING"); the expected names are
+/// what in.tftpd 7.3's `--map-test` printed for them.
+@Suite struct FilenameProcessingSpec {
+    func normalized(_ name: String, _ mode: FilenameProcessing.Normalization) -> String {
+        String(decoding: FilenameProcessing.normalize(Array(name.utf8), mode), as: UTF8.self)
+    }
+
+    @Test func pathModeDropsDotsAndRepeatedSlashesAndClimbsNoHigherThanTheRoot() {
+        let cases = ["a/b/": "/a/b/", "/": "/", "": "/", "a//b": "/a/b", "./a": "/a", "../a": "/a", "a/../../b": "/b",
+                     "/..": "/", ".": "/", "a/.": "/a/", "a/..": "/", "a/b/..": "/a/", "//": "/", "a/b//": "/a/b/",
+                     ".hidden/..x/...": "/.hidden/..x/..."]
+        for (name, expected) in cases { #expect(normalized(name, .path) == expected, "\(name)") }
+    }
+
+    @Test func rootModeOnlyPrefixesASlashAndNoneLeavesTheName() {
+        #expect(normalized("a//b", .root) == "/a//b")
+        #expect(normalized("/../a", .root) == "/../a")
+        #expect(normalized("", .root) == "/")
+        #expect(normalized("a/../b", .none) == "a/../b")
+    }
+
+    @Test func validationWantsAnAbsoluteNameWithoutDotsOrControlCharacters() {
+        func valid(_ name: String) -> String? {
+            FilenameProcessing.validate(Array(name.utf8)).map { String(decoding: $0, as: UTF8.self) }
+        }
+        #expect(valid("/a//b/") == "/a/b")
+        #expect(valid("/") == "/")
+        #expect(valid("a") == nil)
+        #expect(valid("/a/./b") == nil)
+        #expect(valid("/a/../b") == nil)
+        #expect(valid("/a\u{1}b") == nil)
+        #expect(valid("/.hidden/..x") == "/.hidden/..x")
+    }
+
+    @Test func theAccessPolicyOpensTheNameTheStepsMake() throws {
+        let dir = ScratchDirectory()
+        dir.write("boot.bin", [1])
+        var policy = AccessPolicy(root: dir.fd)
+        policy.names = FilenameProcessing(normalization: .none, validates: true)
+        #expect(throws: TFTPError.self) { try policy.openForReading(Array("boot.bin".utf8)) }
+        _ = try policy.openForReading(Array("/boot.bin".utf8))
+        policy.names.normalization = .path
+        _ = try policy.openForReading(Array("x/../boot.bin".utf8))
+        #expect(policy.canServe(Array("./boot.bin".utf8), isWrite: false))
+        #expect(!policy.canServe(Array("boot.bin".utf8), isWrite: true))  // not world-writable, no -c
+    }
+}

@@ -10,8 +10,11 @@ import StampedeProtocol
 
     func rules(_ text: String) throws -> RemapRules { try RemapRules(parsing: Array(text.utf8)) }
 
-    func map(_ text: String, _ name: String, write: Bool = false, client: SocketAddress? = nil) throws -> String {
-        switch try rules(text).apply(to: Array(name.utf8), isWrite: write, client: client ?? v4) {
+    func map(_ text: String, _ name: String, write: Bool = false, client: SocketAddress? = nil,
+             servable: Set<String>? = nil, steps: Int = RemapRules.defaultMaxSteps) throws -> String {
+        let probe = servable.map { names in { (name: [UInt8]) in names.contains(String(decoding: name, as: UTF8.self)) } }
+        switch try RemapRules(parsing: Array(text.utf8), maxSteps: steps)
+            .apply(to: Array(name.utf8), isWrite: write, client: client ?? v4, servable: probe) {
         case .mapped(let bytes): return String(decoding: bytes, as: UTF8.self)
         case .refused(let message): return "REFUSED(\(message ?? "-"))"
         case .failed(.looped): return "LOOPED"
@@ -241,9 +244,99 @@ import StampedeProtocol
         #expect(lineErrors(#"r ^(pxelinux\.cfg)/(.*) \1/\2"#) == [])
     }
 
+    // MARK: 5.4-7.3: labels and j, E, gg, --map-steps
+
+    @Test func jJumpsToTheRuleAfterItsLabelWhenItMatches() throws {
+        let text = "j ^boot to_boot\nr ^ other/\ne ^\n:to_boot\nr ^boot(.*) B\\1\n:end\nr $ .end"
+        #expect(try map(text, "boot.x") == "B.x.end")
+        #expect(try map(text, "foo") == "other/foo")
+    }
+
+    @Test func jWithTildeJumpsWhenTheRegexDoesNotMatch() throws {
+        let text = "j~ ^boot skip\nr ^ pre-\n:skip\nr $ -post"
+        #expect(try map(text, "boot.x") == "pre-boot.x-post")
+        #expect(try map(text, "foo") == "foo-post")
+    }
+
+    @Test func aJumpBackwardsLoopsUntilItNoLongerMatches() throws {
+        #expect(try map(":top\nr ^ x\nj ^xx?n top", "n") == "xxxn")
+        #expect(try map(":top\nj ^ top", "n") == "LOOPED")
+    }
+
+    @Test func labelsMayBeIndentedRepeatedOrFollowedByWordsAsIn73() throws {
+        #expect(try map("j ^ lab\nr ^ skipped\n  :lab extra words\nr $ y", "n") == "ny")
+        #expect(try map("j ^ a\n:a\nr ^ 1\n:a\nr ^ 2", "n") == "21n")  // the first :a
+        #expect(try map("r ^ x\nj ^x end\n:end", "n") == "xn")  // a label on the last line ends
+    }
+
+    @Test func aJumpWithoutALabelOrToOneNotThereIsABadLine() {
+        #expect(lineErrors("r a b\nj ^\nr c d") == [2])
+        #expect(lineErrors("r a b\nj ^ nowhere\n:somewhere") == [2])
+        do {
+            _ = try rules("j ^ nowhere")
+            Issue.record("parsed")
+        } catch {
+            #expect("\(error)" == "line 1: label not found: nowhere")
+        }
+    }
+
+    @Test func capitalEEndsOnlyWhenTheResultCanBeServedAndUndoesItOtherwise() throws {
+        let text = "rE ^(.*)\\.txt$ \\1.cfg\nr ^ fallback-"
+        #expect(try map(text, "hello.txt", servable: ["hello.cfg"]) == "hello.cfg")
+        #expect(try map(text, "other.txt", servable: ["hello.cfg"]) == "fallback-other.txt")
+        // Without r, the name as it is; without a probe (--map-test with no directory), never.
+        #expect(try map("E ^pxe\nr ^ no/", "pxe", servable: ["pxe"]) == "pxe")
+        #expect(try map("E ^pxe\nr ^ no/", "pxe") == "no/pxe")
+        // A per-host file with a default, as the README's HTTP example writes it.
+        let perHost = "rE ^boot\\.ipxe$ boot/\\i.ipxe\nr ^boot\\.ipxe$ boot/default.ipxe"
+        #expect(try map(perHost, "boot.ipxe", servable: ["boot/192.0.2.169.ipxe"]) == "boot/192.0.2.169.ipxe")
+        #expect(try map(perHost, "boot.ipxe", servable: []) == "boot/default.ipxe")
+    }
+
+    @Test func ggReplacesEveryMatchInWhatFollowsAsSedDoes() throws {
+        #expect(try map("rgg a X\nrg b Y", "aaa") == "XXX")
+        #expect(try map("rgg a X\nrg b Y", "abba") == "XYYX")
+        #expect(try map("rgg a aa", "aba") == "aabaa")  // the replacement is not searched again
+        #expect(try map("rg a aa", "a") == "TOO LONG")  // as g would
+        #expect(try map("rgg ^a X", "aab") == "Xab")  // ^ only at the start
+        // Empty matches as GNU sed: `echo XabE | sed 's/x*/-/g'` and `echo abbcb | sed -E 's/b*/-/g'`.
+        #expect(try map("rgg x* -", "XabE") == "-X-a-b-E-")
+        #expect(try map("rgg b* -", "abbcb") == "-a-c-")
+        #expect(try map("rgg $ E", "ab") == "abE")
+        #expect(try map("rgg (.)(.) \\2\\1", "abcde") == "badce")  // groups are the current match's
+    }
+
+    @Test func gAndGgMeanNothingWithoutR() throws {
+        #expect(try map("gg a X", "aaa") == "aaa")
+        #expect(try map("ggg a X\nr ^ y", "aaa") == "yaaa")
+    }
+
+    @Test func theCombinationsIn73RefusesAreBadLinesInItsWords() {
+        let refused = ["ra": "r and a", "r~": "r and ~", "rj": "r and j", "ea": "a and e", "eE": "e and E", "ej": "e and j",
+                       "es": "e and s", "Ea": "a and E", "Ej": "E and j", "Es": "E and s", "sa": "a and s", "aj": "a and j",
+                       "sj": "s and j"]
+        for (flags, words) in refused {
+            do {
+                _ = try rules("r ^x y\n\(flags) ^foo bar")
+                Issue.record("\(flags) parsed")
+            } catch {
+                #expect("\(error)" == "line 2: rule flags \(words) cannot be combined", "\(flags)")
+            }
+        }
+        for flags in ["rgE", "rggi", "j~4G", "aiP", "E~", "rE6"] {
+            #expect(lineErrors("\(flags) ^foo bar\n:bar") == [], "\(flags)")
+        }
+    }
+
+    @Test func mapStepsBoundsTheRegexRuns() throws {
+        let text = "r ^ x\nj ^xx?n top\n:top\nr ^ y"
+        #expect(try map(text, "n", steps: 3) == "yxn")
+        #expect(try map(text, "n", steps: 2) == "LOOPED")
+    }
+
     @Test func tracesSayWhatEachRuleDid() throws {
         var lines: [String] = []
-        _ = try rules("r a b\nre b c\nr c d").apply(to: Array("a".utf8), isWrite: false, client: v4) { lines.append($0) }
+        _ = try rules("r a b\nre b c\nr c d").apply(to: Array("a".utf8), isWrite: false, client: v4, trace: { lines.append($0) })
         #expect(lines == ["remap: input: a", "remap: rule 1: rewrite: b", "remap: rule 2: rewrite: c", "remap: rule 2: exit"])
     }
 }

@@ -171,15 +171,16 @@ def run_both(argv, tmp_path, timeout=10):
     return theirs, ours
 
 
-def start_both(args, tmp_path, **popen):
+def start_both(args, tmp_path, directory=None, **popen):
     """Both servers on free ports, each with `-a 127.0.0.1:PORT ARGS ROOT` (ARGS: `args`, or
-    `args(who)`); a list of (process, port, root), 7.3's first."""
+    `args(who)`; ROOT: its root, or `directory(root)`); a list of (process, port, root), 7.3's
+    first."""
     started = []
     tmp_path.mkdir(parents=True, exist_ok=True)
     for who in ("tftpd-hpa", "stampede"):
         root = make_root(tmp_path / who)
         port = free_udp_port()
-        argv = ["-a", f"127.0.0.1:{port}", *(args(who) if callable(args) else args), root]
+        argv = ["-a", f"127.0.0.1:{port}", *(args(who) if callable(args) else args), directory(root) if directory else root]
         command = in_tftpd(*argv, share=tmp_path) if who == "tftpd-hpa" else [str(SERVER_BINARY), *map(str, argv)]
         started.append((subprocess.Popen(command, **popen), port, root))
     return started

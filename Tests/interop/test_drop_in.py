@@ -113,17 +113,20 @@ def test_rules_that_would_take_the_server_down_are_refused(serve, binary, root, 
         assert r.returncode == 78 and says in r.stderr.decode() and "line 1" in r.stderr.decode(), r
 
 
-def test_map_test_prints_what_a_name_becomes(binary, site):
+def test_map_test_prints_what_each_name_becomes(binary, site):
+    """--map-test FILE as 7.3 reads it (its parity: test_parity_names.py); `-` is standard input,
+    the way to try one name."""
     _, rules = site
-    def map_test(*args):
-        r = run([str(binary), "-m", str(rules), "--map-test", *args])
-        return r.returncode, r.stdout.decode().strip()
-    assert map_test(r"PXELINUX.CFG\01-aa-bb") == (0, "pxelinux.cfg/01-aa-bb")
-    assert map_test("boot/by-ip", "--map-client", "192.0.2.7") == (0, "hosts/192.0.2.7")
-    assert map_test("../x") == (1, 'refused: error 2 "No climbing/x"')
-    assert map_test("secret", "--map-write") == (0, "secret")  # the a~ rule is G (reads) only
-    traced = run([str(binary), "-m", str(rules), "--map-test", "boot/by-ip", "--verbosity", "3"])
-    assert b"remap: rule 6: rewrite: hosts/127.0.0.1" in traced.stderr, traced
+    def map_test(names, *args):
+        r = run([str(binary), "-m", str(rules), "--map-test", "-", *args], input="".join(n + "\n" for n in names).encode())
+        return r.returncode, r.stdout.decode().split("\n")[:-1]
+    assert map_test([r"PXELINUX.CFG\01-aa-bb", "boot/by-ip", "../x", "secret"]) == \
+        (0, ["pxelinux.cfg/01-aa-bb", "hosts/192.0.2.34", "ERROR: No climbing/x", "ERROR: Not here"])
+    assert map_test(["boot/by-ip"], "--map-client", "192.0.2.7") == (0, ["hosts/192.0.2.7"])
+    assert map_test(["boot/by-ip"], "-6") == (0, ["hosts/2001:db8::feed:face:dead:beef"])
+    assert map_test(["secret"], "-c") == (0, ["secret"])  # the a~ rule is G (reads) only
+    traced = run([str(binary), "-m", str(rules), "--map-test", "-", "--verbosity", "3"], input=b"boot/by-ip\n")
+    assert b"remap: rule 6: rewrite: hosts/192.0.2.34" in traced.stderr, traced
 
 
 def spawn_with_sockets(binary, args, sockets):

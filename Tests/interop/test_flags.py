@@ -21,7 +21,7 @@ NUMERIC = {
         "--retries": RETRIES, "--grace": (0, YEAR), "--cache-size": MIB, "--cache-file-limit": MIB,
         "--max-transfers": COUNT, "--max-transfer-sockets": (0, COUNT[1]), "--max-per-client": COUNT,
         "--max-per-prefix": COUNT, "-B": (8, 65464), "-W": (0, 2**63 - 1),
-        "--window-bytes": (0, 2**63 - 1),
+        "--window-bytes": (0, 2**63 - 1), "--map-steps": (1, 2**31 - 1),
     },
     "get": {"--blksize": (8, 65464), "--windowsize": (1, 32767), "--timeout": (1, 255), "--retries": RETRIES},
     "put": {"--blksize": (8, 65464), "--windowsize": (1, 32767), "--timeout": (1, 255), "--retries": RETRIES},
@@ -36,7 +36,8 @@ NUMERIC = {
 OTHER = {
     "serve": {"--address", "--user", "--umask", "--pidfile", "--map-file", "--map-test", "--map-client", "--refuse",
               "--port-range", "--backend", "--when-busy", "--metrics", "--log-format", "--logfile", "--logformat",
-              "--service"},  # a port or a services(5) name: test_cli.py
+              "--service",  # a port or a services(5) name: test_cli.py
+              "--path-prefix", "--normalize"},  # test_parity_names.py
     "get": {"--mode", "--option"},  # NAME=VALUE of the option table: test_parity_options.py, test_cli.py
     "put": {"--mode", "--option"},
     "storm": {"--profile", "--profile-file", "--show-profile", "--verify-root", "--slice", "--source-range",
