@@ -26,6 +26,8 @@ public struct AccessPolicy: Sendable {
     public var virtualRoot: Bool
     /// `--normalize`, `--validate`: what a name goes through before it is opened.
     public var names = FilenameProcessing()
+    /// `--max-upload`: the largest upload, in bytes (nil: no limit; 0 is `readOnly`).
+    public var maxUpload: Int?
 
     public init(root: Int32, permissive: Bool = false, allowCreate: Bool = false, readOnly: Bool = false,
                 umask: mode_t = 0o022, virtualRoot: Bool = false) {

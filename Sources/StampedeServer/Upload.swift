@@ -28,6 +28,19 @@ public final class Upload: @unchecked Sendable {
 
     public var bytesWritten: Int { file.bytesWritten }
 
+    /// The most bytes the client may send (DATA payloads, as on the wire), and what says so: its
+    /// own tsize, or `--max-upload` (in.tftpd 7.x ends an upload that sends more, with ERROR 2).
+    public var limit: (bytes: Int, reason: String)?
+    /// DATA payload bytes taken so far.
+    public private(set) var received = 0
+
+    /// Whether `count` more bytes stay within `limit`; counted when they do.
+    public func take(_ count: Int) -> Bool {
+        if let limit, received + count > limit.bytes { return false }
+        received += count
+        return true
+    }
+
     public func useNetascii() { decoder = NetasciiDecoder() }
 
     /// The size a WRQ announced (tsize). Larger than the free space less a margin, it is refused

@@ -180,10 +180,27 @@ extension Worker {
         let negotiation = OptionNegotiation(requested: request.options, cookie: request.cookie, isWrite: request.isWrite, fileSize: size,
                                             maxBlockSize: largestBlock, limits: configuration.optionLimits)
         transfer.record.options = negotiation.summary
-        if let upload = transfer.upload, let announced = negotiation.options.transferSize {
-            do { try upload.announce(announced) } catch { throw .error(error.tftpError) }
+        if let upload = transfer.upload {
+            try limit(upload, announced: negotiation.options.transferSize)
         }
         return negotiation
+    }
+
+    /// An upload's bounds, as in.tftpd 7.x sets them: its announced size (tsize) above
+    /// `--max-upload` is refused at once (ERROR 2), above the room on the disk too (ERROR 3);
+    /// then neither the tsize nor `--max-upload` may be exceeded. A tsize of 0 bounds nothing:
+    /// curl announces 0 for a size it does not know (7.3 takes it as 0 bytes).
+    func limit(_ upload: Upload, announced: Int?) throws(RequestRefusal) {
+        let maximum = configuration.policy.maxUpload
+        if let maximum, let announced, announced > maximum {
+            throw .error(TFTPError(.accessViolation, "Upload of \(announced) bytes refused: --max-upload is \(maximum)"))
+        }
+        if let announced, announced > 0 {
+            upload.limit = (announced, "its tsize (\(announced) bytes)")  // within --max-upload, just checked
+            do { try upload.announce(announced) } catch { throw .error(error.tftpError) }
+        } else if let maximum {
+            upload.limit = (maximum, "--max-upload (\(maximum) bytes)")
+        }
     }
 
     /// The socket a transfer runs on: the listener in single-port mode; otherwise one of its own,

@@ -71,6 +71,13 @@ extension Worker {
             return
         }
         if receipt.deliver, let upload = table[slot].upload {
+            guard upload.take(payload.count) else {
+                // The temporary file goes with the transfer: nothing of it stays (7.x deletes it).
+                let refusal = TFTPError(.accessViolation, "Upload larger than \(upload.limit!.reason)")
+                sendError(slot, refusal)
+                finish(slot, .serverError(refusal), now: now)
+                return
+            }
             do {
                 try upload.write(payload, scratch: scratch)
                 if receipt.finished { try upload.finishWriting(scratch: scratch) }

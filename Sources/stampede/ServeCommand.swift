@@ -69,6 +69,10 @@ struct ServeCommand: ParsableCommand {
     @Flag(name: [.customLong("ro"), .customLong("read-only")], help: "Refuse every upload, whatever the permissions.")
     var readOnly = false
 
+    @Option(name: [.customLong("max-upload"), .customLong("max-size")],
+            help: "Largest upload: SIZE bytes, or with k, M, G, T, P, E (powers of 1024); a larger tsize is refused at once, more data ends the upload (ERROR 2). 0 is --read-only.")
+    var maxUpload: String?
+
     @Flag(name: [.customShort("p"), .customLong("permissive")],
           help: "Only the OS permissions decide: no world-readable/writable requirement.")
     var permissive = false
@@ -223,6 +227,9 @@ struct ServeCommand: ParsableCommand {
         for name in refuse where TFTPOption(rawValue: name.lowercased()) == nil {
             throw ValidationError("-r \(name): not an option this server negotiates (\(TFTPOption.names)).")
         }
+        if let maxUpload, Self.size(maxUpload) == nil {
+            throw ValidationError("--max-upload \(maxUpload): a size in bytes, or with k, M, G, T, P or E (powers of 1024), like 64M.")
+        }
         if let umask, mode_t(umask, radix: 8).map({ $0 <= 0o777 }) != true { throw ValidationError("-U \(umask): an octal umask within 0...777, like 022.") }
         if let service, Self.port(ofService: service) == nil {
             throw ValidationError("-S \(service): neither a port within 1...65535 nor a UDP service in /etc/services.")
@@ -246,6 +253,20 @@ struct ServeCommand: ParsableCommand {
         if let number = Int(text) { return (1...65535).contains(number) ? UInt16(number) : nil }
         guard !text.isEmpty, let entry = getservbyname(text, "udp") else { return nil }
         return UInt16(bigEndian: UInt16(truncatingIfNeeded: entry.pointee.s_port))
+    }
+
+    /// `--max-upload`'s SIZE: digits and an optional k, M, G, T, P or E (either case), a power
+    /// of 1024 each, as in.tftpd 7.3 reads it.
+    static func size(_ text: String) -> Int? {
+        let units: [Character: Int] = ["k": 10, "m": 20, "g": 30, "t": 40, "p": 50, "e": 60]
+        var digits = Substring(text), shift = 0
+        if let last = text.last?.lowercased().first, let bits = units[last] {
+            digits = text.dropLast()
+            shift = bits
+        }
+        guard !digits.isEmpty, digits.allSatisfy(\.isASCII), digits.allSatisfy(\.isNumber), let value = Int(digits),
+              value <= Int.max >> shift else { return nil }
+        return value << shift
     }
 
     func parsePortRange(_ text: String) -> ClosedRange<UInt16>? {
@@ -335,8 +356,10 @@ struct ServeCommand: ParsableCommand {
             guard chroot(root) == 0, chdir("/") == 0 else { throw failure("-s: chroot \(root): \(Errno.current)") }
         }
 
-        var policy = AccessPolicy(root: rootFD, permissive: permissive, allowCreate: create, readOnly: readOnly,
+        let uploadLimit = maxUpload.flatMap(Self.size)
+        var policy = AccessPolicy(root: rootFD, permissive: permissive, allowCreate: create, readOnly: readOnly || uploadLimit == 0,
                                   umask: fileUmask, virtualRoot: secure || jail)
+        policy.maxUpload = uploadLimit
         policy.names = FilenameProcessing(normalization: normalize, validates: validatePaths)
         var configuration = ServerConfiguration(listenAddresses: [], policy: policy, logger: logger)
         switch mode {
