@@ -43,6 +43,9 @@ public struct ServerConfiguration: Sendable {
     /// `--single-port`: transfers answer from the listener's own port and share its socket; the
     /// worker tells them apart by client address and port.
     public var singlePort = false
+    /// `-B mtu-SLACK`: bytes the blksize ceiling keeps below the interface's MTU, besides the
+    /// headers (when `optionLimits.maxBlockSize`, `-B BYTES`, does not set it).
+    public var blockSizeSlack = 0
     /// Transfers of one worker that get a socket of their own; the reads beyond share the
     /// worker's pool of transfer sockets (`Worker+SharedSockets.swift`), so that a process with
     /// fewer descriptors than transfers still serves them all.

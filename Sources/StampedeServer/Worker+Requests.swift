@@ -388,7 +388,10 @@ extension Worker {
         var storage = local.storage
         let mtu = stampede_interface_mtu(&storage)
         let headers = local.isIPv6 ? 40 + 8 + 4 : 20 + 8 + 4
-        let blockSize = mtu > 0 ? max(512, min(Int(mtu) - headers, TFTPOption.blksize.range.upperBound)) : 1468
+        // No IP datagram is longer than 65,535 bytes, whatever loopback's MTU says (65,536);
+        // `-B mtu-SLACK` takes SLACK more off, never below RFC 1350's 512, as in.tftpd 7.3.
+        let room = min(Int(mtu), 65_535) - headers - configuration.blockSizeSlack
+        let blockSize = mtu > 0 ? max(512, min(room, TFTPOption.blksize.range.upperBound)) : 1468
         if mtuCache.count > 1024 { mtuCache.removeAll() }
         mtuCache[local] = (blockSize, now + 60 * nanosecondsPerSecond)
         return blockSize

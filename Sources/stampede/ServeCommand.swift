@@ -126,8 +126,8 @@ struct ServeCommand: ParsableCommand {
     var refuseAll = false
 
     @Option(name: [.customShort("B"), .customLong("blocksize")],
-            help: "Largest blksize granted (default: the interface MTU minus headers).")
-    var blocksize: Int?
+            help: "Largest blksize granted: BYTES, or mtu or mtu-SLACK (the interface's MTU less the headers, less SLACK bytes). Default: mtu.")
+    var blocksize: BlockSizeLimit?
 
     @Option(name: [.customShort("W"), .customLong("windowsize")],
             help: "Largest windowsize granted (default 64; 0 means 1; at most 32767: larger windows make block numbers ambiguous).")
@@ -220,7 +220,7 @@ struct ServeCommand: ParsableCommand {
         if directory.count > 1 { throw ValidationError("stampede serves one directory; got \(directory.count).") }
         if secure && jail { throw ValidationError("--chroot (-s) and --jail (-j) exclude each other.") }
         if jail && directory.isEmpty { throw ValidationError("--jail: name the directory to serve.") }
-        try FlagRange.check(blocksize, TFTPOption.blksize.range, "-B", "bytes")
+        if case .bytes(let bytes) = blocksize { try FlagRange.check(bytes, TFTPOption.blksize.range, "-B", "bytes (or mtu, mtu-SLACK)") }
         // Any count, as in.tftpd 7.3 takes it: 0 is 1, above the table's maximum it is clamped in run().
         try FlagRange.check(windowsize, 0...Int.max, "-W", "blocks")
         try FlagRange.check(windowBytes, 0...Int.max, "--window-bytes", "bytes")
@@ -380,7 +380,12 @@ struct ServeCommand: ParsableCommand {
                 old ACK would look new and corrupt the file): granting at most \(window)
                 """)
         }
-        configuration.optionLimits = OptionLimits(maxBlockSize: blocksize, maxWindowSize: window, maxWindowBytes: windowBytes,
+        switch blocksize {
+        case .bytes(let bytes): configuration.optionLimits.maxBlockSize = bytes
+        case .mtu(let slack): configuration.blockSizeSlack = slack
+        case nil: break
+        }
+        configuration.optionLimits = OptionLimits(maxBlockSize: configuration.optionLimits.maxBlockSize, maxWindowSize: window, maxWindowBytes: windowBytes,
                                                   refused: refuseAll ? Set(TFTPOption.allCases.map(\.rawValue))
                                                                      : Set(refuse.map { $0.lowercased() }))
         configuration.retransmitTimeout = Nanoseconds(retransmit) * 1000
@@ -647,3 +652,22 @@ enum LogTarget: String, EnumerableFlag {
 }
 
 extension FilenameProcessing.Normalization: ExpressibleByArgument {}
+
+/// `-B`: a number of bytes, or `mtu`/`mtu-SLACK` as in.tftpd 7.3 takes them (any case).
+enum BlockSizeLimit: ExpressibleByArgument {
+    case bytes(Int)
+    case mtu(slack: Int)
+
+    init?(argument: String) {
+        let lowered = argument.lowercased()
+        if lowered == "mtu" {
+            self = .mtu(slack: 0)
+        } else if lowered.hasPrefix("mtu-"), let slack = Int(lowered.dropFirst(4)), slack >= 0, lowered.dropFirst(4).allSatisfy(\.isNumber) {
+            self = .mtu(slack: slack)
+        } else if let bytes = Int(argument) {
+            self = .bytes(bytes)
+        } else {
+            return nil
+        }
+    }
+}

@@ -17,7 +17,7 @@ def test_version(binary):
         assert r.returncode == 0 and b"stampede" in r.stdout
 
 
-@pytest.mark.parametrize("args", [["-B", "7"], ["-W", "-1"], ["-r", "multicast"], ["--window-bytes", "-1"], ["-R", "5:1"], ["-U", "9z"], ["-T", "5"], ["--backend", "x"],
+@pytest.mark.parametrize("args", [["-B", "7"], ["-B", "mtu100"], ["-B", "mtu-"], ["-B", "mtu-x"], ["-W", "-1"], ["-r", "multicast"], ["--window-bytes", "-1"], ["-R", "5:1"], ["-U", "9z"], ["-T", "5"], ["--backend", "x"],
                                   ["-S", "no-such-service"], ["-S", "0"], ["-S", "-1"], ["--port", "70000"],
                                   ["--service", "99999999999999999999999"]])
 def test_bad_flags_are_usage_errors(binary, root, args):

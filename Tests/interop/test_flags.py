@@ -37,7 +37,8 @@ OTHER = {
     "serve": {"--address", "--user", "--umask", "--pidfile", "--map-file", "--map-test", "--map-client", "--refuse",
               "--port-range", "--backend", "--when-busy", "--metrics", "--log-format", "--logfile", "--logformat",
               "--service",  # a port or a services(5) name: test_cli.py
-              "--path-prefix", "--normalize"},  # test_parity_names.py
+              "--path-prefix", "--normalize",  # test_parity_names.py
+              "--max-upload"},  # a size with k, M, G...: test_parity_uploads.py
     "get": {"--mode", "--option"},  # NAME=VALUE of the option table: test_parity_options.py, test_cli.py
     "put": {"--mode", "--option"},
     "storm": {"--profile", "--profile-file", "--show-profile", "--verify-root", "--slice", "--source-range",

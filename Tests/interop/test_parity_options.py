@@ -135,6 +135,12 @@ def test_each_request_is_negotiated_as_7_3_negotiates_it(pair, case):
 BOUNDED = [
     (["-B", "1000"], [("blksize2", "5000")]),
     (["-B", "1000"], [("blksize", "5000"), ("windowsize", "4")]),
+    # -B mtu[-SLACK]: loopback's MTU (65,536; an IP datagram is at most 65,535) less the headers and SLACK.
+    (["-B", "mtu"], [("blksize", "65464")]),
+    (["-B", "mtu-100"], [("blksize", "65464")]),
+    (["-B", "MTU-30000"], [("blksize", "65464")]),
+    (["-B", "mtu-30000"], [("blksize2", "65464")]),
+    (["-B", "mtu-70000"], [("blksize", "1000")]),
     (["-W", "8"], [("windowsize", "300")]),
     (["-W", "0"], [("windowsize", "300")]),
     (["--window-bytes", "20000"], [("blksize", "1024"), ("windowsize", "300")]),
