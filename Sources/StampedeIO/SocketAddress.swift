@@ -41,6 +41,36 @@ public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConverti
         }
     }
 
+    /// Every address `name` resolves to (getaddrinfo: /etc/hosts, DNS, as nsswitch.conf says),
+    /// of `family` (AF_UNSPEC: both), in its order, each once, with `port`; or why not.
+    public static func resolving(_ name: String, port: UInt16, family: Int32 = AF_UNSPEC) -> Result<[SocketAddress], ResolutionError> {
+        var hints = addrinfo()
+        hints.ai_family = family
+        hints.ai_socktype = Int32(SOCK_DGRAM.rawValue)
+        hints.ai_flags = AI_PASSIVE
+        var list: UnsafeMutablePointer<addrinfo>?
+        let status = getaddrinfo(name, nil, &hints, &list)
+        guard status == 0 else { return .failure(ResolutionError(message: String(cString: gai_strerror(status)))) }
+        defer { freeaddrinfo(list) }
+        var found: [SocketAddress] = []
+        var entry = list
+        while let info = entry?.pointee {
+            entry = info.ai_next
+            guard let raw = info.ai_addr, [AF_INET, AF_INET6].contains(Int32(raw.pointee.sa_family)) else { continue }
+            var storage = sockaddr_storage()
+            withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: UnsafeRawBufferPointer(start: raw, count: Int(info.ai_addrlen))) }
+            var address = SocketAddress(storage: storage)
+            address.port = port
+            if !found.contains(address) { found.append(address) }
+        }
+        return .success(found)
+    }
+
+    public struct ResolutionError: Error, CustomStringConvertible {
+        public var message: String
+        public var description: String { message }
+    }
+
     public init(ipv4: in_addr, port: UInt16) {
         var sin = sockaddr_in()
         sin.sin_family = sa_family_t(AF_INET)

@@ -277,18 +277,40 @@ struct ServeCommand: ParsableCommand {
 
     /// The addresses `-a` names. No address, or IPv6's wildcard `[::]`, is every address of both
     /// families (unless -4 or -6), as in.tftpd serves IPv4 clients on `[::]`: its listeners are
-    /// 0.0.0.0 and [::] (IPv6 only), so that an IPv4 client is seen as one.
+    /// 0.0.0.0 and [::] (IPv6 only), so that an IPv4 client is seen as one. A host name is every
+    /// address it resolves to (of the family -4 or -6 leaves), a port may be a services(5) name,
+    /// as in in.tftpd 7.3; a name that resolves to nothing stops the server (exit 65, as 7.3).
     func listenAddresses() throws -> [SocketAddress] {
         let specs = address.isEmpty ? [""] : address
         let defaultPort = service.flatMap(Self.port(ofService:)) ?? 69
+        let family = ipv4 ? AF_INET : ipv6 ? AF_INET6 : AF_UNSPEC
         var result: [SocketAddress] = []
         for spec in specs {
-            let hostPart = spec.hasPrefix("[") ? spec : String(spec.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
-            let hosts: [String] = hostPart.isEmpty ? (ipv4 ? ["0.0.0.0"] : ipv6 ? ["::"] : ["0.0.0.0", "::"]) : [""]
-            for host in hosts {
-                guard let parsed = SocketAddress(parsing: spec, defaultPort: defaultPort, defaultHost: host.isEmpty ? "0.0.0.0" : host) else {
-                    throw ValidationError("-a \(spec): not an address[:port].")
+            guard let (host, portText) = Self.split(address: spec) else { throw ValidationError("-a \(spec): not an address[:port].") }
+            let port: UInt16
+            if let portText {
+                // 0 takes a free port, said at start.
+                guard let number = UInt16(portText) ?? Self.port(ofService: portText) else {
+                    throw ValidationError("-a \(spec): \(portText) is neither a port within 1...65535 nor a UDP service in /etc/services.")
                 }
+                port = number
+            } else {
+                port = defaultPort
+            }
+            var found: [SocketAddress]
+            if host.isEmpty {
+                found = [SocketAddress(parsing: ipv6 ? "::" : "0.0.0.0", defaultPort: port)!]
+                if family == AF_UNSPEC { found.append(SocketAddress(parsing: "::", defaultPort: port)!) }
+            } else if let numeric = SocketAddress(parsing: host.contains(":") ? "[\(host)]" : host, defaultPort: port) {
+                found = [numeric]
+            } else {
+                switch SocketAddress.resolving(host, port: port, family: family) {
+                case .success(let addresses) where !addresses.isEmpty: found = addresses
+                case .success: throw failure("-a \(spec): \(host) has no address\(ipv4 ? " for IPv4" : ipv6 ? " for IPv6" : "")", status: 65)
+                case .failure(let error): throw failure("-a \(spec): cannot resolve \(host): \(error)", status: 65)
+                }
+            }
+            for parsed in found {
                 var family = [parsed]
                 if parsed.isIPv6 && parsed.host == "::" && !ipv6 {
                     family.insert(SocketAddress(parsing: "0.0.0.0", defaultPort: parsed.port)!, at: 0)
@@ -299,6 +321,23 @@ struct ServeCommand: ParsableCommand {
             }
         }
         return result
+    }
+
+    /// `[ADDRESS]:PORT`, `ADDRESS:PORT`, `ADDRESS`, `:PORT` or a bare IPv6 address, into its host
+    /// (empty: every address) and its port text (nil: none given).
+    static func split(address spec: String) -> (host: String, port: String?)? {
+        if spec.hasPrefix("[") {
+            guard let close = spec.firstIndex(of: "]") else { return nil }
+            let rest = spec[spec.index(after: close)...]
+            let host = String(spec[spec.index(after: spec.startIndex)..<close])
+            if rest.isEmpty { return (host, nil) }
+            guard rest.hasPrefix(":"), rest.count > 1 else { return nil }
+            return (host, String(rest.dropFirst()))
+        }
+        let colons = spec.filter { $0 == ":" }.count
+        guard colons == 1, let colon = spec.firstIndex(of: ":") else { return (spec, nil) }
+        let port = spec[spec.index(after: colon)...]
+        return (String(spec[..<colon]), port.isEmpty ? nil : String(port))
     }
 
     func run() throws {
@@ -343,8 +382,10 @@ struct ServeCommand: ParsableCommand {
         case .failure(let error): logger.warning("could not raise the open file limit: \(error)")
         }
 
-        // Resolved before -s: a chroot has no /etc/passwd (nor /run/systemd/notify, nor /proc).
+        // Resolved before -s: a chroot has no /etc/passwd, /etc/hosts or /etc/services (nor
+        // /run/systemd/notify, nor /proc).
         let account = try lookUpUser()
+        let addresses = mode == .standalone ? try listenAddresses() : []
         let notifier = SystemdNotifier()
         let processFigures = metrics == nil ? nil : ProcessFigures()
         let rootFD: Int32
@@ -363,7 +404,7 @@ struct ServeCommand: ParsableCommand {
         policy.names = FilenameProcessing(normalization: normalize, validates: validatePaths)
         var configuration = ServerConfiguration(listenAddresses: [], policy: policy, logger: logger)
         switch mode {
-        case .standalone: configuration.listenAddresses = try listenAddresses()
+        case .standalone: configuration.listenAddresses = addresses
         case .inetd: configuration.inheritedListeners = [0]
         case .systemd(let fds): configuration.inheritedListeners = fds
         }

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SERVER_BINARY, Server, free_udp_port
-from parity import (REQUIRES_PEER, UPLOAD, TftpdHpa, assert_same_outcomes, compared, in_tftpd, make_root,
+from parity import (SID, REQUIRES_PEER, UPLOAD, TftpdHpa, assert_same_outcomes, compared, in_tftpd, make_root,
                     outcome, run_both, serves, start_both)
 
 pytestmark = REQUIRES_PEER
@@ -222,6 +222,69 @@ def test_service_is_the_port_of_an_address_that_names_none(tmp_path):
             process.terminate()
             process.wait(timeout=10)
     assert answers == [("DATA", b"hello, rack\n")] * 2, answers
+
+
+# -a with a host name: every address it resolves to; a port may be a services(5) name. Each server
+# runs in a mount namespace whose /etc/hosts and /etc/services are the test's, one after the other.
+HOSTS = "127.0.0.1 rack-boot\n127.0.0.2 rack-boot\n::1 rack-boot\n127.0.0.3 other-name\n"
+
+
+def with_name_files(command, tmp_path, etc):
+    """`command` (an in.tftpd one from in_tftpd, or Stampede's) with the test's hosts and services."""
+    hosts, services = tmp_path / "hosts", tmp_path / "services"
+    hosts.write_text(HOSTS)
+    services.write_text(f"stampede-parity {free_udp_port()}/udp\n")
+    binds = f'touch "{etc}/hosts" "{etc}/services" && mount --bind "{hosts}" "{etc}/hosts" && ' \
+            f'mount --bind "{services}" "{etc}/services" && exec "$@"'
+    return ["unshare", "--mount", "sh", "-c", binds, "sh", *command], int(services.read_text().split()[1].split("/")[0])
+
+
+@pytest.mark.parametrize("flags,answering,silent", [
+    (["-a", "rack-boot:{port}"], ["127.0.0.1", "127.0.0.2", "::1"], ["127.0.0.3"]),
+    (["-4", "-a", "rack-boot:{port}"], ["127.0.0.1", "127.0.0.2"], ["::1"]),
+    (["-a", "127.0.0.3:stampede-parity"], ["127.0.0.3"], ["127.0.0.1"]),
+    (["-a", "rack-boot:{port}", "-a", "other-name:{port}"], ["127.0.0.1", "127.0.0.2", "::1", "127.0.0.3"], []),
+], ids=["every address of a name", "-4 leaves IPv4", "a service name as the port", "repeated"])
+def test_a_names_every_address_of_a_host_as_7_3_does(tmp_path, flags, answering, silent):
+    answers = []
+    for who in ("tftpd-hpa", "stampede"):
+        root = make_root(tmp_path / who)
+        port = free_udp_port()
+        argv = ["-L", "-s", "-u", "root", *(flag.format(port=port) for flag in flags), root]
+        if who == "tftpd-hpa":  # the chroot's /etc, mounted over inside in_tftpd's namespace
+            command, service = with_name_files(in_tftpd(*argv, share=tmp_path), tmp_path, SID / "etc")
+        else:
+            command, service = with_name_files([str(SERVER_BINARY), *map(str, argv)], tmp_path, "/etc")
+        wanted = service if "stampede-parity" in " ".join(flags) else port
+        process = subprocess.Popen(command, stderr=subprocess.PIPE)
+        try:
+            got = {}
+            for host in answering + silent:
+                family = socket.AF_INET6 if ":" in host else socket.AF_INET
+                deadline = time.time() + (8 if host in answering else 1)
+                answer = ("SILENT",)
+                while answer[0] == "SILENT" and time.time() < deadline and process.poll() is None:
+                    answer = fetch_from(host, family, wanted)
+                got[host] = answer[0]
+            answers.append(got)
+        finally:
+            process.terminate()
+            _, err = process.communicate(timeout=10)
+        assert all(got[h] == "DATA" for h in answering), (who, got, err)
+        assert all(got[h] == "SILENT" for h in silent), (who, got, err)
+    assert answers[0] == answers[1]
+
+
+def fetch_from(host, family, port):
+    """One RRQ of hello.txt to HOST:PORT: ("DATA",) or ("SILENT",) (a refused port is silent too)."""
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(0.5)
+        try:
+            sock.sendto(b"\x00\x01hello.txt\x00octet\x00", (host, port))
+            packet, _ = sock.recvfrom(1024)
+        except (socket.timeout, ConnectionRefusedError):
+            return ("SILENT",)
+        return ("DATA",) if packet[:2] == b"\x00\x03" else ("OTHER",)
 
 
 def test_refuse_all_negotiates_nothing_where_7_3_answers_nothing(tmp_path):
