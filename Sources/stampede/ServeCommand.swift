@@ -342,7 +342,7 @@ struct ServeCommand: ParsableCommand {
 
     func run() throws {
         if version {
-            print(Stampede.versionLine)
+            print(Stampede.versionText(ioURing: URingBackend.probe()))
             return
         }
         let rules = try mapFile.map(loadRules)

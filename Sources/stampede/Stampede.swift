@@ -24,11 +24,24 @@ struct Stampede: ParsableCommand {
         return path.split(separator: "/").last.map(String.init) ?? "stampede"
     }()
 
-    /// What -V prints. Under tftpd-hpa's names the line starts as in.tftpd's does, so that a script
-    /// that reads the version of "tftp-hpa" still finds one, and says what answered.
-    static var versionLine: String {
-        if isInTFTPD { return "tftp-hpa 5.2 compatible (stampede \(version)), with remap, without tcpwrappers" }
-        return "stampede \(version) (tftp-hpa 5.2 compatible command line, with remap)"
+    /// The in.tftpd whose command line, options and remap language Stampede takes.
+    static let compatibleWith = "tftp-hpa 7.3"
+
+    /// What -V prints: in.tftpd 7.3's lines (under tftpd-hpa's names the first starts as its
+    /// does, so that a script that reads the version of "tftp-hpa" finds one), and what this
+    /// build and kernel have.
+    static func versionText(ioURing: (available: Bool, reason: String)) -> String {
+        let first = isInTFTPD ? "\(compatibleWith) compatible (stampede \(version))"
+                              : "stampede \(version) (\(compatibleWith) compatible command line)"
+        return """
+            \(first)
+            Filename remap: yes
+            I/O threads:    yes (one worker per core)
+            Capabilities:   none
+            Jail:           yes (openat2)
+            Backends:       glibc, io_uring (\(ioURing.available ? "works here" : "not here: \(ioURing.reason)"))
+            tcpwrappers:    no
+            """
     }
 
     static var isInTFTPD: Bool { ["in.tftpd", "tftpd"].contains(invokedName) }

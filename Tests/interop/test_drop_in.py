@@ -297,7 +297,8 @@ def test_as_in_tftpd_every_argument_is_the_servers(binary, tmp_path):
     link = tmp_path / "in.tftpd"
     link.symlink_to(binary)
     r = run([str(link), "-V"])
-    assert r.returncode == 0 and r.stdout.startswith(b"tftp-hpa 5.2 compatible (stampede "), r
+    assert r.returncode == 0 and r.stdout.startswith(b"tftp-hpa 7.3 compatible (stampede "), r
+    assert b"\nFilename remap: yes\n" in r.stdout and b"\nJail:           yes (openat2)\n" in r.stdout, r
     r = run([str(link), "-l", "-L", "-a", "127.0.0.1:0", "get"], stdin=subprocess.DEVNULL)
     assert r.returncode == 66 and b"cannot open get" in r.stderr, r  # a directory named get, not the client
 
