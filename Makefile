@@ -196,7 +196,8 @@ test: deps parity-deps build sanitize
 	$(PYTHON) -m pytest -q -rs Tests/interop
 
 # The binary in $(PREFIX)/sbin, beside where in.tftpd lives; UNITS=1 adds the systemd units
-# (contrib/systemd: standalone with /etc/default/tftpd-hpa, or socket-activated).
+# (contrib/systemd: standalone with /etc/default/tftpd-hpa, or socket-activated as the user tftp,
+# which the sysusers file makes).
 SBINDIR = $(PREFIX)/sbin
 UNITDIR ?= /lib/systemd/system
 UNITS ?=
@@ -208,6 +209,9 @@ install: build
 			sed 's|@SBINDIR@|$(SBINDIR)|g' $$unit > $(DESTDIR)$(UNITDIR)/$$(basename $$unit) && \
 			chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename $$unit) && echo "installed $(DESTDIR)$(UNITDIR)/$$(basename $$unit)"; \
 		done; \
+		install -D -m 0644 contrib/systemd/stampede.sysusers $(DESTDIR)/usr/lib/sysusers.d/stampede.conf && \
+		echo "installed $(DESTDIR)/usr/lib/sysusers.d/stampede.conf (the tftp user)"; \
+		[ -z "$(DESTDIR)" ] && command -v systemd-sysusers >/dev/null && systemd-sysusers stampede.conf || true; \
 		command -v systemctl >/dev/null && [ -z "$(DESTDIR)" ] && systemctl daemon-reload || true; \
 	fi
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SERVER_BINARY, Server, free_udp_port
+from conftest import REPO, SERVER_BINARY, Server, free_udp_port
 from parity import (SID, REQUIRES_PEER, UPLOAD, TftpdHpa, assert_same_outcomes, compared, in_tftpd, make_root,
                     outcome, run_both, serves, start_both)
 
@@ -127,6 +127,32 @@ def open_directory():
     with tempfile.TemporaryDirectory(prefix="stampede-parity-") as name:
         os.chmod(name, 0o755)
         yield Path(name)
+
+
+def test_debians_unit_with_stampedes_path_passes_systemd_analyze(tmp_path):
+    """Debian unstable's tftpd-hpa.service and .socket, as shipped, with Stampede's binary in
+    ExecStart: systemd reads them without a word (man:in.tftpd is not looked up: Debian's page)."""
+    for unit in ("tftpd-hpa.service", "tftpd-hpa.socket"):
+        text = (SID / "usr/lib/systemd/system" / unit).read_text()
+        (tmp_path / unit).write_text(text.replace("/usr/sbin/in.tftpd", str(SERVER_BINARY)))
+    assert str(SERVER_BINARY) in (tmp_path / "tftpd-hpa.service").read_text()
+    check = subprocess.run(["systemd-analyze", "verify", "--man=no", "tftpd-hpa.service", "tftpd-hpa.socket"],
+                           cwd=tmp_path, capture_output=True, timeout=60)
+    assert check.returncode == 0 and not check.stdout and not check.stderr, check.stderr.decode()
+
+
+def test_stampedes_activated_unit_is_hardened_as_debians(tmp_path):
+    """contrib's socket-activated unit runs as tftp with --jail and every sandbox line of Debian
+    unstable's tftpd-hpa.service."""
+    ours = (REPO / "contrib/systemd/stampede-activated.service").read_text()
+    theirs = (SID / "usr/lib/systemd/system/tftpd-hpa.service").read_text()
+    sandbox = [line for line in theirs.splitlines() if line.split("=")[0] in
+               ("User", "ReadWritePaths", "NoNewPrivileges", "RestrictAddressFamilies", "SystemCallArchitectures",
+                "PrivateDevices", "PrivateTmp") or line.startswith("Protect")]
+    assert len(sandbox) >= 14, sandbox
+    assert [line for line in sandbox if line not in ours.splitlines()] == []
+    assert "--systemd --jail ${TFTPD_HOME}" in ours and "--secure" not in ours.split("[Service]")[1]
+    assert "u tftp " in (REPO / "contrib/systemd/stampede.sysusers").read_text()
 
 
 def test_debians_unit_line_serves_as_its_user_without_root(open_directory):
