@@ -135,21 +135,25 @@ parity-deps: deps
 	@if [ ! -x $(SID)/usr/sbin/in.tftpd ]; then \
 		echo "making $(SID): Debian unstable with tftpd-hpa (debootstrap)"; \
 		mkdir -p $(dir $(SID)) && $(SUDO) rm -rf $(SID).new && \
-		$(SUDO) debootstrap --variant=minbase --include=tftpd-hpa sid $(SID).new http://deb.debian.org/debian >$(SID).log 2>&1 || \
+		$(SUDO) debootstrap --variant=minbase --include=tftpd-hpa,dnsmasq-base sid $(SID).new http://deb.debian.org/debian >$(SID).log 2>&1 || \
 			{ tail -20 $(SID).log; exit 1; }; \
 		mv $(SID).new $(SID); \
 	fi
 	@v=$$($(SUDO) chroot $(SID) /usr/sbin/in.tftpd -V 2>&1 | head -1); echo "parity peer: $$v ($(SID))"; \
 	[ "$$v" = "$(PARITY_TFTPD)" ] || echo "WARNING: $(SID) has $$v, the parity corpus was written for $(PARITY_TFTPD): the parity tests skip"
 
-bench-deps: deps
+bench-deps: deps parity-deps
 	$(call apt_install,$(BENCH_PACKAGES),$(call commands_of,$(BENCH_COMMANDS)))
 	@if [ ! -x $(PEERS)/usr/sbin/in.tftpd ] || [ ! -x $(PEERS)/usr/sbin/atftpd ]; then \
 		mkdir -p $(PEERS)/debs && cd $(PEERS)/debs && \
 		{ apt-get download $(PEER_DEBS) 2>/dev/null || { $(SUDO) apt-get update -qq && apt-get download $(PEER_DEBS); }; } && \
 		for d in *.deb; do dpkg-deb -x $$d ..; done; \
 	fi
+	@# The peers of today (tftp-hpa 7.3, dnsmasq 2.93) run from the Debian unstable tree; a tree
+	@# made before dnsmasq was in it gets it now.
+	@[ -x $(SID)/usr/sbin/dnsmasq ] || { $(SUDO) chroot $(SID) sh -c 'apt-get -o Acquire::Check-Valid-Until=false update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dnsmasq-base' >$(SID).log 2>&1 || { tail -20 $(SID).log; exit 1; }; }
 	@$(PEERS)/usr/sbin/in.tftpd -V 2>&1 | head -1; $(PEERS)/usr/sbin/atftpd -V 2>&1 | head -1; dnsmasq --version | head -1
+	@chroot $(SID) /usr/sbin/in.tftpd -V 2>&1 | head -1; chroot $(SID) /usr/sbin/dnsmasq --version | head -1
 
 # Stampede on both backends and every peer, the same scenarios, one table (results/bench.*).
 bench: build bench-deps .build/floor

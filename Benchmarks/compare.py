@@ -14,13 +14,17 @@ Before the servers, the kernel floor (Benchmarks/Floor/floor.c, built as .build/
 sender's CPU per GB for the same datagrams with sendmmsg and with GSO, no TFTP at all; each
 scenario's row says how far the server is from the floor for its kind of send.
 
-Per-transfer logging is off for every server that has a switch for it (Stampede --verbosity 0,
-dnsmasq --quiet-tftp, atftpd --verbose=1); tftpd-hpa logs no transfer by default.
+The peers are those operators run now, tftp-hpa 7.3's in.tftpd and dnsmasq 2.93, run from the
+Debian unstable tree `make parity-deps` makes (chrooted in a mount namespace of their own where
+the bench root is bound, sharing the network), and, as a second row, Debian 12's tftpd-hpa 5.2
+(`tftpd-hpa-5.2`) and dnsmasq 2.90 (`dnsmasq-2.90`). Each row's version is in the JSON and the
+table's header. Per-transfer logging is off for every server that has a switch for it (Stampede
+--verbosity 0, dnsmasq --quiet-tftp, atftpd --verbose=1); tftpd-hpa logs no transfer by default.
 Two runs of the same pair differ by 10-15 % on a shared 2-core machine, so Stampede (both
 backends) and dnsmasq, the figures the project is judged by, run BENCH_ROUNDS times (default 3),
 interleaved, and the table shows the median round with the spread of server CPU per GB;
-tftpd-hpa and atftpd run once (they are far from the others, and this keeps `make bench` under
-10 minutes). Every round is kept in the JSON.
+the other peers run once (they are far from the others, and this keeps `make bench` near
+15 minutes). Every round is kept in the JSON.
 Environment: BENCH_SERVERS, BENCH_SCENARIOS (comma lists) narrow the run; BENCH_ROUNDS sets the
 rounds; BENCH_QUICK=1 shrinks every scenario tenfold (a smoke test, not a measurement);
 BENCH_BASELINE=PATH adds another stampede binary (an older build) on each backend, as
@@ -44,6 +48,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 STAMPEDE = REPO / ".build" / "release" / "stampede"
 PEERS = REPO / ".build" / "peers" / "usr" / "sbin"
+SID = REPO / ".build" / "sid"
 ROOT = REPO / ".build" / "bench-root"
 RESULTS = REPO / "results"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -125,18 +130,47 @@ SERVERS = [
     *([Peer("stampede-uring-baseline", BASELINE, stampede("uring", binary=BASELINE)),
        Peer("stampede-glibc-baseline", BASELINE, stampede("glibc", binary=BASELINE))] if BASELINE else []),
     # dnsmasq has no TFTP port option: it serves on 69. --tftp-max raised from its default of 50.
-    Peer("dnsmasq", "dnsmasq",
-         lambda root, port: ["dnsmasq", "-k", "--port=0", "--enable-tftp", f"--tftp-root={root}", "--tftp-max=20000",
-                             "--listen-address=127.0.0.1", "--bind-interfaces", "--user=root", "--pid-file=",
-                             "--quiet-tftp", "--log-facility=-"], fixed_port=69),
-    Peer("tftpd-hpa", PEERS / "in.tftpd",
-         lambda root, port: [PEERS / "in.tftpd", "-L", "-l", "-a", f"127.0.0.1:{port}", "-u", "root", "-s", root]),
+    Peer("dnsmasq", SID / "usr/sbin/dnsmasq", lambda root, port: in_sid(dnsmasq("/usr/sbin/dnsmasq", root)), fixed_port=69),
+    Peer("dnsmasq-2.90", "dnsmasq", lambda root, port: dnsmasq("dnsmasq", root), fixed_port=69),
+    Peer("tftpd-hpa", SID / "usr/sbin/in.tftpd", lambda root, port: in_sid(tftpd_hpa("/usr/sbin/in.tftpd", root, port))),
+    Peer("tftpd-hpa-5.2", PEERS / "in.tftpd", lambda root, port: tftpd_hpa(PEERS / "in.tftpd", root, port)),
     # --maxthread raised from its default of 100.
     Peer("atftpd", PEERS / "atftpd",
          lambda root, port: [PEERS / "atftpd", "--daemon", "--no-fork", "--port", str(port), "--bind-address",
                              "127.0.0.1", "--user", "root", "--group", "root", "--maxthread", "20000",
                              "--verbose=1", "--logfile", "-", root]),
 ]
+
+
+def dnsmasq(binary, root):
+    return [binary, "-k", "--port=0", "--enable-tftp", f"--tftp-root={root}", "--tftp-max=20000",
+            "--listen-address=127.0.0.1", "--bind-interfaces", "--user=root", "--pid-file=", "--quiet-tftp",
+            "--log-facility=-"]
+
+
+def tftpd_hpa(binary, root, port):
+    return [binary, "-L", "-l", "-a", f"127.0.0.1:{port}", "-u", "root", "-s", root]
+
+
+def in_sid(command):
+    """`command` run from the Debian unstable tree, the bench root bound at its own path there:
+    the tree's binaries need its glibc. Every step execs, so the server keeps the pid (and cgroup)."""
+    script = 'mkdir -p "$0$1" && mount --bind "$1" "$0$1" && shift && exec chroot "$0" "$@"'
+    return ["unshare", "--mount", "sh", "-c", script, str(SID), str(ROOT), *map(str, command)]
+
+
+def version_of(peer) -> str:
+    """The version a peer says it is (its first line), for the table."""
+    if peer.name.startswith("stampede"):
+        return ""
+    binary = str(peer.binary)
+    flag = "--version" if "dnsmasq" in binary else "-V"
+    command = ["chroot", str(SID), binary[len(str(SID)):], flag] if binary.startswith(str(SID)) else [binary, flag]
+    try:
+        r = subprocess.run(command, capture_output=True, text=True, timeout=10)
+    except OSError:
+        return "?"
+    return ((r.stdout + r.stderr).strip().splitlines() or ["?"])[0]
 
 
 def raise_fd_limit():
@@ -592,6 +626,9 @@ def main():
     servers = [p for p in servers if p.installed]
     if missing:
         print(f"not installed, skipped: {', '.join(missing)} (`make bench-deps` installs them)")
+    versions = {p.name: version_of(p) for p in servers if not p.name.startswith("stampede")}
+    for name, version in versions.items():
+        print(f"{name}: {version}")
     make_root()
     RESULTS.mkdir(exist_ok=True)
     rounds = []
@@ -612,6 +649,7 @@ def main():
                     print(row.get("error") or f"{row['ok']} ok, {row['failed']} failed, {row['wall_s']} s")
     rows = with_ratios(median_rounds(rounds), floor)
     info = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "kernel": os.uname().release, "cpus": os.cpu_count(),
+            "versions": versions,
             "quick": QUICK, "rounds": ROUNDS, "seconds": round(time.monotonic() - started, 1),
             "scenarios": {s[0]: s[4] for s in scenarios}}
     (RESULTS / "bench.json").write_text(json.dumps({"run": info, "floor": floor, "rows": rows, "rounds": rounds}, indent=2))
@@ -620,7 +658,8 @@ def main():
     (RESULTS / "bench.md").write_text(
         f"Measured {info['date']} on {info['cpus']} cores, kernel {info['kernel']}, all on loopback; "
         f"the load is `stampede storm` (io_uring, every byte verified). Median of {ROUNDS} rounds for Stampede and "
-        f"dnsmasq (spread of server CPU per GB in brackets), one round for tftpd-hpa and atftpd. "
+        f"dnsmasq (spread of server CPU per GB in brackets), one round for the other peers. "
+        f"Peers: {'; '.join(f'{name}: {version}' for name, version in versions.items())}. "
         f"`-nogso`: the same server with --no-gso. × floor: the server's CPU per GB over the kernel floor's for "
         f"its kind of send (lockstep: one datagram per send; initrd: GSO sends of 16; uefi: GSO sends of 4).\n\n"
         f"{scenario_lines}\n\n{table}\n\n## The rack: boot profiles at scale\n\n{rack_markdown(rows)}\n\n"
