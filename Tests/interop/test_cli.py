@@ -19,7 +19,9 @@ def test_version(binary):
 
 @pytest.mark.parametrize("args", [["-B", "7"], ["-B", "mtu100"], ["-B", "mtu-"], ["-B", "mtu-x"], ["-W", "-1"], ["-r", "multicast"], ["--window-bytes", "-1"], ["-R", "5:1"], ["-U", "9z"], ["-T", "5"], ["--backend", "x"],
                                   ["-S", "no-such-service"], ["-S", "0"], ["-S", "-1"], ["--port", "70000"],
-                                  ["--service", "99999999999999999999999"]])
+                                  ["--service", "99999999999999999999999"], ["--max-upload", "1.5M"], ["--max-size", "16E"],
+                                  ["--max-upload", "-1"], ["--normalize=bogus"], ["--map-steps", "0"], ["-a", "[::1"],
+                                  ["-a", "127.0.0.1:no-such-service"], ["--map-client", "127.0.0.1"]])
 def test_bad_flags_are_usage_errors(binary, root, args):
     r = run([str(binary), "-l", *args, str(root)])
     assert r.returncode == 64, r.stderr
