@@ -412,4 +412,6 @@ def test_make_install_puts_units_that_run_debians_tftpd_hpa_settings_unchanged(r
     finally:
         p.terminate()
     assert p.wait(timeout=15) == 0
-    assert "ExecStart=/usr/sbin/stampede --systemd" in (units / "stampede-activated.service").read_text()
+    activated = (units / "stampede-activated.service").read_text()
+    assert "ExecStart=/usr/sbin/stampede $TFTPD_OPTS --stderr=tag --systemd --jail ${TFTPD_HOME}" in activated
+    assert "u tftp " in (destdir / "usr" / "lib" / "sysusers.d" / "stampede.conf").read_text()
