@@ -19,8 +19,9 @@ struct ClientOptions: ParsableArguments {
     var noTsize = false
 
     @Option(name: .customLong("option"),
-            help: "Ask for any option of the table as NAME=VALUE (repeatable): blksize2, utimeout, rollover, cookie, ...")
-    var option: [String] = []
+            help: "Ask for any option of the table as NAME=VALUE (repeatable): blksize2, utimeout, rollover, cookie, ...",
+            transform: ClientOptions.requested)
+    var option: [(name: String, value: String)] = []
 
     @Option(name: .customLong("mode"), help: "octet or netascii.")
     var mode = "octet"
@@ -34,7 +35,6 @@ struct ClientOptions: ParsableArguments {
         try Self.check(windowsize, .windowsize)
         try Self.check(timeout, .timeout)
         try FlagRange.check(retries, FlagRange.retries, "--retries")
-        _ = try Self.requested(option)
         guard TransferMode(rawValue: mode.lowercased()) != nil else { throw ValidationError("--mode: octet or netascii.") }
     }
 
@@ -45,14 +45,10 @@ struct ClientOptions: ParsableArguments {
         throw ValidationError("--\(option.rawValue) \(value): must be within \(option.range.lowerBound)...\(option.range.upperBound)\(why).")
     }
 
-    /// `--option NAME=VALUE`, each checked against the option table.
-    static func requested(_ words: [String]) throws -> [(name: String, value: String)] {
-        try words.map { word in
-            switch TFTPOption.requested(word) {
-            case .success(let option): return option
-            case .failure(let error): throw ValidationError("--option \(error)")
-            }
-        }
+    /// `--option NAME=VALUE`, checked against the option table as the command line is read (a
+    /// bad one: "The value ... is invalid for '--option'", and why; exit 64).
+    static func requested(_ word: String) throws -> (name: String, value: String) {
+        try TFTPOption.requested(word).get()
     }
 
     func settings(host: String) throws -> TFTPClient.Settings {
@@ -65,7 +61,7 @@ struct ClientOptions: ParsableArguments {
         settings.blockSize = blksize
         settings.windowSize = windowsize
         settings.timeoutSeconds = timeout
-        settings.moreOptions = try Self.requested(option)
+        settings.moreOptions = option
         settings.askSize = !noTsize
         settings.retries = retries
         return settings

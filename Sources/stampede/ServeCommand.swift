@@ -397,11 +397,7 @@ struct ServeCommand: ParsableCommand {
             guard chroot(root) == 0, chdir("/") == 0 else { throw failure("-s: chroot \(root): \(Errno.current)") }
         }
 
-        let uploadLimit = maxUpload.flatMap(Self.size)
-        var policy = AccessPolicy(root: rootFD, permissive: permissive, allowCreate: create, readOnly: readOnly || uploadLimit == 0,
-                                  umask: fileUmask, virtualRoot: secure || jail)
-        policy.maxUpload = uploadLimit
-        policy.names = FilenameProcessing(normalization: normalize, validates: validatePaths)
+        let policy = accessPolicy(root: rootFD, umask: fileUmask)
         var configuration = ServerConfiguration(listenAddresses: [], policy: policy, logger: logger)
         switch mode {
         case .standalone: configuration.listenAddresses = addresses
@@ -421,12 +417,13 @@ struct ServeCommand: ParsableCommand {
                 old ACK would look new and corrupt the file): granting at most \(window)
                 """)
         }
+        var maxBlockSize: Int?
         switch blocksize {
-        case .bytes(let bytes): configuration.optionLimits.maxBlockSize = bytes
+        case .bytes(let bytes): maxBlockSize = bytes
         case .mtu(let slack): configuration.blockSizeSlack = slack
         case nil: break
         }
-        configuration.optionLimits = OptionLimits(maxBlockSize: configuration.optionLimits.maxBlockSize, maxWindowSize: window, maxWindowBytes: windowBytes,
+        configuration.optionLimits = OptionLimits(maxBlockSize: maxBlockSize, maxWindowSize: window, maxWindowBytes: windowBytes,
                                                   refused: refuseAll ? Set(TFTPOption.allCases.map(\.rawValue))
                                                                      : Set(refuse.map { $0.lowercased() }))
         configuration.retransmitTimeout = Nanoseconds(retransmit) * 1000
@@ -539,6 +536,17 @@ struct ServeCommand: ParsableCommand {
         }
     }
 
+    /// What the flags say a client may read and write beneath `root` (`-p`, `-c`, `--ro`,
+    /// `--max-upload`, `-U`, `-s`/`-j`, `--normalize`, `--validate`).
+    func accessPolicy(root: Int32, umask: mode_t = 0o022) -> AccessPolicy {
+        let uploadLimit = maxUpload.flatMap(Self.size)
+        var policy = AccessPolicy(root: root, permissive: permissive, allowCreate: create, readOnly: readOnly || uploadLimit == 0,
+                                  umask: umask, virtualRoot: secure || jail)
+        policy.maxUpload = uploadLimit
+        policy.names = FilenameProcessing(normalization: normalize, validates: validatePaths)
+        return policy
+    }
+
     /// The directory served: `--path-prefix` joined to the one named (in.tftpd 7.3's rules: the
     /// prefix must be a directory, and "/" may be served only with one; exit 65 otherwise).
     func servedDirectory() throws -> String {
@@ -565,16 +573,11 @@ struct ServeCommand: ParsableCommand {
         }
         let text: [UInt8]
         do {
-            text = try path == "-" ? Self.readStandardInput() : readWholeFile(path)
+            text = try path == "-" ? readToEnd(0) : readWholeFile(path)
         } catch {
             throw failure("--map-test \(path): cannot read: \(error)", status: 66)
         }
-        var policy: AccessPolicy?
-        if !directory.isEmpty, let root = try? AccessPolicy.openRoot(servedDirectory()) {
-            policy = AccessPolicy(root: root, permissive: permissive, allowCreate: create, readOnly: readOnly,
-                                  virtualRoot: secure || jail)
-            policy?.names = FilenameProcessing(normalization: normalize, validates: validatePaths)
-        }
+        let policy = directory.isEmpty ? nil : (try? AccessPolicy.openRoot(servedDirectory())).map { accessPolicy(root: $0) }
         let trace: ((String) -> Void)? = (verbosity ?? verbose) >= 3 ? { writeToStandardError("\($0)\n") } : nil
         for warning in rules?.warnings ?? [] { writeToStandardError("stampede: -m \(mapFile!): \(warning)\n") }
         var lines = text.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
@@ -594,18 +597,6 @@ struct ServeCommand: ParsableCommand {
             }
         }
         output.withUnsafeBytes { try? writeFully(1, $0) }
-    }
-
-    static func readStandardInput() throws(Errno) -> [UInt8] {
-        var text: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { read(0, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 { throw Errno.current }
-            if n == 0 { return text }
-            text += chunk[..<n]
-        }
     }
 
     /// `--backend`: auto takes io_uring when the probe (ENOSYS, EPERM from seccomp,

@@ -59,8 +59,9 @@ struct Storm: ParsableCommand {
     @Flag(inversion: .prefixedNo, help: "Ask for the transfer size (RFC 2349).")
     var tsize = true
     @Option(name: .customLong("option"),
-            help: "Ask for any option of the table as NAME=VALUE (repeatable): blksize2, utimeout, rollover, cookie, ...")
-    var option: [String] = []
+            help: "Ask for any option of the table as NAME=VALUE (repeatable): blksize2, utimeout, rollover, cookie, ...",
+            transform: ClientOptions.requested)
+    var option: [(name: String, value: String)] = []
     @Option(help: "Ask for this retransmit timeout, in seconds (RFC 2349).")
     var timeout: Int?
     @Option(help: "Our retransmit interval when no timeout is negotiated, in milliseconds.")
@@ -111,7 +112,6 @@ struct Storm: ParsableCommand {
         try FlagRange.check(total, 0...Int(Int32.max), "--total")
         try FlagRange.check(duration, 0.001...Double(FlagRange.year), "--duration", "seconds")
         try ClientOptions.check(blksize, .blksize)
-        _ = try ClientOptions.requested(option)
         try ClientOptions.check(windowsize, .windowsize)
         try ClientOptions.check(timeout, .timeout)
         try FlagRange.check(retransmit, 1...255_000, "--retransmit", "milliseconds")
@@ -149,7 +149,7 @@ struct Storm: ParsableCommand {
             }
         } else {
             let options = TFTPOption.requestList(blockSize: blksize, timeoutSeconds: timeout, transferSize: tsize ? 0 : nil,
-                                                 windowSize: windowsize, more: try ClientOptions.requested(option))
+                                                 windowSize: windowsize, more: option)
             return .single(file: file!, options: options, retransmit: Nanoseconds(retransmit) * 1_000_000, retries: retries)
         }
         if let stages {

@@ -257,12 +257,12 @@ HOSTS = "127.0.0.1 rack-boot\n127.0.0.2 rack-boot\n::1 rack-boot\n127.0.0.3 othe
 
 def with_name_files(command, tmp_path, etc):
     """`command` (an in.tftpd one from in_tftpd, or Stampede's) with the test's hosts and services."""
-    hosts, services = tmp_path / "hosts", tmp_path / "services"
+    hosts, services, port = tmp_path / "hosts", tmp_path / "services", free_udp_port()
     hosts.write_text(HOSTS)
-    services.write_text(f"stampede-parity {free_udp_port()}/udp\n")
-    binds = f'touch "{etc}/hosts" "{etc}/services" && mount --bind "{hosts}" "{etc}/hosts" && ' \
-            f'mount --bind "{services}" "{etc}/services" && exec "$@"'
-    return ["unshare", "--mount", "sh", "-c", binds, "sh", *command], int(services.read_text().split()[1].split("/")[0])
+    services.write_text(f"stampede-parity {port}/udp\n")
+    binds = f'for f in hosts services; do [ -e "{etc}/$f" ] || touch "{etc}/$f"; done && ' \
+            f'mount --bind "{hosts}" "{etc}/hosts" && mount --bind "{services}" "{etc}/services" && exec "$@"'
+    return ["unshare", "--mount", "sh", "-c", binds, "sh", *command], port
 
 
 @pytest.mark.parametrize("flags,answering,silent", [
