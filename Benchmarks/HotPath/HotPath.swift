@@ -96,11 +96,13 @@ final class CountingBackend: DatagramBackend {
         SocketHandle(0)
     }
     func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?, largestDatagram: Int,
-                      tag: UInt64) throws(Errno) -> SocketHandle {
+                      buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle {
         lastTransferTag = tag
         return SocketHandle(1)
     }
-    func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> SocketHandle { SocketHandle(2) }
+    func openClient(local: SocketAddress, largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle {
+        SocketHandle(2)
+    }
     func localAddress(of socket: SocketHandle) -> SocketAddress? { local }
     func close(_ socket: SocketHandle) {}
     func send(_ socket: SocketHandle, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {

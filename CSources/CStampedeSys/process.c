@@ -34,9 +34,7 @@ int stampede_adopt_listener(int fd, int receive_buffer)
     flags = fcntl(fd, F_GETFL);
     if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
         return -errno;
-    if (receive_buffer > 0 &&
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &receive_buffer, sizeof(receive_buffer)) < 0)
-        (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+    stampede_grow_socket_buffer(fd, 1, receive_buffer);
     /* Replies and transfers come from the address each request was sent to: PKTINFO tells it.
      * On a dual-stack IPv6 socket (inetd's usual), IPv4 clients arrive as ::ffff:a.b.c.d. */
     if (address.ss_family == AF_INET6) {

@@ -188,6 +188,19 @@ int stampede_fallocate(int fd, int64_t length)
     return negative_errno(fallocate(fd, 0, 0, (off_t)length));
 }
 
+void stampede_grow_socket_buffer(int fd, int receive, int bytes)
+{
+    int current = 0;
+    socklen_t length = sizeof(current);
+    if (bytes <= 0)
+        return;
+    /* getsockopt reports the doubled value the kernel keeps. */
+    if (getsockopt(fd, SOL_SOCKET, receive ? SO_RCVBUF : SO_SNDBUF, &current, &length) == 0 && current / 2 >= bytes)
+        return;
+    if (setsockopt(fd, SOL_SOCKET, receive ? SO_RCVBUFFORCE : SO_SNDBUFFORCE, &bytes, sizeof(bytes)) < 0)
+        (void)setsockopt(fd, SOL_SOCKET, receive ? SO_RCVBUF : SO_SNDBUF, &bytes, sizeof(bytes));
+}
+
 int stampede_listener_socket(const struct sockaddr_storage *address, int receive_buffer)
 {
     int one = 1;
@@ -196,11 +209,8 @@ int stampede_listener_socket(const struct sockaddr_storage *address, int receive
         return -errno;
     if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0)
         return fail_closing(fd);
-    /* A rack boot is a burst of thousands of RRQs: a large queue drains it instead of dropping.
-     * SO_RCVBUFFORCE passes rmem_max when privileged; otherwise take what the kernel allows. */
-    if (receive_buffer > 0 &&
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &receive_buffer, sizeof(receive_buffer)) < 0)
-        (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+    /* A rack boot is a burst of thousands of RRQs: a large queue drains it instead of dropping. */
+    stampede_grow_socket_buffer(fd, 1, receive_buffer);
     if (address->ss_family == AF_INET6) {
         if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0 ||
             setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one)) < 0)

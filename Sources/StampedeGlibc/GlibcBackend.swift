@@ -153,12 +153,12 @@ public final class GlibcBackend: DatagramBackend {
     }
 
     public func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
-                             largestDatagram: Int, tag: UInt64) throws(Errno) -> SocketHandle {
-        try register(UDPSocket.transfer(local: local, peer: peer, ports: ports), tag: tag, isListener: false)
+                             largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle {
+        try register(UDPSocket.transfer(local: local, peer: peer, ports: ports, buffers: buffers), tag: tag, isListener: false)
     }
 
-    public func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> SocketHandle {
-        try register(UDPSocket.client(local: local), tag: tag, isListener: false)
+    public func openClient(local: SocketAddress, largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle {
+        try register(UDPSocket.client(local: local, buffers: buffers), tag: tag, isListener: false)
     }
 
     public func localAddress(of socket: SocketHandle) -> SocketAddress? {

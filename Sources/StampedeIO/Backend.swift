@@ -22,12 +22,13 @@ public protocol DatagramBackend: AnyObject, CustomStringConvertible, SendableMet
     func adoptListener(_ socket: consuming Descriptor, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle
     /// Opens a transfer socket bound to `local` and connected to `peer`. `largestDatagram` is the
     /// biggest packet the client may send on it (blksize + 4 for an upload), so a backend with
-    /// pooled receive buffers can pick buffers that fit.
+    /// pooled receive buffers can pick buffers that fit. `buffers` are the kernel queues its
+    /// window needs (`SocketBuffers.holding`).
     func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
-                      largestDatagram: Int, tag: UInt64) throws(Errno) -> SocketHandle
+                      largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle
     /// Opens a client socket (see `UDPSocket.client`): datagrams from any peer arrive, each with
     /// its `peer`; sends name their destination. `stampede storm` plays its clients on these.
-    func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> SocketHandle
+    func openClient(local: SocketAddress, largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle
     /// The local address a socket is bound to.
     func localAddress(of socket: SocketHandle) -> SocketAddress?
     /// Closes a socket; sends queued on it before are still flushed first.

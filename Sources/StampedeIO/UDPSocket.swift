@@ -1,4 +1,5 @@
 import CStampedeSys
+import StampedeProtocol
 
 /// The UDP sockets every backend serves from, opened the same way whichever backend then owns
 /// them (the shims in CStampedeSys do the setsockopt, bind and connect).
@@ -18,12 +19,15 @@ public enum UDPSocket {
     }
 
     /// A transfer socket bound to `local` (port 0, or a free one of `ports`) and connected to
-    /// `peer`; non-blocking.
-    public static func transfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?) throws(Errno) -> Descriptor {
+    /// `peer`, its queues grown to `buffers`; non-blocking.
+    public static func transfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
+                                buffers: SocketBuffers) throws(Errno) -> Descriptor {
         var localStorage = local.storage
         var peerStorage = peer.storage
-        return try owned(stampede_transfer_socket(&localStorage, &peerStorage, ports?.lowerBound ?? 0, ports?.upperBound ?? 0,
-                                                  UInt32.random(in: 0...UInt32.max)))
+        let socket = try owned(stampede_transfer_socket(&localStorage, &peerStorage, ports?.lowerBound ?? 0, ports?.upperBound ?? 0,
+                                                        UInt32.random(in: 0...UInt32.max)))
+        buffers.grow(socket.raw)
+        return socket
     }
 
     /// A shared transfer socket: bound to `local` (port 0, or a free one of `ports`), not
@@ -37,15 +41,55 @@ public enum UDPSocket {
 
     /// A client socket: bound to `local` (port 0: an ephemeral port of its own, never shared as
     /// SO_REUSEPORT would allow), not connected, so the server's reply from its transfer port
-    /// arrives; non-blocking.
-    public static func client(local: SocketAddress) throws(Errno) -> Descriptor {
+    /// arrives; its queues grown to `buffers`; non-blocking.
+    public static func client(local: SocketAddress, buffers: SocketBuffers) throws(Errno) -> Descriptor {
         var localStorage = local.storage
-        return try owned(stampede_transfer_socket(&localStorage, nil, 0, 0, 0))
+        let socket = try owned(stampede_transfer_socket(&localStorage, nil, 0, 0, 0))
+        buffers.grow(socket.raw)
+        return socket
     }
 
     /// The shims return a descriptor or a negative errno.
     private static func owned(_ result: Int32) throws(Errno) -> Descriptor {
         if let error = Errno(result: result) { throw error }
         return Descriptor(owning: result)
+    }
+}
+
+/// What a socket's kernel queues must hold beyond Linux's defaults (net.core.rmem_default and
+/// wmem_default, 208 KiB): a window of datagrams in flight. A window the receiver's queue cannot
+/// hold loses its tail every time, and each loss costs a whole retransmit timeout (`get -w 256`
+/// of 50 MB over loopback: 22 s with the default queue, under a second with one that holds it);
+/// a non-blocking sender whose queue is full drops the rest of the window the same way.
+public struct SocketBuffers: Sendable, Equatable {
+    /// Bytes, as setsockopt counts them; 0 leaves the kernel's default.
+    public var receive: Int
+    public var send: Int
+
+    public init(receive: Int = 0, send: Int = 0) {
+        self.receive = receive
+        self.send = send
+    }
+
+    /// The bytes to ask for a queue that holds `count` datagrams of `size` bytes: the kernel
+    /// doubles what it is asked and charges each datagram its whole allocation (measured over
+    /// loopback: 832 bytes for an empty one, 2,304 for 1,472 bytes, 16,644 for 8,196 — the
+    /// allocation rounds up to a power of two), so `size + 832` each holds the window with room.
+    /// Never above Int32.max, what setsockopt takes.
+    public static func holding(_ count: Int, datagramsOf size: Int) -> Int {
+        let (bytes, overflow) = max(count, 0).multipliedReportingOverflow(by: max(size, 0) + 832)
+        return overflow ? Int(Int32.max) : min(bytes, Int(Int32.max))
+    }
+
+    /// The receive queue a client needs for `request`'s largest window (none for lockstep).
+    public static func receiving(_ request: Request) -> SocketBuffers {
+        let window = request.largestWindow
+        return window.datagrams > 1 ? SocketBuffers(receive: holding(window.datagrams, datagramsOf: window.size)) : SocketBuffers()
+    }
+
+    /// Grows `fd`'s queues to these sizes (never shrinks them; best effort).
+    public func grow(_ fd: Int32) {
+        stampede_grow_socket_buffer(fd, 1, Int32(clamping: receive))
+        stampede_grow_socket_buffer(fd, 0, Int32(clamping: send))
     }
 }

@@ -2,10 +2,10 @@
 public struct OptionLimits: Sendable, Equatable {
     /// Largest blksize granted; the default is derived per request from the interface MTU.
     public var maxBlockSize: Int?
-    /// Largest windowsize granted. 64 by default, where tftp-hpa 7.3 grants 256: a window of 256
-    /// blocks of 1468 bytes is more than Linux's default receive buffer (208 KiB) holds, and a
-    /// client that asked for it loses the window's tail every time (`stampede get -w 256` of 50 MB
-    /// over loopback took 20 s, against 0.25 s at 64). README, "Migrating from tftpd-hpa".
+    /// Largest windowsize granted: 256 by default, as tftp-hpa 7.3. A client that asks for a
+    /// window must be able to queue it (256 blocks of 1468 bytes are more than Linux's default
+    /// 208 KiB receive buffer holds): Stampede's own clients grow their queues to the window they
+    /// ask (`SocketBuffers`), and its transfer sockets to the window they grant.
     public var maxWindowSize: Int
     /// blksize × windowsize never above this (0: no limit); a window of fewer than two blocks is
     /// lockstep, and windowsize is then left out of the OACK. tftp-hpa 7.3's default, 4 MiB.
@@ -13,7 +13,7 @@ public struct OptionLimits: Sendable, Equatable {
     /// Options named with `-r`: never acknowledged, as if unknown.
     public var refused: Set<String>
 
-    public static let defaultWindowSize = 64
+    public static let defaultWindowSize = 256
     public static let defaultWindowBytes = 4 << 20
 
     public init(maxBlockSize: Int? = nil, maxWindowSize: Int = defaultWindowSize, maxWindowBytes: Int = defaultWindowBytes,

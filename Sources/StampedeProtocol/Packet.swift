@@ -152,6 +152,23 @@ public struct Request: Equatable, Sendable {
         return request
     }
 
+    /// The most DATA a server may send at once in answer to this request: the windowsize it asks
+    /// (1 without) of datagrams carrying the largest block it asks (blksize or blksize2; 512
+    /// without) — what a client's receive queue must hold not to lose a window's tail.
+    public var largestWindow: (datagrams: Int, size: Int) {
+        var window = 1
+        var block = 512
+        for option in options {
+            guard let value = TFTPOption.decimal(option.value) else { continue }
+            switch option.name.lowercased() {
+            case TFTPOption.windowsize.rawValue: window = max(window, min(value, 65535))
+            case TFTPOption.blksize.rawValue, TFTPOption.blksize2.rawValue: block = max(block, min(value, 65464))
+            default: break
+            }
+        }
+        return (window, block + 4)
+    }
+
     public func encoded() -> [UInt8] {
         var out: [UInt8] = [0, isWrite ? 2 : 1]
         out += filename + [0] + Array(mode.utf8) + [0]

@@ -220,7 +220,8 @@ extension Worker {
                 // A reader's client sends ACKs and ERRORs; a writer's sends DATA of the negotiated size.
                 let largest = incoming.request.isWrite ? negotiation.options.blockSize + 4 : 516
                 return .own(try backend.openTransfer(local: local, peer: incoming.peer, ports: configuration.portRange,
-                                                     largestDatagram: largest, tag: table.tag(of: slot).rawValue))
+                                                     largestDatagram: largest, buffers: windowBuffers(negotiation.options, isWrite: incoming.request.isWrite),
+                                                     tag: table.tag(of: slot).rawValue))
             } catch {
                 refusal = error
             }
@@ -245,6 +246,15 @@ extension Worker {
             throw .error(TFTPError(.notDefined, "Server out of sockets: \(refusal.map { "\($0)" } ?? "no transfer socket left")", busy: true))
         }
         return .shared(shared, from: incoming.local)
+    }
+
+    /// The queue a transfer's window needs: a download's whole window waits in the send queue
+    /// (a full one drops the rest: EAGAIN), an upload's in the receive queue. Lockstep keeps one
+    /// datagram in flight, which any queue holds.
+    func windowBuffers(_ options: TransferOptions, isWrite: Bool) -> SocketBuffers {
+        guard options.windowSize > 1 else { return SocketBuffers() }
+        let bytes = SocketBuffers.holding(options.windowSize, datagramsOf: options.blockSize + 4)
+        return isWrite ? SocketBuffers(receive: bytes) : SocketBuffers(send: bytes)
     }
 
     /// The transfer starts: its state machine, its timer, its first reply.

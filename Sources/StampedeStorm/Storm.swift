@@ -178,16 +178,17 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     /// no socket could be had (the machine's boot fails: counted, never retried behind its back).
     private func startTransfer(_ slot: Int, now: Nanoseconds) -> Bool {
         generations[slot] &+= 1
+        let machine = machines[slot]!
+        let stage = plan.profile.stages[machine.stage]
+        let clientPlan = stage.plan(name: machine.name, for: machine.identity, hold: plan.hold)
         do {
-            sockets[slot] = try backend.openClient(local: plan.source(of: machines[slot]!.identity.number), largestDatagram: largestDatagram,
+            sockets[slot] = try backend.openClient(local: plan.source(of: machine.identity.number), largestDatagram: largestDatagram,
+                                                   buffers: .receiving(clientPlan.request),
                                                    tag: UInt64(generations[slot]) << 32 | UInt64(slot))
         } catch {
             machineEnded(slot, .failed(.socketError(error)), now: now)
             return false
         }
-        let machine = machines[slot]!
-        let stage = plan.profile.stages[machine.stage]
-        let clientPlan = stage.plan(name: machine.name, for: machine.identity, hold: plan.hold)
         machines[slot]!.request = clientPlan.request.encoded()
         machines[slot]!.expected = expectedBytes(of: String(decoding: clientPlan.request.filename, as: UTF8.self))
         sessions[slot] = ClientTransfer(plan: clientPlan, server: plan.server, now: now)

@@ -91,13 +91,14 @@ public final class URingBackend: DatagramBackend {
     }
 
     public func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
-                             largestDatagram: Int, tag: UInt64) throws(Errno) -> SocketHandle {
-        try adopt(UDPSocket.transfer(local: local, peer: peer, ports: ports), tag: tag, listener: false,
+                             largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle {
+        try adopt(UDPSocket.transfer(local: local, peer: peer, ports: ports, buffers: buffers), tag: tag, listener: false,
                   large: needsLargeBuffers(largestDatagram))
     }
 
-    public func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> SocketHandle {
-        try adopt(UDPSocket.client(local: local), tag: tag, listener: false, large: needsLargeBuffers(largestDatagram))
+    public func openClient(local: SocketAddress, largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle {
+        try adopt(UDPSocket.client(local: local, buffers: buffers), tag: tag, listener: false,
+                  large: needsLargeBuffers(largestDatagram))
     }
 
     public func localAddress(of socket: SocketHandle) -> SocketAddress? {

@@ -130,7 +130,7 @@ struct ServeCommand: ParsableCommand {
     var blocksize: BlockSizeLimit?
 
     @Option(name: [.customShort("W"), .customLong("windowsize")],
-            help: "Largest windowsize granted (default 64; 0 means 1; at most 32767: larger windows make block numbers ambiguous).")
+            help: "Largest windowsize granted (default 256, as in.tftpd 7.3; 0 means 1; at most 32767: larger windows make block numbers ambiguous).")
     var windowsize: Int = OptionLimits.defaultWindowSize
 
     @Option(name: .customLong("window-bytes"),

@@ -66,6 +66,7 @@ final class TFTPClient {
     /// sends `upload`. `progress` hears the bytes done so far.
     func run(_ request: Request, upload: [UInt8] = [], progress: (Int) -> Void = { _ in },
                       deliver: (UnsafeRawBufferPointer) throws(Failure) -> Void = { _ in }) throws(Failure) {
+        if !request.isWrite { SocketBuffers.receiving(request).grow(socket.raw) }
         var plan = ClientPlan(request: request, retransmit: settings.retransmit, retries: settings.retries)
         plan.uploadSize = upload.count
         var transfer = ClientTransfer(plan: plan, server: settings.server, now: stampede_monotonic_ns())

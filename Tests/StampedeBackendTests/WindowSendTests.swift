@@ -79,7 +79,7 @@ import Testing
             let client = client()
             defer { close(client.fd) }
             let socket = try backend.openTransfer(local: loopbackAny, peer: client.address, ports: nil,
-                                                  largestDatagram: 516, tag: 1)
+                                                  largestDatagram: 516, buffers: SocketBuffers(), tag: 1)
             let window = Window(blockSize: shape.blockSize, blocks: shape.blocks, lastBlock: shape.lastBlock, firstNumber: 65530)
             window.send(backend, socket)
             _ = backend.poll(deadline: stampede_monotonic_ns())

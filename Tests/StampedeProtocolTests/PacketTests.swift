@@ -36,6 +36,19 @@ import Testing
         #expect(try parse(request.encoded()).get() == request)
     }
 
+    /// What a client's receive queue must hold: the window it asks, of the largest block it asks.
+    @Test func theLargestWindowARequestMayBeSent() {
+        func window(_ options: [(name: String, value: String)]) -> (Int, Int) {
+            let w = Request(isWrite: false, filename: [0x66], mode: "octet", options: options).largestWindow
+            return (w.datagrams, w.size)
+        }
+        #expect(window([]) == (1, 516))
+        #expect(window([("BlkSize", "1468"), ("WINDOWSIZE", "256")]) == (256, 1472))
+        #expect(window([("blksize2", "8192"), ("blksize", "1024"), ("windowsize", "4")]) == (4, 8196))
+        #expect(window([("blksize", "99999"), ("windowsize", "70000")]) == (65535, 65468))
+        #expect(window([("blksize", "x"), ("windowsize", "-3"), ("tsize", "0")]) == (1, 516))
+    }
+
     @Test func filenameKeepsJunkBytes() throws {
         let bytes: [UInt8] = [0, 1, 0x66, 0xFF, 0xFF, 0, 0x6F, 0x63, 0x74, 0x65, 0x74, 0]
         #expect(try parse(bytes).get().filename == [0x66, 0xFF, 0xFF])

@@ -26,12 +26,17 @@ final class FakeBackend: DatagramBackend {
     func adoptListener(_ socket: consuming Descriptor, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle { open(tag) }
     /// What `openTransfer` throws, as a kernel out of descriptors or ports would.
     var transferSocketError: Errno?
+    /// The queues the last transfer socket was opened with.
+    var lastTransferBuffers: SocketBuffers?
     func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?, largestDatagram: Int,
-                      tag: UInt64) throws(Errno) -> SocketHandle {
+                      buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle {
         if let transferSocketError { throw transferSocketError }
+        lastTransferBuffers = buffers
         return open(tag)
     }
-    func openClient(local: SocketAddress, largestDatagram: Int, tag: UInt64) throws(Errno) -> SocketHandle { open(tag) }
+    func openClient(local: SocketAddress, largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle {
+        open(tag)
+    }
     func localAddress(of socket: SocketHandle) -> SocketAddress? { nil }
     func close(_ socket: SocketHandle) { closed.insert(socket) }
     func send(_ socket: SocketHandle, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {

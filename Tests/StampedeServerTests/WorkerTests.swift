@@ -52,6 +52,19 @@ import StampedeProtocol
         #expect(first == [[0, 3, 0, 1] + Array(repeating: 9, count: 1468)])
     }
 
+    /// A window waits whole in the transfer socket's queue: a download's in the send queue (a
+    /// full one drops the rest), an upload's in the receive queue; lockstep keeps the default.
+    @Test func aTransferSocketQueuesTheWindowItGrants() {
+        dir.write("f", Array(repeating: 9, count: 2_000_000))
+        _ = request("f", [("blksize", "1468"), ("windowsize", "300")])
+        #expect(backend.lastTransferBuffers == SocketBuffers(send: 256 * (1472 + 832)))
+        _ = request("f", [("blksize", "1468")])
+        #expect(backend.lastTransferBuffers == SocketBuffers())
+        dir.write("up", [], mode: 0o666)
+        _ = request("up", [("blksize", "1024"), ("windowsize", "16")], write: true)
+        #expect(backend.lastTransferBuffers == SocketBuffers(receive: 16 * (1028 + 832)))
+    }
+
     @Test func theUEFISizeProbeEndsQuietly() {
         dir.write("f", [1, 2, 3])
         _ = request("f", [("tsize", "0")])

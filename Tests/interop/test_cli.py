@@ -168,6 +168,23 @@ def test_stampede_get_and_put_round_trip(serve, root, tmp_path, options):
     assert (root / "back.bin").read_bytes() == (root / name).read_bytes()
 
 
+def test_stampede_get_queues_the_whole_window_it_asks(serve, root, tmp_path):
+    """256 blocks of 1468 bytes (7.3's default window) are more than Linux's default receive
+    queue holds (208 KiB): `get` grows its queue to the window it asks, so no window loses its
+    tail and the server sends every block once. With the default queue every window lost its
+    tail and waited out a timeout (50 MB took 22 s)."""
+    big = root / "eight-mib.bin"
+    big.write_bytes(os.urandom(8 << 20))
+    big.chmod(0o644)
+    s = serve()
+    out = tmp_path / "got"
+    r = run([str(BINARY), "get", f"127.0.0.1:{s.port}", big.name, str(out), "-b", "1468", "-w", "256"])
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == big.read_bytes()
+    line = s.log_lines(f'"{big.name}"')[0]
+    assert "windowsize=256" in line and "retransmits=0" in line, line
+
+
 def test_stampede_get_of_a_missing_file_fails_and_leaves_no_file(serve, tmp_path):
     s = serve()
     out = tmp_path / "nothing"

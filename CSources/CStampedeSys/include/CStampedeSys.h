@@ -68,6 +68,12 @@ int stampede_segmentation_refused(int error);
  * every block). */
 int stampede_fallocate(int fd, int64_t length);
 
+/* Raises a socket's receive queue (`receive` != 0) or send queue to hold at least `bytes`, as
+ * setsockopt counts them (the kernel doubles them for its bookkeeping); never lowers it, and 0
+ * leaves it alone. SO_*BUFFORCE passes rmem_max / wmem_max when privileged; otherwise the kernel
+ * caps it there. Best effort: a queue that cannot grow stays as it was. */
+void stampede_grow_socket_buffer(int fd, int receive, int bytes);
+
 /* A request listener: SO_REUSEPORT, PKTINFO on, IPV6_V6ONLY for IPv6, a receive buffer of at
  * least `receive_buffer` bytes (forced when privileged), non-blocking. Returns the fd. */
 int stampede_listener_socket(const struct sockaddr_storage *address, int receive_buffer);
