@@ -127,13 +127,14 @@ import Testing
     }
 
     /// --window-bytes: blksize × windowsize within it; fewer than two blocks is lockstep, with no
-    /// windowsize in the OACK (tftp-hpa 7.3: 300 at 65464 bytes is 64 under its 4 MiB). -W is 64
-    /// unless raised.
+    /// windowsize in the OACK (tftp-hpa 7.3: 300 at 65464 bytes is 64 under its 4 MiB). -W is
+    /// 256, as 7.3's, unless changed.
     @Test func theWindowStaysWithinTheWindowBytesAndOneBlockIsLockstep() {
-        #expect(oack(negotiate([("windowsize", "300")])) == ["windowsize=64"])
-        let wide = OptionLimits(maxWindowSize: 256)
+        #expect(oack(negotiate([("windowsize", "300")])) == ["windowsize=256"])
+        #expect(oack(negotiate([("windowsize", "300")], limits: OptionLimits(maxWindowSize: 64))) == ["windowsize=64"])
+        let wide = OptionLimits(maxWindowSize: 1024)
         #expect(oack(negotiate([("windowsize", "300"), ("blksize", "65464")], max: 65464, limits: wide)) == ["blksize=65464", "windowsize=64"])
-        #expect(oack(negotiate([("windowsize", "300"), ("blksize", "1024")], limits: wide)) == ["blksize=1024", "windowsize=256"])
+        #expect(oack(negotiate([("windowsize", "300"), ("blksize", "1024")], limits: wide)) == ["blksize=1024", "windowsize=300"])
         let tight = OptionLimits(maxWindowBytes: 100_000)
         #expect(oack(negotiate([("blksize", "65464"), ("windowsize", "8")], max: 65464, limits: tight)) == ["blksize=65464"])
         #expect(negotiate([("blksize", "65464"), ("windowsize", "8")], max: 65464, limits: tight).options.windowSize == 1)
