@@ -18,7 +18,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TEST_COMMANDS := curl:curl tftp:tftp-hpa atftp:atftp busybox:busybox ip:iproute2 nft:nftables \
 	mount:mount umount:mount prlimit:util-linux unshare:util-linux dnsmasq:dnsmasq-base \
 	qemu-system-x86_64:qemu-system-x86 prometheus:prometheus promtool:prometheus \
-	systemd-analyze:systemd
+	systemd-analyze:systemd dpkg-buildpackage:dpkg-dev dh:debhelper lintian:lintian
 BENCH_COMMANDS := dnsmasq:dnsmasq-base
 commands_of = $(foreach c,$(1),$(word 1,$(subst :, ,$(c))))
 packages_of = $(sort $(foreach c,$(1),$(word 2,$(subst :, ,$(c)))))
@@ -31,7 +31,10 @@ FUSE_PACKAGES := libfuse2
 PARITY_PACKAGES := debootstrap
 # /etc/services, for -S with a service name (Tests/interop/test_cli.py).
 SERVICES_PACKAGES := netbase
-APT_PACKAGES := liburing-dev pkg-config python3-venv $(FIRMWARE_PACKAGES) $(FUSE_PACKAGES) $(PARITY_PACKAGES) $(SERVICES_PACKAGES) $(call packages_of,$(TEST_COMMANDS))
+# The C++ runtime the Swift runtime uses, linked into the binary (below, build).
+STATIC_PACKAGES := libstdc++-12-dev
+APT_PACKAGES := liburing-dev pkg-config python3-venv $(FIRMWARE_PACKAGES) $(FUSE_PACKAGES) $(PARITY_PACKAGES) $(SERVICES_PACKAGES) \
+	$(STATIC_PACKAGES) $(call packages_of,$(TEST_COMMANDS))
 BENCH_PACKAGES := libwrap0 $(call packages_of,$(BENCH_COMMANDS))
 # A machine with the Swift toolchain alone may have no cc: the toolchain's clang builds the C tests.
 ifeq ($(origin CC),default)
@@ -42,12 +45,18 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build run test unit interop parity-deps sanitize fuzz soak bench bench-loss bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds deps install clean
+.PHONY: all build run test unit interop parity-deps package-deps deb sanitize bench-static fuzz soak bench bench-loss bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds deps install clean
 
 all: build
 
+# The binary a host without Swift runs: the Swift runtime linked in (--static-swift-stdlib), and
+# the C++ runtime it uses too (-lstdc++ finds a linker script that names libstdc++.a), so that it
+# needs only libc6's libraries, libgcc-s1 (which libc6 pulls in) and liburing2; no RUNPATH.
+STATIC_CXX := .build/static-libstdc++
 build:
-	$(SWIFT) build -c release
+	@mkdir -p $(STATIC_CXX) && echo "INPUT($$($(CC) -print-file-name=libstdc++.a))" > $(STATIC_CXX)/libstdc++.so
+	$(SWIFT) build -c release --product stampede --static-swift-stdlib --disable-local-rpath -Xlinker -L$(CURDIR)/$(STATIC_CXX) \
+		-Xlinker -z -Xlinker now
 
 # Installs the Debian packages in $(1) that are missing, then checks that the commands in $(2) run.
 define apt_install
@@ -159,6 +168,17 @@ bench-deps: deps parity-deps
 bench: build bench-deps .build/floor
 	python3 Benchmarks/compare.py
 
+# The static binary (build) against the dynamically linked one it replaced, on both backends,
+# interleaved in one run: results/bench-static.{json,md,svg}, the dynamic rows as stampede-*-dynamic.
+DYNAMIC_BIN := .build/bench/stampede-dynamic
+bench-static: bench-deps .build/floor
+	$(SWIFT) build -c release --product stampede
+	mkdir -p $(dir $(DYNAMIC_BIN)) && cp $(BIN) $(DYNAMIC_BIN)
+	$(MAKE) build
+	BENCH_BASELINE=$(CURDIR)/$(DYNAMIC_BIN) BENCH_BASELINE_LABEL=dynamic BENCH_OUTPUT=bench-static \
+		BENCH_SERVERS=stampede-uring,stampede-glibc,stampede-uring-dynamic,stampede-glibc-dynamic \
+		BENCH_SCENARIOS=rack-boot,initrd,uefi,storm python3 Benchmarks/compare.py
+
 # The kernel floor: the same datagrams with sendmmsg, GSO, zero-copy GSO (syscall and io_uring); no TFTP.
 .build/floor: Benchmarks/Floor/floor.c
 	mkdir -p .build
@@ -191,13 +211,63 @@ bench-micro:
 bench-thresholds:
 	$(SWIFT) package --allow-writing-to-package-directory benchmark thresholds update --target HotPath --path Benchmarks/Thresholds
 
-interop: build deps
-	$(PYTHON) -m pytest -q -rs Tests/interop
+interop: deb deps package-deps
+	STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs Tests/interop
 
-test: deps parity-deps build sanitize
+test: deps parity-deps package-deps deb sanitize
 	$(MAKE) fuzz FUZZ_SECONDS=10
 	$(SWIFT) test
-	$(PYTHON) -m pytest -q -rs Tests/interop
+	STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs Tests/interop
+
+# The Debian package, stampede_VERSION_ARCH.deb (and its -dbgsym) in .build/deb: debhelper
+# packages a staging tree that holds the static binary, the man page (docs/stampede.8), the
+# shell completions the binary writes, the units of contrib/systemd and debian/; lintian must
+# find no error and no warning (debian/stampede.lintian-overrides says why for each it keeps).
+# The version is Stampede.version's, the one -V and stampede_build_info say.
+VERSION := $(shell sed -n 's/^ *static let version = "\(.*\)"$$/\1/p' Sources/stampede/Stampede.swift)
+DEB_ARCH := $(shell dpkg --print-architecture)
+DEB_DIR := .build/deb
+DEB := $(DEB_DIR)/stampede_$(VERSION)_$(DEB_ARCH).deb
+STAGE := $(DEB_DIR)/stampede-$(VERSION)
+# The binary as the package ships it (stripped): the one the interop suite runs.
+PACKAGED_BIN := $(DEB_DIR)/root/usr/sbin/stampede
+MAINTAINER := $(shell sed -n 's/^Maintainer: //p' debian/control)
+deb: build
+	rm -rf $(DEB_DIR) && mkdir -p $(STAGE)/completions/bash $(STAGE)/completions/zsh $(STAGE)/completions/fish $(STAGE)/examples
+	cp -r debian $(STAGE)/ && cp $(BIN) README.md $(STAGE)/
+	sed 's/@VERSION@/$(VERSION)/' docs/stampede.8 > $(STAGE)/stampede.8
+	$(BIN) --generate-completion-script bash | sed "1{/^#!/d}" > $(STAGE)/completions/bash/stampede
+	$(BIN) --generate-completion-script zsh > $(STAGE)/completions/zsh/_stampede
+	$(BIN) --generate-completion-script fish > $(STAGE)/completions/fish/stampede.fish
+	for unit in stampede.service stampede.socket; do sed 's|@SBINDIR@|/usr/sbin|g' contrib/systemd/$$unit > $(STAGE)/debian/$$unit; done
+	cp contrib/systemd/stampede.sysusers $(STAGE)/debian/stampede.sysusers
+	sed 's|@SBINDIR@|/usr/sbin|g' contrib/systemd/stampede-standalone.service > $(STAGE)/examples/stampede-standalone.service
+	cp contrib/inetd/inetd.conf $(STAGE)/examples/
+	printf 'stampede (%s) unstable; urgency=medium\n\n  * Stampede %s, built from commit %s.\n\n -- %s  %s\n' \
+		'$(VERSION)' '$(VERSION)' "$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" '$(MAINTAINER)' \
+		"$$(git log -1 --format=%aD 2>/dev/null || date -R)" > $(STAGE)/debian/changelog
+	cd $(STAGE) && dpkg-buildpackage --build=binary --unsigned-source --unsigned-changes > ../build.log 2>&1 || { tail -30 ../build.log; exit 1; }
+	lintian --fail-on error,warning $(DEB_DIR)/stampede_$(VERSION)_$(DEB_ARCH).changes
+	dpkg-deb -x $(DEB) $(DEB_DIR)/root
+	@ls -l $(DEB_DIR)/*.deb $(PACKAGED_BIN)
+
+# A minimal tree of this machine's own Debian release, for Tests/interop/test_package.py: a host
+# that has never seen Swift, where the package is installed, run, swapped with tftpd-hpa and
+# purged (through an overlay: the tree stays as made). Made once with debootstrap (about a
+# minute) and kept under .build; what the package depends on and tftpd-hpa wait, downloaded and
+# not installed, in its apt cache, so that the test needs no network.
+HOST_TREE := .build/host-tree
+HOST_RELEASE := $(shell . /etc/os-release && echo $$VERSION_CODENAME)
+package-deps: deps
+	@if [ ! -x $(HOST_TREE)/usr/bin/apt-get ]; then \
+		echo "making $(HOST_TREE): Debian $(HOST_RELEASE), minbase (debootstrap)"; \
+		$(SUDO) rm -rf $(HOST_TREE).new && \
+		$(SUDO) debootstrap --variant=minbase $(HOST_RELEASE) $(HOST_TREE).new http://deb.debian.org/debian >$(HOST_TREE).log 2>&1 && \
+		$(SUDO) chroot $(HOST_TREE).new sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--download-only --no-install-recommends liburing2 systemd-standalone-sysusers tftpd-hpa' >>$(HOST_TREE).log 2>&1 || \
+			{ tail -20 $(HOST_TREE).log; exit 1; }; \
+		mv $(HOST_TREE).new $(HOST_TREE); \
+	fi
 
 # The binary in $(PREFIX)/sbin, beside where in.tftpd lives; UNITS=1 adds the systemd units
 # (contrib/systemd: standalone with /etc/default/tftpd-hpa, or socket-activated as the user tftp,

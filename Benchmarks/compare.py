@@ -29,7 +29,8 @@ Environment: BENCH_SERVERS, BENCH_SCENARIOS (comma lists) narrow the run; BENCH_
 rounds; BENCH_QUICK=1 shrinks every scenario tenfold (a smoke test, not a measurement);
 BENCH_BASELINE=PATH adds another stampede binary (an older build) on each backend, as
 stampede-uring-baseline and stampede-glibc-baseline, interleaved with the others: a before/after
-comparison in one run.
+comparison in one run (BENCH_BASELINE_LABEL names it otherwise: `make bench-static` calls the
+dynamically linked build `dynamic`). BENCH_OUTPUT names the results' files (default bench).
 """
 import json
 import math
@@ -51,6 +52,7 @@ PEERS = REPO / ".build" / "peers" / "usr" / "sbin"
 SID = REPO / ".build" / "sid"
 ROOT = REPO / ".build" / "bench-root"
 RESULTS = REPO / "results"
+OUTPUT = os.environ.get("BENCH_OUTPUT", "bench")
 TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 QUICK = os.environ.get("BENCH_QUICK") == "1"
@@ -58,8 +60,9 @@ FD_LIMIT = 20000
 SCENARIO_LIMIT = 180  # seconds before a storm is interrupted
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 FLOOR = REPO / ".build" / "floor"
+BASELINE_LABEL = os.environ.get("BENCH_BASELINE_LABEL", "baseline")
 REPEATED = {"stampede-uring", "stampede-glibc", "stampede-uring-nogso", "stampede-glibc-nogso", "dnsmasq",
-            "stampede-uring-baseline", "stampede-glibc-baseline"}
+            f"stampede-uring-{BASELINE_LABEL}", f"stampede-glibc-{BASELINE_LABEL}"}
 WINDOWED = {"initrd", "uefi"}
 
 # name, file, size, storm arguments, what it shows
@@ -127,8 +130,8 @@ SERVERS = [
     # GSO changes only windows: these run where there are windows.
     Peer("stampede-uring-nogso", STAMPEDE, stampede("uring", "--no-gso"), scenarios=WINDOWED),
     Peer("stampede-glibc-nogso", STAMPEDE, stampede("glibc", "--no-gso"), scenarios=WINDOWED),
-    *([Peer("stampede-uring-baseline", BASELINE, stampede("uring", binary=BASELINE)),
-       Peer("stampede-glibc-baseline", BASELINE, stampede("glibc", binary=BASELINE))] if BASELINE else []),
+    *([Peer(f"stampede-uring-{BASELINE_LABEL}", BASELINE, stampede("uring", binary=BASELINE)),
+       Peer(f"stampede-glibc-{BASELINE_LABEL}", BASELINE, stampede("glibc", binary=BASELINE))] if BASELINE else []),
     # dnsmasq has no TFTP port option: it serves on 69. --tftp-max raised from its default of 50.
     Peer("dnsmasq", SID / "usr/sbin/dnsmasq", lambda root, port: in_sid(dnsmasq("/usr/sbin/dnsmasq", root)), fixed_port=69),
     Peer("dnsmasq-2.90", "dnsmasq", lambda root, port: dnsmasq("dnsmasq", root), fixed_port=69),
@@ -652,10 +655,10 @@ def main():
             "versions": versions,
             "quick": QUICK, "rounds": ROUNDS, "seconds": round(time.monotonic() - started, 1),
             "scenarios": {s[0]: s[4] for s in scenarios}}
-    (RESULTS / "bench.json").write_text(json.dumps({"run": info, "floor": floor, "rows": rows, "rounds": rounds}, indent=2))
+    (RESULTS / f"{OUTPUT}.json").write_text(json.dumps({"run": info, "floor": floor, "rows": rows, "rounds": rounds}, indent=2))
     table = markdown(rows)
     scenario_lines = "\n".join(f"- {name}: {info['scenarios'][name]}" for name in info["scenarios"])
-    (RESULTS / "bench.md").write_text(
+    (RESULTS / f"{OUTPUT}.md").write_text(
         f"Measured {info['date']} on {info['cpus']} cores, kernel {info['kernel']}, all on loopback; "
         f"the load is `stampede storm` (io_uring, every byte verified). Median of {ROUNDS} rounds for Stampede and "
         f"dnsmasq (spread of server CPU per GB in brackets), one round for the other peers. "
@@ -664,14 +667,14 @@ def main():
         f"its kind of send (lockstep: one datagram per send; initrd: GSO sends of 16; uefi: GSO sends of 4).\n\n"
         f"{scenario_lines}\n\n{table}\n\n## The rack: boot profiles at scale\n\n{rack_markdown(rows)}\n\n"
         f"## The kernel floor\n\n{floor_markdown(floor)}\n")
-    (RESULTS / "bench.svg").write_text(svg(rows))
+    (RESULTS / f"{OUTPUT}.svg").write_text(svg(rows))
     print()
     print(table)
     print()
     print(rack_markdown(rows))
     print()
     print(floor_markdown(floor))
-    print(f"\n{info['seconds']} s; results in {RESULTS}/bench.json, bench.md, bench.svg")
+    print(f"\n{info['seconds']} s; results in {RESULTS}/{OUTPUT}.json, {OUTPUT}.md, {OUTPUT}.svg")
 
 
 if __name__ == "__main__":

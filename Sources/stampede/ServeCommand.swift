@@ -23,7 +23,7 @@ struct ServeCommand: ParsableCommand {
     var foreground = false
 
     @Flag(name: .customLong("systemd"),
-          help: "Serve the sockets systemd passes (LISTEN_FDS), in the foreground; excludes -l, -L and -a. See contrib/systemd/stampede-activated.socket.")
+          help: "Serve the sockets systemd passes (LISTEN_FDS), in the foreground; excludes -l, -L and -a (the package's stampede.socket).")
     var systemd = false
 
     @Flag(name: .customLong("single-port"),

@@ -388,8 +388,8 @@ def test_make_install_puts_units_that_run_debians_tftpd_hpa_settings_unchanged(r
              "PREFIX=/usr"], timeout=600)
     assert r.returncode == 0, r.stderr.decode()[-2000:]
     units = destdir / "lib" / "systemd" / "system"
-    assert sorted(p.name for p in units.iterdir()) == ["stampede-activated.service", "stampede-activated.socket",
-                                                       "stampede.service"]
+    assert sorted(p.name for p in units.iterdir()) == ["stampede-standalone.service", "stampede.service",
+                                                       "stampede.socket"]
     assert (destdir / "usr" / "sbin" / "stampede").exists()
     port = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     port.bind(("127.0.0.1", 0))
@@ -400,7 +400,7 @@ def test_make_install_puts_units_that_run_debians_tftpd_hpa_settings_unchanged(r
     options = "--secure --create" if os.geteuid() == 0 else "--create"
     defaults.write_text(f'# /etc/default/tftpd-hpa\n\nTFTP_USERNAME="root"\nTFTP_DIRECTORY="{root}"\n'
                         f'TFTP_ADDRESS="127.0.0.1:{number}"\nTFTP_OPTIONS="{options}"\n')
-    argv = systemd_command(units / "stampede.service", defaults)
+    argv = systemd_command(units / "stampede-standalone.service", defaults)
     assert argv[0] == "/usr/sbin/stampede"
     argv[0] = str(destdir / "usr" / "sbin" / "stampede")
     p = subprocess.Popen(argv, stderr=subprocess.PIPE)
@@ -412,6 +412,6 @@ def test_make_install_puts_units_that_run_debians_tftpd_hpa_settings_unchanged(r
     finally:
         p.terminate()
     assert p.wait(timeout=15) == 0
-    activated = (units / "stampede-activated.service").read_text()
+    activated = (units / "stampede.service").read_text()
     assert "ExecStart=/usr/sbin/stampede $TFTPD_OPTS --stderr=tag --systemd --jail ${TFTPD_HOME}" in activated
     assert "u tftp " in (destdir / "usr" / "lib" / "sysusers.d" / "stampede.conf").read_text()

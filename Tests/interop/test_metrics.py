@@ -330,7 +330,7 @@ def test_the_shipped_units_use_notify_and_systemd_reads_them_without_a_word(tmp_
     for unit in (REPO / "contrib" / "systemd").iterdir():
         if unit.suffix in (".service", ".socket"):
             (tmp_path / unit.name).write_text(unit.read_text().replace("@SBINDIR@", str(BINARY.parent)))
-    for unit in ("stampede.service", "stampede-activated.service"):
+    for unit in ("stampede.service", "stampede-standalone.service"):
         text = (tmp_path / unit).read_text()
         assert "Type=notify" in text and "WatchdogSec=" in text, unit
     units = sorted(p.name for p in tmp_path.iterdir())

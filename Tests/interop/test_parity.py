@@ -144,7 +144,7 @@ def test_debians_unit_with_stampedes_path_passes_systemd_analyze(tmp_path):
 def test_stampedes_activated_unit_is_hardened_as_debians(tmp_path):
     """contrib's socket-activated unit runs as tftp with --jail and every sandbox line of Debian
     unstable's tftpd-hpa.service."""
-    ours = (REPO / "contrib/systemd/stampede-activated.service").read_text()
+    ours = (REPO / "contrib/systemd/stampede.service").read_text()
     theirs = (SID / "usr/lib/systemd/system/tftpd-hpa.service").read_text()
     sandbox = [line for line in theirs.splitlines() if line.split("=")[0] in
                ("User", "ReadWritePaths", "NoNewPrivileges", "RestrictAddressFamilies", "SystemCallArchitectures",

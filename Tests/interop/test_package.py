@@ -1,0 +1,232 @@
+"""The Debian package (`make deb`) on a Debian host that has never seen Swift: a minimal tree of
+this machine's own release (`make package-deps` makes it once with debootstrap, under .build),
+used through an overlay, so that every test starts from the same tree and leaves it as it was."""
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import BINARY, REPO, free_udp_port, run
+
+TREE = REPO / ".build" / "host-tree"
+DEB_DIR = REPO / ".build" / "deb"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="installing a package into a tree needs root: chroot, mounts")
+
+
+def package(kind="stampede") -> Path:
+    debs = sorted(DEB_DIR.glob(f"{kind}_*.deb"))
+    if not debs:
+        pytest.skip(f"no {kind}_*.deb in {DEB_DIR}: `make deb` builds it (`make test` does first)")
+    return debs[-1]
+
+
+class Host:
+    """The tree as a host: an overlay of it (the changes go to `upper`), with /dev and /proc."""
+
+    def __init__(self, base: Path):
+        if not (TREE / "usr" / "bin" / "apt-get").exists():
+            pytest.skip(f"{TREE} missing: `make package-deps` makes it (`make test` does first)")
+        self.upper, work, self.root = base / "upper", base / "work", base / "root"
+        for d in (self.upper, work, self.root):
+            d.mkdir()
+        self.mounts = []
+        self.mount(["-t", "overlay", "overlay", "-o", f"lowerdir={TREE},upperdir={self.upper},workdir={work}"], self.root)
+        self.mount(["--rbind", "/dev"], self.root / "dev")
+        self.mount(["-t", "proc", "proc"], self.root / "proc")
+        # Nothing the packages' scripts start may run here (Debian's way for chroots): tftpd-hpa's
+        # init script would otherwise bind port 69 of the machine.
+        policy = self.root / "usr" / "sbin" / "policy-rc.d"
+        policy.write_text("#!/bin/sh\nexit 101\n")
+        policy.chmod(0o755)
+
+    def mount(self, args, target: Path):
+        r = run(["mount", *args, str(target)])
+        assert r.returncode == 0, r.stderr.decode()
+        self.mounts.append(target)
+
+    def close(self):
+        for target in reversed(self.mounts):
+            run(["umount", "-R", "-l", str(target)])
+
+    def run(self, *argv, user=None, check=True, timeout=300, **kwargs):
+        spec = [f"--userspec={user}"] if user else []
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
+        r = subprocess.run(["chroot", *spec, str(self.root), *argv], capture_output=True, env=env, timeout=timeout, **kwargs)
+        if check:
+            assert r.returncode == 0, f"{argv}: {r.returncode}\n{r.stdout.decode()[-3000:]}\n{r.stderr.decode()[-3000:]}"
+        return r
+
+    def apt_install(self, *what):
+        return self.run("apt-get", "install", "-y", "--no-install-recommends", "-o", "Debug::NoLocking=1", *what)
+
+    def put(self, deb: Path) -> str:
+        shutil.copy(deb, self.root / "tmp" / deb.name)
+        return f"/tmp/{deb.name}"
+
+    def files(self) -> set:
+        """Every path in the tree but the kernel's and the scratch ones."""
+        found = set()
+        for top, dirs, names in os.walk(self.root):
+            if Path(top) == self.root:
+                dirs[:] = [d for d in dirs if d not in ("dev", "proc", "sys", "run", "tmp")]
+            found.update("/" + str((Path(top) / name).relative_to(self.root)) for name in dirs + names)
+        return found
+
+    def ids(self, name) -> tuple:
+        entry = self.run("getent", "passwd", name).stdout.decode().split(":")
+        return int(entry[2]), int(entry[3])
+
+    def installed(self, name) -> bool:
+        r = self.run("dpkg-query", "-W", "-f", "${db:Status-Abbrev}", name, check=False)
+        return r.stdout.decode().startswith("ii")
+
+
+@pytest.fixture
+def host(tmp_path):
+    h = Host(tmp_path)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(fetch, deadline=10.0):
+    end = time.time() + deadline
+    while True:
+        result = fetch()
+        if result or time.time() > end:
+            return result
+        time.sleep(0.1)
+
+
+def dynamic_entries(path: Path) -> dict:
+    """An ELF64 little-endian file's DT_NEEDED, DT_RPATH and DT_RUNPATH strings (readelf -d)."""
+    data = path.read_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, "not an ELF64 LE file"
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    dynamic = next(s for s in sections if s[1] == 6)  # SHT_DYNAMIC; its sh_link is the string table
+    strings = sections[dynamic[6]]
+    names = {1: "NEEDED", 15: "RPATH", 29: "RUNPATH"}
+    found = {name: [] for name in names.values()}
+    for offset in range(dynamic[4], dynamic[4] + dynamic[5], 16):
+        tag, value = struct.unpack_from("<qQ", data, offset)
+        if tag == 0:
+            break
+        if tag in names:
+            start = strings[4] + value
+            found[names[tag]].append(data[start:data.index(b"\0", start)].decode())
+    return found
+
+
+def test_the_shipped_binary_needs_nothing_from_a_swift_toolchain():
+    """The Swift runtime and the C++ runtime it uses are linked in: the binary the package ships
+    needs libc6's libraries, libgcc-s1's (which libc6 pulls in) and liburing2's, and has no
+    RUNPATH into a toolchain (none at all)."""
+    entries = dynamic_entries(BINARY)
+    assert set(entries["NEEDED"]) <= {"libc.so.6", "libm.so.6", "ld-linux-x86-64.so.2", "libgcc_s.so.1", "liburing.so.2"}, entries
+    assert "liburing.so.2" in entries["NEEDED"] and not entries["RPATH"] and not entries["RUNPATH"], entries
+
+
+def test_the_package_serves_as_the_user_tftp_on_a_host_without_swift_and_purges_clean(host, tmp_path):
+    deb = package()
+    assert not list((TREE / "usr").rglob("libswiftCore*")) and not (TREE / "usr" / "bin" / "swift").exists()
+    # What it depends on first (apt finds it by itself: test_apt_swaps_…), so that what is left
+    # after the purge is the package's alone.
+    host.apt_install("liburing2", "systemd-standalone-sysusers")
+    before = host.files()
+    host.apt_install(host.put(deb))
+    assert host.installed("stampede")
+
+    # What it installed: the binary and in.tftpd, the tftp user, the directory, the units
+    # enabled as Debian enables them, the man page, the completions.
+    assert os.readlink(host.root / "usr/sbin/in.tftpd") == "stampede"
+    uid, gid = host.ids("tftp")
+    assert uid != 0 and (host.root / "var/lib/tftpboot").is_dir()
+    units = host.root / "lib/systemd/system"
+    assert "--systemd --jail ${TFTPD_HOME}" in (units / "stampede.service").read_text()
+    assert (host.root / "etc/systemd/system/sockets.target.wants/stampede.socket").is_symlink()
+    assert (host.root / "etc/systemd/system/multi-user.target.wants/stampede.service").is_symlink()
+    assert (host.root / "usr/share/man/man8/stampede.8.gz").exists()
+    assert (host.root / "usr/share/bash-completion/completions/stampede").exists()
+    version = host.run("dpkg-query", "-W", "-f", "${Version}", "stampede").stdout.decode()
+    assert host.run("in.tftpd", "-V").stdout.decode().splitlines()[0] == f"tftp-hpa 7.3 compatible (stampede {version})"
+
+    # Debian's line, by hand: in.tftpd --jail as the user tftp, fetched with curl byte for byte.
+    served = os.urandom(3 << 20)
+    boot = host.root / "var/lib/tftpboot/boot.bin"
+    boot.write_bytes(served)
+    boot.chmod(0o644)
+    port, metrics = free_udp_port(), free_tcp_port()
+    server = subprocess.Popen(["chroot", f"--userspec={uid}:{gid}", str(host.root), "/usr/sbin/in.tftpd", "--jail",
+                               "/var/lib/tftpboot", "-L", "-l", "-a", f"127.0.0.1:{port}", "--metrics", f"127.0.0.1:{metrics}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        got = tmp_path / "curl.bin"
+
+        def curl():
+            return run(["curl", "-s", "-o", str(got), f"tftp://127.0.0.1:{port}/boot.bin"]).returncode == 0 and got.exists()
+        assert wait_for(curl), server.stderr.read1().decode() if server.poll() is not None else "no answer"
+        assert got.read_bytes() == served
+        uids = Path(f"/proc/{server.pid}/status").read_text().split("Uid:")[1].split()[:4]
+        assert uids == [str(uid)] * 4, uids
+
+        # One version: the package's, -V's and the metrics' build_info.
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as answer:
+            assert f'stampede_build_info{{version="{version}"' in answer.read().decode()
+
+        # The client and the load generator run there too.
+        host.run("stampede", "get", f"127.0.0.1:{port}", "boot.bin", "/tmp/got.bin", "-b", "1468", "-w", "16")
+        assert (host.root / "tmp/got.bin").read_bytes() == served
+        storm = host.run("stampede", "storm", f"127.0.0.1:{port}", "boot.bin", "--clients", "20", "--blksize", "1468",
+                         "--verify", "/var/lib/tftpboot/boot.bin")
+        assert b"20 ok, 0 failed" in storm.stdout, storm.stdout.decode()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
+
+    # Purged, it leaves what Debian policy keeps (the user, dpkg's and apt's own records) and
+    # nothing else.
+    boot.unlink()
+    host.run("dpkg", "--purge", "stampede")
+    kept = sorted(path for path in host.files() - before if not path.startswith(KEPT))
+    assert kept == [], kept
+    for path in ("/usr/sbin/stampede", "/usr/sbin/in.tftpd", "/var/lib/tftpboot", "/lib/systemd/system/stampede.service",
+                 "/usr/lib/sysusers.d/stampede.conf", "/etc/systemd/system/sockets.target.wants/stampede.socket"):
+        assert not os.path.lexists(host.root / path.lstrip("/")), path
+
+
+# Left by installing and purging, as Debian policy has it: the system user and its group (and the
+# backups of those files), and the records of dpkg and apt.
+KEPT = ("/etc/passwd-", "/etc/group-", "/etc/shadow-", "/etc/gshadow-", "/var/log/", "/var/lib/dpkg/",
+        "/var/cache/apt/", "/var/cache/debconf/", "/var/lib/apt/")
+
+
+def test_apt_swaps_stampede_and_tftpd_hpa_both_ways(host):
+    """Provides, Conflicts and Replaces tftp-server: `apt install ./stampede….deb` takes
+    tftpd-hpa's place, and `apt install tftpd-hpa` takes it back."""
+    deb = host.put(package())
+    assert not host.installed("liburing2")  # apt must find what the package depends on
+    host.apt_install("tftpd-hpa")
+    assert host.run("in.tftpd", "-V").stdout.decode().startswith("tftp-hpa")
+    host.apt_install(deb)
+    assert host.installed("stampede") and not host.installed("tftpd-hpa")
+    assert "stampede" in host.run("in.tftpd", "-V").stdout.decode().splitlines()[0]
+    host.apt_install("tftpd-hpa")
+    assert host.installed("tftpd-hpa") and not host.installed("stampede")
+    assert host.run("in.tftpd", "-V").stdout.decode().startswith("tftp-hpa")
