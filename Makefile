@@ -222,7 +222,7 @@ test: deps parity-deps package-deps deb sanitize
 # The Debian package, stampede_VERSION_ARCH.deb (and its -dbgsym) in .build/deb: debhelper
 # packages a staging tree that holds the static binary, the man page (docs/stampede.8), the
 # shell completions the binary writes, the units of contrib/systemd and debian/; lintian must
-# find no error and no warning (debian/stampede.lintian-overrides says why for each it keeps).
+# find no error and no warning (none is overridden).
 # The version is Stampede.version's, the one -V and stampede_build_info say.
 VERSION := $(shell sed -n 's/^ *static let version = "\(.*\)"$$/\1/p' Sources/stampede/Stampede.swift)
 DEB_ARCH := $(shell dpkg --print-architecture)

@@ -11,25 +11,34 @@ public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConverti
 
     /// Parses "1.2.3.4", "::1", "[::1]:69", "1.2.3.4:69", ":69", "" (port defaults to `port`).
     public init?(parsing text: String, defaultPort: UInt16, defaultHost: String = "0.0.0.0") {
-        var host = Substring(text)
+        guard let (host, portText) = Self.split(text) else { return nil }
         var port = defaultPort
-        if host.hasPrefix("[") {
-            guard let close = host.firstIndex(of: "]") else { return nil }
-            let rest = host[host.index(after: close)...]
-            host = host[host.index(after: host.startIndex)..<close]
-            if rest.hasPrefix(":") {
-                guard let p = UInt16(rest.dropFirst()) else { return nil }
-                port = p
-            } else if !rest.isEmpty { return nil }
-        } else if host.filter({ $0 == ":" }).count == 1, let colon = host.lastIndex(of: ":") {
-            let portText = host[host.index(after: colon)...]
-            if !portText.isEmpty {
-                guard let p = UInt16(portText) else { return nil }
-                port = p
-            }
-            host = host[..<colon]
+        if let portText {
+            guard let number = UInt16(portText) else { return nil }
+            port = number
         }
-        let name = host.isEmpty ? defaultHost : String(host)
+        self.init(numericHost: host.isEmpty ? defaultHost : String(host), port: port)
+    }
+
+    /// "[HOST]:PORT", "HOST:PORT", "HOST", ":PORT" or a bare IPv6 address, into its host (empty:
+    /// none given) and its port's text (nil: none given); nil when a "[" is not closed, or is
+    /// followed by anything but ":PORT". The host may be a name; the port a service's name.
+    public static func split(_ text: String) -> (host: Substring, port: Substring?)? {
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]") else { return nil }
+            let host = text[text.index(after: text.startIndex)..<close]
+            let rest = text[text.index(after: close)...]
+            if rest.isEmpty { return (host, nil) }
+            guard rest.hasPrefix(":"), rest.count > 1 else { return nil }
+            return (host, rest.dropFirst())
+        }
+        guard text.filter({ $0 == ":" }).count == 1, let colon = text.firstIndex(of: ":") else { return (text[...], nil) }
+        let port = text[text.index(after: colon)...]
+        return (text[..<colon], port.isEmpty ? nil : port)
+    }
+
+    /// A numeric IPv4 or IPv6 address (without brackets) and `port`; nil for anything else.
+    public init?(numericHost name: String, port: UInt16) {
         var v4 = in_addr()
         var v6 = in6_addr()
         if inet_pton(AF_INET, name, &v4) == 1 {

@@ -71,20 +71,22 @@ public struct SocketBuffers: Sendable, Equatable {
         self.send = send
     }
 
-    /// The bytes to ask for a queue that holds `count` datagrams of `size` bytes: the kernel
-    /// doubles what it is asked and charges each datagram its whole allocation (measured over
-    /// loopback: 832 bytes for an empty one, 2,304 for 1,472 bytes, 16,644 for 8,196 — the
-    /// allocation rounds up to a power of two), so `size + 832` each holds the window with room.
-    /// Never above Int32.max, what setsockopt takes.
+    /// The bytes to ask for a queue that holds a window of `count` datagrams of `size` bytes:
+    /// the kernel doubles what it is asked and charges each datagram its whole allocation
+    /// (measured over loopback: 832 bytes for an empty one, 2,304 for 1,472 bytes, 16,644 for
+    /// 8,196 — the allocation rounds up to a power of two), so `size + 832` each holds the window
+    /// with room. 0 (the default queue) for lockstep: one datagram in flight, which any queue
+    /// holds. Never above Int32.max, what setsockopt takes.
     public static func holding(_ count: Int, datagramsOf size: Int) -> Int {
-        let (bytes, overflow) = max(count, 0).multipliedReportingOverflow(by: max(size, 0) + 832)
+        guard count > 1 else { return 0 }
+        let (bytes, overflow) = count.multipliedReportingOverflow(by: max(size, 0) + 832)
         return overflow ? Int(Int32.max) : min(bytes, Int(Int32.max))
     }
 
-    /// The receive queue a client needs for `request`'s largest window (none for lockstep).
+    /// The receive queue a client needs for `request`'s largest window.
     public static func receiving(_ request: Request) -> SocketBuffers {
         let window = request.largestWindow
-        return window.datagrams > 1 ? SocketBuffers(receive: holding(window.datagrams, datagramsOf: window.size)) : SocketBuffers()
+        return SocketBuffers(receive: holding(window.datagrams, datagramsOf: window.size))
     }
 
     /// Grows `fd`'s queues to these sizes (never shrinks them; best effort).

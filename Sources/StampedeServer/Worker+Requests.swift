@@ -249,10 +249,8 @@ extension Worker {
     }
 
     /// The queue a transfer's window needs: a download's whole window waits in the send queue
-    /// (a full one drops the rest: EAGAIN), an upload's in the receive queue. Lockstep keeps one
-    /// datagram in flight, which any queue holds.
+    /// (a full one drops the rest: EAGAIN), an upload's in the receive queue.
     func windowBuffers(_ options: TransferOptions, isWrite: Bool) -> SocketBuffers {
-        guard options.windowSize > 1 else { return SocketBuffers() }
         let bytes = SocketBuffers.holding(options.windowSize, datagramsOf: options.blockSize + 4)
         return isWrite ? SocketBuffers(receive: bytes) : SocketBuffers(send: bytes)
     }

@@ -286,11 +286,11 @@ struct ServeCommand: ParsableCommand {
         let family = ipv4 ? AF_INET : ipv6 ? AF_INET6 : AF_UNSPEC
         var result: [SocketAddress] = []
         for spec in specs {
-            guard let (host, portText) = Self.split(address: spec) else { throw ValidationError("-a \(spec): not an address[:port].") }
+            guard let (host, portText) = SocketAddress.split(spec) else { throw ValidationError("-a \(spec): not an address[:port].") }
             let port: UInt16
             if let portText {
                 // 0 takes a free port, said at start.
-                guard let number = UInt16(portText) ?? Self.port(ofService: portText) else {
+                guard let number = UInt16(portText) ?? Self.port(ofService: String(portText)) else {
                     throw ValidationError("-a \(spec): \(portText) is neither a port within 1...65535 nor a UDP service in /etc/services.")
                 }
                 port = number
@@ -301,10 +301,10 @@ struct ServeCommand: ParsableCommand {
             if host.isEmpty {
                 found = [SocketAddress(parsing: ipv6 ? "::" : "0.0.0.0", defaultPort: port)!]
                 if family == AF_UNSPEC { found.append(SocketAddress(parsing: "::", defaultPort: port)!) }
-            } else if let numeric = SocketAddress(parsing: host.contains(":") ? "[\(host)]" : host, defaultPort: port) {
+            } else if let numeric = SocketAddress(numericHost: String(host), port: port) {
                 found = [numeric]
             } else {
-                switch SocketAddress.resolving(host, port: port, family: family) {
+                switch SocketAddress.resolving(String(host), port: port, family: family) {
                 case .success(let addresses) where !addresses.isEmpty: found = addresses
                 case .success: throw failure("-a \(spec): \(host) has no address\(ipv4 ? " for IPv4" : ipv6 ? " for IPv6" : "")", status: 65)
                 case .failure(let error): throw failure("-a \(spec): cannot resolve \(host): \(error)", status: 65)
@@ -321,23 +321,6 @@ struct ServeCommand: ParsableCommand {
             }
         }
         return result
-    }
-
-    /// `[ADDRESS]:PORT`, `ADDRESS:PORT`, `ADDRESS`, `:PORT` or a bare IPv6 address, into its host
-    /// (empty: every address) and its port text (nil: none given).
-    static func split(address spec: String) -> (host: String, port: String?)? {
-        if spec.hasPrefix("[") {
-            guard let close = spec.firstIndex(of: "]") else { return nil }
-            let rest = spec[spec.index(after: close)...]
-            let host = String(spec[spec.index(after: spec.startIndex)..<close])
-            if rest.isEmpty { return (host, nil) }
-            guard rest.hasPrefix(":"), rest.count > 1 else { return nil }
-            return (host, String(rest.dropFirst()))
-        }
-        let colons = spec.filter { $0 == ":" }.count
-        guard colons == 1, let colon = spec.firstIndex(of: ":") else { return (spec, nil) }
-        let port = spec[spec.index(after: colon)...]
-        return (String(spec[..<colon]), port.isEmpty ? nil : String(port))
     }
 
     func run() throws {

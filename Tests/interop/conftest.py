@@ -50,6 +50,12 @@ def free_udp_port() -> int:
         return s.getsockname()[1]
 
 
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Server:
     """One stampede process serving `root` on 127.0.0.1:`port`."""
 

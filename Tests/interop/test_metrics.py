@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BINARY, REPO, free_udp_port, run
+from conftest import BINARY, REPO, free_tcp_port, free_udp_port, run
 from tftpwire import RawClient, data, error, request
 
 
@@ -50,12 +50,6 @@ def total(values, name, **labels) -> float:
 
 def curl(port, name, out):
     return subprocess.run(["curl", "-s", "-o", str(out), f"tftp://127.0.0.1:{port}/{name}"], timeout=30).returncode
-
-
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_exposition_passes_promtool_and_counts_what_curl_did(serve, root, tmp_path):

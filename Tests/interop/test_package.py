@@ -4,7 +4,6 @@ used through an overlay, so that every test starts from the same tree and leaves
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BINARY, REPO, free_udp_port, run
+from conftest import BINARY, REPO, free_tcp_port, free_udp_port, run
 
 TREE = REPO / ".build" / "host-tree"
 DEB_DIR = REPO / ".build" / "deb"
@@ -21,10 +20,10 @@ DEB_DIR = REPO / ".build" / "deb"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="installing a package into a tree needs root: chroot, mounts")
 
 
-def package(kind="stampede") -> Path:
-    debs = sorted(DEB_DIR.glob(f"{kind}_*.deb"))
+def package() -> Path:
+    debs = sorted(DEB_DIR.glob("stampede_*.deb"))
     if not debs:
-        pytest.skip(f"no {kind}_*.deb in {DEB_DIR}: `make deb` builds it (`make test` does first)")
+        pytest.skip(f"no stampede_*.deb in {DEB_DIR}: `make deb` builds it (`make test` does first)")
     return debs[-1]
 
 
@@ -96,12 +95,6 @@ def host(tmp_path):
         yield h
     finally:
         h.close()
-
-
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(fetch, deadline=10.0):
