@@ -9,6 +9,7 @@ import PackageDescription
 //   StampedeIO        the I/O contract every backend implements, socket addresses, errno, sockets,
 //                     descriptors and files, threads and locks
 //   StampedeServer    the server: workers, access policy, file cache, uploads, limits, remap rules
+//   StampedeHTTP      --http: the same root, policy, rules and file images over HTTP/1.1 (epoll, sendfile)
 //   StampedeGlibc     a backend: epoll + recvmmsg/sendmmsg
 //   StampedeURing     a backend: the Swift side of the io_uring engine
 //   StampedeMetrics   the operator's view: Prometheus exposition over HTTP (its own thread), the
@@ -45,6 +46,8 @@ let package = Package(
         .target(name: "StampedeIO", dependencies: ["StampedeProtocol", "CStampedeSys"]),
         .target(name: "StampedeServer", dependencies: ["StampedeProtocol", "StampedeIO", "CStampedeSys", log,
                                                      .product(name: "Atomics", package: "swift-atomics")]),
+        .target(name: "StampedeHTTP", dependencies: ["StampedeServer", "StampedeIO", "StampedeProtocol", "CStampedeSys", log,
+                                                   .product(name: "Atomics", package: "swift-atomics")]),
         .target(name: "StampedeMetrics",
                 dependencies: ["StampedeServer", "StampedeIO", "StampedeProtocol",
                                .product(name: "Prometheus", package: "swift-prometheus"),
@@ -58,7 +61,7 @@ let package = Package(
         .executableTarget(
             name: "stampede",
             dependencies: ["StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeGlibc", "StampedeURing",
-                           "StampedeStorm", "StampedeMetrics", "CStampedeSys", log,
+                           "StampedeStorm", "StampedeMetrics", "StampedeHTTP", "CStampedeSys", log,
                            .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
 
@@ -82,6 +85,8 @@ let package = Package(
         .target(name: "StampedeTestSupport", dependencies: ["StampedeIO", "StampedeServer", "StampedeGlibc", "StampedeURing", log],
                 path: "Tests/StampedeTestSupport"),
         .testTarget(name: "StampedeProtocolTests", dependencies: ["StampedeProtocol"]),
+        .testTarget(name: "StampedeHTTPTests",
+                    dependencies: ["StampedeHTTP", "StampedeServer", "StampedeIO", "StampedeTestSupport", log]),
         .testTarget(name: "StampedeServerTests",
                     dependencies: ["StampedeServer", "StampedeProtocol", "StampedeIO", "StampedeTestSupport", "StampedeMetrics", log]),
         // The backend contract, tested once for every backend, with a malloc counter for the hot path.

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <linux/openat2.h>
+#include <netinet/tcp.h>
 #include <netinet/udp.h>
 #include <net/if.h>
 #include <signal.h>
@@ -223,6 +224,35 @@ int stampede_listener_socket(const struct sockaddr_storage *address, int receive
     return fd;
 }
 
+int stampede_tcp_listener(const struct sockaddr_storage *address, int backlog)
+{
+    int one = 1;
+    int fd = socket(address->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0)
+        return fail_closing(fd);
+    if (address->ss_family == AF_INET6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0)
+        return fail_closing(fd);
+    if (bind(fd, (const struct sockaddr *)address, address_length(address)) < 0 || listen(fd, backlog) < 0)
+        return fail_closing(fd);
+    return fd;
+}
+
+int stampede_tcp_accept(int listener, struct sockaddr_storage *peer)
+{
+    int one = 1;
+    socklen_t length = sizeof(*peer);
+    int fd = accept4(listener, (struct sockaddr *)peer, &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    /* A response is written whole (its head corked with MSG_MORE before a body): Nagle would
+     * only hold a small answer back behind the client's delayed ACK. */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+}
+
 static void set_port(struct sockaddr_storage *address, uint16_t port)
 {
     if (address->ss_family == AF_INET6)
@@ -298,6 +328,15 @@ int stampede_epoll_add(int epoll_fd, int fd, uint64_t tag)
     struct epoll_event event;
     memset(&event, 0, sizeof(event));
     event.events = EPOLLIN;
+    event.data.u64 = tag;
+    return negative_errno(epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event));
+}
+
+int stampede_epoll_add_edge(int epoll_fd, int fd, uint64_t tag)
+{
+    struct epoll_event event;
+    memset(&event, 0, sizeof(event));
+    event.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
     event.data.u64 = tag;
     return negative_errno(epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event));
 }

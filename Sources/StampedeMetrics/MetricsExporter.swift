@@ -68,8 +68,9 @@ public final class MetricsExporter: Sendable {
 
         for kind in WorkerMetrics.Kind.allCases {
             for result in WorkerMetrics.Result.allCases {
-                counter("stampede_requests_total", "Requests by kind (rrq, wrq, invalid) and how they ended.",
-                        [("request", kind.label), ("outcome", result.label)]) { workers, _ in
+                counter("stampede_requests_total",
+                        "Requests by protocol (tftp, http), kind (rrq, wrq, get, head, invalid) and how they ended.",
+                        [("protocol", kind.protocolLabel), ("request", kind.label), ("outcome", result.label)]) { workers, _ in
                     workers.reduce(0) { $0 + $1.requests(kind, result) }
                 }
             }
@@ -80,10 +81,14 @@ public final class MetricsExporter: Sendable {
         counter("stampede_received_datagrams_total", "TFTP datagrams received.", [], sum(.datagramsReceived))
         counter("stampede_received_bytes_total", "TFTP bytes received, headers and repeats included.", [], sum(.bytesReceived))
         counter("stampede_sent_bytes_total", "TFTP bytes sent, headers and retransmissions included.", [], sum(.bytesSent))
-        counter("stampede_file_bytes_total", "File bytes delivered by finished downloads (acknowledged).",
-                [("direction", "sent")], sum(.fileBytesSent))
-        counter("stampede_file_bytes_total", "File bytes delivered by finished downloads (acknowledged).",
-                [("direction", "received")], sum(.fileBytesReceived))
+        let fileBytes = "File bytes delivered: by finished TFTP transfers (acknowledged), by HTTP responses (taken by the kernel)."
+        counter("stampede_file_bytes_total", fileBytes, [("protocol", "tftp"), ("direction", "sent")], sum(.fileBytesSent))
+        counter("stampede_file_bytes_total", fileBytes, [("protocol", "tftp"), ("direction", "received")], sum(.fileBytesReceived))
+        counter("stampede_file_bytes_total", fileBytes, [("protocol", "http"), ("direction", "sent")], sum(.httpFileBytesSent))
+        gauge("stampede_http_connections", "HTTP connections open.", sum(.httpConnections))
+        counter("stampede_http_connections_refused_total", "HTTP connections closed at once: the connection limit was reached.",
+                [], sum(.httpConnectionsRefused))
+        counter("stampede_http_sent_bytes_total", "HTTP bytes sent, heads and bodies.", [], sum(.httpBytesSent))
         counter("stampede_retransmissions_total", "DATA, OACK and ACK sent again after a timeout or a duplicate ACK.",
                 [], sum(.retransmissions))
         counter("stampede_duplicate_acks_total", "ACKs that repeated the last acknowledged block.", [], sum(.duplicateAcks))
@@ -190,14 +195,15 @@ public final class MetricsExporter: Sendable {
         var names: [String]?
         for worker in workers {
             worker.durations.drain { entry in
-                let key = Int(entry.label) << 2 | entry.kind.rawValue
+                let key = Int(entry.label) << 3 | entry.kind.rawValue
                 if state.durations[key] == nil {
                     if names == nil { names = fileLabels.names }
                     let file = Int(entry.label) < names!.count ? names![Int(entry.label)] : FileLabels.other
                     state.durations[key] = registry.makeDurationHistogram(
                         descriptor: described("stampede_transfer_duration_seconds",
-                                              "Time from request to last acknowledgement of served transfers, by file (machine-specific names folded)."),
-                        labels: [("file", file), ("request", entry.kind.label)], buckets: Self.durationBuckets)
+                                              "Time from request to the last acknowledgement (TFTP) or the last byte taken by the kernel (HTTP) of served transfers, by file (machine-specific names folded)."),
+                        labels: [("file", file), ("protocol", entry.kind.protocolLabel), ("request", entry.kind.label)],
+                        buckets: Self.durationBuckets)
                 }
                 state.durations[key]!.recordNanoseconds(entry.nanoseconds)
             }

@@ -97,3 +97,24 @@ public struct WorkerSummary: Sendable {
     /// The backends' figures, summed: send failures, segmented sends and their fallbacks.
     public var backend = BackendStatistics()
 }
+
+extension ServerConfiguration {
+    /// The name the remap rules make of a requested one (`-m`), for TFTP and HTTP alike, or the
+    /// refusal they decide: ERROR 2 with an `a` rule's message, as tftpd-hpa answers. An `E` rule
+    /// asks the access policy whether its result can be served. Verbosity 3 traces every rule.
+    public func remap(_ filename: [UInt8], with rules: RemapRules, isWrite: Bool, client: SocketAddress,
+                      logger: Logger) -> Result<[UInt8], TFTPError> {
+        let trace: ((String) -> Void)? = logger.logLevel <= .trace ? { logger.trace("\(client): \($0)") } : nil
+        let policy = self.policy
+        switch rules.apply(to: filename, isWrite: isWrite, client: client,
+                           servable: { policy.canServe($0, isWrite: isWrite) }, trace: trace) {
+        case .mapped(let mapped):
+            return .success(mapped)
+        case .refused(let message):
+            return .failure(TFTPError(.accessViolation, message.map { String($0.prefix(200)) } ?? "Access violation"))
+        case .failed(let failure):
+            logger.error("\(client): remapping \"\(sanitizedForLog(filename))\": \(failure)")
+            return .failure(TFTPError(.accessViolation, "Remap table failure"))
+        }
+    }
+}

@@ -145,7 +145,7 @@ extension Worker {
         let request = incoming.request
         var filename = request.filename
         if let rules = configuration.remapRules?.current {
-            switch remap(filename, with: rules, isWrite: request.isWrite, client: incoming.peer) {
+            switch configuration.remap(filename, with: rules, isWrite: request.isWrite, client: incoming.peer, logger: logger) {
             case .success(let mapped): filename = mapped
             case .failure(let refusal): throw .error(refusal)
             }
@@ -289,26 +289,6 @@ extension Worker {
         } else {
             let action = table[slot].sender!.start(now: now)
             perform(slot, action, now: now)
-        }
-    }
-
-    /// The name the remap rules make of a requested one (`-m`), or the refusal they decide:
-    /// ERROR 2 with an `a` rule's message, as tftpd-hpa answers. An `E` rule asks the access
-    /// policy whether its result can be served. Verbosity 3 traces every rule.
-    func remap(_ filename: [UInt8], with rules: RemapRules, isWrite: Bool,
-               client: SocketAddress) -> Result<[UInt8], TFTPError> {
-        let logger = self.logger
-        let trace: ((String) -> Void)? = logger.logLevel <= .trace ? { logger.trace("\(client): \($0)") } : nil
-        let policy = configuration.policy
-        switch rules.apply(to: filename, isWrite: isWrite, client: client,
-                           servable: { policy.canServe($0, isWrite: isWrite) }, trace: trace) {
-        case .mapped(let mapped):
-            return .success(mapped)
-        case .refused(let message):
-            return .failure(TFTPError(.accessViolation, message.map { String($0.prefix(200)) } ?? "Access violation"))
-        case .failed(let failure):
-            logger.error("\(client): remapping \"\(sanitizedForLog(filename))\": \(failure)")
-            return .failure(TFTPError(.accessViolation, "Remap table failure"))
         }
     }
 

@@ -25,10 +25,9 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     let disk: DiskWork
     var diskPending = 0
     let diskOutcomes = Mutex<[(tag: Tag, failure: Errno?)]>([])
-    /// Shared by every worker of a server: the file labels of the duration histogram; and the
-    /// names this worker has looked up there.
+    /// Shared by every worker of a server: the file labels of the duration histogram.
     let fileLabels: FileLabels
-    var fileLabelIndices: [String: Int32] = [:]
+    var durationRecorder: DurationRecorder
     let index: Int
     var logger: Logger
 
@@ -64,6 +63,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         self.cache = cache
         self.admission = admission ?? Admission(configuration)
         self.fileLabels = fileLabels ?? FileLabels()
+        self.durationRecorder = DurationRecorder(metrics: metrics, fileLabels: self.fileLabels)
         self.disk = disk ?? DiskWork()
         self.index = index
         self.logger = configuration.logger
@@ -334,16 +334,6 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
 
     /// A served transfer's duration, for the histogram, under its file's label (`FileLabels`).
     func recordDuration(of filename: String, kind: WorkerMetrics.Kind, _ duration: Nanoseconds) {
-        let label: Int32
-        if let known = fileLabelIndices[filename] {
-            label = known
-        } else {
-            label = fileLabels.index(of: FileLabels.label(of: filename))
-            // The names behind `other` are not kept: a flood of names grows nothing.
-            if label != 0 && fileLabelIndices.count < 4 * fileLabels.limit { fileLabelIndices[filename] = label }
-        }
-        if !metrics.durations.push(.init(label: label, kind: kind, nanoseconds: Int64(duration))) {
-            metrics.add(.durationsDropped)
-        }
+        durationRecorder.record(filename, kind: kind, duration)
     }
 }

@@ -33,19 +33,41 @@ public final class WorkerMetrics: @unchecked Sendable {
         case receiveBufferExhausted
         /// -1: the backend has no completions to lose.
         case completionsLost
+        /// Gauge: HTTP connections open.
+        case httpConnections
+        /// HTTP connections closed at once: the connection limit was reached.
+        case httpConnectionsRefused
+        /// HTTP bytes written, heads and bodies.
+        case httpBytesSent
+        /// File bytes HTTP responses delivered (all of a 200's or a 206's body the kernel took).
+        case httpFileBytesSent
     }
 
-    /// What a request asked for.
+    /// What a request asked for, over TFTP or HTTP.
     public enum Kind: Int, CaseIterable, Sendable {
         case read, write
         /// Not a request that parsed: a malformed one, an unknown opcode.
         case invalid
+        case get, head
+        /// An HTTP request refused before its method counted: a malformed head, a method other
+        /// than GET and HEAD, a head too large or too slow.
+        case httpInvalid
 
         public var label: String {
             switch self {
             case .read: "rrq"
             case .write: "wrq"
             case .invalid: "invalid"
+            case .get: "get"
+            case .head: "head"
+            case .httpInvalid: "invalid"
+            }
+        }
+
+        public var protocolLabel: String {
+            switch self {
+            case .read, .write, .invalid: "tftp"
+            case .get, .head, .httpInvalid: "http"
             }
         }
     }
@@ -53,6 +75,8 @@ public final class WorkerMetrics: @unchecked Sendable {
     /// How a request ended: refused at once, or as a transfer that ran.
     public enum Result: Int, CaseIterable, Sendable {
         case served
+        /// HTTP's 304: the client has this version of the file.
+        case notModified
         /// The client read the OACK and ended with an ERROR (the UEFI tsize probe).
         case probe
         /// The client closed the transfer early on purpose (GRUB's ERROR 0 "closed").
@@ -80,6 +104,7 @@ public final class WorkerMetrics: @unchecked Sendable {
         public var label: String {
             switch self {
             case .served: "served"
+            case .notModified: "not_modified"
             case .probe: "probe"
             case .closedByClient: "closed_by_client"
             case .notFound: "not_found"
@@ -137,12 +162,12 @@ public final class WorkerMetrics: @unchecked Sendable {
     // MARK: The worker's side
 
     @inline(__always)
-    func add(_ count: Count, _ amount: Int = 1) { local[count.rawValue] &+= amount }
+    public func add(_ count: Count, _ amount: Int = 1) { local[count.rawValue] &+= amount }
 
     @inline(__always)
-    func set(_ count: Count, _ value: Int) { local[count.rawValue] = value }
+    public func set(_ count: Count, _ value: Int) { local[count.rawValue] = value }
 
-    func countRequest(_ kind: Kind, _ result: Result) {
+    public func countRequest(_ kind: Kind, _ result: Result) {
         local[Self.countSlots + kind.rawValue * Result.allCases.count + result.rawValue] &+= 1
     }
 
@@ -158,7 +183,7 @@ public final class WorkerMetrics: @unchecked Sendable {
     }
 
     /// Makes what the worker counted visible to the scrape.
-    func publish() {
+    public func publish() {
         for i in 0..<Self.slots {
             UnsafeAtomic<Int>(at: published + i).store(local[i], ordering: .relaxed)
         }
@@ -173,6 +198,33 @@ public final class WorkerMetrics: @unchecked Sendable {
     public func requests(_ kind: Kind, _ result: Result) -> Int {
         UnsafeAtomic<Int>(at: published + Self.countSlots + kind.rawValue * Result.allCases.count + result.rawValue)
             .load(ordering: .relaxed)
+    }
+}
+
+/// Puts a served transfer's duration in its worker's `DurationLog`, under its file's label; keeps
+/// the labels of the names it has seen, so that a name is looked up in `FileLabels` once.
+public struct DurationRecorder {
+    let metrics: WorkerMetrics
+    let fileLabels: FileLabels
+    private var known: [String: Int32] = [:]
+
+    public init(metrics: WorkerMetrics, fileLabels: FileLabels) {
+        self.metrics = metrics
+        self.fileLabels = fileLabels
+    }
+
+    public mutating func record(_ filename: String, kind: WorkerMetrics.Kind, _ duration: Nanoseconds) {
+        let label: Int32
+        if let index = known[filename] {
+            label = index
+        } else {
+            label = fileLabels.index(of: FileLabels.label(of: filename))
+            // The names behind `other` are not kept: a flood of names grows nothing.
+            if label != 0 && known.count < 4 * fileLabels.limit { known[filename] = label }
+        }
+        if !metrics.durations.push(.init(label: label, kind: kind, nanoseconds: Int64(duration))) {
+            metrics.add(.durationsDropped)
+        }
     }
 }
 

@@ -4,6 +4,7 @@ import Glibc
 import Logging
 import StampedeGlibc
 import StampedeIO
+import StampedeHTTP
 import StampedeMetrics
 import StampedeProtocol
 import StampedeServer
@@ -183,6 +184,19 @@ struct ServeCommand: ParsableCommand {
     @Option(name: .customLong("metrics"),
             help: "Serve Prometheus metrics over HTTP at ADDR:PORT/metrics (off by default). Stampede's port is 9469: --metrics :9469 (every IPv4 address), 127.0.0.1:9469, [::]:9469; port 0 takes a free one, said at start.")
     var metrics: String?
+    @Option(name: .customLong("http"),
+            help: ArgumentHelp("Serve the same root over HTTP/1.1 and 1.0 at ADDR:PORT too (repeatable; off by default): GET and HEAD, ranges, conditional requests, keep-alive, through the same -m rules, access checks and file cache. Port 80 on a boot server of its own, 8080 beside another web server; :PORT is every IPv4 address, [::]:PORT every IPv6 one; port 0 takes a free one, said at start.",
+                               valueName: "ADDR:PORT"))
+    var http: [String] = []
+    @Option(name: .customLong("http-max-connections"),
+            help: "HTTP connections open at once (default: 16384, or 60 % of the open-file limit if less); more are closed as they arrive.")
+    var httpMaxConnections: Int?
+    @Option(name: .customLong("http-idle-timeout"),
+            help: "Seconds an HTTP connection may wait for its next request, or for a client to take more of a response (default 60).")
+    var httpIdleTimeout = 60
+    @Option(name: .customLong("http-request-timeout"),
+            help: "Seconds a client has to send a request's head once it began (default 10): then 408 and the connection closed.")
+    var httpRequestTimeout = 10
     @Flag(exclusivity: .chooseLast, help: "Where the log goes (the last one given; default: syslog, or standard error with -L).")
     var logTarget: LogTarget?
     @Option(name: .customLong("logfile"), help: "Log to this file instead: appended to, created 0644, reopened on SIGHUP (rotation).")
@@ -242,9 +256,15 @@ struct ServeCommand: ParsableCommand {
             throw ValidationError("--backend \(backend): choose auto, uring or glibc.")
         }
         if ipv4 && ipv6 { throw ValidationError("-4 and -6 exclude each other.") }
-        if let metrics, MetricsAddress(metrics) == nil {
+        if let metrics, TCPAddress(metrics) == nil {
             throw ValidationError("--metrics \(metrics): not ADDR:PORT with a numeric address (or :PORT), like 127.0.0.1:9469.")
         }
+        for address in http where TCPAddress(address) == nil {
+            throw ValidationError("--http \(address): not ADDR:PORT with a numeric address (or :PORT), like 192.0.2.1:80 or [::]:8080.")
+        }
+        try FlagRange.check(httpMaxConnections, FlagRange.count, "--http-max-connections")
+        try FlagRange.check(httpIdleTimeout, 1...FlagRange.year, "--http-idle-timeout", "seconds")
+        try FlagRange.check(httpRequestTimeout, 1...FlagRange.year, "--http-request-timeout", "seconds")
         if LogFormat(rawValue: logFormat) == nil { throw ValidationError("--log-format \(logFormat): choose text or json.") }
     }
 
@@ -331,6 +351,9 @@ struct ServeCommand: ParsableCommand {
         let rules = try mapFile.map(loadRules)
         if let mapTest { return try runMapTest(mapTest, rules?.current) }
         let mode = try servingMode()
+        if mode == .inetd && !http.isEmpty {
+            throw failure("--http needs a server that stays (-l, -L or --systemd): under inetd each request starts another", status: 64)
+        }
         // in.tftpd detaches unless -L; inetd and systemd supervise the process themselves.
         let detaching = mode == .standalone && !foreground
         let destination = try logDestination(mode)
@@ -432,14 +455,25 @@ struct ServeCommand: ParsableCommand {
         // Beyond this, transfers share sockets instead of running out of descriptors: the rest of
         // the limit is for listeners, streamed files, the shared sockets and the cache's opens.
         let limit = Int(min(fileLimit, rlim_t(Int.max)))
-        let ownSockets = maxTransferSockets ?? max(limit / 2, limit - 1024)
+        var httpConfiguration: HTTPConfiguration?
+        var ownSockets = maxTransferSockets ?? max(limit / 2, limit - 1024)
+        if !http.isEmpty {
+            var serving = HTTPConfiguration(listenAddresses: http.compactMap(TCPAddress.init).map(\.socketAddress))
+            serving.maxConnections = httpMaxConnections ?? min(16384, limit * 6 / 10)
+            serving.idleTimeout = Nanoseconds(httpIdleTimeout) * nanosecondsPerSecond
+            serving.sendTimeout = serving.idleTimeout
+            serving.requestTimeout = Nanoseconds(httpRequestTimeout) * nanosecondsPerSecond
+            // HTTP's connections come out of the same descriptors: the TFTP reads beyond share sockets.
+            ownSockets = maxTransferSockets ?? max(limit / 4, limit - serving.maxConnections - 1024)
+            httpConfiguration = serving
+        }
         configuration.ownTransferSocketsPerWorker = ownSockets / workerCount
 
         let (useURing, reason) = chooseBackend()
         if backend == "uring" && !useURing { throw failure("--backend uring: \(reason)") }
         let serving = ServerStartup(configuration: configuration, workerCount: workerCount, cache: cache, account: account,
-                              root: root, secure: secure, detached: detached, metrics: metrics.flatMap(MetricsAddress.init),
-                              processFigures: processFigures, notifier: notifier, command: self)
+                              root: root, secure: secure, detached: detached, metrics: metrics.flatMap(TCPAddress.init),
+                              http: httpConfiguration, processFigures: processFigures, notifier: notifier, command: self)
         let segmentation = !noSegmentation
         if useURing {
             var ring = URingBackend.Configuration()
@@ -622,8 +656,9 @@ struct ServeCommand: ParsableCommand {
 }
 
 
-/// `--metrics ADDR:PORT`: a numeric IPv4 address, a bracketed IPv6 one, or none (every IPv4 address).
-struct MetricsAddress: CustomStringConvertible {
+/// `--metrics` and `--http`'s ADDR:PORT: a numeric IPv4 address, a bracketed IPv6 one, or none
+/// (every IPv4 address).
+struct TCPAddress: CustomStringConvertible {
     let host: String
     let port: Int
 
@@ -648,6 +683,8 @@ struct MetricsAddress: CustomStringConvertible {
     }
 
     var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+
+    var socketAddress: SocketAddress { SocketAddress(numericHost: host, port: UInt16(port))! }
 }
 
 /// `--syslog`, `--stderr`, `--stdout`: where the log goes, the last one given winning, as in.tftpd

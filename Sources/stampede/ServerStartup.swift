@@ -3,6 +3,7 @@ import Glibc
 import Logging
 import StampedeIO
 import StampedeProtocol
+import StampedeHTTP
 import StampedeMetrics
 import StampedeServer
 import Synchronization
@@ -23,7 +24,9 @@ struct ServerStartup {
         let null: Int32
     }
     let detached: Detached?
-    let metrics: MetricsAddress?
+    let metrics: TCPAddress?
+    /// `--http`: served beside TFTP, from the same root, rules and cache.
+    let http: HTTPConfiguration?
     /// Opened before -s and -u, when there are metrics.
     let processFigures: ProcessFigures?
     let notifier: SystemdNotifier?
@@ -42,9 +45,19 @@ struct ServerStartup {
                 : "the passed sockets (fds \(configuration.inheritedListeners.map(String.init).joined(separator: ", ")))"
             throw command.failure("cannot listen on \(addresses) with the \(backendName) backend: \(errno)")
         }
+        let web: HTTPServer?
+        do {
+            web = try http.map { http throws(Errno) in
+                try HTTPServer(configuration: configuration, http: http, cache: cache, fileLabels: server.fileLabels,
+                               loopCount: workerCount)
+            }
+        } catch {
+            throw command.failure("cannot listen for HTTP on \(http!.listenAddresses.map(\.description).joined(separator: ", ")): \(error)")
+        }
         // Bound as the starting user (a port below 1024 needs root), served on a thread of its own.
         let listener = try metrics.map { address in
-            let exporter = MetricsExporter(workers: server.workers.map(\.metrics), cache: cache, fileLabels: server.fileLabels,
+            let exporter = MetricsExporter(workers: server.workers.map(\.metrics) + (web?.metrics ?? []), cache: cache,
+                                           fileLabels: server.fileLabels,
                                            build: buildInfo(backendName, server.workers[0].backend),
                                            process: processFigures ?? ProcessFigures())
             exporter.bootstrapMetricsSystem()
@@ -59,10 +72,10 @@ struct ServerStartup {
         // As the serving user, who wrote them: what a killed server's uploads left behind. A walk
         // of the whole tree, on the disk thread while the server serves: only files older than
         // this start, which no upload of this server can have made.
-        let root = configuration.policy.root
+        let rootFD = configuration.policy.root
         let startedAt = FileCache.realTime()
         server.disk.submit {
-            let stale = Upload.removeStale(beneath: root, changedBefore: startedAt)
+            let stale = Upload.removeStale(beneath: rootFD, changedBefore: startedAt)
             if stale > 0 { logger.notice("removed \(stale) temporary files of interrupted uploads") }
         }
         stampede_install_stop_signals()
@@ -72,6 +85,12 @@ struct ServerStartup {
             with \(workerCount) workers, backend \(server.workers[0].backend) (\(reason)), \(server.workers[0].backend.segmentation)
             """)
         if let listener { logger.notice("metrics on http://\(listener.address)/metrics") }
+        if let web {
+            let urls = web.boundAddresses.map { "http://\($0)/" }.joined(separator: ", ")
+            logger.notice("serving \(root) over HTTP on \(urls) with \(web.loops.count) event loops, at most \(http!.maxConnections) connections")
+        }
+        let webThreads = web?.start() ?? []
+        defer { for thread in webThreads { thread.join() } }
         let summary: WorkerSummary
         if let notifier {
             notifier.notify("READY=1\nSTATUS=serving \(root)\nMAINPID=\(getpid())")

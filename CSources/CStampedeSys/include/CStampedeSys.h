@@ -103,6 +103,15 @@ int stampede_epoll_create(void);
 int stampede_epoll_add(int epoll_fd, int fd, uint64_t tag);
 /* Waits at most timeout_ns (negative: forever). Fills tags; returns how many. */
 int stampede_epoll_wait(int epoll_fd, uint64_t *tags, int capacity, int64_t timeout_ns);
+/* Edge-triggered readiness for reading and writing both (a TCP connection): the caller reads or
+ * writes until EAGAIN before it waits again. */
+int stampede_epoll_add_edge(int epoll_fd, int fd, uint64_t tag);
+
+/* A TCP listener (SO_REUSEADDR, SO_REUSEPORT, IPV6_V6ONLY for IPv6), bound and listening,
+ * non-blocking. Returns the fd. */
+int stampede_tcp_listener(const struct sockaddr_storage *address, int backlog);
+/* accept4: a non-blocking connection with TCP_NODELAY, its peer in *peer; -errno (EAGAIN: none). */
+int stampede_tcp_accept(int listener, struct sockaddr_storage *peer);
 
 /* The MTU of the interface that holds `address`, or -ENOENT. */
 int stampede_interface_mtu(const struct sockaddr_storage *address);

@@ -1,0 +1,63 @@
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
+
+/// One client's TCP connection, owned by the event loop that accepted it.
+final class Connection {
+    let fd: Int32
+    let peer: SocketAddress
+    /// Bytes read and not parsed yet: a head in progress, or the next requests of a pipeline.
+    /// Never more than the head limit plus one read.
+    var input: [UInt8] = []
+    /// The response being written; requests behind it wait in `input`.
+    var response: Response?
+    /// When the head in `input` began to arrive (nil: none is in progress).
+    var requestStarted: Nanoseconds?
+    /// The last read or write that moved bytes.
+    var lastProgress: Nanoseconds
+    /// Close once the response is written (Connection: close, HTTP/1.0, a refused head, a stop).
+    var closing = false
+    let generation: UInt32
+
+    init(fd: Int32, peer: SocketAddress, now: Nanoseconds, generation: UInt32) {
+        self.fd = fd
+        self.peer = peer
+        self.lastProgress = now
+        self.generation = generation
+    }
+}
+
+/// A response being written: its head, then its body, straight from a file image or, for a file
+/// the cache does not hold, from the file by sendfile.
+struct Response {
+    var head: [UInt8]
+    var headSent = 0
+    var body: Body
+    /// The next byte of the body to send, and the end.
+    var offset: Int
+    var end: Int
+    var record: Record
+
+    enum Body {
+        case none
+        /// Bytes of an image the cache lent; given back when the response ends.
+        case image(FileImage)
+        /// A file's descriptor, this response's own (closed when it ends).
+        case file(Int32)
+    }
+
+    /// What the log line and the metrics say of it.
+    struct Record {
+        var kind: WorkerMetrics.Kind
+        var method: String
+        /// The name served (after -m), for the log and the duration histogram.
+        var file: String
+        var status: Status
+        var result: WorkerMetrics.Result
+        var started: Nanoseconds
+        var detail: String?
+        var bodyBytes = 0
+    }
+
+    var isDone: Bool { headSent == head.count && offset == end }
+}

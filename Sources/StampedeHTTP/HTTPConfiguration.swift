@@ -1,0 +1,26 @@
+import StampedeIO
+import StampedeProtocol
+
+/// `--http` and its limits. What to serve, and how (the root, the access policy, the remap rules,
+/// the log format, the grace at a stop) is the TFTP server's `ServerConfiguration`: one root,
+/// one policy for both protocols.
+public struct HTTPConfiguration: Sendable {
+    public var listenAddresses: [SocketAddress]
+    /// Connections open at once, all event loops together; past it a new connection is closed
+    /// as soon as it is accepted (and counted), never left waiting in the backlog.
+    public var maxConnections = 16384
+    /// A connection with no request in progress is closed after this long.
+    public var idleTimeout: Nanoseconds = 60 * nanosecondsPerSecond
+    /// From a request's first byte to the end of its head: past it, 408 and the connection
+    /// closed (a slowloris client holds a connection no longer than this).
+    public var requestTimeout: Nanoseconds = 10 * nanosecondsPerSecond
+    /// A response the client stops reading is abandoned after this long without progress.
+    public var sendTimeout: Nanoseconds = 60 * nanosecondsPerSecond
+    public var limits = RequestHead.Limits()
+    /// The listen queue of each listener.
+    public var backlog: Int32 = 4096
+
+    public init(listenAddresses: [SocketAddress]) {
+        self.listenAddresses = listenAddresses
+    }
+}

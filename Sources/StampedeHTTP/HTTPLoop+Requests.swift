@@ -1,0 +1,188 @@
+import CStampedeSys
+import Glibc
+import Logging
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
+
+extension HTTPLoop {
+    /// Answers a parsed head: the name through the remap rules and the access policy, as a TFTP
+    /// RRQ's; the image from the same cache; then the part of it the head asks for.
+    func respond(_ connection: Connection, _ head: RequestHead, started: Nanoseconds, now: Nanoseconds) {
+        let kind: WorkerMetrics.Kind
+        switch head.method {
+        case .get: kind = .get
+        case .head: kind = .head
+        case .other(let name):
+            var response = ResponseHead(.methodNotAllowed)
+            response.add("Allow", "GET, HEAD")
+            answer(connection, response, kind: .httpInvalid, method: name, file: sanitizedForLog(head.target.utf8),
+                   detail: "method \(name) not allowed", started: started, now: now)
+            return
+        }
+        // The path without its leading "/" is the name, as a TFTP client would send it.
+        var name = Array(head.path.dropFirst())
+        if let rules = configuration.remapRules?.current {
+            switch configuration.remap(name, with: rules, isWrite: false, client: connection.peer, logger: logger) {
+            case .success(let mapped):
+                if mapped != name { logger.info("\(connection.peer): \(head.method.name) \"\(sanitizedForLog(name))\" remapped to \"\(sanitizedForLog(mapped))\"") }
+                name = mapped
+            case .failure(let refusal):
+                answer(connection, ResponseHead(Self.status(for: refusal)), kind: kind, method: head.method.name,
+                       file: sanitizedForLog(name), detail: refusal.message, started: started, now: now)
+                return
+            }
+        }
+        let file = sanitizedForLog(name)
+        let opened: AccessPolicy.OpenFile
+        do {
+            opened = try configuration.policy.openForReading(name)
+        } catch {
+            answer(connection, ResponseHead(Self.status(for: error)), kind: kind, method: head.method.name, file: file,
+                   detail: error.message, started: started, now: now)
+            return
+        }
+        // A GET takes the image first: the cache may have read a newer version than the one
+        // opened, and the answer is about the bytes sent.
+        var body = Response.Body.none
+        var facts = FileFacts(FileKey(opened.info, netascii: false))
+        if kind == .get {
+            do {
+                switch try cache.acquire(fd: opened.descriptor.raw, info: opened.info, netascii: false) {
+                case .image(let image):
+                    body = .image(image)
+                    facts = FileFacts(image.key)
+                case .stream(let size):
+                    facts.size = size
+                    body = .file(fcntl(opened.descriptor.raw, F_DUPFD_CLOEXEC, 3))
+                    if case .file(let fd) = body, fd < 0 {
+                        answer(connection, ResponseHead(.serviceUnavailable), kind: kind, method: head.method.name, file: file,
+                               detail: "\(Errno.current)", started: started, now: now)
+                        return
+                    }
+                }
+            } catch {
+                let status: Status = error.rawValue == ENOMEM ? .serviceUnavailable : .internalServerError
+                answer(connection, ResponseHead(status), kind: kind, method: head.method.name, file: file,
+                       detail: "\(error)", started: started, now: now)
+                return
+            }
+        }
+        var range = 0..<facts.size
+        var response: ResponseHead
+        var result = WorkerMetrics.Result.served
+        switch Choice(head, facts) {
+        case .whole:
+            response = ResponseHead(.ok)
+        case .part(let part):
+            response = ResponseHead(.partialContent)
+            response.add("Content-Range", "bytes \(part.lowerBound)-\(part.upperBound - 1)/\(facts.size)")
+            range = part
+        case .notModified:
+            response = ResponseHead(.notModified)
+            range = 0..<0
+            result = .notModified
+        case .unsatisfiable:
+            release(body)
+            var refusal = ResponseHead(.rangeNotSatisfiable)
+            refusal.add("Content-Range", "bytes */\(facts.size)")
+            answer(connection, refusal, kind: kind, method: head.method.name, file: file,
+                   detail: "range \(head.range ?? "") outside \(facts.size) bytes", started: started, now: now)
+            return
+        }
+        common(&response, connection)
+        if response.status != .notModified {
+            response.add("Content-Type", ResponseHead.contentType(of: name))
+            response.add("Content-Length", "\(range.count)")
+            response.add("Accept-Ranges", "bytes")
+        }
+        response.add("Last-Modified", HTTPDate.format(facts.modified))
+        response.add("ETag", facts.etag)
+        if kind == .head || range.isEmpty {
+            release(body)
+            body = .none
+            range = 0..<0
+        }
+        connection.response = Response(
+            head: response.bytes, body: body, offset: range.lowerBound, end: range.upperBound,
+            record: .init(kind: kind, method: head.method.name, file: file, status: response.status, result: result, started: started))
+    }
+
+    /// Date, Server and the connection's fate, on every response.
+    func common(_ response: inout ResponseHead, _ connection: Connection) {
+        response.add("Date", HTTPDate.format(Int64(time(nil))))
+        response.add("Server", "stampede")
+        if connection.closing { response.add("Connection", "close") }
+    }
+
+    /// A response without a file: a refusal's status, with a short text saying it.
+    func answer(_ connection: Connection, _ head: ResponseHead, kind: WorkerMetrics.Kind, method: String, file: String,
+                detail: String, started: Nanoseconds, now: Nanoseconds) {
+        var head = head
+        common(&head, connection)
+        let text = Array("\(head.status.rawValue) \(head.status.reason)\n".utf8)
+        head.add("Content-Type", "text/plain; charset=utf-8")
+        head.add("Content-Length", "\(text.count)")
+        var bytes = head.bytes
+        if kind != .head { bytes += text }
+        connection.response = Response(
+            head: bytes, body: .none, offset: 0, end: 0,
+            record: .init(kind: kind, method: method, file: file, status: head.status, result: Self.result(for: head.status),
+                          started: started, detail: detail))
+    }
+
+    /// A head that cannot be answered: its status, then the connection closes.
+    func refuse(_ connection: Connection, _ status: Status, _ reason: String, now: Nanoseconds) {
+        connection.closing = true
+        answer(connection, ResponseHead(status), kind: .httpInvalid, method: "-", file: "-", detail: reason,
+               started: connection.requestStarted ?? now, now: now)
+    }
+
+    static func status(for error: TFTPError) -> Status {
+        if error.isBusy { return .serviceUnavailable }
+        switch error.code {
+        case .fileNotFound: return .notFound
+        case .accessViolation: return .forbidden
+        default: return .internalServerError
+        }
+    }
+
+    static func result(for status: Status) -> WorkerMetrics.Result {
+        switch status {
+        case .ok, .partialContent: .served
+        case .notModified: .notModified
+        case .notFound: .notFound
+        case .forbidden: .accessDenied
+        case .serviceUnavailable: .busy
+        case .requestTimeout: .timedOut
+        case .internalServerError: .serverError
+        default: .protocolError
+        }
+    }
+
+    /// The response's line (7.3's kind, or JSON) and its figures.
+    func log(_ connection: Connection, _ record: Response.Record, now: Nanoseconds) {
+        metrics.countRequest(record.kind, record.result)
+        // The clock now, not the turn's: a response may take a whole turn to write.
+        let duration = stampede_monotonic_ns() - record.started
+        if record.result == .served && record.kind == .get { durations.record(record.file, kind: .get, duration) }
+        let seconds = Double(duration) / 1e9
+        let failed = record.result != .served && record.result != .notModified
+        if configuration.logFormat == .json {
+            var fields: Logger.Metadata = [
+                "event": "transfer", "protocol": "http", "client": "\(connection.peer)", "request": "\(record.kind.label)",
+                "file": "\(record.file)", "status": .stringConvertible(record.status.rawValue),
+                "bytes": .stringConvertible(record.bodyBytes), "duration_s": .stringConvertible(seconds),
+                "outcome": "\(record.result.label)",
+            ]
+            if let detail = record.detail { fields["detail"] = "\(sanitizedForLog(detail.utf8))" }
+            logger.log(level: failed ? .warning : .info, "transfer", metadata: fields)
+            return
+        }
+        let line: Logger.Message = """
+            \(record.method) \(connection.peer) "\(record.file)" http \(record.status.rawValue) bytes=\(record.bodyBytes) \
+            time=\(decimalText(seconds, places: 3))s: \(record.detail.map { sanitizedForLog($0.utf8) } ?? record.result.label)
+            """
+        if failed { logger.warning(line) } else { logger.info(line) }
+    }
+}

@@ -1,0 +1,384 @@
+import Atomics
+import CStampedeSys
+import Glibc
+import Logging
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
+
+/// One HTTP event loop: its own listeners on the server's addresses (SO_REUSEPORT: the kernel
+/// spreads connections over the loops), its own epoll, its connections. Edge-triggered: a
+/// connection is read, or written, until the kernel says EAGAIN. Every file it serves comes
+/// through the TFTP server's remap rules, access policy and file cache.
+public final class HTTPLoop: @unchecked Sendable {
+    let configuration: ServerConfiguration
+    let http: HTTPConfiguration
+    let cache: FileCache
+    let open: ManagedAtomic<Int>
+    public let metrics = WorkerMetrics()
+    var durations: DurationRecorder
+    var logger: Logger
+    let epoll: Int32
+    var listeners: [Int32] = []
+    var connections: [Connection?] = []
+    var free: [Int] = []
+    var generation: UInt32 = 0
+    /// Connections that stopped writing for fairness, not for EAGAIN: written again next turn.
+    var runnable: [Int] = []
+    let scratch: UnsafeMutableRawBufferPointer
+    var nextSweep: Nanoseconds = 0
+    var lastRefusalLog: Nanoseconds = 0
+    /// Bytes one connection may write in a row before the others get a turn.
+    static let writeBudget = 4 << 20
+    static let listenerBit: UInt64 = 1 << 63
+
+    init(configuration: ServerConfiguration, http: HTTPConfiguration, cache: FileCache, fileLabels: FileLabels,
+         open: ManagedAtomic<Int>, index: Int) throws(Errno) {
+        self.configuration = configuration
+        self.http = http
+        self.cache = cache
+        self.open = open
+        durations = DurationRecorder(metrics: metrics, fileLabels: fileLabels)
+        logger = configuration.logger
+        logger[metadataKey: "http"] = "\(index)"
+        let ep = stampede_epoll_create()
+        if let error = Errno(result: ep) { throw error }
+        epoll = ep
+        scratch = .allocate(byteCount: 16384, alignment: 16)
+    }
+
+    deinit {
+        for fd in listeners { Glibc.close(fd) }
+        for slot in connections.indices where connections[slot] != nil { close(slot) }
+        Glibc.close(epoll)
+        scratch.deallocate()
+    }
+
+    /// Binds a listener on each address (port 0: the kernel picks; the caller passes the port
+    /// chosen to the next loop); returns the addresses bound.
+    func bind(_ addresses: [SocketAddress]) throws(Errno) -> [SocketAddress] {
+        var bound: [SocketAddress] = []
+        for address in addresses {
+            var storage = address.storage
+            let fd = stampede_tcp_listener(&storage, http.backlog)
+            if let error = Errno(result: fd) { throw error }
+            listeners.append(fd)
+            if let error = Errno(result: stampede_epoll_add(epoll, fd, Self.listenerBit | UInt64(listeners.count - 1))) {
+                throw error
+            }
+            var local = SocketAddress()
+            _ = stampede_socket_address(fd, &local.storage)
+            bound.append(local)
+        }
+        return bound
+    }
+
+    // MARK: The loop
+
+    /// Serves until SIGTERM/SIGINT: then no new connection or request; responses being written
+    /// may finish within the grace.
+    public func run() {
+        var stopDeadline: Nanoseconds?
+        let tags = UnsafeMutablePointer<UInt64>.allocate(capacity: 256)
+        defer { tags.deallocate() }
+        while true {
+            var now = stampede_monotonic_ns()
+            if stopDeadline == nil && stampede_stop_requested() != 0 {
+                stopDeadline = now + configuration.shutdownGrace
+                stopListening(now: now)
+            }
+            if let deadline = stopDeadline {
+                if connections.allSatisfy({ $0 == nil }) { break }
+                if now >= deadline {
+                    for slot in connections.indices where connections[slot] != nil { abandon(slot, "server shutting down", .shutdown, now: now) }
+                    break
+                }
+            }
+            let wait: Nanoseconds = runnable.isEmpty ? min(250_000_000, max(0, nextSweep - now)) : 0
+            let count = stampede_epoll_wait(epoll, tags, 256, wait)
+            now = stampede_monotonic_ns()
+            let ready = runnable
+            runnable.removeAll(keepingCapacity: true)
+            for slot in ready where connections[slot] != nil { service(slot, now: now) }
+            for i in 0..<max(0, Int(count)) {
+                let tag = tags[i]
+                if tag & Self.listenerBit != 0 {
+                    if stopDeadline == nil { accept(Int(tag & 0xFFFF), now: now) }
+                    continue
+                }
+                let slot = Int(tag & 0xFFFF_FFFF)
+                guard slot < connections.count, let connection = connections[slot],
+                      connection.generation == UInt32(tag >> 32) else { continue }
+                service(slot, now: now)
+            }
+            if now >= nextSweep {
+                sweep(now: now)
+                nextSweep = now + nanosecondsPerSecond
+            }
+            metrics.publish()
+        }
+        metrics.publish()
+    }
+
+    func stopListening(now: Nanoseconds) {
+        for fd in listeners { Glibc.close(fd) }
+        listeners.removeAll()
+        // Idle connections go now; one being answered closes after its response.
+        for slot in connections.indices {
+            guard let connection = connections[slot] else { continue }
+            connection.closing = true
+            if connection.response == nil { close(slot) }
+        }
+    }
+
+    func accept(_ listener: Int, now: Nanoseconds) {
+        guard listener < listeners.count else { return }
+        for _ in 0..<256 {
+            var peer = SocketAddress()
+            let fd = stampede_tcp_accept(listeners[listener], &peer.storage)
+            if fd < 0 {
+                if fd != -EAGAIN && fd != -EINTR && fd != -ECONNABORTED {
+                    // EMFILE, ENFILE, ENOBUFS: the connection stays in the backlog for later.
+                    logRefusal("cannot accept a connection: \(Errno(-fd))", now: now)
+                }
+                return
+            }
+            guard open.loadThenWrappingIncrement(ordering: .relaxed) < http.maxConnections else {
+                open.wrappingDecrement(ordering: .relaxed)
+                Glibc.close(fd)
+                metrics.add(.httpConnectionsRefused)
+                logRefusal("\(peer.unmapped): connection closed: \(http.maxConnections) connections open (--http-max-connections)", now: now)
+                continue
+            }
+            let slot = free.popLast() ?? { connections.append(nil); return connections.count - 1 }()
+            generation &+= 1
+            let connection = Connection(fd: fd, peer: peer.unmapped, now: now, generation: generation)
+            connections[slot] = connection
+            metrics.add(.httpConnections)
+            if let error = Errno(result: stampede_epoll_add_edge(epoll, fd, UInt64(connection.generation) << 32 | UInt64(slot))) {
+                logger.error("\(connection.peer): cannot watch the connection: \(error)")
+                close(slot)
+                continue
+            }
+            // The request may be there already; edge-triggered, it would not be said again.
+            service(slot, now: now)
+        }
+    }
+
+    /// Refusals of connections, said at most once a second: a flood is one line, not thousands.
+    func logRefusal(_ message: String, now: Nanoseconds) {
+        guard now - lastRefusalLog >= nanosecondsPerSecond else { return }
+        lastRefusalLog = now
+        logger.warning("\(message)")
+    }
+
+    /// Writes what is due, then reads and answers requests until the socket has nothing more or
+    /// a response waits for room.
+    func service(_ slot: Int, now: Nanoseconds) {
+        guard let connection = connections[slot] else { return }
+        while true {
+            if connection.response != nil {
+                guard write(slot, connection, now: now) else { return }
+                if connection.closing {
+                    close(slot)
+                    return
+                }
+            }
+            // The next request: one already read (pipelined), or more bytes.
+            switch parseInput(connection, now: now) {
+            case .response:
+                continue
+            case .refused:
+                continue  // its response is set, and the connection closes after it
+            case .needMore:
+                break
+            }
+            let read = recv(connection.fd, scratch.baseAddress, scratch.count, 0)
+            if read > 0 {
+                connection.lastProgress = now
+                if connection.input.isEmpty { connection.requestStarted = now }
+                connection.input.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[..<read]))
+                continue
+            }
+            if read == 0 || (errno != EAGAIN && errno != EINTR) {
+                // The client closed (or reset): what it had not finished asking is dropped.
+                close(slot)
+                return
+            }
+            if errno == EINTR { continue }
+            return
+        }
+    }
+
+    enum Parsed { case response, refused, needMore }
+
+    func parseInput(_ connection: Connection, now: Nanoseconds) -> Parsed {
+        guard !connection.input.isEmpty, !connection.closing else { return .needMore }
+        let limits = http.limits
+        let outcome = connection.input.withUnsafeBytes { bytes in
+            Result { () throws(RequestHead.Refusal) in try RequestHead.parse(bytes, limits: limits) }
+        }
+        let parsed: RequestHead.Parsed
+        switch outcome {
+        case .success(let head): parsed = head
+        case .failure(let refusal):
+            connection.input = []
+            refuse(connection, refusal.status, refusal.reason, now: now)
+            connection.requestStarted = nil
+            return .refused
+        }
+        guard case .complete(let head, let length) = parsed else { return .needMore }
+        connection.input.removeFirst(length)
+        let started = connection.requestStarted ?? now
+        connection.requestStarted = connection.input.isEmpty ? nil : now
+        if !head.keepAlive { connection.closing = true }
+        respond(connection, head, started: started, now: now)
+        return .response
+    }
+
+    /// Writes the response until it is done (true) or the socket is full (false: the next
+    /// readiness, or the next turn, goes on). An error closes the connection.
+    func write(_ slot: Int, _ connection: Connection, now: Nanoseconds) -> Bool {
+        var budget = Self.writeBudget
+        while var response = connection.response {
+            if response.isDone {
+                finish(connection, now: now)
+                return true
+            }
+            guard budget > 0 else {
+                runnable.append(slot)
+                return false
+            }
+            let sent: Int
+            let bodyLeft = response.end - response.offset
+            if response.headSent < response.head.count {
+                let headLeft = response.head.count - response.headSent
+                sent = response.head.withUnsafeBytes { head in
+                    let rest = UnsafeRawBufferPointer(rebasing: head[response.headSent...])
+                    if case .image(let image) = response.body, bodyLeft > 0 {
+                        return sendBoth(connection.fd, rest, image.slice(response.offset..<(response.offset + min(bodyLeft, budget))))
+                    }
+                    return send(connection.fd, rest.baseAddress, rest.count, Int32(MSG_NOSIGNAL) | (bodyLeft > 0 ? Int32(MSG_MORE) : 0))
+                }
+                if sent > 0 {
+                    let fromHead = min(sent, headLeft)
+                    response.headSent += fromHead
+                    response.offset += sent - fromHead
+                    response.record.bodyBytes += sent - fromHead
+                    metrics.add(.httpFileBytesSent, sent - fromHead)
+                }
+            } else {
+                switch response.body {
+                case .image(let image):
+                    let part = image.slice(response.offset..<(response.offset + min(bodyLeft, budget)))
+                    sent = send(connection.fd, part.baseAddress, part.count, Int32(MSG_NOSIGNAL))
+                case .file(let file):
+                    var offset = off_t(response.offset)
+                    sent = sendfile(connection.fd, file, &offset, min(bodyLeft, budget))
+                    if sent == 0 {
+                        // The file is shorter than it was when the response said its length.
+                        connection.response = response
+                        abandon(slot, "the file shrank while it was sent", .serverError, now: now)
+                        return false
+                    }
+                case .none:
+                    sent = 0
+                }
+                if sent > 0 {
+                    response.offset += sent
+                    response.record.bodyBytes += sent
+                    metrics.add(.httpFileBytesSent, sent)
+                }
+            }
+            if sent < 0 {
+                let error = errno
+                connection.response = response
+                if error == EAGAIN || error == EINTR { return false }
+                abandon(slot, "\(Errno(error))", error == EPIPE || error == ECONNRESET ? .closedByClient : .serverError, now: now)
+                return false
+            }
+            metrics.add(.httpBytesSent, sent)
+            budget -= sent
+            connection.lastProgress = now
+            connection.response = response
+        }
+        return true
+    }
+
+    /// A head and the start of a body in one sendmsg.
+    func sendBoth(_ fd: Int32, _ head: UnsafeRawBufferPointer, _ body: UnsafeRawBufferPointer) -> Int {
+        var vectors = [iovec(iov_base: UnsafeMutableRawPointer(mutating: head.baseAddress), iov_len: head.count),
+                       iovec(iov_base: UnsafeMutableRawPointer(mutating: body.baseAddress), iov_len: body.count)]
+        return vectors.withUnsafeMutableBufferPointer { pointer in
+            var message = msghdr()
+            message.msg_iov = pointer.baseAddress
+            message.msg_iovlen = 2
+            return sendmsg(fd, &message, Int32(MSG_NOSIGNAL))
+        }
+    }
+
+    /// The response is written: its line in the log, its figures, its image given back.
+    func finish(_ connection: Connection, now: Nanoseconds) {
+        guard let response = connection.response else { return }
+        connection.response = nil
+        release(response.body)
+        log(connection, response.record, now: now)
+        if connection.input.isEmpty { connection.lastProgress = now }
+    }
+
+    func release(_ body: Response.Body) {
+        switch body {
+        case .image(let image): cache.release(image)
+        case .file(let fd): Glibc.close(fd)
+        case .none: break
+        }
+    }
+
+    /// Ends a response before its end (an error, a stall, a stop), and its connection.
+    func abandon(_ slot: Int, _ why: String, _ result: WorkerMetrics.Result, now: Nanoseconds) {
+        guard let connection = connections[slot] else { return }
+        if var response = connection.response {
+            connection.response = nil
+            release(response.body)
+            response.record.result = result
+            response.record.detail = why
+            log(connection, response.record, now: now)
+        }
+        close(slot)
+    }
+
+    func close(_ slot: Int) {
+        guard let connection = connections[slot] else { return }
+        if let response = connection.response { release(response.body) }
+        Glibc.close(connection.fd)
+        connections[slot] = nil
+        free.append(slot)
+        open.wrappingDecrement(ordering: .relaxed)
+        metrics.add(.httpConnections, -1)
+    }
+
+    /// Once a second: heads too slow (408), responses the client stopped reading, idle
+    /// connections.
+    func sweep(now: Nanoseconds) {
+        for slot in connections.indices {
+            guard let connection = connections[slot] else { continue }
+            if connection.response != nil {
+                if now - connection.lastProgress > http.sendTimeout {
+                    abandon(slot, "no progress for \(http.sendTimeout / nanosecondsPerSecond) s", .timedOut, now: now)
+                }
+            } else if let started = connection.requestStarted {
+                if now - started > http.requestTimeout {
+                    connection.input = []
+                    connection.requestStarted = nil
+                    refuse(connection, .requestTimeout, "the head took more than \(http.requestTimeout / nanosecondsPerSecond) s", now: now)
+                    // One try to say why; whatever the socket takes, the connection ends.
+                    _ = write(slot, connection, now: now)
+                    close(slot)
+                }
+            } else if now - connection.lastProgress > http.idleTimeout {
+                logger.debug("\(connection.peer): idle for \(http.idleTimeout / nanosecondsPerSecond) s: connection closed")
+                close(slot)
+            }
+        }
+    }
+}

@@ -1,0 +1,37 @@
+import Atomics
+import Glibc
+import StampedeIO
+import StampedeServer
+
+/// `--http`: HTTP/1.1 and 1.0 over the TFTP server's root, one event loop per core on threads
+/// of their own. Making it binds every listener, so that the caller can drop privileges before
+/// `start`.
+public final class HTTPServer: Sendable {
+    public let loops: [HTTPLoop]
+    public let boundAddresses: [SocketAddress]
+
+    public init(configuration: ServerConfiguration, http: HTTPConfiguration, cache: FileCache, fileLabels: FileLabels,
+                loopCount: Int) throws(Errno) {
+        // A client that goes away mid-response makes sendfile raise SIGPIPE otherwise.
+        signal(SIGPIPE, SIG_IGN)
+        let open = ManagedAtomic<Int>(0)
+        var loops: [HTTPLoop] = []
+        var addresses = http.listenAddresses
+        for index in 0..<max(1, loopCount) {
+            let loop = try HTTPLoop(configuration: configuration, http: http, cache: cache, fileLabels: fileLabels,
+                                    open: open, index: index)
+            // A port 0 is chosen by the first bind; the other loops share that port.
+            addresses = try loop.bind(addresses)
+            loops.append(loop)
+        }
+        self.loops = loops
+        boundAddresses = addresses
+    }
+
+    /// Starts every loop on a thread of its own; they end at SIGTERM/SIGINT (and the grace).
+    public func start() -> [SystemThread] {
+        loops.map { loop in SystemThread { loop.run() } }
+    }
+
+    public var metrics: [WorkerMetrics] { loops.map(\.metrics) }
+}
