@@ -45,7 +45,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build run test unit interop parity-deps package-deps deb sanitize bench-static fuzz soak bench bench-loss bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds deps install clean
+.PHONY: all build run test unit interop parity-deps package-deps boot-kernel deb sanitize bench-static fuzz soak bench bench-loss bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds deps install clean
 
 all: build
 
@@ -211,13 +211,26 @@ bench-micro:
 bench-thresholds:
 	$(SWIFT) package --allow-writing-to-package-directory benchmark thresholds update --target HotPath --path Benchmarks/Thresholds
 
-interop: deb deps package-deps
+interop: deb deps package-deps boot-kernel
 	STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs Tests/interop
 
-test: deps parity-deps package-deps deb sanitize
+test: deps parity-deps package-deps boot-kernel deb sanitize
 	$(MAKE) fuzz FUZZ_SECONDS=10
 	$(SWIFT) test
 	STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs Tests/interop
+
+# What the firmware test boots over HTTP (Tests/interop/test_firmware.py): Debian's kernel, the
+# one linux-image-amd64 names, out of its package (downloaded once, not installed), and the
+# static PID 1 of its initramfs.
+BOOT_KERNEL := .build/boot-kernel
+boot-kernel: $(BOOT_KERNEL)/vmlinuz $(BOOT_KERNEL)/init
+$(BOOT_KERNEL)/vmlinuz:
+	mkdir -p $(BOOT_KERNEL)
+	image=$$(apt-cache depends linux-image-amd64 | sed -n 's/^ *Depends: \(linux-image-[^ ]*\)$$/\1/p' | head -1); \
+	cd $(BOOT_KERNEL) && { apt-get download -q $$image 2>/dev/null || { $(SUDO) apt-get update -qq && apt-get download -q $$image; }; } && \
+	dpkg-deb --fsys-tarfile $${image}_*.deb | tar -xO --wildcards './boot/vmlinuz-*' > vmlinuz.part && mv vmlinuz.part vmlinuz && rm -f $${image}_*.deb
+$(BOOT_KERNEL)/init: Tests/interop/initrd/init.c
+	mkdir -p $(BOOT_KERNEL) && $(CC) -static -Os -Wall -Wextra -Werror -o $@ $<
 
 # The Debian package, stampede_VERSION_ARCH.deb (and its -dbgsym) in .build/deb: debhelper
 # packages a staging tree that holds the static binary, the man page (docs/stampede.8), the

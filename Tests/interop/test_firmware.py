@@ -5,11 +5,16 @@ network namespace, DHCP from dnsmasq with its own TFTP off, every file from Stam
   ROM is turned off so that EDK2, not iPXE, speaks) loads ipxe.efi, which asks DHCP again and
   reads boot.ipxe, whose commands read a per-machine marker file.
 - BIOS: SeaBIOS with the NIC's iPXE ROM reads boot.ipxe and the marker.
+- A whole boot through Stampede alone: OVMF's PXE loads ipxe.efi over TFTP; iPXE, given an HTTP
+  URL by DHCP, fetches its script over HTTP (--http), and the script a Linux kernel (Debian's)
+  and an initramfs over HTTP; the kernel runs the initramfs's init, which says so on the serial
+  console and powers the machine off.
 
 The marker, named after the machine's MAC by iPXE itself, read to its last byte, proves the boot
 (and the console, kept in the test's directory, says how far it got when it did not). Needs root
 (namespaces, tap devices); skips loudly otherwise."""
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -17,13 +22,26 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BINARY
+from conftest import BINARY, REPO
 
 OVMF = Path("/usr/share/ovmf/OVMF.fd")
 IPXE_EFI = Path("/usr/lib/ipxe/ipxe.efi")
 MAC = "52:54:00:5e:a7:01"
 MARKER = "marker-" + MAC.replace(":", "-") + ".txt"
 SERVER_IP = "10.77.0.1"
+HTTP_PORT = 8080
+# `make boot-kernel`: Debian's kernel, and the static init of the initramfs the test packs.
+KERNEL = REPO / ".build/boot-kernel/vmlinuz"
+INIT = REPO / ".build/boot-kernel/init"
+LINUX_SCRIPT = f"""#!ipxe
+echo stampede: linux.ipxe over HTTP from ${{next-server}}
+kernel http://{SERVER_IP}:{HTTP_PORT}/linux/vmlinuz initrd=initrd.img console=ttyS0 panic=-1 quiet || goto failed
+initrd http://{SERVER_IP}:{HTTP_PORT}/linux/initrd.img || goto failed
+boot || goto failed
+:failed
+echo stampede: FAILED
+sleep 600
+"""
 SCRIPT = f"""#!ipxe
 echo stampede: boot.ipxe from ${{next-server}} on ${{net0/mac}}
 imgfetch marker-${{net0/mac:hexhyp}}.txt || goto failed
@@ -43,7 +61,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="firmware boots need r
 @pytest.fixture
 def lab(tmp_path, request):
     """A namespace with tap0 at 10.77.0.1/24, dnsmasq answering DHCP on it (TFTP off), and a root
-    with ipxe.efi, boot.ipxe and the marker."""
+    with ipxe.efi, boot.ipxe and the marker. iPXE is given boot.ipxe, or the URL the test passes
+    as the fixture's parameter."""
+    ipxe_boot = getattr(request, "param", "boot.ipxe")
     for needed in (OVMF, IPXE_EFI):
         assert needed.exists(), f"{needed} missing: `make deps` installs ovmf and ipxe"
     name = f"stfw{os.getpid()}"
@@ -70,7 +90,7 @@ def lab(tmp_path, request):
         processes.append(inside(["dnsmasq", "-k", "--port=0", "--interface=tap0", "--bind-interfaces",
                                  "--dhcp-range=10.77.0.50,10.77.0.99,255.255.255.0,1h", "--dhcp-match=set:ipxe,175",
                                  "--dhcp-vendorclass=set:efi,PXEClient:Arch:00007",
-                                 f"--dhcp-boot=tag:ipxe,boot.ipxe,,{SERVER_IP}",
+                                 f"--dhcp-boot=tag:ipxe,{ipxe_boot},,{SERVER_IP}",
                                  f"--dhcp-boot=tag:!ipxe,tag:efi,ipxe.efi,,{SERVER_IP}",
                                  f"--dhcp-leasefile={tmp_path / 'leases'}", "--pid-file=", "--log-dhcp",
                                  "--log-facility=-", "--user=root"], stdout=dhcp_log, stderr=subprocess.STDOUT))
@@ -87,12 +107,12 @@ def lab(tmp_path, request):
         subprocess.run(["ip", "netns", "delete", name])
 
 
-def boot(lab, backend, qemu_args, deadline_s=110):
+def boot(lab, backend, qemu_args, deadline_s=110, server_args=(), booted=None):
     """Serves the root on the tap's address, powers the machine on, and waits for the marker to
-    be read to its end; returns the server's log."""
+    be read to its end (or `booted(server log, console)` to be true); returns the server's log."""
     inside, root, tmp, processes = lab
     log_path = tmp / "stampede.log"
-    server = inside([BINARY, "-l", "-L", "-a", f"{SERVER_IP}:69", "-v", "--backend", backend, root],
+    server = inside([BINARY, "-l", "-L", "-a", f"{SERVER_IP}:69", "-v", "--backend", backend, *server_args, root],
                     stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
     processes.append(server)
     started = time.time()
@@ -109,7 +129,10 @@ def boot(lab, backend, qemu_args, deadline_s=110):
     done = f'"{MARKER}" octet'
     while time.time() - started < deadline_s:
         text = log_path.read_text(errors="replace")
-        if any(done in line and line.endswith(": ok") for line in text.splitlines()):
+        if booted is not None:
+            if booted(text, console.read_text(errors="replace") if console.exists() else ""):
+                return text
+        elif any(done in line and line.endswith(": ok") for line in text.splitlines()):
             return text
         assert qemu.poll() is None, f"qemu exited {qemu.returncode}: {(tmp / 'qemu.log').read_text()[-2000:]}"
         time.sleep(0.25)
@@ -145,3 +168,46 @@ def test_bios_ipxe_rom_loads_its_script_and_a_file(lab, report):
     assert any(line.endswith(": ok") and "tsize=" in line and "blksize=" in line for line in script), log
     assert "bytes=100000" in ended_lines(log, MARKER)[-1]
     report(f"BIOS iPXE ROM -> boot.ipxe -> marker from Stampede: {time.time() - started:.0f} s")
+
+
+def newc(entries) -> bytes:
+    """A cpio archive in the kernel's initramfs format (newc) of (name, mode, bytes)."""
+    out = bytearray()
+    for number, (name, mode, data) in enumerate([*entries, ("TRAILER!!!", 0, b"")], start=1):
+        encoded = name.encode() + b"\0"
+        fields = (number, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(encoded), 0)
+        out += b"070701" + b"".join(b"%08X" % field for field in fields) + encoded
+        out += b"\0" * (-len(out) % 4)
+        out += data
+        out += b"\0" * (-len(out) % 4)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("lab", [f"http://{SERVER_IP}:{HTTP_PORT}/linux.ipxe"], indirect=True)
+def test_uefi_pxe_then_http_boots_a_linux_kernel_from_stampede_alone(lab, report):
+    for needed in (KERNEL, INIT):
+        assert needed.exists(), f"{needed} missing: `make boot-kernel` (a prerequisite of `make test`) makes it"
+    inside, root, tmp, processes = lab
+    (root / "linux").mkdir()
+    (root / "linux.ipxe").write_text(LINUX_SCRIPT)
+    shutil.copy(KERNEL, root / "linux" / "vmlinuz")
+    # The init, and 4 MiB of ballast that the kernel unpacks too: an initrd is mostly payload.
+    (root / "linux" / "initrd.img").write_bytes(newc([("dev", 0o040755, b""), ("init", 0o100755, INIT.read_bytes()),
+                                                      ("ballast", 0o100644, os.urandom(4 << 20))]))
+    for f in [root / "linux.ipxe", *(root / "linux").iterdir()]:
+        f.chmod(0o644)
+    (root / "linux").chmod(0o755)
+    started = time.time()
+    log = boot(lab, "uring", ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n"],
+               deadline_s=150, server_args=("--http", f"{SERVER_IP}:{HTTP_PORT}"),
+               booted=lambda server, console: "stampede-initrd: BOOTED" in console)
+    console = (tmp / "console.log").read_text(errors="replace")
+    # The init ran with the command line iPXE gave the kernel: the initrd was loaded, then the kernel.
+    assert re.search(r"stampede-initrd: init runs, cmdline: .*initrd=initrd.img console=ttyS0", console), console[-2000:]
+    assert any(line.endswith(": ok") for line in ended_lines(log, "ipxe.efi")), log
+    for name, path in (("linux.ipxe", root / "linux.ipxe"), ("linux/vmlinuz", root / "linux" / "vmlinuz"),
+                       ("linux/initrd.img", root / "linux" / "initrd.img")):
+        served = [line for line in log.splitlines() if f'GET ' in line and f'"{name}" http 200 ' in line]
+        assert served and f"bytes={path.stat().st_size} " in served[-1], (name, log)
+    report(f"UEFI (OVMF) PXE -> ipxe.efi (TFTP) -> linux.ipxe, kernel, initrd (HTTP) -> Linux init from Stampede: "
+           f"{time.time() - started:.0f} s")
