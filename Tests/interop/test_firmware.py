@@ -61,9 +61,10 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="firmware boots need r
 @pytest.fixture
 def lab(tmp_path, request):
     """A namespace with tap0 at 10.77.0.1/24, dnsmasq answering DHCP on it (TFTP off), and a root
-    with ipxe.efi, boot.ipxe and the marker. iPXE is given boot.ipxe, or the URL the test passes
-    as the fixture's parameter."""
-    ipxe_boot = getattr(request, "param", "boot.ipxe")
+    with ipxe.efi, boot.ipxe and the marker. The fixture's parameter, if a test gives one, is what
+    DHCP hands out instead of the default boot files: iPXE gets boot.ipxe, the UEFI PXE ipxe.efi."""
+    boot_options = getattr(request, "param", None) or [f"--dhcp-boot=tag:ipxe,boot.ipxe,,{SERVER_IP}",
+                                                        f"--dhcp-boot=tag:!ipxe,tag:efi,ipxe.efi,,{SERVER_IP}"]
     for needed in (OVMF, IPXE_EFI):
         assert needed.exists(), f"{needed} missing: `make deps` installs ovmf and ipxe"
     name = f"stfw{os.getpid()}"
@@ -90,8 +91,7 @@ def lab(tmp_path, request):
         processes.append(inside(["dnsmasq", "-k", "--port=0", "--interface=tap0", "--bind-interfaces",
                                  "--dhcp-range=10.77.0.50,10.77.0.99,255.255.255.0,1h", "--dhcp-match=set:ipxe,175",
                                  "--dhcp-vendorclass=set:efi,PXEClient:Arch:00007",
-                                 f"--dhcp-boot=tag:ipxe,{ipxe_boot},,{SERVER_IP}",
-                                 f"--dhcp-boot=tag:!ipxe,tag:efi,ipxe.efi,,{SERVER_IP}",
+                                 *boot_options,
                                  f"--dhcp-leasefile={tmp_path / 'leases'}", "--pid-file=", "--log-dhcp",
                                  "--log-facility=-", "--user=root"], stdout=dhcp_log, stderr=subprocess.STDOUT))
         yield inside, root, tmp_path, processes
@@ -183,7 +183,8 @@ def newc(entries) -> bytes:
     return bytes(out)
 
 
-@pytest.mark.parametrize("lab", [f"http://{SERVER_IP}:{HTTP_PORT}/linux.ipxe"], indirect=True)
+@pytest.mark.parametrize("lab", [[f"--dhcp-boot=tag:ipxe,http://{SERVER_IP}:{HTTP_PORT}/linux.ipxe,,{SERVER_IP}",
+                                  f"--dhcp-boot=tag:!ipxe,tag:efi,ipxe.efi,,{SERVER_IP}"]], indirect=True)
 def test_uefi_pxe_then_http_boots_a_linux_kernel_from_stampede_alone(lab, report):
     for needed in (KERNEL, INIT):
         assert needed.exists(), f"{needed} missing: `make boot-kernel` (a prerequisite of `make test`) makes it"
@@ -211,3 +212,19 @@ def test_uefi_pxe_then_http_boots_a_linux_kernel_from_stampede_alone(lab, report
         assert served and f"bytes={path.stat().st_size} " in served[-1], (name, log)
     report(f"UEFI (OVMF) PXE -> ipxe.efi (TFTP) -> linux.ipxe, kernel, initrd (HTTP) -> Linux init from Stampede: "
            f"{time.time() - started:.0f} s")
+
+
+@pytest.mark.parametrize("lab", [["--dhcp-vendorclass=set:http,HTTPClient", "--dhcp-option-force=tag:http,60,HTTPClient",
+                                  f"--dhcp-boot=tag:http,http://{SERVER_IP}:{HTTP_PORT}/ipxe.efi",
+                                  f"--dhcp-boot=tag:ipxe,boot.ipxe,,{SERVER_IP}"]], indirect=True)
+def test_uefi_http_boot_loads_ipxe_from_stampede_over_http(lab, report):
+    """UEFI HTTP Boot (Debian's OVMF has it): DHCP answers the vendor class HTTPClient with a URL.
+    OVMF's PXE boot options are turned off (its fw_cfg knobs), so that HTTP Boot is the first."""
+    started = time.time()
+    no_pxe = ["-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n",
+              "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n"]
+    log = boot(lab, "uring", ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n", *no_pxe],
+               deadline_s=150, server_args=("--http", f"{SERVER_IP}:{HTTP_PORT}"))
+    served = [line for line in log.splitlines() if 'GET ' in line and '"ipxe.efi" http 200 ' in line]
+    assert served and f"bytes={IPXE_EFI.stat().st_size} " in served[-1], log
+    report(f"UEFI (OVMF) HTTP Boot -> ipxe.efi (HTTP) -> boot.ipxe -> marker from Stampede: {time.time() - started:.0f} s")
