@@ -19,7 +19,7 @@ TEST_COMMANDS := curl:curl tftp:tftp-hpa atftp:atftp busybox:busybox ip:iproute2
 	mount:mount umount:mount prlimit:util-linux unshare:util-linux dnsmasq:dnsmasq-base \
 	qemu-system-x86_64:qemu-system-x86 prometheus:prometheus promtool:prometheus \
 	systemd-analyze:systemd dpkg-buildpackage:dpkg-dev dh:debhelper lintian:lintian
-BENCH_COMMANDS := dnsmasq:dnsmasq-base
+BENCH_COMMANDS := dnsmasq:dnsmasq-base wrk:wrk
 commands_of = $(foreach c,$(1),$(word 1,$(subst :, ,$(c))))
 packages_of = $(sort $(foreach c,$(1),$(word 2,$(subst :, ,$(c)))))
 # The firmware the suite boots (Tests/interop/test_firmware.py): OVMF's UEFI, iPXE for UEFI, the
@@ -45,7 +45,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build run test unit interop parity-deps package-deps boot-kernel deb sanitize bench-static fuzz soak bench bench-loss bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds deps install clean
+.PHONY: all build run test unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http fuzz soak bench bench-loss bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds deps install clean
 
 all: build
 
@@ -161,12 +161,19 @@ bench-deps: deps parity-deps
 	@# The peers of today (tftp-hpa 7.3, dnsmasq 2.93) run from the Debian unstable tree; a tree
 	@# made before dnsmasq was in it gets it now.
 	@[ -x $(SID)/usr/sbin/dnsmasq ] || { $(SUDO) chroot $(SID) sh -c 'apt-get -o Acquire::Check-Valid-Until=false update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dnsmasq-base' >$(SID).log 2>&1 || { tail -20 $(SID).log; exit 1; }; }
+	@# nginx-light, the HTTP file server bench-http compares with; policy-rc.d keeps its service from starting.
+	@[ -x $(SID)/usr/sbin/nginx ] || { printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee $(SID)/usr/sbin/policy-rc.d >/dev/null && $(SUDO) chmod 755 $(SID)/usr/sbin/policy-rc.d && \
+		$(SUDO) chroot $(SID) sh -c 'apt-get -o Acquire::Check-Valid-Until=false update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx-light' >$(SID).log 2>&1 || { tail -20 $(SID).log; exit 1; }; }
 	@$(PEERS)/usr/sbin/in.tftpd -V 2>&1 | head -1; $(PEERS)/usr/sbin/atftpd -V 2>&1 | head -1; dnsmasq --version | head -1
 	@chroot $(SID) /usr/sbin/in.tftpd -V 2>&1 | head -1; chroot $(SID) /usr/sbin/dnsmasq --version | head -1
 
 # Stampede on both backends and every peer, the same scenarios, one table (results/bench.*).
 bench: build bench-deps .build/floor
 	python3 Benchmarks/compare.py
+
+# --http beside nginx-light (sendfile on) on the same root, with wrk: results/bench-http.{json,md}.
+bench-http: build bench-deps
+	python3 Benchmarks/http.py
 
 # The static binary (build) against the dynamically linked one it replaced, on both backends,
 # interleaved in one run: results/bench-static.{json,md,svg}, the dynamic rows as stampede-*-dynamic.

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -224,6 +225,16 @@ int stampede_listener_socket(const struct sockaddr_storage *address, int receive
     return fd;
 }
 
+int stampede_memfd(const char *name, int64_t size)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (ftruncate(fd, size) < 0)
+        return fail_closing(fd);
+    return fd;
+}
+
 int stampede_tcp_listener(const struct sockaddr_storage *address, int backlog)
 {
     int one = 1;
@@ -238,6 +249,11 @@ int stampede_tcp_listener(const struct sockaddr_storage *address, int backlog)
     if (bind(fd, (const struct sockaddr *)address, address_length(address)) < 0 || listen(fd, backlog) < 0)
         return fail_closing(fd);
     return fd;
+}
+
+void stampede_tcp_cork(int fd, int on)
+{
+    setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof(on));
 }
 
 int stampede_tcp_accept(int listener, struct sockaddr_storage *peer)

@@ -27,8 +27,8 @@ final class Connection {
     }
 }
 
-/// A response being written: its head, then its body, straight from a file image or, for a file
-/// the cache does not hold, from the file by sendfile.
+/// A response being written: its head, then its body, by sendfile from a file image's memfd (or,
+/// for a file the cache does not hold, from the file), or out of a small image's memory.
 struct Response {
     var head: [UInt8]
     var headSent = 0
@@ -37,6 +37,8 @@ struct Response {
     var offset: Int
     var end: Int
     var record: Record
+    /// TCP_CORK is on for this response (a body sent by sendfile), to come off at its end.
+    var corked = false
 
     enum Body {
         case none
@@ -44,6 +46,16 @@ struct Response {
         case image(FileImage)
         /// A file's descriptor, this response's own (closed when it ends).
         case file(Int32)
+
+        /// What sendfile reads the body from: the file, or the image's memfd; nil: an image in
+        /// anonymous memory, sent with send.
+        var sendfileSource: Int32? {
+            switch self {
+            case .file(let fd): fd
+            case .image(let image): image.descriptor
+            case .none: nil
+            }
+        }
     }
 
     /// What the log line and the metrics say of it.

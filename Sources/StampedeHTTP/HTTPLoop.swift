@@ -253,11 +253,16 @@ public final class HTTPLoop: @unchecked Sendable {
             let bodyLeft = response.end - response.offset
             if response.headSent < response.head.count {
                 let headLeft = response.head.count - response.headSent
+                if response.headSent == 0 && bodyLeft > 0 && response.body.sendfileSource != nil && !response.corked {
+                    stampede_tcp_cork(connection.fd, 1)
+                    response.corked = true
+                }
                 sent = response.head.withUnsafeBytes { head in
                     let rest = UnsafeRawBufferPointer(rebasing: head[response.headSent...])
-                    if case .image(let image) = response.body, bodyLeft > 0 {
+                    if case .image(let image) = response.body, image.descriptor == nil, bodyLeft > 0 {
                         return sendBoth(connection.fd, rest, image.slice(response.offset..<(response.offset + min(bodyLeft, budget))))
                     }
+                    // Corked: the head goes out with the first bytes sendfile gives.
                     return send(connection.fd, rest.baseAddress, rest.count, Int32(MSG_NOSIGNAL) | (bodyLeft > 0 ? Int32(MSG_MORE) : 0))
                 }
                 if sent > 0 {
@@ -268,20 +273,20 @@ public final class HTTPLoop: @unchecked Sendable {
                     metrics.add(.httpFileBytesSent, sent - fromHead)
                 }
             } else {
-                switch response.body {
-                case .image(let image):
-                    let part = image.slice(response.offset..<(response.offset + min(bodyLeft, budget)))
-                    sent = send(connection.fd, part.baseAddress, part.count, Int32(MSG_NOSIGNAL))
-                case .file(let file):
+                if let source = response.body.sendfileSource {
+                    // From the page cache or the image's memfd: no copy into the socket.
                     var offset = off_t(response.offset)
-                    sent = sendfile(connection.fd, file, &offset, min(bodyLeft, budget))
+                    sent = sendfile(connection.fd, source, &offset, min(bodyLeft, budget))
                     if sent == 0 {
                         // The file is shorter than it was when the response said its length.
                         connection.response = response
                         abandon(slot, "the file shrank while it was sent", .serverError, now: now)
                         return false
                     }
-                case .none:
+                } else if case .image(let image) = response.body {
+                    let part = image.slice(response.offset..<(response.offset + min(bodyLeft, budget)))
+                    sent = send(connection.fd, part.baseAddress, part.count, Int32(MSG_NOSIGNAL))
+                } else {
                     sent = 0
                 }
                 if sent > 0 {
@@ -321,6 +326,7 @@ public final class HTTPLoop: @unchecked Sendable {
     func finish(_ connection: Connection, now: Nanoseconds) {
         guard let response = connection.response else { return }
         connection.response = nil
+        if response.corked { stampede_tcp_cork(connection.fd, 0) }
         release(response.body)
         log(connection, response.record, now: now)
         if connection.input.isEmpty { connection.lastProgress = now }

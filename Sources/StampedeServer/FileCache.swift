@@ -258,7 +258,7 @@ public final class FileCache: Sendable {
     /// Reads the file as version `key` and checks that it did not change while being read, so
     /// an image is always one consistent version.
     private func load(fd: Int32, key: FileKey) throws(Errno) -> Loaded {
-        let raw: UnsafeMutableRawBufferPointer
+        let raw: FileImage.Memory
         do {
             raw = try FileImage.read(fd: fd, size: key.size)
         } catch where error.rawValue == EAGAIN {
@@ -277,20 +277,20 @@ public final class FileCache: Sendable {
         }
         guard key.netascii else {
             FileImage.seal(raw)
-            return .image(FileImage(mapping: raw, key: key))
+            return .image(FileImage(raw, key: key))
         }
-        let input = UnsafeRawBufferPointer(raw)
-        let converted: UnsafeMutableRawBufferPointer
+        let input = UnsafeRawBufferPointer(raw.buffer)
+        let converted: FileImage.Memory
         do {
             converted = try FileImage.allocate(Netascii.encodedCount(of: input))
         } catch {
             FileImage.free(raw)
             throw error
         }
-        if converted.count > 0 { _ = Netascii.encode(input, into: converted) }
+        if converted.buffer.count > 0 { _ = Netascii.encode(input, into: converted.buffer) }
         FileImage.free(raw)
         FileImage.seal(converted)
-        return .image(FileImage(mapping: converted, key: key))
+        return .image(FileImage(converted, key: key))
     }
 
     private static func restat(_ fd: Int32, netascii: Bool) throws(Errno) -> FileKey {

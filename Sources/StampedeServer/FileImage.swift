@@ -1,3 +1,4 @@
+import CStampedeSys
 import Glibc
 import StampedeIO
 import StampedeProtocol
@@ -8,14 +9,26 @@ import StampedeProtocol
 public final class FileImage: @unchecked Sendable {
     public let bytes: UnsafeRawBufferPointer
     public let key: FileKey
+    /// The memfd the image's memory is, for an image of `sharedFrom` bytes or more: HTTP sends
+    /// it with sendfile, from the same pages TFTP slices (nil: anonymous memory).
+    public let descriptor: Int32?
 
-    init(mapping: UnsafeMutableRawBufferPointer, key: FileKey) {
-        self.bytes = UnsafeRawBufferPointer(mapping)
+    /// Images this large and larger live in a memfd: below it, what sendfile saves an HTTP
+    /// response (one copy) is less than a descriptor held for the image's life.
+    public static let sharedFrom = 64 << 10
+
+    init(_ memory: Memory, key: FileKey) {
+        self.bytes = UnsafeRawBufferPointer(memory.buffer)
+        self.descriptor = memory.descriptor
         self.key = key
     }
 
-    deinit {
-        if let base = bytes.baseAddress { munmap(UnsafeMutableRawPointer(mutating: base), bytes.count) }
+    deinit { Self.free(Memory(buffer: UnsafeMutableRawBufferPointer(mutating: bytes), descriptor: descriptor)) }
+
+    /// An image's memory while it is loaded: a mapping, and the memfd behind it if any.
+    struct Memory {
+        var buffer: UnsafeMutableRawBufferPointer
+        var descriptor: Int32?
     }
 
     public var count: Int { bytes.count }
@@ -25,38 +38,51 @@ public final class FileImage: @unchecked Sendable {
         UnsafeRawBufferPointer(rebasing: bytes[range])
     }
 
-    static func allocate(_ count: Int) throws(Errno) -> UnsafeMutableRawBufferPointer {
-        guard count > 0 else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
-        let base = mmap(nil, count, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-        guard let base, base != MAP_FAILED else { throw Errno.current }
-        return UnsafeMutableRawBufferPointer(start: base, count: count)
+    static func allocate(_ count: Int) throws(Errno) -> Memory {
+        guard count > 0 else { return Memory(buffer: UnsafeMutableRawBufferPointer(start: nil, count: 0)) }
+        var descriptor: Int32?
+        if count >= sharedFrom {
+            let fd = stampede_memfd("stampede-image", Int64(count))
+            if let error = Errno(result: fd) { throw error }
+            descriptor = fd
+        }
+        let flags = descriptor == nil ? MAP_PRIVATE | MAP_ANONYMOUS : MAP_SHARED
+        let base = mmap(nil, count, PROT_READ | PROT_WRITE, flags, descriptor ?? -1, 0)
+        guard let base, base != MAP_FAILED else {
+            let error = Errno.current
+            if let descriptor { Glibc.close(descriptor) }
+            throw error
+        }
+        return Memory(buffer: UnsafeMutableRawBufferPointer(start: base, count: count), descriptor: descriptor)
     }
 
-    static func free(_ buffer: UnsafeMutableRawBufferPointer) {
-        if let base = buffer.baseAddress { munmap(base, buffer.count) }
+    static func free(_ memory: Memory) {
+        if let base = memory.buffer.baseAddress { munmap(base, memory.buffer.count) }
+        if let descriptor = memory.descriptor { Glibc.close(descriptor) }
     }
 
     /// Reads `size` bytes of `fd` from offset 0; EAGAIN if the file is shorter now.
-    static func read(fd: Int32, size: Int) throws(Errno) -> UnsafeMutableRawBufferPointer {
-        let buffer = try allocate(size)
+    static func read(fd: Int32, size: Int) throws(Errno) -> Memory {
+        let memory = try allocate(size)
         let read: Int
         do {
-            read = try readFully(fd, into: buffer, at: 0)
+            read = try readFully(fd, into: memory.buffer, at: 0)
         } catch {
-            free(buffer)
+            free(memory)
             throw error
         }
         guard read == size else {
-            free(buffer)
+            free(memory)
             throw Errno(EAGAIN)
         }
-        return buffer
+        return memory
     }
 
     /// Mutates in place the protection of a loaded image to read-only: a stray write crashes
-    /// at once instead of corrupting what other transfers send.
-    static func seal(_ buffer: UnsafeMutableRawBufferPointer) {
-        if let base = buffer.baseAddress { mprotect(base, buffer.count, PROT_READ) }
+    /// at once instead of corrupting what other transfers send. (The memfd behind one stays
+    /// writable only through a new mapping, which nothing makes.)
+    static func seal(_ memory: Memory) {
+        if let base = memory.buffer.baseAddress { mprotect(base, memory.buffer.count, PROT_READ) }
     }
 }
 

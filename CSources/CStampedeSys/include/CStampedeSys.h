@@ -107,9 +107,16 @@ int stampede_epoll_wait(int epoll_fd, uint64_t *tags, int capacity, int64_t time
  * writes until EAGAIN before it waits again. */
 int stampede_epoll_add_edge(int epoll_fd, int fd, uint64_t tag);
 
+/* An anonymous shared-memory file (memfd) of `size` bytes, close-on-exec: a file image's memory,
+ * which HTTP sends with sendfile. Returns the fd. */
+int stampede_memfd(const char *name, int64_t size);
+
 /* A TCP listener (SO_REUSEADDR, SO_REUSEPORT, IPV6_V6ONLY for IPv6), bound and listening,
  * non-blocking. Returns the fd. */
 int stampede_tcp_listener(const struct sockaddr_storage *address, int backlog);
+/* TCP_CORK on or off: a response's head and its sendfile chunks go out as full segments, and
+ * what is left at the end goes when the cork comes off. */
+void stampede_tcp_cork(int fd, int on);
 /* accept4: a non-blocking connection with TCP_NODELAY, its peer in *peer; -errno (EAGAIN: none). */
 int stampede_tcp_accept(int listener, struct sockaddr_storage *peer);
 

@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""`make bench-http`: Stampede's --http beside nginx (Debian unstable's nginx-light, sendfile on,
+the same root), side by side in one run.
+
+Each round starts each server fresh on loopback, with a 20,000-descriptor limit and per-request
+logging off, in a cpuacct cgroup of its own (nginx's master and workers all count), and plays
+every scenario with wrk (Debian's): keep-alive GETs of a 1 MiB and a 64 MiB file by 100 and by
+2,000 connections, BENCH_HTTP_SECONDS (default 8) each. Server CPU per GB is the cgroup's CPU
+over the bytes wrk read. Then 10,000 idle connections are opened to each and its resident memory
+(summed over its processes) is read, and one more request must still be answered. Rounds
+(BENCH_ROUNDS, default 3) interleave the servers; the table shows the median round and the
+spread of CPU per GB, and Stampede ÷ nginx. Results: results/bench-http.{json,md}.
+
+nginx runs from the unstable tree `make parity-deps` makes (`make bench-deps` installs
+nginx-light there), chrooted in a mount namespace where the bench root is bound, as compare.py
+runs the TFTP peers.
+"""
+import json
+import os
+import re
+import resource
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare import RESULTS, ROOT, SID, STAMPEDE, CpuGroup, Sampler, in_sid  # noqa: E402
+
+FD_LIMIT = 20000
+SECONDS = int(os.environ.get("BENCH_HTTP_SECONDS", "8"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+WEB = ROOT / "http"
+FILES = {"1mib.bin": 1 << 20, "64mib.bin": 64 << 20}
+SCENARIOS = [(name, connections) for name in FILES for connections in (100, 2000)]
+IDLE_CONNECTIONS = 10000
+
+
+def make_root():
+    WEB.mkdir(parents=True, exist_ok=True)
+    for name, size in FILES.items():
+        path = WEB / name
+        if not path.exists() or path.stat().st_size != size:
+            path.write_bytes(os.urandom(size))
+        path.chmod(0o644)
+    WEB.chmod(0o755)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def nginx_config(port):
+    config = WEB.parent / f"nginx-{port}.conf"
+    config.write_text(f"""
+user root;
+worker_processes auto;
+worker_rlimit_nofile {FD_LIMIT};
+daemon off;
+pid {WEB.parent}/nginx-{port}.pid;
+error_log {WEB.parent}/nginx-{port}.error.log warn;
+events {{ worker_connections {FD_LIMIT}; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_timeout 60;
+    keepalive_requests 1000000;
+    default_type application/octet-stream;
+    server {{ listen 127.0.0.1:{port} reuseport; root {WEB}; }}
+}}
+""")
+    return config
+
+
+def start(server, port, group):
+    def prepare():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+        if group:
+            group.join()
+    if server == "stampede":
+        argv = [str(STAMPEDE), "-L", "-a", "127.0.0.1:0", "--verbosity", "0", "-u", "root", "--http", f"127.0.0.1:{port}", str(WEB)]
+    else:
+        argv = in_sid(["/usr/sbin/nginx", "-c", str(nginx_config(port))])
+    process = subprocess.Popen(argv, preexec_fn=prepare, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process
+        except OSError:
+            time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"{server} did not start on {port}")
+
+
+UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+
+
+def wrk(port, name, connections):
+    """wrk's requests, bytes read and latency percentiles."""
+    command = ["wrk", "-t", "2", "-c", str(connections), "-d", f"{SECONDS}s", "--latency", "--timeout", "30s",
+               f"http://127.0.0.1:{port}/{name}"]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=SECONDS + 60,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))).stdout
+    match = re.search(r"(\d+) requests in [\d.]+\w+, ([\d.]+)(\w+) read", out)
+    if not match:
+        raise RuntimeError(f"wrk said: {out}")
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    socket_errors = re.search(r"Socket errors: (.*)", out)
+    return {"requests": int(match.group(1)), "bytes": float(match.group(2)) * UNITS[match.group(3)],
+            "non_2xx": int(errors.group(1)) if errors else 0, "socket_errors": socket_errors.group(1) if socket_errors else ""}
+
+
+def idle_connections(port, sampler):
+    """Opens IDLE_CONNECTIONS connections and holds them; the server's RSS then, and whether a
+    request on one more connection is still answered."""
+    held = []
+    try:
+        for _ in range(IDLE_CONNECTIONS):
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        time.sleep(1)
+        sampler.sample()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as probe:
+            probe.sendall(b"GET /1mib.bin HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+            got = b""
+            while chunk := probe.recv(1 << 20):
+                got += chunk
+        return {"connections": len(held), "rss_mib": round(sampler.peak_rss, 1), "still_serves": got.startswith(b"HTTP/1.1 200")}
+    finally:
+        for s in held:
+            s.close()
+
+
+def one_round(server, index):
+    port = free_port()
+    group = CpuGroup.make(f"http-{server}-{index}")
+    process = start(server, port, group)
+    sampler = Sampler(process.pid)
+    sampler.start()
+    results = {}
+    try:
+        for name, connections in SCENARIOS:
+            before = group.seconds() if group else 0.0
+            load = wrk(port, name, connections)
+            cpu = (group.seconds() if group else 0.0) - before
+            load["cpu_s"] = round(cpu, 3)
+            load["cpu_per_gb"] = round(cpu / (load["bytes"] / 1e9), 3) if load["bytes"] else None
+            load["gb_per_s"] = round(load["bytes"] / 1e9 / SECONDS, 3)
+            results[f"{name} x{connections}"] = load
+        sampler.peak_rss = 0.0
+        results["idle"] = idle_connections(port, sampler)
+    finally:
+        sampler.stopping.set()
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if group:
+            group.remove()
+    return results
+
+
+def main():
+    # The idle clients' own descriptors: 10,000 and more.
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, FD_LIMIT * 2), hard))
+    make_root()
+    nginx_version = subprocess.run(["chroot", str(SID), "/usr/sbin/nginx", "-v"], capture_output=True, text=True).stderr.strip()
+    rounds = {"stampede": [], "nginx": []}
+    for index in range(ROUNDS):
+        for server in ("stampede", "nginx") if index % 2 == 0 else ("nginx", "stampede"):
+            print(f"round {index + 1}/{ROUNDS}: {server}", flush=True)
+            rounds[server].append(one_round(server, index))
+    table = ["| scenario | Stampede CPU-s/GB (spread) | nginx CPU-s/GB (spread) | Stampede ÷ nginx | GB/s Stampede, nginx |",
+             "|---|---|---|---|---|"]
+    summary = {}
+    for name, connections in SCENARIOS:
+        key = f"{name} x{connections}"
+        row = {}
+        for server in rounds:
+            values = sorted(r[key]["cpu_per_gb"] for r in rounds[server])
+            rates = sorted(r[key]["gb_per_s"] for r in rounds[server])
+            row[server] = {"median": values[len(values) // 2], "spread": [values[0], values[-1]], "gb_per_s": rates[len(rates) // 2]}
+        ratio = row["stampede"]["median"] / row["nginx"]["median"]
+        summary[key] = {**row, "ratio": round(ratio, 2)}
+        s, n = row["stampede"], row["nginx"]
+        table.append(f"| {key} | {s['median']} ({s['spread'][0]}–{s['spread'][1]}) | {n['median']} ({n['spread'][0]}–{n['spread'][1]}) "
+                     f"| {ratio:.2f} | {s['gb_per_s']}, {n['gb_per_s']} |")
+    idle = {server: rounds[server][-1]["idle"] for server in rounds}
+    table.append("")
+    table.append(f"{IDLE_CONNECTIONS} idle connections (descriptor limit {FD_LIMIT}): Stampede RSS {idle['stampede']['rss_mib']} MiB "
+                 f"(serves still: {idle['stampede']['still_serves']}), nginx {idle['nginx']['rss_mib']} MiB "
+                 f"(serves still: {idle['nginx']['still_serves']})")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "bench-http.json").write_text(json.dumps({"nginx": nginx_version, "seconds": SECONDS, "rounds": rounds,
+                                                         "summary": summary, "idle": idle}, indent=1))
+    text = "\n".join([f"Stampede --http vs {nginx_version} (sendfile on), wrk keep-alive, {ROUNDS} interleaved rounds of {SECONDS} s, "
+                      "server CPU-s per GB read (median, spread):", "", *table])
+    (RESULTS / "bench-http.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
