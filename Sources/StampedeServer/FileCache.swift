@@ -12,9 +12,13 @@ public final class FileCache: Sendable {
         public var budget: Int
         /// A larger file is streamed from its descriptor instead of cached.
         public var fileLimit: Int
-        public init(budget: Int = 1 << 30, fileLimit: Int = 256 << 20) {
+        /// Images of this many bytes or more live in a memfd, which HTTP sends with sendfile; each
+        /// holds a descriptor while cached (nil: none does, the server serves no HTTP).
+        public var sharedFrom: Int?
+        public init(budget: Int = 1 << 30, fileLimit: Int = 256 << 20, sharedFrom: Int? = nil) {
             self.budget = budget
             self.fileLimit = fileLimit
+            self.sharedFrom = sharedFrom
         }
     }
 
@@ -260,7 +264,7 @@ public final class FileCache: Sendable {
     private func load(fd: Int32, key: FileKey) throws(Errno) -> Loaded {
         let raw: FileImage.Memory
         do {
-            raw = try FileImage.read(fd: fd, size: key.size)
+            raw = try FileImage.read(fd: fd, size: key.size, shared: !key.netascii && limits.sharedFrom.map { key.size >= $0 } == true)
         } catch where error.rawValue == EAGAIN {
             return .changed(try Self.restat(fd, netascii: key.netascii))  // it shrank
         }
@@ -282,7 +286,8 @@ public final class FileCache: Sendable {
         let input = UnsafeRawBufferPointer(raw.buffer)
         let converted: FileImage.Memory
         do {
-            converted = try FileImage.allocate(Netascii.encodedCount(of: input))
+            let count = Netascii.encodedCount(of: input)
+            converted = try FileImage.allocate(count, shared: limits.sharedFrom.map { count >= $0 } == true)
         } catch {
             FileImage.free(raw)
             throw error

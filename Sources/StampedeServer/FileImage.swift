@@ -9,12 +9,13 @@ import StampedeProtocol
 public final class FileImage: @unchecked Sendable {
     public let bytes: UnsafeRawBufferPointer
     public let key: FileKey
-    /// The memfd the image's memory is, for an image of `sharedFrom` bytes or more: HTTP sends
-    /// it with sendfile, from the same pages TFTP slices (nil: anonymous memory).
+    /// The memfd the image's memory is, when the cache shares images with HTTP
+    /// (`FileCache.Limits.sharedFrom`): HTTP sends it with sendfile, from the same pages TFTP
+    /// slices (nil: anonymous memory).
     public let descriptor: Int32?
 
-    /// Images this large and larger live in a memfd: below it, what sendfile saves an HTTP
-    /// response (one copy) is less than a descriptor held for the image's life.
+    /// Where an HTTP server's cache starts to put images in memfds: below it, what sendfile saves
+    /// a response (one copy) is less than a descriptor held for the image's life.
     public static let sharedFrom = 64 << 10
 
     init(_ memory: Memory, key: FileKey) {
@@ -38,10 +39,10 @@ public final class FileImage: @unchecked Sendable {
         UnsafeRawBufferPointer(rebasing: bytes[range])
     }
 
-    static func allocate(_ count: Int) throws(Errno) -> Memory {
+    static func allocate(_ count: Int, shared: Bool = false) throws(Errno) -> Memory {
         guard count > 0 else { return Memory(buffer: UnsafeMutableRawBufferPointer(start: nil, count: 0)) }
         var descriptor: Int32?
-        if count >= sharedFrom {
+        if shared {
             let fd = stampede_memfd("stampede-image", Int64(count))
             if let error = Errno(result: fd) { throw error }
             descriptor = fd
@@ -62,8 +63,8 @@ public final class FileImage: @unchecked Sendable {
     }
 
     /// Reads `size` bytes of `fd` from offset 0; EAGAIN if the file is shorter now.
-    static func read(fd: Int32, size: Int) throws(Errno) -> Memory {
-        let memory = try allocate(size)
+    static func read(fd: Int32, size: Int, shared: Bool) throws(Errno) -> Memory {
+        let memory = try allocate(size, shared: shared)
         let read: Int
         do {
             read = try readFully(fd, into: memory.buffer, at: 0)

@@ -443,7 +443,9 @@ struct ServeCommand: ParsableCommand {
         if maxPerClient != nil || maxPerPrefix != nil { configuration.loopbackUncountedPerClient = false }
         configuration.whenBusy = BusyReply(rawValue: whenBusy)!
         configuration.logFormat = LogFormat(rawValue: logFormat)!
-        let cache = FileCache(limits: .init(budget: cacheSize << 20, fileLimit: cacheFileLimit << 20))
+        // With --http, images of 64 KiB and more are memfds, which HTTP sends with sendfile.
+        let cache = FileCache(limits: .init(budget: cacheSize << 20, fileLimit: cacheFileLimit << 20,
+                                            sharedFrom: http.isEmpty ? nil : FileImage.sharedFrom))
         var workerCount = workers ?? Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
         if singlePort && mode != .standalone && workerCount > 1 {
             // A passed socket is one socket that every worker reads: a client's ACK could reach a

@@ -22,6 +22,7 @@ NUMERIC = {
         "--max-transfers": COUNT, "--max-transfer-sockets": (0, COUNT[1]), "--max-per-client": COUNT,
         "--max-per-prefix": COUNT, "-B": (8, 65464), "-W": (0, 2**63 - 1),
         "--window-bytes": (0, 2**63 - 1), "--map-steps": (1, 2**31 - 1),
+        "--http-max-connections": COUNT, "--http-idle-timeout": (1, YEAR), "--http-request-timeout": (1, YEAR),
     },
     "get": {"--blksize": (8, 65464), "--windowsize": (1, 32767), "--timeout": (1, 255), "--retries": RETRIES},
     "put": {"--blksize": (8, 65464), "--windowsize": (1, 32767), "--timeout": (1, 255), "--retries": RETRIES},
@@ -38,7 +39,8 @@ OTHER = {
               "--port-range", "--backend", "--when-busy", "--metrics", "--log-format", "--logfile", "--logformat",
               "--service",  # a port or a services(5) name: test_cli.py
               "--path-prefix", "--normalize",  # test_parity_names.py
-              "--max-upload"},  # a size with k, M, G...: test_parity_uploads.py
+              "--max-upload",  # a size with k, M, G...: test_parity_uploads.py
+              "--http"},  # ADDR:PORT: test_http.py, and below
     "get": {"--mode", "--option"},  # NAME=VALUE of the option table: test_parity_options.py, test_cli.py
     "put": {"--mode", "--option"},
     "storm": {"--profile", "--profile-file", "--show-profile", "--verify-root", "--slice", "--source-range",
@@ -123,7 +125,8 @@ def test_a_numeric_flag_takes_its_range_and_refuses_the_rest_with_exit_64(comman
 
 
 @pytest.mark.parametrize("flag,value", [("-U", "-1"), ("-U", "1000"), ("-U", "9z"), ("-R", "0:5"), ("-R", "5:1"),
-                                        ("-R", "1:70000"), ("-R", "x"), ("--metrics", ":70000"), ("--metrics", "x")])
+                                        ("-R", "1:70000"), ("-R", "x"), ("--metrics", ":70000"), ("--metrics", "x"),
+                                        ("--http", ":70000"), ("--http", "x")])
 def test_the_other_numbers_of_serve_are_usage_errors_too(flag, value, tmp_path):
     r = subprocess.run([str(BINARY), "-l", "-a", "127.0.0.1:0", f"{flag}={value}", str(tmp_path)], capture_output=True,
                        timeout=5)
