@@ -11,6 +11,9 @@ final class Connection {
     var input: [UInt8] = []
     /// The response being written; requests behind it wait in `input`.
     var response: Response?
+    /// `input` has bytes not parsed since they came (a line's end, or the head limit passed), or
+    /// a whole request after the last one (pipelining).
+    var unparsed = false
     /// When the head in `input` began to arrive (nil: none is in progress).
     var requestStarted: Nanoseconds?
     /// The last read or write that moved bytes.
@@ -32,31 +35,38 @@ final class Connection {
 struct Response {
     var head: [UInt8]
     var headSent = 0
-    var body: Body
-    /// The next byte of the body to send, and the end.
+    /// The image the cache lent (given back when the response ends) or the file streamed (closed
+    /// with it); nil: no body.
+    var body: TransferSource?
+    /// Where the body starts in the file, the next byte to send, and the end.
+    let start: Int
     var offset: Int
-    var end: Int
+    let end: Int
     var record: Record
     /// TCP_CORK is on for this response (a body sent by sendfile), to come off at its end.
     var corked = false
 
-    enum Body {
-        case none
-        /// Bytes of an image the cache lent; given back when the response ends.
-        case image(FileImage)
-        /// A file's descriptor, this response's own (closed when it ends).
-        case file(Int32)
+    init(head: [UInt8], body: TransferSource?, range: Range<Int>, record: Record) {
+        self.head = head
+        self.body = body
+        start = range.lowerBound
+        offset = range.lowerBound
+        end = range.upperBound
+        self.record = record
+    }
 
-        /// What sendfile reads the body from: the file, or the image's memfd; nil: an image in
-        /// anonymous memory, sent with send.
-        var sendfileSource: Int32? {
-            switch self {
-            case .file(let fd): fd
-            case .image(let image): image.descriptor
-            case .none: nil
-            }
+    /// What sendfile reads the body from: the streamed file, or the image's memfd; nil: an
+    /// image in anonymous memory, sent with send (or no body).
+    var sendfileSource: Int32? {
+        switch body {
+        case .stream(let file): file.descriptor
+        case .image(let image): image.descriptor
+        case nil: nil
         }
     }
+
+    /// Body bytes the kernel took.
+    var bodyBytes: Int { offset - start }
 
     /// What the log line and the metrics say of it.
     struct Record {
@@ -68,7 +78,6 @@ struct Response {
         var result: WorkerMetrics.Result
         var started: Nanoseconds
         var detail: String?
-        var bodyBytes = 0
     }
 
     var isDone: Bool { headSent == head.count && offset == end }

@@ -8,7 +8,7 @@ import StampedeServer
 extension HTTPLoop {
     /// Answers a parsed head: the name through the remap rules and the access policy, as a TFTP
     /// RRQ's; the image from the same cache; then the part of it the head asks for.
-    func respond(_ connection: Connection, _ head: RequestHead, started: Nanoseconds, now: Nanoseconds) {
+    func respond(_ connection: Connection, _ head: RequestHead, started: Nanoseconds) {
         let kind: WorkerMetrics.Kind
         switch head.method {
         case .get: kind = .get
@@ -17,7 +17,7 @@ extension HTTPLoop {
             var response = ResponseHead(.methodNotAllowed)
             response.add("Allow", "GET, HEAD")
             answer(connection, response, kind: .httpInvalid, method: name, file: sanitizedForLog(head.target.utf8),
-                   detail: "method \(name) not allowed", started: started, now: now)
+                   detail: "method \(name) not allowed", started: started)
             return
         }
         // The path without its leading "/" is the name, as a TFTP client would send it.
@@ -29,44 +29,28 @@ extension HTTPLoop {
                 name = mapped
             case .failure(let refusal):
                 answer(connection, ResponseHead(Self.status(for: refusal)), kind: kind, method: head.method.name,
-                       file: sanitizedForLog(name), detail: refusal.message, started: started, now: now)
+                       file: sanitizedForLog(name), detail: refusal.message, started: started)
                 return
             }
         }
         let file = sanitizedForLog(name)
-        let opened: AccessPolicy.OpenFile
-        do {
-            opened = try configuration.policy.openForReading(name)
+        // A GET takes the image (or the file to stream) as a TFTP RRQ does: the cache may have
+        // read a newer version than the one opened, and the answer is about the bytes sent. A
+        // HEAD only looks.
+        var body: TransferSource?
+        let facts: FileFacts
+        do throws(TFTPError) {
+            if kind == .get {
+                let opened = try configuration.openSource(name, netascii: false, cache: cache)
+                body = opened.source
+                facts = FileFacts(opened.key)
+            } else {
+                facts = FileFacts(FileKey(try configuration.policy.openForReading(name).info, netascii: false))
+            }
         } catch {
             answer(connection, ResponseHead(Self.status(for: error)), kind: kind, method: head.method.name, file: file,
-                   detail: error.message, started: started, now: now)
+                   detail: error.message, started: started)
             return
-        }
-        // A GET takes the image first: the cache may have read a newer version than the one
-        // opened, and the answer is about the bytes sent.
-        var body = Response.Body.none
-        var facts = FileFacts(FileKey(opened.info, netascii: false))
-        if kind == .get {
-            do {
-                switch try cache.acquire(fd: opened.descriptor.raw, info: opened.info, netascii: false) {
-                case .image(let image):
-                    body = .image(image)
-                    facts = FileFacts(image.key)
-                case .stream(let size):
-                    facts.size = size
-                    body = .file(fcntl(opened.descriptor.raw, F_DUPFD_CLOEXEC, 3))
-                    if case .file(let fd) = body, fd < 0 {
-                        answer(connection, ResponseHead(.serviceUnavailable), kind: kind, method: head.method.name, file: file,
-                               detail: "\(Errno.current)", started: started, now: now)
-                        return
-                    }
-                }
-            } catch {
-                let status: Status = error.rawValue == ENOMEM ? .serviceUnavailable : .internalServerError
-                answer(connection, ResponseHead(status), kind: kind, method: head.method.name, file: file,
-                       detail: "\(error)", started: started, now: now)
-                return
-            }
         }
         var range = 0..<facts.size
         var response: ResponseHead
@@ -87,7 +71,7 @@ extension HTTPLoop {
             var refusal = ResponseHead(.rangeNotSatisfiable)
             refusal.add("Content-Range", "bytes */\(facts.size)")
             answer(connection, refusal, kind: kind, method: head.method.name, file: file,
-                   detail: "range \(head.range ?? "") outside \(facts.size) bytes", started: started, now: now)
+                   detail: "range \(head.range ?? "") outside \(facts.size) bytes", started: started)
             return
         }
         common(&response, connection)
@@ -98,13 +82,13 @@ extension HTTPLoop {
         }
         response.add("Last-Modified", HTTPDate.format(facts.modified))
         response.add("ETag", facts.etag)
-        if kind == .head || range.isEmpty {
+        if body == nil || range.isEmpty {  // a HEAD, a 304, an empty file or range
             release(body)
-            body = .none
+            body = nil
             range = 0..<0
         }
         connection.response = Response(
-            head: response.bytes, body: body, offset: range.lowerBound, end: range.upperBound,
+            head: response.bytes, body: body, range: range,
             record: .init(kind: kind, method: head.method.name, file: file, status: response.status, result: result, started: started))
     }
 
@@ -117,7 +101,7 @@ extension HTTPLoop {
 
     /// A response without a file: a refusal's status, with a short text saying it.
     func answer(_ connection: Connection, _ head: ResponseHead, kind: WorkerMetrics.Kind, method: String, file: String,
-                detail: String, started: Nanoseconds, now: Nanoseconds) {
+                detail: String, started: Nanoseconds) {
         var head = head
         common(&head, connection)
         let text = Array("\(head.status.rawValue) \(head.status.reason)\n".utf8)
@@ -126,7 +110,7 @@ extension HTTPLoop {
         var bytes = head.bytes
         if kind != .head { bytes += text }
         connection.response = Response(
-            head: bytes, body: .none, offset: 0, end: 0,
+            head: bytes, body: nil, range: 0..<0,
             record: .init(kind: kind, method: method, file: file, status: head.status, result: Self.result(for: head.status),
                           started: started, detail: detail))
     }
@@ -135,7 +119,7 @@ extension HTTPLoop {
     func refuse(_ connection: Connection, _ status: Status, _ reason: String, now: Nanoseconds) {
         connection.closing = true
         answer(connection, ResponseHead(status), kind: .httpInvalid, method: "-", file: "-", detail: reason,
-               started: connection.requestStarted ?? now, now: now)
+               started: connection.requestStarted ?? now)
     }
 
     static func status(for error: TFTPError) -> Status {
@@ -161,7 +145,8 @@ extension HTTPLoop {
     }
 
     /// The response's line (7.3's kind, or JSON) and its figures.
-    func log(_ connection: Connection, _ record: Response.Record, now: Nanoseconds) {
+    func log(_ connection: Connection, _ response: Response) {
+        let record = response.record
         metrics.countRequest(record.kind, record.result)
         // The clock now, not the turn's: a response may take a whole turn to write.
         let duration = stampede_monotonic_ns() - record.started
@@ -172,17 +157,17 @@ extension HTTPLoop {
             var fields: Logger.Metadata = [
                 "event": "transfer", "protocol": "http", "client": "\(connection.peer)", "request": "\(record.kind.label)",
                 "file": "\(record.file)", "status": .stringConvertible(record.status.rawValue),
-                "bytes": .stringConvertible(record.bodyBytes), "duration_s": .stringConvertible(seconds),
+                "bytes": .stringConvertible(response.bodyBytes), "duration_s": .stringConvertible(seconds),
                 "outcome": "\(record.result.label)",
             ]
             if let detail = record.detail { fields["detail"] = "\(sanitizedForLog(detail.utf8))" }
             logger.log(level: failed ? .warning : .info, "transfer", metadata: fields)
             return
         }
-        let line: Logger.Message = """
-            \(record.method) \(connection.peer) "\(record.file)" http \(record.status.rawValue) bytes=\(record.bodyBytes) \
+        // Made only if the level is logged (at -v 0 a served response's line is not).
+        logger.log(level: failed ? .warning : .info, """
+            \(record.method) \(connection.peer) "\(record.file)" http \(record.status.rawValue) bytes=\(response.bodyBytes) \
             time=\(decimalText(seconds, places: 3))s: \(record.detail.map { sanitizedForLog($0.utf8) } ?? record.result.label)
-            """
-        if failed { logger.warning(line) } else { logger.info(line) }
+            """)
     }
 }

@@ -90,7 +90,7 @@ public final class HTTPLoop: @unchecked Sendable {
             if let deadline = stopDeadline {
                 if connections.allSatisfy({ $0 == nil }) { break }
                 if now >= deadline {
-                    for slot in connections.indices where connections[slot] != nil { abandon(slot, "server shutting down", .shutdown, now: now) }
+                    for slot in connections.indices where connections[slot] != nil { abandon(slot, "server shutting down", .shutdown) }
                     break
                 }
             }
@@ -184,20 +184,19 @@ public final class HTTPLoop: @unchecked Sendable {
                     return
                 }
             }
-            // The next request: one already read (pipelined), or more bytes.
-            switch parseInput(connection, now: now) {
-            case .response:
-                continue
-            case .refused:
-                continue  // its response is set, and the connection closes after it
-            case .needMore:
-                break
-            }
+            // The next request: one already read (pipelined), or more bytes. A response (or a
+            // refusal, after which the connection closes) is written at the top of the loop.
+            if answerInput(connection, now: now) { continue }
             let read = recv(connection.fd, scratch.baseAddress, scratch.count, 0)
             if read > 0 {
+                let bytes = UnsafeRawBufferPointer(rebasing: scratch[..<read])
                 connection.lastProgress = now
                 if connection.input.isEmpty { connection.requestStarted = now }
-                connection.input.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[..<read]))
+                connection.input.append(contentsOf: bytes)
+                // A head ends with a line feed: bytes without one cannot complete what was not
+                // complete before, and are not parsed again (a client sending a byte at a time
+                // would make every byte a parse of all it sent) until the head limit is passed.
+                if bytes.contains(10) || connection.input.count > http.limits.headBytes { connection.unparsed = true }
                 continue
             }
             if read == 0 || (errno != EAGAIN && errno != EINTR) {
@@ -210,10 +209,11 @@ public final class HTTPLoop: @unchecked Sendable {
         }
     }
 
-    enum Parsed { case response, refused, needMore }
-
-    func parseInput(_ connection: Connection, now: Nanoseconds) -> Parsed {
-        guard !connection.input.isEmpty, !connection.closing else { return .needMore }
+    /// Parses the next head in the connection's input and sets its response (or its refusal's):
+    /// true; false if there is none yet.
+    func answerInput(_ connection: Connection, now: Nanoseconds) -> Bool {
+        guard connection.unparsed, !connection.closing else { return false }
+        connection.unparsed = false
         let limits = http.limits
         let outcome = connection.input.withUnsafeBytes { bytes in
             Result { () throws(RequestHead.Refusal) in try RequestHead.parse(bytes, limits: limits) }
@@ -225,15 +225,17 @@ public final class HTTPLoop: @unchecked Sendable {
             connection.input = []
             refuse(connection, refusal.status, refusal.reason, now: now)
             connection.requestStarted = nil
-            return .refused
+            return true
         }
-        guard case .complete(let head, let length) = parsed else { return .needMore }
+        guard case .complete(let head, let length) = parsed else { return false }
         connection.input.removeFirst(length)
+        // What follows may be another whole request (pipelining).
+        connection.unparsed = !connection.input.isEmpty
         let started = connection.requestStarted ?? now
         connection.requestStarted = connection.input.isEmpty ? nil : now
         if !head.keepAlive { connection.closing = true }
-        respond(connection, head, started: started, now: now)
-        return .response
+        respond(connection, head, started: started)
+        return true
     }
 
     /// Writes the response until it is done (true) or the socket is full (false: the next
@@ -249,59 +251,55 @@ public final class HTTPLoop: @unchecked Sendable {
                 runnable.append(slot)
                 return false
             }
+            let bodyLeft = min(response.end - response.offset, budget)
             let sent: Int
-            let bodyLeft = response.end - response.offset
+            var bodySent = 0
             if response.headSent < response.head.count {
-                let headLeft = response.head.count - response.headSent
-                if response.headSent == 0 && bodyLeft > 0 && response.body.sendfileSource != nil && !response.corked {
+                if response.headSent == 0 && bodyLeft > 0 && response.sendfileSource != nil && !response.corked {
                     stampede_tcp_cork(connection.fd, 1)
                     response.corked = true
                 }
                 sent = response.head.withUnsafeBytes { head in
                     let rest = UnsafeRawBufferPointer(rebasing: head[response.headSent...])
                     if case .image(let image) = response.body, image.descriptor == nil, bodyLeft > 0 {
-                        return sendBoth(connection.fd, rest, image.slice(response.offset..<(response.offset + min(bodyLeft, budget))))
+                        return sendBoth(connection.fd, rest, image.slice(response.offset..<(response.offset + bodyLeft)))
                     }
                     // Corked: the head goes out with the first bytes sendfile gives.
                     return send(connection.fd, rest.baseAddress, rest.count, Int32(MSG_NOSIGNAL) | (bodyLeft > 0 ? Int32(MSG_MORE) : 0))
                 }
                 if sent > 0 {
-                    let fromHead = min(sent, headLeft)
+                    let fromHead = min(sent, response.head.count - response.headSent)
                     response.headSent += fromHead
-                    response.offset += sent - fromHead
-                    response.record.bodyBytes += sent - fromHead
-                    metrics.add(.httpFileBytesSent, sent - fromHead)
+                    bodySent = sent - fromHead
                 }
             } else {
-                if let source = response.body.sendfileSource {
+                if let source = response.sendfileSource {
                     // From the page cache or the image's memfd: no copy into the socket.
                     var offset = off_t(response.offset)
-                    sent = sendfile(connection.fd, source, &offset, min(bodyLeft, budget))
+                    sent = sendfile(connection.fd, source, &offset, bodyLeft)
                     if sent == 0 {
                         // The file is shorter than it was when the response said its length.
                         connection.response = response
-                        abandon(slot, "the file shrank while it was sent", .serverError, now: now)
+                        abandon(slot, "the file shrank while it was sent", .serverError)
                         return false
                     }
                 } else if case .image(let image) = response.body {
-                    let part = image.slice(response.offset..<(response.offset + min(bodyLeft, budget)))
+                    let part = image.slice(response.offset..<(response.offset + bodyLeft))
                     sent = send(connection.fd, part.baseAddress, part.count, Int32(MSG_NOSIGNAL))
                 } else {
                     sent = 0
                 }
-                if sent > 0 {
-                    response.offset += sent
-                    response.record.bodyBytes += sent
-                    metrics.add(.httpFileBytesSent, sent)
-                }
+                bodySent = max(0, sent)
             }
             if sent < 0 {
                 let error = errno
                 connection.response = response
                 if error == EAGAIN || error == EINTR { return false }
-                abandon(slot, "\(Errno(error))", error == EPIPE || error == ECONNRESET ? .closedByClient : .serverError, now: now)
+                abandon(slot, "\(Errno(error))", error == EPIPE || error == ECONNRESET ? .closedByClient : .serverError)
                 return false
             }
+            response.offset += bodySent
+            metrics.add(.httpFileBytesSent, bodySent)
             metrics.add(.httpBytesSent, sent)
             budget -= sent
             connection.lastProgress = now
@@ -312,11 +310,11 @@ public final class HTTPLoop: @unchecked Sendable {
 
     /// A head and the start of a body in one sendmsg.
     func sendBoth(_ fd: Int32, _ head: UnsafeRawBufferPointer, _ body: UnsafeRawBufferPointer) -> Int {
-        var vectors = [iovec(iov_base: UnsafeMutableRawPointer(mutating: head.baseAddress), iov_len: head.count),
-                       iovec(iov_base: UnsafeMutableRawPointer(mutating: body.baseAddress), iov_len: body.count)]
-        return vectors.withUnsafeMutableBufferPointer { pointer in
+        var vectors = (iovec(iov_base: UnsafeMutableRawPointer(mutating: head.baseAddress), iov_len: head.count),
+                       iovec(iov_base: UnsafeMutableRawPointer(mutating: body.baseAddress), iov_len: body.count))
+        return withUnsafeMutableBytes(of: &vectors) { raw in
             var message = msghdr()
-            message.msg_iov = pointer.baseAddress
+            message.msg_iov = raw.baseAddress!.assumingMemoryBound(to: iovec.self)
             message.msg_iovlen = 2
             return sendmsg(fd, &message, Int32(MSG_NOSIGNAL))
         }
@@ -328,27 +326,24 @@ public final class HTTPLoop: @unchecked Sendable {
         connection.response = nil
         if response.corked { stampede_tcp_cork(connection.fd, 0) }
         release(response.body)
-        log(connection, response.record, now: now)
+        log(connection, response)
         if connection.input.isEmpty { connection.lastProgress = now }
     }
 
-    func release(_ body: Response.Body) {
-        switch body {
-        case .image(let image): cache.release(image)
-        case .file(let fd): Glibc.close(fd)
-        case .none: break
-        }
+    /// Gives an image back to the cache (a streamed file closes when its last owner goes).
+    func release(_ body: TransferSource?) {
+        if case .image(let image) = body { cache.release(image) }
     }
 
     /// Ends a response before its end (an error, a stall, a stop), and its connection.
-    func abandon(_ slot: Int, _ why: String, _ result: WorkerMetrics.Result, now: Nanoseconds) {
+    func abandon(_ slot: Int, _ why: String, _ result: WorkerMetrics.Result) {
         guard let connection = connections[slot] else { return }
         if var response = connection.response {
             connection.response = nil
             release(response.body)
             response.record.result = result
             response.record.detail = why
-            log(connection, response.record, now: now)
+            log(connection, response)
         }
         close(slot)
     }
@@ -370,7 +365,7 @@ public final class HTTPLoop: @unchecked Sendable {
             guard let connection = connections[slot] else { continue }
             if connection.response != nil {
                 if now - connection.lastProgress > http.sendTimeout {
-                    abandon(slot, "no progress for \(http.sendTimeout / nanosecondsPerSecond) s", .timedOut, now: now)
+                    abandon(slot, "no progress for \(http.sendTimeout / nanosecondsPerSecond) s", .timedOut)
                 }
             } else if let started = connection.requestStarted {
                 if now - started > http.requestTimeout {

@@ -264,7 +264,8 @@ public final class FileCache: Sendable {
     private func load(fd: Int32, key: FileKey) throws(Errno) -> Loaded {
         let raw: FileImage.Memory
         do {
-            raw = try FileImage.read(fd: fd, size: key.size, shared: !key.netascii && limits.sharedFrom.map { key.size >= $0 } == true)
+            // A netascii file's raw bytes are converted into another image: only that one is shared.
+            raw = try FileImage.read(fd: fd, size: key.size, shared: !key.netascii && shares(key.size))
         } catch where error.rawValue == EAGAIN {
             return .changed(try Self.restat(fd, netascii: key.netascii))  // it shrank
         }
@@ -287,7 +288,7 @@ public final class FileCache: Sendable {
         let converted: FileImage.Memory
         do {
             let count = Netascii.encodedCount(of: input)
-            converted = try FileImage.allocate(count, shared: limits.sharedFrom.map { count >= $0 } == true)
+            converted = try FileImage.allocate(count, shared: shares(count))
         } catch {
             FileImage.free(raw)
             throw error
@@ -296,6 +297,11 @@ public final class FileCache: Sendable {
         FileImage.free(raw)
         FileImage.seal(converted)
         return .image(FileImage(converted, key: key))
+    }
+
+    /// Whether an image of `count` bytes lives in a memfd (`Limits.sharedFrom`).
+    private func shares(_ count: Int) -> Bool {
+        limits.sharedFrom.map { count >= $0 } ?? false
     }
 
     private static func restat(_ fd: Int32, netascii: Bool) throws(Errno) -> FileKey {

@@ -99,6 +99,30 @@ public struct WorkerSummary: Sendable {
 }
 
 extension ServerConfiguration {
+    /// Opens and checks a file for a download, then takes its image from the cache, or the file
+    /// to stream it, for TFTP and HTTP alike: the source, and the version it is (a streamed
+    /// file's as it was opened). A refusal is the TFTP error tftpd-hpa answers; HTTP maps it to
+    /// its status.
+    public func openSource(_ filename: [UInt8], netascii: Bool, cache: FileCache) throws(TFTPError) -> (source: TransferSource, key: FileKey) {
+        let file = try policy.openForReading(filename)
+        let cached: FileCache.Source
+        do {
+            cached = try cache.acquire(fd: file.descriptor.raw, info: file.info, netascii: netascii)
+        } catch {
+            if error.rawValue == ENOMEM { throw TFTPError(.notDefined, "File too large to serve now", busy: true) }
+            if error.rawValue == EFBIG { throw TFTPError(.notDefined, "File too large for netascii") }
+            throw error.tftpError
+        }
+        switch cached {
+        case .image(let image):
+            return (.image(image), image.key)
+        case .stream(let size):
+            var key = FileKey(file.info, netascii: netascii)
+            key.size = size
+            return (.stream(StreamedFile(file.descriptor, size: size)), key)
+        }
+    }
+
     /// The name the remap rules make of a requested one (`-m`), for TFTP and HTTP alike, or the
     /// refusal they decide: ERROR 2 with an `a` rule's message, as tftpd-hpa answers. An `E` rule
     /// asks the access policy whether its result can be served. Verbosity 3 traces every rule.

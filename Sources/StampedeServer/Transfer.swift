@@ -69,15 +69,15 @@ enum TransferSocket: Equatable {
     var isShared: Bool { replyFrom != nil }
 }
 
-/// Where a download's bytes come from.
-enum TransferSource {
+/// Where a download's bytes come from (a TFTP transfer's, an HTTP response's).
+public enum TransferSource {
     /// A cached image: DATA payloads are slices of it.
     case image(FileImage)
     /// A file too large to cache: each block is read when it is sent.
     case stream(StreamedFile)
 
     /// The bytes the transfer sends.
-    var size: Int {
+    public var size: Int {
         switch self {
         case .image(let image): image.count
         case .stream(let file): file.size
@@ -86,10 +86,13 @@ enum TransferSource {
 }
 
 /// A file served without an image (over --cache-file-limit or the budget), owning its descriptor.
-final class StreamedFile {
+public final class StreamedFile {
     private let file: Descriptor
     /// The size the transfer announced (tsize) and sends: a file that shrinks sends a short block.
-    let size: Int
+    public let size: Int
+
+    /// The open file (HTTP sends from it with sendfile); this object closes it.
+    public var descriptor: Int32 { file.raw }
 
     init(_ file: consuming Descriptor, size: Int) {
         self.file = file

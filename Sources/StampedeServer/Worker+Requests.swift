@@ -167,8 +167,8 @@ extension Worker {
                 if mode == .netascii { upload.useNetascii() }
                 transfer.upload = upload
             } else {
-                let source = try openSource(filename, netascii: mode == .netascii)
-                transfer.source = source.source
+                let source = try configuration.openSource(filename, netascii: mode == .netascii, cache: cache).source
+                transfer.source = source
                 size = source.size
             }
         } catch {
@@ -289,26 +289,6 @@ extension Worker {
         } else {
             let action = table[slot].sender!.start(now: now)
             perform(slot, action, now: now)
-        }
-    }
-
-    /// Opens and checks the file, then takes its image from the cache, or streams it; the size
-    /// the transfer sends (after netascii conversion).
-    func openSource(_ filename: [UInt8], netascii: Bool) throws(TFTPError) -> (source: TransferSource, size: Int) {
-        let file = try configuration.policy.openForReading(filename)
-        let cached: FileCache.Source
-        do {
-            cached = try cache.acquire(fd: file.descriptor.raw, info: file.info, netascii: netascii)
-        } catch {
-            if error.rawValue == ENOMEM { throw TFTPError(.notDefined, "File too large to serve now", busy: true) }
-            if error.rawValue == EFBIG { throw TFTPError(.notDefined, "File too large for netascii") }
-            throw error.tftpError
-        }
-        switch cached {
-        case .image(let image):
-            return (.image(image), image.count)
-        case .stream(let size):
-            return (.stream(StreamedFile(file.descriptor, size: size)), size)
         }
     }
 

@@ -25,7 +25,8 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     let disk: DiskWork
     var diskPending = 0
     let diskOutcomes = Mutex<[(tag: Tag, failure: Errno?)]>([])
-    /// Shared by every worker of a server: the file labels of the duration histogram.
+    /// Shared by every worker of a server: the file labels of the duration histogram; served
+    /// transfers' durations go to the histogram under their file's label through the recorder.
     let fileLabels: FileLabels
     var durationRecorder: DurationRecorder
     let index: Int
@@ -312,7 +313,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         let result = outcome.result
         metrics.countRequest(kind, result)
         metrics.add(t.record.isWrite ? .fileBytesReceived : .fileBytesSent, bytes)
-        if result == .served { recordDuration(of: t.record.filename, kind: kind, duration) }
+        if result == .served { durationRecorder.record(t.record.filename, kind: kind, duration) }
         if configuration.logFormat == .json {
             var fields: Logger.Metadata = [
                 "event": "transfer", "client": "\(t.peer)", "request": "\(kind.label)", "file": "\(t.record.filename)",
@@ -332,8 +333,4 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         if outcome.isFailure { logger.warning(line) } else { logger.info(line) }
     }
 
-    /// A served transfer's duration, for the histogram, under its file's label (`FileLabels`).
-    func recordDuration(of filename: String, kind: WorkerMetrics.Kind, _ duration: Nanoseconds) {
-        durationRecorder.record(filename, kind: kind, duration)
-    }
 }

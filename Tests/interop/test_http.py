@@ -283,9 +283,22 @@ def test_json_log_has_one_line_per_finished_http_transfer(web, root, tmp_path):
     records = [json.loads(line) for line in s.log_lines('"protocol":"http"') if line.startswith("{")]
     assert len(records) == 2, s.log_text()
     served = next(r for r in records if r.get("outcome") == "served")
-    assert served["file"] == "one-mib.bin" and served["status"] == "200" or served["status"] == 200
+    assert served["file"] == "one-mib.bin" and int(served["status"]) == 200
     assert int(served["bytes"]) == 1 << 20
     assert any(r.get("outcome") == "not_found" for r in records)
+
+
+def test_a_head_sent_a_byte_at_a_time_is_answered(web):
+    s = web()
+    with socket.create_connection(("127.0.0.1", s.http_port), timeout=10) as c:
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for byte in b"GET /hello.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n":
+            c.send(bytes([byte]))
+            time.sleep(0.001)
+        answer = b""
+        while chunk := c.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"hello, rack\n")
 
 
 def test_slow_and_idle_connections_are_closed(web):
