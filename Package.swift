@@ -95,7 +95,7 @@ let package = Package(
                     dependencies: ["StampedeGlibc", "StampedeURing", "StampedeServer", "StampedeProtocol", "StampedeIO",
                                    "CMallocCounter", "StampedeTestSupport", log]),
         .testTarget(name: "StampedeStormTests",
-                    dependencies: ["StampedeStorm", "StampedeServer", "StampedeGlibc", "StampedeURing", "StampedeProtocol",
-                                   "StampedeIO", "StampedeTestSupport", log]),
+                    dependencies: ["StampedeStorm", "StampedeServer", "StampedeHTTP", "StampedeGlibc", "StampedeURing",
+                                   "StampedeProtocol", "StampedeIO", "StampedeTestSupport", log]),
     ]
 )

@@ -77,8 +77,8 @@ SCENARIOS = [
      "10,000 transfers of 32 KiB, 400 at a time"),
     ("scale", "32kib.bin", 32 << 10, ["--clients", "10000", "--blksize", "1468", "--timeout", "10", "--hold", "4"],
      "10,000 transfers held open at once (each client holds its first ACK 4 s)"),
-    ("rack", "ipxe.efi", 1 << 20, ["--profile", "uefi-ipxe", "--stages", "4", "--clients", "20000", "--ramp", "3"],
-     "20,000 machines powering on over 3 s, each the uefi-ipxe profile's first stages: the UEFI size probe, "
+    ("rack", "ipxe.efi", 1 << 20, ["--profile", "uefi-ipxe-tftp", "--stages", "4", "--clients", "20000", "--ramp", "3"],
+     "20,000 machines powering on over 3 s, each the uefi-ipxe-tftp profile's first stages: the UEFI size probe, "
      "ipxe.efi (1 MiB), autoexec.ipxe (not found), boot.ipxe; the storm in 4 processes, every process at most "
      "20,000 descriptors"),
 ]

@@ -9,7 +9,15 @@ every scenario with wrk (Debian's): keep-alive GETs of a 1 MiB and a 64 MiB file
 over the bytes wrk read. Then 10,000 idle connections are opened to each and its resident memory
 (summed over its processes) is read, and one more request must still be answered. Rounds
 (BENCH_ROUNDS, default 3) interleave the servers; the table shows the median round and the
-spread of CPU per GB, and Stampede ÷ nginx. Results: results/bench-http.{json,md}.
+spread of CPU per GB, and Stampede ÷ nginx.
+
+Then the rack with HTTP: BENCH_RACK_MACHINES (default 2,000) machines powering on over 3 s, each
+playing `storm --profile uefi-ipxe` (the UEFI size probe and ipxe.efi of 1 MiB over TFTP,
+autoexec.ipxe not found, then the script, a 16 MiB kernel and a 64 MiB initrd over HTTP), every
+byte compared, against Stampede alone (TFTP and --http in one process) and against dnsmasq (TFTP)
+with nginx (HTTP) in one cgroup: machines booted and failed, p50/p99 boot time, each stage's p50,
+the servers' CPU and the storm's, in BENCH_RACK_ROUNDS (default 3) interleaved rounds.
+Results: results/bench-http.{json,md}.
 
 nginx runs from the unstable tree `make parity-deps` makes (`make bench-deps` installs
 nginx-light there), chrooted in a mount namespace where the bench root is bound, as compare.py
@@ -26,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import RESULTS, ROOT, SID, STAMPEDE, CpuGroup, Sampler, in_sid  # noqa: E402
+from compare import RESULTS, ROOT, SID, STAMPEDE, CpuGroup, Sampler, dnsmasq, in_sid  # noqa: E402
 
 FD_LIMIT = 20000
 SECONDS = int(os.environ.get("BENCH_HTTP_SECONDS", "8"))
@@ -35,16 +43,20 @@ WEB = ROOT / "http"
 FILES = {"1mib.bin": 1 << 20, "64mib.bin": 64 << 20}
 SCENARIOS = [(name, connections) for name in FILES for connections in (100, 2000)]
 IDLE_CONNECTIONS = 10000
+RACK = ROOT / "http-rack"
+RACK_FILES = {"ipxe.efi": 1 << 20, "vmlinuz": 16 << 20, "initrd.img": 64 << 20}
+RACK_MACHINES = int(os.environ.get("BENCH_RACK_MACHINES", "2000"))
+RACK_ROUNDS = int(os.environ.get("BENCH_RACK_ROUNDS", str(ROUNDS)))
 
 
-def make_root():
-    WEB.mkdir(parents=True, exist_ok=True)
-    for name, size in FILES.items():
-        path = WEB / name
+def make_root(directory, files):
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, size in files.items():
+        path = directory / name
         if not path.exists() or path.stat().st_size != size:
             path.write_bytes(os.urandom(size))
         path.chmod(0o644)
-    WEB.chmod(0o755)
+    directory.chmod(0o755)
 
 
 def free_port():
@@ -53,7 +65,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def nginx_config(port):
+def nginx_config(port, root=WEB):
     config = WEB.parent / f"nginx-{port}.conf"
     config.write_text(f"""
 user root;
@@ -70,7 +82,7 @@ http {{
     keepalive_timeout 60;
     keepalive_requests 1000000;
     default_type application/octet-stream;
-    server {{ listen 127.0.0.1:{port} reuseport; root {WEB}; }}
+    server {{ listen 127.0.0.1:{port} reuseport; root {root}; }}
 }}
 """)
     return config
@@ -86,15 +98,8 @@ def start(server, port, group):
     else:
         argv = in_sid(["/usr/sbin/nginx", "-c", str(nginx_config(port))])
     process = subprocess.Popen(argv, preexec_fn=prepare, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return process
-        except OSError:
-            time.sleep(0.05)
-    process.kill()
-    raise RuntimeError(f"{server} did not start on {port}")
+    wait_for_tcp(port, process, server)
+    return process
 
 
 UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
@@ -155,22 +160,101 @@ def one_round(server, index):
         results["idle"] = idle_connections(port, sampler)
     finally:
         sampler.stopping.set()
+        stop([process], group)
+    return results
+
+
+def stop(processes, group):
+    """SIGTERM, SIGKILL after 20 s; then the cgroup goes."""
+    for process in processes:
         process.terminate()
+    for process in processes:
         try:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+    if group:
+        group.remove()
+
+
+def wait_for_tcp(port, process, name):
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"{name} did not start on {port}")
+
+
+def rack_round(servers, index):
+    """One rack boot against `servers` ("stampede", or "dnsmasq+nginx"), in one cpuacct group."""
+    group = CpuGroup.make(f"rack-{servers.replace('+', '-')}-{index}")
+
+    def prepare():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
         if group:
-            group.remove()
-    return results
+            group.join()
+    http_port = free_port()
+    if servers == "stampede":
+        tftp_port = free_port()
+        commands = [[str(STAMPEDE), "-L", "-a", f"127.0.0.1:{tftp_port}", "--verbosity", "0", "-u", "root",
+                     "--http", f"127.0.0.1:{http_port}", str(RACK)]]
+    else:
+        tftp_port = 69  # dnsmasq has no TFTP port option
+        commands = [in_sid(dnsmasq("/usr/sbin/dnsmasq", str(RACK))), in_sid(["/usr/sbin/nginx", "-c", str(nginx_config(http_port, RACK))])]
+    processes = [subprocess.Popen(c, preexec_fn=prepare, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in commands]
+    try:
+        wait_for_tcp(http_port, processes[-1], servers)
+        time.sleep(0.5)  # dnsmasq's TFTP socket
+        before = group.seconds() if group else 0.0
+        storm = subprocess.run([str(STAMPEDE), "storm", f"127.0.0.1:{tftp_port}", "--profile", "uefi-ipxe",
+                                "--http", f"127.0.0.1:{http_port}", "--clients", str(RACK_MACHINES), "--ramp", "3",
+                                "--verify-root", str(RACK), "--json"], capture_output=True, text=True, timeout=3600,
+                               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT)))
+        cpu = (group.seconds() if group else 0.0) - before
+        result = json.loads(storm.stdout)
+        return {"ok": result["ok"], "failed": result["failed"], "failures": result["failures"],
+                "p50_s": round(result["p50_ms"] / 1000, 2), "p99_s": round(result["p99_ms"] / 1000, 2),
+                "max_s": round(result["max_ms"] / 1000, 2),
+                "stages": [{k: v for k, v in stage.items() if k != "failures"} for stage in result["stages"]],
+                "stages_p50_s": {stage["stage"]: round(stage["p50_ms"] / 1000, 3) for stage in result["stages"]},
+                "retransmits": result["retransmits"], "server_cpu_s": round(cpu, 2),
+                "storm_cpu_s": result["client_cpu_s"], "seconds": result["seconds"], "bytes": result["bytes"]}
+    finally:
+        stop(processes, group)
+
+
+def rack_table(rounds):
+    """The median round of each (by p50 boot time) and the spread."""
+    lines = [f"Rack with HTTP: {RACK_MACHINES} machines powering on over 3 s, storm --profile uefi-ipxe (ipxe.efi 1 MiB over TFTP, "
+             f"a 16 MiB kernel and a 64 MiB initrd over HTTP, every byte compared), {RACK_ROUNDS} interleaved rounds, median round:", "",
+             "| servers | booted / failed | boot p50 s (spread) | boot p99 s | boot max s | ipxe.efi p50 s | vmlinuz p50 s "
+             "| initrd p50 s | retransmissions | server CPU s | storm CPU s | wall s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    summary = {}
+    for servers, results in rounds.items():
+        ordered = sorted(results, key=lambda r: r["p50_s"])
+        r = ordered[len(ordered) // 2]
+        summary[servers] = r
+        stages = r["stages_p50_s"]
+        lines.append(f"| {servers} | {r['ok']} / {r['failed']} | {r['p50_s']} ({ordered[0]['p50_s']}–{ordered[-1]['p50_s']}) "
+                     f"| {r['p99_s']} | {r['max_s']} | {stages.get('uefi get ipxe.efi')} | {stages.get('ipxe http GET vmlinuz')} "
+                     f"| {stages.get('ipxe http GET initrd.img')} | {r['retransmits']} | {r['server_cpu_s']} | {r['storm_cpu_s']} "
+                     f"| {round(r['seconds'], 1)} |")
+    return lines, summary
 
 
 def main():
     # The idle clients' own descriptors: 10,000 and more.
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, FD_LIMIT * 2), hard))
-    make_root()
+    make_root(WEB, FILES)
+    make_root(RACK, RACK_FILES)
+    (RACK / "boot.ipxe").write_text("#!ipxe\nkernel vmlinuz\ninitrd initrd.img\nboot\n")
+    (RACK / "boot.ipxe").chmod(0o644)
     nginx_version = subprocess.run(["chroot", str(SID), "/usr/sbin/nginx", "-v"], capture_output=True, text=True).stderr.strip()
     rounds = {"stampede": [], "nginx": []}
     for index in range(ROUNDS):
@@ -197,11 +281,18 @@ def main():
     table.append(f"{IDLE_CONNECTIONS} idle connections (descriptor limit {FD_LIMIT}): Stampede RSS {idle['stampede']['rss_mib']} MiB "
                  f"(serves still: {idle['stampede']['still_serves']}), nginx {idle['nginx']['rss_mib']} MiB "
                  f"(serves still: {idle['nginx']['still_serves']})")
+    rack_rounds = {"stampede": [], "dnsmasq+nginx": []}
+    for index in range(RACK_ROUNDS):
+        for servers in ("stampede", "dnsmasq+nginx") if index % 2 == 0 else ("dnsmasq+nginx", "stampede"):
+            print(f"rack round {index + 1}/{RACK_ROUNDS}: {servers}", flush=True)
+            rack_rounds[servers].append(rack_round(servers, index))
+    rack_lines, rack_summary = rack_table(rack_rounds)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "bench-http.json").write_text(json.dumps({"nginx": nginx_version, "seconds": SECONDS, "rounds": rounds,
-                                                         "summary": summary, "idle": idle}, indent=1))
+                                                         "summary": summary, "idle": idle, "rack_rounds": rack_rounds,
+                                                         "rack": rack_summary}, indent=1))
     text = "\n".join([f"Stampede --http vs {nginx_version} (sendfile on), wrk keep-alive, {ROUNDS} interleaved rounds of {SECONDS} s, "
-                      "server CPU-s per GB read (median, spread):", "", *table])
+                      "server CPU-s per GB read (median, spread):", "", *table, "", *rack_lines])
     (RESULTS / "bench-http.md").write_text(text + "\n")
     print(text)
 

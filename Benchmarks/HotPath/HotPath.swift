@@ -119,6 +119,7 @@ final class CountingBackend: DatagramBackend {
     var segmentation: Segmentation { .off }
     var segmentationFallbacks: Int { 0 }
     var segmentedSends: Int { 0 }
+    func watch(_ descriptor: Int32) throws(Errno) { throw Errno(ENOTSUP) }
     func poll(deadline: Nanoseconds?) -> Int { next == nil ? 0 : 1 }
     func datagram(_ index: Int) -> Datagram {
         let d = next!

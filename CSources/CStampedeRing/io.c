@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -645,7 +646,33 @@ static void on_completion(stampede_ring *r, struct io_uring_cqe *cqe)
     case OP_CANCEL:
         on_cancel(r, cqe);
         break;
+    case OP_WATCH:
+        /* The wait has ended, which is all a readiness says. A poll the kernel ended is armed again. */
+        if (!(cqe->flags & IORING_CQE_F_MORE))
+            r->watch_to_arm = 1;
+        break;
     }
+}
+
+int stampede_ring_watch(stampede_ring *r, int fd)
+{
+    if (r->watching)
+        return -EBUSY;
+    r->watch_fd = fd;
+    r->watching = 1;
+    r->watch_to_arm = 1;
+    return 0;
+}
+
+/* Arms the watched descriptor's poll; one that finds no submission entry waits for the next turn. */
+static void arm_watch(stampede_ring *r)
+{
+    struct io_uring_sqe *sqe;
+    if (!r->watch_to_arm || !(sqe = next_sqe(r)))
+        return;
+    io_uring_prep_poll_multishot(sqe, r->watch_fd, POLLIN);
+    io_uring_sqe_set_data64(sqe, pack(OP_WATCH, 0, 0, 0));
+    r->watch_to_arm = 0;
 }
 
 /* The kernel has deferred work (completions) for us to run: IORING_SQ_TASKRUN, from TASKRUN_FLAG. */
@@ -813,6 +840,7 @@ int stampede_ring_wait(stampede_ring *r, int64_t timeout_ns)
     }
     r->deferred_count = 0;
     rearm(r);
+    arm_watch(r);
     ready = start_closing(r);
 
     if (timeout_ns == 0) {

@@ -10,7 +10,8 @@
 
 /* OP_SEND carries the socket slot; OP_SEND_RUN (a run of a window's datagrams, sent segmented) the
  * send slot, which names the socket, so that a refused run can be sent again one datagram at a time. */
-enum { OP_RECV = 1, OP_SEND = 2, OP_CANCEL = 3, OP_SEND_RUN = 4 };
+/* OP_WATCH is the multishot poll of the watched descriptor (stampede_ring_watch). */
+enum { OP_RECV = 1, OP_SEND = 2, OP_CANCEL = 3, OP_SEND_RUN = 4, OP_WATCH = 5 };
 /* Receive buffers: small ones for a transfer's ACKs and a client's DATA of small blocks, large
  * ones for uploads of large blocks, request ones for listeners (a request, or a single-port
  * upload's DATA). */
@@ -137,6 +138,10 @@ struct stampede_ring {
     uint32_t deferred_capacity;
     int deferring;
     uint32_t cqe_capacity;
+    /* The watched descriptor (stampede_ring_watch), and whether its poll must be (re)armed. */
+    int watch_fd;
+    int watching;
+    int watch_to_arm;
     stampede_ring_stats stats;
 };
 

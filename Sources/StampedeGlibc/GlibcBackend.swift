@@ -26,6 +26,8 @@ public final class GlibcBackend: DatagramBackend {
     private var sockets: [Socket] = []
     private var freeSockets: [Int32] = []
     private var closing: [SocketHandle] = []
+    /// A descriptor is watched (`watch`).
+    private var watching = false
     /// Peer errors (ICMP unreachable) that a send drew instead of a receive, for the next batch.
     private var peerErrors: [(tag: UInt64, error: Errno)] = []
 
@@ -353,6 +355,13 @@ public final class GlibcBackend: DatagramBackend {
     }
 
     // MARK: Receives
+
+    public func watch(_ descriptor: Int32) throws(Errno) {
+        guard !watching else { throw Errno(EBUSY) }
+        // Its tag is no socket's handle: `poll` wakes for it and reads nothing.
+        if let error = Errno(result: stampede_epoll_add(epoll, descriptor, UInt64(Int.max))) { throw error }
+        watching = true
+    }
 
     public func poll(deadline: Nanoseconds?) -> Int {
         flush()

@@ -15,6 +15,7 @@ public final class HTTPLoop: @unchecked Sendable {
     let http: HTTPConfiguration
     let cache: FileCache
     let open: ManagedAtomic<Int>
+    let admission: Admission?
     public let metrics = WorkerMetrics()
     var durations: DurationRecorder
     var logger: Logger
@@ -26,6 +27,9 @@ public final class HTTPLoop: @unchecked Sendable {
     /// Connections that stopped writing for fairness, not for EAGAIN: written again next turn.
     var runnable: [Int] = []
     let scratch: UnsafeMutableRawBufferPointer
+    /// What one epoll_wait reports.
+    let readyTags: UnsafeMutablePointer<UInt64>
+    static let readyCapacity = 256
     var nextSweep: Nanoseconds = 0
     var lastRefusalLog: Nanoseconds = 0
     /// Bytes one connection may write in a row before the others get a turn.
@@ -33,11 +37,12 @@ public final class HTTPLoop: @unchecked Sendable {
     static let listenerBit: UInt64 = 1 << 63
 
     init(configuration: ServerConfiguration, http: HTTPConfiguration, cache: FileCache, fileLabels: FileLabels,
-         open: ManagedAtomic<Int>, index: Int) throws(Errno) {
+         open: ManagedAtomic<Int>, admission: Admission?, index: Int) throws(Errno) {
         self.configuration = configuration
         self.http = http
         self.cache = cache
         self.open = open
+        self.admission = admission
         durations = DurationRecorder(metrics: metrics, fileLabels: fileLabels)
         logger = configuration.logger
         logger[metadataKey: "http"] = "\(index)"
@@ -45,6 +50,7 @@ public final class HTTPLoop: @unchecked Sendable {
         if let error = Errno(result: ep) { throw error }
         epoll = ep
         scratch = .allocate(byteCount: 16384, alignment: 16)
+        readyTags = .allocate(capacity: Self.readyCapacity)
     }
 
     deinit {
@@ -52,6 +58,7 @@ public final class HTTPLoop: @unchecked Sendable {
         for slot in connections.indices where connections[slot] != nil { close(slot) }
         Glibc.close(epoll)
         scratch.deallocate()
+        readyTags.deallocate()
     }
 
     /// Binds a listener on each address (port 0: the kernel picks; the caller passes the port
@@ -79,10 +86,8 @@ public final class HTTPLoop: @unchecked Sendable {
     /// may finish within the grace.
     public func run() {
         var stopDeadline: Nanoseconds?
-        let tags = UnsafeMutablePointer<UInt64>.allocate(capacity: 256)
-        defer { tags.deallocate() }
         while true {
-            var now = stampede_monotonic_ns()
+            let now = stampede_monotonic_ns()
             if stopDeadline == nil && stampede_stop_requested() != 0 {
                 stopDeadline = now + configuration.shutdownGrace
                 stopListening(now: now)
@@ -94,28 +99,35 @@ public final class HTTPLoop: @unchecked Sendable {
                     break
                 }
             }
-            let wait: Nanoseconds = runnable.isEmpty ? min(250_000_000, max(0, nextSweep - now)) : 0
-            let count = stampede_epoll_wait(epoll, tags, 256, wait)
-            now = stampede_monotonic_ns()
-            let ready = runnable
-            runnable.removeAll(keepingCapacity: true)
-            for slot in ready where connections[slot] != nil { service(slot, now: now) }
-            for i in 0..<max(0, Int(count)) {
-                let tag = tags[i]
-                if tag & Self.listenerBit != 0 {
-                    if stopDeadline == nil { accept(Int(tag & 0xFFFF), now: now) }
-                    continue
-                }
-                let slot = Int(tag & 0xFFFF_FFFF)
-                guard slot < connections.count, let connection = connections[slot],
-                      connection.generation == UInt32(tag >> 32) else { continue }
-                service(slot, now: now)
+            turn(now: now, maxWait: 250_000_000)
+        }
+        metrics.publish()
+    }
+
+    /// One turn: waits at most `maxWait` (less when a sweep or a connection's next share is
+    /// due), serves the connections that are ready, accepts new ones while listening, and
+    /// sweeps out those past their deadlines once a second. `run` turns it; a test can too.
+    public func turn(now: Nanoseconds, maxWait: Nanoseconds) {
+        let wait: Nanoseconds = runnable.isEmpty ? min(maxWait, max(0, nextSweep - now)) : 0
+        let count = stampede_epoll_wait(epoll, readyTags, Int32(Self.readyCapacity), wait)
+        let now = stampede_monotonic_ns()
+        let ready = runnable
+        runnable.removeAll(keepingCapacity: true)
+        for slot in ready where connections[slot] != nil { service(slot, now: now) }
+        for i in 0..<max(0, Int(count)) {
+            let tag = readyTags[i]
+            if tag & Self.listenerBit != 0 {
+                accept(Int(tag & 0xFFFF), now: now)  // none once stopListening has closed them
+                continue
             }
-            if now >= nextSweep {
-                sweep(now: now)
-                nextSweep = now + nanosecondsPerSecond
-            }
-            metrics.publish()
+            let slot = Int(tag & 0xFFFF_FFFF)
+            guard slot < connections.count, let connection = connections[slot],
+                  connection.generation == UInt32(tag >> 32) else { continue }
+            service(slot, now: now)
+        }
+        if now >= nextSweep {
+            sweep(now: now)
+            nextSweep = now + nanosecondsPerSecond
         }
         metrics.publish()
     }
@@ -155,6 +167,7 @@ public final class HTTPLoop: @unchecked Sendable {
             let connection = Connection(fd: fd, peer: peer.unmapped, now: now, generation: generation)
             connections[slot] = connection
             metrics.add(.httpConnections)
+            admission?.connectionOpened()
             if let error = Errno(result: stampede_epoll_add_edge(epoll, fd, UInt64(connection.generation) << 32 | UInt64(slot))) {
                 logger.error("\(connection.peer): cannot watch the connection: \(error)")
                 close(slot)
@@ -356,6 +369,7 @@ public final class HTTPLoop: @unchecked Sendable {
         free.append(slot)
         open.wrappingDecrement(ordering: .relaxed)
         metrics.add(.httpConnections, -1)
+        admission?.connectionClosed()
     }
 
     /// Once a second: heads too slow (408), responses the client stopped reading, idle

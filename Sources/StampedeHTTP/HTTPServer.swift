@@ -10,8 +10,10 @@ public final class HTTPServer: Sendable {
     public let loops: [HTTPLoop]
     public let boundAddresses: [SocketAddress]
 
+    /// `admission`: the TFTP server's, told of every connection, so that an open one keeps `-t`'s
+    /// idle exit away.
     public init(configuration: ServerConfiguration, http: HTTPConfiguration, cache: FileCache, fileLabels: FileLabels,
-                loopCount: Int) throws(Errno) {
+                admission: Admission? = nil, loopCount: Int) throws(Errno) {
         // A client that goes away mid-response makes sendfile raise SIGPIPE otherwise.
         signal(SIGPIPE, SIG_IGN)
         let open = ManagedAtomic<Int>(0)
@@ -19,7 +21,7 @@ public final class HTTPServer: Sendable {
         var addresses = http.listenAddresses
         for index in 0..<max(1, loopCount) {
             let loop = try HTTPLoop(configuration: configuration, http: http, cache: cache, fileLabels: fileLabels,
-                                    open: open, index: index)
+                                    open: open, admission: admission, index: index)
             // A port 0 is chosen by the first bind; the other loops share that port.
             addresses = try loop.bind(addresses)
             loops.append(loop)

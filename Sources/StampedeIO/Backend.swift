@@ -57,6 +57,12 @@ public protocol DatagramBackend: AnyObject, CustomStringConvertible, SendableMet
     /// Flushes queued sends, waits for datagrams until `deadline` (monotonic ns; nil: forever),
     /// and returns how many arrived. They stay valid until the next call.
     func poll(deadline: Nanoseconds?) -> Int
+    /// Makes `poll` return, with whatever datagrams there are (perhaps none), when `descriptor`
+    /// becomes readable: the storm's epoll of HTTP connections is waited on with its datagrams
+    /// this way. One descriptor per backend, watched until the backend goes; the caller keeps it
+    /// open that long, and drains it before the next `poll` (a readable descriptor that nothing
+    /// new wakes may not wake `poll` again).
+    func watch(_ descriptor: Int32) throws(Errno)
     /// The i-th datagram of the last poll.
     func datagram(_ index: Int) -> Datagram
 

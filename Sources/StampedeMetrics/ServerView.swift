@@ -99,16 +99,26 @@ public struct ServerView: Sendable {
         after.sum(name, labels) - before.sum(name, labels)
     }
 
-    /// Requests by outcome, those that happened.
-    public var outcomes: [(String, Int)] {
-        var totals: [String: Int] = [:]
+    /// Requests by protocol (tftp first), and in each by outcome, those that happened.
+    public var outcomes: [(protocol: String, outcomes: [(String, Int)])] {
+        var totals: [String: [String: Int]] = [:]
         for (key, value) in after.values where key.hasPrefix("stampede_requests_total{") {
             let labels = key.dropFirst("stampede_requests_total{".count).split(separator: ",")
-            guard let label = labels.first(where: { $0.hasPrefix("outcome=\"") }) else { continue }
-            let outcome = String(label.dropFirst("outcome=\"".count).prefix { $0 != "\"" })
-            totals[outcome, default: 0] += Int(value - (before.values[key] ?? 0))
+            func label(_ name: String) -> String? {
+                labels.first { $0.hasPrefix(name + "=\"") }.map { String($0.dropFirst(name.count + 2).prefix { $0 != "\"" }) }
+            }
+            guard let outcome = label("outcome") else { continue }
+            let change = Int(value - (before.values[key] ?? 0))
+            if change != 0 { totals[label("protocol") ?? "tftp", default: [:]][outcome, default: 0] += change }
         }
-        return totals.filter { $0.value != 0 }.sorted { $0.value > $1.value }
+        return totals.sorted { ($0.key == "tftp" ? 0 : 1, $0.key) < ($1.key == "tftp" ? 0 : 1, $1.key) }.map { protocolName, counts in
+            (protocolName, counts.sorted { ($1.value, $0.key) < ($0.value, $1.key) })
+        }
+    }
+
+    /// File bytes sent over `protocolName` (tftp, http).
+    public func fileBytesSent(over protocolName: String) -> Int {
+        Int(delta("stampede_file_bytes_total", ["direction=\"sent\"", "protocol=\"\(protocolName)\""]))
     }
 
     public var cpuSeconds: Double { delta("process_cpu_seconds_total") }
@@ -123,18 +133,28 @@ public struct ServerView: Sendable {
     public var sendFailures: Int { Int(delta("stampede_backend_send_failures_total")) }
 
     public var text: String {
-        let requests = outcomes.map { "\($0.1) \(String($0.0.map { $0 == "_" ? " " : $0 }))" }.joined(separator: ", ")
+        let byProtocol = outcomes
+        let requests = byProtocol.map { entry in
+            entry.protocol + " " + entry.outcomes.map { "\($0.1) \(String($0.0.map { $0 == "_" ? " " : $0 }))" }.joined(separator: ", ")
+        }.joined(separator: "; ")
+        let bytes = byProtocol.count > 1
+            ? " (" + byProtocol.map { "\($0.protocol) \(fileBytesSent(over: $0.protocol))" }.joined(separator: ", ") + ")" : ""
         return """
             server (its metrics): CPU \(decimalText(cpuSeconds, places: 2)) s; requests: \(requests.isEmpty ? "none" : requests)
-            server: \(fileBytesSent) file bytes sent, \(retransmissions) retransmissions, \(duplicateAcks) duplicate ACKs, \
+            server: \(fileBytesSent) file bytes sent\(bytes), \(retransmissions) retransmissions, \(duplicateAcks) duplicate ACKs, \
             \(sendFailures) datagrams the kernel refused; \(systemCalls) system calls, \(decimalText(datagramsPerSend, places: 2)) datagrams per send
             """
     }
 
     public var json: String {
-        let requests = outcomes.map { "\"\($0.0)\": \($0.1)" }.joined(separator: ", ")
+        let byProtocol = outcomes
+        let requests = byProtocol.map { entry in
+            "\"\(entry.protocol)\": {" + entry.outcomes.map { "\"\($0.0)\": \($0.1)" }.joined(separator: ", ") + "}"
+        }.joined(separator: ", ")
+        let bytes = byProtocol.map { "\"\($0.protocol)\": \(fileBytesSent(over: $0.protocol))" }.joined(separator: ", ")
         return """
             {"cpu_s": \(decimalText(cpuSeconds, places: 3)), "requests": {\(requests)}, "file_bytes_sent": \(fileBytesSent), \
+            "file_bytes_sent_by_protocol": {\(bytes)}, \
             "retransmissions": \(retransmissions), "duplicate_acks": \(duplicateAcks), "send_failures": \(sendFailures), \
             "system_calls": \(systemCalls), "datagrams_per_send": \(decimalText(datagramsPerSend, places: 3))}
             """

@@ -20,7 +20,9 @@ public final class Admission: Sendable {
         var running = 0
         var perClient: [SocketAddress: Int] = [:]
         var perPrefix: [SocketAddress: Int] = [:]
-        /// When a transfer last started or ended: the idle exit of inetd mode counts from there.
+        /// HTTP connections open (`--http`): a server with one is not idle either.
+        var connections = 0
+        /// When a transfer or an HTTP connection last ended: the idle exit (`-t`) counts from there.
         var lastActivity = stampede_monotonic_ns()
     }
     private let counts = Mutex(Counts())
@@ -81,9 +83,23 @@ public final class Admission: Sendable {
         if let current = table[key], current > 1 { table[key] = current - 1 } else { table[key] = nil }
     }
 
-    /// How long no transfer has run nor started (0 while one runs).
+    /// How long no transfer has run nor an HTTP connection been open (0 while one is).
     public func idleTime(now: Nanoseconds) -> Nanoseconds {
-        counts.withLock { $0.running > 0 ? 0 : max(0, now - $0.lastActivity) }
+        counts.withLock { $0.running > 0 || $0.connections > 0 ? 0 : max(0, now - $0.lastActivity) }
+    }
+
+    /// An HTTP connection was accepted: the server is not idle while it is open (`-t`). Told once
+    /// per connection, never per request.
+    public func connectionOpened() {
+        counts.withLock { $0.connections += 1 }
+    }
+
+    /// An HTTP connection closed.
+    public func connectionClosed() {
+        counts.withLock { counts in
+            counts.connections -= 1
+            counts.lastActivity = stampede_monotonic_ns()
+        }
     }
 
     /// Transfers running now, across all workers.

@@ -12,6 +12,8 @@ public final class Server<Backend: DatagramBackend> {
     public let boundAddresses: [SocketAddress]
     /// The file labels every worker's duration histogram uses.
     public var fileLabels: FileLabels { workers[0].fileLabels }
+    /// The limits every worker shares, and what says how long the server has been idle (`-t`).
+    public var admission: Admission { workers[0].admission }
     /// The workers' disk thread (`DiskWork`), for the start's own disk work too.
     public var disk: DiskWork { workers[0].disk }
     let logger: Logger

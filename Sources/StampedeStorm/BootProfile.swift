@@ -14,6 +14,7 @@ import StampedeProtocol
 ///     first NAME NAME... [OPTION=VALUE...] each name in turn until one is found (a config search)
 ///     probe NAME [OPTION=VALUE...]       a size probe: the OACK, then ERROR 8, as EDK2 does
 ///     head  BYTES NAME [OPTION=VALUE...] that many bytes, then ERROR 0 "closed", as GRUB does
+///     http  GET NAME|URL                 the whole file over HTTP (iPXE's chain, UEFI HTTP Boot)
 ///
 /// A `firmware` line starts that firmware's stages: `retry` is its own retransmit interval
 /// when no `timeout` option is negotiated (`250ms` or `4s`), `tries` how often it resends before
@@ -22,6 +23,12 @@ import StampedeProtocol
 /// `tsize=0`. Names may hold the machine's identity: `${mac}` (52:54:00:00:00:01),
 /// `${mac:hexhyp}` (52-54-00-00-00-01), `${ip}` (10.0.0.1), `${ip:hex}` (0A000001),
 /// `${ip:hex:N}` (its first N digits), `${uuid}` and `${machine}` (the machine's number).
+///
+/// An `http` stage asks `GET /NAME` of the storm's HTTP server (`--http`), or the URL written
+/// (`http://10.0.0.1:8080/boot/${mac}.ipxe`: an address, not a host name), on one keep-alive
+/// connection per machine, as iPXE keeps one. A status other than 200 fails the stage; so does a
+/// response without Content-Length or a chunked one, which firmware cannot use for a file. It
+/// waits for the server as long as its firmware's TFTP patience (`patience`).
 public struct BootProfile: Sendable, Equatable {
     public var name: String
     public var stages: [Stage]
@@ -41,6 +48,8 @@ public struct BootProfile: Sendable, Equatable {
         public var retransmit: Nanoseconds
         public var retries: Int
         public var maxBackoff: Int64
+        /// Over HTTP (an `http GET` line) rather than TFTP.
+        public var overHTTP = false
 
         /// How the stage reads in a report: `uefi probe ipxe.efi`.
         public var label: String {
@@ -52,6 +61,7 @@ public struct BootProfile: Sendable, Equatable {
             case .probe: verb = "probe"
             case .head(let bytes): verb = "head \(bytes)"
             }
+            if overHTTP { return "\(firmware) http GET \(names[0])" }
             let shown = names.count > 2 ? "\(names[0]) … \(names[names.count - 1]) (\(names.count) names)" : names.joined(separator: " ")
             return "\(firmware) \(verb) \(shown)"
         }
@@ -63,6 +73,20 @@ public struct BootProfile: Sendable, Equatable {
             a.firmware == b.firmware && a.action == b.action && a.names == b.names
                 && a.options.map(\.name) == b.options.map(\.name) && a.options.map(\.value) == b.options.map(\.value)
                 && a.retransmit == b.retransmit && a.retries == b.retries && a.maxBackoff == b.maxBackoff
+                && a.overHTTP == b.overHTTP
+        }
+
+        /// How long the firmware waits for a silent server: its retransmit intervals summed, each
+        /// double the last up to `maxBackoff` times the first. An HTTP stage whose server sends
+        /// nothing for this long fails, timed out.
+        public var patience: Nanoseconds {
+            var total: Nanoseconds = 0
+            var interval = retransmit
+            for _ in 0...retries {
+                total += interval
+                interval = min(interval * 2, retransmit * maxBackoff)
+            }
+            return total
         }
 
         /// The client plan for one of the stage's names, filled in for `machine`.
@@ -133,6 +157,21 @@ public struct BootProfile: Sendable, Equatable {
                     }
                 }
                 firmware = settings
+            case "http":
+                guard let firmware else { throw fail("http before any firmware line") }
+                guard rest.count == 2, rest[0] == "GET" else { throw fail("http takes GET and one name or URL (no TFTP options)") }
+                guard MachineIdentity.isValidTemplate(rest[1]) else { throw fail("\(rest[1]): an unknown ${...} (mac, mac:hexhyp, ip, ip:hex, ip:hex:N, uuid, machine)") }
+                if rest[1].hasPrefix("http://") {
+                    guard HTTPTarget(MachineIdentity(number: 0).expand(rest[1]), server: nil) != nil else {
+                        throw fail("\(rest[1]): write http://ADDRESS[:PORT]/PATH, with an IP address (no host names)")
+                    }
+                } else if rest[1].contains("://") {
+                    throw fail("\(rest[1]): only http:// URLs")
+                }
+                var stage = Stage(firmware: firmware.name, action: .get, names: [rest[1]], options: [],
+                                  retransmit: firmware.retransmit, retries: firmware.retries, maxBackoff: firmware.backoff)
+                stage.overHTTP = true
+                stages.append(stage)
             case "get", "try", "first", "probe", "head":
                 guard let firmware else { throw fail("\(directive) before any firmware line") }
                 var words = rest
@@ -170,13 +209,19 @@ public struct BootProfile: Sendable, Equatable {
                 stages.append(Stage(firmware: firmware.name, action: action, names: names, options: options,
                                     retransmit: firmware.retransmit, retries: firmware.retries, maxBackoff: firmware.backoff))
             default:
-                throw fail("\(directive): not a directive (profile, firmware, get, try, first, probe, head)")
+                throw fail("\(directive): not a directive (profile, firmware, get, try, first, probe, head, http)")
             }
         }
         guard let name else { throw ParseError(line: 1, message: "no profile line") }
-        guard !stages.isEmpty else { throw ParseError(line: 1, message: "no stages (get, try, first, probe, head)") }
+        guard !stages.isEmpty else { throw ParseError(line: 1, message: "no stages (get, try, first, probe, head, http)") }
         self.init(name: name, stages: stages)
     }
+
+    /// Whether a stage goes over HTTP, so that the storm needs an HTTP server.
+    public var usesHTTP: Bool { stages.contains(where: \.overHTTP) }
+
+    /// Whether a stage names its file relative to the storm's HTTP server (not a whole URL).
+    public var needsHTTPServer: Bool { stages.contains { $0.overHTTP && !$0.names[0].hasPrefix("http://") } }
 
     /// `key=value` → (key, value); a bare word → (word, nil).
     private static func split(_ word: String) -> (String, String?) {

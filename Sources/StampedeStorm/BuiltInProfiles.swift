@@ -3,7 +3,7 @@
 /// options, their order, the retransmit intervals and the tries are each firmware's own, from its
 /// source; where a firmware's timing is a table or a formula, the line approximates it and says so.
 extension BootProfile {
-    public static let builtInNames = ["uefi", "ipxe", "pxelinux", "grub", "uboot", "uefi-ipxe"]
+    public static let builtInNames = ["uefi", "ipxe", "pxelinux", "grub", "uboot", "uefi-ipxe", "uefi-ipxe-tftp"]
 
     private static let uefiStages = """
         # EDK2's PXE (OVMF, most UEFI servers): PxeBcTftpGetFileSize asks tsize, blksize (the IPv4
@@ -70,7 +70,21 @@ extension BootProfile {
             """,
         "uefi-ipxe": """
             profile uefi-ipxe
-            # The chain most racks run: the UEFI PXE loads iPXE, iPXE loads its script and what it names.
+            # The chain most racks run: the UEFI PXE loads iPXE over TFTP; iPXE looks for
+            # autoexec.ipxe on the TFTP server, then fetches the script DHCP named, and what it
+            # names, over HTTP (the storm's --http), on one connection it keeps.
+            \(uefiStages)
+            probe ipxe.efi tsize blksize=1468 windowsize=4
+            get   ipxe.efi blksize=1468 windowsize=4
+            \(ipxeFirmware)
+            try   autoexec.ipxe blksize=1432 tsize
+            http  GET boot.ipxe
+            http  GET vmlinuz
+            http  GET initrd.img
+            """,
+        "uefi-ipxe-tftp": """
+            profile uefi-ipxe-tftp
+            # The same chain on a site without an HTTP server: iPXE reads everything over TFTP.
             \(uefiStages)
             probe ipxe.efi tsize blksize=1468 windowsize=4
             get   ipxe.efi blksize=1468 windowsize=4

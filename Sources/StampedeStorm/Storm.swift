@@ -5,7 +5,8 @@ import StampedeProtocol
 
 /// Plays a storm's machines over one backend on one thread: each machine runs the plan's boot
 /// profile stage by stage, a socket per transfer, all of them served by one loop with a timer
-/// wheel, like the server's worker. `run` drives it to the end;
+/// wheel, like the server's worker. A profile's `http` stages run on one TCP connection per
+/// machine (Storm+HTTP.swift), whose epoll the backend watches beside its datagrams. `run` drives it to the end;
 /// `start` and `turn` let a caller interleave it with a server in one thread (the tests do).
 ///
 /// A storm is not shared: each runs on one thread at a time (the one that made it, or the one it
@@ -13,15 +14,19 @@ import StampedeProtocol
 public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     public let plan: StormPlan
     public let backend: Backend
-    public private(set) var report: StormReport
+    public internal(set) var report: StormReport
 
-    /// Per slot: the machine booting in it, its running transfer and that transfer's socket.
-    private var machines: [Machine?]
+    /// Per slot: the machine booting in it, its running TFTP transfer and that transfer's socket,
+    /// its HTTP connection (kept from one `http` stage to the next, as firmware keeps it).
+    var machines: [Machine?]
     private var sessions: [ClientTransfer<SocketAddress>?]
     private var sockets: [SocketHandle?]
+    var connections: [HTTPConnection?]
     private var generations: [UInt32]
     private var idle: [Int]
-    private var wheel: TimerWheel
+    var wheel: TimerWheel
+    /// The HTTP connections' readiness, watched by the backend; nil when no stage is over HTTP.
+    var http: HTTPEvents?
     private var expired: [Int32] = []
     /// The bytes each name must have (nil: no file to compare with), read once per name.
     private var expected: [String: [UInt8]?]
@@ -68,9 +73,15 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         expired.reserveCapacity(slots)
         expected = plan.expected.mapValues { Optional($0) }
         largestDatagram = plan.largestBlock + 4
+        connections = Array(repeating: nil, count: plan.profile.usesHTTP ? slots : 0)
+        http = plan.profile.usesHTTP ? HTTPEvents(watchedBy: backend) : nil
         report = StormReport(profile: plan.profile)
         report.backend = backend.description
         report.durations.reserveCapacity(plan.plannedTotal ?? 65536)
+    }
+
+    deinit {
+        for connection in connections { if let connection { Glibc.close(connection.descriptor) } }
     }
 
     public var isFinished: Bool { startedAt != 0 && active == 0 && !mayLaunch(now: stampede_monotonic_ns()) }
@@ -106,14 +117,19 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     /// One loop turn: expire timers, flush sends and wait, handle what arrived, start new machines.
     public func turn(now: Nanoseconds, maxWait: Nanoseconds) {
         wheel.expire(now: now, into: &expired)
-        for slot in expired where sessions[Int(slot)] != nil {
-            let step = sessions[Int(slot)]!.timerFired(now: now)
-            apply(step, slot: Int(slot), peer: nil, now: now)
+        for expiredSlot in expired {
+            let slot = Int(expiredSlot)
+            if sessions[slot] != nil {
+                apply(sessions[slot]!.timerFired(now: now), slot: slot, peer: nil, now: now)
+            } else if isFetching(slot) {
+                fetchTimerFired(slot, now: now)
+            }
         }
         expired.removeAll(keepingCapacity: true)
         var deadline = now + maxWait
         if let next = wheel.nextDeadline() { deadline = min(deadline, next) }
         if let next = nextPowerOn, !idle.isEmpty { deadline = min(deadline, max(next, now)) }
+        if http?.hasPending == true { deadline = now }
         let count = backend.poll(deadline: deadline)
         let arrival = stampede_monotonic_ns()
         for i in 0..<count {
@@ -136,6 +152,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
             let step = sessions[slot]!.receive(datagram.bytes, from: datagram.peer, now: arrival)
             apply(step, slot: slot, peer: datagram.peer, now: arrival)
         }
+        if http != nil { serviceHTTP(now: arrival) }
         launchAll(now: arrival)
         report.wall = arrival - startedAt
     }
@@ -145,6 +162,10 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         launchUntil = now
         for slot in sessions.indices where sessions[slot] != nil {
             send(.abort, slot: slot, peer: nil)
+            transferEnded(slot, .failed(.interrupted), now: now)
+        }
+        for slot in connections.indices where isFetching(slot) {
+            closeConnection(slot)
             transferEnded(slot, .failed(.interrupted), now: now)
         }
         report.wall = now - startedAt
@@ -176,10 +197,11 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
 
     /// Opens a socket and sends the request for the machine's current stage and name. False when
     /// no socket could be had (the machine's boot fails: counted, never retried behind its back).
-    private func startTransfer(_ slot: Int, now: Nanoseconds) -> Bool {
+    func startTransfer(_ slot: Int, now: Nanoseconds) -> Bool {
         generations[slot] &+= 1
         let machine = machines[slot]!
         let stage = plan.profile.stages[machine.stage]
+        if stage.overHTTP { return startFetch(slot, now: now) }
         let clientPlan = stage.plan(name: machine.name, for: machine.identity, hold: plan.hold)
         do {
             sockets[slot] = try backend.openClient(local: plan.source(of: machine.identity.number), largestDatagram: largestDatagram,
@@ -248,7 +270,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     /// file of that name under `--verify-root`, read once (a name found nowhere is kept as nil,
     /// so a machine-specific name that a search misses is not looked up again). Without a root,
     /// nothing new is kept, however many names the machines ask for.
-    private func expectedBytes(of name: String) -> [UInt8]? {
+    func expectedBytes(of name: String) -> [UInt8]? {
         if let known = expected[name] { return known }
         guard let root = plan.verifyRoot else { return nil }
         let bytes = name.split(separator: "/").contains("..") ? nil : try? readWholeFile(root + "/" + name)
@@ -260,7 +282,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     public var knownFiles: Int { expected.count }
 
     /// Compares delivered bytes with the expected file; the offset of the first difference.
-    private func verify(_ payload: UnsafeRawBufferPointer, at offset: Int, slot: Int) -> StormFailure? {
+    func verify(_ payload: UnsafeRawBufferPointer, at offset: Int, slot: Int) -> StormFailure? {
         guard payload.count > 0, let expected = machines[slot]!.expected else { return nil }
         guard offset + payload.count <= expected.count else {
             return .wrongSize(expected: expected.count, received: offset + payload.count)
@@ -272,17 +294,20 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         }
     }
 
-    /// A transfer ended: the machine goes on to its next name or stage, boots, or fails.
-    private func transferEnded(_ slot: Int, _ end: StormEnd, now: Nanoseconds) {
+    /// A transfer ended (a TFTP one's socket is closed here; an HTTP one has given back its
+    /// connection): the machine goes on to its next name or stage, boots, or fails.
+    func transferEnded(_ slot: Int, _ end: StormEnd, now: Nanoseconds) {
         let machine = machines[slot]!
         let stage = plan.profile.stages[machine.stage]
-        report.record(transfer: sessions[slot]!, ok: end == .ok, stage: machine.stage)
-        sessions[slot] = nil
+        if let session = sessions[slot] {
+            report.record(transfer: session, ok: end == .ok, stage: machine.stage)
+            sessions[slot] = nil
+            if let socket = sockets[slot] { backend.close(socket) }
+            sockets[slot] = nil
+        }
         wheel.cancel(slot)
-        if let socket = sockets[slot] { backend.close(socket) }
-        sockets[slot] = nil
         switch end {
-        case .failed(.serverError(code: ErrorCode.fileNotFound.rawValue)) where stage.notFoundIsFine:
+        case .failed(let failure) where failure.isNotFound && stage.notFoundIsFine:
             report.stages[machine.stage].notFound += 1
             if stage.action == .first {
                 guard machine.name + 1 < stage.names.count else {
@@ -318,8 +343,9 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     }
 
     /// The machine booted or failed: counted, and its slot takes the next machine.
-    private func machineEnded(_ slot: Int, _ end: StormEnd, now: Nanoseconds) {
+    func machineEnded(_ slot: Int, _ end: StormEnd, now: Nanoseconds) {
         let machine = machines[slot]!
+        if !connections.isEmpty { closeConnection(slot) }
         switch end {
         case .ok: report.booted(in: now - machine.bootStarted)
         case .failed(let failure): report.recordFailure(failure, stage: machine.stage)

@@ -8,6 +8,8 @@ public enum StormFailure: Error, Equatable, Sendable, CustomStringConvertible {
     case timedOut
     /// The server sent ERROR with this code.
     case serverError(code: UInt16)
+    /// An HTTP server answered with this status, not 200.
+    case httpStatus(Int)
     /// The first byte that differs from the expected file (`--verify`).
     case corrupted(offset: Int)
     /// The transfer ended with another size than the expected file, or than the tsize announced.
@@ -19,11 +21,15 @@ public enum StormFailure: Error, Equatable, Sendable, CustomStringConvertible {
     /// The storm was stopped (SIGINT, SIGTERM) while this transfer ran.
     case interrupted
 
+    /// The server has no such file: TFTP's ERROR 1, HTTP's 404.
+    var isNotFound: Bool { self == .serverError(code: ErrorCode.fileNotFound.rawValue) || self == .httpStatus(404) }
+
     /// The failure's kind, for counting.
     public var kind: String {
         switch self {
         case .timedOut: return "timed out"
         case .serverError(let code): return "server error \(code)"
+        case .httpStatus(let status): return "HTTP status \(status)"
         case .corrupted: return "corrupted"
         case .wrongSize: return "wrong size"
         case .protocolError: return "protocol error"

@@ -32,6 +32,9 @@ public struct StormPlan: Sendable {
     /// on IPv4 loopback: as on a real network, and 20,000 machines do not share (and exhaust)
     /// one address's ports with the server's transfer sockets.
     public var sourcePerMachine = false
+    /// The HTTP server an `http` stage's name is a path of (`--http`); a stage that writes a
+    /// whole URL names its own.
+    public var httpServer: SocketAddress?
     /// Machine n sends from this address + n (`--source-range`): a rack on a network of its own,
     /// an IPv6 /64 say, whose addresses the host takes (a local route, non-local binds).
     public var firstSource: SocketAddress?

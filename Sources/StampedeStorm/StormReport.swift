@@ -68,10 +68,13 @@ public struct StormReport: Sendable {
         retransmits += transfer.retransmits
         duplicates += transfer.duplicates
         stages[stage].retransmits += transfer.retransmits
-        if ok {
-            bytes += transfer.bytesReceived
-            stages[stage].bytes += transfer.bytesReceived
-        }
+        if ok { record(bytes: transfer.bytesReceived, stage: stage) }
+    }
+
+    /// A transfer of stage `stage` delivered a whole file of `count` bytes.
+    mutating func record(bytes count: Int, stage: Int) {
+        bytes += count
+        stages[stage].bytes += count
     }
 
     /// A machine booted in `time`.

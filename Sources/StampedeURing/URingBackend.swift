@@ -147,6 +147,10 @@ public final class URingBackend: DatagramBackend {
                                       UInt32(blockSize), &to, &from)
     }
 
+    public func watch(_ descriptor: Int32) throws(Errno) {
+        if let error = Errno(result: stampede_ring_watch(ring, descriptor)) { throw error }
+    }
+
     public func poll(deadline: Nanoseconds?) -> Int {
         let timeout = deadline.map { max(0, $0 - stampede_monotonic_ns()) } ?? -1
         let count = stampede_ring_wait(ring, timeout)

@@ -49,7 +49,7 @@ struct ServerStartup {
         do {
             web = try http.map { http throws(Errno) in
                 try HTTPServer(configuration: configuration, http: http, cache: cache, fileLabels: server.fileLabels,
-                               loopCount: workerCount)
+                               admission: server.admission, loopCount: workerCount)
             }
         } catch {
             throw command.failure("cannot listen for HTTP on \(http!.listenAddresses.map(\.description).joined(separator: ", ")): \(error)")

@@ -12,11 +12,12 @@ import StampedeURing
 /// `stampede storm`: a rack of machines booting at once, played against a server.
 struct Storm: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Play many machines booting from a TFTP server at once, and report what happened.",
+        abstract: "Play many machines booting from a TFTP (and HTTP) server at once, and report what happened.",
         discussion: """
             Without a profile every client opens its own socket, sends an RRQ and reads the whole file. With \
-            --profile (uefi, ipxe, pxelinux, grub, uboot, uefi-ipxe) or --profile-file, every machine plays \
-            the requests its firmware sends, stage by stage, with names from its own MAC, IP and UUID \
+            --profile (uefi, ipxe, pxelinux, grub, uboot, uefi-ipxe, uefi-ipxe-tftp) or --profile-file, every \
+            machine plays the requests its firmware sends, stage by stage, with names from its own MAC, IP \
+            and UUID, over TFTP and, for a profile's http stages, HTTP (--http names that server) \
             (--show-profile prints a profile to start your own from). With --verify or --verify-root every \
             byte is compared. Prints machines ok/failed, MB/s, p50/p99/max boot time, retransmissions and, \
             for a profile, the same per stage, with the storm's own CPU time (so you can tell whether the \
@@ -39,6 +40,8 @@ struct Storm: ParsableCommand {
     var stages: Int?
     @Option(help: "Compare every file a profile reads with the file of that name under this directory.")
     var verifyRoot: String?
+    @Option(help: "The HTTP server of a profile's http stages, HOST[:PORT] (default: the TFTP server's address, port 80).")
+    var http: String?
     @Option(help: "Power the machines on spread evenly over this many seconds (default: all at once).")
     var ramp = 0.0
     @Option(help: "Play only slice I of N of the machines (I/N, from 0), to share a rack between processes.")
@@ -103,6 +106,9 @@ struct Storm: ParsableCommand {
             guard stages == nil else { throw ValidationError("--stages needs a profile.") }
         }
         try FlagRange.check(stages, FlagRange.count, "--stages")
+        if let http, SocketAddress(parsing: http, defaultPort: 80, defaultHost: "127.0.0.1") == nil {
+            throw ValidationError("--http \(http): an address and port, like 10.0.0.1:8080 or [::1]:80.")
+        }
         try FlagRange.check(ramp, 0...Double(FlagRange.year), "--ramp", "seconds")
         if let slice, parseSlice(slice) == nil { throw ValidationError("--slice \(slice): write I/N with 0 <= I < N.") }
         if let sourceRange, SocketAddress(parsing: sourceRange, defaultPort: 0) == nil {
@@ -170,6 +176,11 @@ struct Storm: ParsableCommand {
             throw ValidationError("\(target!): not an address (HOST[:PORT]).")
         }
         var plan = StormPlan(server: server, profile: try bootProfile())
+        if plan.profile.needsHTTPServer {
+            var address = server
+            address.port = 80
+            plan.httpServer = http.flatMap { SocketAddress(parsing: $0, defaultPort: 80, defaultHost: server.host) } ?? address
+        }
         plan.clients = clients
         plan.total = total
         plan.duration = duration.map { Nanoseconds($0 * 1e9) }
@@ -189,9 +200,9 @@ struct Storm: ParsableCommand {
                 throw ValidationError("--verify \(verify): \(error)")
             }
         }
-        // Each machine holds a socket while it boots: say so before starting if even the hard fd
-        // limit is short.
-        let needed = rlim_t(plan.slots + 64)
+        // Each machine holds a socket while it boots (and its HTTP connection, which it keeps):
+        // say so before starting if even the hard fd limit is short.
+        let needed = rlim_t(plan.slots * (plan.profile.usesHTTP ? 2 : 1) + 64)
         if case .success(let limit) = liftFileLimit(), limit < needed {
             throw failure("""
                 \(plan.slots) machines at once need \(needed) file descriptors; the limit is \(limit) (ulimit -n): \

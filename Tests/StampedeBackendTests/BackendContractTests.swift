@@ -95,6 +95,36 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
         #expect(seen.last?.start == [0, 1, 0x61])
     }
 
+    /// `watch`: the storm waits on its HTTP connections' epoll and its datagrams in one poll.
+    @Test(arguments: BackendKind.allCases)
+    func aWatchedDescriptorEndsTheWaitWithoutADatagram(kind: BackendKind) throws {
+        let backend = try kind.make()
+        var ends: [Int32] = [0, 0]
+        try #require(pipe(&ends) == 0)
+        defer { close(ends[0]); close(ends[1]) }
+        try backend.watch(ends[0])
+        // Quiet: the waits last until their deadline (a signal may end one early: a few polls,
+        // not a spin).
+        var started = stampede_monotonic_ns()
+        var polls = 0
+        while stampede_monotonic_ns() < started + 100_000_000 {
+            #expect(backend.poll(deadline: started + 100_000_000) == 0)
+            polls += 1
+        }
+        #expect(polls <= 5)
+        // Readable: the wait ends at once, with no datagram; again after it was drained and
+        // written once more (a poll the kernel ended is armed again).
+        for round in 0..<3 {
+            var byte: UInt8 = 1
+            #expect(write(ends[1], &byte, 1) == 1)
+            started = stampede_monotonic_ns()
+            #expect(backend.poll(deadline: started + 5_000_000_000) == 0)
+            #expect(stampede_monotonic_ns() - started < 2_000_000_000, "round \(round)")
+            #expect(read(ends[0], &byte, 1) == 1)
+        }
+        #expect(throws: Errno(EBUSY)) { try backend.watch(ends[1]) }  // one per backend
+    }
+
     @Test(arguments: BackendKind.allCases)
     func aListenerReportsPeerAndTheLocalAddressFromPktinfo(kind: BackendKind) throws {
         let backend = try kind.make()

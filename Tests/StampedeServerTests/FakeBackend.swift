@@ -46,6 +46,7 @@ final class FakeBackend: DatagramBackend {
               header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) {
         sent.append((socket, Array(header) + Array(payload), peer))
     }
+    func watch(_ descriptor: Int32) throws(Errno) { throw Errno(ENOTSUP) }
     func poll(deadline: Nanoseconds?) -> Int {
         delivered = inbox
         inbox = []

@@ -62,6 +62,13 @@ import Testing
         ("profile p\nfirmware f tries=0\nget a", "tries=0"),
         ("profile p\nfirmware f\nhead x a", "byte count"),
         ("profile p\nfirmware f\nfetch a", "fetch: not a directive"),
+        ("profile p\nfirmware f\nhttp GET", "http takes GET and one name"),
+        ("profile p\nfirmware f\nhttp POST a", "http takes GET and one name"),
+        ("profile p\nfirmware f\nhttp GET a blksize=1024", "http takes GET and one name"),
+        ("profile p\nfirmware f\nhttp GET https://10.0.0.1/a", "only http:// URLs"),
+        ("profile p\nfirmware f\nhttp GET http://boot.example/a", "with an IP address"),
+        ("profile p\nfirmware f\nhttp GET ${serial}.ipxe", "unknown ${...}"),
+        ("profile p\nhttp GET a", "http before any firmware line"),
         ("profile p\nfirmware f", "no stages"),
         ("profile p\nprofile q", "line 2: a second profile"),
     ])
@@ -141,7 +148,7 @@ import Testing
         let efi = randomBytes(100_000)
         rig.dir.write("ipxe.efi", efi)
         rig.dir.write("boot.ipxe", Array("#!ipxe\nchain kernel\n".utf8))
-        let chain = try #require(BootProfile.builtIn("uefi-ipxe"))
+        let chain = try #require(BootProfile.builtIn("uefi-ipxe-tftp"))
         let report = try run(rig, BootProfile(name: chain.name, stages: Array(chain.stages.prefix(4))), machines: 5)
         #expect(report.ok == 5 && report.failed == 0, "\(report.text)")
         #expect(report.stages[0].ok == 5 && report.stages[0].bytes == 0)  // the probe reads nothing

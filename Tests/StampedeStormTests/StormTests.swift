@@ -5,26 +5,38 @@ import StampedeIO
 import StampedeProtocol
 import StampedeServer
 import StampedeGlibc
+import StampedeHTTP
 import StampedeStorm
 import StampedeTestSupport
 import StampedeURing
 import Testing
 
-/// A real server worker and a storm on loopback, turned in one thread: the storm's verdicts are
-/// checked against files whose bytes the test controls.
+/// A real server worker (and, with `http`, an HTTP loop over the same root and cache) and a
+/// storm on loopback, turned in one thread: the storm's verdicts are checked against files whose
+/// bytes the test controls.
 final class Rig<Backend: DatagramBackend> {
     let dir = ScratchDirectory()
     let worker: Worker<Backend>
     let address: SocketAddress
+    let http: HTTPServer?
     var serverAnswers = true
 
-    init(backend: Backend) throws {
+    /// `httpIdleTimeout`: how long the HTTP loop keeps an idle connection.
+    init(backend: Backend, http withHTTP: Bool = false, httpIdleTimeout: Nanoseconds = 60 * nanosecondsPerSecond) throws {
         let listen = SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!
         let configuration = ServerConfiguration(listenAddresses: [listen], policy: AccessPolicy(root: dir.fd),
                                                 logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
-        worker = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0)
+        let cache = FileCache()
+        worker = Worker(backend: backend, configuration: configuration, cache: cache, index: 0)
         address = try worker.bindListeners([listen])[0]
+        var httpConfiguration = HTTPConfiguration(listenAddresses: [listen])
+        httpConfiguration.idleTimeout = httpIdleTimeout
+        http = withHTTP ? try HTTPServer(configuration: configuration, http: httpConfiguration, cache: cache,
+                                         fileLabels: FileLabels(), loopCount: 1) : nil
     }
+
+    /// The HTTP server's address (with `http`).
+    var httpAddress: SocketAddress { http!.boundAddresses[0] }
 
     /// Turns server and storm until the storm ends (or 30 s pass: a hung storm is a failure too).
     /// `silenceAfter`: the server stops answering after this many turns (a transfer lost midway).
@@ -34,7 +46,10 @@ final class Rig<Backend: DatagramBackend> {
         storm.start(now: stampede_monotonic_ns())
         while !storm.isFinished && stampede_monotonic_ns() < limit {
             if let turns, turn >= turns { serverAnswers = false }
-            if serverAnswers { worker.turn(now: stampede_monotonic_ns(), maxWait: 0) }
+            if serverAnswers {
+                worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+                http?.loops[0].turn(now: stampede_monotonic_ns(), maxWait: 0)
+            }
             storm.turn(now: stampede_monotonic_ns(), maxWait: 1_000_000)
             turn += 1
         }

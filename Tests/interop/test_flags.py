@@ -44,7 +44,8 @@ OTHER = {
     "get": {"--mode", "--option"},  # NAME=VALUE of the option table: test_parity_options.py, test_cli.py
     "put": {"--mode", "--option"},
     "storm": {"--profile", "--profile-file", "--show-profile", "--verify-root", "--slice", "--source-range",
-              "--verify", "--backend", "--metrics", "--option"},
+              "--verify", "--backend", "--metrics", "--option",
+              "--http"},  # HOST[:PORT]: test_http.py
 }
 VALUES = ["0", "-1", "99999999999", "99999999999999999999999", "x"]
 

@@ -378,3 +378,137 @@ def test_a_stop_lets_a_running_download_finish(web, root, tmp_path):
     assert reader.wait(timeout=30) == 0
     assert (tmp_path / "got").read_bytes() == big.read_bytes()
     s.stop()
+
+
+def boot_root(root):
+    """The files of the uefi-ipxe chain: ipxe.efi over TFTP, the script, a kernel and an initrd
+    over HTTP."""
+    files = {"ipxe.efi": os.urandom(300_000), "boot.ipxe": b"#!ipxe\nkernel vmlinuz\ninitrd initrd.img\nboot\n",
+             "vmlinuz": os.urandom(3 << 20), "initrd.img": os.urandom((6 << 20) + 1)}
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+        (root / name).chmod(0o644)
+    return files
+
+
+def wait_for_port(port):
+    """Until something accepts on 127.0.0.1:port (5 s at most)."""
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+
+
+def test_storm_plays_the_uefi_ipxe_chain_over_tftp_and_http(web, root, binary):
+    files = boot_root(root)
+    s = web("--metrics", "127.0.0.1:0", "--log-format", "json")
+    url = re.search(r"metrics on (http://\S+/metrics)", s.log_text()).group(1)
+    machines = 30
+    done = run([str(binary), "storm", f"127.0.0.1:{s.port}", "--profile", "uefi-ipxe", "--http", f"127.0.0.1:{s.http_port}",
+                "--clients", str(machines), "--ramp", "0.5", "--verify-root", str(root), "--metrics", url, "--json"], timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["ok"] == machines and result["failed"] == 0
+    stages = result["stages"]
+    assert [stage["stage"] for stage in stages] == [
+        "uefi probe ipxe.efi", "uefi get ipxe.efi", "ipxe try autoexec.ipxe",
+        "ipxe http GET boot.ipxe", "ipxe http GET vmlinuz", "ipxe http GET initrd.img"]
+    assert all(stage["ok"] == machines for stage in stages)
+    for stage, name in zip(stages[3:], ["boot.ipxe", "vmlinuz", "initrd.img"]):
+        assert stage["bytes"] == machines * len(files[name]) and stage["p50_ms"] > 0
+    assert result["bytes"] == machines * (len(files["ipxe.efi"]) + len(files["boot.ipxe"]) + len(files["vmlinuz"])
+                                          + len(files["initrd.img"]))
+    # The server saw the same, split by protocol; every machine kept one HTTP connection.
+    view = result["server"]
+    assert view["requests"]["tftp"] == {"served": machines, "probe": machines, "not_found": machines}
+    assert view["requests"]["http"] == {"served": 3 * machines}
+    assert view["file_bytes_sent_by_protocol"]["http"] == machines * (len(files["boot.ipxe"]) + len(files["vmlinuz"])
+                                                                      + len(files["initrd.img"]))
+    # Each machine from its own address, on one connection for its three files.
+    records = [json.loads(line) for line in s.log_lines('"protocol":"http"') if line.startswith("{")]
+    by_client = {}
+    for record in records:
+        by_client.setdefault(record["client"], []).append(record["file"])
+    assert len(by_client) == machines and len({client.rsplit(":", 1)[0] for client in by_client}) == machines
+    assert all(files == ["boot.ipxe", "vmlinuz", "initrd.img"] for files in by_client.values()), by_client
+    text = run([str(binary), "storm", f"127.0.0.1:{s.port}", "--profile", "uefi-ipxe", "--http", f"127.0.0.1:{s.http_port}",
+                "--clients", "3", "--verify-root", str(root), "--metrics", url], timeout=60)
+    assert text.returncode == 0, text.stderr
+    out = text.stdout.decode()
+    assert "ipxe http GET initrd.img: 3 ok, 0 failed" in out
+    assert "requests: tftp 3 " in out and "; http 9 served" in out
+
+
+def test_storm_finds_a_wrong_byte_and_a_missing_file_over_http(web, root, binary, tmp_path):
+    files = boot_root(root)
+    s = web()
+    checked = tmp_path / "checked"
+    checked.mkdir()
+    for name, data in files.items():
+        (checked / name).write_bytes(data)
+    wrong = bytearray(files["initrd.img"])
+    wrong[5_000_000] ^= 1
+    (checked / "initrd.img").write_bytes(bytes(wrong))
+    done = run([str(binary), "storm", f"127.0.0.1:{s.port}", "--profile", "uefi-ipxe", "--http", f"127.0.0.1:{s.http_port}",
+                "--clients", "4", "--verify-root", str(checked), "--json"], timeout=60)
+    assert done.returncode == 1
+    result = json.loads(done.stdout)
+    assert result["failures"] == {"corrupted": 4} and result["stages"][5]["failed"] == 4
+    assert "ipxe http GET initrd.img: corrupted: byte 5000000 differs" in result["failure_examples"][0]
+    (root / "vmlinuz").unlink()
+    done = run([str(binary), "storm", f"127.0.0.1:{s.port}", "--profile", "uefi-ipxe", "--http", f"127.0.0.1:{s.http_port}",
+                "--clients", "2", "--json"], timeout=60)
+    result = json.loads(done.stdout)
+    assert done.returncode == 1 and result["failures"] == {"HTTP status 404": 2} and result["stages"][4]["failed"] == 2
+
+
+def test_storm_reads_from_an_independent_http_server_that_closes_each_connection(root, binary, tmp_path):
+    """Python's http.server speaks HTTP/1.0 and closes after each response: the storm's machines
+    open a new connection for each file, and still compare every byte."""
+    files = boot_root(root)
+    port = free_tcp_port()
+    web_server = subprocess.Popen(["python3", "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(root), str(port)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port)
+        profile = tmp_path / "chain.profile"
+        profile.write_text("profile http-only\nfirmware ipxe retry=250ms tries=8 backoff=40\n"
+                           f"http GET http://127.0.0.1:{port}/boot.ipxe\nhttp GET vmlinuz\nhttp GET initrd.img\n")
+        done = run([str(binary), "storm", "127.0.0.1:69", "--profile-file", str(profile), "--http", f"127.0.0.1:{port}",
+                    "--clients", "5", "--verify-root", str(root), "--json"], timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        result = json.loads(done.stdout)
+        assert result["ok"] == 5 and result["bytes"] == 5 * (len(files["boot.ipxe"]) + len(files["vmlinuz"]) + len(files["initrd.img"]))
+    finally:
+        web_server.terminate()
+        web_server.wait(timeout=10)
+
+
+def test_storm_refuses_a_bad_http_address(binary):
+    done = run([str(binary), "storm", "127.0.0.1:69", "--profile", "uefi-ipxe", "--http", "not an address"])
+    assert done.returncode == 64 and b"--http" in done.stderr
+
+
+def test_an_open_http_connection_keeps_the_idle_exit_away(binary, root):
+    """-t exits a server that serves nothing for that long: a download over HTTP is something."""
+    big = root / "slow.img"
+    big.write_bytes(os.urandom(8 << 20))
+    big.chmod(0o644)
+    port = free_tcp_port()
+    p = subprocess.Popen([str(binary), "-L", "-a", "127.0.0.1:0", "-t", "2", "-u", "root", "--http", f"127.0.0.1:{port}",
+                          str(root)], stderr=subprocess.PIPE)
+    try:
+        wait_for_port(port)
+        # 8 MiB at 2 MiB/s: about 4 s, twice -t, and no TFTP transfer meanwhile.
+        got = curl("--limit-rate", "2M", f"http://127.0.0.1:{port}/slow.img", timeout=30)
+        assert got.returncode == 0 and got.stdout == big.read_bytes()
+        ended = time.time()
+        assert p.poll() is None, "the server exited during the download"
+        assert p.wait(timeout=10) == 0
+        assert 1.0 < time.time() - ended < 4.5  # -t 2 after the connection closed
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert "(-t): exiting" in p.stderr.read().decode()

@@ -169,8 +169,8 @@ def test_a_real_prometheus_scraping_a_storm_agrees_with_the_storm(serve, root, t
         assert 0 < during < served + not_found, "no scrape saw the rack half booted"
         # The storm's own reading of the server agrees too.
         view = result["server"]
-        assert view["requests"] == {"served": served, "not_found": not_found}
-        assert view["file_bytes_sent"] == result["bytes"]
+        assert view["requests"] == {"tftp": {"served": served, "not_found": not_found}}
+        assert view["file_bytes_sent"] == result["bytes"] and view["file_bytes_sent_by_protocol"] == {"tftp": result["bytes"]}
         assert view["cpu_s"] > 0 and view["system_calls"] > 0 and view["datagrams_per_send"] >= 1
     finally:
         prometheus.stop()

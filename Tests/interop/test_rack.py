@@ -1,5 +1,5 @@
 """A rack boot replayed at a tenth of `make bench`'s rack: 2,000 machines powering on over a
-second, each the uefi-ipxe profile's first stages (the UEFI size probe, ipxe.efi of 1 MiB,
+second, each the uefi-ipxe-tftp profile's first stages (the UEFI size probe, ipxe.efi of 1 MiB,
 autoexec.ipxe not found, boot.ipxe), every byte verified, the storm in two processes, against a
 server held to 1,000 descriptors (so that most reads share its transfer sockets)."""
 import json
@@ -33,7 +33,7 @@ def test_two_thousand_machines_boot_uefi_ipxe_with_fewer_descriptors_than_machin
     sampler.start()
     started = time.time()
     try:
-        storms = [subprocess.Popen([str(BINARY), "storm", f"127.0.0.1:{s.port}", "--profile", "uefi-ipxe", "--stages", "4",
+        storms = [subprocess.Popen([str(BINARY), "storm", f"127.0.0.1:{s.port}", "--profile", "uefi-ipxe-tftp", "--stages", "4",
                                     "--clients", str(MACHINES), "--ramp", "1", "--slice", f"{i}/2",
                                     "--verify-root", str(root), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                   for i in range(2)]
@@ -58,6 +58,6 @@ def test_two_thousand_machines_boot_uefi_ipxe_with_fewer_descriptors_than_machin
     assert peak[0] <= 1000
     boots = sorted(ms for r in results for ms in r["boot_ms"])
     assert len(boots) == MACHINES
-    report(f"rack of {MACHINES} (uefi-ipxe, first 4 stages) on {s.backend}, server at most 1,000 fds: "
+    report(f"rack of {MACHINES} (uefi-ipxe-tftp, first 4 stages) on {s.backend}, server at most 1,000 fds: "
            f"p50 {boots[len(boots) // 2] / 1000:.1f} s, p99 {boots[int(len(boots) * 0.99) - 1] / 1000:.1f} s, "
            f"peak {peak[0]} fds, RSS {s.rss_kib() // 1024} MiB, {wall:.0f} s")

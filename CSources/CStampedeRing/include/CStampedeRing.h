@@ -82,6 +82,9 @@ void stampede_ring_destroy(stampede_ring *ring);
 /* Hands over a non-blocking UDP socket and arms its receive: a listener's into the request
  * buffers, another's into the large ones if `large_datagrams`, else the small. Returns the slot. */
 int stampede_ring_add_socket(stampede_ring *ring, int fd, uint64_t tag, int is_listener, int large_datagrams);
+/* Ends waits when `fd` becomes readable (a multishot poll; the completion carries no datagram):
+ * the storm's epoll of HTTP connections. Armed at the next wait; one descriptor per ring. */
+int stampede_ring_watch(stampede_ring *ring, int fd);
 /* The fd of a slot (for getsockname). */
 int stampede_ring_socket_fd(const stampede_ring *ring, int slot);
 /* Sends queued before still go out; the fd is closed and the slot reused once its receive is cancelled. */

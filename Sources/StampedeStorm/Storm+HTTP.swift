@@ -1,0 +1,350 @@
+import CStampedeSys
+import Glibc
+import StampedeIO
+import StampedeProtocol
+
+/// The storm's HTTP connections' readiness: one epoll (edge-triggered, each connection tagged by
+/// its slot) that the backend watches, so that one wait covers datagrams and connections; a
+/// scratch buffer every body is read into and compared from; and the connections that stopped at
+/// their share of a turn, or were not reached within the turn's, to go on at the next. The
+/// shares keep the datagrams flowing: a turn that read every body for as long as bytes came
+/// would leave TFTP's ACKs unsent, and its transfers would time out behind the storm's own reads.
+final class HTTPEvents {
+    let descriptor: Int32
+    /// Why the epoll could not be made or watched: every HTTP stage fails with it.
+    let setupError: Errno?
+    let scratch: UnsafeMutableRawBufferPointer
+    let tags: UnsafeMutablePointer<UInt64>
+    let tagCapacity = 256
+    /// Slots whose connection has more to read than its share, or that a turn did not reach.
+    var pending: [Int] = []
+    var hasPending: Bool { !pending.isEmpty }
+    /// What one connection reads in a turn before the others have their go.
+    static let connectionShare = 256 << 10
+    /// What all of them read in a turn before the datagrams have theirs: a few milliseconds.
+    static let turnShare = 8 << 20
+    /// What is left of this turn's share.
+    var turnLeft = 0
+    /// The most a response head may be (the server's own limit for a request's is 16 KiB).
+    static let largestHead = 16 << 10
+
+    init<Backend: DatagramBackend>(watchedBy backend: Backend) {
+        scratch = .allocate(byteCount: 256 << 10, alignment: 64)
+        tags = .allocate(capacity: tagCapacity)
+        let epoll = stampede_epoll_create()
+        var error = Errno(result: epoll)
+        if error == nil {
+            do throws(Errno) { try backend.watch(epoll) } catch let refused { error = refused }
+        }
+        descriptor = epoll
+        setupError = error
+    }
+
+    deinit {
+        if descriptor >= 0 { Glibc.close(descriptor) }
+        scratch.deallocate()
+        tags.deallocate()
+    }
+}
+
+/// A machine's HTTP connection, and the request it runs, if one does.
+struct HTTPConnection {
+    var descriptor: Int32
+    var server: SocketAddress
+    /// A response was read on it before: a close before the next response's first byte is the
+    /// server ending an idle connection, and the request goes again on a new one, as iPXE does.
+    var reused = false
+    var phase = Phase.idle
+    var request: [UInt8] = []
+    var sent = 0
+    var head: [UInt8] = []
+    var response: ResponseHead?
+    /// Body bytes read so far.
+    var received = 0
+    var lastHeard: Nanoseconds = 0
+    /// Queued in `HTTPEvents.pending`.
+    var isPending = false
+
+    enum Phase {
+        /// Kept alive between requests.
+        case idle
+        /// Connecting, or the request not wholly written.
+        case sending
+        case head
+        case body
+    }
+}
+
+extension Storm {
+    func isFetching(_ slot: Int) -> Bool {
+        slot < connections.count && connections[slot] != nil && connections[slot]!.phase != .idle
+    }
+
+    /// Starts the machine's `http` stage: on its kept connection when that goes to the same
+    /// server, else on a new one. False when no connection could be had (the machine fails).
+    func startFetch(_ slot: Int, now: Nanoseconds) -> Bool {
+        let machine = machines[slot]!
+        let stage = plan.profile.stages[machine.stage]
+        guard let http else { preconditionFailure("an http stage without HTTPEvents") }
+        if let error = http.setupError {
+            machineEnded(slot, .failed(.socketError(error)), now: now)
+            return false
+        }
+        guard let target = HTTPTarget(machine.identity.expand(stage.names[0]), server: plan.httpServer) else {
+            machineEnded(slot, .failed(.protocolError("\(stage.names[0]): no HTTP server to ask (storm --http)")), now: now)
+            return false
+        }
+        machines[slot]!.expected = expectedBytes(of: target.name)
+        if let kept = connections[slot], kept.server != target.server { closeConnection(slot) }
+        if connections[slot] == nil {
+            do throws(Errno) {
+                try openConnection(slot, to: target.server, from: plan.source(of: machine.identity.number))
+            } catch {
+                machineEnded(slot, .failed(.socketError(error)), now: now)
+                return false
+            }
+        }
+        connections[slot]!.request = target.request
+        begin(slot, now: now)
+        wheel.schedule(slot, at: now + stage.patience)
+        drive(slot, now: now)
+        return true
+    }
+
+    /// The connection's request from its start: nothing sent, no response read.
+    private func begin(_ slot: Int, now: Nanoseconds) {
+        connections[slot]!.phase = .sending
+        connections[slot]!.sent = 0
+        connections[slot]!.head.removeAll(keepingCapacity: true)
+        connections[slot]!.response = nil
+        connections[slot]!.received = 0
+        connections[slot]!.lastHeard = now
+    }
+
+    /// A non-blocking TCP connection from `source` (when it names an address of the server's
+    /// family) to `server`, in the epoll.
+    private func openConnection(_ slot: Int, to server: SocketAddress, from source: SocketAddress) throws(Errno) {
+        let fd = socket(server.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw Errno.current }
+        let length = socklen_t(server.isIPv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
+        do throws(Errno) {
+            if source.family == server.family, source.host != "0.0.0.0", source.host != "::" {
+                var local = source.storage
+                let bound = withUnsafePointer(to: &local) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
+                }
+                guard bound == 0 else { throw Errno.current }
+            }
+            var remote = server.storage
+            let connected = withUnsafePointer(to: &remote) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, length) }
+            }
+            guard connected == 0 || errno == EINPROGRESS else { throw Errno.current }
+            // Tagged by its slot alone: an event of a closed connection read in the same batch only
+            // has the next one try a read or write that finds nothing to do.
+            if let error = Errno(result: stampede_epoll_add_edge(http!.descriptor, fd, UInt64(slot))) { throw error }
+        } catch {
+            Glibc.close(fd)
+            throw error
+        }
+        connections[slot] = HTTPConnection(descriptor: fd, server: server)
+    }
+
+    /// Closes the slot's connection, if it has one.
+    func closeConnection(_ slot: Int) {
+        guard slot < connections.count, let connection = connections[slot] else { return }
+        Glibc.close(connection.descriptor)
+        connections[slot] = nil
+    }
+
+    /// The connections left with more to read last turn, then those the epoll says are ready,
+    /// until the turn's share is read (the rest wait for the next turn, in order).
+    func serviceHTTP(now: Nanoseconds) {
+        guard let http else { return }
+        http.turnLeft = HTTPEvents.turnShare
+        let carried = http.pending
+        http.pending.removeAll(keepingCapacity: true)
+        for slot in carried where slot < connections.count && connections[slot] != nil {
+            connections[slot]!.isPending = false
+            drive(slot, now: now)
+        }
+        while true {
+            let ready = Int(stampede_epoll_wait(http.descriptor, http.tags, Int32(http.tagCapacity), 0))
+            for i in 0..<max(0, ready) {
+                let slot = Int(http.tags[i])
+                guard slot < connections.count, connections[slot] != nil else { continue }
+                drive(slot, now: now)
+            }
+            if ready < http.tagCapacity || http.turnLeft <= 0 { break }
+        }
+    }
+
+    /// Leaves the slot's connection for the next turn (edge-triggered: the epoll will not say
+    /// again that it is ready).
+    private func postpone(_ slot: Int) {
+        guard !connections[slot]!.isPending else { return }
+        connections[slot]!.isPending = true
+        http!.pending.append(slot)
+    }
+
+    /// Writes the request and reads the response as far as the socket allows (up to a turn's
+    /// share), ending the stage when the response is whole or the connection fails.
+    func drive(_ slot: Int, now: Nanoseconds) {
+        guard let http else { return }
+        guard http.turnLeft > 0 else {
+            if connections[slot]!.phase != .idle { postpone(slot) }
+            return
+        }
+        var share = HTTPEvents.connectionShare
+        while let connection = connections[slot] {
+            switch connection.phase {
+            case .idle:
+                return  // an event on a kept connection: its close shows at the next request
+            case .sending:
+                let written = connection.request.withUnsafeBytes { bytes in
+                    send(connection.descriptor, bytes.baseAddress! + connection.sent, bytes.count - connection.sent, Int32(MSG_NOSIGNAL))
+                }
+                if written < 0 {
+                    if errno == EAGAIN { return }
+                    connectionFailed(slot, Errno.current, now: now)
+                    return
+                }
+                connections[slot]!.sent += written
+                if connections[slot]!.sent == connection.request.count { connections[slot]!.phase = .head }
+            case .head, .body:
+                guard share > 0, http.turnLeft > 0 else {
+                    postpone(slot)
+                    return
+                }
+                let count = recv(connection.descriptor, http.scratch.baseAddress, min(http.scratch.count, share), 0)
+                if count < 0 {
+                    if errno == EAGAIN { return }
+                    connectionFailed(slot, Errno.current, now: now)
+                    return
+                }
+                if count == 0 {
+                    connectionFailed(slot, nil, now: now)
+                    return
+                }
+                share -= count
+                http.turnLeft -= count
+                connections[slot]!.lastHeard = now
+                consume(UnsafeRawBufferPointer(rebasing: http.scratch[..<count]), slot: slot, now: now)
+            }
+        }
+    }
+
+    /// Bytes read on the connection: the head, then the body, compared as it comes.
+    private func consume(_ bytes: UnsafeRawBufferPointer, slot: Int, now: Nanoseconds) {
+        var body = bytes
+        if connections[slot]!.phase == .head {
+            // The head is kept until its blank line, never more of the body than fits with it.
+            let before = connections[slot]!.head.count
+            connections[slot]!.head.append(contentsOf: bytes.prefix(max(0, HTTPEvents.largestHead + 4 - before)))
+            let head = connections[slot]!.head
+            guard let end = Self.blankLine(in: head, from: max(0, before - 3)) else {
+                if head.count > HTTPEvents.largestHead { fetchFailed(slot, .protocolError("HTTP: a response head over 16 KiB"), now: now) }
+                return
+            }
+            let response: ResponseHead
+            do throws(StormFailure) {
+                response = try ResponseHead(parsing: head[..<end])
+            } catch {
+                fetchFailed(slot, error, now: now)
+                return
+            }
+            guard response.status == 200 || response.contentLength != nil else {
+                fetchFailed(slot, response.status == 200 ? .protocolError("HTTP: 200 without Content-Length") : .httpStatus(response.status), now: now)
+                return
+            }
+            if response.status == 200, let whole = machines[slot]!.expected, whole.count != response.contentLength! {
+                fetchFailed(slot, .wrongSize(expected: whole.count, received: response.contentLength!), now: now)
+                return
+            }
+            connections[slot]!.response = response
+            connections[slot]!.phase = .body
+            connections[slot]!.reused = true
+            connections[slot]!.head = []
+            body = UnsafeRawBufferPointer(rebasing: bytes[(end + 4 - before)...])
+        }
+        let response = connections[slot]!.response!
+        let length = response.contentLength!
+        let offset = connections[slot]!.received
+        guard offset + body.count <= length else {
+            fetchFailed(slot, .protocolError("HTTP: more bytes than its Content-Length (\(length))"), now: now)
+            return
+        }
+        if response.status == 200, let failure = verify(body, at: offset, slot: slot) {
+            fetchFailed(slot, failure, now: now)
+            return
+        }
+        connections[slot]!.received += body.count
+        guard offset + body.count == length else { return }
+        // Whole: the connection waits for the machine's next request, unless the server closes it.
+        // Timed now, not at the turn's start: a turn may read for milliseconds.
+        let now = stampede_monotonic_ns()
+        connections[slot]!.phase = .idle
+        if !response.keepAlive { closeConnection(slot) }
+        if response.status == 200 {
+            report.record(bytes: length, stage: machines[slot]!.stage)
+            transferEnded(slot, .ok, now: now)
+        } else {
+            transferEnded(slot, .failed(.httpStatus(response.status)), now: now)
+        }
+    }
+
+    /// Where the blank line that ends a head starts, searching from `start`.
+    private static func blankLine(in bytes: [UInt8], from start: Int) -> Int? {
+        guard bytes.count >= 4 else { return nil }
+        for i in start...(bytes.count - 4)
+        where bytes[i] == 13 && bytes[i + 1] == 10 && bytes[i + 2] == 13 && bytes[i + 3] == 10 {
+            return i
+        }
+        return nil
+    }
+
+    /// The connection closed (`error` nil) or broke. A kept connection the server closed before
+    /// answering is opened again once, and the request sent again; otherwise the stage fails.
+    private func connectionFailed(_ slot: Int, _ error: Errno?, now: Nanoseconds) {
+        let connection = connections[slot]!
+        let machine = machines[slot]!
+        if connection.reused, connection.phase == .sending || connection.phase == .head && connection.head.isEmpty {
+            let request = connection.request
+            closeConnection(slot)
+            do throws(Errno) {
+                try openConnection(slot, to: connection.server, from: plan.source(of: machine.identity.number))
+            } catch {
+                fetchFailed(slot, .socketError(error), now: now)
+                return
+            }
+            connections[slot]!.request = request
+            begin(slot, now: now)
+            return  // drive's loop goes on with the new connection
+        }
+        let failure: StormFailure
+        switch (error, connection.phase) {
+        case (let error?, _): failure = .socketError(error)
+        case (nil, .body): failure = .protocolError("HTTP: closed after \(connection.received) of \(connection.response!.contentLength!) body bytes")
+        default: failure = .protocolError("HTTP: closed before a whole response")
+        }
+        fetchFailed(slot, failure, now: now)
+    }
+
+    /// The stage failed: the connection (in an unknown state) is closed.
+    private func fetchFailed(_ slot: Int, _ failure: StormFailure, now: Nanoseconds) {
+        closeConnection(slot)
+        transferEnded(slot, .failed(failure), now: now)
+    }
+
+    /// The wheel's timer for a running request: it fails when the server has sent nothing for
+    /// the firmware's patience, and is set again otherwise.
+    func fetchTimerFired(_ slot: Int, now: Nanoseconds) {
+        let patience = plan.profile.stages[machines[slot]!.stage].patience
+        let quietSince = connections[slot]!.lastHeard
+        if now - quietSince >= patience {
+            fetchFailed(slot, .timedOut, now: now)
+        } else {
+            wheel.schedule(slot, at: quietSince + patience)
+        }
+    }
+}
