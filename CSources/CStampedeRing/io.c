@@ -647,9 +647,10 @@ static void on_completion(stampede_ring *r, struct io_uring_cqe *cqe)
         on_cancel(r, cqe);
         break;
     case OP_WATCH:
-        /* The wait has ended, which is all a readiness says. A poll the kernel ended is armed again. */
+        /* The wait has ended, which is all a readiness says. A poll the kernel ended is armed again,
+         * unless it ended in an error (the descriptor closed): armed again, it would end every wait. */
         if (!(cqe->flags & IORING_CQE_F_MORE))
-            r->watch_to_arm = 1;
+            r->watch_to_arm = cqe->res >= 0;
         break;
     }
 }

@@ -57,16 +57,32 @@ public struct MetricsSample: Sendable {
         var limit = timeval(tv_sec: timeout, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
-        guard connect(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0 else {
+        // A wait with a timeout (SO_RCVTIMEO, SO_SNDTIMEO) ends in EINTR when anything interrupts
+        // it: a signal, or io_uring's task work for a ring on this thread (the storm's, its last
+        // completions posted as its connections close). The call goes again; an interrupted
+        // connect goes on in the kernel, and connect says EALREADY until it is done (EISCONN).
+        var connected = connect(fd, info.pointee.ai_addr, info.pointee.ai_addrlen)
+        var waited = 0  // milliseconds, up to `timeout`
+        while connected != 0 && (errno == EINTR || errno == EALREADY) && waited < timeout * 1000 {
+            usleep(1000)
+            waited += 1
+            connected = connect(fd, info.pointee.ai_addr, info.pointee.ai_addrlen)
+        }
+        guard connected == 0 || errno == EISCONN else {
             throw Failure(description: "\(url): cannot connect: \(Errno.current)")
         }
+        func again(_ call: () -> Int) -> Int {
+            var result = call()
+            while result < 0 && errno == EINTR { result = call() }
+            return result
+        }
         let request = "GET \(path.isEmpty ? "/" : path) HTTP/1.1\r\nHost: \(authority)\r\nConnection: close\r\n\r\n"
-        let sent = request.utf8CString.withUnsafeBytes { send(fd, $0.baseAddress, $0.count - 1, Int32(MSG_NOSIGNAL)) }
+        let sent = request.utf8CString.withUnsafeBytes { bytes in again { send(fd, bytes.baseAddress, bytes.count - 1, Int32(MSG_NOSIGNAL)) } }
         guard sent == request.utf8.count else { throw Failure(description: "\(url): cannot send the request: \(Errno.current)") }
         var response: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
         while true {
-            let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            let count = chunk.withUnsafeMutableBytes { bytes in again { recv(fd, bytes.baseAddress, bytes.count, 0) } }
             if count < 0 { throw Failure(description: "\(url): \(Errno.current)") }
             if count == 0 { break }
             response += chunk[..<count]

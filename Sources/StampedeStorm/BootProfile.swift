@@ -53,6 +53,7 @@ public struct BootProfile: Sendable, Equatable {
 
         /// How the stage reads in a report: `uefi probe ipxe.efi`.
         public var label: String {
+            if overHTTP { return "\(firmware) http GET \(names[0])" }
             let verb: String
             switch action {
             case .get: verb = "get"
@@ -61,7 +62,6 @@ public struct BootProfile: Sendable, Equatable {
             case .probe: verb = "probe"
             case .head(let bytes): verb = "head \(bytes)"
             }
-            if overHTTP { return "\(firmware) http GET \(names[0])" }
             let shown = names.count > 2 ? "\(names[0]) … \(names[names.count - 1]) (\(names.count) names)" : names.joined(separator: " ")
             return "\(firmware) \(verb) \(shown)"
         }
@@ -160,7 +160,7 @@ public struct BootProfile: Sendable, Equatable {
             case "http":
                 guard let firmware else { throw fail("http before any firmware line") }
                 guard rest.count == 2, rest[0] == "GET" else { throw fail("http takes GET and one name or URL (no TFTP options)") }
-                guard MachineIdentity.isValidTemplate(rest[1]) else { throw fail("\(rest[1]): an unknown ${...} (mac, mac:hexhyp, ip, ip:hex, ip:hex:N, uuid, machine)") }
+                guard MachineIdentity.isValidTemplate(rest[1]) else { throw fail("\(rest[1]): \(Self.unknownTemplate)") }
                 if rest[1].hasPrefix("http://") {
                     guard HTTPTarget(MachineIdentity(number: 0).expand(rest[1]), server: nil) != nil else {
                         throw fail("\(rest[1]): write http://ADDRESS[:PORT]/PATH, with an IP address (no host names)")
@@ -200,7 +200,7 @@ public struct BootProfile: Sendable, Equatable {
                         options.append((key, text))
                     } else {
                         guard options.isEmpty else { throw fail("\(word): names come before the options") }
-                        guard MachineIdentity.isValidTemplate(word) else { throw fail("\(word): an unknown ${...} (mac, mac:hexhyp, ip, ip:hex, ip:hex:N, uuid, machine)") }
+                        guard MachineIdentity.isValidTemplate(word) else { throw fail("\(word): \(Self.unknownTemplate)") }
                         names.append(word)
                     }
                 }
@@ -222,6 +222,9 @@ public struct BootProfile: Sendable, Equatable {
 
     /// Whether a stage names its file relative to the storm's HTTP server (not a whole URL).
     public var needsHTTPServer: Bool { stages.contains { $0.overHTTP && !$0.names[0].hasPrefix("http://") } }
+
+    /// What a name with a `${...}` `MachineIdentity` does not know is told.
+    private static let unknownTemplate = "an unknown ${...} (mac, mac:hexhyp, ip, ip:hex, ip:hex:N, uuid, machine)"
 
     /// `key=value` → (key, value); a bare word → (word, nil).
     private static func split(_ word: String) -> (String, String?) {

@@ -30,6 +30,8 @@ struct HTTPTarget: Equatable {
         path = "/" + Self.percentEncoded(self.name)
     }
 
+    private static let hexDigits = Array("0123456789ABCDEF".utf8)
+
     /// A path's bytes as a request line carries them: what is not a URI path character is `%XX`.
     static func percentEncoded(_ path: String) -> String {
         var out = ""
@@ -40,8 +42,7 @@ struct HTTPTarget: Equatable {
             case _ where "-._~/!$&'()*+,;=:@".utf8.contains(byte):
                 out.unicodeScalars.append(Unicode.Scalar(byte))
             default:
-                let hex = Array("0123456789ABCDEF".utf8)
-                out += "%" + String(decoding: [hex[Int(byte >> 4)], hex[Int(byte & 15)]], as: UTF8.self)
+                out += "%" + String(decoding: [hexDigits[Int(byte >> 4)], hexDigits[Int(byte & 15)]], as: UTF8.self)
             }
         }
         return out

@@ -98,7 +98,7 @@ extension Storm {
         if let kept = connections[slot], kept.server != target.server { closeConnection(slot) }
         if connections[slot] == nil {
             do throws(Errno) {
-                try openConnection(slot, to: target.server, from: plan.source(of: machine.identity.number))
+                try openConnection(slot, to: target.server, from: plan.ownSource(of: machine.identity.number))
             } catch {
                 machineEnded(slot, .failed(.socketError(error)), now: now)
                 return false
@@ -113,22 +113,22 @@ extension Storm {
 
     /// The connection's request from its start: nothing sent, no response read.
     private func begin(_ slot: Int, now: Nanoseconds) {
+        // The head is empty here: a new connection's, or emptied when the last one was read.
         connections[slot]!.phase = .sending
         connections[slot]!.sent = 0
-        connections[slot]!.head.removeAll(keepingCapacity: true)
         connections[slot]!.response = nil
         connections[slot]!.received = 0
         connections[slot]!.lastHeard = now
     }
 
-    /// A non-blocking TCP connection from `source` (when it names an address of the server's
-    /// family) to `server`, in the epoll.
-    private func openConnection(_ slot: Int, to server: SocketAddress, from source: SocketAddress) throws(Errno) {
+    /// A non-blocking TCP connection from the machine's own address, if it has one of the
+    /// server's family, to `server`, in the epoll.
+    private func openConnection(_ slot: Int, to server: SocketAddress, from source: SocketAddress?) throws(Errno) {
         let fd = socket(server.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw Errno.current }
         let length = socklen_t(server.isIPv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
         do throws(Errno) {
-            if source.family == server.family, source.host != "0.0.0.0", source.host != "::" {
+            if let source, source.family == server.family {
                 var local = source.storage
                 let bound = withUnsafePointer(to: &local) {
                     $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
@@ -191,18 +191,19 @@ extension Storm {
     /// share), ending the stage when the response is whole or the connection fails.
     func drive(_ slot: Int, now: Nanoseconds) {
         guard let http else { return }
-        guard http.turnLeft > 0 else {
-            if connections[slot]!.phase != .idle { postpone(slot) }
-            return
-        }
         var share = HTTPEvents.connectionShare
-        while let connection = connections[slot] {
-            switch connection.phase {
+        // The phase and descriptor are read afresh each time round: a stage that ends may start the
+        // next on this connection, or on a new one.
+        while let phase = connections[slot]?.phase {
+            let descriptor = connections[slot]!.descriptor
+            switch phase {
             case .idle:
                 return  // an event on a kept connection: its close shows at the next request
             case .sending:
-                let written = connection.request.withUnsafeBytes { bytes in
-                    send(connection.descriptor, bytes.baseAddress! + connection.sent, bytes.count - connection.sent, Int32(MSG_NOSIGNAL))
+                // A request is small: it goes whatever is left of the turn's share.
+                let (sent, total) = (connections[slot]!.sent, connections[slot]!.request.count)
+                let written = connections[slot]!.request.withUnsafeBytes { bytes in
+                    send(descriptor, bytes.baseAddress! + sent, total - sent, Int32(MSG_NOSIGNAL))
                 }
                 if written < 0 {
                     if errno == EAGAIN { return }
@@ -210,13 +211,13 @@ extension Storm {
                     return
                 }
                 connections[slot]!.sent += written
-                if connections[slot]!.sent == connection.request.count { connections[slot]!.phase = .head }
+                if sent + written == total { connections[slot]!.phase = .head }
             case .head, .body:
                 guard share > 0, http.turnLeft > 0 else {
                     postpone(slot)
                     return
                 }
-                let count = recv(connection.descriptor, http.scratch.baseAddress, min(http.scratch.count, share), 0)
+                let count = recv(descriptor, http.scratch.baseAddress, min(http.scratch.count, share), 0)
                 if count < 0 {
                     if errno == EAGAIN { return }
                     connectionFailed(slot, Errno.current, now: now)
@@ -312,7 +313,7 @@ extension Storm {
             let request = connection.request
             closeConnection(slot)
             do throws(Errno) {
-                try openConnection(slot, to: connection.server, from: plan.source(of: machine.identity.number))
+                try openConnection(slot, to: connection.server, from: plan.ownSource(of: machine.identity.number))
             } catch {
                 fetchFailed(slot, .socketError(error), now: now)
                 return

@@ -152,7 +152,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
             let step = sessions[slot]!.receive(datagram.bytes, from: datagram.peer, now: arrival)
             apply(step, slot: slot, peer: datagram.peer, now: arrival)
         }
-        if http != nil { serviceHTTP(now: arrival) }
+        serviceHTTP(now: arrival)
         launchAll(now: arrival)
         report.wall = arrival - startedAt
     }
@@ -345,7 +345,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     /// The machine booted or failed: counted, and its slot takes the next machine.
     func machineEnded(_ slot: Int, _ end: StormEnd, now: Nanoseconds) {
         let machine = machines[slot]!
-        if !connections.isEmpty { closeConnection(slot) }
+        closeConnection(slot)
         switch end {
         case .ok: report.booted(in: now - machine.bootStarted)
         case .failed(let failure): report.recordFailure(failure, stage: machine.stage)

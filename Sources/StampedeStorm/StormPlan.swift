@@ -67,10 +67,14 @@ public struct StormPlan: Sendable {
 
     /// The address machine `number` sends from.
     func source(of number: Int) -> SocketAddress {
+        ownSource(of: number) ?? SocketAddress(parsing: server.isIPv6 ? "[::]:0" : "0.0.0.0:0", defaultPort: 0)!
+    }
+
+    /// The address of machine `number`'s own (`--source-range`, or 127.1.0.0 + n on loopback);
+    /// nil when the machines share the host's.
+    func ownSource(of number: Int) -> SocketAddress? {
         if let firstSource { return Self.address(firstSource, plus: number) }
-        guard sourcePerMachine, !server.isIPv6, server.isLoopback else {
-            return SocketAddress(parsing: server.isIPv6 ? "[::]:0" : "0.0.0.0:0", defaultPort: 0)!
-        }
+        guard sourcePerMachine, !server.isIPv6, server.isLoopback else { return nil }
         let host = 0x7F00_0000 | (0x0001_0000 &+ UInt32(truncatingIfNeeded: number)) & 0x00FF_FFFF
         return SocketAddress(ipv4: in_addr(s_addr: host.bigEndian), port: 0)
     }
