@@ -45,7 +45,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build run test unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http fuzz soak bench bench-loss bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds deps install clean
+.PHONY: all build run test unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds deps install clean
 
 all: build
 
@@ -197,6 +197,11 @@ bench-floor: .build/floor
 # rack-boot through 1 % loss, fixed vs adaptive retransmit timeout (root: netns + nftables).
 bench-loss: build
 	Benchmarks/rack-boot-loss.sh
+
+# Three servers behind one anycast address (root: netns): the hash-policy table, a server lost
+# mid-boot, a drain, 2,000 machines each: results/bench-anycast.{json,md}.
+bench-anycast: build
+	python3 Benchmarks/anycast.py
 
 # A full server answering ERROR 0 vs nothing: how many of 1,000 machines boot (--when-busy).
 bench-busy: build

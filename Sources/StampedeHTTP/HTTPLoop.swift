@@ -31,6 +31,8 @@ public final class HTTPLoop: @unchecked Sendable {
     let readyTags: UnsafeMutablePointer<UInt64>
     static let readyCapacity = 256
     var nextSweep: Nanoseconds = 0
+    /// SIGTERM: the listeners are closed, connections finish and go.
+    var stopping = false
     var lastRefusalLog: Nanoseconds = 0
     /// Bytes one connection may write in a row before the others get a turn.
     static let writeBudget = 4 << 20
@@ -135,11 +137,23 @@ public final class HTTPLoop: @unchecked Sendable {
     func stopListening(now: Nanoseconds) {
         for fd in listeners { Glibc.close(fd) }
         listeners.removeAll()
-        // Idle connections go now; one being answered closes after its response.
+        stopping = true
         for slot in connections.indices {
             guard let connection = connections[slot] else { continue }
-            connection.closing = true
-            if connection.response == nil { close(slot) }
+            if connection.response != nil {
+                // Being answered: it closes after this response.
+                connection.closing = true
+            } else if connection.answered > 0 && connection.input.isEmpty {
+                // Idle between requests: it goes now. A client sends its next request again on a
+                // new connection (RFC 9112 9.3.1; iPXE reopens a pooled one), to another server
+                // once this one is drained.
+                close(slot)
+            } else {
+                // Accepted and not yet asked (its request may be on the way: closing it now would
+                // fail a request the client cannot tell from a refusal), or mid-head: answered
+                // once, then closed; quiet for a second while stopping, closed (`sweep`).
+                connection.lastRequest = true
+            }
         }
     }
 
@@ -246,7 +260,7 @@ public final class HTTPLoop: @unchecked Sendable {
         connection.unparsed = !connection.input.isEmpty
         let started = connection.requestStarted ?? now
         connection.requestStarted = connection.input.isEmpty ? nil : now
-        if !head.keepAlive { connection.closing = true }
+        if !head.keepAlive || connection.lastRequest { connection.closing = true }
         respond(connection, head, started: started)
         return true
     }
@@ -337,6 +351,7 @@ public final class HTTPLoop: @unchecked Sendable {
     func finish(_ connection: Connection, now: Nanoseconds) {
         guard let response = connection.response else { return }
         connection.response = nil
+        connection.answered += 1
         if response.corked { stampede_tcp_cork(connection.fd, 0) }
         release(response.body)
         log(connection, response)
@@ -390,6 +405,8 @@ public final class HTTPLoop: @unchecked Sendable {
                     _ = write(slot, connection, now: now)
                     close(slot)
                 }
+            } else if stopping && now - connection.lastProgress > nanosecondsPerSecond {
+                close(slot)  // stopping, and nothing asked for a second
             } else if now - connection.lastProgress > http.idleTimeout {
                 logger.debug("\(connection.peer): idle for \(http.idleTimeout / nanosecondsPerSecond) s: connection closed")
                 close(slot)

@@ -15,6 +15,7 @@ import StampedeProtocol
 ///     probe NAME [OPTION=VALUE...]       a size probe: the OACK, then ERROR 8, as EDK2 does
 ///     head  BYTES NAME [OPTION=VALUE...] that many bytes, then ERROR 0 "closed", as GRUB does
 ///     http  GET NAME|URL                 the whole file over HTTP (iPXE's chain, UEFI HTTP Boot)
+///     reboot N [after=SECONDS]           a failed boot starts over from the first stage, N times
 ///
 /// A `firmware` line starts that firmware's stages: `retry` is its own retransmit interval
 /// when no `timeout` option is negotiated (`250ms` or `4s`), `tries` how often it resends before
@@ -29,9 +30,18 @@ import StampedeProtocol
 /// connection per machine, as iPXE keeps one. A status other than 200 fails the stage; so does a
 /// response without Content-Length or a chunked one, which firmware cannot use for a file. It
 /// waits for the server as long as its firmware's TFTP patience (`patience`).
+///
+/// Firmware whose boot failed does not stay down: a UEFI boot manager tries its boot options
+/// again, PXELINUX and U-Boot reset the board, GRUB's menu times out into its entry again. A
+/// `reboot` line says how often the machine starts over from the first stage, and how long after
+/// the failure its next first request goes out (the POST and DHCP, shortened: nothing of them
+/// is played). A machine counts as failed only once its last try has failed.
 public struct BootProfile: Sendable, Equatable {
     public var name: String
     public var stages: [Stage]
+    /// How often a failed boot starts over, and after how long.
+    public var reboots = 0
+    public var rebootDelay: Nanoseconds = 0
 
     /// One request of the boot, or one search.
     public struct Stage: Sendable, Equatable {
@@ -125,6 +135,7 @@ public struct BootProfile: Sendable, Equatable {
         var name: String?
         var stages: [Stage] = []
         var firmware: (name: String, retransmit: Nanoseconds, retries: Int, backoff: Int64)?
+        var reboot: (count: Int, delay: Nanoseconds)?
         for (offset, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let number = offset + 1
             func fail(_ message: String) -> ParseError { ParseError(line: number, message: message) }
@@ -157,6 +168,20 @@ public struct BootProfile: Sendable, Equatable {
                     }
                 }
                 firmware = settings
+            case "reboot":
+                guard reboot == nil else { throw fail("a second reboot line") }
+                guard let count = rest.first.flatMap(TFTPOption.decimal), (0...1000).contains(count), rest.count <= 2 else {
+                    throw fail("reboot takes a count (0 to 1000), then after=SECONDS")
+                }
+                var delay: Nanoseconds = nanosecondsPerSecond
+                if rest.count == 2 {
+                    let (key, value) = Self.split(rest[1])
+                    guard key == "after", let value, let interval = Self.duration(value) else {
+                        throw fail("\(rest[1]): write after=500ms or after=5s (1 ms to 255 s)")
+                    }
+                    delay = interval
+                }
+                reboot = (count, delay)
             case "http":
                 guard let firmware else { throw fail("http before any firmware line") }
                 guard rest.count == 2, rest[0] == "GET" else { throw fail("http takes GET and one name or URL (no TFTP options)") }
@@ -209,12 +234,13 @@ public struct BootProfile: Sendable, Equatable {
                 stages.append(Stage(firmware: firmware.name, action: action, names: names, options: options,
                                     retransmit: firmware.retransmit, retries: firmware.retries, maxBackoff: firmware.backoff))
             default:
-                throw fail("\(directive): not a directive (profile, firmware, get, try, first, probe, head, http)")
+                throw fail("\(directive): not a directive (profile, firmware, get, try, first, probe, head, http, reboot)")
             }
         }
         guard let name else { throw ParseError(line: 1, message: "no profile line") }
         guard !stages.isEmpty else { throw ParseError(line: 1, message: "no stages (get, try, first, probe, head, http)") }
         self.init(name: name, stages: stages)
+        if let reboot { (reboots, rebootDelay) = reboot }
     }
 
     /// Whether a stage goes over HTTP, so that the storm needs an HTTP server.

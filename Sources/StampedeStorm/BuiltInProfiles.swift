@@ -2,6 +2,9 @@
 /// for `--profile-file` (`stampede storm --show-profile NAME` prints one to start from). The
 /// options, their order, the retransmit intervals and the tries are each firmware's own, from its
 /// source; where a firmware's timing is a table or a formula, the line approximates it and says so.
+/// Each `reboot` line says what the firmware does when its boot failed, from its source; the count
+/// and the delay are the storm's (`storm --reboot` plays them): a real machine goes on retrying
+/// as long as it is set to, after a POST much longer than 5 s.
 extension BootProfile {
     public static let builtInNames = ["uefi", "ipxe", "pxelinux", "grub", "uboot", "uefi-ipxe", "uefi-ipxe-tftp"]
 
@@ -10,6 +13,13 @@ extension BootProfile {
         # MTU 1500 - 32) and windowsize (PcdPxeTftpWindowSize, 4 since 2018); it answers the OACK
         # with ERROR 8 and asks again without tsize. A fixed 4 s timeout, 6 tries (PXEBC_MTFTP_*).
         firmware uefi retry=4s tries=6 backoff=1
+        """
+
+    private static let uefiReboot = """
+        # When every boot option failed, EDK2's boot manager tries them again as often as the
+        # platform's retry policy says (BootRetryPolicy's AllRetryTime on server firmware, often
+        # "unlimited"; upstream OVMF waits at its menu instead). The next try begins with DHCP.
+        reboot 3 after=5s
         """
 
     private static let ipxeFirmware = """
@@ -24,6 +34,7 @@ extension BootProfile {
             \(uefiStages)
             probe bootx64.efi tsize blksize=1468 windowsize=4
             get   bootx64.efi blksize=1468 windowsize=4
+            \(uefiReboot)
             """,
         "ipxe": """
             profile ipxe
@@ -33,6 +44,9 @@ extension BootProfile {
             get   boot.ipxe blksize=1432 tsize
             get   vmlinuz blksize=1432 tsize
             get   initrd.img blksize=1432 tsize
+            # iPXE as the network card's ROM: a failed autoboot returns to the BIOS, which tries
+            # the next boot device; a rack's BIOS is set to try the network again.
+            reboot 3 after=5s
             """,
         "pxelinux": """
             profile pxelinux
@@ -45,6 +59,8 @@ extension BootProfile {
             first pxelinux.cfg/${uuid} pxelinux.cfg/01-${mac:hexhyp} pxelinux.cfg/${ip:hex} pxelinux.cfg/${ip:hex:7} pxelinux.cfg/${ip:hex:6} pxelinux.cfg/${ip:hex:5} pxelinux.cfg/${ip:hex:4} pxelinux.cfg/${ip:hex:3} pxelinux.cfg/${ip:hex:2} pxelinux.cfg/${ip:hex:1} pxelinux.cfg/default tsize blksize=1408
             get   vmlinuz tsize blksize=1408
             get   initrd.img tsize blksize=1408
+            # "Boot failed: press a key to retry, or wait for reset...": PXELINUX resets the machine.
+            reboot 3 after=5s
             """,
         "grub": """
             profile grub
@@ -56,6 +72,8 @@ extension BootProfile {
             head  4096 vmlinuz blksize=1024 tsize
             get   vmlinuz blksize=1024 tsize
             get   initrd.img blksize=1024 tsize
+            # A failed `linux` or `initrd` returns to GRUB's menu, whose timeout boots the entry again.
+            reboot 3 after=5s
             """,
         "uboot": """
             profile uboot
@@ -67,6 +85,8 @@ extension BootProfile {
             get   Image timeout=5 tsize blksize=1468
             get   board.dtb timeout=5 tsize blksize=1468
             get   initrd.img timeout=5 tsize blksize=1468
+            # bootretry (CONFIG_BOOT_RETRY_TIME): the board resets when its boot command fails.
+            reboot 3 after=5s
             """,
         "uefi-ipxe": """
             profile uefi-ipxe
@@ -81,6 +101,7 @@ extension BootProfile {
             http  GET boot.ipxe
             http  GET vmlinuz
             http  GET initrd.img
+            \(uefiReboot)
             """,
         "uefi-ipxe-tftp": """
             profile uefi-ipxe-tftp
@@ -93,6 +114,7 @@ extension BootProfile {
             get   boot.ipxe blksize=1432 tsize
             get   vmlinuz blksize=1432 tsize
             get   initrd.img blksize=1432 tsize
+            \(uefiReboot)
             """,
     ]
 }

@@ -44,6 +44,8 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     private let largestDatagram: Int
     /// Machines booting in every storm of a run (`StormRunner`'s threads), and the most at once.
     private let booting: MachinesBooting
+    /// Stopped: a machine whose boot fails now does not start over.
+    private var interrupted = false
 
     /// A machine in the middle of its boot: which stage, which of the stage's names.
     struct Machine {
@@ -56,6 +58,10 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         /// file must have, looked up once per transfer rather than per DATA.
         var request: [UInt8] = []
         var expected: [UInt8]?
+        /// Times this machine has started over (the profile's `reboot`), and when it next powers
+        /// on while it waits to.
+        var reboots = 0
+        var rebootAt: Nanoseconds?
     }
 
     /// `booting`: shared by the storms of one run, so that the peak is of them all at once.
@@ -123,6 +129,10 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
                 apply(sessions[slot]!.timerFired(now: now), slot: slot, peer: nil, now: now)
             } else if isFetching(slot) {
                 fetchTimerFired(slot, now: now)
+            } else if machines[slot]?.rebootAt != nil {
+                machines[slot]!.rebootAt = nil
+                machines[slot]!.stageStarted = now
+                _ = startTransfer(slot, now: now)
             }
         }
         expired.removeAll(keepingCapacity: true)
@@ -160,6 +170,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     /// Ends every running transfer as interrupted (the server is told) and starts no more.
     public func interrupt(now: Nanoseconds) {
         launchUntil = now
+        interrupted = true
         for slot in sessions.indices where sessions[slot] != nil {
             send(.abort, slot: slot, peer: nil)
             transferEnded(slot, .failed(.interrupted), now: now)
@@ -167,6 +178,10 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         for slot in connections.indices where isFetching(slot) {
             closeConnection(slot)
             transferEnded(slot, .failed(.interrupted), now: now)
+        }
+        for slot in machines.indices where machines[slot]?.rebootAt != nil {
+            wheel.cancel(slot)
+            machineEnded(slot, .failed(.interrupted), now: now)
         }
         report.wall = now - startedAt
     }
@@ -342,12 +357,22 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         _ = startTransfer(slot, now: now)
     }
 
-    /// The machine booted or failed: counted, and its slot takes the next machine.
+    /// The machine booted or failed: counted, and its slot takes the next machine. A failed
+    /// machine with reboots left starts over instead, from its first stage, after the profile's
+    /// delay (its connection gone, as a reset takes it).
     func machineEnded(_ slot: Int, _ end: StormEnd, now: Nanoseconds) {
         let machine = machines[slot]!
         closeConnection(slot)
         switch end {
-        case .ok: report.booted(in: now - machine.bootStarted)
+        case .ok: report.booted(in: now - machine.bootStarted, afterReboots: machine.reboots)
+        case .failed(let failure) where machine.reboots < plan.reboots && !interrupted && failure != .interrupted:
+            report.recordReboot(failure, stage: machine.stage)
+            var next = Machine(identity: machine.identity, bootStarted: machine.bootStarted, stageStarted: now)
+            next.reboots = machine.reboots + 1
+            next.rebootAt = now + plan.profile.rebootDelay
+            machines[slot] = next
+            wheel.schedule(slot, at: next.rebootAt!)
+            return
         case .failed(let failure): report.recordFailure(failure, stage: machine.stage)
         }
         machines[slot] = nil

@@ -35,6 +35,9 @@ public struct StormPlan: Sendable {
     /// The HTTP server an `http` stage's name is a path of (`--http`); a stage that writes a
     /// whole URL names its own.
     public var httpServer: SocketAddress?
+    /// A machine whose boot failed starts over as its profile's `reboot` line says (`--reboot`);
+    /// otherwise it counts as failed at once.
+    public var reboot = false
     /// Machine n sends from this address + n (`--source-range`): a rack on a network of its own,
     /// an IPv6 /64 say, whose addresses the host takes (a local route, non-local binds).
     public var firstSource: SocketAddress?
@@ -100,6 +103,9 @@ public struct StormPlan: Sendable {
         }
         return address
     }
+
+    /// How often a failed boot starts over.
+    var reboots: Int { reboot ? profile.reboots : 0 }
 
     /// The largest DATA a client of this plan may receive.
     public var largestBlock: Int {

@@ -14,6 +14,11 @@ public struct StormReport: Sendable {
     public var bytes = 0
     /// Each booted machine's time from its first request to its last byte.
     public var durations: [Nanoseconds] = []
+    /// Boots that failed and started over (the profile's `reboot`), why, and the boot times of
+    /// the machines that booted after starting over (within `durations` too).
+    public var reboots = 0
+    public var rebootCausesByKind: [String: Int] = [:]
+    public var rebootedDurations: [Nanoseconds] = []
     /// Requests and ACKs we sent again, and DATA the server sent again (duplicates seen).
     public var retransmits = 0
     public var duplicates = 0
@@ -77,11 +82,25 @@ public struct StormReport: Sendable {
         stages[stage].bytes += count
     }
 
-    /// A machine booted in `time`.
-    mutating func booted(in time: Nanoseconds) {
+    /// A machine booted in `time`, after starting over `reboots` times.
+    mutating func booted(in time: Nanoseconds, afterReboots reboots: Int = 0) {
         ok += 1
         durations.append(time)
+        if reboots > 0 { rebootedDurations.append(time) }
     }
+
+    /// A machine's boot failed at `stage` and starts over: the stage's failure is counted, the
+    /// machine's is not (yet).
+    mutating func recordReboot(_ failure: StormFailure, stage: Int) {
+        reboots += 1
+        rebootCausesByKind[failure.kind, default: 0] += 1
+        stages[stage].failed += 1
+        stages[stage].failuresByKind[failure.kind, default: 0] += 1
+        if failureExamples.count < 5 { failureExamples.append("\(stages[stage].label): \(failure.description) (rebooted)") }
+    }
+
+    /// Transfers of every stage that failed, whether their machine started over or not.
+    public var transfersFailed: Int { stages.reduce(0) { $0 + $1.failed } }
 
     /// A machine's boot failed (at `stage`, when it got that far).
     mutating func recordFailure(_ failure: StormFailure, stage: Int? = nil) {
@@ -102,6 +121,9 @@ public struct StormReport: Sendable {
         failed += other.failed
         failuresByKind.merge(other.failuresByKind, uniquingKeysWith: +)
         failureExamples += other.failureExamples.prefix(max(0, 5 - failureExamples.count))
+        reboots += other.reboots
+        rebootCausesByKind.merge(other.rebootCausesByKind, uniquingKeysWith: +)
+        rebootedDurations += other.rebootedDurations
         bytes += other.bytes
         durations += other.durations
         retransmits += other.retransmits
@@ -153,6 +175,15 @@ public struct StormReport: Sendable {
             lines.insert("profile \(profile), by stage:", at: 3)
             lines.insert(contentsOf: stages.map(\.text), at: 4)
         }
+        if reboots > 0 {
+            let sorted = rebootedDurations.sorted()
+            func ms(_ p: Double) -> String { decimalText(Self.percentile(p, ofSorted: sorted) * 1000, places: 1) }
+            let causes = rebootCausesByKind.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
+            lines.append("""
+                reboots: \(reboots) (\(causes)); \(rebootedDurations.count) machines booted after starting over: \
+                p50 \(ms(50)) ms, p99 \(ms(99)) ms, max \(ms(100)) ms
+                """)
+        }
         lines += failureExamples.map { "  failure: \($0)" }
         if let serverView { lines.append(serverView.text) }
         return lines.joined(separator: "\n")
@@ -164,12 +195,17 @@ public struct StormReport: Sendable {
         let latency = latencyMilliseconds
         let kinds = failuresByKind.sorted { $0.key < $1.key }.map { "\(jsonString($0.key)): \($0.value)" }.joined(separator: ", ")
         let examples = failureExamples.map(jsonString).joined(separator: ", ")
+        let causes = rebootCausesByKind.sorted { $0.key < $1.key }.map { "\(jsonString($0.key)): \($0.value)" }.joined(separator: ", ")
+        let rebooted = rebootedDurations.sorted()
+        func ms(_ p: Double) -> String { decimalText(Self.percentile(p, ofSorted: rebooted) * 1000, places: 1) }
         return """
             {"ok": \(ok), "failed": \(failed), "failures": {\(kinds)}, "failure_examples": [\(examples)], \
             "bytes": \(bytes), "seconds": \(decimalText(seconds, places: 6)), "mb_per_s": \(decimalText(megabytesPerSecond, places: 3)), \
             "sessions_per_s": \(decimalText(sessionsPerSecond, places: 3)), "p50_ms": \(latency.p50), "p99_ms": \(latency.p99), \
             "max_ms": \(latency.max), "retransmits": \(retransmits), "duplicates": \(duplicates), \
             "peak_active": \(peakActive), "client_cpu_s": \(decimalText(clientCPUSeconds, places: 3)), "backend": \(jsonString(backend)), \
+            "reboots": \(reboots), "reboot_causes": {\(causes)}, "rebooted_ok": \(rebooted.count), \
+            "rebooted_p50_ms": \(ms(50)), "rebooted_p99_ms": \(ms(99)), "transfers_failed": \(transfersFailed), \
             "profile": \(jsonString(profile)), "stages": [\(stages.map(\.json).joined(separator: ", "))], \
             "boot_ms": [\(durations.map { decimalText(Double($0) / 1e6, places: 3) }.joined(separator: ", "))]\
             \(serverView.map { ", \"server\": \($0.json)" } ?? "")}

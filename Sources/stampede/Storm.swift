@@ -42,6 +42,8 @@ struct Storm: ParsableCommand {
     var verifyRoot: String?
     @Option(help: "The HTTP server of a profile's http stages, HOST[:PORT] (default: the TFTP server's address, port 80).")
     var http: String?
+    @Flag(help: "A machine whose boot failed starts over from the first stage, as its firmware does: as often and after as long as the profile's reboot line says (default: it counts as failed at once).")
+    var reboot = false
     @Option(help: "Power the machines on spread evenly over this many seconds (default: all at once).")
     var ramp = 0.0
     @Option(help: "Play only slice I of N of the machines (I/N, from 0), to share a rack between processes.")
@@ -104,6 +106,7 @@ struct Storm: ParsableCommand {
         } else {
             guard file != nil else { throw ValidationError("Missing the file to read (or a --profile).") }
             guard stages == nil else { throw ValidationError("--stages needs a profile.") }
+            guard !reboot else { throw ValidationError("--reboot needs a profile (its reboot line says how often).") }
         }
         try FlagRange.check(stages, FlagRange.count, "--stages")
         if let http, SocketAddress(parsing: http, defaultPort: 80, defaultHost: "127.0.0.1") == nil {
@@ -189,6 +192,7 @@ struct Storm: ParsableCommand {
         plan.hold = Nanoseconds(hold * 1e9)
         plan.verifyRoot = verifyRoot
         plan.sourcePerMachine = profile != nil || profileFile != nil
+        plan.reboot = reboot
         plan.firstSource = sourceRange.flatMap { SocketAddress(parsing: $0, defaultPort: 0) }
         if let first = plan.firstSource, first.isIPv6 != server.isIPv6 {
             throw ValidationError("--source-range \(sourceRange!) and the server \(target!) are of two address families.")

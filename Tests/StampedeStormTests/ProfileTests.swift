@@ -13,6 +13,8 @@ import Testing
             let profile = try #require(BootProfile.builtIn(name))
             #expect(profile.name == name)
             #expect(!profile.stages.isEmpty)
+            // Every firmware starts over when its boot failed (see BuiltInProfiles).
+            #expect(profile.reboots == 3 && profile.rebootDelay == 5 * nanosecondsPerSecond)
         }
         #expect(Set(BootProfile.builtInNames) == Set(BootProfile.builtInTexts.keys))
     }
@@ -58,6 +60,10 @@ import Testing
         ("profile p\nfirmware f\nget a b", "takes one name"),
         ("profile p\nfirmware f\nget blksize=512 a", "names come before the options"),
         ("profile p\nfirmware f\nget ${serial}", "unknown ${...}"),
+        ("profile p\nfirmware f\nget a\nreboot", "reboot takes a count"),
+        ("profile p\nfirmware f\nget a\nreboot 2 after=1h", "line 4: after=1h: write after=500ms"),
+        ("profile p\nfirmware f\nget a\nreboot 2 soon", "soon: write after="),
+        ("profile p\nfirmware f\nget a\nreboot 1\nreboot 2", "line 5: a second reboot line"),
         ("profile p\nfirmware f retry=0s\nget a", "retry=0s"),
         ("profile p\nfirmware f tries=0\nget a", "tries=0"),
         ("profile p\nfirmware f\nhead x a", "byte count"),
@@ -254,5 +260,48 @@ import Testing
         let checked = try storm(rig, pxelinux, machines: 20, verifyRoot: rig.dir.path)
         #expect(rig.play(checked).ok == 20)
         #expect(checked.knownFiles <= 20 * 13 + 5)
+    }
+
+    @Test func aFailedBootStartsOverAsItsFirmwareDoesAndTheExtraTimeIsReported() throws {
+        let rig = try Rig(backend: try GlibcBackend())
+        let profile = try BootProfile(parsing: """
+            profile p
+            firmware f retry=50ms tries=2
+            try autoexec.ipxe
+            get kernel blksize=1024
+            reboot 2 after=200ms
+            """)
+        var plan = StormPlan(server: rig.address, profile: profile)
+        plan.clients = 3
+        plan.verifyRoot = rig.dir.path
+        plan.reboot = true
+        // The kernel is missing until the first boot has failed: every machine starts over once.
+        let kernel = randomBytes(20_000)
+        let report = rig.play(Storm(plan: plan, backend: try GlibcBackend())) { report in
+            if report.reboots > 0 && access(rig.dir.path + "/kernel", F_OK) != 0 { rig.dir.write("kernel", kernel) }
+        }
+        #expect(report.ok == 3 && report.failed == 0, "\(report.text)")
+        #expect(report.reboots >= 1 && report.rebootCausesByKind.keys.sorted() == ["server error 1"])
+        #expect(report.rebootedDurations.count == report.reboots)
+        // Started over from the first stage, after the delay; the boot time counts from the first power-on.
+        #expect(report.stages[0].ok == 3 + report.reboots)
+        #expect(report.rebootedDurations.allSatisfy { $0 >= 200_000_000 })
+        #expect(report.stages[1].failed == report.reboots && report.transfersFailed == report.reboots)
+        #expect(report.text.contains("machines booted after starting over"), "\(report.text)")
+        #expect(report.json.contains("\"reboots\": \(report.reboots)"))
+    }
+
+    @Test func aBootThatNeverSucceedsFailsAfterItsLastRebootAndOnlyWithRebootAsked() throws {
+        let rig = try Rig(backend: try GlibcBackend())
+        let profile = try BootProfile(parsing: "profile p\nfirmware f retry=50ms tries=2\nget missing\nreboot 2 after=10ms")
+        var plan = StormPlan(server: rig.address, profile: profile)
+        plan.clients = 2
+        let once = rig.play(Storm(plan: plan, backend: try GlibcBackend()))
+        #expect(once.failed == 2 && once.reboots == 0 && once.stages[0].failed == 2)
+        plan.reboot = true
+        let report = rig.play(Storm(plan: plan, backend: try GlibcBackend()))
+        #expect(report.ok == 0 && report.failed == 2, "\(report.text)")
+        #expect(report.reboots == 2 * 2 && report.stages[0].failed == 3 * 2 && report.rebootedDurations.isEmpty)
+        #expect(report.failuresByKind == ["server error 1": 2])
     }
 }

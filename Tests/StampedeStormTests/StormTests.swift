@@ -40,12 +40,16 @@ final class Rig<Backend: DatagramBackend> {
 
     /// Turns server and storm until the storm ends (or 30 s pass: a hung storm is a failure too).
     /// `silenceAfter`: the server stops answering after this many turns (a transfer lost midway).
-    func play<StormBackend>(_ storm: Storm<StormBackend>, silenceAfter turns: Int? = nil) -> StormReport {
+    /// `everyTurn`: called before each turn with the storm's report so far (a test changes the
+    /// served files when the storm reaches some point).
+    func play<StormBackend>(_ storm: Storm<StormBackend>, silenceAfter turns: Int? = nil,
+                            everyTurn: ((StormReport) -> Void)? = nil) -> StormReport {
         let limit = stampede_monotonic_ns() + 30_000_000_000
         var turn = 0
         storm.start(now: stampede_monotonic_ns())
         while !storm.isFinished && stampede_monotonic_ns() < limit {
             if let turns, turn >= turns { serverAnswers = false }
+            everyTurn?(storm.report)
             if serverAnswers {
                 worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
                 http?.loops[0].turn(now: stampede_monotonic_ns(), maxWait: 0)

@@ -380,6 +380,35 @@ def test_a_stop_lets_a_running_download_finish(web, root, tmp_path):
     s.stop()
 
 
+def test_a_stop_closes_idle_keepalive_connections_and_answers_a_fresh_one_once(web, root):
+    """SIGTERM: a connection idle after its responses closes at once (its client asks again on a
+    new one, as RFC 9112 and iPXE do); one accepted whose request is on its way is answered,
+    with Connection: close, and then closed: closing it unanswered would fail a machine that
+    cannot tell it from a refusal (issue 25's drain)."""
+    s = web()
+    idle = socket.create_connection(("127.0.0.1", s.http_port), timeout=5)
+    idle.sendall(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert b"hello, rack" in idle.recv(4096)
+    fresh = socket.create_connection(("127.0.0.1", s.http_port), timeout=5)
+    silent = socket.create_connection(("127.0.0.1", s.http_port), timeout=5)
+    time.sleep(0.3)  # accepted by the server, nothing asked yet
+    s.process.send_signal(15)
+    time.sleep(0.3)
+    assert idle.recv(4096) == b"", "the idle keep-alive connection was not closed"
+    fresh.sendall(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = b""
+    while chunk := fresh.recv(4096):
+        answer += chunk
+    (status, headers, body), = responses(answer)
+    assert status == 200 and body == b"hello, rack\n" and headers.get("connection") == "close", answer
+    # One that asks nothing while the server stops goes after a second or two, not the grace (10 s).
+    quiet = time.time()
+    s.stop()
+    assert time.time() - quiet < 5
+    for c in (idle, fresh, silent):
+        c.close()
+
+
 def boot_root(root):
     """The files of the uefi-ipxe chain: ipxe.efi over TFTP, the script, a kernel and an initrd
     over HTTP."""
