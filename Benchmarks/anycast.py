@@ -27,10 +27,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "Tests" / "interop"))
 from anycastlab import Lab  # noqa: E402
+from compare import RESULTS, STAMPEDE, fill_root  # noqa: E402
+from compare import ROOT as BENCH_ROOT  # noqa: E402
 
-STAMPEDE = REPO / ".build" / "release" / "stampede"
-ROOT = REPO / ".build" / "bench-root" / "anycast"
-RESULTS = REPO / "results"
+ROOT = BENCH_ROOT / "anycast"
 MACHINES = int(os.environ.get("BENCH_ANYCAST_MACHINES", "2000"))
 # iPXE's real size; a kernel and an initrd smaller than a distribution's (BENCH_ANYCAST_MIB sets
 # the initrd's MiB, the kernel's is a quarter of it): what fails here does not depend on them.
@@ -39,16 +39,10 @@ FILES = {"ipxe.efi": 1 << 20, "vmlinuz": max(1, INITRD_MIB // 4) << 20, "initrd.
 
 
 def make_root():
-    ROOT.mkdir(parents=True, exist_ok=True)
-    for name, size in FILES.items():
-        path = ROOT / name
-        if not path.exists() or path.stat().st_size != size:
-            path.write_bytes(os.urandom(size))
+    fill_root(ROOT, FILES)
     (ROOT / "boot.ipxe").write_text("#!ipxe\nkernel vmlinuz\ninitrd initrd.img\nboot\n")
-    for f in ROOT.iterdir():
-        f.chmod(0o644)
-    for d in (ROOT, ROOT.parent):
-        d.chmod(0o755)
+    (ROOT / "boot.ipxe").chmod(0o644)
+    ROOT.parent.chmod(0o755)
 
 
 def balance(share):

@@ -269,6 +269,18 @@ class Sampler(threading.Thread):
             self.sample()
 
 
+def fill_root(directory, files):
+    """Random files of the sizes given ({name: bytes}) under `directory`, kept from run to run
+    while their size is right; world-readable, as a server's root must be."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, size in files.items():
+        path = directory / name
+        if not path.exists() or path.stat().st_size != size:
+            path.write_bytes(os.urandom(size))
+        path.chmod(0o644)
+    directory.chmod(0o755)
+
+
 def make_root():
     ROOT.mkdir(parents=True, exist_ok=True)
     for _, file, size, _, _ in SCENARIOS:

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import RESULTS, ROOT, SID, STAMPEDE, CpuGroup, Sampler, dnsmasq, in_sid  # noqa: E402
+from compare import RESULTS, ROOT, SID, STAMPEDE, CpuGroup, Sampler, dnsmasq, fill_root, in_sid  # noqa: E402
 
 FD_LIMIT = 20000
 SECONDS = int(os.environ.get("BENCH_HTTP_SECONDS", "8"))
@@ -47,16 +47,6 @@ RACK = ROOT / "http-rack"
 RACK_FILES = {"ipxe.efi": 1 << 20, "vmlinuz": 16 << 20, "initrd.img": 64 << 20}
 RACK_MACHINES = int(os.environ.get("BENCH_RACK_MACHINES", "2000"))
 RACK_ROUNDS = int(os.environ.get("BENCH_RACK_ROUNDS", str(ROUNDS)))
-
-
-def make_root(directory, files):
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, size in files.items():
-        path = directory / name
-        if not path.exists() or path.stat().st_size != size:
-            path.write_bytes(os.urandom(size))
-        path.chmod(0o644)
-    directory.chmod(0o755)
 
 
 def free_port():
@@ -251,8 +241,8 @@ def main():
     # The idle clients' own descriptors: 10,000 and more.
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, FD_LIMIT * 2), hard))
-    make_root(WEB, FILES)
-    make_root(RACK, RACK_FILES)
+    fill_root(WEB, FILES)
+    fill_root(RACK, RACK_FILES)
     (RACK / "boot.ipxe").write_text("#!ipxe\nkernel vmlinuz\ninitrd initrd.img\nboot\n")
     (RACK / "boot.ipxe").chmod(0o644)
     nginx_version = subprocess.run(["chroot", str(SID), "/usr/sbin/nginx", "-v"], capture_output=True, text=True).stderr.strip()

@@ -22,9 +22,6 @@ final class Connection {
     var closing = false
     /// Responses written whole on this connection.
     var answered = 0
-    /// The server is stopping: the request this connection is sending (it has sent none yet, or
-    /// part of one) is answered, with `Connection: close`, and is its last.
-    var lastRequest = false
     let generation: UInt32
 
     init(fd: Int32, peer: SocketAddress, now: Nanoseconds, generation: UInt32) {

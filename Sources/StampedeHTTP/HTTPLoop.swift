@@ -31,7 +31,7 @@ public final class HTTPLoop: @unchecked Sendable {
     let readyTags: UnsafeMutablePointer<UInt64>
     static let readyCapacity = 256
     var nextSweep: Nanoseconds = 0
-    /// SIGTERM: the listeners are closed, connections finish and go.
+    /// SIGTERM: the listeners are closed; each connection's request in progress is its last.
     var stopping = false
     var lastRefusalLog: Nanoseconds = 0
     /// Bytes one connection may write in a row before the others get a turn.
@@ -148,12 +148,10 @@ public final class HTTPLoop: @unchecked Sendable {
                 // new connection (RFC 9112 9.3.1; iPXE reopens a pooled one), to another server
                 // once this one is drained.
                 close(slot)
-            } else {
-                // Accepted and not yet asked (its request may be on the way: closing it now would
-                // fail a request the client cannot tell from a refusal), or mid-head: answered
-                // once, then closed; quiet for a second while stopping, closed (`sweep`).
-                connection.lastRequest = true
             }
+            // Otherwise accepted and not yet asked (its request may be on the way: closing it now
+            // would fail a request the client cannot tell from a refusal), or mid-head: answered
+            // once, with Connection: close (`answerInput`); closed if quiet for a second (`sweep`).
         }
     }
 
@@ -260,7 +258,7 @@ public final class HTTPLoop: @unchecked Sendable {
         connection.unparsed = !connection.input.isEmpty
         let started = connection.requestStarted ?? now
         connection.requestStarted = connection.input.isEmpty ? nil : now
-        if !head.keepAlive || connection.lastRequest { connection.closing = true }
+        if !head.keepAlive || stopping { connection.closing = true }
         respond(connection, head, started: started)
         return true
     }

@@ -15,7 +15,7 @@ import StampedeProtocol
 ///     probe NAME [OPTION=VALUE...]       a size probe: the OACK, then ERROR 8, as EDK2 does
 ///     head  BYTES NAME [OPTION=VALUE...] that many bytes, then ERROR 0 "closed", as GRUB does
 ///     http  GET NAME|URL                 the whole file over HTTP (iPXE's chain, UEFI HTTP Boot)
-///     reboot N [after=SECONDS]           a failed boot starts over from the first stage, N times
+///     reboot N [after=SECONDS]           a failed boot starts over from the first stage, N times (after 1 s)
 ///
 /// A `firmware` line starts that firmware's stages: `retry` is its own retransmit interval
 /// when no `timeout` option is negotiated (`250ms` or `4s`), `tries` how often it resends before

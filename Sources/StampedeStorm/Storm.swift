@@ -365,7 +365,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         closeConnection(slot)
         switch end {
         case .ok: report.booted(in: now - machine.bootStarted, afterReboots: machine.reboots)
-        case .failed(let failure) where machine.reboots < plan.reboots && !interrupted && failure != .interrupted:
+        case .failed(let failure) where machine.reboots < plan.reboots && !interrupted:
             report.recordReboot(failure, stage: machine.stage)
             var next = Machine(identity: machine.identity, bootStarted: machine.bootStarted, stageStarted: now)
             next.reboots = machine.reboots + 1

@@ -94,9 +94,7 @@ public struct StormReport: Sendable {
     mutating func recordReboot(_ failure: StormFailure, stage: Int) {
         reboots += 1
         rebootCausesByKind[failure.kind, default: 0] += 1
-        stages[stage].failed += 1
-        stages[stage].failuresByKind[failure.kind, default: 0] += 1
-        if failureExamples.count < 5 { failureExamples.append("\(stages[stage].label): \(failure.description) (rebooted)") }
+        recordStageFailure(failure, stage: stage, after: " (rebooted)")
     }
 
     /// Transfers of every stage that failed, whether their machine started over or not.
@@ -106,13 +104,18 @@ public struct StormReport: Sendable {
     mutating func recordFailure(_ failure: StormFailure, stage: Int? = nil) {
         failed += 1
         failuresByKind[failure.kind, default: 0] += 1
+        recordStageFailure(failure, stage: stage)
+    }
+
+    /// A transfer of `stage` failed: counted there, and described if it is among the first few.
+    private mutating func recordStageFailure(_ failure: StormFailure, stage: Int?, after suffix: String = "") {
         if let stage {
             stages[stage].failed += 1
             stages[stage].failuresByKind[failure.kind, default: 0] += 1
         }
-        if failureExamples.count < 5 {
-            failureExamples.append(stages.count > 1 && stage != nil ? "\(stages[stage!].label): \(failure.description)" : failure.description)
-        }
+        guard failureExamples.count < 5 else { return }
+        let prefix = stages.count > 1 ? stage.map { "\(stages[$0].label): " } ?? "" : ""
+        failureExamples.append(prefix + failure.description + suffix)
     }
 
     /// Adds another thread's report; the wall time is the longest.
@@ -151,18 +154,27 @@ public struct StormReport: Sendable {
         return Double(sorted[min(max(rank, 0), sorted.count - 1)]) / 1e9
     }
 
-    /// p50, p99 and max in milliseconds, from one sort.
-    private var latencyMilliseconds: (p50: String, p99: String, max: String) {
-        let sorted = durations.sorted()
-        func ms(_ p: Double) -> String { decimalText(Self.percentile(p, ofSorted: sorted) * 1000, places: 1) }
+    /// p50, p99 and max of `times` in milliseconds, from one sort.
+    static func milliseconds(of times: [Nanoseconds]) -> (p50: String, p99: String, max: String) {
+        let sorted = times.sorted()
+        func ms(_ p: Double) -> String { decimalText(percentile(p, ofSorted: sorted) * 1000, places: 1) }
         return (ms(50), ms(99), ms(100))
+    }
+
+    /// Counts by kind, `3 timed out, 1 wrong size`, or as the members of a JSON object.
+    static func countsText(_ counts: [String: Int]) -> String {
+        counts.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
+    }
+
+    static func countsJSON(_ counts: [String: Int]) -> String {
+        counts.sorted { $0.key < $1.key }.map { "\(jsonString($0.key)): \($0.value)" }.joined(separator: ", ")
     }
 
     /// A few lines for people.
     public var text: String {
-        let latency = latencyMilliseconds
+        let latency = Self.milliseconds(of: durations)
         let booting = stages.count > 1
-        let kinds = failuresByKind.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
+        let kinds = Self.countsText(failuresByKind)
         var lines = [
             (booting ? "machines: \(ok) booted" : "sessions: \(ok) ok") + ", \(failed) failed" + (failed == 0 ? "" : " (\(kinds))"),
             "data: \(bytes) bytes in \(decimalText(seconds, places: 3)) s: \(decimalText(megabytesPerSecond, places: 1)) MB/s, \(decimalText(sessionsPerSecond, places: 1)) sessions/s",
@@ -176,12 +188,10 @@ public struct StormReport: Sendable {
             lines.insert(contentsOf: stages.map(\.text), at: 4)
         }
         if reboots > 0 {
-            let sorted = rebootedDurations.sorted()
-            func ms(_ p: Double) -> String { decimalText(Self.percentile(p, ofSorted: sorted) * 1000, places: 1) }
-            let causes = rebootCausesByKind.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
+            let rebooted = Self.milliseconds(of: rebootedDurations)
             lines.append("""
-                reboots: \(reboots) (\(causes)); \(rebootedDurations.count) machines booted after starting over: \
-                p50 \(ms(50)) ms, p99 \(ms(99)) ms, max \(ms(100)) ms
+                reboots: \(reboots) (\(Self.countsText(rebootCausesByKind))); \(rebootedDurations.count) machines booted \
+                after starting over: p50 \(rebooted.p50) ms, p99 \(rebooted.p99) ms, max \(rebooted.max) ms
                 """)
         }
         lines += failureExamples.map { "  failure: \($0)" }
@@ -192,20 +202,18 @@ public struct StormReport: Sendable {
 
     /// One JSON object (field names are stable: `make bench` reads them).
     public var json: String {
-        let latency = latencyMilliseconds
-        let kinds = failuresByKind.sorted { $0.key < $1.key }.map { "\(jsonString($0.key)): \($0.value)" }.joined(separator: ", ")
+        let latency = Self.milliseconds(of: durations)
         let examples = failureExamples.map(jsonString).joined(separator: ", ")
-        let causes = rebootCausesByKind.sorted { $0.key < $1.key }.map { "\(jsonString($0.key)): \($0.value)" }.joined(separator: ", ")
-        let rebooted = rebootedDurations.sorted()
-        func ms(_ p: Double) -> String { decimalText(Self.percentile(p, ofSorted: rebooted) * 1000, places: 1) }
+        let rebooted = Self.milliseconds(of: rebootedDurations)
         return """
-            {"ok": \(ok), "failed": \(failed), "failures": {\(kinds)}, "failure_examples": [\(examples)], \
+            {"ok": \(ok), "failed": \(failed), "failures": {\(Self.countsJSON(failuresByKind))}, "failure_examples": [\(examples)], \
             "bytes": \(bytes), "seconds": \(decimalText(seconds, places: 6)), "mb_per_s": \(decimalText(megabytesPerSecond, places: 3)), \
             "sessions_per_s": \(decimalText(sessionsPerSecond, places: 3)), "p50_ms": \(latency.p50), "p99_ms": \(latency.p99), \
             "max_ms": \(latency.max), "retransmits": \(retransmits), "duplicates": \(duplicates), \
             "peak_active": \(peakActive), "client_cpu_s": \(decimalText(clientCPUSeconds, places: 3)), "backend": \(jsonString(backend)), \
-            "reboots": \(reboots), "reboot_causes": {\(causes)}, "rebooted_ok": \(rebooted.count), \
-            "rebooted_p50_ms": \(ms(50)), "rebooted_p99_ms": \(ms(99)), "transfers_failed": \(transfersFailed), \
+            "reboots": \(reboots), "reboot_causes": {\(Self.countsJSON(rebootCausesByKind))}, \
+            "rebooted_ok": \(rebootedDurations.count), "rebooted_p50_ms": \(rebooted.p50), "rebooted_p99_ms": \(rebooted.p99), \
+            "transfers_failed": \(transfersFailed), \
             "profile": \(jsonString(profile)), "stages": [\(stages.map(\.json).joined(separator: ", "))], \
             "boot_ms": [\(durations.map { decimalText(Double($0) / 1e6, places: 3) }.joined(separator: ", "))]\
             \(serverView.map { ", \"server\": \($0.json)" } ?? "")}
@@ -227,26 +235,21 @@ func jsonString(_ text: String) -> String {
 }
 
 extension StormReport.StageReport {
-    private var milliseconds: (p50: String, p99: String, max: String) {
-        let sorted = durations.sorted()
-        func ms(_ p: Double) -> String { decimalText(StormReport.percentile(p, ofSorted: sorted) * 1000, places: 1) }
-        return (ms(50), ms(99), ms(100))
-    }
 
     /// `  uefi probe ipxe.efi: 2000 ok, 0 failed; p50 1.2 ms, p99 3.4 ms, max 5.0 ms; 0 retransmissions`
     var text: String {
-        let time = milliseconds
-        let kinds = failuresByKind.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
+        let time = StormReport.milliseconds(of: durations)
+        let kinds = StormReport.countsText(failuresByKind)
         return "  \(label): \(ok) ok, \(failed) failed" + (kinds.isEmpty ? "" : " (\(kinds))")
             + (notFound > 0 ? ", \(notFound) names not found (as expected)" : "")
             + "; p50 \(time.p50) ms, p99 \(time.p99) ms, max \(time.max) ms; \(retransmits) retransmissions"
     }
 
     var json: String {
-        let time = milliseconds
-        let kinds = failuresByKind.sorted { $0.key < $1.key }.map { "\(jsonString($0.key)): \($0.value)" }.joined(separator: ", ")
+        let time = StormReport.milliseconds(of: durations)
         return """
-            {"stage": \(jsonString(label)), "ok": \(ok), "failed": \(failed), "not_found": \(notFound), "failures": {\(kinds)}, \
+            {"stage": \(jsonString(label)), "ok": \(ok), "failed": \(failed), "not_found": \(notFound), \
+            "failures": {\(StormReport.countsJSON(failuresByKind))}, \
             "bytes": \(bytes), "p50_ms": \(time.p50), "p99_ms": \(time.p99), "max_ms": \(time.max), "retransmits": \(retransmits)}
             """
     }
