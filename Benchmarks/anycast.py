@@ -13,6 +13,7 @@ script, a kernel and an initrd over HTTP, every byte compared) from an address o
 3. Draining a server: SIGTERM then the route withdrawn once it has exited, and the other order,
    firmware not starting over: every failed transfer counts.
 
+BENCH_ANYCAST_ONLY (a word of the scenario's name: "hash", "lost", "drain") runs those rows only.
 Each row is one run (failures are counted, not timed: there is nothing to interleave).
 Results: results/bench-anycast.{json,md}.
 """
@@ -35,6 +36,7 @@ MACHINES = int(os.environ.get("BENCH_ANYCAST_MACHINES", "2000"))
 # iPXE's real size; a kernel and an initrd smaller than a distribution's (BENCH_ANYCAST_MIB sets
 # the initrd's MiB, the kernel's is a quarter of it): what fails here does not depend on them.
 INITRD_MIB = int(os.environ.get("BENCH_ANYCAST_MIB", "8"))
+ONLY = os.environ.get("BENCH_ANYCAST_ONLY", "")
 FILES = {"ipxe.efi": 1 << 20, "vmlinuz": max(1, INITRD_MIB // 4) << 20, "initrd.img": INITRD_MIB << 20}
 
 
@@ -57,7 +59,10 @@ def balance(share):
 
 
 def scenario(name, policy, route, mode_args, action=None, storm_args=()):
-    """One lab, three servers, one storm; `action(lab)` runs while the rack boots."""
+    """One lab, three servers, one storm; `action(lab)` runs while the rack boots (None: a
+    scenario BENCH_ANYCAST_ONLY leaves out)."""
+    if ONLY not in name:
+        return None
     print(f"{name} ...", flush=True)
     lab = Lab(f"bench-any{os.getpid() % 1000}", 3, policy, route, RESULTS, STAMPEDE)
     try:
@@ -121,6 +126,7 @@ def main():
     for first in ("sigterm", "withdraw"):
         for mode in ((), ("--single-port",)):
             rows.append(scenario(f"drain: {first} first", 0, "resilient", mode, drain(first)))
+    rows = [row for row in rows if row]
     (RESULTS / "bench-anycast.json").write_text(json.dumps({"machines": MACHINES, "files": FILES, "rows": rows}, indent=1))
     lines = [f"{MACHINES} machines, uefi-ipxe (ipxe.efi {FILES['ipxe.efi'] >> 20} MiB over TFTP; "
              f"kernel {FILES['vmlinuz'] >> 20} MiB and initrd {FILES['initrd.img'] >> 20} MiB over HTTP), three servers:", "",

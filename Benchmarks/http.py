@@ -7,16 +7,20 @@ logging off, in a cpuacct cgroup of its own (nginx's master and workers all coun
 every scenario with wrk (Debian's): keep-alive GETs of a 1 MiB and a 64 MiB file by 100 and by
 2,000 connections, BENCH_HTTP_SECONDS (default 8) each. Server CPU per GB is the cgroup's CPU
 over the bytes wrk read. Then 10,000 idle connections are opened to each and its resident memory
-(summed over its processes) is read, and one more request must still be answered. Rounds
-(BENCH_ROUNDS, default 3) interleave the servers; the table shows the median round and the
-spread of CPU per GB, and Stampede ÷ nginx.
+(summed over its processes) is read, and one more request must still be answered. Stampede
+runs twice: as it ships (files cached as images, sent from the image's memfd) and "streamed"
+(--cache-file-limit 0: sendfile from the file's own page cache, as nginx does), which shows what
+the image's memory costs sendfile. Rounds (BENCH_ROUNDS, default 3) interleave the servers,
+each round starting with the next; the table shows the median round and the spread of CPU per
+GB, and each Stampede ÷ nginx.
 
 Then the rack with HTTP: BENCH_RACK_MACHINES (default 2,000) machines powering on over 3 s, each
 playing `storm --profile uefi-ipxe` (the UEFI size probe and ipxe.efi of 1 MiB over TFTP,
 autoexec.ipxe not found, then the script, a 16 MiB kernel and a 64 MiB initrd over HTTP), every
 byte compared, against Stampede alone (TFTP and --http in one process) and against dnsmasq (TFTP)
 with nginx (HTTP) in one cgroup: machines booted and failed, p50/p99 boot time, each stage's p50,
-the servers' CPU and the storm's, in BENCH_RACK_ROUNDS (default 3) interleaved rounds.
+the servers' CPU and the storm's, in BENCH_RACK_ROUNDS (default 3; 0 skips the rack) interleaved
+rounds.
 Results: results/bench-http.{json,md}.
 
 nginx runs from the unstable tree `make parity-deps` makes (`make bench-deps` installs
@@ -83,8 +87,9 @@ def start(server, port, group):
         resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
         if group:
             group.join()
-    if server == "stampede":
-        argv = [str(STAMPEDE), "-L", "-a", "127.0.0.1:0", "--verbosity", "0", "-u", "root", "--http", f"127.0.0.1:{port}", str(WEB)]
+    if server.startswith("stampede"):
+        argv = [str(STAMPEDE), "-L", "-a", "127.0.0.1:0", "--verbosity", "0", "-u", "root", "--http", f"127.0.0.1:{port}",
+                *(["--cache-file-limit", "0"] if server == "stampede-streamed" else []), str(WEB)]
     else:
         argv = in_sid(["/usr/sbin/nginx", "-c", str(nginx_config(port))])
     process = subprocess.Popen(argv, preexec_fn=prepare, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -246,13 +251,17 @@ def main():
     (RACK / "boot.ipxe").write_text("#!ipxe\nkernel vmlinuz\ninitrd initrd.img\nboot\n")
     (RACK / "boot.ipxe").chmod(0o644)
     nginx_version = subprocess.run(["chroot", str(SID), "/usr/sbin/nginx", "-v"], capture_output=True, text=True).stderr.strip()
-    rounds = {"stampede": [], "nginx": []}
+    # "stampede-streamed" serves the same files with --cache-file-limit 0: no image, sendfile
+    # from the file's own page cache, as nginx does; beside the cached images it shows what the
+    # image's memory (a memfd) costs sendfile.
+    servers = ["stampede", "stampede-streamed", "nginx"]
+    rounds = {server: [] for server in servers}
     for index in range(ROUNDS):
-        for server in ("stampede", "nginx") if index % 2 == 0 else ("nginx", "stampede"):
+        for server in servers[index % len(servers):] + servers[:index % len(servers)]:
             print(f"round {index + 1}/{ROUNDS}: {server}", flush=True)
             rounds[server].append(one_round(server, index))
-    table = ["| scenario | Stampede CPU-s/GB (spread) | nginx CPU-s/GB (spread) | Stampede ÷ nginx | GB/s Stampede, nginx |",
-             "|---|---|---|---|---|"]
+    table = ["| scenario | Stampede CPU-s/GB (spread) | streamed (spread) | nginx CPU-s/GB (spread) | Stampede ÷ nginx "
+             "| streamed ÷ nginx | GB/s Stampede, streamed, nginx |", "|---|---|---|---|---|---|---|"]
     summary = {}
     for name, connections in SCENARIOS:
         key = f"{name} x{connections}"
@@ -262,10 +271,12 @@ def main():
             rates = sorted(r[key]["gb_per_s"] for r in rounds[server])
             row[server] = {"median": values[len(values) // 2], "spread": [values[0], values[-1]], "gb_per_s": rates[len(rates) // 2]}
         ratio = row["stampede"]["median"] / row["nginx"]["median"]
-        summary[key] = {**row, "ratio": round(ratio, 2)}
-        s, n = row["stampede"], row["nginx"]
-        table.append(f"| {key} | {s['median']} ({s['spread'][0]}–{s['spread'][1]}) | {n['median']} ({n['spread'][0]}–{n['spread'][1]}) "
-                     f"| {ratio:.2f} | {s['gb_per_s']}, {n['gb_per_s']} |")
+        streamed_ratio = row["stampede-streamed"]["median"] / row["nginx"]["median"]
+        summary[key] = {**row, "ratio": round(ratio, 2), "streamed_ratio": round(streamed_ratio, 2)}
+        s, t, n = row["stampede"], row["stampede-streamed"], row["nginx"]
+        table.append(f"| {key} | {s['median']} ({s['spread'][0]}–{s['spread'][1]}) | {t['median']} ({t['spread'][0]}–{t['spread'][1]}) "
+                     f"| {n['median']} ({n['spread'][0]}–{n['spread'][1]}) | {ratio:.2f} | {streamed_ratio:.2f} "
+                     f"| {s['gb_per_s']}, {t['gb_per_s']}, {n['gb_per_s']} |")
     idle = {server: rounds[server][-1]["idle"] for server in rounds}
     table.append("")
     table.append(f"{IDLE_CONNECTIONS} idle connections (descriptor limit {FD_LIMIT}): Stampede RSS {idle['stampede']['rss_mib']} MiB "
@@ -276,7 +287,7 @@ def main():
         for servers in ("stampede", "dnsmasq+nginx") if index % 2 == 0 else ("dnsmasq+nginx", "stampede"):
             print(f"rack round {index + 1}/{RACK_ROUNDS}: {servers}", flush=True)
             rack_rounds[servers].append(rack_round(servers, index))
-    rack_lines, rack_summary = rack_table(rack_rounds)
+    rack_lines, rack_summary = rack_table(rack_rounds) if RACK_ROUNDS else ([], {})
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "bench-http.json").write_text(json.dumps({"nginx": nginx_version, "seconds": SECONDS, "rounds": rounds,
                                                          "summary": summary, "idle": idle, "rack_rounds": rack_rounds,

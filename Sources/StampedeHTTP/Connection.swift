@@ -20,8 +20,6 @@ final class Connection {
     var lastProgress: Nanoseconds
     /// Close once the response is written (Connection: close, HTTP/1.0, a refused head, a stop).
     var closing = false
-    /// Responses written whole on this connection.
-    var answered = 0
     let generation: UInt32
 
     init(fd: Int32, peer: SocketAddress, now: Nanoseconds, generation: UInt32) {

@@ -138,20 +138,13 @@ public final class HTTPLoop: @unchecked Sendable {
         for fd in listeners { Glibc.close(fd) }
         listeners.removeAll()
         stopping = true
-        for slot in connections.indices {
-            guard let connection = connections[slot] else { continue }
-            if connection.response != nil {
-                // Being answered: it closes after this response.
-                connection.closing = true
-            } else if connection.answered > 0 && connection.input.isEmpty {
-                // Idle between requests: it goes now. A client sends its next request again on a
-                // new connection (RFC 9112 9.3.1; iPXE reopens a pooled one), to another server
-                // once this one is drained.
-                close(slot)
-            }
-            // Otherwise accepted and not yet asked (its request may be on the way: closing it now
-            // would fail a request the client cannot tell from a refusal), or mid-head: answered
-            // once, with Connection: close (`answerInput`); closed if quiet for a second (`sweep`).
+        // No connection closes for the stop itself: a response being written finishes, and every
+        // connection's next request is answered, with Connection: close (`answerInput`). Closing
+        // one now would fail a request already on its way, or send its client to reopen on an
+        // address that still routes here while nothing listens: refused (issue 25's drain).
+        // `sweep` closes a connection that asks nothing for a second.
+        for slot in connections.indices where connections[slot]?.response == nil {
+            connections[slot]?.lastProgress = now
         }
     }
 
@@ -349,7 +342,6 @@ public final class HTTPLoop: @unchecked Sendable {
     func finish(_ connection: Connection, now: Nanoseconds) {
         guard let response = connection.response else { return }
         connection.response = nil
-        connection.answered += 1
         if response.corked { stampede_tcp_cork(connection.fd, 0) }
         release(response.body)
         log(connection, response)
