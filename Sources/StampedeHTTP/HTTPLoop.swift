@@ -31,7 +31,7 @@ public final class HTTPLoop: @unchecked Sendable {
     let readyTags: UnsafeMutablePointer<UInt64>
     static let readyCapacity = 256
     var nextSweep: Nanoseconds = 0
-    /// SIGTERM: the listeners are closed; each connection's request in progress is its last.
+    /// SIGTERM: the listeners are closed; each connection's next request is its last.
     var stopping = false
     var lastRefusalLog: Nanoseconds = 0
     /// Bytes one connection may write in a row before the others get a turn.

@@ -58,10 +58,10 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         /// file must have, looked up once per transfer rather than per DATA.
         var request: [UInt8] = []
         var expected: [UInt8]?
-        /// Times this machine has started over (the profile's `reboot`), and when it next powers
-        /// on while it waits to.
+        /// Times this machine has started over (the profile's `reboot`), and whether it waits to
+        /// power on again (the timer wheel holds when).
         var reboots = 0
-        var rebootAt: Nanoseconds?
+        var rebooting = false
     }
 
     /// `booting`: shared by the storms of one run, so that the peak is of them all at once.
@@ -129,8 +129,8 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
                 apply(sessions[slot]!.timerFired(now: now), slot: slot, peer: nil, now: now)
             } else if isFetching(slot) {
                 fetchTimerFired(slot, now: now)
-            } else if machines[slot]?.rebootAt != nil {
-                machines[slot]!.rebootAt = nil
+            } else if machines[slot]?.rebooting == true {
+                machines[slot]!.rebooting = false
                 machines[slot]!.stageStarted = now
                 _ = startTransfer(slot, now: now)
             }
@@ -179,7 +179,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
             closeConnection(slot)
             transferEnded(slot, .failed(.interrupted), now: now)
         }
-        for slot in machines.indices where machines[slot]?.rebootAt != nil {
+        for slot in machines.indices where machines[slot]?.rebooting == true {
             wheel.cancel(slot)
             machineEnded(slot, .failed(.interrupted), now: now)
         }
@@ -369,9 +369,9 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
             report.recordReboot(failure, stage: machine.stage)
             var next = Machine(identity: machine.identity, bootStarted: machine.bootStarted, stageStarted: now)
             next.reboots = machine.reboots + 1
-            next.rebootAt = now + plan.profile.rebootDelay
+            next.rebooting = true
             machines[slot] = next
-            wheel.schedule(slot, at: next.rebootAt!)
+            wheel.schedule(slot, at: now + plan.profile.rebootDelay)
             return
         case .failed(let failure): report.recordFailure(failure, stage: machine.stage)
         }
