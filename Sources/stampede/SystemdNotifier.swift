@@ -58,12 +58,16 @@ final class SystemdNotifier: Sendable {
         var stopping = false
         var lastPing: Nanoseconds = 0
         var stalled: Int?
-        while !done() {
+        while true {
+            // Read before the stop: workers with nothing running end at once after it, and a
+            // stop seen only after `done` would never be said.
+            let finished = done()
             let now = stampede_monotonic_ns()
             if !stopping && stampede_stop_requested() != 0 {
                 stopping = true
                 notify("STOPPING=1\nSTATUS=stopping: finishing the running transfers")
             }
+            if finished { break }
             if let watchdog = watchdogInterval, now - lastPing >= interval {
                 // An idle worker turns every half second; one silent for the whole interval (2 s at
                 // least) is stuck, and systemd may restart the server.
