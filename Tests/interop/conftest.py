@@ -87,13 +87,13 @@ class Server:
             self.log.flush()
         return self.log_path.read_text(errors="replace")
 
-    def log_lines(self, text: str, timeout=10.0) -> list:
-        """The log's lines holding `text`, waiting up to `timeout` for the first: a line is written
-        when the server ends the transfer, which may be after the client has exited."""
+    def log_lines(self, text: str, timeout=10.0, count=1) -> list:
+        """The log's lines holding `text`, waiting up to `timeout` for `count` of them: a line is
+        written when the server ends the transfer, which may be after the client has exited."""
         deadline = time.time() + timeout
         while True:
             lines = [line for line in self.log_text().splitlines() if text in line]
-            if lines or time.time() >= deadline:
+            if len(lines) >= count or time.time() >= deadline:
                 return lines
             time.sleep(0.05)
 

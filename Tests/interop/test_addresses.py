@@ -37,7 +37,7 @@ def test_an_ipv6_rack_in_one_slash_64_boots_in_full(serve, root, network_namespa
     result = json.loads(r.stdout)
     assert r.returncode == 0 and result["ok"] == machines and result["peak_active"] == machines, \
         (result, s.log_text()[-2000:])
-    sources = {re.search(r"RRQ \[([0-9a-f:]+)\]:\d+ ", line).group(1) for line in s.log_lines('RRQ [')}
+    sources = {re.search(r"RRQ \[([0-9a-f:]+)\]:\d+ ", line).group(1) for line in s.log_lines('RRQ [', count=machines)}
     assert len(sources) == machines, f"{len(sources)} distinct client addresses"
     report(f"IPv6 rack of {machines} machines in one /64 ({s.backend}): all {machines} served at once")
 
