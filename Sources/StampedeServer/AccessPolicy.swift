@@ -68,6 +68,21 @@ public struct AccessPolicy: Sendable {
     /// A file opened for an RRQ: every file problem is found here, before any OACK (EFI clients
     /// cannot take an ERROR after an OACK).
     public func openForReading(_ filename: [UInt8]) throws(TFTPError) -> OpenFile {
+        try open(look(filename))
+    }
+
+    /// A name looked at (O_PATH) and found a regular file this policy serves; the look holds
+    /// the file, so no other can take its inode number before `open` compares them.
+    public struct Sighting: ~Copyable {
+        let named: Descriptor
+        let path: [UInt8]
+        public let info: stat
+    }
+
+    /// The first half of `openForReading`: the name resolved beneath the root and the file
+    /// judged, without opening it. A request whose version is cached needs no more
+    /// (`ServerConfiguration.openSource`).
+    public func look(_ filename: [UInt8]) throws(TFTPError) -> Sighting {
         guard let path = try relativePath(filename) else { throw TFTPError(.fileNotFound, "File not found") }
         // Looked at first (O_PATH), opened only if a regular file: opening a device node can act
         // on the device (rewind a tape), opening a FIFO can release a waiting writer.
@@ -78,11 +93,16 @@ public struct AccessPolicy: Sendable {
         guard permissive || seen.st_mode & S_IROTH != 0 else {
             throw TFTPError(.accessViolation, "File must have global read permissions")  // tftpd-hpa's words
         }
+        return Sighting(named: named, path: path, info: seen)
+    }
+
+    /// The second half: the file looked at, opened.
+    public func open(_ sighting: borrowing Sighting) throws(TFTPError) -> OpenFile {
         // O_NONBLOCK and O_NOCTTY should the name have been replaced in between; then the file
         // opened is not the one looked at, and is refused.
-        let file = try open(path, flags: O_RDONLY | O_NONBLOCK | O_NOCTTY)
+        let file = try open(sighting.path, flags: O_RDONLY | O_NONBLOCK | O_NOCTTY)
         var info = stat()
-        guard fstat(file.raw, &info) == 0, info.st_dev == seen.st_dev, info.st_ino == seen.st_ino else {
+        guard fstat(file.raw, &info) == 0, info.st_dev == sighting.info.st_dev, info.st_ino == sighting.info.st_ino else {
             throw TFTPError(.accessViolation, "Not a regular file")
         }
         return OpenFile(descriptor: file, info: info)

@@ -162,23 +162,35 @@ public final class FileCache: Sendable {
     private func claim(_ key: FileKey) -> Claim {
         let now = wallClock()
         return state.withLock { state in
-            if let entry = state.entries[key], !entry.settled, now - key.lastChange >= Self.racyWindow {
-                // Racy, and its window is over: read the file again; transfers on the old image keep it.
-                Self.retire(&state, key)
-            }
-            if var entry = state.entries[key] {
-                state.counts.hits += 1
-                state.clock += 1
-                entry.users += 1
-                entry.lastUse = state.clock
-                state.entries[key] = entry
-                return .image(entry.image)
-            }
+            if let image = Self.take(&state, key, now: now) { return .image(image) }
             if let gate = state.loading[key] { return .wait(gate) }
             state.counts.misses += 1
             state.loading[key] = Gate()
             return .load
         }
+    }
+
+    /// The image of version `key` if it is loaded and current, for a request that has not
+    /// opened its file (`ServerConfiguration.openSource`); nil: `acquire` it from the open
+    /// file. Paired with `release`, as `acquire` is.
+    public func loaded(_ key: FileKey) -> FileImage? {
+        let now = wallClock()
+        return state.withLock { Self.take(&$0, key, now: now) }
+    }
+
+    /// A hit: `key`'s image, one more user on it.
+    private static func take(_ state: inout State, _ key: FileKey, now: Int64) -> FileImage? {
+        if let entry = state.entries[key], !entry.settled, now - key.lastChange >= racyWindow {
+            // Racy, and its window is over: read the file again; transfers on the old image keep it.
+            retire(&state, key)
+        }
+        guard var entry = state.entries[key] else { return nil }
+        state.counts.hits += 1
+        state.clock += 1
+        entry.users += 1
+        entry.lastUse = state.clock
+        state.entries[key] = entry
+        return entry.image
     }
 
     private func doneLoading(_ key: FileKey) {

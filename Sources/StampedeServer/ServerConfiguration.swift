@@ -104,7 +104,11 @@ extension ServerConfiguration {
     /// file's as it was opened). A refusal is the TFTP error tftpd-hpa answers; HTTP maps it to
     /// its status.
     public func openSource(_ filename: [UInt8], netascii: Bool, cache: FileCache) throws(TFTPError) -> (source: TransferSource, key: FileKey) {
-        let file = try policy.openForReading(filename)
+        let sighting = try policy.look(filename)
+        // A version already in the cache needs no descriptor: its image is the content (the key
+        // holds the change time, so a chmod or a rewrite is another version).
+        if let image = cache.loaded(FileKey(sighting.info, netascii: netascii)) { return (.image(image), image.key) }
+        let file = try policy.open(sighting)
         let cached: FileCache.Source
         do {
             cached = try cache.acquire(fd: file.descriptor.raw, info: file.info, netascii: netascii)

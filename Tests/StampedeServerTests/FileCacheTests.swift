@@ -1,4 +1,5 @@
 import Glibc
+import Logging
 import Synchronization
 import StampedeTestSupport
 import Testing
@@ -102,6 +103,35 @@ import StampedeProtocol
         let cache = FileCache(limits: .init(budget: 10_000, fileLimit: 1000))
         let grown = try #require(image(try acquireAfterGrowing(cache, "grows", by: 200)))
         #expect(grown.count == 300 && cache.residentBytes == 300)
+    }
+
+    /// Issue 24: sendfile from a memfd looks up and locks each 4 KiB page; in huge pages an
+    /// image's whole 2 MiB pieces go a huge page at a time. The tail stays in small pages.
+    @Test func aSharedImageHasHugePagesForItsWhole2MiB() throws {
+        let huge = 2 << 20
+        let content = (0..<(2 * huge + huge / 2)).map { UInt8(truncatingIfNeeded: $0 / 4096 &+ $0) }
+        dir.write("kernel", content)
+        let cache = FileCache(limits: .init(sharedFrom: FileImage.sharedFrom))
+        let kernel = try #require(image(try acquire(cache, "kernel")))
+        #expect(kernel.descriptor != nil)
+        #expect(Array(kernel.bytes) == content)
+        let base = UInt(bitPattern: kernel.bytes.baseAddress)
+        #expect(base % UInt(huge) == 0)
+        let policy = String(decoding: try readWholeFile("/sys/kernel/mm/transparent_hugepage/shmem_enabled"), as: UTF8.self)
+        if !policy.contains("[deny]") {  // "deny" refuses huge pages to every shmem file
+            #expect(try hugeKiB(mappedAt: base) == 2 * huge >> 10)
+        }
+    }
+
+    /// The shmem huge pages that map the mapping starting at `base` (/proc/self/smaps).
+    func hugeKiB(mappedAt base: UInt) throws -> Int? {
+        let smaps = String(decoding: try readWholeFile("/proc/self/smaps"), as: UTF8.self).split(separator: "\n")
+        let start = String(base, radix: 16) + "-"
+        guard let header = smaps.firstIndex(where: { $0.hasPrefix(start) }) else { return nil }
+        for line in smaps[(header + 1)...] {
+            if line.hasPrefix("ShmemPmdMapped:") { return Int(line.split(separator: " ")[1]) }
+        }
+        return nil
     }
 
     @Test func anEmptyFileHasAnEmptyImage() throws {
@@ -211,5 +241,71 @@ import StampedeProtocol
         let images = results.withLock { $0 }.compactMap { $0 }
         #expect(images.count == 2 && images[0] === images[1])
         #expect(cache.statistics.misses == 1 && cache.statistics.streamed == 0)
+    }
+}
+
+/// Issue 24: a request for a version already loaded opens nothing but its name (O_PATH): three
+/// system calls fewer for each HTTP request and RRQ the cache answers.
+@Suite struct CachedVersionsGoUnopened {
+    let dir = ScratchDirectory()
+
+    var configuration: ServerConfiguration {
+        ServerConfiguration(listenAddresses: [], policy: AccessPolicy(root: dir.fd),
+                            logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+    }
+
+    func serve(_ cache: FileCache, _ name: String) throws(TFTPError) -> FileImage? {
+        guard case .image(let image) = try configuration.openSource(Array(name.utf8), netascii: false, cache: cache).source
+        else { return nil }
+        return image
+    }
+
+    @Test func aLoadedVersionIsSharedAndCountedAsAHit() throws {
+        dir.write("ipxe.efi", Array(repeating: 9, count: 4000))
+        let cache = FileCache(wallClock: FileCacheVersions.later)
+        let first = try #require(try serve(cache, "ipxe.efi"))
+        let second = try #require(try serve(cache, "ipxe.efi"))
+        #expect(first === second && Array(second.bytes) == Array(repeating: 9, count: 4000))
+        #expect(cache.statistics.misses == 1 && cache.statistics.hits == 1)
+        // Each request is a user of it: only when both let go may it be evicted.
+        cache.release(first)
+        #expect(cache.loaded(first.key) === first)
+        cache.release(first)
+        cache.release(first)
+        #expect(cache.statistics.hits == 2 && cache.residentBytes == 4000)
+    }
+
+    @Test func theAccessPolicyIsAskedBeforeTheCache() throws {
+        dir.write("ipxe.efi", Array(repeating: 9, count: 4000))
+        let cache = FileCache(wallClock: FileCacheVersions.later)
+        cache.release(try #require(try serve(cache, "ipxe.efi")))
+        #expect(chmod(dir.path + "/ipxe.efi", 0o600) == 0)
+        #expect(throws: TFTPError.self) { _ = try serve(cache, "ipxe.efi") }
+        #expect(unlink(dir.path + "/ipxe.efi") == 0 && mkfifo(dir.path + "/ipxe.efi", 0o644) == 0)
+        #expect(throws: TFTPError.self) { _ = try serve(cache, "ipxe.efi") }
+        #expect(cache.statistics.hits == 0)
+    }
+
+    @Test func aRewrittenFileIsANewVersionRead() throws {
+        dir.write("boot.ipxe", [UInt8]("#!ipxe one"))
+        let cache = FileCache(wallClock: FileCacheVersions.later)
+        let old = try #require(try serve(cache, "boot.ipxe"))
+        dir.write("boot.ipxe", [UInt8]("#!ipxe two"))
+        let new = try #require(try serve(cache, "boot.ipxe"))
+        #expect(new !== old && Array(new.bytes) == [UInt8]("#!ipxe two") && Array(old.bytes) == [UInt8]("#!ipxe one"))
+        #expect(cache.statistics.misses == 2 && cache.statistics.hits == 0)
+    }
+
+    @Test func aRacyVersionWhoseWindowIsOverIsNotTakenFromTheCache() throws {
+        dir.write("boot.ipxe", [UInt8]("#!ipxe"))
+        let info = try AccessPolicy(root: dir.fd).openForReading(Array("boot.ipxe".utf8)).info
+        let changed = FileKey(info, netascii: false).lastChange
+        let clock = Mutex(changed + 1_000_000)
+        let cache = FileCache(wallClock: { clock.withLock { $0 } })
+        let racy = try #require(try serve(cache, "boot.ipxe"))
+        #expect(cache.loaded(racy.key) === racy)
+        clock.withLock { $0 = changed + FileCache.racyWindow + 1 }
+        #expect(cache.loaded(racy.key) == nil)
+        #expect(try serve(cache, "boot.ipxe") !== racy)
     }
 }
