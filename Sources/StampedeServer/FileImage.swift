@@ -47,8 +47,8 @@ public final class FileImage: @unchecked Sendable {
             if let error = Errno(result: fd) { throw error }
             descriptor = fd
         }
-        let base = descriptor.map { stampede_map_image($0, count) }
-            ?? mmap(nil, count, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        let flags = descriptor == nil ? MAP_PRIVATE | MAP_ANONYMOUS : MAP_SHARED
+        let base = mmap(nil, count, PROT_READ | PROT_WRITE, flags, descriptor ?? -1, 0)
         guard let base, base != MAP_FAILED else {
             let error = Errno.current
             if let descriptor { Glibc.close(descriptor) }

@@ -105,35 +105,6 @@ import StampedeProtocol
         #expect(grown.count == 300 && cache.residentBytes == 300)
     }
 
-    /// Issue 24: sendfile from a memfd looks up and locks each 4 KiB page; in huge pages an
-    /// image's whole 2 MiB pieces go a huge page at a time. The tail stays in small pages.
-    @Test func aSharedImageHasHugePagesForItsWhole2MiB() throws {
-        let huge = 2 << 20
-        let content = (0..<(2 * huge + huge / 2)).map { UInt8(truncatingIfNeeded: $0 / 4096 &+ $0) }
-        dir.write("kernel", content)
-        let cache = FileCache(limits: .init(sharedFrom: FileImage.sharedFrom))
-        let kernel = try #require(image(try acquire(cache, "kernel")))
-        #expect(kernel.descriptor != nil)
-        #expect(Array(kernel.bytes) == content)
-        let base = UInt(bitPattern: kernel.bytes.baseAddress)
-        #expect(base % UInt(huge) == 0)
-        let policy = String(decoding: try readWholeFile("/sys/kernel/mm/transparent_hugepage/shmem_enabled"), as: UTF8.self)
-        if !policy.contains("[deny]") {  // "deny" refuses huge pages to every shmem file
-            #expect(try hugeKiB(mappedAt: base) == 2 * huge >> 10)
-        }
-    }
-
-    /// The shmem huge pages that map the mapping starting at `base` (/proc/self/smaps).
-    func hugeKiB(mappedAt base: UInt) throws -> Int? {
-        let smaps = String(decoding: try readWholeFile("/proc/self/smaps"), as: UTF8.self).split(separator: "\n")
-        let start = String(base, radix: 16) + "-"
-        guard let header = smaps.firstIndex(where: { $0.hasPrefix(start) }) else { return nil }
-        for line in smaps[(header + 1)...] {
-            if line.hasPrefix("ShmemPmdMapped:") { return Int(line.split(separator: " ")[1]) }
-        }
-        return nil
-    }
-
     @Test func anEmptyFileHasAnEmptyImage() throws {
         dir.write("empty", [])
         let cache = FileCache()
