@@ -238,7 +238,7 @@ import StampedeProtocol
         let second = try #require(try serve(cache, "ipxe.efi"))
         #expect(first === second && Array(second.bytes) == Array(repeating: 9, count: 4000))
         #expect(cache.statistics.misses == 1 && cache.statistics.hits == 1)
-        // Each request is a user of it: only when both let go may it be evicted.
+        // Each request is a user of it until it releases the image.
         cache.release(first)
         #expect(cache.loaded(first.key) === first)
         cache.release(first)
@@ -246,7 +246,9 @@ import StampedeProtocol
         #expect(cache.statistics.hits == 2 && cache.residentBytes == 4000)
     }
 
-    @Test func theAccessPolicyIsAskedBeforeTheCache() throws {
+    /// The key is from the look's fstat, so a file made unservable (its mode, a FIFO in its place)
+    /// is another version, refused by the policy, and never its cached image.
+    @Test func aFileMadeUnservableIsRefusedThoughItsOldVersionIsCached() throws {
         dir.write("ipxe.efi", Array(repeating: 9, count: 4000))
         let cache = FileCache(wallClock: FileCacheVersions.later)
         cache.release(try #require(try serve(cache, "ipxe.efi")))
@@ -269,8 +271,7 @@ import StampedeProtocol
 
     @Test func aRacyVersionWhoseWindowIsOverIsNotTakenFromTheCache() throws {
         dir.write("boot.ipxe", [UInt8]("#!ipxe"))
-        let info = try AccessPolicy(root: dir.fd).openForReading(Array("boot.ipxe".utf8)).info
-        let changed = FileKey(info, netascii: false).lastChange
+        let changed = FileKey(try AccessPolicy(root: dir.fd).look(Array("boot.ipxe".utf8)).info, netascii: false).lastChange
         let clock = Mutex(changed + 1_000_000)
         let cache = FileCache(wallClock: { clock.withLock { $0 } })
         let racy = try #require(try serve(cache, "boot.ipxe"))

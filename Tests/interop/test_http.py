@@ -477,7 +477,7 @@ def test_storm_plays_the_uefi_ipxe_chain_over_tftp_and_http(web, root, binary):
     assert view["file_bytes_sent_by_protocol"]["http"] == machines * (len(files["boot.ipxe"]) + len(files["vmlinuz"])
                                                                       + len(files["initrd.img"]))
     # Each machine from its own address, on one connection for its three files.
-    records = [json.loads(line) for line in s.log_lines('"protocol":"http"', count=2) if line.startswith("{")]
+    records = [json.loads(line) for line in s.log_lines('"protocol":"http"', count=3 * machines) if line.startswith("{")]
     by_client = {}
     for record in records:
         by_client.setdefault(record["client"], []).append(record["file"])
