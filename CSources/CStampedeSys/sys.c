@@ -235,6 +235,42 @@ int stampede_memfd(const char *name, int64_t size)
     return fd;
 }
 
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+void *stampede_map_image(int fd, size_t size)
+{
+    const size_t huge = (size_t)2 << 20, page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t whole = size & ~(huge - 1);
+    if (whole == 0)
+        return mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* A reservation a huge page longer, the memfd mapped over its first aligned address, the
+     * rest given back. */
+    const size_t reserved_size = size + huge;
+    char *reserved = mmap(NULL, reserved_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (reserved == MAP_FAILED)
+        return MAP_FAILED;
+    char *base = (char *)(((uintptr_t)reserved + huge - 1) & ~(uintptr_t)(huge - 1));
+    if (mmap(base, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        int error = errno;
+        munmap(reserved, reserved_size);
+        errno = error;
+        return MAP_FAILED;
+    }
+    char *end = base + ((size + page - 1) & ~(page - 1));
+    if (base > reserved)
+        munmap(reserved, (size_t)(base - reserved));
+    if (end < reserved + reserved_size)
+        munmap(end, (size_t)(reserved + reserved_size - end));
+    /* The kernel collapses only what holds a page: one byte of each 2 MiB (zero, as it was)
+     * costs a 4 KiB page to copy where filling it all first would cost the whole 2 MiB. */
+    for (size_t offset = 0; offset < whole; offset += huge)
+        *(volatile char *)(base + offset) = 0;
+    (void)madvise(base, whole, MADV_COLLAPSE);
+    return base;
+}
+
 int stampede_tcp_listener(const struct sockaddr_storage *address, int backlog)
 {
     int one = 1;

@@ -8,7 +8,7 @@ import Synchronization
 /// memory budget. The lock is held for bookkeeping only, never while reading a file or sending.
 public final class FileCache: Sendable {
     public struct Limits: Sendable {
-        /// Bytes of images kept in memory, referenced or not.
+        /// Bytes of images kept in memory, referenced or not (with a memfd's padding).
         public var budget: Int
         /// A larger file is streamed from its descriptor instead of cached.
         public var fileLimit: Int
@@ -124,8 +124,10 @@ public final class FileCache: Sendable {
                 state.withLock { $0.counts.streamed += 1 }
                 return .stream(size: key.size)
             }
-            // netascii can double a file (every LF becomes CR LF): reserve the worst case.
-            let reserved = netascii ? 2 * key.size : key.size
+            // netascii can double a file (every LF becomes CR LF), and a memfd pads its tail:
+            // reserve the worst case.
+            let most = netascii ? 2 * key.size : key.size
+            let reserved = shares(most) ? FileImage.memfdCount(most) : most
             guard reserve(reserved) else {
                 if netascii { throw Errno(ENOMEM) }
                 state.withLock { $0.counts.streamed += 1 }
@@ -209,7 +211,7 @@ public final class FileCache: Sendable {
                     state.retired[ObjectIdentifier(image)] = entry
                 } else {
                     state.retired[ObjectIdentifier(image)] = nil
-                    state.bytes -= image.count
+                    state.bytes -= image.residentCount
                 }
             }
         }
@@ -221,7 +223,7 @@ public final class FileCache: Sendable {
         if entry.users > 0 {
             state.retired[ObjectIdentifier(entry.image)] = entry
         } else {
-            state.bytes -= entry.image.count
+            state.bytes -= entry.image.residentCount
         }
     }
 
@@ -240,11 +242,11 @@ public final class FileCache: Sendable {
         let settled = loadedAt - image.key.lastChange >= Self.racyWindow
         return state.withLock { state in
             if !settled { state.counts.racy += 1 }
-            state.bytes += image.count - reserved
+            state.bytes += image.residentCount - reserved
             state.clock += 1
             if var existing = state.entries[image.key] {
                 // Another worker loaded the same version meanwhile: share theirs.
-                state.bytes -= image.count
+                state.bytes -= image.residentCount
                 existing.users += 1
                 existing.lastUse = state.clock
                 state.entries[image.key] = existing
@@ -260,7 +262,7 @@ public final class FileCache: Sendable {
             guard let victim = state.entries.filter({ $0.value.users == 0 })
                 .min(by: { $0.value.lastUse < $1.value.lastUse }) else { return }
             state.entries[victim.key] = nil
-            state.bytes -= victim.value.image.count
+            state.bytes -= victim.value.image.residentCount
             state.counts.evictions += 1
         }
     }

@@ -105,6 +105,48 @@ import StampedeProtocol
         #expect(grown.count == 300 && cache.residentBytes == 300)
     }
 
+    /// Issue 24: sendfile from a memfd looks up and locks each 4 KiB page; in huge pages an
+    /// image's whole 2 MiB pieces go a huge page at a time. A tail of half a huge page or more
+    /// is padded to a whole one, and the cache counts the padding; a shorter tail stays in
+    /// small pages and costs nothing more.
+    @Test func aSharedImageHasHugePagesForItsWhole2MiB() throws {
+        let huge = 2 << 20
+        let short = (0..<(2 * huge + huge / 2 - 4096)).map { UInt8(truncatingIfNeeded: $0 / 4096 &+ $0) }
+        let padded = (0..<(huge + huge / 2)).map { UInt8(truncatingIfNeeded: $0 / 4096 &+ $0 &+ 7) }
+        dir.write("kernel", short)
+        dir.write("ipxe.efi", padded)
+        let cache = FileCache(limits: .init(sharedFrom: FileImage.sharedFrom))
+        let kernel = try #require(image(try acquire(cache, "kernel")))
+        #expect(kernel.descriptor != nil)
+        #expect(Array(kernel.bytes) == short && kernel.residentCount == short.count)
+        let loader = try #require(image(try acquire(cache, "ipxe.efi")))
+        #expect(Array(loader.bytes) == padded && loader.count == padded.count)
+        #expect(loader.residentCount == 2 * huge && cache.residentBytes == short.count + 2 * huge)
+        for image in [kernel, loader] {
+            let base = UInt(bitPattern: image.bytes.baseAddress)
+            #expect(base % UInt(huge) == 0)
+            let policy = String(decoding: try readWholeFile("/sys/kernel/mm/transparent_hugepage/shmem_enabled"), as: UTF8.self)
+            if !policy.contains("[deny]") {  // "deny" refuses huge pages to every shmem file
+                let found = try hugeKiB(mappedAt: base)
+                #expect(found == 2 * huge >> 10, "\(image.count) bytes: \(String(describing: found)) KiB")
+            }
+        }
+        // The memfd is as long as the padded image: a response's length is the file's, never it.
+        var info = stat()
+        #expect(fstat(try #require(loader.descriptor), &info) == 0 && Int(info.st_size) == 2 * huge)
+    }
+
+    /// The shmem huge pages that map the mapping starting at `base` (/proc/self/smaps).
+    func hugeKiB(mappedAt base: UInt) throws -> Int? {
+        let smaps = String(decoding: try readWholeFile("/proc/self/smaps"), as: UTF8.self).split(separator: "\n")
+        let start = String(base, radix: 16) + "-"
+        guard let header = smaps.firstIndex(where: { $0.hasPrefix(start) }) else { return nil }
+        for line in smaps[(header + 1)...] {
+            if line.hasPrefix("ShmemPmdMapped:") { return Int(line.split(separator: " ")[1]) }
+        }
+        return nil
+    }
+
     @Test func anEmptyFileHasAnEmptyImage() throws {
         dir.write("empty", [])
         let cache = FileCache()

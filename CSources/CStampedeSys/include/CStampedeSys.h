@@ -110,6 +110,14 @@ int stampede_epoll_add_edge(int epoll_fd, int fd, uint64_t tag);
 /* An anonymous shared-memory file (memfd) of `size` bytes, close-on-exec: a file image's memory,
  * which HTTP sends with sendfile. Returns the fd. */
 int stampede_memfd(const char *name, int64_t size);
+/* Maps `size` bytes of the memfd `fd`, shared and writable, at a multiple of 2 MiB, and has the
+ * kernel back each whole 2 MiB of it with one huge page (MADV_COLLAPSE, Linux 6.1), which it
+ * does whatever shmem_enabled says (Debian's is "never"): sendfile then splices the image a huge
+ * page at a time instead of looking up and locking each 4 KiB page. Only whole 2 MiB pieces
+ * are: the caller pads a memfd whose tail it wants in one too (FileImage.memfdCount). Where the
+ * kernel declines (older, "deny", no huge page to be had) the image keeps small pages and
+ * works the same. Returns the mapping, or MAP_FAILED with errno set. */
+void *stampede_map_image(int fd, size_t size);
 
 /* A TCP listener (SO_REUSEADDR, SO_REUSEPORT, IPV6_V6ONLY for IPv6), bound and listening,
  * non-blocking. Returns the fd. */
