@@ -7,9 +7,10 @@ script, a kernel and an initrd over HTTP, every byte compared) from an address o
 1. The hash-policy table: fib_multipath_hash_policy 0 (addresses) and 1 (ports too), each with
    the default mode (a fresh port per transfer) and --single-port, firmware not starting over:
    machines booted and failed, why, and each server's share of machines and bytes (max / mean).
-2. A server lost mid-boot: kill -9 one server 1 s into the ramp, its route withdrawn 1 s later,
-   under a hash-threshold route and a resilient next-hop group, with the firmware's reboots
-   (`storm --reboot`): failures, reboots, and the boot time of the machines that started over.
+2. A server lost mid-boot: kill -9 the first of the three servers 1 s into the ramp, its route
+   withdrawn 1 s later, under a hash-threshold route and a resilient next-hop group, with the
+   firmware's reboots (`storm --reboot`): failures, reboots, and the boot time of the machines
+   that started over.
 3. Draining a server: SIGTERM then the route withdrawn once it has exited, and the other order,
    firmware not starting over: every failed transfer counts.
 
@@ -91,10 +92,14 @@ def scenario(name, policy, route, mode_args, action=None, storm_args=()):
 
 
 def lose(lab):
+    # The first server, not the middle one: a hash-threshold route splits the hash space among
+    # its next hops in order, so losing the middle one of three hands its share to the other two
+    # and moves none of theirs, where losing an end one also moves a sixth of all flows between
+    # the two survivors (a resilient group moves only the lost one's, either way).
     time.sleep(1)
-    lab.signal(2, signal.SIGKILL)
+    lab.signal(1, signal.SIGKILL)
     time.sleep(1)
-    lab.withdraw(2)
+    lab.withdraw(1)
 
 
 def drain(first):

