@@ -576,6 +576,24 @@ static void defer(stampede_ring *r, const struct io_uring_cqe *cqe)
     r->deferred[r->deferred_count++] = *cqe;
 }
 
+/* A verifying cancel's completion (verify_receives). 0: the receive was there, and ends now with
+ * -ECANCELED, after which the slot is armed again as after any end. -ENOENT on a slot whose
+ * receive has not been seen to end: it ended and its final completion was one the kernel
+ * dropped (a completion posted before this one would have been reaped before it). */
+static void on_verified(stampede_ring *r, const struct io_uring_cqe *cqe)
+{
+    uint32_t slot = unpack_slot(cqe->user_data);
+    struct socket_slot *s;
+    if (cqe->res != -ENOENT || slot >= r->socket_capacity)
+        return;
+    s = &r->sockets[slot];
+    if (s->generation == unpack_generation(cqe->user_data) &&
+        (s->state == SLOT_ARMED || s->state == SLOT_CLOSING || s->state == SLOT_DRAINING)) {
+        r->stats.receives_recovered++;
+        receive_ended(r, slot, -ECANCELED);
+    }
+}
+
 /* A cancel's own completion. -ENOENT: the receive had ended already (its final completion is
  * here or on its way). Any other failure: ask again at the next wait. */
 static void on_cancel(stampede_ring *r, const struct io_uring_cqe *cqe)
@@ -645,6 +663,9 @@ static void on_completion(stampede_ring *r, struct io_uring_cqe *cqe)
         break;
     case OP_CANCEL:
         on_cancel(r, cqe);
+        break;
+    case OP_VERIFY:
+        on_verified(r, cqe);
         break;
     case OP_WATCH:
         /* The wait has ended, which is all a readiness says. A poll the kernel ended is armed again,
@@ -729,7 +750,32 @@ static int survived(stampede_ring *r, int result)
     if (result != -EBADR)
         return result;
     r->stats.completions_lost++;
+    r->receives_suspect = 1;
     return 0;
+}
+
+/* After dropped completions: every slot with a receive in the kernel, as far as the engine knows,
+ * has it cancelled, and hears back whether it was there (on_verified). A live receive is only
+ * armed again (the datagrams meanwhile wait in the socket); a lost one no longer leaves its socket
+ * deaf until its transfer times out, nor a closed slot unretired. The watched descriptor's poll
+ * is armed again too (a second one, if the first lives, only ends waits). Slots that find no
+ * submission entry are verified at the next wait. */
+static void verify_receives(stampede_ring *r)
+{
+    uint32_t slot;
+    for (slot = 0; slot < r->socket_capacity; slot++) {
+        struct socket_slot *s = &r->sockets[slot];
+        struct io_uring_sqe *sqe;
+        if (s->state != SLOT_ARMED && s->state != SLOT_CLOSING && s->state != SLOT_DRAINING)
+            continue;
+        if (!(sqe = next_sqe(r)))
+            return;
+        io_uring_prep_cancel64(sqe, pack(OP_RECV, group_of(s), slot, s->generation), 0);
+        io_uring_sqe_set_data64(sqe, pack(OP_VERIFY, 0, slot, s->generation));
+    }
+    if (r->watching)
+        r->watch_to_arm = 1;
+    r->receives_suspect = 0;
 }
 
 static int wait_for_sends(stampede_ring *r)
@@ -841,6 +887,8 @@ int stampede_ring_wait(stampede_ring *r, int64_t timeout_ns)
     }
     r->deferred_count = 0;
     rearm(r);
+    if (r->receives_suspect)
+        verify_receives(r);
     arm_watch(r);
     ready = start_closing(r);
 

@@ -11,7 +11,9 @@
 /* OP_SEND carries the socket slot; OP_SEND_RUN (a run of a window's datagrams, sent segmented) the
  * send slot, which names the socket, so that a refused run can be sent again one datagram at a time. */
 /* OP_WATCH is the multishot poll of the watched descriptor (stampede_ring_watch). */
-enum { OP_RECV = 1, OP_SEND = 2, OP_CANCEL = 3, OP_SEND_RUN = 4, OP_WATCH = 5 };
+/* OP_VERIFY is a cancel that asks whether a slot's receive is still in the kernel, once the kernel
+ * said it dropped completions (stampede_ring_wait, verify_receives). */
+enum { OP_RECV = 1, OP_SEND = 2, OP_CANCEL = 3, OP_SEND_RUN = 4, OP_WATCH = 5, OP_VERIFY = 6 };
 /* Receive buffers: small ones for a transfer's ACKs and a client's DATA of small blocks, large
  * ones for uploads of large blocks, request ones for listeners (a request, or a single-port
  * upload's DATA). */
@@ -142,6 +144,9 @@ struct stampede_ring {
     int watch_fd;
     int watching;
     int watch_to_arm;
+    /* The kernel dropped completions (EBADR): a receive's final one may be among them, which would
+     * leave its slot ARMED with nothing in the kernel, deaf. Set until every receive is verified. */
+    int receives_suspect;
     stampede_ring_stats stats;
 };
 

@@ -171,6 +171,43 @@ static int test_a_send_whose_completion_was_lost_holds_no_wait(void)
     return 1;
 }
 
+/* The kernel dropped completions (EBADR), among them a receive's last: the receive is cancelled
+ * behind the engine's back and its completions eaten, as if lost, so the socket is deaf. Told
+ * that completions were lost, the next wait verifies every receive, finds this one gone, and
+ * arms it again: the datagram waiting in the socket arrives. A live receive is only re-armed. */
+static int test_a_receive_whose_end_was_lost_is_armed_again(void)
+{
+    stampede_ring *r = make_ring(16);
+    int listener = udp_socket(0, 1), other = udp_socket(0, 1), client = udp_socket(0, 0), slot, n;
+    struct sockaddr_storage to = loopback(port_of(listener)), to_other = loopback(port_of(other));
+    struct io_uring_sqe *sqe;
+    struct io_uring_cqe *cqe;
+    CHECK(r);
+    slot = stampede_ring_add_socket(r, listener, 7, 1, 0);
+    CHECK(slot >= 0 && stampede_ring_add_socket(r, other, 8, 1, 0) >= 0);
+    stampede_ring_wait(r, 0);
+    sqe = io_uring_get_sqe(&r->ring);
+    CHECK(sqe);
+    io_uring_prep_cancel64(sqe, pack(OP_RECV, r->sockets[slot].group, (uint32_t)slot, r->sockets[slot].generation), 0);
+    io_uring_sqe_set_data64(sqe, 0);
+    CHECK(io_uring_submit_and_wait(&r->ring, 2) >= 1);
+    while (io_uring_peek_cqe(&r->ring, &cqe) == 0)
+        io_uring_cqe_seen(&r->ring, cqe);
+    sendto(client, "x", 1, 0, (struct sockaddr *)&to, sizeof(struct sockaddr_in));
+    CHECK(wait_for(r, 1) == 0); /* deaf: the engine thinks its receive is in the kernel */
+    r->stats.completions_lost++;
+    r->receives_suspect = 1; /* what survived() records when io_uring_enter says EBADR */
+    n = wait_for(r, 1);
+    CHECK(n == 1 && stampede_ring_datagrams(r)[0].tag == 7 && stampede_ring_datagrams(r)[0].length == 1);
+    CHECK(stampede_ring_get_stats(r).receives_recovered == 1);
+    sendto(client, "y", 1, 0, (struct sockaddr *)&to_other, sizeof(struct sockaddr_in));
+    n = wait_for(r, 1);
+    CHECK(n == 1 && stampede_ring_datagrams(r)[0].tag == 8);
+    close(client);
+    stampede_ring_destroy(r);
+    return 1;
+}
+
 static int test_more_datagrams_than_buffers_all_arrive(void)
 {
     stampede_ring *r = make_ring(8);
@@ -552,6 +589,7 @@ int main(void)
         test_more_datagrams_than_buffers_all_arrive,
         test_a_datagram_longer_than_its_buffer_is_said_to_be_cut,
         test_a_send_whose_completion_was_lost_holds_no_wait,
+        test_a_receive_whose_end_was_lost_is_armed_again,
         test_closing_thousands_of_sockets_releases_every_slot,
         test_sockets_added_past_the_table_size_in_one_turn_all_receive,
         test_a_closed_sockets_datagrams_never_surface,

@@ -67,8 +67,10 @@ typedef struct {
     uint64_t datagrams_sent;
     /* Times the kernel said it dropped completions (io_uring_enter's EBADR: no memory for its
      * overflow list). Which ones is not said: a lost send's is waited for no longer than a
-     * second, a lost receive's leaves its socket deaf until its transfer times out. */
+     * second; every receive is verified at the next wait, and one whose end was lost armed again. */
     uint64_t completions_lost;
+    /* Receives found ended without their final completion (lost), and armed again. */
+    uint64_t receives_recovered;
 } stampede_ring_stats;
 
 /* Checks that this kernel lets us use what the engine needs (a ring, provided buffer rings,
