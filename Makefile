@@ -89,7 +89,7 @@ run: build $(DEMO)
 	@echo "  $(BIN) get 127.0.0.1:$(PORT) vmlinuz --blksize 1468"
 	@echo "Stop with Ctrl-C."
 	@echo
-	$(BIN) -l -L -a 127.0.0.1:$(PORT) -u "$$(id -un)" $(DEMO)
+	$(BIN) -l -L -a 127.0.0.1:$(PORT) -u "$$(id -un)" $(CURDIR)/$(DEMO)
 
 unit:
 	$(SWIFT) test
@@ -267,7 +267,7 @@ deb: build
 	for unit in stampede.service stampede.socket; do sed 's|@SBINDIR@|/usr/sbin|g' contrib/systemd/$$unit > $(STAGE)/debian/$$unit; done
 	cp contrib/systemd/stampede.sysusers $(STAGE)/debian/stampede.sysusers
 	sed 's|@SBINDIR@|/usr/sbin|g' contrib/systemd/stampede-standalone.service > $(STAGE)/examples/stampede-standalone.service
-	cp contrib/inetd/inetd.conf $(STAGE)/examples/
+	cp contrib/inetd/inetd.conf contrib/systemd/stampede-http.conf $(STAGE)/examples/
 	printf 'stampede (%s) unstable; urgency=medium\n\n  * Stampede %s, built from commit %s.\n\n -- %s  %s\n' \
 		'$(VERSION)' '$(VERSION)' "$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" '$(MAINTAINER)' \
 		"$$(git log -1 --format=%aD 2>/dev/null || date -R)" > $(STAGE)/debian/changelog

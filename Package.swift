@@ -16,7 +16,11 @@ import PackageDescription
 //                     systemd notifications, reading a server's metrics (storm --metrics)
 //   StampedeStorm     the load generator: many clients on a backend its caller gives it
 //   stampede          the command line: serve (in.tftpd's flags), get, put, storm
-let strictC: [CSetting] = [.define("_GNU_SOURCE"), .unsafeFlags(["-Wall", "-Wextra", "-Werror"])]
+// Hardened as Debian builds C (dpkg-buildflags): glibc's checked string and I/O calls where the
+// optimizer can see the buffer's size (_FORTIFY_SOURCE needs -O, so release builds only), and
+// stack canaries.
+let strictC: [CSetting] = [.define("_GNU_SOURCE"), .define("_FORTIFY_SOURCE", to: "2", .when(configuration: .release)),
+                           .unsafeFlags(["-Wall", "-Wextra", "-Werror", "-fstack-protector-strong"])]
 let log = Target.Dependency.product(name: "Logging", package: "swift-log")
 
 let package = Package(

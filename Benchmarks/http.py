@@ -17,8 +17,8 @@ GB, and each Stampede ÷ nginx.
 Then the rack with HTTP: BENCH_RACK_MACHINES (default 2,000) machines powering on over 3 s, each
 playing `storm --profile uefi-ipxe` (the UEFI size probe and ipxe.efi of 1 MiB over TFTP,
 autoexec.ipxe not found, then the script, a 16 MiB kernel and a 64 MiB initrd over HTTP, each
-connection with iPXE's 256 KiB receive window), every byte compared, against Stampede alone (TFTP and --http in one process) and against dnsmasq (TFTP)
-with nginx (HTTP) in one cgroup: machines booted and failed, p50/p99 boot time, each stage's p50,
+connection with iPXE's 256 KiB receive window), every byte compared, against Stampede alone
+(TFTP and --http in one process) and against dnsmasq (TFTP) with nginx (HTTP) in one cgroup: machines booted and failed, p50/p99 boot time, each stage's p50,
 the servers' CPU and the storm's, in BENCH_RACK_ROUNDS (default 3; 0 skips the rack) interleaved
 rounds.
 Results: results/bench-http.{json,md}.

@@ -11,6 +11,11 @@
  */
 #include "ring_private.h"
 
+/* An optimized build is a shipped one: hardened as Debian builds C (Package.swift's strictC). */
+#if defined(__OPTIMIZE__) && !defined(_FORTIFY_SOURCE)
+#error "optimized builds of Stampede's C need _FORTIFY_SOURCE (Package.swift, strictC)"
+#endif
+
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/resource.h>

@@ -19,6 +19,37 @@ int stampede_fd_is_datagram_socket(int fd)
     return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) == 0 && type == SOCK_DGRAM;
 }
 
+int stampede_passed_socket_kind(int fd)
+{
+    int type = 0, listening = 0;
+    socklen_t length = sizeof(type);
+    struct sockaddr_storage address;
+    socklen_t address_length = sizeof(address);
+
+    if (fcntl(fd, F_GETFD) < 0)
+        return -errno;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) < 0)
+        return -errno;
+    if (getsockname(fd, (struct sockaddr *)&address, &address_length) < 0)
+        return -errno;
+    if (address.ss_family != AF_INET && address.ss_family != AF_INET6)
+        return -EAFNOSUPPORT;
+    if (type == SOCK_DGRAM)
+        return 1;
+    length = sizeof(listening);
+    if (type == SOCK_STREAM && getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &length) == 0 && listening)
+        return 2;
+    return -EINVAL;
+}
+
+int stampede_adopt_tcp_listener(int fd)
+{
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+        return -errno;
+    return fd;
+}
+
 int stampede_adopt_listener(int fd, int receive_buffer)
 {
     int one = 1, flags;

@@ -17,6 +17,11 @@
 #include <time.h>
 #include <unistd.h>
 
+/* An optimized build is a shipped one: hardened as Debian builds C (Package.swift's strictC). */
+#if defined(__OPTIMIZE__) && !defined(_FORTIFY_SOURCE)
+#error "optimized builds of Stampede's C need _FORTIFY_SOURCE (Package.swift, strictC)"
+#endif
+
 _Static_assert(sizeof(stampede_mmsghdr) == sizeof(struct mmsghdr), "mmsghdr layout");
 _Static_assert(offsetof(stampede_mmsghdr, msg_len) == offsetof(struct mmsghdr, msg_len), "mmsghdr layout");
 
@@ -287,6 +292,25 @@ int stampede_tcp_listener(const struct sockaddr_storage *address, int backlog)
     return fd;
 }
 
+int stampede_probe_exclusive(const struct sockaddr_storage *address, int stream, struct sockaddr_storage *bound)
+{
+    int one = 1;
+    socklen_t length = sizeof(*bound);
+    int fd = socket(address->ss_family, (stream ? SOCK_STREAM : SOCK_DGRAM) | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    /* As the listeners will be bound (IPv6 alone on an IPv6 address), but without SO_REUSEPORT:
+     * any socket on the address makes it fail, as in.tftpd's bind would. A TCP probe may share
+     * the port with connections of an earlier server in TIME_WAIT, never with a listener. */
+    if ((stream && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0) ||
+        (address->ss_family == AF_INET6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0) ||
+        bind(fd, (const struct sockaddr *)address, address_length(address)) < 0 ||
+        getsockname(fd, (struct sockaddr *)bound, &length) < 0)
+        return fail_closing(fd);
+    close(fd);
+    return 0;
+}
+
 void stampede_tcp_cork(int fd, int on)
 {
     setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof(on));
@@ -382,6 +406,20 @@ int stampede_epoll_add(int epoll_fd, int fd, uint64_t tag)
     event.events = EPOLLIN;
     event.data.u64 = tag;
     return negative_errno(epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event));
+}
+
+int stampede_epoll_add_exclusive(int epoll_fd, int fd, uint64_t tag)
+{
+    struct epoll_event event;
+    memset(&event, 0, sizeof(event));
+    event.events = EPOLLIN | EPOLLEXCLUSIVE;
+    event.data.u64 = tag;
+    return negative_errno(epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event));
+}
+
+int stampede_epoll_remove(int epoll_fd, int fd)
+{
+    return negative_errno(epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, NULL));
 }
 
 int stampede_epoll_add_edge(int epoll_fd, int fd, uint64_t tag)

@@ -6,6 +6,9 @@ import StampedeProtocol
 /// one policy for both protocols.
 public struct HTTPConfiguration: Sendable {
     public var listenAddresses: [SocketAddress]
+    /// Listening TCP sockets systemd passed (a socket unit's ListenStream), served beside
+    /// `listenAddresses`: the way to port 80 for a server that runs as an unprivileged user.
+    public var inheritedListeners: [Int32] = []
     /// Connections open at once, all event loops together; past it a new connection is closed
     /// as soon as it is accepted (and counted), never left waiting in the backlog.
     public var maxConnections = 16384

@@ -16,7 +16,7 @@ extension HTTPLoop {
         case .other(let name):
             var response = ResponseHead(.methodNotAllowed)
             response.add("Allow", "GET, HEAD")
-            answer(connection, response, kind: .httpInvalid, method: name, file: sanitizedForLog(head.target.utf8),
+            answer(connection, response, to: head, kind: .httpInvalid, method: name, file: sanitizedForLog(head.target.utf8),
                    detail: "method \(name) not allowed", started: started)
             return
         }
@@ -28,7 +28,7 @@ extension HTTPLoop {
                 if mapped != name { logger.info("\(connection.peer): \(head.method.name) \"\(sanitizedForLog(name))\" remapped to \"\(sanitizedForLog(mapped))\"") }
                 name = mapped
             case .failure(let refusal):
-                answer(connection, ResponseHead(Self.status(for: refusal)), kind: kind, method: head.method.name,
+                answer(connection, ResponseHead(Self.status(for: refusal)), to: head, kind: kind, method: head.method.name,
                        file: sanitizedForLog(name), detail: refusal.message, started: started)
                 return
             }
@@ -48,7 +48,7 @@ extension HTTPLoop {
                 facts = FileFacts(FileKey(try configuration.policy.openForReading(name).info, netascii: false))
             }
         } catch {
-            answer(connection, ResponseHead(Self.status(for: error)), kind: kind, method: head.method.name, file: file,
+            answer(connection, ResponseHead(Self.status(for: error)), to: head, kind: kind, method: head.method.name, file: file,
                    detail: error.message, started: started)
             return
         }
@@ -70,11 +70,11 @@ extension HTTPLoop {
             release(body)
             var refusal = ResponseHead(.rangeNotSatisfiable)
             refusal.add("Content-Range", "bytes */\(facts.size)")
-            answer(connection, refusal, kind: kind, method: head.method.name, file: file,
+            answer(connection, refusal, to: head, kind: kind, method: head.method.name, file: file,
                    detail: "range \(head.range ?? "") outside \(facts.size) bytes", started: started)
             return
         }
-        common(&response, connection)
+        common(&response, connection, keepAliveToken: !head.isHTTP11)
         if response.status != .notModified {
             response.add("Content-Type", ResponseHead.contentType(of: name))
             response.add("Content-Length", "\(range.count)")
@@ -92,34 +92,42 @@ extension HTTPLoop {
             record: .init(kind: kind, method: head.method.name, file: file, status: response.status, result: result, started: started))
     }
 
-    /// Date, Server and the connection's fate, on every response.
-    func common(_ response: inout ResponseHead, _ connection: Connection) {
+    /// Date, Server and the connection's fate, on every response. `keepAliveToken`: the request
+    /// was HTTP/1.0, whose connection persists only when the answer says so (RFC 9112 §9.3: a
+    /// 1.0 client that asked for keep-alive and hears nothing waits for the close).
+    func common(_ response: inout ResponseHead, _ connection: Connection, keepAliveToken: Bool) {
         response.add("Date", HTTPDate.format(Int64(time(nil))))
         response.add("Server", "stampede")
-        if connection.closing { response.add("Connection", "close") }
+        if connection.closing {
+            response.add("Connection", "close")
+        } else if keepAliveToken {
+            response.add("Connection", "keep-alive")
+        }
     }
 
-    /// A response without a file: a refusal's status, with a short text saying it.
-    func answer(_ connection: Connection, _ head: ResponseHead, kind: WorkerMetrics.Kind, method: String, file: String,
-                detail: String, started: Nanoseconds) {
+    /// A response without a file to `request` (nil: one that could not be parsed): a refusal's
+    /// status, with a short text saying it, unless the request was a HEAD.
+    func answer(_ connection: Connection, _ head: ResponseHead, to request: RequestHead?, withBody: Bool? = nil,
+                kind: WorkerMetrics.Kind, method: String, file: String, detail: String, started: Nanoseconds) {
         var head = head
-        common(&head, connection)
+        common(&head, connection, keepAliveToken: request.map { !$0.isHTTP11 } ?? false)
         let text = Array("\(head.status.rawValue) \(head.status.reason)\n".utf8)
         head.add("Content-Type", "text/plain; charset=utf-8")
         head.add("Content-Length", "\(text.count)")
         var bytes = head.bytes
-        if kind != .head { bytes += text }
+        if withBody ?? (request?.method != .head) { bytes += text }
         connection.response = Response(
             head: bytes, body: nil, range: 0..<0,
             record: .init(kind: kind, method: method, file: file, status: head.status, result: Self.result(for: head.status),
                           started: started, detail: detail))
     }
 
-    /// A head that cannot be answered: its status, then the connection closes.
-    func refuse(_ connection: Connection, _ status: Status, _ reason: String, now: Nanoseconds) {
+    /// A head that cannot be answered: its status (without a body to a HEAD), then the
+    /// connection closes.
+    func refuse(_ connection: Connection, _ status: Status, _ reason: String, withBody: Bool = true, now: Nanoseconds) {
         connection.closing = true
-        answer(connection, ResponseHead(status), kind: .httpInvalid, method: "-", file: "-", detail: reason,
-               started: connection.requestStarted ?? now)
+        answer(connection, ResponseHead(status), to: nil, withBody: withBody, kind: .httpInvalid, method: "-", file: "-",
+               detail: reason, started: connection.requestStarted ?? now)
     }
 
     static func status(for error: TFTPError) -> Status {

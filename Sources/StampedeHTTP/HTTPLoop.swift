@@ -20,7 +20,12 @@ public final class HTTPLoop: @unchecked Sendable {
     var durations: DurationRecorder
     var logger: Logger
     let epoll: Int32
-    var listeners: [Int32] = []
+    /// Its listening sockets: bound by this loop (each loop its own, SO_REUSEPORT), or a
+    /// descriptor of a socket systemd passed, which the loops share (`passed`).
+    var listeners: [(fd: Int32, passed: Bool)] = []
+    /// Accepting waits until then: the process ran out of descriptors (EMFILE, ENFILE) or
+    /// memory, and a listener left readable would wake the loop at once, again and again.
+    var acceptPausedUntil: Nanoseconds?
     var connections: [Connection?] = []
     var free: [Int] = []
     var generation: UInt32 = 0
@@ -53,10 +58,13 @@ public final class HTTPLoop: @unchecked Sendable {
         epoll = ep
         scratch = .allocate(byteCount: 16384, alignment: 16)
         readyTags = .allocate(capacity: Self.readyCapacity)
+        // A heartbeat before the first turn, for a watchdog that looks before the thread starts.
+        metrics.set(.lastTurn, Int(stampede_monotonic_ns()))
+        metrics.publish()
     }
 
     deinit {
-        for fd in listeners { Glibc.close(fd) }
+        for listener in listeners { Glibc.close(listener.fd) }
         for slot in connections.indices where connections[slot] != nil { close(slot) }
         Glibc.close(epoll)
         scratch.deallocate()
@@ -71,15 +79,41 @@ public final class HTTPLoop: @unchecked Sendable {
             var storage = address.storage
             let fd = stampede_tcp_listener(&storage, http.backlog)
             if let error = Errno(result: fd) { throw error }
-            listeners.append(fd)
-            if let error = Errno(result: stampede_epoll_add(epoll, fd, Self.listenerBit | UInt64(listeners.count - 1))) {
-                throw error
-            }
-            var local = SocketAddress()
-            _ = stampede_socket_address(fd, &local.storage)
-            bound.append(local)
+            bound.append(try listen(on: fd, passed: false))
         }
         return bound
+    }
+
+    /// Takes listening sockets systemd passed (this loop's own descriptors of them); returns
+    /// their addresses.
+    func adopt(_ fds: [Int32]) throws(Errno) -> [SocketAddress] {
+        var adopted: [SocketAddress] = []
+        for fd in fds {
+            if let error = Errno(result: stampede_adopt_tcp_listener(fd)) {
+                Glibc.close(fd)
+                throw error
+            }
+            adopted.append(try listen(on: fd, passed: true))
+        }
+        return adopted
+    }
+
+    /// Owns `fd` as a listener and watches it; its address.
+    private func listen(on fd: Int32, passed: Bool) throws(Errno) -> SocketAddress {
+        listeners.append((fd, passed))
+        try watch(listener: listeners.count - 1)
+        var local = SocketAddress()
+        _ = stampede_socket_address(fd, &local.storage)
+        return local
+    }
+
+    /// A socket every loop watches wakes one of them per connection (EPOLLEXCLUSIVE), not all.
+    private func watch(listener index: Int) throws(Errno) {
+        let (fd, passed) = listeners[index]
+        let tag = Self.listenerBit | UInt64(index)
+        if let error = Errno(result: passed ? stampede_epoll_add_exclusive(epoll, fd, tag) : stampede_epoll_add(epoll, fd, tag)) {
+            throw error
+        }
     }
 
     // MARK: The loop
@@ -110,9 +144,11 @@ public final class HTTPLoop: @unchecked Sendable {
     /// due), serves the connections that are ready, accepts new ones while listening, and
     /// sweeps out those past their deadlines once a second. `run` turns it; a test can too.
     public func turn(now: Nanoseconds, maxWait: Nanoseconds) {
-        let wait: Nanoseconds = runnable.isEmpty ? min(maxWait, max(0, nextSweep - now)) : 0
+        var wait: Nanoseconds = runnable.isEmpty ? min(maxWait, max(0, nextSweep - now)) : 0
+        if let until = acceptPausedUntil { wait = min(wait, max(0, until - now)) }
         let count = stampede_epoll_wait(epoll, readyTags, Int32(Self.readyCapacity), wait)
         let now = stampede_monotonic_ns()
+        if let until = acceptPausedUntil, now >= until { resumeAccepting() }
         let ready = runnable
         runnable.removeAll(keepingCapacity: true)
         for slot in ready where connections[slot] != nil { service(slot, now: now) }
@@ -131,12 +167,15 @@ public final class HTTPLoop: @unchecked Sendable {
             sweep(now: now)
             nextSweep = now + nanosecondsPerSecond
         }
+        // The watchdog's heartbeat: a loop that stops turning stops the pings (SystemdNotifier).
+        metrics.set(.lastTurn, Int(now))
         metrics.publish()
     }
 
     func stopListening(now: Nanoseconds) {
-        for fd in listeners { Glibc.close(fd) }
+        for listener in listeners { Glibc.close(listener.fd) }
         listeners.removeAll()
+        acceptPausedUntil = nil
         stopping = true
         // No connection closes for the stop itself: a response being written finishes, and every
         // connection's next request is answered, with Connection: close (`answerInput`). Closing
@@ -149,13 +188,20 @@ public final class HTTPLoop: @unchecked Sendable {
     }
 
     func accept(_ listener: Int, now: Nanoseconds) {
-        guard listener < listeners.count else { return }
+        guard listener < listeners.count, acceptPausedUntil == nil else { return }
         for _ in 0..<256 {
             var peer = SocketAddress()
-            let fd = stampede_tcp_accept(listeners[listener], &peer.storage)
+            let fd = stampede_tcp_accept(listeners[listener].fd, &peer.storage)
             if fd < 0 {
-                if fd != -EAGAIN && fd != -EINTR && fd != -ECONNABORTED {
-                    // EMFILE, ENFILE, ENOBUFS: the connection stays in the backlog for later.
+                if fd == -EMFILE || fd == -ENFILE || fd == -ENOBUFS || fd == -ENOMEM {
+                    // The connection stays in the backlog; the listener stays readable. Asked
+                    // again at once it would spin the loop (and starve the TFTP workers): wait.
+                    pauseAccepting(now: now)
+                    logRefusal("""
+                        cannot accept a connection: \(Errno(-fd)): accepting again in \(Self.acceptPause / 1_000_000) ms \
+                        (\(open.load(ordering: .relaxed)) connections open)
+                        """, now: now)
+                } else if fd != -EAGAIN && fd != -EINTR && fd != -ECONNABORTED {
                     logRefusal("cannot accept a connection: \(Errno(-fd))", now: now)
                 }
                 return
@@ -181,6 +227,22 @@ public final class HTTPLoop: @unchecked Sendable {
             // The request may be there already; edge-triggered, it would not be said again.
             service(slot, now: now)
         }
+    }
+
+    /// How long accepting waits once the process is out of descriptors or memory, unless a
+    /// connection of this loop closes first (nginx waits half a second).
+    static let acceptPause: Nanoseconds = 100_000_000
+
+    func pauseAccepting(now: Nanoseconds) {
+        guard acceptPausedUntil == nil else { return }
+        acceptPausedUntil = now + Self.acceptPause
+        for listener in listeners { _ = stampede_epoll_remove(epoll, listener.fd) }
+    }
+
+    func resumeAccepting() {
+        guard acceptPausedUntil != nil else { return }
+        acceptPausedUntil = nil
+        for index in listeners.indices { try? watch(listener: index) }
     }
 
     /// Refusals of connections, said at most once a second: a flood is one line, not thousands.
@@ -241,7 +303,7 @@ public final class HTTPLoop: @unchecked Sendable {
         case .success(let head): parsed = head
         case .failure(let refusal):
             connection.input = []
-            refuse(connection, refusal.status, refusal.reason, now: now)
+            refuse(connection, refusal.status, refusal.reason, withBody: !refusal.toHead, now: now)
             connection.requestStarted = nil
             return true
         }
@@ -291,16 +353,32 @@ public final class HTTPLoop: @unchecked Sendable {
                     bodySent = sent - fromHead
                 }
             } else {
-                if let source = response.sendfileSource {
-                    // From the page cache or the image's memfd: no copy into the socket.
-                    var offset = off_t(response.offset)
-                    sent = sendfile(connection.fd, source, &offset, bodyLeft)
-                    if sent == 0 {
-                        // The file is shorter than it was when the response said its length.
+                if case .stream(let file) = response.body {
+                    // Read as it goes, so a rewrite in place would make a body of two versions:
+                    // asked before each send, and the last byte sent only after it is read and
+                    // the file found unchanged. A change ends the connection short of its
+                    // Content-Length, which the client sees as a failed download.
+                    if let change = file.change() {
                         connection.response = response
-                        abandon(slot, "the file shrank while it was sent", .serverError)
+                        abandon(slot, "the file changed while it was sent (\(change)): closed before the last byte", .serverError)
                         return false
                     }
+                    if response.offset == response.end - 1 {
+                        sent = lastByte(of: file, at: response.offset, to: connection.fd)
+                        if sent == 0 {
+                            connection.response = response
+                            abandon(slot, "the file changed while it was sent (\(file.change() ?? "shrank")): closed before the last byte",
+                                    .serverError)
+                            return false
+                        }
+                    } else {
+                        var offset = off_t(response.offset)
+                        sent = sendfile(connection.fd, file.descriptor, &offset, min(bodyLeft, response.end - 1 - response.offset))
+                    }
+                } else if let source = response.sendfileSource {
+                    // From the image's memfd: no copy into the socket.
+                    var offset = off_t(response.offset)
+                    sent = sendfile(connection.fd, source, &offset, bodyLeft)
                 } else if case .image(let image) = response.body {
                     let part = image.slice(response.offset..<(response.offset + bodyLeft))
                     sent = send(connection.fd, part.baseAddress, part.count, Int32(MSG_NOSIGNAL))
@@ -309,9 +387,16 @@ public final class HTTPLoop: @unchecked Sendable {
                 }
                 bodySent = max(0, sent)
             }
+            if sent == 0 && response.headSent == response.head.count {
+                // sendfile found the file shorter than the response said it is.
+                connection.response = response
+                abandon(slot, "the file shrank while it was sent: closed before the last byte", .serverError)
+                return false
+            }
             if sent < 0 {
                 let error = errno
                 connection.response = response
+                if error == EINTR { runnable.append(slot) }  // edge-triggered: no edge would come
                 if error == EAGAIN || error == EINTR { return false }
                 abandon(slot, "\(Errno(error))", error == EPIPE || error == ECONNRESET ? .closedByClient : .serverError)
                 return false
@@ -324,6 +409,15 @@ public final class HTTPLoop: @unchecked Sendable {
             connection.response = response
         }
         return true
+    }
+
+    /// A streamed body's last byte: read, then sent only if the file is still the version the
+    /// response began with. Returns what send returns, or 0 when the byte cannot be read or the
+    /// file changed.
+    func lastByte(of file: StreamedFile, at offset: Int, to fd: Int32) -> Int {
+        let byte = UnsafeMutableRawBufferPointer(rebasing: scratch[..<1])
+        guard (try? file.read(offset..<(offset + 1), into: byte)) == 1, file.change() == nil else { return 0 }
+        return send(fd, byte.baseAddress, 1, Int32(MSG_NOSIGNAL))
     }
 
     /// A head and the start of a body in one sendmsg.
@@ -372,6 +466,8 @@ public final class HTTPLoop: @unchecked Sendable {
         Glibc.close(connection.fd)
         connections[slot] = nil
         free.append(slot)
+        // A descriptor is free again: a paused accept may take it (from the next turn).
+        if acceptPausedUntil != nil { acceptPausedUntil = 0 }
         open.wrappingDecrement(ordering: .relaxed)
         metrics.add(.httpConnections, -1)
         admission?.connectionClosed()

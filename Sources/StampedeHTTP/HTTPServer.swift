@@ -18,16 +18,19 @@ public final class HTTPServer: Sendable {
         signal(SIGPIPE, SIG_IGN)
         let open = ManagedAtomic<Int>(0)
         var loops: [HTTPLoop] = []
-        var addresses = http.listenAddresses
+        // Another server on one of them fails the start (`claimExclusively`); the loops share them.
+        var addresses = try claimExclusively(http.listenAddresses, stream: true)
+        var passed: [SocketAddress] = []
         for index in 0..<max(1, loopCount) {
             let loop = try HTTPLoop(configuration: configuration, http: http, cache: cache, fileLabels: fileLabels,
                                     open: open, admission: admission, index: index)
-            // A port 0 is chosen by the first bind; the other loops share that port.
             addresses = try loop.bind(addresses)
+            // Each loop its own descriptor of each passed socket, all of them watching it.
+            passed = try loop.adopt(passedSockets(http.inheritedListeners, forLoop: index))
             loops.append(loop)
         }
         self.loops = loops
-        boundAddresses = addresses
+        boundAddresses = addresses + passed
     }
 
     /// Starts every loop on a thread of its own; they end at SIGTERM/SIGINT (and the grace).

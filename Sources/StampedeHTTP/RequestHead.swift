@@ -48,10 +48,14 @@ public struct RequestHead: Equatable, Sendable {
     public struct Refusal: Error, Equatable, Sendable {
         public var status: Status
         public var reason: String
+        /// The request line begins "HEAD ": the answer has no body (RFC 9110 §9.3.2), whatever
+        /// else is wrong with the request.
+        public var toHead = false
 
-        public init(_ status: Status, _ reason: String) {
+        public init(_ status: Status, _ reason: String, toHead: Bool = false) {
             self.status = status
             self.reason = reason
+            self.toHead = toHead
         }
     }
 
@@ -67,6 +71,17 @@ public struct RequestHead: Equatable, Sendable {
     public static func parse(_ bytes: UnsafeRawBufferPointer, limits: Limits = Limits()) throws(Refusal) -> Parsed {
         var start = 0
         while start < bytes.count && (bytes[start] == 13 || bytes[start] == 10) { start += 1 }
+        do {
+            return try parse(bytes, from: start, limits: limits)
+        } catch {
+            var refusal = error
+            refusal.toHead = bytes[start...].starts(with: "HEAD ".utf8)
+            throw refusal
+        }
+    }
+
+    /// `parse` from the request line's first byte.
+    static func parse(_ bytes: UnsafeRawBufferPointer, from start: Int, limits: Limits) throws(Refusal) -> Parsed {
         guard let lineEnd = Self.lineEnd(bytes, from: start, within: limits.lineBytes) else {
             if bytes.count - start > limits.lineBytes { throw Refusal(.uriTooLong, "request line longer than \(limits.lineBytes) bytes") }
             return .incomplete

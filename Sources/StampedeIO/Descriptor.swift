@@ -28,3 +28,21 @@ public struct Descriptor: ~Copyable, Sendable {
         return fd
     }
 }
+
+/// Descriptors of the sockets a superserver passed (inetd, systemd), one set for each event loop
+/// that serves them: loop 0 takes the passed ones, every other loop its own duplicates, so that
+/// each owns and closes what it holds.
+public func passedSockets(_ fds: [Int32], forLoop index: Int) throws(Errno) -> [Int32] {
+    guard index > 0 else { return fds }
+    var own: [Int32] = []
+    for fd in fds {
+        let copy = fcntl(fd, F_DUPFD_CLOEXEC, 3)
+        guard copy >= 0 else {
+            let error = Errno.current
+            for made in own { Glibc.close(made) }
+            throw error
+        }
+        own.append(copy)
+    }
+    return own
+}

@@ -15,10 +15,14 @@ public final class FileCache: Sendable {
         /// Images of this many bytes or more live in a memfd, which HTTP sends with sendfile; each
         /// holds a descriptor while cached (nil: none does, the server serves no HTTP).
         public var sharedFrom: Int?
-        public init(budget: Int = 1 << 30, fileLimit: Int = 256 << 20, sharedFrom: Int? = nil) {
+        /// Memfds open at most, in the process (`DescriptorBudget.images`): beyond, an image is
+        /// anonymous memory, which HTTP sends with send.
+        public var sharedImages: Int
+        public init(budget: Int = 1 << 30, fileLimit: Int = 256 << 20, sharedFrom: Int? = nil, sharedImages: Int = .max) {
             self.budget = budget
             self.fileLimit = fileLimit
             self.sharedFrom = sharedFrom
+            self.sharedImages = sharedImages
         }
     }
 
@@ -127,7 +131,7 @@ public final class FileCache: Sendable {
             // netascii can double a file (every LF becomes CR LF), and a memfd pads its tail:
             // reserve the worst case.
             let most = netascii ? 2 * key.size : key.size
-            let reserved = shares(most) ? FileImage.memfdCount(most) : most
+            let reserved = FileImage.residentCount(of: most, inMemfd: shares(most))
             guard reserve(reserved) else {
                 if netascii { throw Errno(ENOMEM) }
                 state.withLock { $0.counts.streamed += 1 }
@@ -313,9 +317,11 @@ public final class FileCache: Sendable {
         return .image(FileImage(converted, key: key))
     }
 
-    /// Whether an image of `count` bytes lives in a memfd (`Limits.sharedFrom`).
+    /// Whether an image of `count` bytes lives in a memfd (`Limits.sharedFrom`), while the
+    /// descriptors for them last (`Limits.sharedImages`; loads at once may pass it by one each).
     private func shares(_ count: Int) -> Bool {
-        limits.sharedFrom.map { count >= $0 } ?? false
+        guard let from = limits.sharedFrom, count >= from else { return false }
+        return FileImage.openMemfds.load(ordering: .relaxed) < limits.sharedImages
     }
 
     private static func restat(_ fd: Int32, netascii: Bool) throws(Errno) -> FileKey {

@@ -2,6 +2,7 @@ import CStampedeSys
 import Glibc
 import StampedeIO
 import StampedeProtocol
+import Synchronization
 
 /// A file's bytes in anonymous memory, immutable once loaded and shared by every transfer of
 /// the same file version (docs/ARCHITECTURE.md, "The file cache"). DATA payloads are slices of it; a file replaced
@@ -18,6 +19,9 @@ public final class FileImage: @unchecked Sendable {
     /// a response (one copy) is less than a descriptor held for the image's life.
     public static let sharedFrom = 64 << 10
 
+    /// The memfds of images alive in the process: each is a descriptor (`DescriptorBudget`).
+    static let openMemfds = Atomic<Int>(0)
+
     init(_ memory: Memory, key: FileKey) {
         self.bytes = UnsafeRawBufferPointer(memory.buffer)
         self.descriptor = memory.descriptor
@@ -30,8 +34,8 @@ public final class FileImage: @unchecked Sendable {
     struct Memory {
         var buffer: UnsafeMutableRawBufferPointer
         var descriptor: Int32?
-        /// The mapping's length: a memfd's padding is mapped too (`memfdCount`).
-        var mappedCount: Int { descriptor == nil ? buffer.count : FileImage.memfdCount(buffer.count) }
+        /// The mapping's length: a memfd's padding is mapped too.
+        var mappedCount: Int { FileImage.residentCount(of: buffer.count, inMemfd: descriptor != nil) }
     }
 
     public var count: Int { bytes.count }
@@ -44,39 +48,47 @@ public final class FileImage: @unchecked Sendable {
     static func allocate(_ count: Int, shared: Bool = false) throws(Errno) -> Memory {
         guard count > 0 else { return Memory(buffer: UnsafeMutableRawBufferPointer(start: nil, count: 0)) }
         var descriptor: Int32?
+        let length = residentCount(of: count, inMemfd: shared)
         if shared {
-            let fd = stampede_memfd("stampede-image", Int64(memfdCount(count)))
+            let fd = stampede_memfd("stampede-image", Int64(length))
             if let error = Errno(result: fd) { throw error }
             descriptor = fd
+            openMemfds.add(1, ordering: .relaxed)
         }
-        let base = descriptor.map { stampede_map_image($0, memfdCount(count)) }
+        let base = descriptor.map { stampede_map_image($0, length) }
             ?? mmap(nil, count, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
         guard let base, base != MAP_FAILED else {
             let error = Errno.current
-            if let descriptor { Glibc.close(descriptor) }
+            if let descriptor {
+                Glibc.close(descriptor)
+                openMemfds.subtract(1, ordering: .relaxed)
+            }
             throw error
         }
         return Memory(buffer: UnsafeMutableRawBufferPointer(start: base, count: count), descriptor: descriptor)
     }
 
-    /// What `count` bytes in a memfd take: a tail of half a huge page or more is padded to a
-    /// whole one, so that it is a huge page too (stampede_map_image). sendfile from a memfd
-    /// looks up and locks each small page it sends, a huge page once: in `make bench-http` a
-    /// 1 MiB file in a huge page costs about a quarter less CPU per GB than in small pages. The
-    /// padding costs at most half a huge page per image (and at most doubles a 1 MiB one);
-    /// the cache counts it.
-    static func memfdCount(_ count: Int) -> Int {
-        count % hugePage >= hugePage / 2 ? (count + hugePage - 1) / hugePage * hugePage : count
+    /// The memory `count` bytes of an image take: in a memfd, a tail of half a huge page or
+    /// more is padded to a whole one, so that it is a huge page too (stampede_map_image):
+    /// sendfile from a memfd looks up and locks each small page it sends, a huge page once
+    /// (docs/ARCHITECTURE.md, "HTTP"). The padding costs at most half a huge page per image (and
+    /// at most doubles a 1 MiB one); the cache counts it.
+    static func residentCount(of count: Int, inMemfd: Bool) -> Int {
+        guard inMemfd, count % hugePage >= hugePage / 2 else { return count }
+        return (count + hugePage - 1) / hugePage * hugePage
     }
 
     static let hugePage = 2 << 20
 
-    /// The memory the image holds: its bytes, and in a memfd their padding (`memfdCount`).
-    public var residentCount: Int { descriptor == nil ? count : Self.memfdCount(count) }
+    /// The memory the image holds: its bytes, and in a memfd their padding.
+    public var residentCount: Int { Self.residentCount(of: count, inMemfd: descriptor != nil) }
 
     static func free(_ memory: Memory) {
         if let base = memory.buffer.baseAddress { munmap(base, memory.mappedCount) }
-        if let descriptor = memory.descriptor { Glibc.close(descriptor) }
+        if let descriptor = memory.descriptor {
+            Glibc.close(descriptor)
+            openMemfds.subtract(1, ordering: .relaxed)
+        }
     }
 
     /// Reads `size` bytes of `fd` from offset 0; EAGAIN if the file is shorter now.

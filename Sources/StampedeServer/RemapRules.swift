@@ -199,9 +199,10 @@ public final class RemapRules: @unchecked Sendable {
             }
             if rule.flags.contains(.abort) {
                 trace?("remap: rule \(rule.line): abort: \(sanitizedForLog(current))")
-                guard !rule.replacement.isEmpty else { return .refused(nil) }
-                let message = expand(rule.replacement, in: current, matches: matches, client: client)
-                return .refused(String(decoding: message, as: UTF8.self))
+                // The message is the replacement alone, its escapes expanded (7.3's MATCHONLY): "a
+                // ^secret denied" answers "denied" to "secret/x", not the name rewritten.
+                let message = expand(rule.replacement, in: current, matches: matches, client: client, matchOnly: true)
+                return .refused(message.isEmpty ? nil : String(decoding: message, as: UTF8.self))
             }
             if rule.flags.contains(.jump) {
                 trace?("remap: rule \(rule.line): jump to \(sanitizedForLog(rule.replacement))")
@@ -292,9 +293,10 @@ public final class RemapRules: @unchecked Sendable {
     }
 
     /// The text before the match, the replacement with its escapes expanded, the text after it
-    /// (an inverse rule has no match: the replacement alone).
-    func expand(_ replacement: [UInt8], in subject: [UInt8], matches: [regmatch_t], client: SocketAddress) -> [UInt8] {
-        let whole = matches[0]
+    /// (an inverse rule has no match: the replacement alone); `matchOnly`, the replacement alone.
+    func expand(_ replacement: [UInt8], in subject: [UInt8], matches: [regmatch_t], client: SocketAddress,
+                matchOnly: Bool = false) -> [UInt8] {
+        let whole = matchOnly ? regmatch_t(rm_so: -1, rm_eo: -1) : matches[0]
         var out: [UInt8] = whole.rm_so >= 0 ? Array(subject[..<Int(whole.rm_so)]) : []
         var transform: (UInt8) -> UInt8 = { $0 }
         let upper: (UInt8) -> UInt8 = { (0x61...0x7A).contains($0) ? $0 - 0x20 : $0 }

@@ -45,6 +45,8 @@ public final class Server<Backend: DatagramBackend> {
                                     _ makeBackend: () throws(Errno) -> Backend) throws(StartFailure) -> ([Worker<Backend>], [SocketAddress]) {
         var workers: [Worker<Backend>] = []
         var addresses = configuration.listenAddresses
+        // Another server on one of them (an earlier Stampede, a leftover in.tftpd) fails the start.
+        do { addresses = try claimExclusively(addresses, stream: false) } catch { throw .system(error) }
         let admission = Admission(configuration)
         let fileLabels = FileLabels()
         let disk = DiskWork()
@@ -63,17 +65,10 @@ public final class Server<Backend: DatagramBackend> {
                                 admission: admission, fileLabels: fileLabels, disk: disk)
             do throws(Errno) {
                 if configuration.inheritedListeners.isEmpty {
-                    // A port 0 is chosen by the first bind; the other workers share that port.
                     addresses = try worker.bindListeners(addresses)
                 } else {
                     // Every worker reads the same inherited sockets, each through its own descriptor.
-                    var fds: [Int32] = []
-                    for fd in configuration.inheritedListeners {
-                        let own = index == 0 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 3)
-                        if own < 0 { throw Errno.current }
-                        fds.append(own)
-                    }
-                    addresses = try worker.adoptListeners(fds)
+                    addresses = try worker.adoptListeners(passedSockets(configuration.inheritedListeners, forLoop: index))
                 }
             } catch {
                 throw .system(error)

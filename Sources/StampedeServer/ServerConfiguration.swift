@@ -122,8 +122,9 @@ extension ServerConfiguration {
             return (.image(image), image.key)
         case .stream(let size):
             var key = FileKey(file.info, netascii: netascii)
+            let version = key
             key.size = size
-            return (.stream(StreamedFile(file.descriptor, size: size)), key)
+            return (.stream(StreamedFile(file.descriptor, size: size, version: version)), key)
         }
     }
 

@@ -144,8 +144,7 @@ extension Worker {
                 break
             }
             for block in first..<(first + count) {
-                if let error = sendBlock(slot, block) {
-                    let refusal = TFTPError(.notDefined, "Cannot read the file: \(error)")
+                if let refusal = sendBlock(slot, block) {
                     sendError(slot, refusal)
                     finish(slot, .serverError(refusal), now: now)
                     return
@@ -167,11 +166,16 @@ extension Worker {
         if let deadline { wheel.schedule(slot, at: deadline) } else { wheel.cancel(slot) }
     }
 
-    /// DATA = 4-byte header + a slice of the shared image, gathered by the backend. Returns the
-    /// errno of a streamed file that could not be read.
-    func sendBlock(_ slot: Int, _ block: Int) -> Errno? {
-        let range = table[slot].sender!.range(ofBlock: block)
-        let headerLength = PacketWriter.dataHeader(block: table[slot].sender!.wire(block), into: scratch)
+    /// How often a streamed file is asked whether it changed, besides before its last block.
+    static var streamCheckInterval: Int { 1 << 20 }
+
+    /// DATA = 4-byte header + a slice of the shared image, gathered by the backend. Returns why a
+    /// streamed file's block cannot be sent: it could not be read, or it is no longer the version
+    /// the transfer started with.
+    func sendBlock(_ slot: Int, _ block: Int) -> TFTPError? {
+        let sender = table[slot].sender!
+        let range = sender.range(ofBlock: block)
+        let headerLength = PacketWriter.dataHeader(block: sender.wire(block), into: scratch)
         switch table[slot].source {
         case .image(let image):
             transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<headerLength]), payload: image.slice(range))
@@ -179,13 +183,21 @@ extension Worker {
             // Read after the header; the backend copies it. A file that shrank under us sends a
             // short block: the client sees the end, never garbage. One that cannot be read (EIO)
             // ends the transfer with an ERROR, never with a short block taken for the end.
+            let read: Int
             do {
-                let read = try file.read(range, into: UnsafeMutableRawBufferPointer(rebasing: scratch[headerLength...]))
-                transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<(headerLength + read)]),
-                         payload: UnsafeRawBufferPointer(start: nil, count: 0))
+                read = try file.read(range, into: UnsafeMutableRawBufferPointer(rebasing: scratch[headerLength...]))
             } catch {
-                return error
+                return TFTPError(.notDefined, "Cannot read the file: \(error)")
             }
+            // A file rewritten in place would send a mix of two versions: asked every MiB, and
+            // after the last block is read and before it goes, so a transfer completes only with
+            // bytes of the version it opened (every block the client took was sent before that).
+            if range.upperBound == file.size || range.lowerBound % Self.streamCheckInterval < sender.blockSize,
+               let change = file.change() {
+                return TFTPError(.notDefined, "File changed while it was sent (\(change))")
+            }
+            transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<(headerLength + read)]),
+                     payload: UnsafeRawBufferPointer(start: nil, count: 0))
         case nil:
             preconditionFailure("a download without a source")
         }

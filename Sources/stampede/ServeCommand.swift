@@ -169,7 +169,7 @@ struct ServeCommand: ParsableCommand {
     @Option(name: .customLong("max-transfers"), help: "Concurrent transfers in all; further requests are busy (see --when-busy).")
     var maxTransfers = 65536
     @Option(name: .customLong("max-transfer-sockets"),
-            help: "Transfers with a socket of their own, in all; further reads share 64 transfer sockets per worker (default: the open file limit less 1,024, or half of it when that is more).")
+            help: "Transfers with a socket of their own, in all; further reads share 64 transfer sockets per worker (default: the open file limit less 1,024, or half of it when that is more; with --http, what HTTP's connections and images leave).")
     var maxTransferSockets: Int?
     @Option(name: .customLong("max-per-client"),
             help: "Concurrent transfers per client host, an IPv4 or IPv6 address (default: 64, loopback clients not counted).")
@@ -189,7 +189,7 @@ struct ServeCommand: ParsableCommand {
                                valueName: "ADDR:PORT"))
     var http: [String] = []
     @Option(name: .customLong("http-max-connections"),
-            help: "HTTP connections open at once (default: 16384, or 60 % of the open-file limit if less); more are closed as they arrive.")
+            help: "HTTP connections open at once (default: 16384, or fewer as the open-file limit holds at two descriptors each, a socket and a streamed file); more are closed as they arrive. One the limit cannot hold is lowered, with a warning.")
     var httpMaxConnections: Int?
     @Option(name: .customLong("http-idle-timeout"),
             help: "Seconds an HTTP connection may wait for its next request, or for a client to take more of a response (default 60).")
@@ -408,7 +408,7 @@ struct ServeCommand: ParsableCommand {
         switch mode {
         case .standalone: configuration.listenAddresses = addresses
         case .inetd: configuration.inheritedListeners = [0]
-        case .systemd(let fds): configuration.inheritedListeners = fds
+        case .systemd(let datagram, _): configuration.inheritedListeners = datagram
         }
         // in.tftpd's default: 15 minutes under a superserver, which starts another; never standalone.
         let idle = idleTimeout ?? (mode == .standalone ? 0 : 900)
@@ -443,9 +443,18 @@ struct ServeCommand: ParsableCommand {
         if maxPerClient != nil || maxPerPrefix != nil { configuration.loopbackUncountedPerClient = false }
         configuration.whenBusy = BusyReply(rawValue: whenBusy)!
         configuration.logFormat = LogFormat(rawValue: logFormat)!
-        // With --http, images of 64 KiB and more are memfds, which HTTP sends with sendfile.
+        // HTTP on --http's addresses, and on the listening TCP sockets a socket unit passes.
+        var passedHTTP: [Int32] = []
+        if case .systemd(_, let stream) = mode { passedHTTP = stream }
+        let servesHTTP = !http.isEmpty || !passedHTTP.isEmpty
+        // Every descriptor a connection, a transfer or an image may hold, out of the limit.
+        let budget = DescriptorBudget(limit: Int(min(fileLimit, rlim_t(Int.max))), imageBytes: cacheSize << 20,
+                                      smallestImage: servesHTTP ? FileImage.sharedFrom : nil,
+                                      httpConnections: httpMaxConnections, transferSockets: maxTransferSockets)
+        for warning in budget.warnings { logger.warning("\(warning)") }
+        // With HTTP, images of 64 KiB and more are memfds, which HTTP sends with sendfile.
         let cache = FileCache(limits: .init(budget: cacheSize << 20, fileLimit: cacheFileLimit << 20,
-                                            sharedFrom: http.isEmpty ? nil : FileImage.sharedFrom))
+                                            sharedFrom: servesHTTP ? FileImage.sharedFrom : nil, sharedImages: budget.images))
         var workerCount = workers ?? Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
         if singlePort && mode != .standalone && workerCount > 1 {
             // A passed socket is one socket that every worker reads: a client's ACK could reach a
@@ -454,22 +463,18 @@ struct ServeCommand: ParsableCommand {
             logger.notice("--single-port on a passed socket: one worker")
             workerCount = 1
         }
-        // Beyond this, transfers share sockets instead of running out of descriptors: the rest of
-        // the limit is for listeners, streamed files, the shared sockets and the cache's opens.
-        let limit = Int(min(fileLimit, rlim_t(Int.max)))
+        // Beyond this, transfers share sockets instead of running out of descriptors.
         var httpConfiguration: HTTPConfiguration?
-        var ownSockets = maxTransferSockets ?? max(limit / 2, limit - 1024)
-        if !http.isEmpty {
+        if servesHTTP {
             var serving = HTTPConfiguration(listenAddresses: http.compactMap(TCPAddress.init).map(\.socketAddress))
-            serving.maxConnections = httpMaxConnections ?? min(16384, limit * 6 / 10)
+            serving.inheritedListeners = passedHTTP
+            serving.maxConnections = budget.httpConnections
             serving.idleTimeout = Nanoseconds(httpIdleTimeout) * nanosecondsPerSecond
             serving.sendTimeout = serving.idleTimeout
             serving.requestTimeout = Nanoseconds(httpRequestTimeout) * nanosecondsPerSecond
-            // HTTP's connections come out of the same descriptors: the TFTP reads beyond share sockets.
-            ownSockets = maxTransferSockets ?? max(limit / 4, limit - serving.maxConnections - 1024)
             httpConfiguration = serving
         }
-        configuration.ownTransferSocketsPerWorker = ownSockets / workerCount
+        configuration.ownTransferSocketsPerWorker = budget.transferSockets / workerCount
 
         let (useURing, reason) = chooseBackend()
         if backend == "uring" && !useURing { throw failure("--backend uring: \(reason)") }
@@ -492,14 +497,16 @@ struct ServeCommand: ParsableCommand {
         case standalone
         /// fd 0 is the socket (inetd "wait" mode): fds 0-2 are the socket, so nothing is printed.
         case inetd
-        case systemd([Int32])
+        /// systemd's sockets: UDP ones for TFTP, listening TCP ones for HTTP (a socket unit's
+        /// ListenDatagram and ListenStream lines).
+        case systemd(datagram: [Int32], stream: [Int32])
     }
 
     /// -l (or -L) binds; --systemd, or LISTEN_FDS meant for this process, serves systemd's
     /// sockets; otherwise fd 0 must be inetd's socket, as in.tftpd expects.
     func servingMode() throws -> ServingMode {
         if listen || foreground { return .standalone }
-        if let fds = Self.systemdSockets() { return .systemd(fds) }
+        if let (datagram, stream) = try systemdSockets() { return .systemd(datagram: datagram, stream: stream) }
         if systemd {
             throw failure("--systemd: no sockets passed (LISTEN_FDS and LISTEN_PID unset, or meant for another process)")
         }
@@ -511,17 +518,39 @@ struct ServeCommand: ParsableCommand {
     }
 
     /// sd_listen_fds(3): the sockets start at fd 3; the variables are removed so that nothing
-    /// this process starts takes them for its own.
-    static func systemdSockets() -> [Int32]? {
+    /// this process starts takes them for its own. LISTEN_FDS is not taken on trust: a count no
+    /// process could hold, a descriptor that is not open, or one that is neither a UDP socket
+    /// nor a listening TCP socket stops the server, saying which.
+    func systemdSockets() throws -> (datagram: [Int32], stream: [Int32])? {
         defer {
             unsetenv("LISTEN_PID")
             unsetenv("LISTEN_FDS")
             unsetenv("LISTEN_FDNAMES")
         }
         guard let pidText = getenv("LISTEN_PID"), let pid = Int32(String(cString: pidText)), pid == getpid(),
-              let countText = getenv("LISTEN_FDS"), let count = Int32(String(cString: countText)), count > 0
-        else { return nil }
-        return (0..<count).map { 3 + $0 }
+              let countText = getenv("LISTEN_FDS") else { return nil }
+        let text = String(cString: countText)
+        guard let count = Int(text), count > 0 else {
+            if text == "0" { return nil }
+            throw failure("LISTEN_FDS=\(sanitizedForLog(text.utf8)): not a count of sockets")
+        }
+        var limit = rlimit()
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        guard count <= Int(min(limit.rlim_max, rlim_t(Int32.max))) - 3 else {
+            throw failure("LISTEN_FDS=\(count): more descriptors than this process may hold (\(limit.rlim_max))")
+        }
+        var datagram: [Int32] = [], stream: [Int32] = []
+        for fd in Int32(3)..<Int32(3 + count) {
+            switch stampede_passed_socket_kind(fd) {
+            case 1: datagram.append(fd)
+            case 2: stream.append(fd)
+            case -EBADF: throw failure("LISTEN_FDS=\(count): descriptor \(fd) is not open")
+            case let error:
+                throw failure("LISTEN_FDS=\(count): descriptor \(fd) is neither a UDP socket nor a listening TCP socket (\(Errno(-error)))")
+            }
+        }
+        guard !datagram.isEmpty else { throw failure("LISTEN_FDS=\(count): no UDP socket to serve TFTP on") }
+        return (datagram, stream)
     }
 
     /// `--logfile`, `--stderr`, `--stdout`, `--syslog`; without them syslog, or standard error in
@@ -567,9 +596,13 @@ struct ServeCommand: ParsableCommand {
     }
 
     /// The directory served: `--path-prefix` joined to the one named (in.tftpd 7.3's rules: the
-    /// prefix must be a directory, and "/" may be served only with one; exit 65 otherwise).
+    /// named directory is absolute unless -s or -j, the prefix must be a directory, and "/" may be
+    /// served only with one; exit 65 otherwise).
     func servedDirectory() throws -> String {
         let named = directory.first ?? "/srv/tftp"
+        // A relative directory would be resolved against wherever the server was started from,
+        // which a supervisor does not promise; under -s and -j it is the root, named once.
+        if !named.hasPrefix("/") && !secure && !jail { throw failure("invalid directory path: \(named)", status: 65) }
         guard let pathPrefix else {
             if FilenameProcessing.normalize(Array(named.utf8), .path) == [UInt8(ascii: "/")] && named.hasPrefix("/") {
                 throw failure("/ as the directory to serve needs --path-prefix", status: 65)
@@ -584,11 +617,14 @@ struct ServeCommand: ParsableCommand {
 
     /// `--map-test FILE`, as in.tftpd 7.3's: each line of FILE as a requested name, what -m and
     /// --normalize make of it on standard output ("ERROR: message" for a refusal); the rules'
-    /// steps on standard error at -v 3. `E` rules probe the directory named, when there is one.
+    /// steps on standard error at -v 3. An `E` rule never finds its file, as in 7.3, whose probe
+    /// answers "Just testing..." under --map-test whatever directory is named: the output is
+    /// what the rules make of the name, the same on every host.
     func runMapTest(_ path: String, _ rules: RemapRules?) throws {
         let defaultClient = ipv6 ? "2001:db8::feed:face:dead:beef" : "192.0.2.34"
-        guard let client = SocketAddress(parsing: mapClient ?? defaultClient, defaultPort: 0) else {
-            throw ValidationError("--map-client \(mapClient!): not an IP address.")
+        // A bare numeric address, as a client's is: "" is not the wildcard, nor " 10.0.0.1" an address.
+        guard let client = SocketAddress(numericHost: mapClient ?? defaultClient, port: 0) else {
+            throw ValidationError("--map-client \"\(mapClient!)\": not an IPv4 or IPv6 address.")
         }
         let text: [UInt8]
         do {
@@ -596,7 +632,6 @@ struct ServeCommand: ParsableCommand {
         } catch {
             throw failure("--map-test \(path): cannot read: \(error)", status: 66)
         }
-        let policy = directory.isEmpty ? nil : (try? AccessPolicy.openRoot(servedDirectory())).map { accessPolicy(root: $0) }
         let trace: ((String) -> Void)? = (verbosity ?? verbose) >= 3 ? { writeToStandardError("\($0)\n") } : nil
         for warning in rules?.warnings ?? [] { writeToStandardError("stampede: -m \(mapFile!): \(warning)\n") }
         var lines = text.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
@@ -604,7 +639,7 @@ struct ServeCommand: ParsableCommand {
         var output: [UInt8] = []
         for line in lines {
             let outcome = rules?.apply(to: Array(line), isWrite: create, client: client,
-                                       servable: policy.map { policy in { policy.canServe($0, isWrite: create) } },
+                                       servable: nil,
                                        trace: trace) ?? .mapped(Array(line))
             switch outcome {
             case .mapped(let mapped):
@@ -612,7 +647,9 @@ struct ServeCommand: ParsableCommand {
             case .refused(let message):
                 output += Array("ERROR: \(message ?? "Access violation")\n".utf8)
             case .failed(let failure):
-                output += Array("ERROR: Remap table failure (\(failure))\n".utf8)
+                // As 7.3: the refusal on standard output, why on standard error.
+                output += Array("ERROR: Remap table failure\n".utf8)
+                writeToStandardError("stampede: remap: \(sanitizedForLog(line)): \(failure)\n")
             }
         }
         output.withUnsafeBytes { try? writeFully(1, $0) }

@@ -95,7 +95,8 @@ struct ServerStartup {
         if let notifier {
             notifier.notify("READY=1\nSTATUS=serving \(root)\nMAINPID=\(getpid())")
             let done = Done()
-            let heartbeats = server.workers.map(\.metrics)
+            let heartbeats = server.workers.enumerated().map { ("worker \($0.offset)", $0.element.metrics) }
+                + (web?.loops ?? []).enumerated().map { ("HTTP loop \($0.offset)", $0.element.metrics) }
             let supervisor = SystemThread { notifier.supervise(heartbeats: heartbeats, logger: logger) { done.flag.load(ordering: .acquiring) } }
             summary = server.run()
             done.flag.store(true, ordering: .releasing)

@@ -51,9 +51,10 @@ final class SystemdNotifier: Sendable {
         _ = state.utf8CString.withUnsafeBytes { send(socket, $0.baseAddress, $0.count - 1, Int32(MSG_NOSIGNAL)) }
     }
 
-    /// Pings the watchdog at half its interval while every worker is turning (a worker turns at
-    /// least twice a second), says STOPPING=1 once a stop is asked; until `done`.
-    func supervise(heartbeats: [WorkerMetrics], logger: Logger, done: () -> Bool) {
+    /// Pings the watchdog at half its interval while every loop is turning (a TFTP worker turns
+    /// at least twice a second, an HTTP loop four times), says STOPPING=1 once a stop is asked;
+    /// until `done`. `heartbeats`: each loop's name and the metrics it stamps each turn with.
+    func supervise(heartbeats: [(name: String, metrics: WorkerMetrics)], logger: Logger, done: () -> Bool) {
         let interval = watchdogInterval.map { $0 / 2 } ?? 100_000_000
         var stopping = false
         var lastPing: Nanoseconds = 0
@@ -72,9 +73,11 @@ final class SystemdNotifier: Sendable {
                 // An idle worker turns every half second; one silent for the whole interval (2 s at
                 // least) is stuck, and systemd may restart the server.
                 let patience = max(watchdog, 2 * nanosecondsPerSecond)
-                let stuck = heartbeats.firstIndex { now - Nanoseconds($0.value(.lastTurn)) > patience }
+                let stuck = heartbeats.firstIndex { now - Nanoseconds($0.metrics.value(.lastTurn)) > patience }
                 if let stuck {
-                    if stalled != stuck { logger.error("worker \(stuck) has not turned for more than the watchdog interval: not pinging systemd") }
+                    if stalled != stuck {
+                        logger.error("\(heartbeats[stuck].name) has not turned for more than the watchdog interval: not pinging systemd")
+                    }
                 } else {
                     notify("WATCHDOG=1")
                     lastPing = now

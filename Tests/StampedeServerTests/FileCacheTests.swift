@@ -122,10 +122,10 @@ import StampedeProtocol
         let loader = try #require(image(try acquire(cache, "ipxe.efi")))
         #expect(Array(loader.bytes) == padded && loader.count == padded.count)
         #expect(loader.residentCount == 2 * huge && cache.residentBytes == short.count + 2 * huge)
+        let policy = String(decoding: try readWholeFile("/sys/kernel/mm/transparent_hugepage/shmem_enabled"), as: UTF8.self)
         for image in [kernel, loader] {
             let base = UInt(bitPattern: image.bytes.baseAddress)
             #expect(base % UInt(huge) == 0)
-            let policy = String(decoding: try readWholeFile("/sys/kernel/mm/transparent_hugepage/shmem_enabled"), as: UTF8.self)
             if !policy.contains("[deny]") {  // "deny" refuses huge pages to every shmem file
                 let found = try hugeKiB(mappedAt: base)
                 #expect(found == 2 * huge >> 10, "\(image.count) bytes: \(String(describing: found)) KiB")

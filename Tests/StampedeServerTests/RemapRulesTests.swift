@@ -77,10 +77,13 @@ import StampedeProtocol
         #expect(try map("r ^b$ first\nr ^a$ b", "a") == "b")
     }
 
-    @Test func aRefusesWithTheReplacementAsMessage() throws {
+    @Test func aRefusesWithTheReplacementAloneAsMessage() throws {
         #expect(try map(#"a \.\."#, "../etc/passwd") == "REFUSED(-)")
-        #expect(try map(#"a ^secret/ No\ secrets\ here"#, "secret/key") == "REFUSED(No secrets herekey)")
+        // The replacement, not the name rewritten with it (in.tftpd 7.3 answers "denied").
+        #expect(try map(#"a ^secret denied"#, "secret/x") == "REFUSED(denied)")
+        #expect(try map(#"a ^secret/ No\ secrets\ here"#, "secret/key") == "REFUSED(No secrets here)")
         #expect(try map(#"a ^secret/.*$ No\ secrets\ for\ \i"#, "secret/key") == "REFUSED(No secrets for 192.0.2.169)")
+        #expect(try map(#"a ^(pri)vate no-\1-here"#, "private/y") == "REFUSED(no-pri-here)")
     }
 
     @Test func aRuleAfterAnExitIsNotReached() throws {

@@ -1,7 +1,8 @@
 """A slow disk for the tests: a FUSE file system that mirrors a directory and takes its time where
-a real disk under load does (fsync, directory reads). Run as a process of its own:
+a real disk under load does (fsync, directory reads, and looking up a name that begins with
+"slow": a cold directory on a busy disk). Run as a process of its own:
 
-    python slowdisk.py BACKING MOUNTPOINT --fsync 2 --readdir 0.5
+    python slowdisk.py BACKING MOUNTPOINT --fsync 2 --readdir 0.5 --lookup 3
 
 It cannot reserve space (no fallocate: FAT, many FUSE and older NFS file systems cannot), so a
 server that falls back to writing every block of a reservation does so through it, slowly."""
@@ -13,16 +14,19 @@ from fuse import FUSE, Operations
 
 
 class SlowDisk(Operations):
-    def __init__(self, backing, fsync_delay, readdir_delay):
+    def __init__(self, backing, fsync_delay, readdir_delay, lookup_delay=0.0):
         self.backing = backing
         self.fsync_delay = fsync_delay
         self.readdir_delay = readdir_delay
+        self.lookup_delay = lookup_delay
 
     def path(self, path):
         return os.path.join(self.backing, path.lstrip("/"))
 
     # Names
     def getattr(self, path, fh=None):
+        if fh is None and os.path.basename(path).startswith("slow"):
+            time.sleep(self.lookup_delay)
         st = os.lstat(self.path(path)) if fh is None else os.fstat(fh)
         return {key: getattr(st, key) for key in ("st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_atime",
                                                   "st_mtime", "st_ctime", "st_ino", "st_blocks")}
@@ -99,6 +103,7 @@ if __name__ == "__main__":
     parser.add_argument("mountpoint")
     parser.add_argument("--fsync", type=float, default=0)
     parser.add_argument("--readdir", type=float, default=0)
+    parser.add_argument("--lookup", type=float, default=0)
     options = parser.parse_args()
-    FUSE(SlowDisk(os.path.abspath(options.backing), options.fsync, options.readdir), options.mountpoint,
+    FUSE(SlowDisk(os.path.abspath(options.backing), options.fsync, options.readdir, options.lookup), options.mountpoint,
          foreground=True, allow_other=True, default_permissions=True, nothreads=False)

@@ -19,19 +19,20 @@ HERE = Path(__file__).parent
 
 @pytest.fixture
 def slow_disk(tmp_path):
-    """slow_disk(fsync=seconds, readdir=seconds) -> a mounted directory whose files live in a
-    backing directory of the test's."""
+    """slow_disk(fsync=seconds, readdir=seconds, lookup=seconds) -> a mounted directory whose
+    files live in a backing directory of the test's (`lookup`: names beginning with "slow")."""
     if os.geteuid() != 0:
         pytest.skip("LOUD SKIP: mounting a FUSE file system needs root")
     mounted = []
 
-    def make(fsync=0.0, readdir=0.0):
+    def make(fsync=0.0, readdir=0.0, lookup=0.0):
         backing, mount = tmp_path / f"backing{len(mounted)}", tmp_path / f"disk{len(mounted)}"
         backing.mkdir()
         mount.mkdir()
         backing.chmod(0o777)
         process = subprocess.Popen([sys.executable, str(HERE / "slowdisk.py"), str(backing), str(mount),
-                                    "--fsync", str(fsync), "--readdir", str(readdir)], stderr=subprocess.PIPE)
+                                    "--fsync", str(fsync), "--readdir", str(readdir), "--lookup", str(lookup)],
+                                   stderr=subprocess.PIPE)
         deadline = time.time() + 10
         while not os.path.ismount(mount):
             assert process.poll() is None and time.time() < deadline, process.stderr.read().decode(errors="replace")
@@ -160,3 +161,41 @@ def test_the_start_does_not_wait_for_the_sweep_of_stale_uploads(slow_disk, backe
     finally:
         s.stop()
     assert ready < 2.5, f"the server said it serves {ready:.2f} s after it started"
+
+
+def test_a_stuck_http_loop_stops_the_watchdog_pings(slow_disk, tmp_path):
+    """systemd restarts a server whose loop is stuck: a TFTP worker that stops turning stops the
+    pings, and so must an HTTP loop. One is held in a name lookup the disk takes seconds over (a
+    cold directory of a busy disk); while it is, no WATCHDOG=1 goes out, and the log says which."""
+    import socket
+    from conftest import free_tcp_port, free_udp_port
+    backing, mount = slow_disk(lookup=4.0)
+    (backing / "hello.txt").write_text("hello\n")
+    (backing / "slow.img").write_bytes(b"x" * 1000)
+    for f in backing.iterdir():
+        f.chmod(0o644)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path = tmp_path / "notify"
+    listener.bind(str(path))
+    listener.settimeout(10)
+    web, port = free_tcp_port(), free_udp_port()
+    environment = dict(os.environ, NOTIFY_SOCKET=str(path), WATCHDOG_USEC="200000")
+    log = open(tmp_path / "server.log", "w+")
+    server = subprocess.Popen([str(BINARY), "-l", "-L", "-a", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{web}",
+                               "--workers", "1", "-u", "root", str(mount)], env=environment, stderr=log)
+    try:
+        assert "READY=1" in listener.recv(4096).decode()
+        fetch = subprocess.Popen(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{web}/slow.img"])
+        started, pings = time.time(), []
+        while time.time() - started < 6:
+            if listener.recv(4096) == b"WATCHDOG=1":
+                pings.append(time.time() - started)
+        gaps = [b - a for a, b in zip([0.0] + pings, pings + [6.0])]
+        assert max(gaps) > 1.5, pings  # the pings stopped while the loop was held
+        assert fetch.wait(timeout=15) == 0
+        log.flush()
+        assert "HTTP loop 0 has not turned for more than the watchdog interval" in (tmp_path / "server.log").read_text()
+    finally:
+        server.send_signal(15)
+        server.wait(timeout=15)
+        listener.close()

@@ -1,6 +1,7 @@
 """Drop-in for in.tftpd: remap rules, inetd and systemd sockets, detaching, pidfile, syslog, argv[0]."""
 import os
 import pwd
+import resource
 import signal
 import socket
 import subprocess
@@ -51,7 +52,7 @@ def test_remap_rules_choose_files_and_refuse_as_tftpd_hpa_does(serve, site):
     assert fetch(s.port, "boot/by-ip") == (0, b"for the loopback host\n")
     assert fetch(s.port, "hello.txt")[1] == b"hello, rack\n"
     c = RawClient(s)
-    assert c.exchange(request("../etc/passwd"))[0] == ("ERROR", (2, "No climbing/etc/passwd"))
+    assert c.exchange(request("../etc/passwd"))[0] == ("ERROR", (2, "No climbing"))
     assert c.exchange(request("secret/key"))[0] == ("ERROR", (2, "Not here"))
     assert 'remapped to "pxelinux.cfg/default"' in s.log_text()
 
@@ -121,8 +122,10 @@ def test_map_test_prints_what_each_name_becomes(binary, site):
         r = run([str(binary), "-m", str(rules), "--map-test", "-", *args], input="".join(n + "\n" for n in names).encode())
         return r.returncode, r.stdout.decode().split("\n")[:-1]
     assert map_test([r"PXELINUX.CFG\01-aa-bb", "boot/by-ip", "../x", "secret"]) == \
-        (0, ["pxelinux.cfg/01-aa-bb", "hosts/192.0.2.34", "ERROR: No climbing/x", "ERROR: Not here"])
+        (0, ["pxelinux.cfg/01-aa-bb", "hosts/192.0.2.34", "ERROR: No climbing", "ERROR: Not here"])
     assert map_test(["boot/by-ip"], "--map-client", "192.0.2.7") == (0, ["hosts/192.0.2.7"])
+    for bad in ("", " 10.0.0.1", "10.0.0.1:69", "[::1]", "host.example"):  # an address, as a client's is
+        assert map_test(["boot/by-ip"], "--map-client", bad)[0] == 64, bad
     assert map_test(["boot/by-ip"], "-6") == (0, ["hosts/2001:db8::feed:face:dead:beef"])
     assert map_test(["secret"], "-c") == (0, ["secret"])  # the a~ rule is G (reads) only
     traced = run([str(binary), "-m", str(rules), "--map-test", "-", "--verbosity", "3"], input=b"boot/by-ip\n")
@@ -210,6 +213,59 @@ def test_systemd_socket_activation_serves_every_passed_socket(binary, root, back
             p.kill()
     log = p.stderr.read().decode()
     assert "no transfer for 3 s (-t): exiting" in log, log
+
+
+def test_systemd_passes_a_listening_tcp_socket_and_http_is_served_on_it(binary, root):
+    """A socket unit with ListenStream= beside ListenDatagram=: the TCP socket is served as --http
+    would be, by a server that could not bind it itself (port 80 as the user tftp)."""
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(64)
+    p = spawn_with_sockets(binary, ["--systemd", "--stderr", "-u", "root", str(root)], [udp, tcp])
+    try:
+        url = f"http://127.0.0.1:{tcp.getsockname()[1]}"
+        done = run(["curl", "-s", "--retry", "5", "--retry-connrefused", "-o", "-", f"{url}/one-mib.bin"])
+        assert done.stdout == (root / "one-mib.bin").read_bytes()
+        head = run(["curl", "-s", "-I", f"{url}/hello.txt"])
+        assert head.stdout.startswith(b"HTTP/1.1 200") and b"Content-Length: 12" in head.stdout
+        assert fetch(udp.getsockname()[1], "hello.txt") == (0, b"hello, rack\n")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=15) == 0
+    log = p.stderr.read().decode()
+    assert f"over HTTP on http://127.0.0.1:{tcp.getsockname()[1]}/" in log, log
+
+
+@pytest.mark.parametrize("count, says", [("2147483647", "more descriptors than this process may hold"),
+                                         (str(resource.getrlimit(resource.RLIMIT_NOFILE)[1] - 8), "descriptor 4 is not open"),
+                                         ("x", "not a count of sockets"),
+                                         ("2", "neither a UDP socket nor a listening TCP socket")])
+def test_listen_fds_is_not_taken_on_trust(binary, root, tmp_path, count, says):
+    """LISTEN_FDS names descriptors that must exist: a count no process can hold allocated 8 GB
+    and died; each descriptor is checked, and a bad one stops the server saying which."""
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    regular = open(tmp_path / "not-a-socket", "w")
+    script = f'export LISTEN_PID=$$ LISTEN_FDS={count}; exec "$@"'
+    fds = [udp.fileno()] if count != "2" else [udp.fileno(), regular.fileno()]
+
+    def place():
+        for i, fd in enumerate(fds):
+            os.dup2(fd, 100 + i)
+        for i in range(len(fds)):
+            os.dup2(100 + i, 3 + i)
+        for fd in range(4 + len(fds) - 1, 120):
+            if fd >= 3 + len(fds):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+    r = subprocess.run(["sh", "-c", script, "sh", str(binary), "--systemd", str(root)], close_fds=False,
+                       preexec_fn=place, capture_output=True, timeout=20)
+    assert r.returncode == 1 and says in r.stderr.decode(), (r.returncode, r.stderr)
+    regular.close()
 
 
 def test_systemd_mode_without_sockets_says_so(binary, root):
@@ -300,7 +356,8 @@ def test_as_in_tftpd_every_argument_is_the_servers(binary, tmp_path):
     assert r.returncode == 0 and r.stdout.startswith(b"tftp-hpa 7.3 compatible (stampede "), r
     assert b"\nFilename remap: yes\n" in r.stdout and b"\nJail:           yes (openat2)\n" in r.stdout, r
     r = run([str(link), "-l", "-L", "-a", "127.0.0.1:0", "get"], stdin=subprocess.DEVNULL)
-    assert r.returncode == 66 and b"cannot open get" in r.stderr, r  # a directory named get, not the client
+    # A directory named get, not the client (relative, so refused as 7.3 refuses it).
+    assert r.returncode == 65 and b"invalid directory path: get" in r.stderr, r
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a private mount namespace with its own /dev/log")

@@ -180,8 +180,26 @@ def test_http_1_0_closes_unless_asked_to_keep_alive(web):
     s = web()
     raw = exchange(s.http_port, b"GET /hello.txt HTTP/1.0\r\n\r\n")
     assert raw.startswith(b"HTTP/1.1 200") and raw.endswith(b"hello, rack\n")
-    raw = exchange(s.http_port, b"GET /hello.txt HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", until_closed=False)
-    assert raw.startswith(b"HTTP/1.1 200") and raw.endswith(b"hello, rack\n")
+    (_, headers, _), = responses(raw)
+    assert headers["connection"] == "close"
+
+
+def test_http_1_0_keep_alive_is_said_in_the_answer_and_kept(web):
+    """RFC 9112 §9.3: a 1.0 connection persists only when the answer says keep-alive; a 1.0 client
+    (ab -k, older tools) that asked and hears nothing waits for a close that never comes."""
+    s = web()
+    with socket.create_connection(("127.0.0.1", s.http_port), timeout=5) as c:
+        for _ in range(2):
+            c.sendall(b"GET /hello.txt HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            raw = b""
+            while not raw.endswith(b"hello, rack\n"):
+                raw += c.recv(4096)
+            (status, headers, body), = responses(raw)
+            assert status == 200 and headers["connection"] == "keep-alive" and body == b"hello, rack\n"
+    # curl as a 1.0 client that asks for keep-alive reuses the connection it was promised.
+    done = curl("-v", "--http1.0", "-H", "Connection: keep-alive", "-o", "/dev/null", "-o", "/dev/null",
+                f"{s.url}/hello.txt", f"{s.url}/missing")
+    assert b"Re-using existing connection" in done.stderr or b"Reusing existing" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("request_bytes, status", [
@@ -204,6 +222,24 @@ def test_bad_requests_get_their_status_and_a_log_line(web, request_bytes, status
     assert raw.startswith(f"HTTP/1.1 {status} ".encode()), raw[:200]
     assert s.log_lines(f" http {status} ")
     assert s.alive
+
+
+@pytest.mark.parametrize("request_bytes, status", [
+    (b"HEAD /hello%zz HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    (b"HEAD /hello.txt HTTP/1.1\r\n\r\n", 400),  # no Host
+    (b"HEAD /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+    (b"HEAD /hello.txt HTTP/1.1\r\nHost: x\r\n" + b"X: y\r\n" * 101 + b"\r\n", 431),
+    (b"HEAD /hello.txt HTTP/2.0\r\nHost: x\r\n\r\n", 505),
+    (b"HEAD /missing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 404),
+])
+def test_a_refused_head_has_no_body(web, request_bytes, status):
+    """RFC 9110 §9.3.2: the answer to a HEAD has no body, whatever its status (its
+    Content-Length is the GET's)."""
+    s = web()
+    raw = exchange(s.http_port, request_bytes)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode()) and b"Content-Length: " in head, raw[:200]
+    assert body == b"", raw
 
 
 def test_the_access_policy_is_tftps(web, root, tmp_path):
@@ -346,6 +382,26 @@ def test_the_connection_limit_bounds_connections_and_memory(web):
         for c in held:
             c.close()
     assert s.log_lines("--http-max-connections")
+
+
+def test_http_over_ipv6_serves_as_over_ipv4(root, tmp_path):
+    """--http [::1]:PORT: whole files, ranges and the log's client address over IPv6, beside TFTP
+    on IPv6."""
+    port = free_tcp_port()
+    s = Server(root, ("--http", f"[::1]:{port}"), host="::1")
+    try:
+        url = f"http://[::1]:{port}"
+        assert f"over HTTP on {url}/" in s.log_text()
+        got = tmp_path / "got"
+        done = curl("-g", "-o", str(got), "-w", "%{http_code}", f"{url}/one-mib.bin")
+        assert done.stdout == b"200" and got.read_bytes() == (root / "one-mib.bin").read_bytes()
+        part = curl("-g", "-r", "10-19", "-o", "-", f"{url}/one-mib.bin")
+        assert part.stdout == (root / "one-mib.bin").read_bytes()[10:20]
+        assert curl("-g", "-o", "-", f"tftp://[::1]:{s.port}/hello.txt").stdout == b"hello, rack\n"
+        lines = s.log_lines('"one-mib.bin" http 200')
+        assert lines and "::1" in lines[0], lines
+    finally:
+        s.stop()
 
 
 def test_bad_http_flags_exit_64(binary, tmp_path):

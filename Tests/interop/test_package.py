@@ -4,6 +4,7 @@ used through an overlay, so that every test starts from the same tree and leaves
 import os
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import time
@@ -223,3 +224,60 @@ def test_apt_swaps_stampede_and_tftpd_hpa_both_ways(host):
     host.apt_install("tftpd-hpa")
     assert host.installed("tftpd-hpa") and not host.installed("stampede")
     assert host.run("in.tftpd", "-V").stdout.decode().startswith("tftp-hpa")
+
+
+def test_the_packaged_units_serve_http_on_port_80_as_the_user_tftp(host, network_namespace, tmp_path):
+    """The socket unit with the example drop-in (ListenStream=80) passes port 80 to the service,
+    which runs as the user tftp and could not bind it: the unit's own command line serves HTTP
+    on it, and TFTP on port 69 beside it. systemd is played by the test (in a network namespace
+    of its own, so that the ports are the real ones): the sockets as its socket unit makes them,
+    LISTEN_FDS, the user and the command line of stampede.service."""
+    host.apt_install(host.put(package()))
+    uid, gid = host.ids("tftp")
+    dropin = (host.root / "usr/share/doc/stampede/examples/stampede-http.conf").read_text()
+    assert "[Socket]" in dropin and "ListenStream=80" in dropin.splitlines()
+    service = (host.root / "lib/systemd/system/stampede.service").read_text()
+    command = next(line for line in service.splitlines() if line.startswith("ExecStart="))
+    argv = [word.replace("${TFTPD_HOME}", "/var/lib/tftpboot") for word in command[len("ExecStart="):].split()
+            if word != "$TFTPD_OPTS"]
+    served = os.urandom(2 << 20)
+    boot = host.root / "var/lib/tftpboot/ipxe.efi"
+    boot.write_bytes(served)
+    boot.chmod(0o644)
+    lab = network_namespace()
+    with lab.sockets():
+        # BindIPv6Only=both, as the package's socket unit says: one dual-stack socket for each line.
+        udp = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        udp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        udp.bind(("::", 69))
+        tcp = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        tcp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        tcp.bind(("::", 80))
+        tcp.listen(128)
+
+    def place():
+        os.dup2(udp.fileno(), 100)
+        os.dup2(tcp.fileno(), 101)
+        os.dup2(100, 3)
+        os.dup2(101, 4)
+    # In the namespace too: the transfers' own sockets are made where the server runs.
+    script = 'export LISTEN_PID=$$ LISTEN_FDS=2; exec "$@"'
+    server = subprocess.Popen(["sh", "-c", script, "sh", *lab.inside, "chroot", f"--userspec={uid}:{gid}", str(host.root),
+                               *argv], close_fds=False,
+                              preexec_fn=place, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        got = tmp_path / "got"
+        done = lab.run_inside(["curl", "-s", "--retry", "5", "--retry-connrefused", "-o", str(got),
+                               "http://127.0.0.1:80/ipxe.efi"], timeout=60)
+        assert done.returncode == 0 and got.read_bytes() == served, done.stderr
+        done = lab.run_inside(["curl", "-s", "-g", "-o", str(got), "http://[::1]:80/ipxe.efi"], timeout=60)
+        assert done.returncode == 0 and got.read_bytes() == served
+        done = lab.run_inside(["curl", "-s", "-o", str(got), "tftp://127.0.0.1:69/ipxe.efi"], timeout=60)
+        assert done.returncode == 0 and got.read_bytes() == served
+        uids = Path(f"/proc/{server.pid}/status").read_text().split("Uid:")[1].split()[:4]
+        assert uids == [str(uid)] * 4, uids
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
+        udp.close()
+        tcp.close()

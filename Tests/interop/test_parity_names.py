@@ -129,6 +129,9 @@ def test_path_prefix_serves_what_7_3_serves(tmp_path, flags, directory):
 @pytest.mark.parametrize("argv,status", [
     (["/"], 65),  # "/" only with --path-prefix
     (["--path-prefix", "/nonexistent-prefix", "/"], 65),
+    (["srv"], 65),  # a relative directory, without -s or -j: "invalid directory path"
+    (["./"], 65),
+    (["--path-prefix", "/tmp", "relative/dir"], 65),
     (["--normalize=bogus", "/srv"], 64),
     (["--map-steps", "0", "/srv"], 64),
     (["--map-steps", "-1", "/srv"], 64),
@@ -180,7 +183,9 @@ def test_the_remap_language_of_7_3_serves_as_7_3_does(tmp_path):
 
 
 # --map-test FILE: each line a requested name, the result on stdout, as 7.3 prints it. An `a`
-# rule's line is "ERROR: " and a message (7.3 prints "(null)" for a rule without one).
+# rule's line is "ERROR: " and its message, the replacement with its escapes expanded (7.3's
+# MATCHONLY: not the name rewritten); for a rule without one 7.3 prints "(null)", Stampede
+# "Access violation", the message it sends.
 MAP_RULES = r"""
 r ^foo bar
 a ^deny
@@ -199,21 +204,27 @@ ri ^BOOT(.*) B\1
 rE ^(.*)$ \1.never
 r ^hash\#(.*)$ \#\1
 """
-MAP_NAMES = ["foo.txt", "deny/me", "get", "put", "family", "xabc", "aaa", "abba", "bab", "BoOt.x", "boot", "hash#x",
+# Ahead of MAP_RULES: the messages of `a` rules.
+ABORT_RULES = r"""
+a ^secret denied
+a ^(pri)vate no-\1-here\ for\ \i
+a~ ^[a-z] \0-\1-not-a-letter
+"""
+MAP_NAMES = ["secret/x", "private/y", "0day", "foo.txt", "deny/me", "get", "put", "family", "xabc", "aaa", "abba", "bab", "BoOt.x", "boot", "hash#x",
              "", "  spaced  ", "/abs/./p", "a/../../b", "pxelinux.cfg/01-aa-bb"]
 
 
 def map_test(command, *argv):
     r = subprocess.run([*command, *map(str, argv)], capture_output=True, timeout=10)
     lines = r.stdout.decode(errors="replace").split("\n")
-    return r.returncode, [line[:7] if line.startswith("ERROR: ") else line for line in lines]
+    return r.returncode, ["ERROR: Access violation" if line == "ERROR: (null)" else line for line in lines]
 
 
 @pytest.mark.parametrize("flags", [[], ["-6"], ["-c"], ["-4", "-c"], ["--normalize"], ["--normalize=root"],
                                    ["--map-steps", "5"]], ids=lambda f: " ".join(f) or "plain")
 def test_map_test_prints_what_7_3_prints(tmp_path, flags):
     rules, names = tmp_path / "rules", tmp_path / "names"
-    rules.write_text(MAP_RULES)
+    rules.write_text(ABORT_RULES + MAP_RULES)
     names.write_text("\n".join(MAP_NAMES) + "\n")
     theirs = map_test(in_tftpd(*flags, "-m", rules, "--map-test", names, share=tmp_path))
     ours = map_test([str(SERVER_BINARY), *flags, "-m", rules, "--map-test", names])
@@ -259,10 +270,37 @@ def test_where_stampede_differs_on_purpose(tmp_path):
     # gg with an empty match: 7.3 never moves past it and fails the request after --map-steps;
     # Stampede moves on as sed does (`sed 's/b*/-/g'`).
     theirs, ours = compare("rgg b* -\n")
-    assert theirs == (0, ["ERROR: ", "ERROR: ", ""])
+    assert theirs == (0, ["ERROR: Remap table failure", "ERROR: Remap table failure", ""])
     assert ours == (0, ["-X-a-E-", "-a-c-", ""])
     # A jump to a label that is not there: 7.3 fails each request that takes it; Stampede
     # refuses the file at start (exit 78), as it refuses every other bad line.
     for text in ("j ^a nowhere\n", "j ^a\n", "sj ^a somewhere\n:somewhere\n"):
         theirs, ours = compare(text)
         assert theirs[0] == 0 and ours[0] == 78, (text, theirs, ours)
+
+
+def test_an_a_rule_s_message_goes_on_the_wire_where_7_3_sends_its_own(tmp_path):
+    """Deliberate: 7.3 computes an `a` rule's message (its --map-test prints it) but answers every
+    refusal with "access denied"; Stampede sends the message, as tftpd-hpa 5.x did, so that a
+    client's operator reads why. The code is the same, 2."""
+    rules = tmp_path / "rules"
+    rules.write_text("a ^secret denied\n")
+    with both(["-s", "-u", "root", "-m", rules], tmp_path) as (theirs, ours):
+        ready((theirs, ours))
+        assert outcome(theirs.port, "secret/x", False, "octet", ()) == ("ERROR", 2, "access denied")
+        assert outcome(ours.port, "secret/x", False, "octet", ()) == ("ERROR", 2, "denied")
+
+
+def test_map_test_s_E_rule_finds_no_file_as_7_3_s(tmp_path):
+    """7.3's --map-test answers every `E` probe "Just testing...", whatever directory is named
+    and whatever is in it: the rewrite is undone. Stampede's does the same."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.found").write_text("x\n")
+    (root / "a.found").chmod(0o644)
+    rules, names = tmp_path / "rules", tmp_path / "names"
+    rules.write_text("rE ^(.*)$ \\1.found\n")
+    names.write_text("a\nb\n")
+    theirs = map_test(in_tftpd("-m", rules, "--map-test", names, root, share=tmp_path))
+    assert theirs == (0, ["a", "b", ""])
+    assert map_test([str(SERVER_BINARY), "-m", rules, "--map-test", names, root]) == theirs

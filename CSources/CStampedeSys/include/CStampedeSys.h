@@ -103,6 +103,10 @@ int stampede_epoll_create(void);
 int stampede_epoll_add(int epoll_fd, int fd, uint64_t tag);
 /* Waits at most timeout_ns (negative: forever). Fills tags; returns how many. */
 int stampede_epoll_wait(int epoll_fd, uint64_t *tags, int capacity, int64_t timeout_ns);
+/* Level-triggered readability that wakes one of the epolls watching fd, not all (a listening
+ * socket several event loops share, passed by systemd). */
+int stampede_epoll_add_exclusive(int epoll_fd, int fd, uint64_t tag);
+int stampede_epoll_remove(int epoll_fd, int fd);
 /* Edge-triggered readiness for reading and writing both (a TCP connection): the caller reads or
  * writes until EAGAIN before it waits again. */
 int stampede_epoll_add_edge(int epoll_fd, int fd, uint64_t tag);
@@ -114,7 +118,7 @@ int stampede_memfd(const char *name, int64_t size);
  * kernel back each whole 2 MiB of it with one huge page (MADV_COLLAPSE, Linux 6.1), which it
  * does whatever shmem_enabled says (Debian's is "never"): sendfile then splices the image a huge
  * page at a time instead of looking up and locking each 4 KiB page. Only whole 2 MiB pieces
- * are: the caller pads a memfd whose tail it wants in one too (FileImage.memfdCount). Where the
+ * are: the caller pads a memfd whose tail it wants in one too (FileImage.residentCount). Where the
  * kernel declines (older, "deny", no huge page to be had) the image keeps small pages and
  * works the same. Returns the mapping, or MAP_FAILED with errno set. */
 void *stampede_map_image(int fd, size_t size);
@@ -122,6 +126,11 @@ void *stampede_map_image(int fd, size_t size);
 /* A TCP listener (SO_REUSEADDR, SO_REUSEPORT, IPV6_V6ONLY for IPv6), bound and listening,
  * non-blocking. Returns the fd. */
 int stampede_tcp_listener(const struct sockaddr_storage *address, int backlog);
+/* Binds a socket of the listeners' kind (`stream`: TCP) to `address` without SO_REUSEPORT and
+ * closes it: 0 when nothing else holds the address (the port chosen, for port 0, in *bound), or
+ * -EADDRINUSE when a socket of any process does, though SO_REUSEPORT would let the listeners
+ * share it (and split its clients with that process). */
+int stampede_probe_exclusive(const struct sockaddr_storage *address, int stream, struct sockaddr_storage *bound);
 /* TCP_CORK on or off: a response's head and its sendfile chunks go out as full segments, and
  * what is left at the end goes when the cork comes off. */
 void stampede_tcp_cork(int fd, int on);
@@ -145,6 +154,12 @@ int64_t stampede_monotonic_ns(void);
 
 /* Is fd a datagram socket (fd 0: inetd mode)? 1 or 0. */
 int stampede_fd_is_datagram_socket(int fd);
+
+/* What systemd passed as fd: 1 a datagram socket, 2 a listening TCP socket (IPv4 or IPv6);
+ * -EBADF when fd is not open, -EINVAL (or another -errno) for anything else. */
+int stampede_passed_socket_kind(int fd);
+/* Takes over a listening TCP socket: non-blocking, close-on-exec. Returns fd or -errno. */
+int stampede_adopt_tcp_listener(int fd);
 
 /* Takes over a bound datagram socket from inetd or systemd as a listener: non-blocking,
  * close-on-exec, PKTINFO on, the receive buffer raised. Returns fd, or -ENOTSOCK and the like. */
