@@ -9,7 +9,9 @@ import PackageDescription
 //   StampedeIO        the I/O contract every backend implements, socket addresses, errno, sockets,
 //                     descriptors and files, threads and locks
 //   StampedeServer    the server: workers, access policy, file cache, uploads, limits, remap rules
-//   StampedeHTTP      --http: the same root, policy, rules and file images over HTTP/1.1 (epoll, sendfile)
+//   StampedeHTTPWire  HTTP/1 itself: the request and response heads' grammar, statuses, dates. Pure.
+//   StampedeHTTP      the HTTP engine (connections as state machines, epoll, sendfile) and --http's
+//                     answers: the same root, policy, rules and file images over HTTP/1.1
 //   StampedeGlibc     a backend: epoll + recvmmsg/sendmmsg
 //   StampedeURing     a backend: the Swift side of the io_uring engine
 //   StampedeMetrics   the operator's view: Prometheus exposition over HTTP (its own thread), the
@@ -50,8 +52,9 @@ let package = Package(
         .target(name: "StampedeIO", dependencies: ["StampedeProtocol", "CStampedeSys"]),
         .target(name: "StampedeServer", dependencies: ["StampedeProtocol", "StampedeIO", "CStampedeSys", log,
                                                      .product(name: "Atomics", package: "swift-atomics")]),
-        .target(name: "StampedeHTTP", dependencies: ["StampedeServer", "StampedeIO", "StampedeProtocol", "CStampedeSys", log,
-                                                   .product(name: "Atomics", package: "swift-atomics")]),
+        .target(name: "StampedeHTTPWire"),
+        .target(name: "StampedeHTTP", dependencies: ["StampedeHTTPWire", "StampedeServer", "StampedeIO", "StampedeProtocol",
+                                                   "CStampedeSys", log, .product(name: "Atomics", package: "swift-atomics")]),
         .target(name: "StampedeMetrics",
                 dependencies: ["StampedeServer", "StampedeIO", "StampedeProtocol",
                                .product(name: "Prometheus", package: "swift-prometheus"),
@@ -61,7 +64,7 @@ let package = Package(
                                .product(name: "NIOHTTP1", package: "swift-nio")]),
         .target(name: "StampedeGlibc", dependencies: ["StampedeIO", "CStampedeSys"]),
         .target(name: "StampedeURing", dependencies: ["StampedeIO", "CStampedeSys", "CStampedeRing"]),
-        .target(name: "StampedeStorm", dependencies: ["StampedeProtocol", "StampedeIO"]),
+        .target(name: "StampedeStorm", dependencies: ["StampedeProtocol", "StampedeIO", "StampedeHTTPWire"]),
         .executableTarget(
             name: "stampede",
             dependencies: ["StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeGlibc", "StampedeURing",
@@ -89,8 +92,10 @@ let package = Package(
         .target(name: "StampedeTestSupport", dependencies: ["StampedeIO", "StampedeServer", "StampedeGlibc", "StampedeURing", log],
                 path: "Tests/StampedeTestSupport"),
         .testTarget(name: "StampedeProtocolTests", dependencies: ["StampedeProtocol"]),
+        .testTarget(name: "StampedeHTTPWireTests", dependencies: ["StampedeHTTPWire"]),
         .testTarget(name: "StampedeHTTPTests",
-                    dependencies: ["StampedeHTTP", "StampedeServer", "StampedeIO", "StampedeTestSupport", log]),
+                    dependencies: ["StampedeHTTP", "StampedeHTTPWire", "StampedeServer", "StampedeIO", "StampedeProtocol",
+                                   "StampedeTestSupport", log]),
         .testTarget(name: "StampedeServerTests",
                     dependencies: ["StampedeServer", "StampedeProtocol", "StampedeIO", "StampedeTestSupport", "StampedeMetrics", log]),
         // The backend contract, tested once for every backend, with a malloc counter for the hot path.
@@ -99,7 +104,7 @@ let package = Package(
                     dependencies: ["StampedeGlibc", "StampedeURing", "StampedeServer", "StampedeProtocol", "StampedeIO",
                                    "CMallocCounter", "StampedeTestSupport", log]),
         .testTarget(name: "StampedeStormTests",
-                    dependencies: ["StampedeStorm", "StampedeServer", "StampedeHTTP", "StampedeGlibc", "StampedeURing",
+                    dependencies: ["StampedeStorm", "StampedeServer", "StampedeHTTP", "StampedeHTTPWire", "StampedeGlibc", "StampedeURing",
                                    "StampedeProtocol", "StampedeIO", "StampedeTestSupport", log]),
     ]
 )

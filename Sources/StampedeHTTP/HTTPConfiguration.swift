@@ -1,9 +1,11 @@
+import StampedeHTTPWire
 import StampedeIO
 import StampedeProtocol
 
-/// `--http` and its limits. What to serve, and how (the root, the access policy, the remap rules,
-/// the log format, the grace at a stop) is the TFTP server's `ServerConfiguration`: one root,
-/// one policy for both protocols.
+/// An HTTP server's addresses and limits (`--http`; the metrics endpoint has its own). What a
+/// file server serves, and how (the root, the access policy, the remap rules, the log format,
+/// the grace at a stop) is the TFTP server's `ServerConfiguration`: one root, one policy for both
+/// protocols.
 public struct HTTPConfiguration: Sendable {
     public var listenAddresses: [SocketAddress]
     /// Listening TCP sockets systemd passed (a socket unit's ListenStream), served beside
@@ -23,7 +25,18 @@ public struct HTTPConfiguration: Sendable {
     /// The listen queue of each listener.
     public var backlog: Int32 = 4096
 
+    /// Bytes one connection may write in a row before the others get a turn.
+    public var writeBudget = 4 << 20
+    /// A connection older than this says Connection: close with its next answer (nil: any age).
+    public var connectionLifetime: Nanoseconds?
+
     public init(listenAddresses: [SocketAddress]) {
         self.listenAddresses = listenAddresses
+    }
+
+    /// What each connection's state is held to.
+    var connectionLimits: ConnectionState.Limits {
+        ConnectionState.Limits(requestTimeout: requestTimeout, idleTimeout: idleTimeout, sendTimeout: sendTimeout,
+                               writeBudget: writeBudget, lifetime: connectionLifetime)
     }
 }

@@ -2,23 +2,26 @@ import Atomics
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeHTTPWire
 import StampedeIO
 import StampedeProtocol
 import StampedeServer
 
-/// One HTTP event loop: its own listeners on the server's addresses (SO_REUSEPORT: the kernel
-/// spreads connections over the loops), its own epoll, its connections. Edge-triggered: a
-/// connection is read, or written, until the kernel says EAGAIN. Every file it serves comes
-/// through the TFTP server's remap rules, access policy and file cache.
+/// One HTTP event loop: its listeners (SO_REUSEPORT: the kernel spreads connections over the
+/// loops), its own epoll, its connections, its responder. It does the I/O and nothing else: each
+/// connection's state says what comes next (`ConnectionState`), the responder what the answers
+/// are (`HTTPResponder`). Edge-triggered: a connection is read, or written, until the kernel says
+/// EAGAIN.
 public final class HTTPLoop: @unchecked Sendable {
-    let configuration: ServerConfiguration
     let http: HTTPConfiguration
-    let cache: FileCache
+    let responder: any HTTPResponder
+    /// Connections open, all the loops of a server together.
     let open: ManagedAtomic<Int>
     let admission: Admission?
-    public let metrics = WorkerMetrics()
-    var durations: DurationRecorder
+    public let metrics: WorkerMetrics
     var logger: Logger
+    /// SIGTERM: how long answers being written may take.
+    let shutdownGrace: Nanoseconds
     let epoll: Int32
     /// Its listening sockets: bound by this loop (each loop its own, SO_REUSEPORT), or a
     /// descriptor of a socket systemd passed, which the loops share (`passed`).
@@ -27,8 +30,11 @@ public final class HTTPLoop: @unchecked Sendable {
     /// memory, and a listener left readable would wake the loop at once, again and again.
     var acceptPausedUntil: Nanoseconds?
     var connections: [Connection?] = []
+    /// Connections accepted since the loop began.
+    public private(set) var accepted = 0
+    /// Each slot's generation: the next connection in it gets the next one (`HTTPTag`).
+    var generations: [UInt32] = []
     var free: [Int] = []
-    var generation: UInt32 = 0
     /// Connections that stopped writing for fairness, not for EAGAIN: written again next turn.
     var runnable: [Int] = []
     let scratch: UnsafeMutableRawBufferPointer
@@ -36,23 +42,19 @@ public final class HTTPLoop: @unchecked Sendable {
     let readyTags: UnsafeMutablePointer<UInt64>
     static let readyCapacity = 256
     var nextSweep: Nanoseconds = 0
-    /// SIGTERM: the listeners are closed; each connection's next request is its last.
+    /// SIGTERM: the listeners are closed; each connection's next answer is its last.
     var stopping = false
     var lastRefusalLog: Nanoseconds = 0
-    /// Bytes one connection may write in a row before the others get a turn.
-    static let writeBudget = 4 << 20
-    static let listenerBit: UInt64 = 1 << 63
 
-    init(configuration: ServerConfiguration, http: HTTPConfiguration, cache: FileCache, fileLabels: FileLabels,
-         open: ManagedAtomic<Int>, admission: Admission?, index: Int) throws(Errno) {
-        self.configuration = configuration
+    init(http: HTTPConfiguration, responder: any HTTPResponder, metrics: WorkerMetrics, open: ManagedAtomic<Int>,
+         admission: Admission?, logger: Logger, shutdownGrace: Nanoseconds) throws(Errno) {
         self.http = http
-        self.cache = cache
+        self.responder = responder
+        self.metrics = metrics
         self.open = open
         self.admission = admission
-        durations = DurationRecorder(metrics: metrics, fileLabels: fileLabels)
-        logger = configuration.logger
-        logger[metadataKey: "http"] = "\(index)"
+        self.logger = logger
+        self.shutdownGrace = shutdownGrace
         let ep = stampede_epoll_create()
         if let error = Errno(result: ep) { throw error }
         epoll = ep
@@ -70,6 +72,8 @@ public final class HTTPLoop: @unchecked Sendable {
         scratch.deallocate()
         readyTags.deallocate()
     }
+
+    // MARK: Listeners
 
     /// Binds a listener on each address (port 0: the kernel picks; the caller passes the port
     /// chosen to the next loop); returns the addresses bound.
@@ -110,7 +114,7 @@ public final class HTTPLoop: @unchecked Sendable {
     /// A socket every loop watches wakes one of them per connection (EPOLLEXCLUSIVE), not all.
     private func watch(listener index: Int) throws(Errno) {
         let (fd, passed) = listeners[index]
-        let tag = Self.listenerBit | UInt64(index)
+        let tag = HTTPTag.listener(index).rawValue
         if let error = Errno(result: passed ? stampede_epoll_add_exclusive(epoll, fd, tag) : stampede_epoll_add(epoll, fd, tag)) {
             throw error
         }
@@ -118,14 +122,14 @@ public final class HTTPLoop: @unchecked Sendable {
 
     // MARK: The loop
 
-    /// Serves until SIGTERM/SIGINT: then no new connection or request; responses being written
+    /// Serves until SIGTERM/SIGINT: then no new connection or request; answers being written
     /// may finish within the grace.
     public func run() {
         var stopDeadline: Nanoseconds?
         while true {
             let now = stampede_monotonic_ns()
             if stopDeadline == nil && stampede_stop_requested() != 0 {
-                stopDeadline = now + configuration.shutdownGrace
+                stopDeadline = now + shutdownGrace
                 stopListening(now: now)
             }
             if let deadline = stopDeadline {
@@ -140,12 +144,14 @@ public final class HTTPLoop: @unchecked Sendable {
         metrics.publish()
     }
 
-    /// One turn: waits at most `maxWait` (less when a sweep or a connection's next share is
-    /// due), serves the connections that are ready, accepts new ones while listening, and
-    /// sweeps out those past their deadlines once a second. `run` turns it; a test can too.
+    /// One turn: waits at most `maxWait` (less when a sweep, a connection's next share, or a file
+    /// read is due), serves the connections that are ready, accepts new ones while listening,
+    /// goes on with answers whose files are read, and sweeps out those past their deadlines once
+    /// a second. `run` turns it; a test can too.
     public func turn(now: Nanoseconds, maxWait: Nanoseconds) {
         var wait: Nanoseconds = runnable.isEmpty ? min(maxWait, max(0, nextSweep - now)) : 0
         if let until = acceptPausedUntil { wait = min(wait, max(0, until - now)) }
+        if responder.loads?.isAwaiting == true { wait = min(wait, LoadMailbox.pollInterval) }
         let count = stampede_epoll_wait(epoll, readyTags, Int32(Self.readyCapacity), wait)
         let now = stampede_monotonic_ns()
         if let until = acceptPausedUntil, now >= until { resumeAccepting() }
@@ -153,16 +159,17 @@ public final class HTTPLoop: @unchecked Sendable {
         runnable.removeAll(keepingCapacity: true)
         for slot in ready where connections[slot] != nil { service(slot, now: now) }
         for i in 0..<max(0, Int(count)) {
-            let tag = readyTags[i]
-            if tag & Self.listenerBit != 0 {
-                accept(Int(tag & 0xFFFF), now: now)  // none once stopListening has closed them
+            switch HTTPTag(rawValue: readyTags[i]).kind {
+            case .listener(let index)?:
+                accept(index, now: now)  // none once stopListening has closed them
+            case .connection(let slot, let generation)?:
+                guard slot < connections.count, connections[slot]?.generation == generation else { continue }
+                service(slot, now: now)
+            case nil:
                 continue
             }
-            let slot = Int(tag & 0xFFFF_FFFF)
-            guard slot < connections.count, let connection = connections[slot],
-                  connection.generation == UInt32(tag >> 32) else { continue }
-            service(slot, now: now)
         }
+        resumeWaiting(now: now)
         if now >= nextSweep {
             sweep(now: now)
             nextSweep = now + nanosecondsPerSecond
@@ -177,15 +184,15 @@ public final class HTTPLoop: @unchecked Sendable {
         listeners.removeAll()
         acceptPausedUntil = nil
         stopping = true
-        // No connection closes for the stop itself: a response being written finishes, and every
-        // connection's next request is answered, with Connection: close (`answerInput`). Closing
-        // one now would fail a request already on its way, or send its client to reopen on an
-        // address that still routes here while nothing listens: refused (issue 25's drain).
-        // `sweep` closes a connection that asks nothing for a second.
-        for slot in connections.indices where connections[slot]?.response == nil {
-            connections[slot]?.lastProgress = now
-        }
+        // No connection closes for the stop itself: an answer being written finishes, and every
+        // connection's next request is answered, with Connection: close. Closing one now would
+        // fail a request already on its way, or send its client to reopen on an address that
+        // still routes here while nothing listens: refused (issue 25's drain). One that asks
+        // nothing more goes at the sweep after `drainTimeout`.
+        for connection in connections { _ = connection?.state.handle(.stop, now: now) }
     }
+
+    // MARK: Connections
 
     func accept(_ listener: Int, now: Nanoseconds) {
         guard listener < listeners.count, acceptPausedUntil == nil else { return }
@@ -213,17 +220,25 @@ public final class HTTPLoop: @unchecked Sendable {
                 logRefusal("\(peer.unmapped): connection closed: \(http.maxConnections) connections open (--http-max-connections)", now: now)
                 continue
             }
-            let slot = free.popLast() ?? { connections.append(nil); return connections.count - 1 }()
-            generation &+= 1
-            let connection = Connection(fd: fd, peer: peer.unmapped, now: now, generation: generation)
+            let slot = free.popLast() ?? {
+                connections.append(nil)
+                generations.append(0)
+                return connections.count - 1
+            }()
+            generations[slot] = HTTPTag.next(after: generations[slot])
+            let connection = Connection(fd: fd, peer: peer.unmapped, generation: generations[slot], limits: http.limits,
+                                        state: ConnectionState(limits: http.connectionLimits, opened: now))
             connections[slot] = connection
+            accepted += 1
             metrics.add(.httpConnections)
             admission?.connectionOpened()
-            if let error = Errno(result: stampede_epoll_add_edge(epoll, fd, UInt64(connection.generation) << 32 | UInt64(slot))) {
+            let tag = HTTPTag.connection(slot: slot, generation: connection.generation).rawValue
+            if let error = Errno(result: stampede_epoll_add_edge(epoll, fd, tag)) {
                 logger.error("\(connection.peer): cannot watch the connection: \(error)")
                 close(slot)
                 continue
             }
+            if stopping { _ = connection.state.handle(.stop, now: now) }
             // The request may be there already; edge-triggered, it would not be said again.
             service(slot, now: now)
         }
@@ -252,97 +267,123 @@ public final class HTTPLoop: @unchecked Sendable {
         logger.warning("\(message)")
     }
 
-    /// Writes what is due, then reads and answers requests until the socket has nothing more or
-    /// a response waits for room.
+    /// Does what the connection's state says, until it waits for the socket, a file or the next
+    /// turn: writes the answer due, parses the next head read, reads.
     func service(_ slot: Int, now: Nanoseconds) {
         guard let connection = connections[slot] else { return }
+        _ = connection.state.handle(.serviceBegins, now: now)
         while true {
-            if connection.response != nil {
-                guard write(slot, connection, now: now) else { return }
-                if connection.closing {
-                    close(slot)
-                    return
-                }
-            }
-            // The next request: one already read (pipelined), or more bytes. A response (or a
-            // refusal, after which the connection closes) is written at the top of the loop.
-            if answerInput(connection, now: now) { continue }
-            let read = recv(connection.fd, scratch.baseAddress, scratch.count, 0)
-            if read > 0 {
-                let bytes = UnsafeRawBufferPointer(rebasing: scratch[..<read])
-                connection.lastProgress = now
-                if connection.input.isEmpty { connection.requestStarted = now }
-                connection.input.append(contentsOf: bytes)
-                // A head ends with a line feed: bytes without one cannot complete what was not
-                // complete before, and are not parsed again (a client sending a byte at a time
-                // would make every byte a parse of all it sent) until the head limit is passed.
-                if bytes.contains(10) || connection.input.count > http.limits.headBytes { connection.unparsed = true }
-                continue
-            }
-            if read == 0 || (errno != EAGAIN && errno != EINTR) {
-                // The client closed (or reset): what it had not finished asking is dropped.
+            switch connection.state.phase {
+            case .closed:
                 close(slot)
                 return
+            case .answering, .waitingForFile:
+                return
+            case .writing:
+                switch write(slot, connection, now: now) {
+                case .blocked, .abandoned:
+                    return
+                case .yielded:
+                    runnable.append(slot)
+                    return
+                case .done:
+                    endResponse(connection, abandoned: nil)
+                    if case .close = connection.state.handle(.answerWritten(inputLeft: !connection.input.isEmpty), now: now) {
+                        close(slot)
+                        return
+                    }
+                }
+            case .idle, .readingHead:
+                if !connection.input.isEmpty && parse(connection, now: now) { continue }
+                let read = recv(connection.fd, scratch.baseAddress, scratch.count, 0)
+                if read > 0 {
+                    connection.input.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[..<read]))
+                    _ = connection.state.handle(.bytesRead, now: now)
+                    continue
+                }
+                if read < 0 && errno == EINTR { continue }
+                if read < 0 && errno == EAGAIN { return }
+                // The client closed (or reset): what it had not finished asking is dropped.
+                _ = connection.state.handle(.peerGone, now: now)
             }
-            if errno == EINTR { continue }
-            return
         }
     }
 
-    /// Parses the next head in the connection's input and sets its response (or its refusal's):
-    /// true; false if there is none yet.
-    func answerInput(_ connection: Connection, now: Nanoseconds) -> Bool {
-        guard connection.unparsed, !connection.closing else { return false }
-        connection.unparsed = false
-        let limits = http.limits
+    /// Reads the head in the connection's input, from where the last read of it stopped; when
+    /// it is whole (or refused), has it answered: true. False while it is not whole.
+    func parse(_ connection: Connection, now: Nanoseconds) -> Bool {
+        var parser = connection.parser
         let outcome = connection.input.withUnsafeBytes { bytes in
-            Result { () throws(RequestHead.Refusal) in try RequestHead.parse(bytes, limits: limits) }
+            Result { () throws(RequestHead.Refusal) in try parser.parse(bytes) }
         }
-        let parsed: RequestHead.Parsed
+        connection.parser = parser
+        let started: Nanoseconds
+        if case .readingHead(let since) = connection.state.phase { started = since } else { started = now }
         switch outcome {
-        case .success(let head): parsed = head
+        case .success(.incomplete):
+            return false
+        case .success(.complete(let head, let length)):
+            connection.input.removeFirst(length)
+            connection.parser.reset()
+            _ = connection.state.handle(.headParsed(keepAlive: head.keepAlive), now: now)
+            let ready = responder.answer(head, on: connection, started: started)
+            _ = connection.state.handle(ready ? .answerReady : .fileLoading, now: now)
         case .failure(let refusal):
             connection.input = []
-            refuse(connection, refusal.status, refusal.reason, withBody: !refusal.toHead, now: now)
-            connection.requestStarted = nil
-            return true
+            connection.parser.reset()
+            _ = connection.state.handle(.headRefused, now: now)
+            responder.refuse(refusal.status, refusal.reason, withBody: !refusal.toHead, on: connection, started: started)
         }
-        guard case .complete(let head, let length) = parsed else { return false }
-        connection.input.removeFirst(length)
-        // What follows may be another whole request (pipelining).
-        connection.unparsed = !connection.input.isEmpty
-        let started = connection.requestStarted ?? now
-        connection.requestStarted = connection.input.isEmpty ? nil : now
-        if !head.keepAlive || stopping { connection.closing = true }
-        respond(connection, head, started: started)
         return true
     }
 
-    /// Writes the response until it is done (true) or the socket is full (false: the next
-    /// readiness, or the next turn, goes on). An error closes the connection.
-    func write(_ slot: Int, _ connection: Connection, now: Nanoseconds) -> Bool {
-        var budget = Self.writeBudget
+    /// The files that answers waited for, read: those answers are made and written.
+    func resumeWaiting(now: Nanoseconds) {
+        guard let loads = responder.loads else { return }
+        for (ticket, outcome) in loads.collect() {
+            guard let slot = connections.firstIndex(where: { $0?.waiting?.ticket == ticket }), let connection = connections[slot] else {
+                continue  // closed meanwhile
+            }
+            guard responder.resume(connection, after: outcome) else { continue }
+            _ = connection.state.handle(.answerReady, now: now)
+            service(slot, now: now)
+        }
+    }
+
+    enum Written {
+        /// The whole answer is out.
+        case done
+        /// The socket is full: the next readiness goes on.
+        case blocked
+        /// The turn's budget is spent: the next turn goes on.
+        case yielded
+        /// An error or a change of the file ended it, and the connection.
+        case abandoned
+    }
+
+    /// Writes the answer until it is done, the socket is full, or the turn's budget is spent.
+    func write(_ slot: Int, _ connection: Connection, now: Nanoseconds) -> Written {
         while var response = connection.response {
-            if response.isDone {
-                finish(connection, now: now)
-                return true
+            if response.isDone { return .done }
+            let bodyLeft = min(response.end - response.offset, http.connectionLimits.writeBudget)
+            let source = connection.source
+            let sendfileFrom: Int32? = switch (response.body, source) {
+            case (.file, .stream(let file)?): file.descriptor
+            case (.file, .image(let image)?): image.descriptor
+            default: nil
             }
-            guard budget > 0 else {
-                runnable.append(slot)
-                return false
-            }
-            let bodyLeft = min(response.end - response.offset, budget)
             let sent: Int
             var bodySent = 0
             if response.headSent < response.head.count {
-                if response.headSent == 0 && bodyLeft > 0 && response.sendfileSource != nil && !response.corked {
+                if response.headSent == 0 && bodyLeft > 0 && sendfileFrom != nil && !response.corked {
                     stampede_tcp_cork(connection.fd, 1)
                     response.corked = true
                 }
                 sent = response.head.withUnsafeBytes { head in
                     let rest = UnsafeRawBufferPointer(rebasing: head[response.headSent...])
-                    if case .image(let image) = response.body, image.descriptor == nil, bodyLeft > 0 {
-                        return sendBoth(connection.fd, rest, image.slice(response.offset..<(response.offset + bodyLeft)))
+                    if bodyLeft > 0, sendfileFrom == nil,
+                       let both = sendFromMemory(connection.fd, head: rest, response, source, count: bodyLeft) {
+                        return both
                     }
                     // Corked: the head goes out with the first bytes sendfile gives.
                     return send(connection.fd, rest.baseAddress, rest.count, Int32(MSG_NOSIGNAL) | (bodyLeft > 0 ? Int32(MSG_MORE) : 0))
@@ -352,68 +393,86 @@ public final class HTTPLoop: @unchecked Sendable {
                     response.headSent += fromHead
                     bodySent = sent - fromHead
                 }
-            } else {
-                if case .stream(let file) = response.body {
-                    // Read as it goes, so a rewrite in place would make a body of two versions:
-                    // asked before each send, and the last byte sent only after it is read and
-                    // the file found unchanged. A change ends the connection short of its
-                    // Content-Length, which the client sees as a failed download.
-                    if let change = file.change() {
+            } else if case .stream(let file)? = source, case .file = response.body {
+                // Read as it goes, so a rewrite in place would make a body of two versions: asked
+                // before each send, and the last byte sent only after it is read and the file found
+                // unchanged. A change ends the connection short of its Content-Length, which the
+                // client sees as a failed download.
+                if let change = file.change() {
+                    connection.response = response
+                    abandon(slot, "the file changed while it was sent (\(change)): closed before the last byte", .serverError)
+                    return .abandoned
+                }
+                if response.offset == response.end - 1 {
+                    sent = lastByte(of: file, at: response.offset, to: connection.fd)
+                    if sent == 0 {
                         connection.response = response
-                        abandon(slot, "the file changed while it was sent (\(change)): closed before the last byte", .serverError)
-                        return false
+                        abandon(slot, "the file changed while it was sent (\(file.change() ?? "shrank")): closed before the last byte",
+                                .serverError)
+                        return .abandoned
                     }
-                    if response.offset == response.end - 1 {
-                        sent = lastByte(of: file, at: response.offset, to: connection.fd)
-                        if sent == 0 {
-                            connection.response = response
-                            abandon(slot, "the file changed while it was sent (\(file.change() ?? "shrank")): closed before the last byte",
-                                    .serverError)
-                            return false
-                        }
-                    } else {
-                        var offset = off_t(response.offset)
-                        sent = sendfile(connection.fd, file.descriptor, &offset, min(bodyLeft, response.end - 1 - response.offset))
-                    }
-                } else if let source = response.sendfileSource {
-                    // From the image's memfd: no copy into the socket.
-                    var offset = off_t(response.offset)
-                    sent = sendfile(connection.fd, source, &offset, bodyLeft)
-                } else if case .image(let image) = response.body {
-                    let part = image.slice(response.offset..<(response.offset + bodyLeft))
-                    sent = send(connection.fd, part.baseAddress, part.count, Int32(MSG_NOSIGNAL))
                 } else {
-                    sent = 0
+                    var offset = off_t(response.offset)
+                    sent = sendfile(connection.fd, file.descriptor, &offset, min(bodyLeft, response.end - 1 - response.offset))
                 }
                 bodySent = max(0, sent)
+            } else if let from = sendfileFrom {
+                // From the image's memfd: no copy into the socket.
+                var offset = off_t(response.offset)
+                sent = sendfile(connection.fd, from, &offset, bodyLeft)
+                bodySent = max(0, sent)
+            } else if let fromMemory = sendFromMemory(connection.fd, head: nil, response, source, count: bodyLeft) {
+                sent = fromMemory
+                bodySent = max(0, sent)
+            } else {
+                sent = 0
             }
             if sent == 0 && response.headSent == response.head.count {
-                // sendfile found the file shorter than the response said it is.
+                // sendfile found the file shorter than the answer said it is.
                 connection.response = response
                 abandon(slot, "the file shrank while it was sent: closed before the last byte", .serverError)
-                return false
+                return .abandoned
             }
             if sent < 0 {
                 let error = errno
                 connection.response = response
                 if error == EINTR { runnable.append(slot) }  // edge-triggered: no edge would come
-                if error == EAGAIN || error == EINTR { return false }
+                if error == EAGAIN || error == EINTR { return .blocked }
                 abandon(slot, "\(Errno(error))", error == EPIPE || error == ECONNRESET ? .closedByClient : .serverError)
-                return false
+                return .abandoned
             }
             response.offset += bodySent
-            metrics.add(.httpFileBytesSent, bodySent)
+            if case .file = response.body { metrics.add(.httpFileBytesSent, bodySent) }
             metrics.add(.httpBytesSent, sent)
-            budget -= sent
-            connection.lastProgress = now
             connection.response = response
+            if connection.state.handle(.wrote(sent), now: now) == .yieldTurn && !response.isDone { return .yielded }
         }
-        return true
+        return .done
+    }
+
+    /// Sends the next `count` bytes of a body held in memory (a small image's, or bytes of the
+    /// answer's own), after the rest of the head if there is one, in one call: what send says.
+    /// Nil for a body sendfile sends.
+    func sendFromMemory(_ fd: Int32, head: UnsafeRawBufferPointer?, _ response: Response, _ source: TransferSource?,
+                        count: Int) -> Int? {
+        let range = response.offset..<(response.offset + count)
+        func send(_ body: UnsafeRawBufferPointer) -> Int {
+            guard let head else { return Glibc.send(fd, body.baseAddress, body.count, Int32(MSG_NOSIGNAL)) }
+            return sendBoth(fd, head, body)
+        }
+        switch (response.body, source) {
+        case (.file, .image(let image)?) where image.descriptor == nil:
+            return send(image.slice(range))
+        case (.bytes(let bytes), _):
+            return bytes.withUnsafeBytes { send(UnsafeRawBufferPointer(rebasing: $0[range])) }
+        default:
+            return nil
+        }
     }
 
     /// A streamed body's last byte: read, then sent only if the file is still the version the
-    /// response began with. Returns what send returns, or 0 when the byte cannot be read or the
-    /// file changed.
+    /// answer began with. Returns what send returns, or 0 when the byte cannot be read or the file
+    /// changed.
     func lastByte(of file: StreamedFile, at offset: Int, to fd: Int32) -> Int {
         let byte = UnsafeMutableRawBufferPointer(rebasing: scratch[..<1])
         guard (try? file.read(offset..<(offset + 1), into: byte)) == 1, file.change() == nil else { return 0 }
@@ -432,71 +491,69 @@ public final class HTTPLoop: @unchecked Sendable {
         }
     }
 
-    /// The response is written: its line in the log, its figures, its image given back.
-    func finish(_ connection: Connection, now: Nanoseconds) {
+    /// The answer ended, written whole or not: its file goes back (a sendfile already queued
+    /// holds its pages), the responder logs and counts it.
+    func endResponse(_ connection: Connection, abandoned: (why: String, result: WorkerMetrics.Result)?) {
         guard let response = connection.response else { return }
         connection.response = nil
         if response.corked { stampede_tcp_cork(connection.fd, 0) }
-        release(response.body)
-        log(connection, response)
-        if connection.input.isEmpty { connection.lastProgress = now }
+        connection.lease = nil
+        responder.ended(response, on: connection, abandoned: abandoned)
     }
 
-    /// Gives an image back to the cache (a streamed file closes when its last owner goes).
-    func release(_ body: TransferSource?) {
-        if case .image(let image) = body { cache.release(image) }
-    }
-
-    /// Ends a response before its end (an error, a stall, a stop), and its connection.
+    /// Ends an answer before its end (an error, a stall, a stop), and its connection.
     func abandon(_ slot: Int, _ why: String, _ result: WorkerMetrics.Result) {
         guard let connection = connections[slot] else { return }
-        if var response = connection.response {
-            connection.response = nil
-            release(response.body)
-            response.record.result = result
-            response.record.detail = why
-            log(connection, response)
-        }
+        endResponse(connection, abandoned: (why, result))
         close(slot)
     }
 
     func close(_ slot: Int) {
         guard let connection = connections[slot] else { return }
-        if let response = connection.response { release(response.body) }
         Glibc.close(connection.fd)
         connections[slot] = nil
         free.append(slot)
-        // A descriptor is free again: a paused accept may take it (from the next turn).
-        if acceptPausedUntil != nil { acceptPausedUntil = 0 }
         open.wrappingDecrement(ordering: .relaxed)
         metrics.add(.httpConnections, -1)
         admission?.connectionClosed()
+        // A descriptor is free again: a paused accept may take it (from the next turn).
+        if acceptPausedUntil != nil { acceptPausedUntil = 0 }
     }
 
-    /// Once a second: heads too slow (408), responses the client stopped reading, idle
-    /// connections.
+    /// Once a second: each connection's deadlines (`ConnectionState`).
     func sweep(now: Nanoseconds) {
         for slot in connections.indices {
             guard let connection = connections[slot] else { continue }
-            if connection.response != nil {
-                if now - connection.lastProgress > http.sendTimeout {
-                    abandon(slot, "no progress for \(http.sendTimeout / nanosecondsPerSecond) s", .timedOut)
-                }
-            } else if let started = connection.requestStarted {
-                if now - started > http.requestTimeout {
-                    connection.input = []
-                    connection.requestStarted = nil
-                    refuse(connection, .requestTimeout, "the head took more than \(http.requestTimeout / nanosecondsPerSecond) s", now: now)
-                    // One try to say why; whatever the socket takes, the connection ends.
-                    _ = write(slot, connection, now: now)
-                    close(slot)
-                }
-            } else if stopping && now - connection.lastProgress > nanosecondsPerSecond {
-                close(slot)  // stopping, and nothing asked for a second
-            } else if now - connection.lastProgress > http.idleTimeout {
+            let since: Nanoseconds? = if case .readingHead(let since) = connection.state.phase { since } else { nil }
+            switch connection.state.handle(.tick, now: now) {
+            case .answerTimeoutThenClose:
+                connection.input = []
+                responder.refuse(.requestTimeout, "the head took more than \(http.requestTimeout / nanosecondsPerSecond) s",
+                                 withBody: true, on: connection, started: since ?? now)
+                // One try to say why; whatever the socket takes, the connection ends.
+                _ = write(slot, connection, now: now)
+                endResponse(connection, abandoned: nil)
+                close(slot)
+            case .close(.stalled):
+                abandon(slot, "no progress for \(http.sendTimeout / nanosecondsPerSecond) s", .timedOut)
+            case .close(.idle):
                 logger.debug("\(connection.peer): idle for \(http.idleTimeout / nanosecondsPerSecond) s: connection closed")
                 close(slot)
+            case .close:
+                close(slot)
+            default:
+                break
             }
+        }
+    }
+}
+
+extension Connection {
+    /// What the answer's body is read from, when it is a file.
+    var source: TransferSource? {
+        switch lease {
+        case .some(let lease): lease.source
+        case .none: nil
         }
     }
 }

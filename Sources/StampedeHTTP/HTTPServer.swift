@@ -4,15 +4,15 @@ import StampedeIO
 import StampedeServer
 
 /// `--http`: HTTP/1.1 and 1.0 over the TFTP server's root, one event loop per core on threads
-/// of their own. Making it binds every listener, so that the caller can drop privileges before
-/// `start`.
+/// of their own, each answering through its own `FileResponder` from the server's file service.
+/// Making it binds every listener, so that the caller can drop privileges before `start`.
 public final class HTTPServer: Sendable {
     public let loops: [HTTPLoop]
     public let boundAddresses: [SocketAddress]
 
     /// `admission`: the TFTP server's, told of every connection, so that an open one keeps `-t`'s
     /// idle exit away.
-    public init(configuration: ServerConfiguration, http: HTTPConfiguration, cache: FileCache, fileLabels: FileLabels,
+    public init(configuration: ServerConfiguration, http: HTTPConfiguration, files: FileService, fileLabels: FileLabels,
                 admission: Admission? = nil, loopCount: Int) throws(Errno) {
         // A client that goes away mid-response makes sendfile raise SIGPIPE otherwise.
         signal(SIGPIPE, SIG_IGN)
@@ -22,8 +22,13 @@ public final class HTTPServer: Sendable {
         var addresses = try claimExclusively(http.listenAddresses, stream: true)
         var passed: [SocketAddress] = []
         for index in 0..<max(1, loopCount) {
-            let loop = try HTTPLoop(configuration: configuration, http: http, cache: cache, fileLabels: fileLabels,
-                                    open: open, admission: admission, index: index)
+            var logger = configuration.logger
+            logger[metadataKey: "http"] = "\(index)"
+            let metrics = WorkerMetrics()
+            let responder = FileResponder(files: files, configuration: configuration, metrics: metrics, fileLabels: fileLabels,
+                                          logger: logger)
+            let loop = try HTTPLoop(http: http, responder: responder, metrics: metrics, open: open, admission: admission,
+                                    logger: logger, shutdownGrace: configuration.shutdownGrace)
             addresses = try loop.bind(addresses)
             // Each loop its own descriptor of each passed socket, all of them watching it.
             passed = try loop.adopt(passedSockets(http.inheritedListeners, forLoop: index))

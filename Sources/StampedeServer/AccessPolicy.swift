@@ -46,16 +46,16 @@ public struct AccessPolicy: Sendable {
 
     /// The name relative to the root, after `names`' steps: leading slashes dropped; empty means
     /// "no file".
-    func relativePath(_ filename: [UInt8]) throws(TFTPError) -> [UInt8]? {
+    func relativePath(_ filename: [UInt8]) throws(FileRefusal) -> [UInt8]? {
         let trimmed = try names.apply(to: filename).drop(while: { $0 == UInt8(ascii: "/") })
         guard !trimmed.isEmpty, !trimmed.contains(0) else { return nil }
         return Array(trimmed)
     }
 
-    /// Opens `path` beneath the root; a failure is the TFTP error tftpd-hpa answers for it.
-    func open(_ path: [UInt8], flags: Int32) throws(TFTPError) -> Descriptor {
+    /// Opens `path` beneath the root; a failure is the refusal tftpd-hpa answers it with.
+    func open(_ path: [UInt8], flags: Int32) throws(FileRefusal) -> Descriptor {
         let fd = withCPath(path) { stampede_open_beneath(root, $0, flags, 0, virtualRoot ? 1 : 0) }
-        if let error = Errno(result: fd) { throw error.tftpError }
+        if let error = Errno(result: fd) { throw error.fileRefusal }
         return Descriptor(owning: fd)
     }
 
@@ -67,7 +67,7 @@ public struct AccessPolicy: Sendable {
 
     /// A file opened for an RRQ: every file problem is found here, before any OACK (EFI clients
     /// cannot take an ERROR after an OACK).
-    public func openForReading(_ filename: [UInt8]) throws(TFTPError) -> OpenFile {
+    public func openForReading(_ filename: [UInt8]) throws(FileRefusal) -> OpenFile {
         try open(look(filename))
     }
 
@@ -82,28 +82,28 @@ public struct AccessPolicy: Sendable {
     /// The first half of `openForReading`: the name resolved beneath the root and the file
     /// judged, without opening it. A request whose version is cached needs no more
     /// (`ServerConfiguration.openSource`).
-    public func look(_ filename: [UInt8]) throws(TFTPError) -> Sighting {
-        guard let path = try relativePath(filename) else { throw TFTPError(.fileNotFound, "File not found") }
+    public func look(_ filename: [UInt8]) throws(FileRefusal) -> Sighting {
+        guard let path = try relativePath(filename) else { throw FileRefusal(.notFound, "File not found") }
         // Looked at first (O_PATH), opened only if a regular file: opening a device node can act
         // on the device (rewind a tape), opening a FIFO can release a waiting writer.
         let named = try open(path, flags: stampede_o_path)
         var seen = stat()
-        guard fstat(named.raw, &seen) == 0 else { throw Errno.current.tftpError }
-        guard seen.st_mode & S_IFMT == S_IFREG else { throw TFTPError(.accessViolation, "Not a regular file") }
+        guard fstat(named.raw, &seen) == 0 else { throw Errno.current.fileRefusal }
+        guard seen.st_mode & S_IFMT == S_IFREG else { throw FileRefusal(.denied, "Not a regular file") }
         guard permissive || seen.st_mode & S_IROTH != 0 else {
-            throw TFTPError(.accessViolation, "File must have global read permissions")  // tftpd-hpa's words
+            throw FileRefusal(.denied, "File must have global read permissions")  // tftpd-hpa's words
         }
         return Sighting(named: named, path: path, info: seen)
     }
 
     /// The second half: the file looked at, opened.
-    public func open(_ sighting: borrowing Sighting) throws(TFTPError) -> OpenFile {
+    public func open(_ sighting: borrowing Sighting) throws(FileRefusal) -> OpenFile {
         // O_NONBLOCK and O_NOCTTY should the name have been replaced in between; then the file
         // opened is not the one looked at, and is refused.
         let file = try open(sighting.path, flags: O_RDONLY | O_NONBLOCK | O_NOCTTY)
         var info = stat()
         guard fstat(file.raw, &info) == 0, info.st_dev == sighting.info.st_dev, info.st_ino == sighting.info.st_ino else {
-            throw TFTPError(.accessViolation, "Not a regular file")
+            throw FileRefusal(.denied, "Not a regular file")
         }
         return OpenFile(descriptor: file, info: info)
     }
@@ -119,12 +119,12 @@ public struct AccessPolicy: Sendable {
     }
 
     /// Starts an upload: the data goes to a temporary file beside the target (`writeTarget`).
-    public func openForWriting(_ filename: [UInt8]) throws(TFTPError) -> Upload {
+    public func openForWriting(_ filename: [UInt8]) throws(FileRefusal) -> Upload {
         let target = try writeTarget(filename)
         do {
             return try Upload(directory: target.directory, name: target.name, mode: target.mode, owner: target.owner)
         } catch {
-            throw error.tftpError
+            throw error.fileRefusal
         }
     }
 
@@ -138,37 +138,37 @@ public struct AccessPolicy: Sendable {
 
     /// An upload's target: refused unless creation is allowed or the file exists and is
     /// world-writable (tftpd-hpa's rule).
-    func writeTarget(_ filename: [UInt8]) throws(TFTPError) -> WriteTarget {
-        guard !readOnly else { throw TFTPError(.accessViolation, "Uploads are disabled (read-only server)") }
-        guard let path = try relativePath(filename) else { throw TFTPError(.accessViolation, "Access violation") }
+    func writeTarget(_ filename: [UInt8]) throws(FileRefusal) -> WriteTarget {
+        guard !readOnly else { throw FileRefusal(.denied, "Uploads are disabled (read-only server)") }
+        guard let path = try relativePath(filename) else { throw FileRefusal(.denied, "Access violation") }
         let slash = path.lastIndex(of: UInt8(ascii: "/"))
         let directoryPath: [UInt8] = slash.map { Array(path[..<$0]) } ?? [UInt8(ascii: ".")]
         let name = slash.map { Array(path[($0 + 1)...]) } ?? path
-        guard !name.isEmpty, name != [46], name != [46, 46] else { throw TFTPError(.accessViolation, "Access violation") }
+        guard !name.isEmpty, name != [46], name != [46, 46] else { throw FileRefusal(.denied, "Access violation") }
         let directory = try open(directoryPath.isEmpty ? [46] : directoryPath, flags: O_RDONLY | O_DIRECTORY)
         var existing = stat()
         let exists = withCPath(name) { fstatat(directory.raw, $0, &existing, AT_SYMLINK_NOFOLLOW) } == 0
         var mode = mode_t(0o666) & ~umask
         var owner: (uid_t, gid_t)?
         if exists {
-            guard existing.st_mode & S_IFMT == S_IFREG else { throw TFTPError(.accessViolation, "Not a regular file") }
+            guard existing.st_mode & S_IFMT == S_IFREG else { throw FileRefusal(.denied, "Not a regular file") }
             guard permissive || existing.st_mode & S_IWOTH != 0 else {
-                throw TFTPError(.accessViolation, "File must have global write permissions")
+                throw FileRefusal(.denied, "File must have global write permissions")
             }
             // The upload renames over the target, which asks the OS about the directory only:
             // ask it about the file too, as the serving user (-u), who must be able to write it.
             let writable = withCPath(name) { openat(directory.raw, $0, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC) }
             guard writable >= 0 else {
                 let error = Errno.current
-                throw error.rawValue == ETXTBSY ? error.tftpError : TFTPError(.accessViolation, "Access violation")
+                throw error.rawValue == ETXTBSY ? error.fileRefusal : FileRefusal(.denied, "Access violation")
             }
             Glibc.close(writable)
             mode = existing.st_mode & 0o7777
             owner = (existing.st_uid, existing.st_gid)
         } else if errno != ENOENT {
-            throw Errno.current.tftpError
+            throw Errno.current.fileRefusal
         } else if !allowCreate {
-            throw TFTPError(.fileNotFound, "File not found")
+            throw FileRefusal(.notFound, "File not found")
         }
         return WriteTarget(directory: directory, name: name, mode: mode, owner: owner)
     }

@@ -38,6 +38,9 @@ public final class FileCache: Sendable {
         var lastUse: UInt64
         /// Loaded at least `racyWindow` after its version's last change (see `racyWindow`).
         var settled: Bool
+        /// Not evicted before then (wall clock), though unused: loaded for requests that will
+        /// take it at their next turn (`preload`).
+        var heldUntil: Int64 = 0
     }
 
     private struct State {
@@ -56,6 +59,10 @@ public final class FileCache: Sendable {
     /// "racily clean" files. Such an image is shared while the window lasts, like any read of a
     /// file being written; the first request after it reads the file again, once.
     public static let racyWindow: Int64 = 2 * 1_000_000_000
+
+    /// How long a version loaded ahead (`preload`) is kept from eviction for the requests that
+    /// asked for it to take.
+    public static let holdWindow: Int64 = 2 * 1_000_000_000
 
     public let limits: Limits
     private let state = Mutex(State())
@@ -157,6 +164,35 @@ public final class FileCache: Sendable {
         }
     }
 
+    /// What `preload` made of a file.
+    public enum Preloaded: Equatable, Sendable {
+        /// Its version is in the cache now, held there for `holdWindow`: ask for it by its key.
+        case cached(FileKey)
+        /// Too large for the limits or the budget: each request streams it.
+        case stream(size: Int)
+    }
+
+    /// Reads the open file `fd` into the cache, as `acquire` does, for requests that will take
+    /// it later (the file service loads on the disk thread, and the requests ask again): the
+    /// version is held from eviction for `holdWindow` meanwhile, so that a load for another
+    /// request cannot push it out before they come for it.
+    public func preload(fd: Int32, info: stat, netascii: Bool) throws(Errno) -> Preloaded {
+        switch try acquire(fd: fd, info: info, netascii: netascii) {
+        case .stream(let size):
+            return .stream(size: size)
+        case .image(let image):
+            let until = wallClock() + Self.holdWindow
+            state.withLock { state in
+                if var entry = state.entries[image.key], entry.image === image {
+                    entry.heldUntil = until
+                    state.entries[image.key] = entry
+                }
+            }
+            release(image)
+            return .cached(image.key)
+        }
+    }
+
     private enum Claim {
         case image(FileImage)
         /// Another worker reads this version now.
@@ -179,19 +215,20 @@ public final class FileCache: Sendable {
     /// The image of version `key` if it is loaded and current, for a request that has not
     /// opened its file (`ServerConfiguration.openSource`); nil: `acquire` it from the open
     /// file. Paired with `release`, as `acquire` is.
-    public func loaded(_ key: FileKey) -> FileImage? {
+    /// `countsAsHit`: false for the request whose own miss read it (counted then).
+    public func loaded(_ key: FileKey, countsAsHit: Bool = true) -> FileImage? {
         let now = wallClock()
-        return state.withLock { Self.take(&$0, key, now: now) }
+        return state.withLock { Self.take(&$0, key, now: now, countsAsHit: countsAsHit) }
     }
 
     /// A hit: `key`'s image, one more user on it.
-    private static func take(_ state: inout State, _ key: FileKey, now: Int64) -> FileImage? {
+    private static func take(_ state: inout State, _ key: FileKey, now: Int64, countsAsHit: Bool = true) -> FileImage? {
         if let entry = state.entries[key], !entry.settled, now - key.lastChange >= racyWindow {
             // Racy, and its window is over: read the file again; transfers on the old image keep it.
             retire(&state, key)
         }
         guard var entry = state.entries[key] else { return nil }
-        state.counts.hits += 1
+        if countsAsHit { state.counts.hits += 1 }
         state.clock += 1
         entry.users += 1
         entry.lastUse = state.clock
@@ -204,11 +241,12 @@ public final class FileCache: Sendable {
     }
 
     public func release(_ image: FileImage) {
+        let now = wallClock()
         state.withLock { state in
             if var entry = state.entries[image.key], entry.image === image {
                 entry.users -= 1
                 state.entries[image.key] = entry
-                Self.evict(&state, budget: limits.budget)
+                Self.evict(&state, budget: limits.budget, now: now)
             } else if var entry = state.retired[ObjectIdentifier(image)] {
                 entry.users -= 1
                 if entry.users > 0 {
@@ -233,8 +271,9 @@ public final class FileCache: Sendable {
 
     /// Makes room for `size` bytes by evicting unreferenced images; false if it cannot.
     private func reserve(_ size: Int) -> Bool {
-        state.withLock { state in
-            Self.evict(&state, budget: limits.budget - size)
+        let now = wallClock()
+        return state.withLock { state in
+            Self.evict(&state, budget: limits.budget - size, now: now)
             guard state.bytes + size <= limits.budget else { return false }
             state.bytes += size
             return true
@@ -261,9 +300,9 @@ public final class FileCache: Sendable {
         }
     }
 
-    private static func evict(_ state: inout State, budget: Int) {
+    private static func evict(_ state: inout State, budget: Int, now: Int64) {
         while state.bytes > budget {
-            guard let victim = state.entries.filter({ $0.value.users == 0 })
+            guard let victim = state.entries.filter({ $0.value.users == 0 && $0.value.heldUntil <= now })
                 .min(by: { $0.value.lastUse < $1.value.lastUse }) else { return }
             state.entries[victim.key] = nil
             state.bytes -= victim.value.image.residentCount

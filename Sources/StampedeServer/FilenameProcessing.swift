@@ -26,11 +26,11 @@ public struct FilenameProcessing: Sendable, Equatable {
     }
 
     /// The name to open, or ERROR 2 when validation refuses it.
-    public func apply(to name: [UInt8]) throws(TFTPError) -> [UInt8] {
+    public func apply(to name: [UInt8]) throws(FileRefusal) -> [UInt8] {
         let normalized = Self.normalize(name, normalization)
         guard validates else { return normalized }
         guard let valid = Self.validate(normalized) else {
-            throw TFTPError(.accessViolation, "Access violation: not a valid path (--validate: it must begin with \"/\", with no \".\" or \"..\" and no control character)")
+            throw FileRefusal(.denied, "Access violation: not a valid path (--validate: it must begin with \"/\", with no \".\" or \"..\" and no control character)")
         }
         return valid
     }

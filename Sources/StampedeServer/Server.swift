@@ -16,6 +16,8 @@ public final class Server<Backend: DatagramBackend> {
     public var admission: Admission { workers[0].admission }
     /// The workers' disk thread (`DiskWork`), for the start's own disk work too.
     public var disk: DiskWork { workers[0].disk }
+    /// The file service every worker reads through, for HTTP's loops to read through too.
+    public var files: FileService { workers[0].files }
     let logger: Logger
 
     public init(configuration: ServerConfiguration, workerCount: Int, cache: FileCache,
@@ -50,6 +52,7 @@ public final class Server<Backend: DatagramBackend> {
         let admission = Admission(configuration)
         let fileLabels = FileLabels()
         let disk = DiskWork()
+        let files = FileService(policy: configuration.policy, remapRules: configuration.remapRules, cache: cache, disk: disk)
         let needed = 4 + (configuration.optionLimits.maxBlockSize ?? TFTPOption.blksize.range.upperBound)
         for index in 0..<max(1, workerCount) {
             let backend: Backend
@@ -62,7 +65,7 @@ public final class Server<Backend: DatagramBackend> {
                                               needed: Request.largestDatagram)
             }
             let worker = Worker(backend: backend, configuration: configuration, cache: cache, index: index,
-                                admission: admission, fileLabels: fileLabels, disk: disk)
+                                admission: admission, fileLabels: fileLabels, disk: disk, files: files)
             do throws(Errno) {
                 if configuration.inheritedListeners.isEmpty {
                     addresses = try worker.bindListeners(addresses)

@@ -45,7 +45,7 @@ final class SessionTable {
     }
 
     /// The slots of running transfers.
-    var running: [Int] { (0..<capacity).filter { slots[$0].phase != .free } }
+    var running: [Int] { (0..<capacity).filter { (slots + $0).pointee.phase != .free } }
 
     /// A free slot for a transfer about to start (the table grows when none is left); `start`
     /// fills it, `abandon` gives it back.
@@ -58,29 +58,29 @@ final class SessionTable {
     func tag(of slot: Int) -> Tag { .transfer(slot: slot, generation: generations[slot]) }
 
     func abandon(_ slot: Int) {
-        precondition(slots[slot].phase == .free)
+        precondition((slots + slot).pointee.phase == .free)
         free.append(Int32(slot))
     }
 
     /// Puts a starting transfer in its reserved slot and indexes it under its client's address
     /// and port: a later transfer from the same port takes the index over.
-    func start(_ transfer: Transfer, in slot: Int) {
-        precondition(slots[slot].phase == .free && transfer.phase != .free && transfer.socket != nil)
-        slots[slot] = transfer
+    func start(_ transfer: consuming Transfer, in slot: Int) {
+        precondition((slots + slot).pointee.phase == .free && transfer.phase != .free && transfer.socket != nil)
         byPeer[transfer.peer] = Int32(slot)
         count += 1
         if transfer.socket!.isShared { sharedCount += 1 }
+        (slots + slot).pointee = transfer
     }
 
     /// Takes the transfer out of `slot`, frees the slot under a new generation and returns what
     /// the transfer held, for its owner to let go of.
     func end(_ slot: Int) -> Transfer {
-        let transfer = slots[slot]
+        let transfer = (slots + slot).move()
+        (slots + slot).initialize(to: Transfer())
         precondition(transfer.phase != .free)
         if byPeer[transfer.peer] == Int32(slot) { byPeer[transfer.peer] = nil }
         count -= 1
         if transfer.socket!.isShared { sharedCount -= 1 }
-        slots[slot] = Transfer()
         generations[slot] = (generations[slot] &+ 1) & Tag.generationMask
         free.append(Int32(slot))
         return transfer
@@ -88,7 +88,7 @@ final class SessionTable {
 
     /// The running transfer a transfer tag names, or nil for an ended one's late datagrams.
     func slot(for tag: Tag) -> Int? {
-        guard case .transfer(let slot, let generation)? = tag.kind, slot < capacity, slots[slot].phase != .free,
+        guard case .transfer(let slot, let generation)? = tag.kind, slot < capacity, (slots + slot).pointee.phase != .free,
               generations[slot] == generation else { return nil }
         return slot
     }
@@ -104,7 +104,7 @@ final class SessionTable {
         guard newCapacity > old else { return }
         let larger = UnsafeMutablePointer<Transfer>.allocate(capacity: newCapacity)
         larger.moveInitialize(from: slots, count: old)
-        (larger + old).initialize(repeating: Transfer(), count: newCapacity - old)
+        for slot in old..<newCapacity { (larger + slot).initialize(to: Transfer()) }
         slots.deallocate()
         slots = larger
         capacity = newCapacity

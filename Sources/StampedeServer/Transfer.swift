@@ -3,8 +3,9 @@ import StampedeIO
 import StampedeProtocol
 
 /// One slot of a worker's session table (`SessionTable`): a transfer in progress, or a free slot.
-/// Plain data plus what it reads from or writes to.
-struct Transfer {
+/// Plain data plus what it reads from or writes to. Noncopyable, as the file it sends is lent to
+/// it alone (`FileLease`): the transfer's end gives it back.
+struct Transfer: ~Copyable {
     enum Phase {
         case free, sending, receiving
         /// An upload's last block is written; the disk thread commits it.
@@ -22,11 +23,19 @@ struct Transfer {
     var askedSize = false
     var sender: DataSender?
     var receiver: DataReceiver?
-    /// What a download sends; nil for an upload.
-    var source: TransferSource?
+    /// What a download sends, lent by the file service; nil for an upload.
+    var lease: FileLease?
     var upload: Upload?
     var optionAck: [UInt8] = []
     var record = TransferRecord()
+
+    /// What the download's blocks are read from.
+    var source: TransferSource? {
+        switch lease {
+        case .some(let lease): lease.source
+        case .none: nil
+        }
+    }
 
     /// The client has answered (ACK 0 or DATA 1, or later): it knows this transfer, so a request
     /// from its port can no longer be the one that started it over.

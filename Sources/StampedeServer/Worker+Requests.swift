@@ -4,7 +4,8 @@ import Logging
 import StampedeIO
 import StampedeProtocol
 
-/// RRQ/WRQ on a listener → parse → the repeat policy → limits → file cache → negotiation → a
+/// RRQ/WRQ on a listener → parse → the repeat policy → limits → the file service (a read that
+/// misses the cache parks the request until the disk thread has read the file) → negotiation → a
 /// transfer slot and its socket (docs/ARCHITECTURE.md, "One RRQ, from datagram to DATA"). Every
 /// refusal is an ERROR from the listener, sourced from the address the request was sent to, and a
 /// log line.
@@ -21,6 +22,12 @@ struct IncomingRequest {
     let kind: WorkerMetrics.Kind
     /// What the log says of it: `RRQ "name" octet`, and what the rules made of the name.
     var what: String
+    var mode = TransferMode.octet
+    /// The name to open: the one asked for, through the remap rules.
+    var filename: [UInt8] = []
+    /// Times its file was read for it while it waited: a file that keeps changing under its reads
+    /// is refused as busy after a few.
+    var reads = 0
 }
 
 /// Why a request does not become a transfer.
@@ -32,9 +39,10 @@ enum RequestRefusal: Error {
 }
 
 extension Worker {
-    /// parse → the repeat policy → shape → limits → file and options → socket → the first reply.
-    /// Every step either returns what the next needs or throws the refusal; what the steps took
-    /// (a place under the limits, an image, an upload's file) is given back on the way out.
+    /// parse → the repeat policy → shape → limits → the name → the file and options → socket →
+    /// the first reply. Every step either returns what the next needs or throws the refusal; what
+    /// the steps took (a place under the limits, a file's lease, an upload's file) is given back on
+    /// the way out. A read whose file is being read waits (`parked`) and goes on from `proceed`.
     func handleRequest(_ datagram: Datagram, listener index: Int, now: Nanoseconds) {
         guard datagram.error == nil, datagram.peer.port != 0 else { return }
         let listener = listeners[index].socket
@@ -44,29 +52,116 @@ extension Worker {
             kind: request.isWrite ? .write : .read,
             what: "\(request.isWrite ? "WRQ" : "RRQ") \"\(sanitizedForLog(request.filename))\" \(sanitizedForLog(request.mode.utf8, limit: 16))")
         do throws(RequestRefusal) {
-            let running = try repeatPolicy(incoming, now: now)
-            let mode = try shape(of: &incoming)
+            try parkedPolicy(incoming)
+            try repeatPolicy(incoming, now: now)
+            incoming.mode = try shape(of: &incoming)
             // Limits first: a flood over them costs no file lookups.
             if let busy = admission.admit(incoming.peer) { throw .error(busy) }
-            var transfer = Transfer()
             do throws(RequestRefusal) {
-                let negotiation = try prepare(&transfer, for: &incoming, mode: mode, now: now)
-                let slot = table.reserve()
-                do throws(RequestRefusal) {
-                    transfer.socket = try transferSocket(for: incoming, slot: slot, negotiation: negotiation, beside: running)
-                } catch {
-                    table.abandon(slot)
-                    throw error
-                }
-                begin(transfer, in: slot, incoming, negotiation, now: now)
+                try name(&incoming)
+                try proceed(&incoming, now: now)
             } catch {
-                release(&transfer)
                 admission.release(incoming.peer)
                 throw error
             }
         } catch {
             refuse(incoming, error)
         }
+    }
+
+    /// The request's file (a lease on it, or an upload's temporary file) and its options, then
+    /// its transfer; or it waits while the disk thread reads its file, and comes back here then
+    /// (`collectLoads`) with how that read went (`after`).
+    func proceed(_ incoming: inout IncomingRequest, after outcome: LoadOutcome? = nil, now: Nanoseconds) throws(RequestRefusal) {
+        var transfer = Transfer()
+        if incoming.request.isWrite {
+            do { transfer.upload = try files.write(incoming.filename) } catch { throw .error(TFTPError(error)) }
+            if incoming.mode == .netascii { transfer.upload!.useNetascii() }
+        } else {
+            let ticket = loads.nextTicket()
+            switch files.read(incoming.filename, netascii: incoming.mode == .netascii,
+                              waiter: LoadWaiter(mailbox: loads, ticket: ticket), after: outcome) {
+            case .ready(let lease):
+                transfer.lease = consume lease
+            case .loading:
+                park(incoming, ticket: ticket)
+                return
+            case .refused(let refusal):
+                throw .error(TFTPError(refusal))
+            }
+        }
+        do throws(RequestRefusal) {
+            let negotiation = try prepare(&transfer, for: incoming, now: now)
+            let slot = table.reserve()
+            do throws(RequestRefusal) {
+                transfer.socket = try transferSocket(for: incoming, slot: slot, negotiation: negotiation,
+                                                     beside: runningTransfer(of: incoming.peer))
+            } catch {
+                table.abandon(slot)
+                throw error
+            }
+            begin(transfer, in: slot, incoming, negotiation, now: now)
+        } catch {
+            // The lease goes back with the transfer that never started; an upload's file goes away.
+            transfer.upload?.abort()
+            throw error
+        }
+    }
+
+    /// A request from the address and port of a request that waits for its file: the same one
+    /// again (a resend) is dropped; another means the client started over, and the waiting one
+    /// gives way.
+    func parkedPolicy(_ incoming: IncomingRequest) throws(RequestRefusal) {
+        guard let ticket = parkedByPeer[incoming.peer], let waiting = parked[ticket] else { return }
+        if waiting.bytes == incoming.bytes { throw .repeated("a duplicate of a request waiting for its file") }
+        unpark(ticket)
+    }
+
+    /// The request waits for the disk thread's read of its file; its place under the limits stays
+    /// taken.
+    func park(_ incoming: IncomingRequest, ticket: UInt64) {
+        parked[ticket] = incoming
+        parkedByPeer[incoming.peer] = ticket
+        logger.debug("\(incoming.peer): \(incoming.what): waits while its file is read")
+    }
+
+    /// Gives a waiting request up: its outcome, when it comes, finds nothing.
+    @discardableResult
+    func unpark(_ ticket: UInt64) -> IncomingRequest? {
+        guard let incoming = parked.removeValue(forKey: ticket) else { return nil }
+        if parkedByPeer[incoming.peer] == ticket { parkedByPeer[incoming.peer] = nil }
+        admission.release(incoming.peer)
+        return incoming
+    }
+
+    /// The reads the disk thread finished: each waiting request goes on, asking again for its
+    /// file (now in the cache, or to be streamed), or is refused.
+    func collectLoads(now: Nanoseconds) {
+        for (ticket, outcome) in loads.collect() {
+            guard var incoming = parked.removeValue(forKey: ticket) else { continue }
+            if parkedByPeer[incoming.peer] == ticket { parkedByPeer[incoming.peer] = nil }
+            do throws(RequestRefusal) {
+                incoming.reads += 1
+                switch outcome {
+                case .refused(let refusal): throw .error(TFTPError(refusal))
+                case _ where incoming.reads > Self.readsPerRequest:
+                    throw .error(TFTPError(.notDefined, "File keeps changing, try again later", busy: true))
+                case .loaded, .stream: try proceed(&incoming, after: outcome, now: now)
+                }
+            } catch {
+                admission.release(incoming.peer)
+                refuse(incoming, error)
+            }
+        }
+    }
+
+    /// Reads of its file a request waits for at most.
+    static var readsPerRequest: Int { 4 }
+
+    /// At a stop: the requests that wait are given up (their clients ask another server, or this
+    /// one again when it is back).
+    func dropParked() {
+        for ticket in Array(parked.keys) { unpark(ticket) }
     }
 
     /// The request a listener's datagram holds; nil when there is none to serve (refused or
@@ -111,16 +206,22 @@ extension Worker {
     /// from the same fixed port), not a late copy: the transfer it abandoned gives way. Unless
     /// the request carries a cookie (tftp-hpa 7.2's option): a client that starts over sends a
     /// new one, so the same cookie is always a resend.
-    func repeatPolicy(_ incoming: IncomingRequest, now: Nanoseconds) throws(RequestRefusal) -> Int? {
-        guard let slot = table.slot(of: incoming.peer), table[slot].phase != .committing else { return nil }
+    func repeatPolicy(_ incoming: IncomingRequest, now: Nanoseconds) throws(RequestRefusal) {
+        guard let slot = runningTransfer(of: incoming.peer) else { return }
         let answered = table[slot].clientHasAnswered
         let startedOver = answered && incoming.request.cookie == nil && table[slot].clientIsQuiet(now: now)
         if table[slot].request == incoming.bytes && !startedOver {
             throw .repeated("a duplicate of the running transfer's request")
         }
-        guard !answered || table[slot].request == incoming.bytes else { return slot }
+        guard !answered || table[slot].request == incoming.bytes else { return }
         finish(slot, .superseded, now: now)
-        return nil
+    }
+
+    /// The transfer that runs from this client address and port, unless its upload is being
+    /// committed (which nothing may end).
+    func runningTransfer(of peer: SocketAddress) -> Int? {
+        guard let slot = table.slot(of: peer), table[slot].phase != .committing else { return nil }
+        return slot
     }
 
     /// The mode, and a name no longer than any path.
@@ -137,43 +238,31 @@ extension Worker {
         return mode
     }
 
-    /// Everything that may refuse a request with an ERROR before the first reply: the remap
-    /// rules, the file (opened and checked, its image taken from the cache) or the upload's
-    /// temporary file, and the options, with an upload's announced size checked against the disk.
-    func prepare(_ transfer: inout Transfer, for incoming: inout IncomingRequest, mode: TransferMode,
-                 now: Nanoseconds) throws(RequestRefusal) -> OptionNegotiation {
+    /// The name to open: the one asked for through the remap rules (`-m`), said at -v when they
+    /// changed it, as tftpd-hpa does; or the refusal an `a` rule decides.
+    func name(_ incoming: inout IncomingRequest) throws(RequestRefusal) {
         let request = incoming.request
-        var filename = request.filename
-        if let rules = configuration.remapRules?.current {
-            switch configuration.remap(filename, with: rules, isWrite: request.isWrite, client: incoming.peer, logger: logger) {
-            case .success(let mapped): filename = mapped
-            case .failure(let refusal): throw .error(refusal)
-            }
+        switch files.remap(request.filename, isWrite: request.isWrite, client: incoming.peer, logger: logger) {
+        case .success(let mapped): incoming.filename = mapped
+        case .failure(let refusal): throw .error(TFTPError(refusal))
         }
-        let logName = sanitizedForLog(filename)
-        if filename != request.filename {
-            // Said at -v, as tftpd-hpa does; the transfer's end line has the rest.
-            incoming.what += " remapped to \"\(logName)\""
+        if incoming.filename != request.filename {
+            // The transfer's end line has the rest.
+            incoming.what += " remapped to \"\(sanitizedForLog(incoming.filename))\""
             logger.info("\(incoming.peer): \(incoming.what)")
         }
+    }
+
+    /// What may still refuse a request with an ERROR before the first reply, its file in hand: the
+    /// options, with an upload's announced size checked against the disk.
+    func prepare(_ transfer: inout Transfer, for incoming: IncomingRequest, now: Nanoseconds) throws(RequestRefusal) -> OptionNegotiation {
+        let request = incoming.request
         transfer.peer = incoming.peer
         transfer.request = incoming.bytes
         transfer.askedSize = request.options.contains { $0.name.lowercased() == TFTPOption.tsize.rawValue }
-        transfer.record = TransferRecord(isWrite: request.isWrite, filename: logName, mode: mode, started: now)
-        var size: Int?
-        do throws(TFTPError) {
-            if request.isWrite {
-                let upload = try configuration.policy.openForWriting(filename)
-                if mode == .netascii { upload.useNetascii() }
-                transfer.upload = upload
-            } else {
-                let source = try configuration.openSource(filename, netascii: mode == .netascii, cache: cache).source
-                transfer.source = source
-                size = source.size
-            }
-        } catch {
-            throw .error(error)
-        }
+        transfer.record = TransferRecord(isWrite: request.isWrite, filename: sanitizedForLog(incoming.filename), mode: incoming.mode,
+                                         started: now)
+        let size = transfer.source?.size
         var largestBlock = maxBlockSize(for: incoming.local)
         // Single-port uploads arrive on the listener, in whatever its receive buffers take.
         if configuration.singlePort && request.isWrite { largestBlock = min(largestBlock, backend.largestListenerDatagram - 4) }
@@ -256,8 +345,7 @@ extension Worker {
     }
 
     /// The transfer starts: its state machine, its timer, its first reply.
-    func begin(_ transfer: Transfer, in slot: Int, _ incoming: IncomingRequest, _ negotiation: OptionNegotiation, now: Nanoseconds) {
-        var transfer = transfer
+    func begin(_ transfer: consuming Transfer, in slot: Int, _ incoming: IncomingRequest, _ negotiation: OptionNegotiation, now: Nanoseconds) {
         if !negotiation.acknowledged.isEmpty { transfer.optionAck = PacketWriter.optionAck(negotiation.acknowledged) }
         var timer = RetransmitTimer(
             base: negotiation.options.retransmitTimeout ?? configuration.retransmitTimeout,
@@ -290,13 +378,6 @@ extension Worker {
             let action = table[slot].sender!.start(now: now)
             perform(slot, action, now: now)
         }
-    }
-
-    /// Undoes what a request took before it became a transfer.
-    func release(_ transfer: inout Transfer) {
-        if case .image(let image) = transfer.source { cache.release(image) }
-        transfer.upload?.abort()
-        transfer = Transfer()
     }
 
     /// A request that does not become a transfer: a repeat is dropped and said at debug level;

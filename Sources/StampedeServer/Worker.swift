@@ -6,15 +6,25 @@ import StampedeProtocol
 import Synchronization
 
 /// One event loop on one core: its listeners, its session table, its timer wheel, its backend.
-/// Workers share the file cache, the transfer limits (`Admission`) and the remap rules, each
-/// behind its own lock; nothing else.
+/// Workers share the file service (the cache, the remap rules), the transfer limits
+/// (`Admission`) and the disk thread, each behind its own lock; nothing else.
 ///
 /// A worker is not shared either: one thread at a time uses it (the one that made it, then its
 /// own while it runs, then the one that joined it), hence `@unchecked Sendable`.
 public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     public let backend: Backend
     let configuration: ServerConfiguration
-    let cache: FileCache
+    /// Shared by every worker (and HTTP loop) of a server: names to files, and file versions read
+    /// on the disk thread.
+    public let files: FileService
+    var cache: FileCache { files.cache }
+    /// Where this worker hears that a file its waiting requests want is read (`parked`).
+    let loads = LoadMailbox()
+    /// Requests whose file is being read, by ticket, and the ticket of each client address's.
+    var parked: [UInt64: IncomingRequest] = [:]
+    var parkedByPeer: [SocketAddress: UInt64] = [:]
+    /// Requests waiting while the disk thread reads their files.
+    public var requestsWaitingForFiles: Int { parked.count }
     /// Shared by every worker of a server: the transfer limits.
     let admission: Admission
     /// What this worker counts for the metrics, published once per turn.
@@ -22,7 +32,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     /// Shared by every worker of a server: the disk thread, for work that may block
     /// (`Worker+Disk.swift`); the commits this worker handed over and has not heard back from,
     /// and the outcomes the disk thread posts.
-    let disk: DiskWork
+    public let disk: DiskWork
     var diskPending = 0
     let diskOutcomes = Mutex<[(tag: Tag, failure: Errno?)]>([])
     /// Shared by every worker of a server: the file labels of the duration histogram; served
@@ -49,29 +59,32 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     /// The kernel dropped completions: said each time the count grows.
     var completionsLostSaid = 0
 
-    /// Images of transfers that ended this turn: released after the next flush, because a send
-    /// queued this turn may still point into them.
-    var retiredImages: [FileImage] = []
+    /// Images of transfers that ended this turn, kept mapped until the next flush: a send queued
+    /// this turn may still point into them. (Their leases went back to the cache when their
+    /// transfers ended; this is only the memory's life.)
+    var pinnedUntilFlush: [FileImage] = []
     /// Headers, stream reads and netascii decoding.
     let scratch: UnsafeMutableRawBufferPointer
     var mtuCache: [SocketAddress: (blockSize: Int, expires: Nanoseconds)] = [:]
 
-    /// `admission`, `fileLabels`, `disk`: shared with the other workers (nil: this worker's own).
+    /// `admission`, `fileLabels`, `disk`, `files`: shared with the other workers (nil: this worker's
+    /// own; a file service of its own reads through `cache` and `disk`).
     public init(backend: Backend, configuration: ServerConfiguration, cache: FileCache, index: Int,
-                admission: Admission? = nil, fileLabels: FileLabels? = nil, disk: DiskWork? = nil) {
+                admission: Admission? = nil, fileLabels: FileLabels? = nil, disk: DiskWork? = nil, files: FileService? = nil) {
         self.backend = backend
         self.configuration = configuration
-        self.cache = cache
+        let disk = disk ?? DiskWork()
+        self.files = files ?? FileService(policy: configuration.policy, remapRules: configuration.remapRules, cache: cache, disk: disk)
         self.admission = admission ?? Admission(configuration)
         self.fileLabels = fileLabels ?? FileLabels()
         self.durationRecorder = DurationRecorder(metrics: metrics, fileLabels: self.fileLabels)
-        self.disk = disk ?? DiskWork()
+        self.disk = disk
         self.index = index
         self.logger = configuration.logger
         self.logger[metadataKey: "worker"] = "\(index)"
         self.wheel = TimerWheel(capacity: 1024, now: stampede_monotonic_ns())
         self.scratch = .allocate(byteCount: 65536 + 16, alignment: 16)
-        retiredImages.reserveCapacity(1024)
+        pinnedUntilFlush.reserveCapacity(1024)
         expired.reserveCapacity(1024)
         // Before the first turn too: a scrape (and the exporter's making) sees the backend's figures.
         publishMetrics(now: stampede_monotonic_ns())
@@ -144,7 +157,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         for socket in sharedSockets.removeAll() { backend.close(socket) }
         reportUnanswered(now: stampede_monotonic_ns(), force: true)
         _ = backend.poll(deadline: stampede_monotonic_ns())
-        retiredImages.removeAll(keepingCapacity: true)
+        pinnedUntilFlush.removeAll(keepingCapacity: true)
         publishMetrics(now: stampede_monotonic_ns())
     }
 
@@ -153,14 +166,15 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         wheel.expire(now: now, into: &expired)
         for slot in expired { timerFired(Int(slot), now: now) }
         expired.removeAll(keepingCapacity: true)
-        var deadline = now + (diskPending > 0 ? min(maxWait, Self.diskPollInterval) : maxWait)
+        let waitingOnDisk = diskPending > 0 || loads.isAwaiting
+        var deadline = now + (waitingOnDisk ? min(maxWait, Self.diskPollInterval) : maxWait)
         if let next = wheel.nextDeadline() { deadline = min(deadline, next) }
         publishMetrics(now: now)
         let count = backend.poll(deadline: deadline)
-        collectDiskOutcomes(now: stampede_monotonic_ns())
         // The flush is done: what ended last turn can let go of its memory.
-        for image in retiredImages { cache.release(image) }
-        retiredImages.removeAll(keepingCapacity: true)
+        pinnedUntilFlush.removeAll(keepingCapacity: true)
+        collectDiskOutcomes(now: stampede_monotonic_ns())
+        collectLoads(now: stampede_monotonic_ns())
         reportUnanswered(now: now)
         closeSharedSocketsIfIdle(now: now)
         if !toldOfSegmentationFallback && backend.segmentationFallbacks > 0 {
@@ -246,6 +260,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
 
     func stopListening() {
         accepting = false
+        dropParked()
         if !configuration.singlePort { closeListeners() }
         logger.notice("stopping: no new requests; \(activeTransfers) transfers finishing")
     }
@@ -286,14 +301,15 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         }
     }
 
-    /// Ends a transfer: one log line, its own socket closed, the image released after the flush.
+    /// Ends a transfer: one log line, its own socket closed, its file's lease given back (its
+    /// image kept mapped until the flush), its place under the limits given back.
     func finish(_ slot: Int, _ outcome: Outcome, now: Nanoseconds) {
         precondition(table[slot].phase != .committing, "a transfer ended while the disk thread commits its upload")
         log(slot, outcome, now: now)
         wheel.cancel(slot)
         let transfer = table.end(slot)
         if case .own(let socket)? = transfer.socket { backend.close(socket) }
-        if case .image(let image) = transfer.source { retiredImages.append(image) }
+        if case .image(let image)? = transfer.source { pinnedUntilFlush.append(image) }
         transfer.upload?.abort()
         admission.release(transfer.peer)
     }
@@ -301,23 +317,24 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     func log(_ slot: Int, _ outcome: Outcome, now: Nanoseconds) {
         guard !table[slot].record.logged else { return }
         table[slot].record.logged = true
-        let t = table[slot]
-        let bytes = t.sender?.bytesAcknowledged ?? t.upload?.bytesWritten ?? t.receiver?.bytesReceived ?? 0
-        let retransmits = (t.sender?.retransmits ?? 0) + (t.receiver?.retransmits ?? 0)
-        let duration = now - t.record.started
+        let (record, peer, sender, receiver, upload) = (table[slot].record, table[slot].peer, table[slot].sender,
+                                                        table[slot].receiver, table[slot].upload)
+        let bytes = sender?.bytesAcknowledged ?? upload?.bytesWritten ?? receiver?.bytesReceived ?? 0
+        let retransmits = (sender?.retransmits ?? 0) + (receiver?.retransmits ?? 0)
+        let duration = now - record.started
         let seconds = Double(duration) / 1e9
         summary.transfers += 1
         summary.bytes += bytes
         if outcome.isFailure { summary.failed += 1 }
-        let kind: WorkerMetrics.Kind = t.record.isWrite ? .write : .read
+        let kind: WorkerMetrics.Kind = record.isWrite ? .write : .read
         let result = outcome.result
         metrics.countRequest(kind, result)
-        metrics.add(t.record.isWrite ? .fileBytesReceived : .fileBytesSent, bytes)
-        if result == .served { durationRecorder.record(t.record.filename, kind: kind, duration) }
+        metrics.add(record.isWrite ? .fileBytesReceived : .fileBytesSent, bytes)
+        if result == .served { durationRecorder.record(record.filename, kind: kind, duration) }
         if configuration.logFormat == .json {
             var fields: Logger.Metadata = [
-                "event": "transfer", "client": "\(t.peer)", "request": "\(kind.label)", "file": "\(t.record.filename)",
-                "mode": "\(t.record.mode.rawValue)", "options": "\(t.record.options)", "bytes": .stringConvertible(bytes),
+                "event": "transfer", "client": "\(peer)", "request": "\(kind.label)", "file": "\(record.filename)",
+                "mode": "\(record.mode.rawValue)", "options": "\(record.options)", "bytes": .stringConvertible(bytes),
                 "duration_s": .stringConvertible(seconds), "retransmits": .stringConvertible(retransmits),
                 "outcome": "\(result.label)",
             ]
@@ -326,8 +343,8 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
             return
         }
         let line: Logger.Message = """
-            \(t.record.isWrite ? "WRQ" : "RRQ") \(t.peer) "\(t.record.filename)" \(t.record.mode.rawValue)\
-            \(t.record.options.isEmpty ? "" : " " + t.record.options) bytes=\(bytes) \
+            \(record.isWrite ? "WRQ" : "RRQ") \(peer) "\(record.filename)" \(record.mode.rawValue)\
+            \(record.options.isEmpty ? "" : " " + record.options) bytes=\(bytes) \
             time=\(decimalText(seconds, places: 3))s retransmits=\(retransmits): \(outcome.text)
             """
         if outcome.isFailure { logger.warning(line) } else { logger.info(line) }

@@ -1,5 +1,6 @@
 import CStampedeSys
 import Glibc
+import StampedeHTTPWire
 import StampedeIO
 import StampedeProtocol
 
@@ -64,7 +65,7 @@ struct HTTPConnection {
     var request: [UInt8] = []
     var sent = 0
     var head: [UInt8] = []
-    var response: ResponseHead?
+    var response: ReceivedResponseHead?
     /// Body bytes read so far.
     var received = 0
     var lastHeard: Nanoseconds = 0
@@ -250,16 +251,21 @@ extension Storm {
             // The head is kept until its blank line, never more of the body than fits with it.
             let before = connections[slot]!.head.count
             connections[slot]!.head.append(contentsOf: bytes.prefix(max(0, HTTPEvents.largestHead + 4 - before)))
-            let head = connections[slot]!.head
-            guard let end = Self.blankLine(in: head, from: max(0, before - 3)) else {
-                if head.count > HTTPEvents.largestHead { fetchFailed(slot, .protocolError("HTTP: a response head over 16 KiB"), now: now) }
-                return
+            let read = connections[slot]!.head.withUnsafeBytes { head in
+                Result { () throws(ReceivedResponseHead.Unreadable) in try ReceivedResponseHead.read(head) }
             }
-            let response: ResponseHead
-            do throws(StormFailure) {
-                response = try ResponseHead(parsing: head[..<end])
-            } catch {
-                fetchFailed(slot, error, now: now)
+            let response: ReceivedResponseHead
+            let length: Int
+            switch read {
+            case .success(let whole?):
+                (response, length) = whole
+            case .success(nil):
+                if connections[slot]!.head.count > HTTPEvents.largestHead {
+                    fetchFailed(slot, .protocolError("HTTP: a response head over 16 KiB"), now: now)
+                }
+                return
+            case .failure(let unreadable):
+                fetchFailed(slot, .protocolError("HTTP: \(unreadable.reason)"), now: now)
                 return
             }
             guard response.status == 200 || response.contentLength != nil else {
@@ -274,7 +280,7 @@ extension Storm {
             connections[slot]!.phase = .body
             connections[slot]!.reused = true
             connections[slot]!.head = []
-            body = UnsafeRawBufferPointer(rebasing: bytes[(end + 4 - before)...])
+            body = UnsafeRawBufferPointer(rebasing: bytes[(length - before)...])
         }
         let response = connections[slot]!.response!
         let length = response.contentLength!
@@ -300,16 +306,6 @@ extension Storm {
         } else {
             transferEnded(slot, .failed(.httpStatus(response.status)), now: now)
         }
-    }
-
-    /// Where the blank line that ends a head starts, searching from `start`.
-    private static func blankLine(in bytes: [UInt8], from start: Int) -> Int? {
-        guard bytes.count >= 4 else { return nil }
-        for i in start...(bytes.count - 4)
-        where bytes[i] == 13 && bytes[i + 1] == 10 && bytes[i + 2] == 13 && bytes[i + 3] == 10 {
-            return i
-        }
-        return nil
     }
 
     /// The connection closed (`error` nil) or broke. A kept connection the server closed before

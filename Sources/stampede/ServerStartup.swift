@@ -48,7 +48,7 @@ struct ServerStartup {
         let web: HTTPServer?
         do {
             web = try http.map { http throws(Errno) in
-                try HTTPServer(configuration: configuration, http: http, cache: cache, fileLabels: server.fileLabels,
+                try HTTPServer(configuration: configuration, http: http, files: server.files, fileLabels: server.fileLabels,
                                admission: server.admission, loopCount: workerCount)
             }
         } catch {

@@ -49,7 +49,7 @@ import Testing
         var blocks = 0
         /// One loop turn of the worker, then the client acknowledges the last DATA that arrived.
         func step() {
-            worker.turn(now: stampede_monotonic_ns(), maxWait: 1_000_000)
+            worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 1_000_000)
             var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
             var received = false
             while true {
@@ -75,7 +75,7 @@ import Testing
         // The request, the OACK and the first blocks may allocate (a slot, the image, the log).
         var ackedOptions = false
         while blocks < 100 {
-            worker.turn(now: stampede_monotonic_ns(), maxWait: 1_000_000)
+            worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 1_000_000)
             if !ackedOptions, let reply = client.receive(), reply.bytes[1] == 6 {
                 client.send([0, 4, 0, 0], to: reply.from)
                 ackedOptions = true
@@ -90,7 +90,7 @@ import Testing
         // Windows went out segmented where this kernel takes it (the allocation count covers that path).
         #expect(window == 1 || backend.segmentation != .on || backend.segmentedSends > 0)
         while blocks < 3073 { step() } // to the end (3 MiB / 1024 + the empty last block)
-        for _ in 0..<10 where worker.activeTransfers > 0 { worker.turn(now: stampede_monotonic_ns(), maxWait: 1_000_000) }
+        for _ in 0..<10 where worker.activeTransfers > 0 { worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 1_000_000) }
         #expect(worker.activeTransfers == 0)
         #expect(worker.summary.failed == 0)
     }

@@ -267,10 +267,27 @@ import StampedeProtocol
                             logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
     }
 
+    /// A read through the file service, as a request makes it: one that misses waits while the
+    /// disk thread reads the file, then asks again.
     func serve(_ cache: FileCache, _ name: String) throws(TFTPError) -> FileImage? {
-        guard case .image(let image) = try configuration.openSource(Array(name.utf8), netascii: false, cache: cache).source
-        else { return nil }
-        return image
+        let disk = DiskWork()
+        let files = FileService(policy: configuration.policy, remapRules: nil, cache: cache, disk: disk)
+        let mailbox = LoadMailbox()
+        var outcome: LoadOutcome?
+        while true {
+            switch files.read(Array(name.utf8), netascii: false, waiter: LoadWaiter(mailbox: mailbox, ticket: 1), after: outcome) {
+            case .ready(let lease):
+                // The test holds the image as a transfer would, and gives it back with `release`.
+                guard case .image(let image) = lease.source else { return nil }
+                _ = cache.loaded(image.key, countsAsHit: false)
+                return image
+            case .loading:
+                disk.drain()
+                outcome = mailbox.collect().first?.outcome
+            case .refused(let refusal):
+                throw TFTPError(refusal)
+            }
+        }
     }
 
     @Test func aLoadedVersionIsSharedAndCountedAsAHit() throws {

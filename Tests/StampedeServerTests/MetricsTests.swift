@@ -95,7 +95,7 @@ import Testing
 
     func deliver(_ bytes: [UInt8], tag: UInt64) {
         backend.inbox.append((tag, bytes, client, local))
-        worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
     }
 
     func read(_ name: String) {
@@ -112,7 +112,7 @@ import Testing
         deliver([0, 4, 0, 2], tag: backend.tags.last!)
         read("missing")
         read("missing")
-        worker.turn(now: stampede_monotonic_ns(), maxWait: 0)  // publishes
+        worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)  // publishes
         let sample = scrape()
         #expect(sample.sum("stampede_requests_total", ["outcome=\"served\"", "request=\"rrq\""]) == 1)
         #expect(sample.sum("stampede_requests_total", ["outcome=\"not_found\""]) == 2)
@@ -127,15 +127,15 @@ import Testing
     @Test func aRunningTransferIsAGaugeAndARetransmissionACounter() {
         dir.write("f", Array(repeating: 1, count: 2000))
         read("f")
-        worker.turn(now: stampede_monotonic_ns(), maxWait: 0)  // the next turn publishes, before it waits
+        worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)  // the next turn publishes, before it waits
         #expect(scrape().sum("stampede_transfers_running") == 1)
         deliver([0, 4, 0, 0], tag: backend.tags.last!)  // ACK 0 repeats "nothing yet": a duplicate, too soon to resend
-        worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
         #expect(scrape().sum("stampede_duplicate_acks_total") == 1)
         #expect(scrape().sum("stampede_retransmissions_total") == 0)
         // The retransmit timer fires (1 s, and the adaptive floor of 100 ms at first contact).
-        worker.turn(now: stampede_monotonic_ns() + 2 * nanosecondsPerSecond, maxWait: 0)
-        worker.turn(now: stampede_monotonic_ns() + 2 * nanosecondsPerSecond, maxWait: 0)
+        worker.turnSettling(now: stampede_monotonic_ns() + 2 * nanosecondsPerSecond, maxWait: 0)
+        worker.turnSettling(now: stampede_monotonic_ns() + 2 * nanosecondsPerSecond, maxWait: 0)
         #expect(scrape().sum("stampede_retransmissions_total") >= 1)
     }
 }

@@ -50,7 +50,7 @@ final class RoutingRig {
         -> [(socket: SocketHandle, bytes: [UInt8], to: SocketAddress?)] {
         backend.sent = []
         backend.inbox.append((tag, bytes, peer, local ?? self.local))
-        worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
         return backend.sent
     }
 
@@ -322,7 +322,7 @@ final class RoutingRig {
     func turnUntilSent(_ rig: RoutingRig) -> [[UInt8]] {
         for _ in 0..<5000 {
             rig.backend.sent = []
-            rig.worker.turn(now: stampede_monotonic_ns(), maxWait: 2_000_000)
+            rig.worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 2_000_000)
             if !rig.backend.sent.isEmpty { return rig.backend.sent.map(\.bytes) }
             usleep(2_000)
         }

@@ -26,7 +26,7 @@ import StampedeProtocol
     func deliver(_ bytes: [UInt8], tag: UInt64) -> [[UInt8]] {
         backend.sent = []
         backend.inbox.append((tag, bytes, client, local))
-        worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
         return backend.sent.map(\.bytes)
     }
 
@@ -98,7 +98,7 @@ import StampedeProtocol
         func request(_ name: String) -> [UInt8] {
             backend.sent = []
             backend.inbox.append((backend.tags[0], Request(isWrite: false, filename: Array(name.utf8), mode: "octet").encoded(), client, local))
-            worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+            worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
             return backend.sent.first?.bytes ?? []
         }
         #expect(request("boot/x86/PXELINUX.0") == [0, 3, 0, 1] + [UInt8]("pxe"))
@@ -118,7 +118,7 @@ import StampedeProtocol
         func send(_ bytes: [UInt8], from peer: SocketAddress) -> [(socket: SocketHandle, bytes: [UInt8], to: SocketAddress?)] {
             backend.sent = []
             backend.inbox.append((backend.tags[0], bytes, peer, local))
-            worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+            worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
             return backend.sent
         }
         let rrq = Request(isWrite: false, filename: Array("f".utf8), mode: "octet").encoded()
@@ -158,7 +158,7 @@ import StampedeProtocol
             backend.sent = []
             backend.inbox.append((listener, Request(isWrite: false, filename: Array("f".utf8), mode: "octet", options: []).encoded(),
                                   peer, local))
-            limited.turn(now: stampede_monotonic_ns(), maxWait: 0)
+            limited.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
             return backend.sent.first?.bytes
         }
         var a = client, b = SocketAddress(parsing: "127.0.0.2:40000", defaultPort: 0)!
@@ -178,13 +178,13 @@ import StampedeProtocol
         let first = backend.tags[backend.tags.count - 3]
         backend.sent = []
         backend.inbox.append((first, [0, 4, 0, 1], client, local))
-        limited.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        limited.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
         backend.inbox.append((first, [0, 4, 0, 2], client, local))
-        limited.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        limited.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
         backend.inbox.append((first, [0, 4, 0, 3], client, local))
-        limited.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        limited.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
         backend.inbox.append((first, [0, 4, 0, 4], client, local))
-        limited.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        limited.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
         #expect(admission.runningTransfers == 2)
         #expect(request(from: b)?.prefix(2) == [0, 3])
     }
@@ -200,7 +200,7 @@ import StampedeProtocol
         while worker.activeTransfers > 0 && now < start + 100 * 1_000_000_000 {
             now += 100_000_000
             backend.sent = []
-            worker.turn(now: now, maxWait: 0)
+            worker.turnSettling(now: now, maxWait: 0)
             oacks += backend.sent.filter { $0.bytes.prefix(2) == [0, 6] }.count
             #expect(backend.sent.allSatisfy { $0.bytes.prefix(2) == [0, 6] })  // nothing but the OACK
         }
@@ -227,15 +227,16 @@ import StampedeProtocol
         let streaming = try streamingWorker()
         let listener = backend.tags.last!
         backend.inbox.append((listener, Request(isWrite: false, filename: Array("big".utf8), mode: "octet").encoded(), client, local))
-        streaming.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        streaming.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
         let slot = try #require(streaming.table.running.first)
         guard case .stream(let file) = streaming.table[slot].source else { Issue.record("not streamed"); return }
         // The file goes bad under the transfer: its descriptor now reads as a directory does (EISDIR).
-        streaming.table[slot].source = .stream(StreamedFile(try Descriptor(opening: dir.path, flags: O_RDONLY | O_DIRECTORY),
-                                                            size: 4000, version: file.version))
+        streaming.table[slot].lease = FileLease(.stream(StreamedFile(try Descriptor(opening: dir.path, flags: O_RDONLY | O_DIRECTORY),
+                                                                     size: 4000, version: file.version)),
+                                                version: file.version, cache: nil)
         backend.sent = []
         backend.inbox.append((transferTag, [0, 4, 0, 1], client, local))
-        streaming.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        streaming.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
         #expect(backend.sent.map { Array($0.bytes.prefix(4)) } == [[0, 5, 0, 0]])
         #expect(streaming.activeTransfers == 0)
     }
@@ -248,10 +249,10 @@ import StampedeProtocol
         let listener = backend.tags.last!
         let options = Request(isWrite: false, filename: Array("big".utf8), mode: "octet", options: [("blksize", "1468")])
         backend.inbox.append((listener, options.encoded(), client, local))
-        streaming.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        streaming.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
         backend.sent = []
         backend.inbox.append((transferTag, [0, 4, 0, 0], client, local))
-        streaming.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        streaming.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
         #expect(backend.sent.map { Array($0.bytes.prefix(4)) } == [[0, 3, 0, 1]])
         // Rewritten in place: the same inode and size, other bytes, its time moved.
         let f = open(path, O_WRONLY)
@@ -261,11 +262,11 @@ import StampedeProtocol
         close(f)
         backend.sent = []
         backend.inbox.append((transferTag, [0, 4, 0, 1], client, local))
-        streaming.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        streaming.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
         #expect(backend.sent.map { Array($0.bytes.prefix(4)) } == [[0, 3, 0, 2]])  // not the last: not asked
         backend.sent = []
         backend.inbox.append((transferTag, [0, 4, 0, 2], client, local))
-        streaming.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        streaming.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
         let answer = try #require(backend.sent.first?.bytes)
         #expect(answer.prefix(4) == [0, 5, 0, 0])
         #expect(String(decoding: answer.dropFirst(4).prefix { $0 != 0 }, as: UTF8.self) == "File changed while it was sent (written to)")

@@ -31,7 +31,7 @@ final class Rig<Backend: DatagramBackend> {
         address = try worker.bindListeners([listen])[0]
         var httpConfiguration = HTTPConfiguration(listenAddresses: [listen])
         httpConfiguration.idleTimeout = httpIdleTimeout
-        http = withHTTP ? try HTTPServer(configuration: configuration, http: httpConfiguration, cache: cache,
+        http = withHTTP ? try HTTPServer(configuration: configuration, http: httpConfiguration, files: worker.files,
                                          fileLabels: FileLabels(), loopCount: 1) : nil
     }
 

@@ -1,8 +1,9 @@
 """A slow disk for the tests: a FUSE file system that mirrors a directory and takes its time where
-a real disk under load does (fsync, directory reads, and looking up a name that begins with
-"slow": a cold directory on a busy disk). Run as a process of its own:
+a real disk under load does (fsync, directory reads, and, for a name that begins with "slow",
+looking it up, a cold directory on a busy disk, and reading its first bytes, a cold file).
+Run as a process of its own:
 
-    python slowdisk.py BACKING MOUNTPOINT --fsync 2 --readdir 0.5 --lookup 3
+    python slowdisk.py BACKING MOUNTPOINT --fsync 2 --readdir 0.5 --lookup 3 --read 3
 
 It cannot reserve space (no fallocate: FAT, many FUSE and older NFS file systems cannot), so a
 server that falls back to writing every block of a reservation does so through it, slowly."""
@@ -14,11 +15,12 @@ from fuse import FUSE, Operations
 
 
 class SlowDisk(Operations):
-    def __init__(self, backing, fsync_delay, readdir_delay, lookup_delay=0.0):
+    def __init__(self, backing, fsync_delay, readdir_delay, lookup_delay=0.0, read_delay=0.0):
         self.backing = backing
         self.fsync_delay = fsync_delay
         self.readdir_delay = readdir_delay
         self.lookup_delay = lookup_delay
+        self.read_delay = read_delay
 
     def path(self, path):
         return os.path.join(self.backing, path.lstrip("/"))
@@ -72,6 +74,8 @@ class SlowDisk(Operations):
         return os.open(self.path(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
 
     def read(self, path, size, offset, fh):
+        if offset == 0 and os.path.basename(path).startswith("slow"):
+            time.sleep(self.read_delay)
         return os.pread(fh, size, offset)
 
     def write(self, path, data, offset, fh):
@@ -104,6 +108,8 @@ if __name__ == "__main__":
     parser.add_argument("--fsync", type=float, default=0)
     parser.add_argument("--readdir", type=float, default=0)
     parser.add_argument("--lookup", type=float, default=0)
+    parser.add_argument("--read", type=float, default=0)
     options = parser.parse_args()
-    FUSE(SlowDisk(os.path.abspath(options.backing), options.fsync, options.readdir, options.lookup), options.mountpoint,
+    FUSE(SlowDisk(os.path.abspath(options.backing), options.fsync, options.readdir, options.lookup, options.read),
+         options.mountpoint,
          foreground=True, allow_other=True, default_permissions=True, nothreads=False)

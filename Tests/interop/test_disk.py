@@ -19,19 +19,21 @@ HERE = Path(__file__).parent
 
 @pytest.fixture
 def slow_disk(tmp_path):
-    """slow_disk(fsync=seconds, readdir=seconds, lookup=seconds) -> a mounted directory whose
-    files live in a backing directory of the test's (`lookup`: names beginning with "slow")."""
+    """slow_disk(fsync=seconds, readdir=seconds, lookup=seconds, read=seconds) -> a mounted
+    directory whose files live in a backing directory of the test's (`lookup`, `read`: names
+    beginning with "slow")."""
     if os.geteuid() != 0:
         pytest.skip("LOUD SKIP: mounting a FUSE file system needs root")
     mounted = []
 
-    def make(fsync=0.0, readdir=0.0, lookup=0.0):
+    def make(fsync=0.0, readdir=0.0, lookup=0.0, read=0.0):
         backing, mount = tmp_path / f"backing{len(mounted)}", tmp_path / f"disk{len(mounted)}"
         backing.mkdir()
         mount.mkdir()
         backing.chmod(0o777)
         process = subprocess.Popen([sys.executable, str(HERE / "slowdisk.py"), str(backing), str(mount),
-                                    "--fsync", str(fsync), "--readdir", str(readdir), "--lookup", str(lookup)],
+                                    "--fsync", str(fsync), "--readdir", str(readdir), "--lookup", str(lookup),
+                                    "--read", str(read)],
                                    stderr=subprocess.PIPE)
         deadline = time.time() + 10
         while not os.path.ismount(mount):
@@ -199,3 +201,39 @@ def test_a_stuck_http_loop_stops_the_watchdog_pings(slow_disk, tmp_path):
         server.send_signal(15)
         server.wait(timeout=15)
         listener.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_cached_file_is_answered_while_another_files_first_read_waits_on_the_disk(slow_disk, backend, tmp_path):
+    """A version the cache does not hold is read on the disk thread, never on an event loop: while
+    the disk takes seconds over a cold file's first read, the same loop (one worker, one HTTP
+    loop) answers what is cached at once, over TFTP and HTTP; the cold file comes whole when the
+    disk has it."""
+    import socket
+    from conftest import free_tcp_port
+    backing, mount = slow_disk(read=3.0)
+    cold = os.urandom(1 << 20)
+    (backing / "hello.txt").write_text("hello\n")
+    (backing / "slow.img").write_bytes(cold)
+    for f in backing.iterdir():
+        f.chmod(0o644)
+    web = free_tcp_port()
+    s = Server(mount, ("--http", f"127.0.0.1:{web}", "--workers", "1", "-u", "root"), backend=backend)
+    try:
+        url = f"http://127.0.0.1:{web}"
+        assert run(["curl", "-s", f"{url}/hello.txt"]).stdout == b"hello\n"  # in the cache now
+        started = time.time()
+        slow_http = subprocess.Popen(["curl", "-s", "-o", str(tmp_path / "http.img"), f"{url}/slow.img"])
+        slow_tftp = subprocess.Popen(["curl", "-s", "-o", str(tmp_path / "tftp.img"), f"tftp://127.0.0.1:{s.port}/slow.img"])
+        time.sleep(0.3)
+        for _ in range(3):
+            asked = time.time()
+            assert run(["curl", "-s", f"{url}/hello.txt"]).stdout == b"hello\n"
+            assert run(["curl", "-s", f"tftp://127.0.0.1:{s.port}/hello.txt"]).stdout == b"hello\n"
+            assert time.time() - asked < 1.0, "a cached file waited behind another file's read"
+        assert time.time() - started < 2.5  # all of it while the disk still held slow.img's read
+        assert slow_http.wait(timeout=30) == 0 and slow_tftp.wait(timeout=30) == 0
+        assert time.time() - started >= 2.5
+        assert (tmp_path / "http.img").read_bytes() == cold and (tmp_path / "tftp.img").read_bytes() == cold
+    finally:
+        s.stop()

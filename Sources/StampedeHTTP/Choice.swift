@@ -1,4 +1,4 @@
-import Glibc
+import StampedeHTTPWire
 import StampedeServer
 
 /// What a file server needs to know of a file to answer a request for it.
@@ -95,68 +95,15 @@ public enum Choice: Equatable, Sendable {
     }
 }
 
-/// HTTP's one date format (IMF-fixdate, RFC 9110 §5.6.7): "Sun, 06 Nov 1994 08:49:37 GMT".
-public enum HTTPDate {
-    static let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
-    static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-
-    public static func format(_ seconds: Int64) -> String {
-        var time = time_t(seconds)
-        var parts = tm()
-        gmtime_r(&time, &parts)
-        func two(_ n: Int32) -> String { n < 10 ? "0\(n)" : "\(n)" }
-        return "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) \(parts.tm_year + 1900) "
-            + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
-    }
-
-    /// Seconds since the epoch, or nil for anything but an IMF-fixdate (the obsolete formats are
-    /// ignored as an invalid date is: the condition does not apply).
-    public static func parse(_ text: String) -> Int64? {
-        let fields = text.split(separator: " ")
-        guard fields.count == 6, fields[0].count == 4, fields[0].hasSuffix(","), fields[5] == "GMT",
-              let day = Int32(fields[1]), fields[1].count == 2, let month = months.firstIndex(of: String(fields[2])),
-              let year = Int32(fields[3]), fields[3].count == 4 else { return nil }
-        let clock = fields[4].split(separator: ":")
-        guard fields[4].count == 8, clock.count == 3, let hour = Int32(clock[0]), let minute = Int32(clock[1]),
-              let second = Int32(clock[2]), (1...31).contains(day), hour < 24, minute < 60, second < 61 else { return nil }
-        var parts = tm()
-        parts.tm_year = year - 1900
-        parts.tm_mon = Int32(month)
-        parts.tm_mday = day
-        parts.tm_hour = hour
-        parts.tm_min = minute
-        parts.tm_sec = second
-        return Int64(timegm(&parts))
+extension String {
+    func trimmingCharacters(in set: String) -> String {
+        var s = Substring(self)
+        while let c = s.first, set.contains(c) { s = s.dropFirst() }
+        while let c = s.last, set.contains(c) { s = s.dropLast() }
+        return String(s)
     }
 }
 
-/// A response's head, as bytes: the status line and the headers, every one of them said.
-public struct ResponseHead {
-    public var status: Status
-    public var fields: [(String, String)] = []
-
-    public init(_ status: Status) { self.status = status }
-
-    public mutating func add(_ name: String, _ value: String) { fields.append((name, value)) }
-
-    public var bytes: [UInt8] {
-        var text = "HTTP/1.1 \(status.rawValue) \(status.reason)\r\n"
-        for (name, value) in fields { text += "\(name): \(value)\r\n" }
-        text += "\r\n"
-        return Array(text.utf8)
-    }
-
-    /// The media type by the name's extension: `application/efi` for a UEFI image (EDK2's HTTP
-    /// boot takes it by that), text for scripts and configurations, bytes for the rest.
-    public static func contentType(of path: [UInt8]) -> String {
-        let name = String(decoding: path.split(separator: UInt8(ascii: "/")).last ?? [], as: UTF8.self).lowercased()
-        guard let dot = name.lastIndex(of: ".") else { return "application/octet-stream" }
-        switch name[name.index(after: dot)...] {
-        case "efi": return "application/efi"
-        case "ipxe", "cfg", "conf", "txt", "cmdline", "sh": return "text/plain; charset=utf-8"
-        case "iso": return "application/vnd.efi.iso"
-        case "img": return "application/vnd.efi.img"
-        default: return "application/octet-stream"
-        }
-    }
+extension Substring {
+    func trimmingCharacters(in set: String) -> String { String(self).trimmingCharacters(in: set) }
 }

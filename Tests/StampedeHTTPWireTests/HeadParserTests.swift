@@ -1,5 +1,5 @@
 import Testing
-@testable import StampedeHTTP
+@testable import StampedeHTTPWire
 
 @Suite struct RequestHeadParsing {
     func parse(_ text: String, limits: RequestHead.Limits = RequestHead.Limits()) -> Result<RequestHead.Parsed, RequestHead.Refusal> {
@@ -86,49 +86,7 @@ import Testing
     }
 }
 
-@Suite struct ResponseChoice {
-    let file = FileFacts(size: 1000, modified: 1_700_000_000, etag: "\"v1\"")
-
-    func choice(_ headers: [String: String]) -> Choice {
-        var head = RequestHead(method: .get, target: "/f", path: Array("/f".utf8), isHTTP11: true, keepAlive: true)
-        head.range = headers["range"]
-        head.ifRange = headers["if-range"]
-        head.ifNoneMatch = headers["if-none-match"]
-        head.ifModifiedSince = headers["if-modified-since"]
-        return Choice(head, file)
-    }
-
-    @Test func ranges() {
-        #expect(choice([:]) == .whole)
-        #expect(choice(["range": "bytes=0-99"]) == .part(0..<100))
-        #expect(choice(["range": "bytes=900-"]) == .part(900..<1000))
-        #expect(choice(["range": "bytes=-100"]) == .part(900..<1000))
-        #expect(choice(["range": "bytes=-5000"]) == .part(0..<1000))
-        #expect(choice(["range": "bytes=990-5000"]) == .part(990..<1000))
-        #expect(choice(["range": "bytes=1000-"]) == .unsatisfiable)
-        #expect(choice(["range": "bytes=-0"]) == .unsatisfiable)
-        // Ignored: several ranges, other units, nonsense.
-        #expect(choice(["range": "bytes=0-1,5-6"]) == .whole)
-        #expect(choice(["range": "items=0-1"]) == .whole)
-        #expect(choice(["range": "bytes=9-1"]) == .whole)
-        #expect(choice(["range": "bytes=a-"]) == .whole)
-    }
-
-    @Test func conditions() {
-        #expect(choice(["if-none-match": "\"v1\""]) == .notModified)
-        #expect(choice(["if-none-match": "\"v0\", W/\"v1\""]) == .notModified)
-        #expect(choice(["if-none-match": "*"]) == .notModified)
-        #expect(choice(["if-none-match": "\"v0\""]) == .whole)
-        // If-None-Match decides alone when both are there.
-        #expect(choice(["if-none-match": "\"v0\"", "if-modified-since": HTTPDate.format(1_800_000_000)]) == .whole)
-        #expect(choice(["if-modified-since": HTTPDate.format(1_700_000_000)]) == .notModified)
-        #expect(choice(["if-modified-since": HTTPDate.format(1_699_999_999)]) == .whole)
-        #expect(choice(["if-modified-since": "yesterday"]) == .whole)
-        #expect(choice(["range": "bytes=0-9", "if-range": "\"v1\""]) == .part(0..<10))
-        #expect(choice(["range": "bytes=0-9", "if-range": "\"v0\""]) == .whole)
-        #expect(choice(["range": "bytes=0-9", "if-range": HTTPDate.format(1_700_000_000)]) == .part(0..<10))
-    }
-
+@Suite struct DatesAndMediaTypes {
     @Test func datesRoundTrip() {
         #expect(HTTPDate.format(784_111_777) == "Sun, 06 Nov 1994 08:49:37 GMT")
         #expect(HTTPDate.parse("Sun, 06 Nov 1994 08:49:37 GMT") == 784_111_777)
@@ -139,5 +97,79 @@ import Testing
         #expect(ResponseHead.contentType(of: Array("/EFI/BOOT/BOOTX64.EFI".utf8)) == "application/efi")
         #expect(ResponseHead.contentType(of: Array("/boot/x.ipxe".utf8)).hasPrefix("text/plain"))
         #expect(ResponseHead.contentType(of: Array("/vmlinuz".utf8)) == "application/octet-stream")
+    }
+}
+
+/// The parser goes on from where its last read stopped: bytes arriving a few at a time make the
+/// same head as bytes arriving at once, and a pipeline is read one head at a time.
+@Suite struct ResumableHeadParsing {
+    static let text = "GET /boot/ipxe.efi HTTP/1.1\r\nHost: boot\r\nRange: bytes=0-9\r\nConnection: keep-alive\r\n\r\n"
+
+    @Test(arguments: [1, 2, 7, 64])
+    func bytesArrivingInPiecesMakeTheSameHead(piece: Int) throws {
+        var parser = HeadParser()
+        var input: [UInt8] = []
+        var parsed: RequestHead.Parsed = .incomplete
+        for byte in Self.text.utf8 {
+            input.append(byte)
+            guard input.count % piece == 0 || input.count == Self.text.utf8.count else { continue }
+            parsed = try input.withUnsafeBytes { try parser.parse($0) }
+            if case .complete = parsed { break }
+        }
+        let whole = try Array(Self.text.utf8).withUnsafeBytes { try RequestHead.parse($0) }
+        #expect(parsed == whole)
+        guard case .complete(let head, let length) = parsed else { Issue.record("incomplete"); return }
+        #expect(length == Self.text.utf8.count && head.range == "bytes=0-9" && head.keepAlive)
+    }
+
+    @Test func aPipelineIsReadOneHeadAtATime() throws {
+        var input = Array((Self.text + "HEAD /next HTTP/1.0\r\n\r\nGET /th").utf8)
+        var parser = HeadParser()
+        guard case .complete(let first, let length) = try input.withUnsafeBytes({ try parser.parse($0) }) else {
+            Issue.record("first")
+            return
+        }
+        #expect(first.path == Array("/boot/ipxe.efi".utf8))
+        input.removeFirst(length)
+        parser.reset()
+        guard case .complete(let second, let next) = try input.withUnsafeBytes({ try parser.parse($0) }) else {
+            Issue.record("second")
+            return
+        }
+        #expect(second.method == .head && !second.isHTTP11 && !second.keepAlive)
+        input.removeFirst(next)
+        parser.reset()
+        #expect(try input.withUnsafeBytes { try parser.parse($0) } == .incomplete)
+    }
+
+    /// A refusal of a request line that began "HEAD " says so, for an answer without a body.
+    @Test func aRefusedHeadRequestSaysItWasOne() {
+        for text in ["HEAD /%zz HTTP/1.1\r\nHost: x\r\n\r\n", "\r\nHEAD / HTTP/2.0\r\n\r\n", "HEAD /" + String(repeating: "a", count: 9000)] {
+            var parser = HeadParser()
+            #expect(throws: RequestHead.Refusal.self) { _ = try Array(text.utf8).withUnsafeBytes { try parser.parse($0) } }
+            do {
+                _ = try Array(text.utf8).withUnsafeBytes { try parser.parse($0) }
+            } catch {
+                #expect((error as? RequestHead.Refusal)?.toHead == true, "\(text.prefix(20))")
+            }
+        }
+        var parser = HeadParser()
+        do {
+            _ = try Array("GET /%zz HTTP/1.1\r\n\r\n".utf8).withUnsafeBytes { try parser.parse($0) }
+        } catch {
+            #expect((error as? RequestHead.Refusal)?.toHead == false)
+        }
+    }
+
+    /// Blank lines before the request line count against the head's limit: an endless run of
+    /// them is refused, not kept.
+    @Test func endlessBlankLinesAreRefused() {
+        var limits = RequestHead.Limits()
+        limits.headBytes = 64
+        var parser = HeadParser(limits: limits)
+        let blank = Array(String(repeating: "\r\n", count: 40).utf8)
+        #expect(throws: RequestHead.Refusal(.headersTooLarge, "head longer than 64 bytes")) {
+            _ = try blank.withUnsafeBytes { try parser.parse($0) }
+        }
     }
 }

@@ -1,0 +1,181 @@
+import StampedeProtocol
+
+/// The life of one HTTP connection as named states and the events that move them, apart from
+/// its socket (as swift-nio's HTTPServerPipelineHandler keeps its state, and nginx a handler per
+/// phase): the loop reads and writes (`HTTPLoop`), this says what comes next and when the
+/// connection must go. Every transition is a function of the state, the event and `now`.
+struct ConnectionState: Equatable {
+    struct Limits: Equatable, Sendable {
+        /// From a head's first byte to its end: past it, 408 and the connection closes.
+        var requestTimeout: Nanoseconds
+        /// With no request in progress: past it, the connection closes without a word.
+        var idleTimeout: Nanoseconds
+        /// An answer the client stops reading: past it with no byte taken, abandoned.
+        var sendTimeout: Nanoseconds
+        /// Bytes one connection may write in a turn before the others get theirs.
+        var writeBudget: Int
+        /// A connection older than this says Connection: close with its next answer (nil: any age).
+        var lifetime: Nanoseconds?
+        /// Once the server stops, how long a connection that asks nothing more is kept.
+        var drainTimeout: Nanoseconds = nanosecondsPerSecond
+    }
+
+    enum Phase: Equatable {
+        /// Between requests, nothing of the next one read: since when.
+        case idle(since: Nanoseconds)
+        /// A head has begun (or the next of a pipeline is buffered): since its first byte.
+        case readingHead(since: Nanoseconds)
+        /// A head was parsed and is being answered (its answer not ready yet).
+        case answering
+        /// The answer waits for its file, which the disk thread loads.
+        case waitingForFile(since: Nanoseconds)
+        /// The answer goes out; the last write that moved bytes was then.
+        case writing(lastProgress: Nanoseconds)
+        case closed
+    }
+
+    enum Event: Equatable {
+        /// The loop serves the connection this turn: its write budget starts afresh.
+        case serviceBegins
+        /// Bytes of a request arrived.
+        case bytesRead
+        /// A whole head was parsed; it asked to keep the connection (`keepAlive`) or not.
+        case headParsed(keepAlive: Bool)
+        /// The head could not be parsed: its refusal is the answer, and the last.
+        case headRefused
+        /// The answer (head and body) is ready to write.
+        case answerReady
+        /// The answer waits for its file.
+        case fileLoading
+        /// Bytes of the answer went out.
+        case wrote(Int)
+        /// The whole answer went out; the next request's bytes are already read (`inputLeft`).
+        case answerWritten(inputLeft: Bool)
+        /// The client closed its side, or the socket broke.
+        case peerGone
+        /// Once a second: the deadlines.
+        case tick
+        /// The server stops: each connection's next answer is its last.
+        case stop
+    }
+
+    enum Action: Equatable {
+        case none
+        /// Read (and parse what comes).
+        case read
+        /// Parse the next head, already read (pipelining).
+        case parseNext
+        case write
+        /// The turn's budget is spent: go on writing at the next turn.
+        case yieldTurn
+        /// The head took too long: answer 408 if the socket takes it, then close.
+        case answerTimeoutThenClose
+        case close(Reason)
+    }
+
+    enum Reason: Equatable {
+        /// Its last answer is written (Connection: close, HTTP/1.0, a refusal, a stop, its age).
+        case answeredLast
+        case peerGone
+        /// Idle past the idle timeout.
+        case idle
+        /// The server stops and the connection asked nothing for `drainTimeout`.
+        case drained
+        /// The client took no byte of the answer for the send timeout.
+        case stalled
+    }
+
+    let limits: Limits
+    let opened: Nanoseconds
+    private(set) var phase: Phase
+    /// The answer being made or written is the connection's last: it says Connection: close.
+    private(set) var lastAnswer = false
+    private(set) var stopping = false
+    private var writtenThisTurn = 0
+
+    init(limits: Limits, opened: Nanoseconds) {
+        self.limits = limits
+        self.opened = opened
+        phase = .idle(since: opened)
+    }
+
+    /// What `event` at `now` leads to.
+    mutating func handle(_ event: Event, now: Nanoseconds) -> Action {
+        switch event {
+        case .serviceBegins:
+            writtenThisTurn = 0
+            return .none
+        case .bytesRead:
+            if case .idle = phase { phase = .readingHead(since: now) }
+            return .read
+        case .headParsed(let keepAlive):
+            // A stopping server, or a connection past its lifetime, answers this one and closes.
+            let aged = limits.lifetime.map { now - opened >= $0 } ?? false
+            lastAnswer = !keepAlive || stopping || aged
+            phase = .answering
+            return .none
+        case .headRefused:
+            lastAnswer = true
+            phase = .writing(lastProgress: now)
+            return .write
+        case .fileLoading:
+            phase = .waitingForFile(since: now)
+            return .none
+        case .answerReady:
+            phase = .writing(lastProgress: now)
+            return .write
+        case .wrote(let bytes):
+            phase = .writing(lastProgress: now)
+            writtenThisTurn += bytes
+            return writtenThisTurn >= limits.writeBudget ? .yieldTurn : .write
+        case .answerWritten(let inputLeft):
+            if lastAnswer {
+                phase = .closed
+                return .close(.answeredLast)
+            }
+            phase = inputLeft ? .readingHead(since: now) : .idle(since: now)
+            return inputLeft ? .parseNext : .read
+        case .peerGone:
+            phase = .closed
+            return .close(.peerGone)
+        case .tick:
+            return deadline(now: now)
+        case .stop:
+            stopping = true
+            // A connection between requests gets `drainTimeout` from now to ask its last one.
+            if case .idle = phase { phase = .idle(since: now) }
+            return .none
+        }
+    }
+
+    private mutating func deadline(now: Nanoseconds) -> Action {
+        switch phase {
+        case .readingHead(let since) where now - since > limits.requestTimeout:
+            phase = .closed
+            return .answerTimeoutThenClose
+        case .writing(let progress) where now - progress > limits.sendTimeout:
+            phase = .closed
+            return .close(.stalled)
+        case .idle(let since) where stopping && now - since > limits.drainTimeout:
+            phase = .closed
+            return .close(.drained)
+        case .idle(let since) where now - since > limits.idleTimeout:
+            phase = .closed
+            return .close(.idle)
+        default:
+            return .none
+        }
+    }
+
+    /// Whether an answer is being written (the loop writes before it reads).
+    var isWriting: Bool {
+        if case .writing = phase { return true }
+        return false
+    }
+
+    /// Whether a head is in progress (for a stop: one on its way is still answered).
+    var isReadingHead: Bool {
+        if case .readingHead = phase { return true }
+        return false
+    }
+}

@@ -1,0 +1,28 @@
+import StampedeHTTPWire
+import StampedeProtocol
+import StampedeServer
+
+/// What an HTTP loop serves (`HTTPLoop`): the loop reads heads and writes answers, its responder
+/// decides the answers: the files of the root (`FileResponder`), or the metrics (StampedeMetrics'
+/// `MetricsResponder`). A responder belongs to its loop and runs on its thread.
+protocol HTTPResponder: AnyObject {
+    /// Answers `head` on `connection` (whose state says whether the answer is its last): sets
+    /// `connection.response` (and `connection.lease`) and returns true, or returns false when the
+    /// answer waits for a file the disk thread reads (`connection.waiting` says which), to be
+    /// made by `resume` when it is read. `started`: when the head's first byte came.
+    func answer(_ head: RequestHead, on connection: Connection, started: Nanoseconds) -> Bool
+
+    /// Answers a head that waited for its file, now that the disk thread has read it (or not).
+    /// Returns false if it must wait again.
+    func resume(_ connection: Connection, after outcome: LoadOutcome) -> Bool
+
+    /// The answer to a head that could not be read or came too slowly: its status, with a short
+    /// text saying it unless the request was a HEAD (`withBody`).
+    func refuse(_ status: Status, _ reason: String, withBody: Bool, on connection: Connection, started: Nanoseconds)
+
+    /// An answer ended: written whole, or abandoned (`abandoned`: why, and how it counts).
+    func ended(_ response: Response, on connection: Connection, abandoned: (why: String, result: WorkerMetrics.Result)?)
+
+    /// Where this loop hears of the reads its answers wait for (nil: none ever waits).
+    var loads: LoadMailbox? { get }
+}

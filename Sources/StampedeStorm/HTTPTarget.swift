@@ -1,0 +1,55 @@
+import StampedeIO
+
+/// Where an `http` stage's request goes, for one machine: the server, the request's path and Host,
+/// and the name its bytes are compared under (`--verify-root`): the path without its leading `/`.
+struct HTTPTarget: Equatable {
+    var server: SocketAddress
+    var authority: String
+    var path: String
+    var name: String
+
+    /// `expanded` is the stage's name with the machine's identity filled in: a path beneath
+    /// `server` (the storm's `--http`), or a whole `http://ADDRESS[:PORT]/PATH`. Nil when it is
+    /// neither (a URL naming a host, a relative name without a server).
+    init?(_ expanded: String, server: SocketAddress?) {
+        var name = Substring(expanded)
+        if expanded.hasPrefix("http://") {
+            let rest = expanded.dropFirst("http://".count)
+            let authority = rest.prefix { $0 != "/" }
+            guard !authority.isEmpty, let address = SocketAddress(parsing: String(authority), defaultPort: 80) else { return nil }
+            self.server = address
+            self.authority = String(authority)
+            name = rest.dropFirst(authority.count)
+        } else {
+            guard let server else { return nil }
+            self.server = server
+            authority = server.description
+        }
+        while name.hasPrefix("/") { name = name.dropFirst() }
+        self.name = String(name)
+        path = "/" + Self.percentEncoded(self.name)
+    }
+
+    private static let hexDigits = Array("0123456789ABCDEF".utf8)
+
+    /// A path's bytes as a request line carries them: what is not a URI path character is `%XX`.
+    static func percentEncoded(_ path: String) -> String {
+        var out = ""
+        for byte in path.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            case _ where "-._~/!$&'()*+,;=:@".utf8.contains(byte):
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                out += "%" + String(decoding: [hexDigits[Int(byte >> 4)], hexDigits[Int(byte & 15)]], as: UTF8.self)
+            }
+        }
+        return out
+    }
+
+    /// The request iPXE sends for a file: a GET on a connection it keeps.
+    var request: [UInt8] {
+        Array("GET \(path) HTTP/1.1\r\nHost: \(authority)\r\nUser-Agent: stampede-storm\r\nConnection: keep-alive\r\n\r\n".utf8)
+    }
+}

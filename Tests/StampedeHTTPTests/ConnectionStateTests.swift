@@ -1,0 +1,174 @@
+import StampedeProtocol
+import Testing
+@testable import StampedeHTTP
+
+/// A connection's life without a socket: each test plays events at chosen times and reads what
+/// the state says to do.
+@Suite struct ConnectionStateSpec {
+    static let second = nanosecondsPerSecond
+    let limits = ConnectionState.Limits(requestTimeout: 10 * second, idleTimeout: 60 * second, sendTimeout: 60 * second,
+                                        writeBudget: 4 << 20, lifetime: nil)
+
+    func opened(at time: Nanoseconds = 0, limits: ConnectionState.Limits? = nil) -> ConnectionState {
+        ConnectionState(limits: limits ?? self.limits, opened: time)
+    }
+
+    @Test func aRequestIsReadAnsweredAndTheConnectionWaitsForTheNext() {
+        var state = opened()
+        #expect(state.handle(.bytesRead, now: 1) == .read)
+        #expect(state.phase == .readingHead(since: 1))
+        #expect(state.handle(.headParsed(keepAlive: true), now: 2) == .none)
+        #expect(state.phase == .answering && !state.lastAnswer)
+        #expect(state.handle(.answerReady, now: 2) == .write)
+        #expect(state.handle(.wrote(100), now: 3) == .write)
+        #expect(state.handle(.answerWritten(inputLeft: false), now: 4) == .read)
+        #expect(state.phase == .idle(since: 4))
+    }
+
+    /// Requests sent back to back: each answered in order, the next parsed from what is already
+    /// read, its head taken to have begun when the one before was answered.
+    @Test func pipelinedRequestsAreParsedFromWhatIsAlreadyRead() {
+        var state = opened()
+        _ = state.handle(.bytesRead, now: 1)
+        _ = state.handle(.headParsed(keepAlive: true), now: 1)
+        _ = state.handle(.answerReady, now: 1)
+        #expect(state.handle(.answerWritten(inputLeft: true), now: 5) == .parseNext)
+        #expect(state.phase == .readingHead(since: 5))
+        _ = state.handle(.headParsed(keepAlive: false), now: 6)
+        _ = state.handle(.answerReady, now: 6)
+        // The second asked to close: its answer is the last, whatever else was read.
+        #expect(state.lastAnswer)
+        #expect(state.handle(.answerWritten(inputLeft: true), now: 7) == .close(.answeredLast))
+        #expect(state.phase == .closed)
+    }
+
+    @Test func aHeadTooSlowIsAnswered408AndClosed() {
+        var state = opened()
+        _ = state.handle(.bytesRead, now: 1 * Self.second)
+        #expect(state.handle(.tick, now: 11 * Self.second) == .none)  // 10 s: not past it yet
+        _ = state.handle(.bytesRead, now: 11 * Self.second)  // more bytes do not move the deadline
+        #expect(state.handle(.tick, now: 11 * Self.second + 1) == .answerTimeoutThenClose)
+        #expect(state.phase == .closed)
+    }
+
+    @Test func anIdleConnectionClosesQuietlyAfterTheIdleTimeout() {
+        var state = opened(at: 0)
+        #expect(state.handle(.tick, now: 60 * Self.second) == .none)
+        #expect(state.handle(.tick, now: 60 * Self.second + 1) == .close(.idle))
+        // The clock starts again after each answer.
+        var served = opened(at: 0)
+        _ = served.handle(.headParsed(keepAlive: true), now: 50 * Self.second)
+        _ = served.handle(.answerReady, now: 50 * Self.second)
+        _ = served.handle(.answerWritten(inputLeft: false), now: 55 * Self.second)
+        #expect(served.handle(.tick, now: 100 * Self.second) == .none)
+        #expect(served.handle(.tick, now: 116 * Self.second) == .close(.idle))
+    }
+
+    @Test func anAnswerTheClientStopsTakingIsAbandonedAfterTheSendTimeout() {
+        var state = opened()
+        _ = state.handle(.headParsed(keepAlive: true), now: 0)
+        _ = state.handle(.answerReady, now: 0)
+        _ = state.handle(.wrote(1000), now: 30 * Self.second)
+        #expect(state.handle(.tick, now: 90 * Self.second) == .none)  // progress at 30 s
+        #expect(state.handle(.tick, now: 90 * Self.second + 1) == .close(.stalled))
+    }
+
+    /// A connection that could write on yields after the budget, so the loop's other connections
+    /// get their turn; the budget starts afresh at its next service.
+    @Test func theWriteBudgetYieldsTheTurn() {
+        var small = limits
+        small.writeBudget = 1000
+        var state = opened(limits: small)
+        _ = state.handle(.headParsed(keepAlive: true), now: 0)
+        _ = state.handle(.answerReady, now: 0)
+        _ = state.handle(.serviceBegins, now: 0)
+        #expect(state.handle(.wrote(600), now: 0) == .write)
+        #expect(state.handle(.wrote(400), now: 0) == .yieldTurn)
+        _ = state.handle(.serviceBegins, now: 1)
+        #expect(state.handle(.wrote(999), now: 1) == .write)
+    }
+
+    /// SIGTERM: nothing closes for the stop itself. An answer being written finishes and keeps
+    /// the connection; the next request is answered as the last; one that asks nothing goes
+    /// after the drain timeout, counted from the stop.
+    @Test func aStopDrainsEachConnectionAfterOneMoreAnswer() {
+        var writing = opened()
+        _ = writing.handle(.headParsed(keepAlive: true), now: 0)
+        _ = writing.handle(.answerReady, now: 0)
+        _ = writing.handle(.stop, now: 10)
+        #expect(writing.handle(.answerWritten(inputLeft: false), now: 20) == .read)  // not the last: it said keep-alive
+        _ = writing.handle(.headParsed(keepAlive: true), now: 30)
+        #expect(writing.lastAnswer)
+        _ = writing.handle(.answerReady, now: 30)
+        #expect(writing.handle(.answerWritten(inputLeft: false), now: 40) == .close(.answeredLast))
+
+        var idle = opened(at: 0)
+        _ = idle.handle(.stop, now: 5 * Self.second)
+        #expect(idle.handle(.tick, now: 6 * Self.second) == .none)
+        #expect(idle.handle(.tick, now: 6 * Self.second + 1) == .close(.drained))
+
+        var asking = opened()
+        _ = asking.handle(.bytesRead, now: 0)
+        _ = asking.handle(.stop, now: 1)
+        _ = asking.handle(.headParsed(keepAlive: true), now: 2)
+        #expect(asking.lastAnswer)
+    }
+
+    @Test func aRefusedHeadIsTheLastAnswer() {
+        var state = opened()
+        _ = state.handle(.bytesRead, now: 0)
+        #expect(state.handle(.headRefused, now: 1) == .write)
+        #expect(state.lastAnswer)
+        #expect(state.handle(.answerWritten(inputLeft: true), now: 2) == .close(.answeredLast))
+    }
+
+    @Test func anAnswerWaitingForItsFileHasNoDeadlineAndWritesWhenItComes() {
+        var state = opened()
+        _ = state.handle(.headParsed(keepAlive: true), now: 0)
+        _ = state.handle(.fileLoading, now: 0)
+        #expect(state.phase == .waitingForFile(since: 0))
+        #expect(state.handle(.tick, now: 600 * Self.second) == .none)
+        #expect(state.handle(.answerReady, now: 601 * Self.second) == .write)
+    }
+
+    /// The metrics endpoint's connections live a minute at most: the answer after that says close.
+    @Test func pastItsLifetimeTheNextAnswerIsTheLast() {
+        var aged = limits
+        aged.lifetime = 60 * Self.second
+        var state = opened(at: 0, limits: aged)
+        _ = state.handle(.headParsed(keepAlive: true), now: 59 * Self.second)
+        #expect(!state.lastAnswer)
+        _ = state.handle(.answerReady, now: 59 * Self.second)
+        _ = state.handle(.answerWritten(inputLeft: false), now: 59 * Self.second)
+        _ = state.handle(.headParsed(keepAlive: true), now: 60 * Self.second)
+        #expect(state.lastAnswer)
+    }
+
+    @Test func aPeerThatLeavesClosesTheConnection() {
+        var state = opened()
+        #expect(state.handle(.peerGone, now: 1) == .close(.peerGone))
+        #expect(state.phase == .closed)
+    }
+}
+
+/// The HTTP loop's epoll tag: a generation kept to its 30 bits never reaches the kind's bits, so
+/// after 2^30 connections in one slot its events are still read as the connection's.
+@Suite struct HTTPTagLayout {
+    @Test func listenersAndConnectionsReadBackAsMade() {
+        #expect(HTTPTag.listener(3).kind == .listener(3))
+        #expect(HTTPTag.connection(slot: 7, generation: 9).kind == .connection(slot: 7, generation: 9))
+        #expect(HTTPTag(rawValue: 0).kind == nil && HTTPTag(rawValue: 3 << 62).kind == nil)
+    }
+
+    @Test func theGenerationWrapsWithinItsBitsNeverIntoTheKind() {
+        let top = HTTPTag.generationMask
+        #expect(HTTPTag.next(after: top - 1) == top)
+        #expect(HTTPTag.next(after: top) == 0)
+        for generation: UInt32 in [0, 1, 1 << 29, top, 1 << 30, 1 << 31, UInt32.max] {
+            for slot in [0, 1, Int(UInt32.max)] {
+                #expect(HTTPTag.connection(slot: slot, generation: generation).kind
+                        == .connection(slot: slot, generation: generation & top))
+            }
+        }
+    }
+}
