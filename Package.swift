@@ -14,8 +14,8 @@ import PackageDescription
 //                     answers: the same root, policy, rules and file images over HTTP/1.1
 //   StampedeGlibc     a backend: epoll + recvmmsg/sendmmsg
 //   StampedeURing     a backend: the Swift side of the io_uring engine
-//   StampedeMetrics   the operator's view: Prometheus exposition over HTTP (its own thread), the
-//                     systemd notifications, reading a server's metrics (storm --metrics)
+//   StampedeMetrics   the operator's view: Prometheus exposition over the HTTP engine (its own
+//                     loop and thread), reading a server's metrics (storm --metrics)
 //   StampedeStorm     the load generator: many clients on a backend its caller gives it
 //   stampede          the command line: serve (in.tftpd's flags), get, put, storm
 // Hardened as Debian builds C (dpkg-buildflags): glibc's checked string and I/O calls where the
@@ -37,7 +37,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
-        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-atomics", from: "1.3.0"),
         .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
     ],
@@ -56,12 +55,9 @@ let package = Package(
         .target(name: "StampedeHTTP", dependencies: ["StampedeHTTPWire", "StampedeServer", "StampedeIO", "StampedeProtocol",
                                                    "CStampedeSys", log, .product(name: "Atomics", package: "swift-atomics")]),
         .target(name: "StampedeMetrics",
-                dependencies: ["StampedeServer", "StampedeIO", "StampedeProtocol",
+                dependencies: ["StampedeServer", "StampedeHTTP", "StampedeIO", "StampedeProtocol", log,
                                .product(name: "Prometheus", package: "swift-prometheus"),
-                               .product(name: "CoreMetrics", package: "swift-metrics"),
-                               .product(name: "NIOCore", package: "swift-nio"),
-                               .product(name: "NIOPosix", package: "swift-nio"),
-                               .product(name: "NIOHTTP1", package: "swift-nio")]),
+                               .product(name: "CoreMetrics", package: "swift-metrics")]),
         .target(name: "StampedeGlibc", dependencies: ["StampedeIO", "CStampedeSys"]),
         .target(name: "StampedeURing", dependencies: ["StampedeIO", "CStampedeSys", "CStampedeRing"]),
         .target(name: "StampedeStorm", dependencies: ["StampedeProtocol", "StampedeIO", "StampedeHTTPWire"]),

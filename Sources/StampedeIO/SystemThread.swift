@@ -2,7 +2,7 @@ import Glibc
 
 /// A thread of the system's (pthread): each worker, and each share of a storm, runs on one. The
 /// body runs to its end; `join` waits for that, once.
-public struct SystemThread {
+public struct SystemThread: Sendable {
     private let id: pthread_t
 
     /// Starts `body` on a new thread.

@@ -62,7 +62,7 @@ struct ServerStartup {
                                            process: processFigures ?? ProcessFigures())
             exporter.bootstrapMetricsSystem()
             do {
-                return try MetricsListener(host: address.host, port: address.port, exporter: exporter)
+                return try MetricsListener(host: address.host, port: address.port, exporter: exporter, logger: logger)
             } catch {
                 throw command.failure("cannot serve metrics on \(address): \(error)")
             }

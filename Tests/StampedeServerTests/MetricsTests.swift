@@ -181,7 +181,7 @@ import Testing
     @Test func aKeepAliveConnectionIsClosedAfterItsLifetime() throws {
         let exporter = MetricsExporter(workers: [WorkerMetrics()], cache: FileCache(), fileLabels: FileLabels(),
                                        build: BuildInfo(version: "test", backend: "none", features: []))
-        let listener = try MetricsListener(host: "127.0.0.1", port: 0, exporter: exporter, lifetime: .milliseconds(500))
+        let listener = try MetricsListener(host: "127.0.0.1", port: 0, exporter: exporter, lifetime: 500_000_000)
         defer { listener.shutdown() }
         let port = Int(listener.address.split(separator: ":").last!)!
         let opened = stampede_monotonic_ns()

@@ -1,0 +1,65 @@
+import Glibc
+import StampedeHTTPWire
+import StampedeProtocol
+import StampedeServer
+
+/// The answers of an endpoint that serves one path with bytes made at each request (the metrics'
+/// exposition): GET and HEAD of `path` (a query ignored), 404 for any other path, 405 for any
+/// other method, and the engine's refusals (400, 408, 414, 431, 505), each saying itself in a
+/// line of text. Nothing is logged: a scraper every few seconds is no event.
+final class EndpointResponder: HTTPResponder {
+    let path: String
+    let contentType: String
+    let body: @Sendable () -> [UInt8]
+    let loads: LoadMailbox? = nil
+
+    init(path: String, contentType: String, body: @escaping @Sendable () -> [UInt8]) {
+        self.path = path
+        self.contentType = contentType
+        self.body = body
+    }
+
+    func answer(_ head: RequestHead, on connection: Connection, started: Nanoseconds) -> Bool {
+        let target = head.target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+        switch head.method {
+        case .other:
+            var response = ResponseHead(.methodNotAllowed)
+            response.add("Allow", "GET, HEAD")
+            respond(connection, response, Array("GET \(path)\n".utf8), to: head, started: started)
+        case .get, .head:
+            if target == path {
+                respond(connection, ResponseHead(.ok), body(), type: contentType, to: head, started: started)
+            } else {
+                respond(connection, ResponseHead(.notFound), Array("stampede serves its metrics at \(path)\n".utf8), to: head, started: started)
+            }
+        }
+        return true
+    }
+
+    func resume(_ connection: Connection, after outcome: LoadOutcome) -> Bool { true }
+
+    func refuse(_ status: Status, _ reason: String, withBody: Bool, on connection: Connection, started: Nanoseconds) {
+        let text = Array("\(status.rawValue) \(status.reason)\n".utf8)
+        respond(connection, ResponseHead(status), text, to: nil, withBody: withBody, started: started)
+    }
+
+    func ended(_ response: Response, on connection: Connection, abandoned: (why: String, result: WorkerMetrics.Result)?) {}
+
+    private func respond(_ connection: Connection, _ head: ResponseHead, _ text: [UInt8], type: String = "text/plain; charset=utf-8",
+                         to request: RequestHead?, withBody: Bool? = nil, started: Nanoseconds) {
+        var head = head
+        head.add("Content-Type", type)
+        head.add("Content-Length", "\(text.count)")
+        head.add("Date", HTTPDate.format(Int64(time(nil))))
+        if connection.state.lastAnswer {
+            head.add("Connection", "close")
+        } else if request?.isHTTP11 == false {
+            head.add("Connection", "keep-alive")
+        }
+        let sends = withBody ?? (request?.method != .head)
+        connection.response = Response(
+            head: head.bytes, body: sends ? .bytes(text) : .none, range: sends ? 0..<text.count : 0..<0,
+            record: .init(kind: .httpInvalid, method: request?.method.name ?? "-", file: path, status: head.status,
+                          result: head.status == .ok ? .served : .protocolError, started: started))
+    }
+}
