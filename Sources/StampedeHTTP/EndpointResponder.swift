@@ -59,7 +59,7 @@ final class EndpointResponder: HTTPResponder {
         let sends = withBody ?? (request?.method != .head)
         connection.response = Response(
             head: head.bytes, body: sends ? .bytes(text) : .none, range: sends ? 0..<text.count : 0..<0,
-            record: .init(kind: .httpInvalid, method: request?.method.name ?? "-", file: path, status: head.status,
+            record: .init(kind: .invalid, method: request?.method.name ?? "-", file: path, status: head.status,
                           result: head.status == .ok ? .served : .protocolError, started: started))
     }
 }

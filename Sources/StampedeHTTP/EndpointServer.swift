@@ -43,7 +43,7 @@ public final class EndpointServer: Sendable {
         http.limits.headBytes = 8192
         http.limits.lineBytes = 4096
         let loop = try HTTPLoop(http: http, responder: EndpointResponder(path: path, contentType: contentType, body: body),
-                                metrics: WorkerMetrics(), open: ManagedAtomic(0), admission: nil, logger: logger, shutdownGrace: 0)
+                                metrics: WorkerMetrics(.http), open: ManagedAtomic(0), admission: nil, logger: logger, shutdownGrace: 0)
         // One server per address, as the others (`claimExclusively`).
         boundAddress = try loop.bind(claimExclusively([address], stream: true))[0]
         let stopped = self.stopped

@@ -40,7 +40,7 @@ final class FileResponder: HTTPResponder {
         case .other(let name):
             var response = ResponseHead(.methodNotAllowed)
             response.add("Allow", "GET, HEAD")
-            plain(connection, response, to: head, kind: .httpInvalid, method: name, file: sanitizedForLog(head.target.utf8),
+            plain(connection, response, to: head, kind: .invalid, method: name, file: sanitizedForLog(head.target.utf8),
                   detail: "method \(name) not allowed", started: started)
             return true
         }
@@ -135,7 +135,7 @@ final class FileResponder: HTTPResponder {
     static let readsPerRequest = 4
 
     func refuse(_ status: Status, _ reason: String, withBody: Bool, on connection: Connection, started: Nanoseconds) {
-        plain(connection, ResponseHead(status), to: nil, withBody: withBody, kind: .httpInvalid, method: "-", file: "-",
+        plain(connection, ResponseHead(status), to: nil, withBody: withBody, kind: .invalid, method: "-", file: "-",
               detail: reason, started: started)
     }
 

@@ -24,7 +24,7 @@ public final class HTTPServer: Sendable {
         for index in 0..<max(1, loopCount) {
             var logger = configuration.logger
             logger[metadataKey: "http"] = "\(index)"
-            let metrics = WorkerMetrics()
+            let metrics = WorkerMetrics(.http)
             let responder = FileResponder(files: files, configuration: configuration, metrics: metrics, fileLabels: fileLabels,
                                           logger: logger)
             let loop = try HTTPLoop(http: http, responder: responder, metrics: metrics, open: open, admission: admission,

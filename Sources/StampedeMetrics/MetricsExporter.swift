@@ -66,12 +66,14 @@ public final class MetricsExporter: Sendable {
             gauges.append((registry.makeGauge(descriptor: described(name, help)), read))
         }
 
-        for kind in WorkerMetrics.Kind.allCases {
-            for result in WorkerMetrics.Result.allCases {
-                counter("stampede_requests_total",
-                        "Requests by protocol (tftp, http), kind (rrq, wrq, get, head, invalid) and how they ended.",
-                        [("protocol", kind.protocolLabel), ("request", kind.label), ("outcome", result.label)]) { workers, _ in
-                    workers.reduce(0) { $0 + $1.requests(kind, result) }
+        for served in ServedProtocol.allCases {
+            for kind in WorkerMetrics.Kind.of(served) {
+                for result in WorkerMetrics.Result.allCases {
+                    counter("stampede_requests_total",
+                            "Requests by protocol (tftp, http), kind (rrq, wrq, get, head, invalid) and how they ended.",
+                            [("protocol", served.rawValue), ("request", kind.label), ("outcome", result.label)]) { workers, _ in
+                        workers.reduce(0) { $0 + ($1.served == served ? $1.requests(kind, result) : 0) }
+                    }
                 }
             }
         }
@@ -195,14 +197,14 @@ public final class MetricsExporter: Sendable {
         var names: [String]?
         for worker in workers {
             worker.durations.drain { entry in
-                let key = Int(entry.label) << 3 | entry.kind.rawValue
+                let key = Int(entry.label) << 4 | entry.kind.rawValue << 1 | (worker.served == .http ? 1 : 0)
                 if state.durations[key] == nil {
                     if names == nil { names = fileLabels.names }
                     let file = Int(entry.label) < names!.count ? names![Int(entry.label)] : FileLabels.other
                     state.durations[key] = registry.makeDurationHistogram(
                         descriptor: described("stampede_transfer_duration_seconds",
                                               "Time from request to the last acknowledgement (TFTP) or the last byte taken by the kernel (HTTP) of served transfers, by file (machine-specific names folded)."),
-                        labels: [("file", file), ("protocol", entry.kind.protocolLabel), ("request", entry.kind.label)],
+                        labels: [("file", file), ("protocol", worker.served.rawValue), ("request", entry.kind.label)],
                         buckets: Self.durationBuckets)
                 }
                 state.durations[key]!.recordNanoseconds(entry.nanoseconds)

@@ -28,7 +28,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     /// Shared by every worker of a server: the transfer limits.
     let admission: Admission
     /// What this worker counts for the metrics, published once per turn.
-    public let metrics = WorkerMetrics()
+    public let metrics = WorkerMetrics(.tftp)
     /// Shared by every worker of a server: the disk thread, for work that may block
     /// (`Worker+Disk.swift`); the commits this worker handed over and has not heard back from,
     /// and the outcomes the disk thread posts.

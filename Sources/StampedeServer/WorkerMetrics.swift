@@ -3,10 +3,16 @@ import StampedeIO
 import StampedeProtocol
 import Synchronization
 
-/// A worker's figures for the metrics (`--metrics`). The worker counts into plain memory of its
-/// own on its hot path and publishes it once per loop turn, before it waits, as relaxed atomic
-/// stores; a scrape, on another thread, loads and sums the workers'. No lock and no allocation per
-/// packet; what a scrape reads is at most one loop turn old.
+/// The protocol a loop serves, which labels everything it counts.
+public enum ServedProtocol: String, CaseIterable, Sendable {
+    case tftp, http
+}
+
+/// An event loop's figures for the metrics (`--metrics`): a TFTP worker's or an HTTP loop's,
+/// labelled with its protocol. The loop counts into plain memory of its own on its hot path and
+/// publishes it once per loop turn, before it waits, as relaxed atomic stores; a scrape, on
+/// another thread, loads and sums the loops'. No lock and no allocation per packet; what a scrape
+/// reads is at most one loop turn old. The served transfers' durations go to a `DurationLog`.
 public final class WorkerMetrics: @unchecked Sendable {
     /// Single figures, counters unless said.
     public enum Count: Int, CaseIterable, Sendable {
@@ -43,31 +49,28 @@ public final class WorkerMetrics: @unchecked Sendable {
         case httpFileBytesSent
     }
 
-    /// What a request asked for, over TFTP or HTTP.
+    /// What a request asked for: an RRQ or a WRQ over TFTP, a GET or a HEAD over HTTP.
     public enum Kind: Int, CaseIterable, Sendable {
-        case read, write
-        /// Not a request that parsed: a malformed one, an unknown opcode.
+        case read, write, get, head
+        /// Not a request that could be served: a malformed one, an unknown opcode, an HTTP method
+        /// other than GET and HEAD, a head too large or too slow.
         case invalid
-        case get, head
-        /// An HTTP request refused before its method counted: a malformed head, a method other
-        /// than GET and HEAD, a head too large or too slow.
-        case httpInvalid
 
         public var label: String {
             switch self {
             case .read: "rrq"
             case .write: "wrq"
-            case .invalid: "invalid"
             case .get: "get"
             case .head: "head"
-            case .httpInvalid: "invalid"
+            case .invalid: "invalid"
             }
         }
 
-        public var protocolLabel: String {
-            switch self {
-            case .read, .write, .invalid: "tftp"
-            case .get, .head, .httpInvalid: "http"
+        /// The kinds of `served`'s requests.
+        public static func of(_ served: ServedProtocol) -> [Kind] {
+            switch served {
+            case .tftp: [.read, .write, .invalid]
+            case .http: [.get, .head, .invalid]
             }
         }
     }
@@ -146,8 +149,11 @@ public final class WorkerMetrics: @unchecked Sendable {
     private let published: UnsafeMutablePointer<UnsafeAtomic<Int>.Storage>
     /// Served transfers' durations, for the histogram: pushed by the worker, drained by the scrape.
     public let durations = DurationLog(capacity: 16384)
+    /// What it counts is this protocol's.
+    public let served: ServedProtocol
 
-    public init() {
+    public init(_ served: ServedProtocol) {
+        self.served = served
         local = .allocate(capacity: Self.slots)
         local.initialize(repeating: 0, count: Self.slots)
         published = .allocate(capacity: Self.slots)
@@ -198,176 +204,5 @@ public final class WorkerMetrics: @unchecked Sendable {
     public func requests(_ kind: Kind, _ result: Result) -> Int {
         UnsafeAtomic<Int>(at: published + Self.countSlots + kind.rawValue * Result.allCases.count + result.rawValue)
             .load(ordering: .relaxed)
-    }
-}
-
-/// Puts a served transfer's duration in its worker's `DurationLog`, under its file's label; keeps
-/// the labels of the names it has seen, so that a name is looked up in `FileLabels` once.
-public struct DurationRecorder {
-    let metrics: WorkerMetrics
-    let fileLabels: FileLabels
-    private var known: [String: Int32] = [:]
-
-    public init(metrics: WorkerMetrics, fileLabels: FileLabels) {
-        self.metrics = metrics
-        self.fileLabels = fileLabels
-    }
-
-    public mutating func record(_ filename: String, kind: WorkerMetrics.Kind, _ duration: Nanoseconds) {
-        let label: Int32
-        if let index = known[filename] {
-            label = index
-        } else {
-            label = fileLabels.index(of: FileLabels.label(of: filename))
-            // The names behind `other` are not kept: a flood of names grows nothing.
-            if label != 0 && known.count < 4 * fileLabels.limit { known[filename] = label }
-        }
-        if !metrics.durations.push(.init(label: label, kind: kind, nanoseconds: Int64(duration))) {
-            metrics.add(.durationsDropped)
-        }
-    }
-}
-
-/// A single-producer, single-consumer ring of served transfers' durations: the worker pushes one
-/// per served transfer, the scrape drains them into the histogram. A full ring drops (and the
-/// worker counts what it dropped): the scrape drains it every second.
-public final class DurationLog: @unchecked Sendable {
-    public struct Entry: Sendable {
-        /// An index into the server's `FileLabels`.
-        public var label: Int32
-        public var kind: WorkerMetrics.Kind
-        public var nanoseconds: Int64
-    }
-
-    private let entries: UnsafeMutablePointer<Entry>
-    private let capacity: Int
-    private let head = ManagedAtomic<Int>(0)
-    private let tail = ManagedAtomic<Int>(0)
-
-    init(capacity: Int) {
-        self.capacity = capacity
-        entries = .allocate(capacity: capacity)
-    }
-
-    deinit { entries.deallocate() }
-
-    /// The worker's side: false if the ring is full.
-    func push(_ entry: Entry) -> Bool {
-        let h = head.load(ordering: .relaxed)
-        guard h - tail.load(ordering: .acquiring) < capacity else { return false }
-        (entries + h % capacity).initialize(to: entry)
-        head.store(h + 1, ordering: .releasing)
-        return true
-    }
-
-    /// The scrape's side (one thread at a time): every entry pushed so far.
-    public func drain(_ body: (Entry) -> Void) {
-        let t = tail.load(ordering: .relaxed)
-        let h = head.load(ordering: .acquiring)
-        for i in t..<h { body(entries[i % capacity]) }
-        tail.store(h, ordering: .releasing)
-    }
-}
-
-/// The file label of the transfer-duration histogram, shared by a server's workers. Its cardinality
-/// is bounded whatever clients ask: a name is labelled by the file actually served (after `-m`
-/// remapping), with every path component's machine-specific part (a MAC address, a UUID, an IPv4
-/// address dotted or in hex, anything in pxelinux.cfg/ but `default`) folded to `*`; the first
-/// `limit` labels are kept, later ones count as `other`. A worker looks a name up here once per
-/// served transfer, and only when it has not seen the name before.
-public final class FileLabels: Sendable {
-    public static let other = "other"
-    public let limit: Int
-    private let state = Mutex<(names: [String], indices: [String: Int32])>(([FileLabels.other], [FileLabels.other: 0]))
-
-    public init(limit: Int = 32) {
-        self.limit = limit
-    }
-
-    /// The label's index (0: `other`).
-    public func index(of label: String) -> Int32 {
-        state.withLock { state in
-            if let index = state.indices[label] { return index }
-            guard state.names.count <= limit else { return 0 }
-            let index = Int32(state.names.count)
-            state.names.append(label)
-            state.indices[label] = index
-            return index
-        }
-    }
-
-    public var names: [String] { state.withLock { $0.names } }
-
-    /// The label of a served file name (see the type).
-    public static func label(of name: String) -> String {
-        var components = name.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        for i in components.indices {
-            if i > 0, components[i - 1].lowercased() == "pxelinux.cfg", components[i] != "default" {
-                components[i] = "*"
-            } else {
-                components[i] = folded(components[i])
-            }
-        }
-        let label = components.joined(separator: "/")
-        // Printable ASCII only, and not too long: a label is no place for a client's bytes.
-        let printable = label.unicodeScalars.map { (0x20..<0x7F).contains($0.value) && $0 != "\"" && $0 != "\\" ? Character($0) : "?" }
-        return String(printable.prefix(128))
-    }
-
-    /// One path component with its machine-specific runs replaced by `*`.
-    static func folded(_ component: String) -> String {
-        let bytes = Array(component.utf8)
-        var out: [UInt8] = []
-        var i = 0
-        while i < bytes.count {
-            if let length = machineRun(bytes, at: i) {
-                if out.last != UInt8(ascii: "*") { out.append(UInt8(ascii: "*")) }
-                i += length
-            } else {
-                out.append(bytes[i])
-                i += 1
-            }
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
-
-    /// The length of a MAC address (`52-54-00-12-34-56`, with `:` or `-`, or 12 hex digits, and
-    /// pxelinux's `01-` prefix), a UUID, a dotted IPv4 address or 8 hex digits starting at `i`,
-    /// not inside a longer word.
-    static func machineRun(_ b: [UInt8], at i: Int) -> Int? {
-        func isHex(_ c: UInt8) -> Bool { (48...57).contains(c) || (65...70).contains(c) || (97...102).contains(c) }
-        func isDigit(_ c: UInt8) -> Bool { (48...57).contains(c) }
-        func isWord(_ c: UInt8) -> Bool { isHex(c) || (71...90).contains(c) || (103...122).contains(c) }
-        if i > 0 && isWord(b[i - 1]) { return nil }
-        func matches(_ pattern: String) -> Int? {
-            let p = Array(pattern.utf8)
-            guard i + p.count <= b.count else { return nil }
-            for (k, c) in p.enumerated() {
-                let x = b[i + k]
-                switch c {
-                case UInt8(ascii: "h"): if !isHex(x) { return nil }
-                case UInt8(ascii: "s"): if x != UInt8(ascii: "-") && x != UInt8(ascii: ":") { return nil }
-                default: if x != c { return nil }
-                }
-            }
-            let end = i + p.count
-            return end < b.count && isWord(b[end]) ? nil : p.count
-        }
-        for pattern in ["01shhshhshhshhshhshh", "hhshhshhshhshhshh", "hhhhhhhh-hhhh-hhhh-hhhh-hhhhhhhhhhhh",
-                        "hhhhhhhhhhhh", "hhhhhhhh"] {
-            if let length = matches(pattern) { return length }
-        }
-        // A dotted IPv4 address: four runs of 1-3 digits.
-        var j = i
-        for part in 0..<4 {
-            let start = j
-            while j < b.count && j - start < 3 && isDigit(b[j]) { j += 1 }
-            guard j > start else { return nil }
-            if part < 3 {
-                guard j < b.count && b[j] == UInt8(ascii: ".") else { return nil }
-                j += 1
-            }
-        }
-        return j < b.count && isDigit(b[j]) ? nil : j - i
     }
 }

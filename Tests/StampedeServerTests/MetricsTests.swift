@@ -40,7 +40,7 @@ import Testing
 
 @Suite struct WorkerMetricsSpec {
     @Test func whatTheWorkerCountsIsSeenOnlyOnceItPublishes() {
-        let metrics = WorkerMetrics()
+        let metrics = WorkerMetrics(.tftp)
         metrics.add(.bytesSent, 516)
         metrics.countRequest(.read, .notFound)
         #expect(metrics.value(.bytesSent) == 0)
@@ -179,7 +179,7 @@ import Testing
 
     /// Issue 21, defect 14: keep-alive scrapers could hold all 16 places for ever.
     @Test func aKeepAliveConnectionIsClosedAfterItsLifetime() throws {
-        let exporter = MetricsExporter(workers: [WorkerMetrics()], cache: FileCache(), fileLabels: FileLabels(),
+        let exporter = MetricsExporter(workers: [WorkerMetrics(.tftp)], cache: FileCache(), fileLabels: FileLabels(),
                                        build: BuildInfo(version: "test", backend: "none", features: []))
         let listener = try MetricsListener(host: "127.0.0.1", port: 0, exporter: exporter, lifetime: 500_000_000)
         defer { listener.shutdown() }
