@@ -88,6 +88,9 @@ let package = Package(
         .target(name: "StampedeTestSupport", dependencies: ["StampedeIO", "StampedeServer", "StampedeGlibc", "StampedeURing", log],
                 path: "Tests/StampedeTestSupport"),
         .testTarget(name: "StampedeProtocolTests", dependencies: ["StampedeProtocol"]),
+        // The command line's plan (`serve`'s flags and what they make), against the executable.
+        .testTarget(name: "StampedeCommandTests",
+                    dependencies: ["stampede", "StampedeServer", "StampedeIO", "StampedeProtocol", log]),
         .testTarget(name: "StampedeHTTPWireTests", dependencies: ["StampedeHTTPWire"]),
         .testTarget(name: "StampedeHTTPTests",
                     dependencies: ["StampedeHTTP", "StampedeHTTPWire", "StampedeServer", "StampedeIO", "StampedeProtocol",

@@ -8,15 +8,14 @@ import StampedeMetrics
 import StampedeServer
 import Synchronization
 
-/// What runs once the command line is understood: bind, drop privileges, release a waiting
-/// parent, serve, report.
+/// What runs once the command line is understood and the plan made: bind, drop privileges,
+/// release a waiting parent, serve, report.
 struct ServerStartup {
+    let plan: ServePlan
     let configuration: ServerConfiguration
-    let workerCount: Int
     let cache: FileCache
-    let account: (uid: uid_t, gid: gid_t)?
+    let account: Account?
     let root: String
-    let secure: Bool
     /// Detached (-l without -L): the pipe that tells the waiting parent we serve, and /dev/null,
     /// opened before -s, for fds 0-2.
     struct Detached {
@@ -24,26 +23,23 @@ struct ServerStartup {
         let null: Int32
     }
     let detached: Detached?
-    let metrics: TCPAddress?
-    /// `--http`: served beside TFTP, from the same root, rules and cache.
-    let http: HTTPConfiguration?
     /// Opened before -s and -u, when there are metrics.
     let processFigures: ProcessFigures?
     let notifier: SystemdNotifier?
-    let command: ServeCommand
 
-    func run<Backend: DatagramBackend>(backendName: String, reason: String,
-                                       makeBackend: () throws(Errno) -> Backend) throws {
+    func run<Backend: DatagramBackend>(backendName: String, makeBackend: () throws(Errno) -> Backend) throws {
         let logger = configuration.logger
+        let workerCount = plan.workerCount
+        let http = plan.http
         let server: Server<Backend>
         do {
             server = try Server(configuration: configuration, workerCount: workerCount, cache: cache, makeBackend: makeBackend)
         } catch {
-            guard case .system(let errno) = error else { throw command.failure("cannot serve: \(error)") }
+            guard case .system(let errno) = error else { throw serveFailure("cannot serve: \(error)") }
             let addresses = configuration.inheritedListeners.isEmpty
                 ? configuration.listenAddresses.map(\.description).joined(separator: ", ")
                 : "the passed sockets (fds \(configuration.inheritedListeners.map(String.init).joined(separator: ", ")))"
-            throw command.failure("cannot listen on \(addresses) with the \(backendName) backend: \(errno)")
+            throw serveFailure("cannot listen on \(addresses) with the \(backendName) backend: \(errno)")
         }
         let web: HTTPServer?
         do {
@@ -52,10 +48,10 @@ struct ServerStartup {
                                admission: server.admission, loopCount: workerCount)
             }
         } catch {
-            throw command.failure("cannot listen for HTTP on \(http!.listenAddresses.map(\.description).joined(separator: ", ")): \(error)")
+            throw serveFailure("cannot listen for HTTP on \(http!.listenAddresses.map(\.description).joined(separator: ", ")): \(error)")
         }
         // Bound as the starting user (a port below 1024 needs root), served on a thread of its own.
-        let listener = try metrics.map { address in
+        let listener = try plan.options.metrics.map { address in
             let exporter = MetricsExporter(workers: server.workers.map(\.metrics) + (web?.metrics ?? []), cache: cache,
                                            fileLabels: server.fileLabels,
                                            build: buildInfo(backendName, server.workers[0].backend),
@@ -64,11 +60,11 @@ struct ServerStartup {
             do {
                 return try MetricsListener(host: address.host, port: address.port, exporter: exporter, logger: logger)
             } catch {
-                throw command.failure("cannot serve metrics on \(address): \(error)")
+                throw serveFailure("cannot serve metrics on \(address): \(error)")
             }
         }
         defer { listener?.stopListening() }
-        try command.dropPrivileges(to: account, logger)
+        try account?.become(logger)
         // As the serving user, who wrote them: what a killed server's uploads left behind. A walk
         // of the whole tree, on the disk thread while the server serves: only files older than
         // this start, which no upload of this server can have made.
@@ -81,8 +77,8 @@ struct ServerStartup {
         stampede_install_stop_signals()
         if let detached { stampede_detach_done(detached.ready, detached.null) }
         logger.notice("""
-            serving \(root)\(secure ? " (chroot)" : "") on \(server.boundAddresses.map(\.description).joined(separator: ", ")) \
-            with \(workerCount) workers, backend \(server.workers[0].backend) (\(reason)), \(server.workers[0].backend.segmentation)
+            serving \(root)\(plan.options.secure ? " (chroot)" : "") on \(server.boundAddresses.map(\.description).joined(separator: ", ")) \
+            with \(workerCount) workers, backend \(server.workers[0].backend) (\(plan.backendReason)), \(server.workers[0].backend.segmentation)
             """)
         if let listener { logger.notice("metrics on http://\(listener.address)/metrics") }
         if let web {

@@ -1,0 +1,148 @@
+import ArgumentParser
+import CStampedeSys
+import Glibc
+import Logging
+import StampedeGlibc
+import StampedeIO
+import StampedeMetrics
+import StampedeProtocol
+import StampedeServer
+import StampedeURing
+
+/// `stampede [serve]`: the in.tftpd (tftpd-hpa) command line, plus long options of our own.
+/// The flags are `ServeOptions`; this gathers what only the host can say (where the sockets come
+/// from, the addresses, the limits, the root), in in.tftpd's order, makes the plan
+/// (`ServePlan`) and hands it to `ServerStartup`.
+struct ServeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve", abstract: "Serve a directory over TFTP (accepts tftpd-hpa's in.tftpd flags).")
+
+    @OptionGroup var options: ServeOptions
+
+    func run() throws {
+        if options.version {
+            print(Stampede.versionText(ioURing: URingBackend.probe()))
+            return
+        }
+        let rules = try options.mapFile.map(loadRules)
+        if let mapTest = options.mapTest { return try MapTest(options: options, rules: rules?.current).run(mapTest) }
+        let mode = try ServingMode.of(options)
+        if mode == .inetd && !options.http.isEmpty {
+            throw serveFailure("--http needs a server that stays (-l, -L or --systemd): under inetd each request starts another", status: 64)
+        }
+        let destination = try logDestination(mode)
+        destination.bootstrap(level: LogDestination.level(verbosity: options.level), format: options.logFormat, lines: options.lineFormat)
+        let logger = Logger(label: "stampede")
+        for warning in rules?.current.warnings ?? [] { logger.warning("-m \(options.mapFile!): \(warning)") }
+        // in.tftpd detaches unless -L; inetd and systemd supervise the process themselves.
+        var detached: ServerStartup.Detached?
+        if mode == .standalone && !options.foreground {
+            var null: Int32 = -1
+            let ready = stampede_detach(&null)
+            if ready < 0 { throw serveFailure("cannot detach into the background: \(Errno(-ready))") }
+            detached = ServerStartup.Detached(ready: ready, null: null)
+        }
+        // In the process that serves, before -s hides the file's directory (as in.tftpd does).
+        let pid: PidFile?
+        do { pid = try options.pidfile.map { path throws(Errno) in try PidFile(path) } } catch {
+            throw serveFailure("-P \(options.pidfile!): \(error)")
+        }
+        defer { if let problem = pid?.remove() { logger.notice("\(problem)") } }
+        let root = try servedDirectory()
+        let inherited = Glibc.umask(0)
+        Glibc.umask(inherited)
+        var fileLimit = rlim_t(1024)
+        switch liftFileLimit() {
+        case .success(let limit): fileLimit = limit
+        case .failure(let error): logger.warning("could not raise the open file limit: \(error)")
+        }
+
+        // Resolved before -s: a chroot has no /etc/passwd, /etc/hosts or /etc/services (nor
+        // /run/systemd/notify, nor /proc).
+        let account = try Account.lookUp(options.user)
+        let facts = ServePlan.Facts(mode: mode, addresses: mode == .standalone ? try listenAddresses(options) : [],
+                                    fileLimit: Int(min(fileLimit, rlim_t(Int.max))), processors: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))),
+                                    inheritedUmask: inherited, uring: URingBackend.probe())
+        let plan: ServePlan
+        do { plan = try ServePlan(options, facts) } catch { throw serveFailure(error.message) }
+        for warning in plan.warnings { logger.warning("\(warning)") }
+        for notice in plan.notices { logger.notice("\(notice)") }
+        let notifier = SystemdNotifier()
+        let processFigures = options.metrics == nil ? nil : ProcessFigures()
+        let rootFD: Int32
+        do { rootFD = try AccessPolicy.openRoot(root) } catch {
+            // EX_NOINPUT, as in.tftpd exits when its directory is not there.
+            throw serveFailure("cannot open \(root): \(error)", status: [ENOENT, ENOTDIR].contains(error.rawValue) ? 66 : 1)
+        }
+        if options.secure {
+            guard chroot(root) == 0, chdir("/") == 0 else { throw serveFailure("-s: chroot \(root): \(Errno.current)") }
+        }
+
+        var configuration = ServerConfiguration(listenAddresses: [], policy: plan.policy(root: rootFD), logger: logger)
+        plan.configure(&configuration)
+        configuration.remapRules = rules
+        if case .file(let file) = destination { configuration.onHangup = file.reopen }
+        let startup = ServerStartup(plan: plan, configuration: configuration, cache: FileCache(limits: plan.cacheLimits),
+                                    account: account, root: root, detached: detached, processFigures: processFigures,
+                                    notifier: notifier)
+        let segmentation = !options.noSegmentation
+        if plan.useURing {
+            var ring = URingBackend.Configuration()
+            ring.segmentation = segmentation
+            try startup.run(backendName: "uring") { () throws(Errno) in try URingBackend(configuration: ring) }
+        } else {
+            try startup.run(backendName: "glibc") { () throws(Errno) in try GlibcBackend(segmentation: segmentation) }
+        }
+    }
+
+    /// `--logfile`, `--stderr`, `--stdout`, `--syslog`; without them syslog, or standard error in
+    /// the foreground. In inetd mode fds 0-2 are the socket: syslog whatever is asked.
+    func logDestination(_ mode: ServingMode) throws -> LogDestination {
+        let syslog = LogDestination.syslog(identity: Stampede.invokedName)
+        if let logfile = options.logfile {
+            do { return .file(try LogFile(logfile)) } catch { throw serveFailure("--logfile \(logfile): \(error)") }
+        }
+        if mode == .inetd { return syslog }
+        switch options.logTarget {
+        case .stderr: return .standardError
+        case .stdout: return .standardOutput
+        case .syslog: return syslog
+        case nil: return options.foreground ? .standardError : syslog
+        }
+    }
+
+    /// The -m file, read now and again on SIGHUP (`RuleFile`).
+    func loadRules(_ path: String) throws -> RemapRuleSet {
+        let file: RuleFile
+        do { file = try RuleFile(path, maxSteps: options.mapSteps) } catch { throw serveFailure("-m \(path): cannot read: \(error)") }
+        do {
+            return RemapRuleSet(try file.load(), reload: file.load)
+        } catch let error as RemapRulesError {
+            // tftpd-hpa exits with EX_CONFIG on a bad rule file.
+            writeToStandardError(error.lines.map { "stampede: -m \(path): \($0)\n" }.joined())
+            throw ExitCode(78)
+        } catch {
+            throw serveFailure("-m \(path): \(error)")
+        }
+    }
+
+    /// The directory served: `--path-prefix` joined to the one named (in.tftpd 7.3's rules: the
+    /// named directory is absolute unless -s or -j, the prefix must be a directory, and "/" may be
+    /// served only with one; exit 65 otherwise).
+    func servedDirectory() throws -> String {
+        let named = options.directory.first ?? "/srv/tftp"
+        // A relative directory would be resolved against wherever the server was started from,
+        // which a supervisor does not promise; under -s and -j it is the root, named once.
+        if !named.hasPrefix("/") && !options.secure && !options.jail { throw serveFailure("invalid directory path: \(named)", status: 65) }
+        guard let pathPrefix = options.pathPrefix else {
+            if FilenameProcessing.normalize(Array(named.utf8), .path) == [UInt8(ascii: "/")] && named.hasPrefix("/") {
+                throw serveFailure("/ as the directory to serve needs --path-prefix", status: 65)
+            }
+            return named
+        }
+        var info = stat()
+        guard stat(pathPrefix, &info) == 0 else { throw serveFailure("--path-prefix \(pathPrefix): \(Errno.current)", status: 65) }
+        guard info.st_mode & S_IFMT == S_IFDIR else { throw serveFailure("--path-prefix \(pathPrefix): not a directory", status: 65) }
+        return pathPrefix + (named.hasPrefix("/") || pathPrefix.hasSuffix("/") ? "" : "/") + named
+    }
+}

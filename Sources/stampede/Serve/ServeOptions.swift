@@ -1,0 +1,262 @@
+import ArgumentParser
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
+
+/// `serve`'s flags: in.tftpd 7.3's command line, and long options of Stampede's own, each parsed
+/// once into its type (ArgumentTypes.swift) and checked against its range (`FlagRange`), so that
+/// what the server is made of (`ServePlan`) never parses a String.
+struct ServeOptions: ParsableArguments {
+    @Flag(name: [.customShort("l"), .customLong("listen")],
+          help: "Standalone: bind -a and serve. Without -l, serve the socket inetd passes on fd 0.")
+    var listen = false
+
+    @Flag(name: [.customShort("L"), .customLong("foreground")],
+          help: "-l, staying in the foreground and logging to standard error (-l alone detaches and logs to syslog).")
+    var foreground = false
+
+    @Flag(name: .customLong("systemd"),
+          help: "Serve the sockets systemd passes (LISTEN_FDS), in the foreground; excludes -l, -L and -a (the package's stampede.socket).")
+    var systemd = false
+
+    @Flag(name: .customLong("single-port"),
+          help: "Run every transfer on the listener's port (behind NAT, in containers), told apart by client address and port.")
+    var singlePort = false
+
+    @Option(name: [.customShort("a"), .customLong("address")],
+            help: "Listen on [ADDRESS][:PORT] (repeatable; default: all addresses, port 69).")
+    var address: [String] = []
+
+    @Option(name: [.customShort("S"), .customLong("service"), .customLong("port")],
+            help: "The port of an -a that names none: a number or a services(5) name (default: tftp, 69).",
+            transform: ServicePort.parse)
+    var service: ServicePort?
+
+    @Flag(name: [.customShort("4"), .customLong("ipv4")], help: "IPv4 only.")
+    var ipv4 = false
+
+    @Flag(name: [.customShort("6"), .customLong("ipv6")], help: "IPv6 only.")
+    var ipv6 = false
+
+    @Flag(name: [.customShort("s"), .customLong("secure"), .customLong("chroot")], help: "chroot into the directory before serving.")
+    var secure = false
+
+    @Flag(name: [.customShort("j"), .customLong("jail")],
+          help: "The directory is every name's \"/\", as under -s, without chroot (openat2): no root needed.")
+    var jail = false
+
+    @Flag(name: .customLong("validate"),
+          help: "Refuse a name that does not begin with \"/\" or has a \".\" or \"..\" component or a control character (after -m and --normalize).")
+    var validatePaths = false
+
+    @Option(name: .customLong("path-prefix"),
+            help: "Serve PREFIX/DIRECTORY (PREFIX must be a directory; \"/\" may be served only with a prefix).")
+    var pathPrefix: String?
+
+    @Option(name: .customLong("normalize"),
+            help: "--normalize[=none|root|path], after -m: root prefixes \"/\"; path (--normalize alone) also removes \"//\" and \".\", and \"..\" with the component before it.")
+    var normalize: FilenameProcessing.Normalization = .none
+
+    @Flag(name: [.customShort("c"), .customLong("create")], help: "Allow uploads to create new files.")
+    var create = false
+
+    @Flag(name: [.customLong("ro"), .customLong("read-only")], help: "Refuse every upload, whatever the permissions.")
+    var readOnly = false
+
+    @Option(name: [.customLong("max-upload"), .customLong("max-size")],
+            help: "Largest upload: SIZE bytes, or with k, M, G, T, P, E (powers of 1024); a larger tsize is refused at once, more data ends the upload (ERROR 2). 0 is --read-only.",
+            transform: ByteSize.parse)
+    var maxUpload: ByteSize?
+
+    @Flag(name: [.customShort("p"), .customLong("permissive")],
+          help: "Only the OS permissions decide: no world-readable/writable requirement.")
+    var permissive = false
+
+    @Option(name: [.customShort("u"), .customLong("user")], help: "Drop privileges to this user after binding.")
+    var user = "nobody"
+
+    @Option(name: [.customShort("U"), .customLong("umask")],
+            help: "umask for created files (octal). Default, as in.tftpd: 0 (so an uploaded file may be uploaded again), or the inherited one with -p.",
+            transform: Umask.parse)
+    var umask: Umask?
+
+    @Option(name: [.customShort("P"), .customLong("pidfile")], help: "Write the process ID to this file.")
+    var pidfile: String?
+
+    @Option(name: [.customShort("t"), .customLong("timeout")],
+            help: "Exit after this many seconds with no transfer; 0 never (default: 0 with -l or -L, otherwise 900).")
+    var idleTimeout: Int?
+
+    @Option(name: [.customShort("T"), .customLong("retransmit")],
+            help: "Retransmit timeout in microseconds (the ceiling of the adaptive one).")
+    var retransmit: Int = 1_000_000
+    @Flag(name: .customLong("fixed-timeout"),
+          help: "Retransmit downloads after -T always, not after the measured round trip (at least 100 ms).")
+    var fixedTimeout = false
+
+    @Option(name: [.customShort("m"), .customLong("map-file")], help: "Filename remapping rules (tftpd-hpa's syntax).")
+    var mapFile: String?
+
+    @Option(name: .customLong("map-steps"), help: "Remap rules run at most this many regexes on a name (default 4096).")
+    var mapSteps = RemapRules.defaultMaxSteps
+
+    @Option(name: .customLong("map-test"),
+            help: "Print what -m and --normalize make of each line of FILE (- for standard input), as a read (-c: a write) from an IPv4 (-6: IPv6) client, then exit.")
+    var mapTest: String?
+    @Option(name: .customLong("map-client"),
+            help: "--map-test: the client's address (default 192.0.2.34, or 2001:db8::feed:face:dead:beef with -6).",
+            transform: { text in
+                // A bare numeric address, as a client's is: "" is not the wildcard, nor " 10.0.0.1" an address.
+                guard let client = SocketAddress(numericHost: text, port: 0) else {
+                    throw ValidationError("--map-client \"\(text)\": not an IPv4 or IPv6 address.")
+                }
+                return client
+            })
+    var mapClient: SocketAddress?
+
+    @Flag(name: [.customShort("v"), .customLong("verbose")], help: "One more level of --verbosity (repeatable).")
+    var verbose: Int
+
+    @Option(name: .customLong("verbosity"),
+            help: "As tftpd-hpa: 0 start, stop, problems and refusals (default); 1 every transfer and remapping; 2 accepted requests and options; 3 remap steps.")
+    var verbosity: Int?
+
+    @Option(name: [.customShort("r"), .customLong("refuse"), .customLong("reject")],
+            help: "Never negotiate this option (repeatable).",
+            transform: { name in
+                guard let option = TFTPOption(rawValue: name.lowercased()) else {
+                    throw ValidationError("-r \(name): not an option this server negotiates (\(TFTPOption.names)).")
+                }
+                return option
+            })
+    var refuse: [TFTPOption] = []
+
+    @Flag(name: [.customLong("refuse-all"), .customLong("reject-all")],
+          help: "Negotiate no option: every transfer starts with DATA (or ACK 0), never an OACK.")
+    var refuseAll = false
+
+    @Option(name: [.customShort("B"), .customLong("blocksize")],
+            help: "Largest blksize granted: BYTES, or mtu or mtu-SLACK (the interface's MTU less the headers, less SLACK bytes). Default: mtu.")
+    var blocksize: BlockSizeLimit?
+
+    @Option(name: [.customShort("W"), .customLong("windowsize")],
+            help: "Largest windowsize granted (default 256, as in.tftpd 7.3; 0 means 1; at most 32767: larger windows make block numbers ambiguous).")
+    var windowsize: Int = OptionLimits.defaultWindowSize
+
+    @Option(name: .customLong("window-bytes"),
+            help: "blksize × windowsize never above this many bytes (0: no limit); a window of one block is lockstep.")
+    var windowBytes: Int = OptionLimits.defaultWindowBytes
+
+    @Option(name: [.customShort("R"), .customLong("port-range"), .customLong("ports")], help: "Ports for transfers, LOW:HIGH.",
+            transform: PortRange.parse)
+    var portRange: PortRange?
+
+    @Flag(name: [.customShort("V"), .customLong("version")], help: "Print the version and exit.")
+    var version = false
+
+    @Option(name: .customLong("workers"), help: "Worker threads (default: one per core).")
+    var workers: Int?
+
+    @Option(name: .customLong("backend"), help: "I/O backend: auto (io_uring when this kernel allows it), uring, glibc.")
+    var backend = BackendChoice.auto
+
+    @Flag(name: .customLong("no-gso"),
+          help: "Send every DATA as its own send, never a window as one segmented send (UDP GSO).")
+    var noSegmentation = false
+
+    @Option(name: .customLong("retries"), help: "Retransmissions before a transfer is given up.")
+    var retries = 5
+
+    @Option(name: .customLong("grace"), help: "Seconds running transfers get to finish on SIGTERM.")
+    var grace = 10
+
+    @Option(name: .customLong("cache-size"), help: "Memory budget for cached file images, in MiB.")
+    var cacheSize = 1024
+
+    @Option(name: .customLong("cache-file-limit"), help: "Larger files are streamed instead of cached, in MiB.")
+    var cacheFileLimit = 256
+
+    @Option(name: .customLong("max-transfers"), help: "Concurrent transfers in all; further requests are busy (see --when-busy).")
+    var maxTransfers = 65536
+    @Option(name: .customLong("max-transfer-sockets"),
+            help: "Transfers with a socket of their own, in all; further reads share 64 transfer sockets per worker (default: the open file limit less 1,024, or half of it when that is more; with --http, what HTTP's connections and images leave).")
+    var maxTransferSockets: Int?
+    @Option(name: .customLong("max-per-client"),
+            help: "Concurrent transfers per client host, an IPv4 or IPv6 address (default: 64, loopback clients not counted).")
+    var maxPerClient: Int?
+    @Option(name: .customLong("max-per-prefix"),
+            help: "Concurrent transfers per IPv6 /64, a whole LAN (default: 16384, loopback clients not counted).")
+    var maxPerPrefix: Int?
+    @Option(name: .customLong("when-busy"),
+            help: "Over --max-transfers or --max-per-client, or out of sockets, descriptors or memory: silence (the client sends its request again a few seconds later; default) or error (ERROR 0 at once, which fails a firmware's boot).")
+    var whenBusy = BusyReply.silence
+
+    @Option(name: .customLong("metrics"),
+            help: "Serve Prometheus metrics over HTTP at ADDR:PORT/metrics (off by default). Stampede's port is 9469: --metrics :9469 (every IPv4 address), 127.0.0.1:9469, [::]:9469; port 0 takes a free one, said at start.",
+            transform: { try TCPAddress.parse($0, flag: "--metrics", example: "127.0.0.1:9469") })
+    var metrics: TCPAddress?
+    @Option(name: .customLong("http"),
+            help: ArgumentHelp("Serve the same root over HTTP/1.1 and 1.0 at ADDR:PORT too (repeatable; off by default): GET and HEAD, ranges, conditional requests, keep-alive, through the same -m rules, access checks and file cache. Port 80 on a boot server of its own, 8080 beside another web server; :PORT is every IPv4 address, [::]:PORT every IPv6 one; port 0 takes a free one, said at start.",
+                               valueName: "ADDR:PORT"),
+            transform: { try TCPAddress.parse($0, flag: "--http", example: "192.0.2.1:80 or [::]:8080") })
+    var http: [TCPAddress] = []
+    @Option(name: .customLong("http-max-connections"),
+            help: "HTTP connections open at once (default: 16384, or fewer as the open-file limit holds at two descriptors each, a socket and a streamed file); more are closed as they arrive. One the limit cannot hold is lowered, with a warning.")
+    var httpMaxConnections: Int?
+    @Option(name: .customLong("http-idle-timeout"),
+            help: "Seconds an HTTP connection may wait for its next request, or for a client to take more of a response (default 60).")
+    var httpIdleTimeout = 60
+    @Option(name: .customLong("http-request-timeout"),
+            help: "Seconds a client has to send a request's head once it began (default 10): then 408 and the connection closed.")
+    var httpRequestTimeout = 10
+    @Flag(exclusivity: .chooseLast, help: "Where the log goes (the last one given; default: syslog, or standard error with -L).")
+    var logTarget: LogTarget?
+    @Option(name: .customLong("logfile"), help: "Log to this file instead: appended to, created 0644, reopened on SIGHUP (rotation).")
+    var logfile: String?
+    @Option(name: .customLong("logformat"),
+            help: "Lines outside syslog, as in.tftpd writes them: human (NAME[PID]: LEVEL: text; default) or tag (<PRIORITY>text, for the journal). --stderr=FORMAT and --stdout=FORMAT say it too.")
+    var lineFormat = LineFormat.human
+    @Option(name: .customLong("log-format"),
+            help: "text (tftpd-hpa's lines; default) or json: every line one JSON object, one per finished transfer or refusal (at -v 1; failures at -v 0).")
+    var logFormat = LogFormat.text
+
+    @Argument(help: "The directory to serve.")
+    var directory: [String] = []
+
+
+    func validate() throws {
+        try FlagRange.check(idleTimeout, 0...FlagRange.year, "-t", "seconds (0: never)")
+        // The RFC's longest timeout (255 s); a longer one's backoff would overflow.
+        try FlagRange.check(retransmit, 1_000...255_000_000, "-T", "microseconds")
+        try FlagRange.check(verbosity, 0...9, "--verbosity")
+        try FlagRange.check(workers, 1...1024, "--workers")
+        try FlagRange.check(retries, FlagRange.retries, "--retries")
+        try FlagRange.check(grace, 0...FlagRange.year, "--grace", "seconds")
+        try FlagRange.check(cacheSize, FlagRange.mebibytes, "--cache-size", "MiB")
+        try FlagRange.check(cacheFileLimit, FlagRange.mebibytes, "--cache-file-limit", "MiB")
+        try FlagRange.check(maxTransfers, FlagRange.count, "--max-transfers")
+        try FlagRange.check(maxTransferSockets, 0...FlagRange.count.upperBound, "--max-transfer-sockets", "(0: every read shares)")
+        try FlagRange.check(maxPerClient, FlagRange.count, "--max-per-client")
+        try FlagRange.check(maxPerPrefix, FlagRange.count, "--max-per-prefix")
+        try FlagRange.check(mapSteps, RemapRules.stepRange, "--map-steps")
+        if mapClient != nil && mapTest == nil { throw ValidationError("--map-client is for --map-test.") }
+        if systemd && (listen || foreground || !address.isEmpty) {
+            throw ValidationError("--systemd serves the sockets systemd passes; -l, -L and -a bind their own: choose one.")
+        }
+        if let logTarget, logfile != nil { throw ValidationError("--logfile and --\(logTarget.rawValue): choose one.") }
+        if directory.count > 1 { throw ValidationError("stampede serves one directory; got \(directory.count).") }
+        if secure && jail { throw ValidationError("--chroot (-s) and --jail (-j) exclude each other.") }
+        if jail && directory.isEmpty { throw ValidationError("--jail: name the directory to serve.") }
+        if case .bytes(let bytes) = blocksize { try FlagRange.check(bytes, TFTPOption.blksize.range, "-B", "bytes (or mtu, mtu-SLACK)") }
+        // Any count, as in.tftpd 7.3 takes it: 0 is 1, above the table's maximum it is clamped in run().
+        try FlagRange.check(windowsize, 0...Int.max, "-W", "blocks")
+        try FlagRange.check(windowBytes, 0...Int.max, "--window-bytes", "bytes")
+        if ipv4 && ipv6 { throw ValidationError("-4 and -6 exclude each other.") }
+        try FlagRange.check(httpMaxConnections, FlagRange.count, "--http-max-connections")
+        try FlagRange.check(httpIdleTimeout, 1...FlagRange.year, "--http-idle-timeout", "seconds")
+        try FlagRange.check(httpRequestTimeout, 1...FlagRange.year, "--http-request-timeout", "seconds")
+    }
+
+    /// tftpd-hpa's verbosity: --verbosity, or how many -v.
+    var level: Int { verbosity ?? verbose }
+}

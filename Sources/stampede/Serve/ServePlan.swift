@@ -1,0 +1,158 @@
+import Glibc
+import StampedeHTTP
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
+
+/// What a server is made of, decided from its flags and a few facts of the host, with no system
+/// call: the workers, the descriptors shared out (`DescriptorBudget`), the cache's limits, the
+/// HTTP server's, the backend, the TFTP options and timers, and what to warn of. `ServeCommand`
+/// gathers the facts, `ServerStartup` makes the server from the plan.
+struct ServePlan {
+    /// What the plan needs to know of the host and the process.
+    struct Facts {
+        var mode: ServingMode
+        /// `-a`, resolved (standalone only).
+        var addresses: [SocketAddress]
+        /// RLIMIT_NOFILE, as raised.
+        var fileLimit: Int
+        var processors: Int
+        /// The umask the process was started with (`-p` keeps it).
+        var inheritedUmask: mode_t
+        /// Whether io_uring works here, and why (`URingBackend.probe`).
+        var uring: (available: Bool, reason: String)
+    }
+
+    /// A plan that cannot be served (exit 1).
+    struct Refusal: Error, Equatable {
+        var message: String
+    }
+
+    let options: ServeOptions
+    let mode: ServingMode
+    let addresses: [SocketAddress]
+    let workerCount: Int
+    let budget: DescriptorBudget
+    let cacheLimits: FileCache.Limits
+    /// `--http`, and listening TCP sockets systemd passed; nil: no HTTP.
+    let http: HTTPConfiguration?
+    let useURing: Bool
+    let backendReason: String
+    /// -W clamped, a budget that cannot hold what was asked: said at start as warnings.
+    let warnings: [String]
+    /// Said at start as notices.
+    let notices: [String]
+
+    init(_ options: ServeOptions, _ facts: Facts) throws(Refusal) {
+        self.options = options
+        mode = facts.mode
+        addresses = facts.mode == .standalone ? facts.addresses : []
+        var warnings: [String] = []
+        var notices: [String] = []
+        if facts.mode != .standalone && !options.address.isEmpty { warnings.append("-a is for -l (standalone); serving the passed sockets") }
+        if options.windowsize > TFTPOption.windowsize.range.upperBound {
+            warnings.append("""
+                -W \(options.windowsize): a window of 32,768 blocks or more makes block numbers ambiguous (a reordered \
+                old ACK would look new and corrupt the file): granting at most \(TFTPOption.windowsize.range.upperBound)
+                """)
+        }
+        // HTTP on --http's addresses, and on the listening TCP sockets a socket unit passes.
+        var passedHTTP: [Int32] = []
+        if case .systemd(_, let stream) = facts.mode { passedHTTP = stream }
+        let servesHTTP = !options.http.isEmpty || !passedHTTP.isEmpty
+        // Every descriptor a connection, a transfer or an image may hold, out of the limit.
+        budget = DescriptorBudget(limit: facts.fileLimit, imageBytes: options.cacheSize << 20,
+                                  smallestImage: servesHTTP ? FileImage.sharedFrom : nil,
+                                  httpConnections: options.httpMaxConnections, transferSockets: options.maxTransferSockets)
+        warnings += budget.warnings
+        // With HTTP, images of 64 KiB and more are memfds, which HTTP sends with sendfile.
+        cacheLimits = FileCache.Limits(budget: options.cacheSize << 20, fileLimit: options.cacheFileLimit << 20,
+                                       sharedFrom: servesHTTP ? FileImage.sharedFrom : nil, sharedImages: budget.images)
+        var workerCount = options.workers ?? facts.processors
+        if options.singlePort && facts.mode != .standalone && workerCount > 1 {
+            // A passed socket is one socket that every worker reads: a client's ACK could reach a
+            // worker that does not hold its transfer. (Bound with -l, SO_REUSEPORT keeps a client
+            // on one worker's socket.)
+            notices.append("--single-port on a passed socket: one worker")
+            workerCount = 1
+        }
+        self.workerCount = max(1, workerCount)
+        if servesHTTP {
+            var http = HTTPConfiguration(listenAddresses: options.http.map(\.socketAddress))
+            http.inheritedListeners = passedHTTP
+            http.maxConnections = budget.httpConnections
+            http.idleTimeout = Nanoseconds(options.httpIdleTimeout) * nanosecondsPerSecond
+            http.sendTimeout = http.idleTimeout
+            http.requestTimeout = Nanoseconds(options.httpRequestTimeout) * nanosecondsPerSecond
+            self.http = http
+        } else {
+            http = nil
+        }
+        // --backend: auto takes io_uring when the probe (ENOSYS, EPERM from seccomp,
+        // kernel.io_uring_disabled, memory limits, kernel features) says it works.
+        switch options.backend {
+        case .glibc:
+            (useURing, backendReason) = (false, "asked for")
+        case .uring:
+            guard facts.uring.available else { throw Refusal(message: "--backend uring: \(facts.uring.reason)") }
+            (useURing, backendReason) = (true, "asked for")
+        case .auto:
+            (useURing, backendReason) = (facts.uring.available, "auto: " + facts.uring.reason)
+        }
+        self.warnings = warnings
+        self.notices = notices
+        fileUmask = options.umask?.bits ?? (options.permissive ? facts.inheritedUmask : 0)
+    }
+
+    /// in.tftpd's -U default: 0, so that a file an upload created (0666) may be uploaded again
+    /// (switches back up their configuration every night); with -p, the inherited umask.
+    let fileUmask: mode_t
+
+    /// What the flags say a client may read and write beneath `root` (`-p`, `-c`, `--ro`,
+    /// `--max-upload`, `-U`, `-s`/`-j`, `--normalize`, `--validate`).
+    func policy(root: Int32) -> AccessPolicy {
+        let uploadLimit = options.maxUpload?.bytes
+        var policy = AccessPolicy(root: root, permissive: options.permissive, allowCreate: options.create,
+                                  readOnly: options.readOnly || uploadLimit == 0, umask: fileUmask,
+                                  virtualRoot: options.secure || options.jail)
+        policy.maxUpload = uploadLimit
+        policy.names = FilenameProcessing(normalization: options.normalize, validates: options.validatePaths)
+        return policy
+    }
+
+    /// Everything of a server's configuration the flags decide (not its policy, logger, rules).
+    func configure(_ configuration: inout ServerConfiguration) {
+        switch mode {
+        case .standalone: configuration.listenAddresses = addresses
+        case .inetd: configuration.inheritedListeners = [0]
+        case .systemd(let datagram, _): configuration.inheritedListeners = datagram
+        }
+        // in.tftpd's default: 15 minutes under a superserver, which starts another; never standalone.
+        let idle = options.idleTimeout ?? (mode == .standalone ? 0 : 900)
+        configuration.idleExit = idle > 0 ? Nanoseconds(idle) * nanosecondsPerSecond : nil
+        configuration.singlePort = options.singlePort
+        var maxBlockSize: Int?
+        switch options.blocksize {
+        case .bytes(let bytes)?: maxBlockSize = bytes
+        case .mtu(let slack)?: configuration.blockSizeSlack = slack
+        case nil: break
+        }
+        let window = min(max(1, options.windowsize), TFTPOption.windowsize.range.upperBound)
+        let refused = options.refuseAll ? TFTPOption.allCases : options.refuse
+        configuration.optionLimits = OptionLimits(maxBlockSize: maxBlockSize, maxWindowSize: window,
+                                                  maxWindowBytes: options.windowBytes, refused: Set(refused.map(\.rawValue)))
+        configuration.retransmitTimeout = Nanoseconds(options.retransmit) * 1000
+        if options.fixedTimeout { configuration.adaptiveTimeoutFloor = nil }
+        configuration.maxRetries = options.retries
+        configuration.portRange = options.portRange?.ports
+        configuration.shutdownGrace = Nanoseconds(options.grace) * nanosecondsPerSecond
+        configuration.maxTransfers = options.maxTransfers
+        if let maxPerClient = options.maxPerClient { configuration.maxTransfersPerClient = maxPerClient }
+        if let maxPerPrefix = options.maxPerPrefix { configuration.maxTransfersPerPrefix = maxPerPrefix }
+        if options.maxPerClient != nil || options.maxPerPrefix != nil { configuration.loopbackUncountedPerClient = false }
+        configuration.whenBusy = options.whenBusy
+        configuration.logFormat = options.logFormat
+        // Beyond this, transfers share sockets instead of running out of descriptors.
+        configuration.ownTransferSocketsPerWorker = budget.transferSockets / workerCount
+    }
+}

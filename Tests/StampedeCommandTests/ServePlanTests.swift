@@ -1,0 +1,108 @@
+import Logging
+import StampedeIO
+import StampedeProtocol
+import StampedeServer
+import Testing
+@testable import stampede
+
+/// `serve`'s flags, parsed into their types, and the plan made of them and of the host's facts:
+/// no socket, no file, no system call.
+@Suite struct ServePlanSpec {
+    func options(_ arguments: String...) throws -> ServeOptions {
+        try ServeOptions.parse(arguments + ["/srv/tftp"])
+    }
+
+    func facts(_ mode: ServingMode = .standalone, fileLimit: Int = 65536, processors: Int = 2,
+               uring: (Bool, String) = (true, "works")) -> ServePlan.Facts {
+        ServePlan.Facts(mode: mode, addresses: [SocketAddress(parsing: "127.0.0.1:69", defaultPort: 69)!], fileLimit: fileLimit,
+                        processors: processors, inheritedUmask: 0o022, uring: uring)
+    }
+
+    func configured(_ plan: ServePlan) -> ServerConfiguration {
+        var configuration = ServerConfiguration(listenAddresses: [], policy: plan.policy(root: -1),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        plan.configure(&configuration)
+        return configuration
+    }
+
+    @Test func flagsAreParsedOnceIntoTheirTypes() throws {
+        let parsed = try options("-R", "4000:4999", "-U", "027", "--max-upload", "64M", "--http", "[::1]:8080", "-S", "1069",
+                                 "--when-busy", "error", "--backend", "glibc", "--log-format", "json", "-r", "TSIZE")
+        #expect(parsed.portRange?.ports == 4000...4999 && parsed.umask?.bits == 0o027 && parsed.maxUpload?.bytes == 64 << 20)
+        #expect(parsed.http == [TCPAddress("[::1]:8080")!] && parsed.service?.port == 1069)
+        #expect(parsed.whenBusy == .error && parsed.backend == .glibc && parsed.logFormat == .json && parsed.refuse == [.tsize])
+        for bad in [["-R", "5:1"], ["-U", "9z"], ["--max-upload", "1.5M"], ["--http", "nonsense"], ["-S", "0"],
+                    ["--when-busy", "maybe"], ["--backend", "x"], ["-r", "multicast"], ["--map-client", ""]] {
+            #expect(throws: (any Error).self, "\(bad)") { _ = try ServeOptions.parse(bad + ["/srv/tftp"]) }
+        }
+    }
+
+    @Test func theConfigurationIsWhatTheFlagsSay() throws {
+        let plan = try ServePlan(options("-T", "500000", "--retries", "3", "-R", "4000:4999", "-B", "1468", "-W", "16",
+                                         "--single-port", "--max-per-client", "8", "--grace", "2"), facts())
+        let configuration = configured(plan)
+        #expect(configuration.listenAddresses == facts().addresses)
+        #expect(configuration.retransmitTimeout == 500_000_000 && configuration.maxRetries == 3)
+        #expect(configuration.portRange == 4000...4999 && configuration.singlePort)
+        #expect(configuration.optionLimits.maxBlockSize == 1468 && configuration.optionLimits.maxWindowSize == 16)
+        #expect(configuration.maxTransfersPerClient == 8 && !configuration.loopbackUncountedPerClient)
+        #expect(configuration.shutdownGrace == 2 * nanosecondsPerSecond && configuration.idleExit == nil)
+    }
+
+    /// in.tftpd's -t default: never standalone, 15 minutes under a superserver, which starts
+    /// another server for the next request.
+    @Test func theIdleExitIsInTftpdsDefault() throws {
+        #expect(configured(try ServePlan(options(), facts(.standalone))).idleExit == nil)
+        #expect(configured(try ServePlan(options(), facts(.inetd))).idleExit == 900 * nanosecondsPerSecond)
+        #expect(configured(try ServePlan(options("-t", "5"), facts(.inetd))).idleExit == 5 * nanosecondsPerSecond)
+    }
+
+    @Test func aWindowPastTheTableIsGrantedAtItsMostAndSaid() throws {
+        let plan = try ServePlan(options("-W", "40000"), facts())
+        #expect(configured(plan).optionLimits.maxWindowSize == TFTPOption.windowsize.range.upperBound)
+        #expect(plan.warnings.contains { $0.hasPrefix("-W 40000:") })
+        #expect(configured(try ServePlan(options("-W", "0"), facts())).optionLimits.maxWindowSize == 1)
+    }
+
+    @Test func theDescriptorsAreSharedOutAndAnImpossibleConnectionLimitIsLowered() throws {
+        let tftp = try ServePlan(options(), facts(fileLimit: 65536))
+        #expect(tftp.http == nil && tftp.cacheLimits.sharedFrom == nil)
+        #expect(configured(tftp).ownTransferSocketsPerWorker == (65536 - 1024) / 2)
+        let web = try ServePlan(options("--http", ":8080", "--http-max-connections", "5000"), facts(fileLimit: 600))
+        #expect(web.http!.maxConnections < 300 && web.warnings.contains { $0.contains("serving at most") })
+        #expect(web.cacheLimits.sharedFrom == FileImage.sharedFrom && web.cacheLimits.sharedImages == web.budget.images)
+    }
+
+    /// A socket unit's ListenStream is HTTP, with or without --http.
+    @Test func aPassedTCPSocketIsServedOverHTTP() throws {
+        let plan = try ServePlan(options(), facts(.systemd(datagram: [3], stream: [4])))
+        #expect(plan.http?.inheritedListeners == [4] && plan.http?.listenAddresses == [])
+        #expect(configured(plan).inheritedListeners == [3] && configured(plan).listenAddresses == [])
+    }
+
+    @Test func singlePortOnAPassedSocketServesOnOneWorker() throws {
+        let plan = try ServePlan(options("--single-port"), facts(.systemd(datagram: [3], stream: []), processors: 4))
+        #expect(plan.workerCount == 1 && plan.notices == ["--single-port on a passed socket: one worker"])
+        #expect(try ServePlan(options("--single-port"), facts(processors: 4)).workerCount == 4)
+    }
+
+    @Test func uploadsFollowTheirFlags() throws {
+        #expect(try ServePlan(options("--max-upload", "0"), facts()).policy(root: -1).readOnly)
+        #expect(try ServePlan(options("--max-upload", "1k"), facts()).policy(root: -1).maxUpload == 1024)
+        // -U: 0 by default as in.tftpd, the inherited umask with -p, or as given.
+        #expect(try ServePlan(options(), facts()).fileUmask == 0)
+        #expect(try ServePlan(options("-p"), facts()).fileUmask == 0o022)
+        #expect(try ServePlan(options("-p", "-U", "077"), facts()).fileUmask == 0o077)
+        #expect(try ServePlan(options("-s"), facts()).policy(root: -1).virtualRoot)
+    }
+
+    @Test func theBackendIsChosenByTheProbe() throws {
+        #expect(try ServePlan(options(), facts(uring: (true, "works"))).useURing)
+        let without = try ServePlan(options(), facts(uring: (false, "ENOSYS")))
+        #expect(!without.useURing && without.backendReason == "auto: ENOSYS")
+        #expect(throws: ServePlan.Refusal(message: "--backend uring: ENOSYS")) {
+            _ = try ServePlan(options("--backend", "uring"), facts(uring: (false, "ENOSYS")))
+        }
+        #expect(try !ServePlan(options("--backend", "glibc"), facts()).useURing)
+    }
+}
