@@ -45,7 +45,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build run test unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds deps install clean
+.PHONY: all build run test unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
 
 all: build
 
@@ -215,6 +215,10 @@ bench-disk: build deps
 # What the metrics cost: server CPU per GB without --metrics, and with it scraped every second.
 bench-metrics: build
 	python3 Benchmarks/metrics_cost.py --config off=$(BIN) --config scraped=$(BIN),--metrics
+
+# docs/BENCHMARKS.md from the results the benches wrote (results/*.md), each section stamped.
+bench-report:
+	python3 Benchmarks/report.py
 
 # Hot-path micro-benchmarks; fails if malloc counts (or, threefold, times) exceed Benchmarks/Thresholds.
 bench-micro:

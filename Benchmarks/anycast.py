@@ -18,7 +18,6 @@ BENCH_ANYCAST_ONLY (a word of the scenario's name: "hash", "lost", "drain") runs
 Each row is one run (failures are counted, not timed: there is nothing to interleave).
 Results: results/bench-anycast.{json,md}.
 """
-import json
 import os
 import signal
 import statistics
@@ -28,9 +27,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "Tests" / "interop"))
+sys.path.insert(0, str(REPO / "Benchmarks"))
 from anycastlab import Lab  # noqa: E402
-from compare import RESULTS, STAMPEDE, fill_root  # noqa: E402
-from compare import ROOT as BENCH_ROOT  # noqa: E402
+from harness import RESULTS, STAMPEDE, fill_root, write_results  # noqa: E402
+from harness import ROOT as BENCH_ROOT  # noqa: E402
 
 ROOT = BENCH_ROOT / "anycast"
 MACHINES = int(os.environ.get("BENCH_ANYCAST_MACHINES", "2000"))
@@ -132,7 +132,6 @@ def main():
         for mode in ((), ("--single-port",)):
             rows.append(scenario(f"drain: {first} first", 0, "resilient", mode, drain(first)))
     rows = [row for row in rows if row]
-    (RESULTS / "bench-anycast.json").write_text(json.dumps({"machines": MACHINES, "files": FILES, "rows": rows}, indent=1))
     lines = [f"{MACHINES} machines, uefi-ipxe (ipxe.efi {FILES['ipxe.efi'] >> 20} MiB over TFTP; "
              f"kernel {FILES['vmlinuz'] >> 20} MiB and initrd {FILES['initrd.img'] >> 20} MiB over HTTP), three servers:", "",
              "| scenario | hash policy | route | mode | booted | failed (why) | transfers failed | reboots | rebooted p50 / p99 s | machines per server (max/mean) | bytes max/mean |",
@@ -144,7 +143,7 @@ def main():
                      f"| {r['transfers_failed']} | {r['reboots']} | {rebooted} | {r['share']['machines']} "
                      f"({r['share']['machines_max_over_mean']}) | {r['share']['bytes_max_over_mean']} |")
     text = "\n".join(lines)
-    (RESULTS / "bench-anycast.md").write_text(text + "\n")
+    write_results("bench-anycast", {"machines": MACHINES, "files": FILES, "rows": rows}, text)
     print(text)
 
 

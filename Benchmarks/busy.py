@@ -18,31 +18,37 @@ import os
 import statistics
 import subprocess
 import sys
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import RESULTS, ROOT, STAMPEDE, Peer, free_port, make_root, raise_fd_limit, start, stop  # noqa: E402
+from harness import RESULTS, ROOT, STAMPEDE, fill_root, free_port, raise_fd_limit, start, stop, write_results  # noqa: E402
 
 ROUNDS = int(os.environ.get("BUSY_ROUNDS", "3"))
 MACHINES = int(os.environ.get("BUSY_MACHINES", "1000"))
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A way of being full: what runs the server (`prefix`), its flags, and how the table says it."""
+    name: str
+    prefix: tuple
+    flags: tuple
+    said: str
+
+
 CAUSES = [
-    ("limit", [], ["--max-transfers", "100"], "--max-transfers 100"),
-    ("descriptors", ["prlimit", "--nofile=128:128"], [], "128 descriptors (prlimit)"),
+    Cause("limit", (), ("--max-transfers", "100"), "--max-transfers 100"),
+    Cause("descriptors", ("prlimit", "--nofile=128:128"), (), "128 descriptors (prlimit)"),
 ]
 POLICIES = ["error", "silence"]
 
 
-def server(prefix, args, policy):
-    return Peer(f"stampede-{policy}", STAMPEDE,
-                lambda root, port: [*prefix, STAMPEDE, "-l", "-L", "-a", f"127.0.0.1:{port}", "-u", "root",
-                                    "--verbosity", "0", "--when-busy", policy, *args, root])
-
-
 def run_one(cause, policy, log):
-    name, prefix, args, _ = cause
     port = free_port()
-    process = start(server(prefix, args, policy), port, log, None)
+    command = [*cause.prefix, STAMPEDE, "-l", "-L", "-a", f"127.0.0.1:{port}", "-u", "root", "--verbosity", "0",
+               "--when-busy", policy, *cause.flags, ROOT]
+    process = start(f"stampede-{policy}", command, port, log)
     try:
         storm = subprocess.run([str(STAMPEDE), "storm", f"127.0.0.1:{port}", "1mib.bin", "--clients", str(MACHINES),
                                 "--blksize", "1468", "--retransmit", "1000", "--retries", "5",
@@ -52,7 +58,7 @@ def run_one(cause, policy, log):
     finally:
         alive = process.poll() is None
         stop(process)
-    return {"cause": name, "policy": policy, "booted": result["ok"], "failed": result["failed"],
+    return {"cause": cause.name, "policy": policy, "booted": result["ok"], "failed": result["failed"],
             "failures": result["failures"], "p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
             "max_ms": result["max_ms"], "seconds": result["seconds"], "server_alive": alive}
 
@@ -60,7 +66,7 @@ def run_one(cause, policy, log):
 def main():
     if not STAMPEDE.exists():
         sys.exit(f"{STAMPEDE} missing: `make bench-busy` builds it first")
-    make_root()
+    fill_root(ROOT, {"1mib.bin": 1 << 20})
     RESULTS.mkdir(exist_ok=True)
     rounds = []
     with open(RESULTS / "busy-servers.log", "w") as log:
@@ -70,27 +76,24 @@ def main():
                     row = run_one(cause, policy, log)
                     row["round"] = number
                     rounds.append(row)
-                    print(f"round {number}: {cause[0]:>11} --when-busy {policy:<7} {row['booted']} booted, "
+                    print(f"round {number}: {cause.name:>11} --when-busy {policy:<7} {row['booted']} booted, "
                           f"{row['failed']} failed {row['failures'] or ''}, p99 {row['p99_ms']:.0f} ms", flush=True)
     lines = ["| server full by | --when-busy | machines booted (spread) | failed to boot | p50 ms | p99 ms | max ms |",
              "|---|---|---|---|---|---|---|"]
     for cause in CAUSES:
         for policy in POLICIES:
-            group = sorted((r for r in rounds if r["cause"] == cause[0] and r["policy"] == policy),
+            group = sorted((r for r in rounds if r["cause"] == cause.name and r["policy"] == policy),
                            key=lambda r: r["booted"])
             median = group[(len(group) - 1) // 2]
             failures = ", ".join(f"{v} {k}" for k, v in median["failures"].items()) or "-"
-            lines.append(f"| {cause[3]} | {policy} | {median['booted']} of {MACHINES} "
+            lines.append(f"| {cause.said} | {policy} | {median['booted']} of {MACHINES} "
                          f"({group[0]['booted']}–{group[-1]['booted']}) | {failures} | {median['p50_ms']:.0f} "
                          f"| {median['p99_ms']:.0f} | {median['max_ms']:.0f} |")
     table = "\n".join(lines)
-    info = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "kernel": os.uname().release, "cpus": os.cpu_count(),
-            "rounds": ROUNDS, "machines": MACHINES, "median_booted": {
-                f"{c[0]}/{p}": statistics.median(r["booted"] for r in rounds if r["cause"] == c[0] and r["policy"] == p)
+    info = {"rounds": ROUNDS, "machines": MACHINES, "median_booted": {
+                f"{c.name}/{p}": statistics.median(r["booted"] for r in rounds if r["cause"] == c.name and r["policy"] == p)
                 for c in CAUSES for p in POLICIES}}
-    (RESULTS / "busy.json").write_text(json.dumps({"run": info, "rounds": rounds}, indent=2))
-    (RESULTS / "busy.md").write_text(f"Measured {info['date']}, {info['cpus']} cores, kernel {info['kernel']}, "
-                                     f"median of {ROUNDS} interleaved rounds.\n\n{table}\n")
+    write_results("busy", {"run": info, "rounds": rounds}, f"Median of {ROUNDS} interleaved rounds.\n\n{table}")
     print()
     print(table)
 

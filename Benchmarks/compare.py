@@ -33,30 +33,22 @@ comparison in one run (BENCH_BASELINE_LABEL names it otherwise: `make bench-stat
 dynamically linked build `dynamic`). BENCH_OUTPUT names the results' files (default bench).
 """
 import json
-import math
-import os
-import resource
 import shutil
+import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import (PEERS, RESULTS, ROOT, SID, STAMPEDE, CpuGroup, Sampler, dnsmasq_command, free_port, in_sid, percentile,  # noqa: F401
+                     port_is_free, process_tree, raise_fd_limit, start, stop, tftpd_hpa_command, tree_cpu_seconds, write_results)
+
 REPO = Path(__file__).resolve().parents[1]
-STAMPEDE = REPO / ".build" / "release" / "stampede"
-PEERS = REPO / ".build" / "peers" / "usr" / "sbin"
-SID = REPO / ".build" / "sid"
-ROOT = REPO / ".build" / "bench-root"
-RESULTS = REPO / "results"
 OUTPUT = os.environ.get("BENCH_OUTPUT", "bench")
-TICKS = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
 QUICK = os.environ.get("BENCH_QUICK") == "1"
-FD_LIMIT = 20000
 SCENARIO_LIMIT = 180  # seconds before a storm is interrupted
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 FLOOR = REPO / ".build" / "floor"
@@ -65,42 +57,38 @@ REPEATED = {"stampede-uring", "stampede-glibc", "stampede-uring-nogso", "stamped
             f"stampede-uring-{BASELINE_LABEL}", f"stampede-glibc-{BASELINE_LABEL}"}
 WINDOWED = {"initrd", "uefi"}
 
-# name, file, size, storm arguments, what it shows
+
+@dataclass(frozen=True)
+class Scenario:
+    """What the storm plays against each server: the file it asks for, its size, the storm's
+    arguments, what it shows; `processes`: storm processes for a boot profile (`--slice`),
+    `rounds`: played in every round (else once: the long ones)."""
+    name: str
+    file: str
+    size: int
+    storm: list = field(default_factory=list)
+    shows: str = ""
+    processes: int = 1
+    every_round: bool = True
+
+
 SCENARIOS = [
-    ("rack-boot", "1mib.bin", 1 << 20, ["--clients", "1000", "--blksize", "1468"],
-     "1,000 clients at once x 1 MiB, blksize 1468, lockstep"),
-    ("initrd", "64mib.bin", 64 << 20, ["--clients", "16", "--blksize", "1468", "--windowsize", "16"],
-     "16 clients x 64 MiB, blksize 1468, windowsize 16"),
-    ("uefi", "1mib.bin", 1 << 20, ["--clients", "400", "--blksize", "1468", "--windowsize", "4"],
-     "400 clients at once x 1 MiB, blksize 1468, windowsize 4 (EDK2's UEFI PXE default)"),
-    ("storm", "32kib.bin", 32 << 10, ["--clients", "400", "--total", "10000", "--blksize", "1468"],
-     "10,000 transfers of 32 KiB, 400 at a time"),
-    ("scale", "32kib.bin", 32 << 10, ["--clients", "10000", "--blksize", "1468", "--timeout", "10", "--hold", "4"],
-     "10,000 transfers held open at once (each client holds its first ACK 4 s)"),
-    ("rack", "ipxe.efi", 1 << 20, ["--profile", "uefi-ipxe-tftp", "--stages", "4", "--clients", "20000", "--ramp", "3"],
-     "20,000 machines powering on over 3 s, each the uefi-ipxe-tftp profile's first stages: the UEFI size probe, "
-     "ipxe.efi (1 MiB), autoexec.ipxe (not found), boot.ipxe; the storm in 4 processes, every process at most "
-     "20,000 descriptors"),
+    Scenario("rack-boot", "1mib.bin", 1 << 20, ["--clients", "1000", "--blksize", "1468"],
+             "1,000 clients at once x 1 MiB, blksize 1468, lockstep"),
+    Scenario("initrd", "64mib.bin", 64 << 20, ["--clients", "16", "--blksize", "1468", "--windowsize", "16"],
+             "16 clients x 64 MiB, blksize 1468, windowsize 16"),
+    Scenario("uefi", "1mib.bin", 1 << 20, ["--clients", "400", "--blksize", "1468", "--windowsize", "4"],
+             "400 clients at once x 1 MiB, blksize 1468, windowsize 4 (EDK2's UEFI PXE default)"),
+    Scenario("storm", "32kib.bin", 32 << 10, ["--clients", "400", "--total", "10000", "--blksize", "1468"],
+             "10,000 transfers of 32 KiB, 400 at a time"),
+    Scenario("scale", "32kib.bin", 32 << 10, ["--clients", "10000", "--blksize", "1468", "--timeout", "10", "--hold", "4"],
+             "10,000 transfers held open at once (each client holds its first ACK 4 s)"),
+    # A boot profile: the storm in 4 processes, each machine from its own loopback address, once.
+    Scenario("rack", "ipxe.efi", 1 << 20, ["--profile", "uefi-ipxe-tftp", "--stages", "4", "--clients", "20000", "--ramp", "3"],
+             "20,000 machines powering on over 3 s, each the uefi-ipxe-tftp profile's first stages: the UEFI size probe, "
+             "ipxe.efi (1 MiB), autoexec.ipxe (not found), boot.ipxe; the storm in 4 processes, every process at most "
+             "20,000 descriptors", processes=4, every_round=False),
 ]
-# Scenarios that play a boot profile: the storm runs as this many processes (`--slice`), each
-# machine from its own loopback address, and each server runs them once (they are long).
-STORM_PROCESSES = 4
-ONE_ROUND = {"rack"}
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
 
 
 class Peer:
@@ -133,33 +121,16 @@ SERVERS = [
     *([Peer(f"stampede-uring-{BASELINE_LABEL}", BASELINE, stampede("uring", binary=BASELINE)),
        Peer(f"stampede-glibc-{BASELINE_LABEL}", BASELINE, stampede("glibc", binary=BASELINE))] if BASELINE else []),
     # dnsmasq has no TFTP port option: it serves on 69. --tftp-max raised from its default of 50.
-    Peer("dnsmasq", SID / "usr/sbin/dnsmasq", lambda root, port: in_sid(dnsmasq("/usr/sbin/dnsmasq", root)), fixed_port=69),
-    Peer("dnsmasq-2.90", "dnsmasq", lambda root, port: dnsmasq("dnsmasq", root), fixed_port=69),
-    Peer("tftpd-hpa", SID / "usr/sbin/in.tftpd", lambda root, port: in_sid(tftpd_hpa("/usr/sbin/in.tftpd", root, port))),
-    Peer("tftpd-hpa-5.2", PEERS / "in.tftpd", lambda root, port: tftpd_hpa(PEERS / "in.tftpd", root, port)),
+    Peer("dnsmasq", SID / "usr/sbin/dnsmasq", lambda root, port: in_sid(dnsmasq_command("/usr/sbin/dnsmasq", root)), fixed_port=69),
+    Peer("dnsmasq-2.90", "dnsmasq", lambda root, port: dnsmasq_command("dnsmasq", root), fixed_port=69),
+    Peer("tftpd-hpa", SID / "usr/sbin/in.tftpd", lambda root, port: in_sid(tftpd_hpa_command("/usr/sbin/in.tftpd", root, port))),
+    Peer("tftpd-hpa-5.2", PEERS / "in.tftpd", lambda root, port: tftpd_hpa_command(PEERS / "in.tftpd", root, port)),
     # --maxthread raised from its default of 100.
     Peer("atftpd", PEERS / "atftpd",
          lambda root, port: [PEERS / "atftpd", "--daemon", "--no-fork", "--port", str(port), "--bind-address",
                              "127.0.0.1", "--user", "root", "--group", "root", "--maxthread", "20000",
                              "--verbose=1", "--logfile", "-", root]),
 ]
-
-
-def dnsmasq(binary, root):
-    return [binary, "-k", "--port=0", "--enable-tftp", f"--tftp-root={root}", "--tftp-max=20000",
-            "--listen-address=127.0.0.1", "--bind-interfaces", "--user=root", "--pid-file=", "--quiet-tftp",
-            "--log-facility=-"]
-
-
-def tftpd_hpa(binary, root, port):
-    return [binary, "-L", "-l", "-a", f"127.0.0.1:{port}", "-u", "root", "-s", root]
-
-
-def in_sid(command):
-    """`command` run from the Debian unstable tree, the bench root bound at its own path there:
-    the tree's binaries need its glibc. Every step execs, so the server keeps the pid (and cgroup)."""
-    script = 'mkdir -p "$0$1" && mount --bind "$1" "$0$1" && shift && exec chroot "$0" "$@"'
-    return ["unshare", "--mount", "sh", "-c", script, str(SID), str(ROOT), *map(str, command)]
 
 
 def version_of(peer) -> str:
@@ -176,115 +147,10 @@ def version_of(peer) -> str:
     return ((r.stdout + r.stderr).strip().splitlines() or ["?"])[0]
 
 
-def raise_fd_limit():
-    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
-
-
-def process_tree(pid: int):
-    """pid and all its descendants."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                children = Path(f"/proc/{p}/task/{task}/children").read_text().split()
-                todo.extend(int(c) for c in children)
-        except OSError:
-            pass
-    return out
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICKS
-
-
-class CpuGroup:
-    """A cgroup v1 cpuacct group for one server and its children; None where cgroups are not writable."""
-
-    BASE = Path("/sys/fs/cgroup/cpuacct")
-
-    def __init__(self, name):
-        self.path = self.BASE / f"stampede-bench-{os.getpid()}-{name}"
-        self.path.mkdir()
-
-    @classmethod
-    def make(cls, name):
-        try:
-            return cls(name)
-        except OSError:
-            return None
-
-    def join(self):
-        """In the child before exec: the server and everything it forks are counted here."""
-        (self.path / "cgroup.procs").write_text(str(os.getpid()))
-
-    def seconds(self) -> float:
-        return int((self.path / "cpuacct.usage").read_text()) / 1e9
-
-    def remove(self):
-        for _ in range(50):
-            try:
-                self.path.rmdir()
-                return
-            except OSError:
-                time.sleep(0.1)
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """The server's CPU with its children: reaped ones are in cutime/cstime, live ones read directly."""
-    total = 0.0
-    for p in process_tree(pid):
-        try:
-            total += cpu_seconds(p)
-        except OSError:
-            pass
-    return total
-
-
-class Sampler(threading.Thread):
-    """Peak RSS (MiB) and open fds over the server's process tree, every 100 ms."""
-
-    def __init__(self, pid):
-        super().__init__(daemon=True)
-        self.pid, self.peak_rss, self.peak_fds, self.peak_processes = pid, 0.0, 0, 0
-        self.stopping = threading.Event()
-
-    def sample(self):
-        rss = fds = 0
-        tree = process_tree(self.pid)
-        for p in tree:
-            try:
-                rss += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * PAGE
-                fds += len(os.listdir(f"/proc/{p}/fd"))
-            except OSError:
-                pass
-        self.peak_rss = max(self.peak_rss, rss / 1048576)
-        self.peak_fds = max(self.peak_fds, fds)
-        self.peak_processes = max(self.peak_processes, len(tree))
-
-    def run(self):
-        while not self.stopping.wait(0.1):
-            self.sample()
-
-
-def fill_root(directory, files):
-    """Random files of the sizes given ({name: bytes}) under `directory`, kept from run to run
-    while their size is right; world-readable, as a server's root must be."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, size in files.items():
-        path = directory / name
-        if not path.exists() or path.stat().st_size != size:
-            path.write_bytes(os.urandom(size))
-        path.chmod(0o644)
-    directory.chmod(0o755)
-
-
 def make_root():
     ROOT.mkdir(parents=True, exist_ok=True)
-    for _, file, size, _, _ in SCENARIOS:
-        path = ROOT / file
+    for scenario in SCENARIOS:
+        path, size = ROOT / scenario.file, scenario.size
         if not path.exists() or path.stat().st_size != size:
             with open(path, "wb") as f:
                 f.write(os.urandom(size))
@@ -293,36 +159,6 @@ def make_root():
     ROOT.chmod(0o755)
     for f in ROOT.iterdir():
         f.chmod(0o644)
-
-
-def start(peer, port, log, group):
-    def prepare():
-        raise_fd_limit()
-        if group:
-            group.join()
-
-    process = subprocess.Popen([str(a) for a in peer.command(ROOT, port)], stdout=log, stderr=subprocess.STDOUT,
-                               preexec_fn=prepare, start_new_session=True)
-    # Ready when the port is taken (or the server died).
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{peer.name} exited with {process.returncode}")
-        if not port_is_free(port):
-            time.sleep(0.2)
-            return process
-        time.sleep(0.05)
-    raise RuntimeError(f"{peer.name} did not bind port {port}")
-
-
-def stop(process):
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def quick(args):
@@ -335,14 +171,14 @@ def quick(args):
 
 
 def run_one(peer, scenario, log):
-    name, file, size, args, _ = scenario
+    name, file, args = scenario.name, scenario.file, scenario.storm
     port = peer.fixed_port or free_port()
     if peer.fixed_port and not port_is_free(port):
         return {"server": peer.name, "scenario": name, "error": f"port {port} is in use"}
     if QUICK:
         args = quick(args)
     group = CpuGroup.make(f"{peer.name}-{name}")
-    process = start(peer, port, log, group)
+    process = start(peer.name, peer.command(ROOT, port), port, log, group)
     sampler = Sampler(process.pid)
     sampler.sample()
     def server_cpu():
@@ -350,10 +186,10 @@ def run_one(peer, scenario, log):
     cpu0 = server_cpu()
     sampler.start()
     started = time.monotonic()
-    if "--profile" in args:
+    if scenario.processes > 1:
         # Each process plays a slice of the rack, from its own loopback addresses.
         commands = [[str(STAMPEDE), "storm", f"127.0.0.1:{port}", *args, "--verify-root", str(ROOT), "--json",
-                     "--slice", f"{i}/{STORM_PROCESSES}"] for i in range(STORM_PROCESSES)]
+                     "--slice", f"{i}/{scenario.processes}"] for i in range(scenario.processes)]
     else:
         commands = [[str(STAMPEDE), "storm", f"127.0.0.1:{port}", file, *args, "--retries", "3",
                      "--verify", str(ROOT / file), "--json"]]
@@ -420,14 +256,6 @@ def run_one(peer, scenario, log):
     return row
 
 
-def percentile(sorted_values, p):
-    if not sorted_values:
-        return 0
-    # The storm's rule (StormReport.percentile): the ceil(p% of n)-th value.
-    rank = math.ceil(p / 100 * len(sorted_values)) - 1
-    return sorted_values[max(0, min(len(sorted_values) - 1, rank))]
-
-
 def merge_storms(results):
     """One report from the storm processes' reports: counts added, boot times pooled."""
     if len(results) == 1:
@@ -470,7 +298,7 @@ def median_rounds(rounds):
         row["server_died_in_rounds"] = sum(1 for r in group if not r.get("server_alive", True) or "error" in r)
         rows.append(row)
     order = {p.name: i for i, p in enumerate(SERVERS)}
-    scenario_order = {s[0]: i for i, s in enumerate(SCENARIOS)}
+    scenario_order = {s.name: i for i, s in enumerate(SCENARIOS)}
     return sorted(rows, key=lambda r: (scenario_order[r["scenario"]], order[r["server"]]))
 
 
@@ -585,7 +413,8 @@ def markdown(rows):
 def rack_markdown(rows):
     """The boot-profile scenarios on their own: did every machine boot, how long it took, and
     what the server held to get there."""
-    rows = [r for r in rows if r["scenario"] in ONE_ROUND]
+    once = {s.name for s in SCENARIOS if not s.every_round}
+    rows = [r for r in rows if r["scenario"] in once]
     if not rows:
         return ""
     header = "| server | booted / failed | p50 boot s | p99 boot s | max boot s | wall s | server CPU s | peak RSS MiB | peak fds |"
@@ -604,7 +433,7 @@ def rack_markdown(rows):
 def svg(rows):
     """Per scenario, two bar charts: server CPU per GB and sessions per server CPU-second."""
     servers = [p.name for p in SERVERS if any(r["server"] == p.name for r in rows)]
-    scenarios = [s[0] for s in SCENARIOS if any(r["scenario"] == s[0] for r in rows)]
+    scenarios = [s.name for s in SCENARIOS if any(r["scenario"] == s.name for r in rows)]
     colors = ["#1f77b4", "#6baed6", "#08306b", "#9ecae1", "#d62728", "#2ca02c", "#ff7f0e"]
     panel_w, panel_h, bar_h = 460, 30 + 22 * len(servers), 16
     width, height = 40 + 2 * panel_w, 60 + len(scenarios) * (panel_h + 30)
@@ -636,7 +465,7 @@ def main():
     wanted_servers = os.environ.get("BENCH_SERVERS")
     wanted_scenarios = os.environ.get("BENCH_SCENARIOS")
     servers = [p for p in SERVERS if not wanted_servers or p.name in wanted_servers.split(",")]
-    scenarios = [s for s in SCENARIOS if not wanted_scenarios or s[0] in wanted_scenarios.split(",")]
+    scenarios = [s for s in SCENARIOS if not wanted_scenarios or s.name in wanted_scenarios.split(",")]
     missing = [p.name for p in servers if not p.installed]
     servers = [p for p in servers if p.installed]
     if missing:
@@ -653,32 +482,29 @@ def main():
         for round_number in range(1, ROUNDS + 1):
             for scenario in scenarios:
                 for peer in servers:
-                    if round_number > 1 and (peer.name not in REPEATED or scenario[0] in ONE_ROUND):
+                    if round_number > 1 and (peer.name not in REPEATED or not scenario.every_round):
                         continue
-                    if peer.scenarios is not None and scenario[0] not in peer.scenarios:
+                    if peer.scenarios is not None and scenario.name not in peer.scenarios:
                         continue
-                    print(f"round {round_number}: {scenario[0]:>9} on {peer.name:<15}", end=" ", flush=True)
+                    print(f"round {round_number}: {scenario.name:>9} on {peer.name:<15}", end=" ", flush=True)
                     row = run_one(peer, scenario, log)
                     row["round"] = round_number
                     rounds.append(row)
                     print(row.get("error") or f"{row['ok']} ok, {row['failed']} failed, {row['wall_s']} s")
     rows = with_ratios(median_rounds(rounds), floor)
-    info = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "kernel": os.uname().release, "cpus": os.cpu_count(),
-            "versions": versions,
-            "quick": QUICK, "rounds": ROUNDS, "seconds": round(time.monotonic() - started, 1),
-            "scenarios": {s[0]: s[4] for s in scenarios}}
-    (RESULTS / f"{OUTPUT}.json").write_text(json.dumps({"run": info, "floor": floor, "rows": rows, "rounds": rounds}, indent=2))
+    info = {"versions": versions, "quick": QUICK, "rounds": ROUNDS, "seconds": round(time.monotonic() - started, 1),
+            "scenarios": {s.name: s.shows for s in scenarios}}
     table = markdown(rows)
     scenario_lines = "\n".join(f"- {name}: {info['scenarios'][name]}" for name in info["scenarios"])
-    (RESULTS / f"{OUTPUT}.md").write_text(
-        f"Measured {info['date']} on {info['cpus']} cores, kernel {info['kernel']}, all on loopback; "
+    write_results(OUTPUT, {"run": info, "floor": floor, "rows": rows, "rounds": rounds},
+        f"All on loopback; "
         f"the load is `stampede storm` (io_uring, every byte verified). Median of {ROUNDS} rounds for Stampede and "
         f"dnsmasq (spread of server CPU per GB in brackets), one round for the other peers. "
         f"Peers: {'; '.join(f'{name}: {version}' for name, version in versions.items())}. "
         f"`-nogso`: the same server with --no-gso. × floor: the server's CPU per GB over the kernel floor's for "
         f"its kind of send (lockstep: one datagram per send; initrd: GSO sends of 16; uefi: GSO sends of 4).\n\n"
-        f"{scenario_lines}\n\n{table}\n\n## The rack: boot profiles at scale\n\n{rack_markdown(rows)}\n\n"
-        f"## The kernel floor\n\n{floor_markdown(floor)}\n")
+        f"{scenario_lines}\n\n{table}\n\n### The rack: boot profiles at scale\n\n{rack_markdown(rows)}\n\n"
+        f"### The kernel floor\n\n{floor_markdown(floor)}\n")
     (RESULTS / f"{OUTPUT}.svg").write_text(svg(rows))
     print()
     print(table)

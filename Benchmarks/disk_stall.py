@@ -24,14 +24,10 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import REPO, free_port, write_results  # noqa: E402
+
 SLOW_DISK = REPO / "Tests" / "interop" / "slowdisk.py"
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def heartbeat(port, name, stop, gaps):
@@ -109,16 +105,19 @@ def main():
         for name, binary in builds.items():
             rounds[name].append(one_round(binary, options.fsync, options.uploads, options.upload_size))
             print(f"round {r + 1} {name}: {rounds[name][-1]}", flush=True)
-    print(f"\nfsync {options.fsync} s, {options.uploads} uploads of {options.upload_size >> 20} MiB, one worker, "
-          f"50 storm clients; median of {options.rounds} interleaved rounds (range)")
-    print("| build | longest wait of another transfer | storm p99 | storm failed |")
-    print("|---|---|---|---|")
+    lines = [f"fsync {options.fsync} s, {options.uploads} uploads of {options.upload_size >> 20} MiB, one worker, "
+             f"50 storm clients; median of {options.rounds} interleaved rounds (range):", "",
+             "| build | longest wait of another transfer | storm p99 | storm failed |", "|---|---|---|---|"]
     for name, results in rounds.items():
         waits = [r["longest_wait_ms"] for r in results]
         p99s = [r["storm_p99_ms"] for r in results]
-        print(f"| {name} | {statistics.median(waits):.0f} ms ({min(waits):.0f}-{max(waits):.0f}) | "
-              f"{statistics.median(p99s):.0f} ms ({min(p99s):.0f}-{max(p99s):.0f}) | "
-              f"{sum(r['storm_failed'] for r in results)} |")
+        lines.append(f"| {name} | {statistics.median(waits):.0f} ms ({min(waits):.0f}–{max(waits):.0f}) | "
+                     f"{statistics.median(p99s):.0f} ms ({min(p99s):.0f}–{max(p99s):.0f}) | "
+                     f"{sum(r['storm_failed'] for r in results)} |")
+    text = "\n".join(lines)
+    write_results("bench-disk", {"builds": builds, "rounds": rounds}, text)
+    print()
+    print(text)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ Each round starts each server fresh on loopback, with a 20,000-descriptor limit 
 logging off, in a cpuacct cgroup of its own (nginx's master and workers all count), and plays
 every scenario with wrk (Debian's): keep-alive GETs of a 1 MiB and a 64 MiB file by 100 and by
 2,000 connections, BENCH_HTTP_SECONDS (default 8) each. Server CPU per GB is the cgroup's CPU
-over the bytes wrk read. Then 10,000 idle connections are opened to each and its resident memory
+over the bytes wrk read. Then 8,000 idle connections are opened to each and its resident memory
 (summed over its processes) is read, and one more request must still be answered. Stampede
 runs twice: as it ships (files cached as images, sent from the image's memfd) and "streamed"
 (--cache-file-limit 0: sendfile from the file's own page cache, as nginx does), which shows what
@@ -21,7 +21,8 @@ connection with iPXE's 256 KiB receive window), every byte compared, against Sta
 (TFTP and --http in one process) and against dnsmasq (TFTP) with nginx (HTTP) in one cgroup: machines booted and failed, p50/p99 boot time, each stage's p50,
 the servers' CPU and the storm's, in BENCH_RACK_ROUNDS (default 3; 0 skips the rack) interleaved
 rounds.
-Results: results/bench-http.{json,md}.
+BENCH_BASELINE=PATH adds another build (an older one) as "stampede-baseline" in the same rounds,
+and the table its ratio. Results: results/bench-http.{json,md}.
 
 nginx runs from the unstable tree `make parity-deps` makes (`make bench-deps` installs
 nginx-light there), chrooted in a mount namespace where the bench root is bound, as compare.py
@@ -38,25 +39,23 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import RESULTS, ROOT, SID, STAMPEDE, CpuGroup, Sampler, dnsmasq, fill_root, in_sid  # noqa: E402
+from harness import (FD_LIMIT, ROOT, SID, STAMPEDE, CpuGroup, Sampler, dnsmasq_command, fill_root, free_port, in_sid,  # noqa: E402
+                     write_results)
 
-FD_LIMIT = 20000
 SECONDS = int(os.environ.get("BENCH_HTTP_SECONDS", "8"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 WEB = ROOT / "http"
 FILES = {"1mib.bin": 1 << 20, "64mib.bin": 64 << 20}
 SCENARIOS = [(name, connections) for name in FILES for connections in (100, 2000)]
-IDLE_CONNECTIONS = 10000
+# Stampede counts two descriptors per connection (its socket and a streamed file): FD_LIMIT
+# (20,000, the hard limit here) holds 8,302 besides its reserve and images.
+IDLE_CONNECTIONS = 8000
 RACK = ROOT / "http-rack"
 RACK_FILES = {"ipxe.efi": 1 << 20, "vmlinuz": 16 << 20, "initrd.img": 64 << 20}
 RACK_MACHINES = int(os.environ.get("BENCH_RACK_MACHINES", "2000"))
 RACK_ROUNDS = int(os.environ.get("BENCH_RACK_ROUNDS", str(ROUNDS)))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# Another build (an older one) as a fourth server, "stampede-baseline", in the same rounds.
+BASELINE = os.environ.get("BENCH_BASELINE")
 
 
 def nginx_config(port, root=WEB):
@@ -88,7 +87,9 @@ def start(server, port, group):
         if group:
             group.join()
     if server.startswith("stampede"):
-        argv = [str(STAMPEDE), "-L", "-a", "127.0.0.1:0", "--verbosity", "0", "-u", "root", "--http", f"127.0.0.1:{port}",
+        binary = BASELINE if server == "stampede-baseline" else STAMPEDE
+        argv = [str(binary), "-L", "-a", "127.0.0.1:0", "--verbosity", "0", "-u", "root", "--http", f"127.0.0.1:{port}",
+                "--http-max-connections", str(IDLE_CONNECTIONS + 100),
                 *(["--cache-file-limit", "0"] if server == "stampede-streamed" else []), str(WEB)]
     else:
         argv = in_sid(["/usr/sbin/nginx", "-c", str(nginx_config(port))])
@@ -136,7 +137,7 @@ def idle_connections(port, sampler):
 
 
 def one_round(server, index):
-    port = free_port()
+    port = free_port(socket.SOCK_STREAM)
     group = CpuGroup.make(f"http-{server}-{index}")
     process = start(server, port, group)
     sampler = Sampler(process.pid)
@@ -151,7 +152,7 @@ def one_round(server, index):
             load["cpu_per_gb"] = round(cpu / (load["bytes"] / 1e9), 3) if load["bytes"] else None
             load["gb_per_s"] = round(load["bytes"] / 1e9 / SECONDS, 3)
             results[f"{name} x{connections}"] = load
-        if server != "stampede-streamed":  # the same process as "stampede" when idle
+        if server not in ("stampede-streamed", "stampede-baseline"):  # "stampede"'s process when idle
             sampler.peak_rss = 0.0
             results["idle"] = idle_connections(port, sampler)
     finally:
@@ -194,14 +195,14 @@ def rack_round(servers, index):
         resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
         if group:
             group.join()
-    http_port = free_port()
+    http_port = free_port(socket.SOCK_STREAM)
     if servers == "stampede":
-        tftp_port = free_port()
+        tftp_port = free_port(socket.SOCK_STREAM)
         commands = [[str(STAMPEDE), "-L", "-a", f"127.0.0.1:{tftp_port}", "--verbosity", "0", "-u", "root",
                      "--http", f"127.0.0.1:{http_port}", str(RACK)]]
     else:
         tftp_port = 69  # dnsmasq has no TFTP port option
-        commands = [in_sid(dnsmasq("/usr/sbin/dnsmasq", str(RACK))), in_sid(["/usr/sbin/nginx", "-c", str(nginx_config(http_port, RACK))])]
+        commands = [in_sid(dnsmasq_command("/usr/sbin/dnsmasq", str(RACK))), in_sid(["/usr/sbin/nginx", "-c", str(nginx_config(http_port, RACK))])]
     processes = [subprocess.Popen(c, preexec_fn=prepare, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in commands]
     try:
         wait_for_tcp(http_port, processes[-1], servers)
@@ -244,7 +245,7 @@ def rack_table(rounds):
 
 
 def main():
-    # The idle clients' own descriptors: 10,000 and more.
+    # The idle clients' own descriptors: 8,000 and more.
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, FD_LIMIT * 2), hard))
     fill_root(WEB, FILES)
@@ -255,14 +256,15 @@ def main():
     # "stampede-streamed" serves the same files with --cache-file-limit 0: no image, sendfile
     # from the file's own page cache, as nginx does; beside the cached images it shows what the
     # image's memory (a memfd) costs sendfile.
-    servers = ["stampede", "stampede-streamed", "nginx"]
+    servers = ["stampede", "stampede-streamed", "nginx"] + (["stampede-baseline"] if BASELINE else [])
     rounds = {server: [] for server in servers}
     for index in range(ROUNDS):
         for server in servers[index % len(servers):] + servers[:index % len(servers)]:
             print(f"round {index + 1}/{ROUNDS}: {server}", flush=True)
             rounds[server].append(one_round(server, index))
     table = ["| scenario | Stampede CPU-s/GB (spread) | streamed (spread) | nginx CPU-s/GB (spread) | Stampede ÷ nginx "
-             "| streamed ÷ nginx | GB/s Stampede, streamed, nginx |", "|---|---|---|---|---|---|---|"]
+             "| streamed ÷ nginx | GB/s Stampede, streamed, nginx |" + (" baseline (spread) | Stampede ÷ baseline |" if BASELINE else ""),
+             "|---|---|---|---|---|---|---|" + ("---|---|" if BASELINE else "")]
     summary = {}
     for name, connections in SCENARIOS:
         key = f"{name} x{connections}"
@@ -275,9 +277,14 @@ def main():
         streamed_ratio = row["stampede-streamed"]["median"] / row["nginx"]["median"]
         summary[key] = {**row, "ratio": round(ratio, 2), "streamed_ratio": round(streamed_ratio, 2)}
         s, t, n = row["stampede"], row["stampede-streamed"], row["nginx"]
-        table.append(f"| {key} | {s['median']} ({s['spread'][0]}–{s['spread'][1]}) | {t['median']} ({t['spread'][0]}–{t['spread'][1]}) "
-                     f"| {n['median']} ({n['spread'][0]}–{n['spread'][1]}) | {ratio:.2f} | {streamed_ratio:.2f} "
-                     f"| {s['gb_per_s']}, {t['gb_per_s']}, {n['gb_per_s']} |")
+        line = (f"| {key} | {s['median']} ({s['spread'][0]}–{s['spread'][1]}) | {t['median']} ({t['spread'][0]}–{t['spread'][1]}) "
+                f"| {n['median']} ({n['spread'][0]}–{n['spread'][1]}) | {ratio:.2f} | {streamed_ratio:.2f} "
+                f"| {s['gb_per_s']}, {t['gb_per_s']}, {n['gb_per_s']} |")
+        if BASELINE:
+            b = row["stampede-baseline"]
+            summary[key]["baseline_ratio"] = round(s["median"] / b["median"], 2)
+            line += f" {b['median']} ({b['spread'][0]}–{b['spread'][1]}) | {s['median'] / b['median']:.2f} |"
+        table.append(line)
     idle = {server: rounds[server][-1]["idle"] for server in ("stampede", "nginx")}
     table.append("")
     table.append(f"{IDLE_CONNECTIONS} idle connections (descriptor limit {FD_LIMIT}): Stampede RSS {idle['stampede']['rss_mib']} MiB "
@@ -289,13 +296,10 @@ def main():
             print(f"rack round {index + 1}/{RACK_ROUNDS}: {servers}", flush=True)
             rack_rounds[servers].append(rack_round(servers, index))
     rack_lines, rack_summary = rack_table(rack_rounds) if RACK_ROUNDS else ([], {})
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bench-http.json").write_text(json.dumps({"nginx": nginx_version, "seconds": SECONDS, "rounds": rounds,
-                                                         "summary": summary, "idle": idle, "rack_rounds": rack_rounds,
-                                                         "rack": rack_summary}, indent=1))
     text = "\n".join([f"Stampede --http vs {nginx_version} (sendfile on), wrk keep-alive, {ROUNDS} interleaved rounds of {SECONDS} s, "
                       "server CPU-s per GB read (median, spread):", "", *table, "", *rack_lines])
-    (RESULTS / "bench-http.md").write_text(text + "\n")
+    write_results("bench-http", {"nginx": nginx_version, "seconds": SECONDS, "rounds": rounds, "summary": summary, "idle": idle,
+                                 "rack_rounds": rack_rounds, "rack": rack_summary}, text)
     print(text)
 
 

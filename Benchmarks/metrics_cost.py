@@ -15,22 +15,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port(kind=socket.SOCK_DGRAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(pid) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import STAMPEDE, cpu_seconds, free_port, write_results  # noqa: E402
 
 
 def one_round(binary, flags, root, storm, args):
@@ -78,7 +67,7 @@ def main():
     parser.add_argument("--waves", type=int, default=5)
     parser.add_argument("--size-mib", type=int, default=4)
     parser.add_argument("--backend", default="auto")
-    parser.add_argument("--storm", default=str(REPO / ".build" / "release" / "stampede"))
+    parser.add_argument("--storm", default=str(STAMPEDE))
     args = parser.parse_args()
     configs = []
     for spec in args.config:
@@ -95,12 +84,17 @@ def main():
             for label, binary, flags in configs if n % 2 == 0 else reversed(configs):
                 results[label].append(one_round(binary, flags, root, args.storm, args))
     first = statistics.median(results[configs[0][0]])
-    print(f"server CPU s per GB, {args.rounds} interleaved rounds of {args.clients} x {args.waves} x "
-          f"{args.size_mib} MiB (blksize 1468, windowsize 4), backend {args.backend}:")
+    lines = [f"Server CPU-s per GB, {args.rounds} interleaved rounds of {args.clients} × {args.waves} × "
+             f"{args.size_mib} MiB (blksize 1468, windowsize 4), backend {args.backend}:", "",
+             f"| configuration | CPU-s/GB median (spread) | ÷ {configs[0][0]} |", "|---|---|---|"]
     for label, _, _ in configs:
         values = results[label]
         median = statistics.median(values)
-        print(f"  {label:>10}: median {median:.3f} ({min(values):.3f}-{max(values):.3f}), ratio {median / first:.2f}")
+        lines.append(f"| {label} | {median:.3f} ({min(values):.3f}–{max(values):.3f}) | {median / first:.2f} |")
+    text = "\n".join(lines)
+    write_results("bench-metrics", {"configs": [{"label": label, "binary": binary, "flags": flags} for label, binary, flags in configs],
+                                    "rounds": results}, text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 """`make soak`: a continuous storm against one server for SOAK_SECONDS (default 600), with the
 server's RSS and open fds sampled every 10 s. Passes when every transfer succeeded, the fds are
 back to idle at the end, and RSS after the first minute grew by less than 10 % (no leak).
-SOAK_BACKEND picks the backend (default auto); the samples go to results/soak.json."""
+SOAK_BACKEND picks the backend (default auto); the samples go to results/soak.{json,md}."""
 import json
 import os
 import subprocess
@@ -10,8 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-STAMPEDE = REPO / ".build" / "release" / "stampede"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import REPO, STAMPEDE, free_port, write_results  # noqa: E402
+
 ROOT = REPO / ".build" / "soak-root"
 SECONDS = int(os.environ.get("SOAK_SECONDS", "600"))
 BACKEND = os.environ.get("SOAK_BACKEND", "auto")
@@ -35,7 +36,7 @@ def main():
         image.write_bytes(os.urandom(256 << 10))
     ROOT.chmod(0o755)
     image.chmod(0o644)
-    port = 20000 + os.getpid() % 20000
+    port = free_port()
     server = subprocess.Popen([str(STAMPEDE), "-l", "-L", "-a", f"127.0.0.1:{port}", "-u", "root", "--verbosity", "0",
                                "--backend", BACKEND, str(ROOT)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     time.sleep(1)
@@ -59,10 +60,11 @@ def main():
     growth = (warm[-1]["rss_mib"] - warm[0]["rss_mib"]) / max(warm[0]["rss_mib"], 1)
     verdict = {"transfers_ok": result["ok"], "transfers_failed": result["failed"], "idle_fds": idle_fds,
                "fds_at_end": end_fds, "rss_growth_after_warmup": round(growth, 3), "samples": samples}
-    (REPO / "results").mkdir(exist_ok=True)
-    (REPO / "results" / "soak.json").write_text(json.dumps(verdict, indent=2))
-    print(f"{result['ok']} transfers ok, {result['failed']} failed; fds {idle_fds} idle, {end_fds} at the end; "
-          f"RSS {warm[0]['rss_mib']} -> {warm[-1]['rss_mib']} MiB after warm-up ({growth:+.1%})")
+    summary = (f"Soak, {SECONDS} s of 200 clients (backend {BACKEND}): {result['ok']} transfers ok, {result['failed']} failed; "
+               f"fds {idle_fds} idle, {end_fds} at the end; RSS {warm[0]['rss_mib']} → {warm[-1]['rss_mib']} MiB after warm-up "
+               f"({growth:+.1%}).")
+    write_results("soak", verdict, summary)
+    print(summary)
     if result["failed"] or end_fds != idle_fds or growth > 0.10:
         sys.exit("soak failed")
 

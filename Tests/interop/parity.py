@@ -4,6 +4,7 @@ client that plays one request against either and says what came back."""
 import os
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,15 +14,17 @@ from conftest import REPO, SERVER_BINARY, free_udp_port
 from tftpwire import ack, data, decode, request
 
 # The in.tftpd of Debian unstable needs its glibc: it runs chrooted in the tree, in a mount
-# namespace of its own where the test's directory is bound at the same path (it shares the network).
-SID = REPO / ".build" / "sid"
+# namespace of its own where the test's directory is bound at the same path (it shares the network),
+# as the benches run their peers.
+sys.path.insert(0, str(REPO / "Benchmarks"))
+from harness import SID, in_sid  # noqa: E402
+
 PARITY_TFTPD = "tftp-hpa 7.3"
 
 
 def in_tftpd(*args, share: Path):
     """The command that runs the tree's in.tftpd with `args`, `share` visible at its own path."""
-    script = 'mkdir -p "$0$1" && mount --bind "$1" "$0$1" && shift && exec chroot "$0" /usr/sbin/in.tftpd "$@"'
-    return ["unshare", "--mount", "sh", "-c", script, str(SID), str(share), *map(str, args)]
+    return in_sid(["/usr/sbin/in.tftpd", *args], share)
 
 
 def tree_version():

@@ -1,0 +1,257 @@
+"""What every bench and the interop suite share: where things are, free ports, the peers' Debian
+unstable tree, servers started and stopped with their readiness waited for, their CPU counted by
+cgroup (or /proc), their memory and descriptors sampled, and the results written stamped with
+the date, the commit and the machine, for the report (`Benchmarks/report.py`).
+
+A library: nothing here runs by itself. The benches (`compare.py`, `http.py`, `anycast.py`,
+`busy.py`) and `Tests/interop` import it."""
+import json
+import math
+import os
+import resource
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STAMPEDE = REPO / ".build" / "release" / "stampede"
+PEERS = REPO / ".build" / "peers" / "usr" / "sbin"
+SID = REPO / ".build" / "sid"
+ROOT = REPO / ".build" / "bench-root"
+RESULTS = REPO / "results"
+TICKS = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+FD_LIMIT = 20000
+
+
+# Ports
+
+def free_port(kind=socket.SOCK_DGRAM) -> int:
+    """A port of 127.0.0.1 free now, UDP (or TCP: `socket.SOCK_STREAM`)."""
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int, kind=socket.SOCK_DGRAM) -> bool:
+    with socket.socket(socket.AF_INET, kind) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+# The peers' tree
+
+def in_sid(command, share=ROOT):
+    """`command` run from the Debian unstable tree (its binaries need its glibc), in a mount
+    namespace of its own where `share` is bound at its own path; it shares the network. Every
+    step execs, so the command keeps the pid (and the cgroup) it was started with."""
+    script = 'mkdir -p "$0$1" && mount --bind "$1" "$0$1" && shift && exec chroot "$0" "$@"'
+    return ["unshare", "--mount", "sh", "-c", script, str(SID), str(share), *map(str, command)]
+
+
+# Processes and what they cost
+
+def raise_fd_limit(limit=FD_LIMIT):
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+
+def process_tree(pid: int):
+    """pid and all its descendants."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                children = Path(f"/proc/{p}/task/{task}/children").read_text().split()
+                todo.extend(int(c) for c in children)
+        except OSError:
+            pass
+    return out
+
+
+def cpu_seconds(pid: int, children=True) -> float:
+    """User and system CPU of `pid` (all its threads), with its reaped children's if asked."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(fields[i]) for i in ((11, 12, 13, 14) if children else (11, 12))) / TICKS
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """A server's CPU with its children: reaped ones are in cutime/cstime, live ones read directly."""
+    total = 0.0
+    for p in process_tree(pid):
+        try:
+            total += cpu_seconds(p)
+        except OSError:
+            pass
+    return total
+
+
+class CpuGroup:
+    """A cgroup v1 cpuacct group for one server and its children (tftpd-hpa forks one per transfer
+    and ignores SIGCHLD, so /proc's cutime never sees them); None where cgroups are not writable."""
+
+    BASE = Path("/sys/fs/cgroup/cpuacct")
+
+    def __init__(self, name):
+        self.path = self.BASE / f"stampede-bench-{os.getpid()}-{name}"
+        self.path.mkdir()
+
+    @classmethod
+    def make(cls, name):
+        try:
+            return cls(name)
+        except OSError:
+            return None
+
+    def join(self):
+        """In the child before exec: the server and everything it forks are counted here."""
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def seconds(self) -> float:
+        return int((self.path / "cpuacct.usage").read_text()) / 1e9
+
+    def remove(self):
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+class Sampler(threading.Thread):
+    """Peak RSS (MiB), open fds and processes over a server's process tree, every 100 ms."""
+
+    def __init__(self, pid):
+        super().__init__(daemon=True)
+        self.pid, self.peak_rss, self.peak_fds, self.peak_processes = pid, 0.0, 0, 0
+        self.stopping = threading.Event()
+
+    def sample(self):
+        rss = fds = 0
+        tree = process_tree(self.pid)
+        for p in tree:
+            try:
+                rss += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * PAGE
+                fds += len(os.listdir(f"/proc/{p}/fd"))
+            except OSError:
+                pass
+        self.peak_rss = max(self.peak_rss, rss / 1048576)
+        self.peak_fds = max(self.peak_fds, fds)
+        self.peak_processes = max(self.peak_processes, len(tree))
+
+    def run(self):
+        while not self.stopping.wait(0.1):
+            self.sample()
+
+
+def start(name, command, port, log, group=None, kind=socket.SOCK_DGRAM, timeout=10):
+    """Starts a server in a session of its own (its fd limit raised, in `group` if given) and
+    waits until it holds `port` (or dies: RuntimeError)."""
+    def prepare():
+        raise_fd_limit()
+        if group:
+            group.join()
+
+    process = subprocess.Popen([str(a) for a in command], stdout=log, stderr=subprocess.STDOUT,
+                               preexec_fn=prepare, start_new_session=True)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with {process.returncode}")
+        if not port_is_free(port, kind):
+            time.sleep(0.2)
+            return process
+        time.sleep(0.05)
+    raise RuntimeError(f"{name} did not bind port {port}")
+
+
+def stop(process):
+    """SIGTERM to the server's session, SIGKILL after 10 s."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+# The peers, as the benches run them
+
+def dnsmasq_command(binary, root):
+    """dnsmasq as a TFTP server only (port=0: no DNS), on 127.0.0.1:69 (it has no TFTP port option)."""
+    return [binary, "-k", "--port=0", "--enable-tftp", f"--tftp-root={root}", "--tftp-max=20000",
+            "--listen-address=127.0.0.1", "--bind-interfaces", "--user=root", "--pid-file=", "--quiet-tftp",
+            "--log-facility=-"]
+
+
+def tftpd_hpa_command(binary, root, port):
+    return [binary, "-L", "-l", "-a", f"127.0.0.1:{port}", "-u", "root", "-s", root]
+
+
+# Files served
+
+def fill_root(directory, files):
+    """Random files of the sizes given ({name: bytes}) under `directory`, kept from run to run
+    while their size is right; world-readable, as a server's root must be."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, size in files.items():
+        path = directory / name
+        if not path.exists() or path.stat().st_size != size:
+            path.write_bytes(os.urandom(size))
+        path.chmod(0o644)
+    directory.chmod(0o755)
+
+
+# Figures
+
+def percentile(sorted_values, p):
+    """The storm's rule (StormReport.percentile): the ceil(p% of n)-th value."""
+    if not sorted_values:
+        return 0
+    rank = math.ceil(p / 100 * len(sorted_values)) - 1
+    return sorted_values[max(0, min(len(sorted_values) - 1, rank))]
+
+
+def stamp() -> dict:
+    """When, from what and where a result was measured."""
+    try:
+        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip() or "unknown"
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip() != ""
+    except OSError:
+        commit, dirty = "unknown", False
+    model = "unknown"
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": commit + ("+changes" if dirty else ""),
+            "machine": {"cpus": os.cpu_count(), "model": model, "kernel": os.uname().release,
+                        "memory_gib": round(os.sysconf("SC_PHYS_PAGES") * PAGE / 2**30)}}
+
+
+def stamp_line(stamped: dict) -> str:
+    machine = stamped["machine"]
+    return (f"Measured {stamped['date']} at commit {stamped['commit']} on {machine['cpus']} cores ({machine['model']}, "
+            f"{machine['memory_gib']} GiB), kernel {machine['kernel']}.")
+
+
+def write_results(name, data: dict, markdown: str) -> dict:
+    """results/NAME.json (the data, with its stamp) and results/NAME.md (the stamp, then the
+    tables): what `Benchmarks/report.py` assembles into docs/BENCHMARKS.md. Returns the stamp."""
+    RESULTS.mkdir(exist_ok=True)
+    stamped = stamp()
+    (RESULTS / f"{name}.json").write_text(json.dumps({"stamp": stamped, **data}, indent=2))
+    (RESULTS / f"{name}.md").write_text(f"{stamp_line(stamped)}\n\n{markdown.strip()}\n")
+    return stamped
