@@ -263,7 +263,7 @@ PACKAGED_BIN := $(DEB_DIR)/root/usr/sbin/stampede
 MAINTAINER := $(shell sed -n 's/^Maintainer: //p' debian/control)
 deb: build
 	rm -rf $(DEB_DIR) && mkdir -p $(STAGE)/completions/bash $(STAGE)/completions/zsh $(STAGE)/completions/fish $(STAGE)/examples
-	cp -r debian $(STAGE)/ && cp $(BIN) README.md $(STAGE)/
+	cp -r debian $(STAGE)/ && cp $(BIN) README.md $(STAGE)/ && mkdir -p $(STAGE)/docs && cp docs/*.md $(STAGE)/docs/
 	sed 's/@VERSION@/$(VERSION)/' docs/stampede.8 > $(STAGE)/stampede.8
 	$(BIN) --generate-completion-script bash | sed "1{/^#!/d}" > $(STAGE)/completions/bash/stampede
 	$(BIN) --generate-completion-script zsh > $(STAGE)/completions/zsh/_stampede

@@ -81,7 +81,7 @@ public struct AccessPolicy: Sendable {
 
     /// The first half of `openForReading`: the name resolved beneath the root and the file
     /// judged, without opening it. A request whose version is cached needs no more
-    /// (`ServerConfiguration.openSource`).
+    /// (`FileService.read`).
     public func look(_ filename: [UInt8]) throws(FileRefusal) -> Sighting {
         guard let path = try relativePath(filename) else { throw FileRefusal(.notFound, "File not found") }
         // Looked at first (O_PATH), opened only if a regular file: opening a device node can act

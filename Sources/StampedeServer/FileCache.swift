@@ -213,7 +213,7 @@ public final class FileCache: Sendable {
     }
 
     /// The image of version `key` if it is loaded and current, for a request that has not
-    /// opened its file (`ServerConfiguration.openSource`); nil: `acquire` it from the open
+    /// opened its file (`FileService.read`); nil: `acquire` it from the open
     /// file. Paired with `release`, as `acquire` is.
     /// `countsAsHit`: false for the request whose own miss read it (counted then).
     public func loaded(_ key: FileKey, countsAsHit: Bool = true) -> FileImage? {

@@ -290,7 +290,7 @@ import StampedeProtocol
         // Without r, the name as it is; without a probe (--map-test with no directory), never.
         #expect(try map("E ^pxe\nr ^ no/", "pxe", servable: ["pxe"]) == "pxe")
         #expect(try map("E ^pxe\nr ^ no/", "pxe") == "no/pxe")
-        // A per-host file with a default, as the README's HTTP example writes it.
+        // A per-host file with a default, as docs/http-boot.md writes it.
         let perHost = "rE ^boot\\.ipxe$ boot/\\i.ipxe\nr ^boot\\.ipxe$ boot/default.ipxe"
         #expect(try map(perHost, "boot.ipxe", servable: ["boot/192.0.2.169.ipxe"]) == "boot/192.0.2.169.ipxe")
         #expect(try map(perHost, "boot.ipxe", servable: []) == "boot/default.ipxe")

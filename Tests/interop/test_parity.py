@@ -1,7 +1,7 @@
 """Parity with tftpd-hpa: the same command line, the same remap file and the same requests given to
 Debian's in.tftpd (tftp-hpa 7.3, from the Debian unstable tree `make parity-deps` makes) and to
 Stampede; outcomes compared case by case: the bytes served, the error codes (the messages may
-differ), the files written. Deliberate differences are listed here and in the README's migration
+differ), the files written. Deliberate differences are listed here and in docs/drop-in.md's
 note. The option negotiation has its own corpus: test_parity_options.py."""
 import os
 import pwd
@@ -92,7 +92,7 @@ ROOT_REQUESTS = [*((name, False, "octet", ()) for name in (
     ("in-link", True, "octet", ())]
 
 
-# Refused by both, with another code (README, "Migrating from tftpd-hpa"): a directory, which 7.3
+# Refused by both, with another code (docs/drop-in.md): a directory, which 7.3
 # opens and fails to read (ERROR 0 "Input/output error"), and an upload onto a symlink, which 7.3's
 # O_NOFOLLOW refuses with ERROR 0 (ELOOP); Stampede answers both ERROR 2 "Not a regular file".
 ROOT_DELIBERATE = {(name, write): (("ERROR", 0), ("ERROR", 2))

@@ -4,7 +4,7 @@ language of 5.4-7.3 (`:label` and `j`, `E`, `gg`, `\\#`, the combinations it ref
 --map-steps), each played against Debian unstable's in.tftpd and Stampede with the same flags,
 as requests (the bytes served, the error codes, the files written) and as 7.3's --map-test FILE
 (its output, line by line). Where Stampede differs on purpose, the difference is named here and
-in the README's migration notes."""
+in docs/drop-in.md's list of differences."""
 import contextlib
 import os
 import subprocess
@@ -89,7 +89,7 @@ def test_normalization_comes_after_the_remap_rules(tmp_path):
 # --validate: a name that is not absolute or has "." or ".." or a control character is refused
 # (ERROR 2) by both. A valid one is served by Stampede; 7.3 under -s/-j checks it against the
 # directory as named outside the root (the client must send the host's path) and then opens that
-# whole path inside the root, so that it serves no name we tried (README, migration notes).
+# whole path inside the root, so that it serves no name we tried (docs/drop-in.md).
 VALIDATE_REFUSED = reads("hello.txt", "/pxelinux.cfg/./default", "/private/../hello.txt", "/../hello.txt",
                          "/hello\x01.txt", "pxelinux.cfg/default") + writes("incoming/new.bin", "/incoming/../x.bin")
 

@@ -53,7 +53,7 @@ def test_uploads_are_bounded_as_7_3_bounds_them(tmp_path, flags):
 
 def test_an_upload_that_runs_over_leaves_the_file_it_would_replace(tmp_path):
     """A deliberate difference: 7.3 writes into the file and removes it when the upload runs over;
-    Stampede writes beside it and leaves it as it was (README, migration notes)."""
+    Stampede writes beside it and leaves it as it was (docs/drop-in.md)."""
     started = start_both(["-L", "-s", "-c", "-u", "root", "--max-upload", "1k"], tmp_path)
     try:
         assert all(serves(port) for _, port, _ in started)
