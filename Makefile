@@ -228,12 +228,12 @@ bench-thresholds:
 	$(SWIFT) package --allow-writing-to-package-directory benchmark thresholds update --target HotPath --path Benchmarks/Thresholds
 
 interop: deb deps package-deps boot-kernel
-	STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs Tests/interop
+	STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs --durations=40 Tests/interop
 
 test: deps parity-deps package-deps boot-kernel deb sanitize
 	$(MAKE) fuzz FUZZ_SECONDS=10
 	$(SWIFT) test
-	STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs Tests/interop
+	STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs --durations=40 Tests/interop
 
 # What the firmware test boots over HTTP (Tests/interop/test_firmware.py): Debian's kernel, the
 # one linux-image-amd64 names, out of its package (downloaded once, not installed), and the
