@@ -173,7 +173,7 @@ bench: build bench-deps .build/floor
 
 # --http beside nginx-light (sendfile on) on the same root, with wrk: results/bench-http.{json,md}.
 bench-http: build bench-deps
-	python3 Benchmarks/http.py
+	python3 Benchmarks/http_vs_nginx.py
 
 # The static binary (build) against the dynamically linked one it replaced, on both backends,
 # interleaved in one run: results/bench-static.{json,md,svg}, the dynamic rows as stampede-*-dynamic.

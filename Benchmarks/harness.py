@@ -3,7 +3,7 @@ unstable tree, servers started and stopped with their readiness waited for, thei
 cgroup (or /proc), their memory and descriptors sampled, and the results written stamped with
 the date, the commit and the machine, for the report (`Benchmarks/report.py`).
 
-A library: nothing here runs by itself. The benches (`compare.py`, `http.py`, `anycast.py`,
+A library: nothing here runs by itself. The benches (`compare.py`, `http_vs_nginx.py`, `anycast.py`,
 `busy.py`) and `Tests/interop` import it."""
 import json
 import math

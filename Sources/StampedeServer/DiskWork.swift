@@ -1,12 +1,13 @@
 import StampedeIO
 import Synchronization
 
-/// Disk work that may block for as long as the disk likes: an upload's commit (its fsync, the
-/// rename, the directory's fsync) and the start's sweep of stale temporary files. It runs here,
-/// one job after another on a thread of its own, never on a worker's loop: a slow or busy disk
-/// held every transfer of that worker still (a watchdog of 30 s could restart the server in the
-/// middle of a rack boot). A worker hands a job over and hears its outcome at a later turn
-/// (`Worker+Disk.swift`). Shared by a server's workers; the thread starts with the first job.
+/// Disk work that may block for as long as the disk likes, one job after another on a thread of
+/// its own, never on an event loop: a slow or busy disk held every transfer of that loop still (a
+/// watchdog of 30 s could restart the server in the middle of a rack boot). A server has two:
+/// one for writes (an upload's commit: its fsync, the rename, the directory's fsync; the start's
+/// sweep of stale temporary files), which a worker hands over and hears of at a later turn
+/// (`Worker+Disk.swift`), and one for the file service's reads into the cache (`FileService`), so
+/// that a read never waits behind a commit's fsync. The thread starts with the first job.
 public final class DiskWork: Sendable {
     private let queue = JobQueue()
     private let thread = Mutex<SystemThread?>(nil)

@@ -74,7 +74,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         self.backend = backend
         self.configuration = configuration
         let disk = disk ?? DiskWork()
-        self.files = files ?? FileService(policy: configuration.policy, remapRules: configuration.remapRules, cache: cache, disk: disk)
+        self.files = files ?? FileService(policy: configuration.policy, remapRules: configuration.remapRules, cache: cache, disk: DiskWork())
         self.admission = admission ?? Admission(configuration)
         self.fileLabels = fileLabels ?? FileLabels()
         self.durationRecorder = DurationRecorder(metrics: metrics, fileLabels: self.fileLabels)
