@@ -19,7 +19,7 @@ TEST_COMMANDS := curl:curl tftp:tftp-hpa atftp:atftp busybox:busybox ip:iproute2
 	mount:mount umount:mount prlimit:util-linux unshare:util-linux dnsmasq:dnsmasq-base \
 	qemu-system-x86_64:qemu-system-x86 prometheus:prometheus promtool:prometheus \
 	systemd-analyze:systemd dpkg-buildpackage:dpkg-dev dh:debhelper lintian:lintian
-BENCH_COMMANDS := dnsmasq:dnsmasq-base wrk:wrk
+BENCH_COMMANDS := dnsmasq:dnsmasq-base wrk:wrk git:git
 commands_of = $(foreach c,$(1),$(word 1,$(subst :, ,$(c))))
 packages_of = $(sort $(foreach c,$(1),$(word 2,$(subst :, ,$(c)))))
 # The firmware the suite boots (Tests/interop/test_firmware.py): OVMF's UEFI, iPXE for UEFI, the

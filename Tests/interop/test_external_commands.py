@@ -80,7 +80,7 @@ def test_every_command_the_tests_and_benchmarks_run_is_installed_by_make():
         package, essential = debian_package(command)
         if not essential:
             unlisted.append(f"{command} ({where}; Debian package {package or 'unknown'})")
-    assert not unlisted, "add to the Makefile's TEST_COMMANDS (make deps installs them): " + ", ".join(unlisted)
+    assert not unlisted, "add to the Makefile's TEST_COMMANDS or BENCH_COMMANDS (make deps, make bench-deps install them): " + ", ".join(unlisted)
     # The list itself names real packages: each listed command that is here belongs to its package.
     for command, package in listed.items():
         owner, _ = debian_package(command)

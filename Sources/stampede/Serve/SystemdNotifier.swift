@@ -47,8 +47,11 @@ final class SystemdNotifier: Sendable {
 
     deinit { close(socket) }
 
+    /// Never waits: a supervisor that stops reading (its queue full) must not hold a stop or a loop.
     func notify(_ state: String) {
-        _ = state.utf8CString.withUnsafeBytes { send(socket, $0.baseAddress, $0.count - 1, Int32(MSG_NOSIGNAL)) }
+        _ = state.utf8CString.withUnsafeBytes {
+            send(socket, $0.baseAddress, $0.count - 1, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+        }
     }
 
     /// Pings the watchdog at half its interval while every loop is turning (a TFTP worker turns
