@@ -45,7 +45,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build run test unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
+.PHONY: all build run test unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http bench-dhcp fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
 
 all: build
 
@@ -106,13 +106,13 @@ sanitize: deps
 # Fuzz/corpus (make test runs a short round). A crash leaves its input in .build/fuzz/crash-*:
 # add it to the seed corpus, which every run replays (`swift run PacketFuzz FILE` replays one).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := packet optionack remap
+FUZZ_TARGETS := packet optionack remap dhcp
 FUZZ_BUILD := .build-fuzz
 
 fuzz:
 	mkdir -p .build/fuzz
 	@for t in $(FUZZ_TARGETS); do \
-		p=$$(case $$t in packet) echo PacketFuzz;; optionack) echo OptionAckFuzz;; remap) echo RemapFuzz;; esac); \
+		p=$$(case $$t in packet) echo PacketFuzz;; optionack) echo OptionAckFuzz;; remap) echo RemapFuzz;; dhcp) echo DHCPFuzz;; esac); \
 		$(SWIFT) build -c release --scratch-path $(FUZZ_BUILD) --product $$p \
 			-Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING -Xswiftc -use-ld=lld 2>&1 | grep -E "error|warning: unre|Compiling|Build" | tail -1; \
 		test -x $(FUZZ_BUILD)/release/$$p || { echo "fuzz harness $$p did not build"; exit 1; }; \
@@ -170,6 +170,12 @@ bench-deps: deps parity-deps
 # Stampede on both backends and every peer, the same scenarios, one table (results/bench.*).
 bench: build bench-deps .build/floor
 	python3 Benchmarks/compare.py
+	python3 Benchmarks/proxy_dhcp.py
+
+# A rack booting from its first DHCP packet, Stampede (--proxy-dhcp) beside dnsmasq's proxy and
+# nginx, and a DISCOVER storm (root: network namespaces): results/bench-dhcp.{json,md}.
+bench-dhcp: build bench-deps
+	python3 Benchmarks/proxy_dhcp.py
 
 # --http beside nginx-light (sendfile on) on the same root, with wrk: results/bench-http.{json,md}.
 bench-http: build bench-deps
@@ -271,7 +277,7 @@ deb: build
 	for unit in stampede.service stampede.socket; do sed 's|@SBINDIR@|/usr/sbin|g' contrib/systemd/$$unit > $(STAGE)/debian/$$unit; done
 	cp contrib/systemd/stampede.sysusers $(STAGE)/debian/stampede.sysusers
 	sed 's|@SBINDIR@|/usr/sbin|g' contrib/systemd/stampede-standalone.service > $(STAGE)/examples/stampede-standalone.service
-	cp contrib/inetd/inetd.conf contrib/systemd/stampede-http.conf $(STAGE)/examples/
+	cp contrib/inetd/inetd.conf contrib/systemd/stampede-http.conf contrib/systemd/stampede-proxy-dhcp.conf $(STAGE)/examples/
 	printf 'stampede (%s) unstable; urgency=medium\n\n  * Stampede %s, built from commit %s.\n\n -- %s  %s\n' \
 		'$(VERSION)' '$(VERSION)' "$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" '$(MAINTAINER)' \
 		"$$(git log -1 --format=%aD 2>/dev/null || date -R)" > $(STAGE)/debian/changelog

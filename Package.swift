@@ -10,6 +10,8 @@ import PackageDescription
 //                     descriptors and files, threads and locks
 //   StampedeServer    the server: workers, access policy, file cache, uploads, limits, remap rules
 //   StampedeHTTPWire  HTTP/1 itself: the request and response heads' grammar, statuses, dates. Pure.
+//   StampedeDHCP      DHCP itself, for a proxyDHCP boot responder: the message codec, what a
+//                     machine's request says of it, what the proxy answers. Pure.
 //   StampedeHTTP      the HTTP engine (connections as state machines, epoll, sendfile) and --http's
 //                     answers: the same root, policy, rules and file images over HTTP/1.1
 //   StampedeGlibc     a backend: epoll + recvmmsg/sendmmsg
@@ -49,21 +51,22 @@ let package = Package(
 
         .target(name: "StampedeProtocol"),
         .target(name: "StampedeIO", dependencies: ["StampedeProtocol", "CStampedeSys"]),
-        .target(name: "StampedeServer", dependencies: ["StampedeProtocol", "StampedeIO", "CStampedeSys", log,
+        .target(name: "StampedeServer", dependencies: ["StampedeProtocol", "StampedeIO", "StampedeDHCP", "CStampedeSys", log,
                                                      .product(name: "Atomics", package: "swift-atomics")]),
         .target(name: "StampedeHTTPWire"),
+        .target(name: "StampedeDHCP"),
         .target(name: "StampedeHTTP", dependencies: ["StampedeHTTPWire", "StampedeServer", "StampedeIO", "StampedeProtocol",
                                                    "CStampedeSys", log, .product(name: "Atomics", package: "swift-atomics")]),
         .target(name: "StampedeMetrics",
-                dependencies: ["StampedeServer", "StampedeHTTP", "StampedeIO", "StampedeProtocol", log,
+                dependencies: ["StampedeServer", "StampedeHTTP", "StampedeDHCP", "StampedeIO", "StampedeProtocol", log,
                                .product(name: "Prometheus", package: "swift-prometheus"),
                                .product(name: "CoreMetrics", package: "swift-metrics")]),
         .target(name: "StampedeGlibc", dependencies: ["StampedeIO", "CStampedeSys"]),
         .target(name: "StampedeURing", dependencies: ["StampedeIO", "CStampedeSys", "CStampedeRing"]),
-        .target(name: "StampedeStorm", dependencies: ["StampedeProtocol", "StampedeIO", "StampedeHTTPWire"]),
+        .target(name: "StampedeStorm", dependencies: ["StampedeProtocol", "StampedeIO", "StampedeHTTPWire", "StampedeDHCP"]),
         .executableTarget(
             name: "stampede",
-            dependencies: ["StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeGlibc", "StampedeURing",
+            dependencies: ["StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeDHCP", "StampedeGlibc", "StampedeURing",
                            "StampedeStorm", "StampedeMetrics", "StampedeHTTP", "CStampedeSys", log,
                            .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
@@ -74,6 +77,7 @@ let package = Package(
         .executableTarget(name: "PacketFuzz", dependencies: ["StampedeProtocol", "FuzzCorpus"], path: "Fuzz/PacketFuzz"),
         .executableTarget(name: "OptionAckFuzz", dependencies: ["StampedeProtocol", "FuzzCorpus"],
                           path: "Fuzz/OptionAckFuzz"),
+        .executableTarget(name: "DHCPFuzz", dependencies: ["StampedeDHCP", "FuzzCorpus"], path: "Fuzz/DHCPFuzz"),
         .executableTarget(name: "RemapFuzz", dependencies: ["StampedeServer", "StampedeIO", "FuzzCorpus"],
                           path: "Fuzz/RemapFuzz"),
 
@@ -90,8 +94,9 @@ let package = Package(
         .testTarget(name: "StampedeProtocolTests", dependencies: ["StampedeProtocol"]),
         // The command line's plan (`serve`'s flags and what they make), against the executable.
         .testTarget(name: "StampedeCommandTests",
-                    dependencies: ["stampede", "StampedeServer", "StampedeIO", "StampedeProtocol", log]),
+                    dependencies: ["stampede", "StampedeServer", "StampedeDHCP", "StampedeIO", "StampedeProtocol", log]),
         .testTarget(name: "StampedeHTTPWireTests", dependencies: ["StampedeHTTPWire"]),
+        .testTarget(name: "StampedeDHCPTests", dependencies: ["StampedeDHCP"]),
         .testTarget(name: "StampedeHTTPTests",
                     dependencies: ["StampedeHTTP", "StampedeHTTPWire", "StampedeServer", "StampedeIO", "StampedeProtocol",
                                    "StampedeTestSupport", log]),
@@ -104,6 +109,6 @@ let package = Package(
                                    "CMallocCounter", "StampedeTestSupport", log]),
         .testTarget(name: "StampedeStormTests",
                     dependencies: ["StampedeStorm", "StampedeServer", "StampedeHTTP", "StampedeHTTPWire", "StampedeGlibc", "StampedeURing",
-                                   "StampedeProtocol", "StampedeIO", "StampedeTestSupport", log]),
+                                   "StampedeProtocol", "StampedeIO", "StampedeDHCP", "StampedeTestSupport", log]),
     ]
 )

@@ -11,6 +11,14 @@ public enum UDPSocket {
         return try owned(stampede_listener_socket(&storage, Int32(clamping: receiveBuffer)))
     }
 
+    /// A proxyDHCP socket on IPv4 `address` (0.0.0.0:67 to hear broadcasts, or the server's
+    /// own address and 4011), bound to interface `device` when given: SO_REUSEADDR beside a DHCP
+    /// server that allows it, SO_BROADCAST, PKTINFO; non-blocking.
+    public static func boot(_ address: SocketAddress, device: String?, receiveBuffer: Int) throws(Errno) -> Descriptor {
+        var storage = address.storage
+        return try owned(stampede_boot_socket(&storage, device, Int32(clamping: receiveBuffer)))
+    }
+
     /// A bound datagram socket handed over by inetd (fd 0) or systemd (LISTEN_FDS), made a
     /// listener: non-blocking, PKTINFO on. Throws ENOTSOCK when it is not a UDP socket.
     public static func adoptListener(_ socket: consuming Descriptor, receiveBuffer: Int) throws(Errno) -> Descriptor {

@@ -1,6 +1,7 @@
 import Glibc
 import enum CoreMetrics.MetricsSystem
 import Prometheus
+import StampedeDHCP
 import StampedeServer
 import Synchronization
 
@@ -76,6 +77,19 @@ public final class MetricsExporter: Sendable {
                     }
                 }
             }
+        }
+        for selector in BootSelector.allCases {
+            for offer in [true, false] {
+                counter("stampede_boot_answers_total",
+                        "proxyDHCP answers (--proxy-dhcp) by the machine's selector and the answer: an offer, or a boot server's ack.",
+                        [("selector", selector.rawValue), ("answer", offer ? "offer" : "ack")]) { workers, _ in
+                    workers.reduce(0) { $0 + $1.bootAnswers(selector, offer: offer) }
+                }
+            }
+        }
+        for reason in BootIgnored.allCases {
+            counter("stampede_boot_ignored_total", "DHCP requests the proxy (--proxy-dhcp) left unanswered, by why.",
+                    [("reason", reason.label)]) { workers, _ in workers.reduce(0) { $0 + $1.bootIgnored(reason) } }
         }
         gauge("stampede_transfers_running", "Transfers in progress.", sum(.transfersRunning))
         gauge("stampede_transfers_on_shared_sockets",

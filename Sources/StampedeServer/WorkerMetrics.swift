@@ -1,4 +1,5 @@
 import Atomics
+import StampedeDHCP
 import StampedeIO
 import StampedeProtocol
 import Synchronization
@@ -141,7 +142,16 @@ public final class WorkerMetrics: @unchecked Sendable {
 
     static let countSlots = Count.allCases.count
     static let requestSlots = Kind.allCases.count * Result.allCases.count
-    static let slots = countSlots + requestSlots
+    /// A proxyDHCP worker's answers by selector (offers, then ACKs) and its silences by reason.
+    static let bootSlots = BootSelector.allCases.count * 2 + BootIgnored.allCases.count
+    static let slots = countSlots + requestSlots + bootSlots
+    private static var bootBase: Int { countSlots + requestSlots }
+
+    private static func bootSlot(_ selector: BootSelector, offer: Bool) -> Int {
+        bootBase + BootSelector.allCases.firstIndex(of: selector)! * 2 + (offer ? 0 : 1)
+    }
+
+    private static func bootSlot(_ ignored: BootIgnored) -> Int { bootBase + BootSelector.allCases.count * 2 + ignored.rawValue }
 
     /// The worker's own copy, written on the hot path.
     private let local: UnsafeMutablePointer<Int>
@@ -177,6 +187,12 @@ public final class WorkerMetrics: @unchecked Sendable {
         local[Self.countSlots + kind.rawValue * Result.allCases.count + result.rawValue] &+= 1
     }
 
+    /// A proxyDHCP answer: an OFFER (`offer`) or a boot server's ACK, for a machine of `selector`.
+    public func countBoot(_ selector: BootSelector, offer: Bool) { local[Self.bootSlot(selector, offer: offer)] &+= 1 }
+
+    /// A DHCP request left unanswered, and why.
+    public func countBoot(ignored: BootIgnored) { local[Self.bootSlot(ignored)] &+= 1 }
+
     func setBackend(_ statistics: BackendStatistics) {
         set(.systemCalls, statistics.systemCalls)
         set(.sendOperations, statistics.sendOperations)
@@ -199,6 +215,14 @@ public final class WorkerMetrics: @unchecked Sendable {
 
     public func value(_ count: Count) -> Int {
         UnsafeAtomic<Int>(at: published + count.rawValue).load(ordering: .relaxed)
+    }
+
+    public func bootAnswers(_ selector: BootSelector, offer: Bool) -> Int {
+        UnsafeAtomic<Int>(at: published + Self.bootSlot(selector, offer: offer)).load(ordering: .relaxed)
+    }
+
+    public func bootIgnored(_ reason: BootIgnored) -> Int {
+        UnsafeAtomic<Int>(at: published + Self.bootSlot(reason)).load(ordering: .relaxed)
     }
 
     public func requests(_ kind: Kind, _ result: Result) -> Int {

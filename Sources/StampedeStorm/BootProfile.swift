@@ -15,6 +15,7 @@ import StampedeProtocol
 ///     probe NAME [OPTION=VALUE...]       a size probe: the OACK, then ERROR 8, as EDK2 does
 ///     head  BYTES NAME [OPTION=VALUE...] that many bytes, then ERROR 0 "closed", as GRUB does
 ///     http  GET NAME|URL                 the whole file over HTTP (iPXE's chain, UEFI HTTP Boot)
+///     dhcp  pxe|ipxe|http arch=N         the DHCP exchange that names the boot file (`storm --dhcp`)
 ///     reboot N [after=SECONDS]           a failed boot starts over from the first stage, N times (after 1 s)
 ///
 /// A `firmware` line starts that firmware's stages: `retry` is its own retransmit interval
@@ -30,6 +31,15 @@ import StampedeProtocol
 /// connection per machine, as iPXE keeps one. A status other than 200 fails the stage; so does a
 /// response without Content-Length or a chunked one, which firmware cannot use for a file. It
 /// waits for the server as long as its firmware's TFTP patience (`patience`).
+///
+/// A `dhcp` stage plays the firmware's DHCP as a proxyDHCP server sees it (only with `storm
+/// --dhcp ADDR`, the storm's address on a boot network; without it the stage is left out): a
+/// DISCOVER broadcast from port 68 with the machine's MAC and UUID, option 93 `arch`, option 60
+/// `PXEClient:Arch:…` (`http`: `HTTPClient:Arch:…`; `ipxe`: option 77 `iPXE` and 175 too), resent
+/// as the firmware line says (EDK2: after 4, 8, 16 and 32 s). A `pxe` offer that does not bypass
+/// boot server discovery (option 43's bit 3) is followed by the REQUEST to its server's port 4011,
+/// as EDK2 sends it; iPXE sends its REQUEST there after every proxy offer. The stage ends well
+/// when the last answer names a boot file (`http`: a URL).
 ///
 /// Firmware whose boot failed does not stay down: a UEFI boot manager tries its boot options
 /// again, PXELINUX and U-Boot reset the board, GRUB's menu times out into its entry again. A
@@ -60,10 +70,13 @@ public struct BootProfile: Sendable, Equatable {
         public var maxBackoff: Int64
         /// Over HTTP (an `http GET` line) rather than TFTP.
         public var overHTTP = false
+        /// A `dhcp` line: the DHCP exchange, not a file.
+        public var dhcp: DHCPAsk?
 
         /// How the stage reads in a report: `uefi probe ipxe.efi`.
         public var label: String {
             if overHTTP { return "\(firmware) http GET \(names[0])" }
+            if let dhcp { return "\(firmware) dhcp \(dhcp.client.rawValue) arch=\(dhcp.architecture)" }
             let verb: String
             switch action {
             case .get: verb = "get"
@@ -83,7 +96,7 @@ public struct BootProfile: Sendable, Equatable {
             a.firmware == b.firmware && a.action == b.action && a.names == b.names
                 && a.options.map(\.name) == b.options.map(\.name) && a.options.map(\.value) == b.options.map(\.value)
                 && a.retransmit == b.retransmit && a.retries == b.retries && a.maxBackoff == b.maxBackoff
-                && a.overHTTP == b.overHTTP
+                && a.overHTTP == b.overHTTP && a.dhcp == b.dhcp
         }
 
         /// How long the firmware waits for a silent server: its retransmit intervals summed, each
@@ -109,6 +122,22 @@ public struct BootProfile: Sendable, Equatable {
             if case .head(let bytes) = action { plan.closeAfter = bytes }
             return plan
         }
+    }
+
+    /// What a `dhcp` stage's firmware says it is.
+    public struct DHCPAsk: Sendable, Equatable {
+        public enum Client: String, Sendable, CaseIterable {
+            /// A firmware's PXE: `PXEClient`, the boot server on 4011 if the offer says so.
+            case pxe
+            /// iPXE's own DHCP: `PXEClient` with user class `iPXE` and option 175.
+            case ipxe
+            /// UEFI HTTP Boot: `HTTPClient`, a URL in the answer.
+            case http
+        }
+
+        public var client: Client
+        /// Option 93: 0 BIOS, 7 x64 UEFI, 11 ARM64 UEFI, 16 x64 UEFI HTTP, 19 ARM64 UEFI HTTP.
+        public var architecture: UInt16
     }
 
     public init(name: String, stages: [Stage]) {
@@ -197,6 +226,16 @@ public struct BootProfile: Sendable, Equatable {
                                   retransmit: firmware.retransmit, retries: firmware.retries, maxBackoff: firmware.backoff)
                 stage.overHTTP = true
                 stages.append(stage)
+            case "dhcp":
+                guard let firmware else { throw fail("dhcp before any firmware line") }
+                guard rest.count == 2, let client = DHCPAsk.Client(rawValue: rest[0]), case let (key, value) = Self.split(rest[1]),
+                      key == "arch", let value, let arch = TFTPOption.decimal(value), arch <= 0xFFFF else {
+                    throw fail("dhcp takes pxe, ipxe or http, then arch=N (option 93: 0 BIOS, 7 x64 UEFI, 16 x64 UEFI HTTP)")
+                }
+                var stage = Stage(firmware: firmware.name, action: .get, names: [], options: [],
+                                  retransmit: firmware.retransmit, retries: firmware.retries, maxBackoff: firmware.backoff)
+                stage.dhcp = DHCPAsk(client: client, architecture: UInt16(arch))
+                stages.append(stage)
             case "get", "try", "first", "probe", "head":
                 guard let firmware else { throw fail("\(directive) before any firmware line") }
                 var words = rest
@@ -234,13 +273,23 @@ public struct BootProfile: Sendable, Equatable {
                 stages.append(Stage(firmware: firmware.name, action: action, names: names, options: options,
                                     retransmit: firmware.retransmit, retries: firmware.retries, maxBackoff: firmware.backoff))
             default:
-                throw fail("\(directive): not a directive (profile, firmware, get, try, first, probe, head, http, reboot)")
+                throw fail("\(directive): not a directive (profile, firmware, get, try, first, probe, head, http, dhcp, reboot)")
             }
         }
         guard let name else { throw ParseError(line: 1, message: "no profile line") }
-        guard !stages.isEmpty else { throw ParseError(line: 1, message: "no stages (get, try, first, probe, head, http)") }
+        guard !stages.isEmpty else { throw ParseError(line: 1, message: "no stages (get, try, first, probe, head, http, dhcp)") }
         self.init(name: name, stages: stages)
         if let reboot { (reboots, rebootDelay) = reboot }
+    }
+
+    /// Whether a stage is a DHCP exchange, which needs `storm --dhcp`.
+    public var usesDHCP: Bool { stages.contains { $0.dhcp != nil } }
+
+    /// This profile without its DHCP stages: played where no boot network is given.
+    public var withoutDHCP: BootProfile {
+        var profile = self
+        profile.stages.removeAll { $0.dhcp != nil }
+        return profile
     }
 
     /// Whether a stage goes over HTTP, so that the storm needs an HTTP server.
@@ -267,9 +316,12 @@ public struct BootProfile: Sendable, Equatable {
         return Nanoseconds(nanoseconds)
     }
 
-    /// The profile named, from those built in.
-    public static func builtIn(_ name: String) -> BootProfile? {
-        builtInTexts[name].map { try! BootProfile(parsing: $0) }
+    /// The profile named, from those built in: with the firmware's DHCP stages if `dhcp`.
+    public static func builtIn(_ name: String, dhcp: Bool = false) -> BootProfile? {
+        builtInTexts[name].map { text in
+            let profile = try! BootProfile(parsing: text)
+            return dhcp ? profile : profile.withoutDHCP
+        }
     }
 }
 

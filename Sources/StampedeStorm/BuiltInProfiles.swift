@@ -8,6 +8,19 @@
 extension BootProfile {
     public static let builtInNames = ["uefi", "ipxe", "pxelinux", "grub", "uboot", "uefi-ipxe", "uefi-ipxe-tftp"]
 
+    private static let uefiDHCP = """
+        # EDK2's PXE DHCP (PxeBcDhcp4Discover): a DISCOVER resent after 4, 8, 16 and 32 s; a proxy's
+        # offer without the bypass is followed by the boot server REQUEST on 4011 (storm --dhcp).
+        firmware uefi retry=4s tries=4 backoff=8
+        dhcp  pxe arch=7
+        """
+
+    private static let ipxeDHCP = """
+        # iPXE's own DHCP, with its user class: a DISCOVER resent after 1, 2, 4 and 8 s
+        # (DHCP_DISC_START_TIMEOUT_SEC to DHCP_DISC_END_TIMEOUT_SEC; storm --dhcp).
+        firmware ipxe retry=1s tries=4 backoff=8
+        """
+
     private static let uefiStages = """
         # EDK2's PXE (OVMF, most UEFI servers): PxeBcTftpGetFileSize asks tsize, blksize (the IPv4
         # MTU 1500 - 32) and windowsize (PcdPxeTftpWindowSize, 4 since 2018); it answers the OACK
@@ -31,6 +44,7 @@ extension BootProfile {
     public static let builtInTexts: [String: String] = [
         "uefi": """
             profile uefi
+            \(uefiDHCP)
             \(uefiStages)
             probe bootx64.efi tsize blksize=1468 windowsize=4
             get   bootx64.efi blksize=1468 windowsize=4
@@ -38,6 +52,8 @@ extension BootProfile {
             """,
         "ipxe": """
             profile ipxe
+            \(ipxeDHCP)
+            dhcp  ipxe arch=0
             \(ipxeFirmware)
             # autoexec.ipxe is looked for first and usually absent; then the script DHCP named.
             try   autoexec.ipxe blksize=1432 tsize
@@ -52,6 +68,9 @@ extension BootProfile {
             profile pxelinux
             # PXELINUX 6: tsize and blksize 1408, nothing else, and it fails on an option it did not
             # ask for. Its timeouts follow a table from about 1/8 s growing to seconds: approximated.
+            # The BIOS's PXE ROM first: its DHCP, as the PXE spec times it (4, 8, 16, 32 s; storm --dhcp).
+            firmware pxe retry=4s tries=4 backoff=8
+            dhcp  pxe arch=0
             firmware pxelinux retry=125ms tries=12 backoff=16
             get   pxelinux.0 tsize blksize=1408
             get   ldlinux.c32 tsize blksize=1408
@@ -93,9 +112,12 @@ extension BootProfile {
             # The chain most racks run: the UEFI PXE loads iPXE over TFTP; iPXE looks for
             # autoexec.ipxe on the TFTP server, then fetches the script DHCP named, and what it
             # names, over HTTP (the storm's --http), on one connection it keeps.
+            \(uefiDHCP)
             \(uefiStages)
             probe ipxe.efi tsize blksize=1468 windowsize=4
             get   ipxe.efi blksize=1468 windowsize=4
+            \(ipxeDHCP)
+            dhcp  ipxe arch=7
             \(ipxeFirmware)
             try   autoexec.ipxe blksize=1432 tsize
             http  GET boot.ipxe
@@ -106,9 +128,12 @@ extension BootProfile {
         "uefi-ipxe-tftp": """
             profile uefi-ipxe-tftp
             # The same chain on a site without an HTTP server: iPXE reads everything over TFTP.
+            \(uefiDHCP)
             \(uefiStages)
             probe ipxe.efi tsize blksize=1468 windowsize=4
             get   ipxe.efi blksize=1468 windowsize=4
+            \(ipxeDHCP)
+            dhcp  ipxe arch=7
             \(ipxeFirmware)
             try   autoexec.ipxe blksize=1432 tsize
             get   boot.ipxe blksize=1432 tsize

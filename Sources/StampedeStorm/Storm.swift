@@ -27,6 +27,10 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     var wheel: TimerWheel
     /// The HTTP connections' readiness, watched by the backend; nil when no stage is over HTTP.
     var http: HTTPEvents?
+    /// The `dhcp` stages' socket and exchanges (Storm+DHCP.swift); nil without such stages, or
+    /// when the socket could not be had (`dhcpUnavailable` says why).
+    var dhcp: StormDHCP?
+    var dhcpUnavailable: Errno?
     private var expired: [Int32] = []
     /// The bytes each name must have (nil: no file to compare with), read once per name.
     private var expected: [String: [UInt8]?]
@@ -83,6 +87,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         http = plan.profile.usesHTTP ? HTTPEvents(watchedBy: backend) : nil
         report = StormReport(profile: plan.profile)
         report.backend = backend.description
+        do { dhcp = try Self.openDHCP(plan: plan, backend: backend) } catch { dhcpUnavailable = error }
         report.durations.reserveCapacity(plan.plannedTotal ?? 65536)
     }
 
@@ -129,6 +134,8 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
                 apply(sessions[slot]!.timerFired(now: now), slot: slot, peer: nil, now: now)
             } else if isFetching(slot) {
                 fetchTimerFired(slot, now: now)
+            } else if isAskingDHCP(slot) {
+                dhcpTimerFired(slot, now: now)
             } else if machines[slot]?.rebooting == true {
                 machines[slot]!.rebooting = false
                 machines[slot]!.stageStarted = now
@@ -144,6 +151,10 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         let arrival = stampede_monotonic_ns()
         for i in 0..<count {
             let datagram = backend.datagram(i)
+            if datagram.tag == StormDHCP.tag {
+                receiveDHCP(datagram, now: arrival)
+                continue
+            }
             let slot = Int(datagram.tag & 0xFFFF_FFFF)
             guard slot < sessions.count, sessions[slot] != nil, generations[slot] == UInt32(datagram.tag >> 32) else { continue }
             if let error = datagram.error {
@@ -178,6 +189,9 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         for slot in connections.indices where isFetching(slot) {
             closeConnection(slot)
             transferEnded(slot, .failed(.interrupted), now: now)
+        }
+        for slot in machines.indices where isAskingDHCP(slot) {
+            dhcpEnded(slot, .failed(.interrupted), now: now)
         }
         for slot in machines.indices where machines[slot]?.rebooting == true {
             wheel.cancel(slot)
@@ -217,6 +231,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         let machine = machines[slot]!
         let stage = plan.profile.stages[machine.stage]
         if stage.overHTTP { return startFetch(slot, now: now) }
+        if stage.dhcp != nil { return startDHCP(slot, now: now) }
         let clientPlan = stage.plan(name: machine.name, for: machine.identity, hold: plan.hold)
         do {
             sockets[slot] = try backend.openClient(local: plan.source(of: machine.identity.number), largestDatagram: largestDatagram,

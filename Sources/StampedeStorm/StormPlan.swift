@@ -35,6 +35,9 @@ public struct StormPlan: Sendable {
     /// The HTTP server an `http` stage's name is a path of (`--http`); a stage that writes a
     /// whole URL names its own.
     public var httpServer: SocketAddress?
+    /// The storm's own address on a boot network (`--dhcp`): a profile's `dhcp` stages broadcast
+    /// from port 68 of its interface. Without it, a profile is played without its DHCP stages.
+    public var dhcpSource: SocketAddress?
     /// A machine whose boot failed starts over as its profile's `reboot` line says (`--reboot`);
     /// otherwise it counts as failed at once.
     public var reboot = false

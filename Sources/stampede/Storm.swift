@@ -42,6 +42,8 @@ struct Storm: ParsableCommand {
     var verifyRoot: String?
     @Option(help: "The HTTP server of a profile's http stages, HOST[:PORT] (default: the TFTP server's address, port 80).")
     var http: String?
+    @Option(help: ArgumentHelp("Play the profile's dhcp stages from this host's address on a boot network (IPv4): each machine's DISCOVER broadcast from port 68 there, as its firmware sends it, answered by a proxyDHCP server (without it, the dhcp stages are left out).", valueName: "ADDR"))
+    var dhcp: String?
     @Flag(help: "A machine whose boot failed starts over from the first stage, as its firmware does: as often and after as long as the profile's reboot line says (default: it counts as failed at once).")
     var reboot = false
     @Option(help: "Power the machines on spread evenly over this many seconds (default: all at once).")
@@ -106,11 +108,15 @@ struct Storm: ParsableCommand {
         } else {
             guard file != nil else { throw ValidationError("Missing the file to read (or a --profile).") }
             guard stages == nil else { throw ValidationError("--stages needs a profile.") }
+            guard dhcp == nil else { throw ValidationError("--dhcp needs a profile with dhcp stages.") }
             guard !reboot else { throw ValidationError("--reboot needs a profile (its reboot line says how often).") }
         }
         try FlagRange.check(stages, FlagRange.count, "--stages")
         if let http, SocketAddress(parsing: http, defaultPort: 80, defaultHost: "127.0.0.1") == nil {
             throw ValidationError("--http \(http): an address and port, like 10.0.0.1:8080 or [::1]:80.")
+        }
+        if let dhcp, SocketAddress(parsing: dhcp, defaultPort: 68).map({ $0.isIPv6 || $0.port != 68 }) ?? true {
+            throw ValidationError("--dhcp \(dhcp): this host's IPv4 address on the boot network, like 10.0.0.5.")
         }
         try FlagRange.check(ramp, 0...Double(FlagRange.year), "--ramp", "seconds")
         if let slice, parseSlice(slice) == nil { throw ValidationError("--slice \(slice): write I/N with 0 <= I < N.") }
@@ -143,7 +149,7 @@ struct Storm: ParsableCommand {
     func bootProfile() throws -> BootProfile {
         var chosen: BootProfile
         if let profile {
-            chosen = BootProfile.builtIn(profile)!
+            chosen = BootProfile.builtIn(profile, dhcp: true)!
         } else if let profileFile {
             let bytes: [UInt8]
             do {
@@ -160,6 +166,11 @@ struct Storm: ParsableCommand {
             let options = TFTPOption.requestList(blockSize: blksize, timeoutSeconds: timeout, transferSize: tsize ? 0 : nil,
                                                  windowSize: windowsize, more: option)
             return .single(file: file!, options: options, retransmit: Nanoseconds(retransmit) * 1_000_000, retries: retries)
+        }
+        if dhcp == nil {
+            chosen = chosen.withoutDHCP
+        } else if !chosen.usesDHCP {
+            throw ValidationError("--dhcp: profile \(chosen.name) has no dhcp stage.")
         }
         if let stages {
             guard stages <= chosen.stages.count else {
@@ -193,6 +204,7 @@ struct Storm: ParsableCommand {
         plan.verifyRoot = verifyRoot
         plan.sourcePerMachine = profile != nil || profileFile != nil
         plan.reboot = reboot
+        plan.dhcpSource = dhcp.flatMap { SocketAddress(parsing: $0, defaultPort: 68) }
         plan.firstSource = sourceRange.flatMap { SocketAddress(parsing: $0, defaultPort: 0) }
         if let first = plan.firstSource, first.isIPv6 != server.isIPv6 {
             throw ValidationError("--source-range \(sourceRange!) and the server \(target!) are of two address families.")
@@ -204,9 +216,11 @@ struct Storm: ParsableCommand {
                 throw ValidationError("--verify \(verify): \(error)")
             }
         }
-        // Each machine holds a socket while it boots (and its HTTP connection, which it keeps):
-        // say so before starting if even the hard fd limit is short.
-        let needed = rlim_t(plan.slots * (plan.profile.usesHTTP ? 2 : 1) + 64)
+        // Each machine holds a socket while it boots (and its HTTP connection, which it keeps; its
+        // DHCP goes through the storm's one socket): say so before starting if even the hard fd
+        // limit is short.
+        let perMachine = (plan.profile.stages.contains { $0.dhcp == nil && !$0.overHTTP } ? 1 : 0) + (plan.profile.usesHTTP ? 1 : 0)
+        let needed = rlim_t(plan.slots * perMachine + 64)
         if case .success(let limit) = liftFileLimit(), limit < needed {
             throw failure("""
                 \(plan.slots) machines at once need \(needed) file descriptors; the limit is \(limit) (ulimit -n): \

@@ -1,4 +1,5 @@
 import Logging
+import StampedeDHCP
 import StampedeIO
 import StampedeProtocol
 import StampedeServer
@@ -104,5 +105,51 @@ import Testing
             _ = try ServePlan(options("--backend", "uring"), facts(uring: (false, "ENOSYS")))
         }
         #expect(try !ServePlan(options("--backend", "glibc"), facts()).useURing)
+    }
+}
+
+/// `--proxy-dhcp` and `--boot-file`: what each boot network's machines are offered.
+@Suite struct ProxyDHCPPlanSpec {
+    let eth1 = NetworkInterface(name: "eth1", index: 3)
+
+    func plan(_ arguments: String..., mode: ServingMode = .systemd(datagram: [3], stream: [])) throws -> ServePlan {
+        var facts = ServePlan.Facts(mode: mode, addresses: [], fileLimit: 65536, processors: 2, inheritedUmask: 0o022,
+                                    uring: (true, "works"))
+        facts.bootInterfaces = [eth1]
+        return try ServePlan(ServeOptions.parse(arguments + ["/srv/tftp"]), facts)
+    }
+
+    @Test func theDefaultChainOverHTTPWhereItServesTheAddress() throws {
+        let network = try #require(plan("--proxy-dhcp", "10.0.0.1", "--http", "10.0.0.1:80").bootNetworks.first)
+        #expect(network.address == IPv4(10, 0, 0, 1) && network.interface == eth1)
+        #expect(network.menu.target(for: .bios) == .file("undionly.kpxe"))
+        #expect(network.menu.target(for: .efiX64) == .file("ipxe.efi"))
+        #expect(network.menu.target(for: .httpX64) == .url("http://10.0.0.1/ipxe.efi"))
+        #expect(network.menu.target(for: .ipxe) == .url("http://10.0.0.1/boot.ipxe"))
+        #expect(network.menu.target(for: .efiArm64) == nil)
+        let wildcard = try #require(plan("--proxy-dhcp", "10.0.0.1", "--http", ":8080").bootNetworks.first)
+        #expect(wildcard.menu.target(for: .ipxe) == .url("http://10.0.0.1:8080/boot.ipxe"))
+        let elsewhere = try #require(plan("--proxy-dhcp", "10.0.0.1", "--http", "10.9.9.9:80").bootNetworks.first)
+        #expect(elsewhere.menu.target(for: .ipxe) == .file("boot.ipxe") && elsewhere.menu.target(for: .httpX64) == nil)
+    }
+
+    @Test func bootFilesOverTheDefaultsTheLastOfEachWinning() throws {
+        let network = try #require(plan("--proxy-dhcp", "10.0.0.1", "--boot-file", "efi-x64=a.efi", "--boot-file", "efi-x64=b.efi",
+                                        "--boot-file", "http-arm64=http://10.0.0.1/arm.efi").bootNetworks.first)
+        #expect(network.menu.target(for: .efiX64) == .file("b.efi"))
+        #expect(network.menu.target(for: .httpArm64) == .url("http://10.0.0.1/arm.efi"))
+        for bad in [["--boot-file", "http-x64=ipxe.efi"], ["--boot-file", "bios=http://x/y"], ["--boot-file", "arm=x"],
+                    ["--boot-file", "bios="], ["--proxy-dhcp", "eth0"], ["--proxy-dhcp", "0.0.0.0"], ["--proxy-dhcp", "10.0.0"]] {
+            #expect(throws: (any Error).self, "\(bad)") { _ = try ServeOptions.parse(bad + ["/srv/tftp"]) }
+        }
+    }
+
+    /// Nothing holds DHCP's ports for a server that exits idle: with --proxy-dhcp it stays.
+    @Test func aProxyNeverExitsForBeingIdle() throws {
+        var configuration = ServerConfiguration(listenAddresses: [], policy: try plan("--proxy-dhcp", "10.0.0.1").policy(root: -1),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        try plan("--proxy-dhcp", "10.0.0.1").configure(&configuration)
+        #expect(configuration.idleExit == nil && configuration.bootNetworks.count == 1)
+        #expect(try plan("--proxy-dhcp", "10.0.0.1", "-t", "60").warnings.contains { $0.contains("-t 60 with --proxy-dhcp") })
     }
 }

@@ -264,3 +264,18 @@ def network_namespace():
     yield make
     for name in made:
         run(["ip", "netns", "del", name])
+
+
+@pytest.fixture
+def boot_link(network_namespace):
+    """(server namespace, client namespace) joined by a veth pair, veth-s at dhcpwire.SERVER and
+    veth-c at dhcpwire.CLIENT: a boot network of its own, where broadcasts go."""
+    import dhcpwire
+    server, client = network_namespace(), network_namespace()
+    r = run(["ip", "link", "add", "veth-s", "netns", server.name, "type", "veth", "peer", "name", "veth-c", "netns", client.name])
+    assert r.returncode == 0, r.stderr
+    for namespace, device, address in ((server, "veth-s", dhcpwire.SERVER), (client, "veth-c", dhcpwire.CLIENT)):
+        for argv in (["ip", "addr", "add", f"{address}/24", "dev", device], ["ip", "link", "set", device, "up"]):
+            r = namespace.run_inside(argv)
+            assert r.returncode == 0, r.stderr
+    return server, client

@@ -1,14 +1,15 @@
 """Real firmware boots from Stampede: QEMU (software emulation) on a tap device in a private
-network namespace, DHCP from dnsmasq with its own TFTP off, every file from Stampede.
+network namespace, every file from Stampede.
 
-- UEFI: OVMF's own PXE (EDK2's TFTP client: the size probe, then the file; the NIC's iPXE option
-  ROM is turned off so that EDK2, not iPXE, speaks) loads ipxe.efi, which asks DHCP again and
-  reads boot.ipxe, whose commands read a per-machine marker file.
-- BIOS: SeaBIOS with the NIC's iPXE ROM reads boot.ipxe and the marker.
-- A whole boot through Stampede alone: OVMF's PXE loads ipxe.efi over TFTP; iPXE, given an HTTP
-  URL by DHCP, fetches its script over HTTP (--http), and the script a Linux kernel (Debian's)
-  and an initramfs over HTTP; the kernel runs the initramfs's init, which says so on the serial
-  console and powers the machine off.
+- A site whose DHCP server names the boot files (dnsmasq, its own TFTP off): SeaBIOS with the
+  NIC's iPXE ROM reads boot.ipxe over TFTP and the marker.
+- A site whose DHCP server gives addresses and nothing else (dnsmasq in a namespace of its own on
+  the same bridge), Stampede answering as a proxyDHCP server (--proxy-dhcp): OVMF's own PXE (EDK2's
+  TFTP client: the size probe, then the file; the NIC's iPXE ROM turned off so that EDK2 speaks)
+  loads ipxe.efi, iPXE's own DHCP gets the script's URL, and the script, Debian's kernel and an
+  initramfs come over HTTP: the kernel runs the initramfs's init, which says so on the serial
+  console. The same for SeaBIOS's iPXE ROM, for OVMF's UEFI HTTP Boot (a URL in the offer), and,
+  side by side, for OVMF's PXE through dnsmasq 2.93's proxy mode, the peer.
 
 The marker, named after the machine's MAC by iPXE itself, read to its last byte, proves the boot
 (and the console, kept in the test's directory, says how far it got when it did not). Needs root
@@ -17,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -58,26 +60,49 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="firmware boots need r
                                                           "NOT TESTED — run `make test` as root")
 
 
+PROXY = "proxy"
+
+
 @pytest.fixture
 def lab(tmp_path, request):
     """A namespace with tap0 at 10.77.0.1/24, dnsmasq answering DHCP on it (TFTP off), and a root
     with ipxe.efi, boot.ipxe and the marker. The fixture's parameter, if a test gives one, is what
-    DHCP hands out instead of the default boot files: iPXE gets boot.ipxe, the UEFI PXE ipxe.efi."""
-    boot_options = getattr(request, "param", None) or [f"--dhcp-boot=tag:ipxe,boot.ipxe,,{SERVER_IP}",
-                                                        f"--dhcp-boot=tag:!ipxe,tag:efi,ipxe.efi,,{SERVER_IP}"]
+    DHCP hands out instead of the default boot files: iPXE gets boot.ipxe, the UEFI PXE ipxe.efi.
+
+    With the parameter PROXY, the link is a site's: the tap is on a bridge at 10.77.0.1 (where
+    Stampede answers as a proxyDHCP server, `--proxy-dhcp`), and dnsmasq runs in a namespace of
+    its own on the same bridge, at 10.77.0.2, handing out addresses and nothing else."""
+    proxy = getattr(request, "param", None) == PROXY
+    boot_options = [] if proxy else (getattr(request, "param", None) or [f"--dhcp-boot=tag:ipxe,boot.ipxe,,{SERVER_IP}",
+                                                                        f"--dhcp-boot=tag:!ipxe,tag:efi,ipxe.efi,,{SERVER_IP}"])
     for needed in (OVMF, IPXE_EFI):
         assert needed.exists(), f"{needed} missing: `make deps` installs ovmf and ipxe"
     name = f"stfw{os.getpid()}"
+    site = f"stsite{os.getpid()}"
     subprocess.run(["ip", "netns", "add", name], check=True)
+    if proxy:
+        subprocess.run(["ip", "netns", "add", site], check=True)
     processes = []
 
     def inside(argv, **kw):
         return subprocess.Popen(["ip", "netns", "exec", name, *map(str, argv)], **kw)
 
     try:
-        for command in (["ip", "link", "set", "lo", "up"], ["ip", "tuntap", "add", "dev", "tap0", "mode", "tap"],
-                        ["ip", "addr", "add", f"{SERVER_IP}/24", "dev", "tap0"], ["ip", "link", "set", "tap0", "up"]):
+        if proxy:
+            commands = [["ip", "link", "set", "lo", "up"], ["ip", "link", "add", "br0", "type", "bridge"],
+                        ["ip", "tuntap", "add", "dev", "tap0", "mode", "tap"], ["ip", "link", "set", "tap0", "master", "br0"],
+                        ["ip", "link", "add", "vbr", "type", "veth", "peer", "name", "vsite", "netns", site],
+                        ["ip", "link", "set", "vbr", "master", "br0"], ["ip", "addr", "add", f"{SERVER_IP}/24", "dev", "br0"],
+                        ["ip", "link", "set", "br0", "up"], ["ip", "link", "set", "tap0", "up"], ["ip", "link", "set", "vbr", "up"]]
+        else:
+            commands = [["ip", "link", "set", "lo", "up"], ["ip", "tuntap", "add", "dev", "tap0", "mode", "tap"],
+                        ["ip", "addr", "add", f"{SERVER_IP}/24", "dev", "tap0"], ["ip", "link", "set", "tap0", "up"]]
+        for command in commands:
             subprocess.run(["ip", "netns", "exec", name, *command], check=True)
+        if proxy:
+            for command in (["ip", "link", "set", "lo", "up"], ["ip", "addr", "add", "10.77.0.2/24", "dev", "vsite"],
+                            ["ip", "link", "set", "vsite", "up"]):
+                subprocess.run(["ip", "netns", "exec", site, *command], check=True)
         root = tmp_path / "tftp"
         root.mkdir()
         shutil.copy(IPXE_EFI, root / "ipxe.efi")
@@ -88,12 +113,13 @@ def lab(tmp_path, request):
         root.chmod(0o755)
         # iPXE says who it is with DHCP option 175: it gets the script; the UEFI PXE (arch 7) gets iPXE.
         dhcp_log = open(tmp_path / "dnsmasq.log", "w")
-        processes.append(inside(["dnsmasq", "-k", "--port=0", "--interface=tap0", "--bind-interfaces",
-                                 "--dhcp-range=10.77.0.50,10.77.0.99,255.255.255.0,1h", "--dhcp-match=set:ipxe,175",
-                                 "--dhcp-vendorclass=set:efi,PXEClient:Arch:00007",
-                                 *boot_options,
-                                 f"--dhcp-leasefile={tmp_path / 'leases'}", "--pid-file=", "--log-dhcp",
-                                 "--log-facility=-", "--user=root"], stdout=dhcp_log, stderr=subprocess.STDOUT))
+        where = ["ip", "netns", "exec", site] if proxy else ["ip", "netns", "exec", name]
+        interface = "vsite" if proxy else "tap0"
+        matches = [] if proxy else ["--dhcp-match=set:ipxe,175", "--dhcp-vendorclass=set:efi,PXEClient:Arch:00007"]
+        processes.append(subprocess.Popen([*where, "dnsmasq", "-k", "--port=0", f"--interface={interface}", "--bind-interfaces",
+                                           "--dhcp-range=10.77.0.50,10.77.0.99,255.255.255.0,1h", *matches, *boot_options,
+                                           f"--dhcp-leasefile={tmp_path / 'leases'}", "--pid-file=", "--log-dhcp",
+                                           "--log-facility=-", "--user=root"], stdout=dhcp_log, stderr=subprocess.STDOUT))
         yield inside, root, tmp_path, processes
     finally:
         for p in reversed(processes):
@@ -105,6 +131,8 @@ def lab(tmp_path, request):
                     p.kill()
                     p.wait()
         subprocess.run(["ip", "netns", "delete", name])
+        if proxy:
+            subprocess.run(["ip", "netns", "delete", site])
 
 
 def boot(lab, backend, qemu_args, deadline_s=110, server_args=(), booted=None):
@@ -145,21 +173,6 @@ def ended_lines(log, name):
     return [line for line in log.splitlines() if f'RRQ ' in line and f'"{name}" octet' in line]
 
 
-def test_uefi_pxe_loads_ipxe_which_loads_its_script_and_a_file(lab, report):
-    started = time.time()
-    log = boot(lab, "uring", ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n"])
-    efi = ended_lines(log, "ipxe.efi")
-    # EDK2: the size probe (tsize, ended with ERROR 8 after our OACK), then the file without tsize.
-    assert any("tsize=" in line and "ended by client after OACK (error 8)" in line for line in efi), log
-    whole = [line for line in efi if line.endswith(": ok")]
-    assert whole and f"bytes={IPXE_EFI.stat().st_size}" in whole[-1], log
-    # What the uefi storm profile plays: blksize 1468 (MTU 1500 - 32) and windowsize 4, no tsize.
-    assert '"ipxe.efi" octet blksize=1468 windowsize=4 ' in whole[-1], whole[-1]
-    assert any(line.endswith(": ok") for line in ended_lines(log, "boot.ipxe")), log
-    assert "bytes=100000" in ended_lines(log, MARKER)[-1]
-    report(f"UEFI (OVMF) PXE -> ipxe.efi -> boot.ipxe -> marker from Stampede: {time.time() - started:.0f} s")
-
-
 def test_bios_ipxe_rom_loads_its_script_and_a_file(lab, report):
     started = time.time()
     log = boot(lab, "glibc", ["-device", f"virtio-net-pci,netdev=n0,mac={MAC}", "-boot", "n"])
@@ -183,48 +196,107 @@ def newc(entries) -> bytes:
     return bytes(out)
 
 
-@pytest.mark.parametrize("lab", [[f"--dhcp-boot=tag:ipxe,http://{SERVER_IP}:{HTTP_PORT}/linux.ipxe,,{SERVER_IP}",
-                                  f"--dhcp-boot=tag:!ipxe,tag:efi,ipxe.efi,,{SERVER_IP}"]], indirect=True)
-def test_uefi_pxe_then_http_boots_a_linux_kernel_from_stampede_alone(lab, report):
+def served_over_http(name):
+    """booted(): the server's log says `name` was sent whole over HTTP."""
+    return lambda server, console: any(f'"{name}" http 200 ' in line and line.endswith(": served") for line in server.splitlines())
+
+
+@pytest.mark.parametrize("lab", [PROXY], indirect=True)
+def test_uefi_pxe_boots_linux_through_stampedes_proxy_dhcp_beside_a_site_dhcp_server(lab, report):
+    """The whole boot from one server: the site's DHCP server gives the address and nothing else;
+    Stampede's proxy offer (the bypass) names ipxe.efi, which OVMF's PXE reads over TFTP as EDK2
+    does; iPXE's own DHCP gets the script's URL, and the script, the kernel and the initrd come
+    over HTTP: the initrd's init runs with the command line iPXE gave the kernel."""
     for needed in (KERNEL, INIT):
         assert needed.exists(), f"{needed} missing: `make boot-kernel` (a prerequisite of `make test`) makes it"
     inside, root, tmp, processes = lab
+    (root / "boot.ipxe").write_text(LINUX_SCRIPT)
     (root / "linux").mkdir()
-    (root / "linux.ipxe").write_text(LINUX_SCRIPT)
     shutil.copy(KERNEL, root / "linux" / "vmlinuz")
     # The init, and 4 MiB of ballast that the kernel unpacks too: an initrd is mostly payload.
     (root / "linux" / "initrd.img").write_bytes(newc([("dev", 0o040755, b""), ("init", 0o100755, INIT.read_bytes()),
                                                       ("ballast", 0o100644, os.urandom(4 << 20))]))
-    for f in [root / "linux.ipxe", *(root / "linux").iterdir()]:
+    for f in [root / "boot.ipxe", *(root / "linux").iterdir()]:
         f.chmod(0o644)
     (root / "linux").chmod(0o755)
     started = time.time()
     log = boot(lab, "uring", ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n"],
-               deadline_s=150, server_args=("--http", f"{SERVER_IP}:{HTTP_PORT}"),
+               deadline_s=150, server_args=("--http", f"{SERVER_IP}:{HTTP_PORT}", "--proxy-dhcp", SERVER_IP),
                booted=lambda server, console: "stampede-initrd: BOOTED" in console)
+    # The UEFI PXE was offered ipxe.efi, iPXE its script; the site's server gave the address.
+    assert f"DHCP DISCOVER {MAC} on br0: efi-x64 (arch 7" in log and '"ipxe.efi"' in log, log
+    assert re.search(rf"DHCP (DISCOVER|REQUEST) {MAC} on br0: ipxe .*boot\.ipxe", log), log
+    assert "DHCPACK(vsite) 10.77.0." in (tmp / "dnsmasq.log").read_text()
+    efi = ended_lines(log, "ipxe.efi")
+    # EDK2: the size probe (tsize, ended with ERROR 8 after our OACK), then the file without tsize.
+    assert any("tsize=" in line and "ended by client after OACK (error 8)" in line for line in efi), log
+    whole = [line for line in efi if line.endswith(": ok")]
+    assert whole and f"bytes={IPXE_EFI.stat().st_size}" in whole[-1], log
+    # What the uefi storm profile plays: blksize 1468 (MTU 1500 - 32) and windowsize 4, no tsize.
+    assert '"ipxe.efi" octet blksize=1468 windowsize=4 ' in whole[-1], whole[-1]
     console = (tmp / "console.log").read_text(errors="replace")
-    # The init ran with the command line iPXE gave the kernel: the initrd was loaded, then the kernel.
     assert re.search(r"stampede-initrd: init runs, cmdline: .*initrd=initrd.img console=ttyS0", console), console[-2000:]
-    assert any(line.endswith(": ok") for line in ended_lines(log, "ipxe.efi")), log
-    for name, path in (("linux.ipxe", root / "linux.ipxe"), ("linux/vmlinuz", root / "linux" / "vmlinuz"),
+    for name, path in (("boot.ipxe", root / "boot.ipxe"), ("linux/vmlinuz", root / "linux" / "vmlinuz"),
                        ("linux/initrd.img", root / "linux" / "initrd.img")):
-        served = [line for line in log.splitlines() if f'GET ' in line and f'"{name}" http 200 ' in line]
+        served = [line for line in log.splitlines() if 'GET ' in line and f'"{name}" http 200 ' in line]
         assert served and f"bytes={path.stat().st_size} " in served[-1], (name, log)
-    report(f"UEFI (OVMF) PXE -> ipxe.efi (TFTP) -> linux.ipxe, kernel, initrd (HTTP) -> Linux init from Stampede: "
+    report(f"UEFI (OVMF) PXE via Stampede's proxyDHCP -> ipxe.efi (TFTP) -> boot.ipxe, kernel, initrd (HTTP) -> Linux init: "
            f"{time.time() - started:.0f} s")
 
 
-@pytest.mark.parametrize("lab", [["--dhcp-vendorclass=set:http,HTTPClient", "--dhcp-option-force=tag:http,60,HTTPClient",
-                                  f"--dhcp-boot=tag:http,http://{SERVER_IP}:{HTTP_PORT}/ipxe.efi",
-                                  f"--dhcp-boot=tag:ipxe,boot.ipxe,,{SERVER_IP}"]], indirect=True)
-def test_uefi_http_boot_loads_ipxe_from_stampede_over_http(lab, report):
-    """UEFI HTTP Boot (Debian's OVMF has it): DHCP answers the vendor class HTTPClient with a URL.
-    OVMF's PXE boot options are turned off (its fw_cfg knobs), so that HTTP Boot is the first."""
+@pytest.mark.parametrize("lab", [PROXY], indirect=True)
+def test_bios_ipxe_rom_gets_its_script_from_stampedes_proxy_dhcp(lab, report):
+    started = time.time()
+    log = boot(lab, "glibc", ["-device", f"virtio-net-pci,netdev=n0,mac={MAC}", "-boot", "n"],
+               server_args=("--http", f"{SERVER_IP}:{HTTP_PORT}", "--proxy-dhcp", SERVER_IP),
+               booted=served_over_http(MARKER))
+    assert re.search(rf"DHCP (DISCOVER|REQUEST) {MAC} on br0: ipxe .*boot\.ipxe", log), log
+    report(f"BIOS iPXE ROM via Stampede's proxyDHCP -> boot.ipxe -> marker (HTTP): {time.time() - started:.0f} s")
+
+
+@pytest.mark.parametrize("lab", [PROXY], indirect=True)
+def test_uefi_http_boot_gets_a_url_from_stampedes_proxy_dhcp(lab, report):
     started = time.time()
     no_pxe = ["-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n",
               "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n"]
     log = boot(lab, "uring", ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n", *no_pxe],
-               deadline_s=150, server_args=("--http", f"{SERVER_IP}:{HTTP_PORT}"))
+               deadline_s=150, server_args=("--http", f"{SERVER_IP}:{HTTP_PORT}", "--proxy-dhcp", SERVER_IP),
+               booted=served_over_http(MARKER))
+    assert f"DHCP DISCOVER {MAC} on br0: http-x64 (arch 16" in log, log
     served = [line for line in log.splitlines() if 'GET ' in line and '"ipxe.efi" http 200 ' in line]
     assert served and f"bytes={IPXE_EFI.stat().st_size} " in served[-1], log
-    report(f"UEFI (OVMF) HTTP Boot -> ipxe.efi (HTTP) -> boot.ipxe -> marker from Stampede: {time.time() - started:.0f} s")
+    report(f"UEFI (OVMF) HTTP Boot via Stampede's proxyDHCP -> ipxe.efi (HTTP) -> boot.ipxe -> marker: {time.time() - started:.0f} s")
+
+
+@pytest.mark.parametrize("lab", [PROXY], indirect=True)
+def test_the_same_uefi_pxe_boots_through_the_peers_proxy_dhcp(lab, report):
+    """The peer side by side: the firmware of the first proxy test through dnsmasq 2.93's proxy
+    mode instead (`dhcp-range=…,proxy` and the pxe-service lines its documentation gives for
+    iPXE), its TFTP off and Stampede serving the files. Where the two differ, the firmware shows
+    it: dnsmasq's offer names no file, so OVMF asks again on port 4011 (Stampede's offer bypasses
+    that); both end at the same script."""
+    sys.path.insert(0, str(REPO / "Benchmarks"))
+    from harness import SID, in_sid
+    assert (SID / "usr/sbin/dnsmasq").exists(), f"no Debian unstable tree in {SID}: `make parity-deps` makes it"
+    inside, root, tmp, processes = lab
+    proxy_log = tmp / "dnsmasq-proxy.log"
+    processes.append(inside(in_sid(["/usr/sbin/dnsmasq", "-k", "--port=0", "--interface=br0", "--bind-interfaces",
+                                    f"--dhcp-range={SERVER_IP},proxy", "--dhcp-match=set:ipxe,175",
+                                    "--pxe-service=tag:!ipxe,x86-64_EFI,iPXE,ipxe.efi",
+                                    f"--pxe-service=tag:ipxe,x86-64_EFI,script,http://{SERVER_IP}:{HTTP_PORT}/boot.ipxe",
+                                    "--log-dhcp", "--log-facility=-", "--user=root", "--pid-file="], share=tmp),
+                            stdout=open(proxy_log, "w"), stderr=subprocess.STDOUT))
+    started = time.time()
+    log = boot(lab, "uring", ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n"],
+               deadline_s=150, server_args=("--http", f"{SERVER_IP}:{HTTP_PORT}"), booted=served_over_http(MARKER))
+    proxied = proxy_log.read_text()
+    # Its offers name no file (they ask for boot server discovery); the ACKs on 4011 do: ipxe.efi
+    # for OVMF, the script's URL for iPXE.
+    assert f"PXE(br0) {MAC} proxy" in proxied, proxied[-3000:]
+    assert "bootfile name: ipxe.efi" in proxied, proxied[-3000:]
+    assert f"bootfile name: http://{SERVER_IP}:{HTTP_PORT}/boot.ipxe" in proxied, proxied[-3000:]
+    assert "DHCP DISCOVER" not in log, log
+    assert any(line.endswith(": ok") for line in ended_lines(log, "ipxe.efi")), log
+    assert served_over_http("boot.ipxe")(log, ""), log
+    report(f"UEFI (OVMF) PXE via dnsmasq 2.93's proxyDHCP (4011) -> ipxe.efi -> boot.ipxe -> marker (HTTP) from Stampede: "
+           f"{time.time() - started:.0f} s")

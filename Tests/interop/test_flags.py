@@ -40,12 +40,14 @@ OTHER = {
               "--service",  # a port or a services(5) name: test_cli.py
               "--path-prefix", "--normalize",  # test_parity_names.py
               "--max-upload",  # a size with k, M, G...: test_parity_uploads.py
-              "--http"},  # ADDR:PORT: test_http.py, and below
+              "--http",  # ADDR:PORT: test_http.py, and below
+              "--proxy-dhcp", "--boot-file"},  # an IPv4 address, SELECTOR=NAME: test_proxy_dhcp.py
     "get": {"--mode", "--option"},  # NAME=VALUE of the option table: test_parity_options.py, test_cli.py
     "put": {"--mode", "--option"},
     "storm": {"--profile", "--profile-file", "--show-profile", "--verify-root", "--slice", "--source-range",
               "--verify", "--backend", "--metrics", "--option",
-              "--http"},  # HOST[:PORT]: test_http.py
+              "--http",  # HOST[:PORT]: test_http.py
+              "--dhcp"},  # an IPv4 address: test_proxy_dhcp.py
 }
 VALUES = ["0", "-1", "99999999999", "99999999999999999999999", "x"]
 

@@ -344,7 +344,7 @@ def test_the_grafana_dashboard_asks_only_for_metrics_the_server_exposes(serve, r
     dashboard = json.loads((REPO / "contrib" / "grafana" / "stampede-rack-boot.json").read_text())
     expressions = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
     titles = " ".join(panel["title"].lower() for panel in dashboard["panels"])
-    for wanted in ("transfers running", "throughput", "failures", "p99"):
+    for wanted in ("transfers running", "throughput", "failures", "p99", "dhcp"):
         assert wanted in titles
     names = {re.sub(r"_(bucket|sum|count)$", "", n) for e in expressions for n in re.findall(r"\b((?:stampede|process)_\w+)", e)}
     assert names and names <= exposed, names - exposed

@@ -281,3 +281,59 @@ def test_the_packaged_units_serve_http_on_port_80_as_the_user_tftp(host, network
         assert server.wait(timeout=30) == 0
         udp.close()
         tcp.close()
+
+
+def test_the_packaged_service_answers_proxy_dhcp_as_the_user_tftp(host, boot_link, tmp_path):
+    """With the example drop-in (AmbientCapabilities=CAP_NET_BIND_SERVICE and --proxy-dhcp in
+    TFTPD_OPTS), the service, as the user tftp, binds DHCP's port 67 itself beside the port 69
+    the socket unit passes, and offers a booting machine its file; without the capability it
+    stops at start and says why. systemd is played by the test (setpriv for the capability), in
+    the server namespace of a boot link, as above."""
+    import dhcpwire
+    host.apt_install(host.put(package()))
+    uid, gid = host.ids("tftp")
+    dropin = (host.root / "usr/share/doc/stampede/examples/stampede-proxy-dhcp.conf").read_text().splitlines()
+    assert "[Service]" in dropin and "AmbientCapabilities=CAP_NET_BIND_SERVICE" in dropin
+    options = next(line for line in dropin if line.startswith("Environment=\"TFTPD_OPTS="))
+    options = options.split("=", 2)[2].rstrip('"').replace("192.0.2.1", dhcpwire.SERVER).split()
+    service = (host.root / "lib/systemd/system/stampede.service").read_text()
+    command = next(line for line in service.splitlines() if line.startswith("ExecStart="))
+    argv = []
+    for word in command[len("ExecStart="):].split():
+        argv += options if word == "$TFTPD_OPTS" else [word.replace("${TFTPD_HOME}", "/var/lib/tftpboot")]
+    server_ns, client_ns = boot_link
+    with server_ns.sockets():
+        udp = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        udp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        udp.bind(("::", 69))
+
+    def place():
+        os.dup2(udp.fileno(), 3)
+
+    def start(capability):
+        caps = ["--inh-caps=+net_bind_service", "--ambient-caps=+net_bind_service"] if capability else []
+        user = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *caps]
+        script = 'export LISTEN_PID=$$ LISTEN_FDS=1; exec "$@"'
+        return subprocess.Popen(["sh", "-c", script, "sh", *server_ns.inside, "chroot", str(host.root), *user, *argv],
+                                close_fds=False, preexec_fn=place, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    refused = start(capability=False)
+    assert refused.wait(timeout=30) != 0
+    said = refused.stderr.read().decode()
+    assert "67" in said and "ermission" in said, said
+    server = start(capability=True)
+    machine = dhcpwire.Machine(client_ns)
+    try:
+        reply = None
+        for _ in range(20):
+            reply = machine.ask(dhcpwire.message(dhcpwire.MAC, arch=7), timeout=0.5)
+            if reply:
+                break
+        assert reply and reply["file"] == "ipxe.efi" and reply["siaddr"] == dhcpwire.SERVER, reply
+        uids = Path(f"/proc/{server.pid}/status").read_text().split("Uid:")[1].split()[:4]
+        assert uids == [str(uid)] * 4, uids
+    finally:
+        machine.close()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0, server.stderr.read().decode()
+        udp.close()

@@ -78,6 +78,15 @@ void stampede_grow_socket_buffer(int fd, int receive, int bytes);
  * least `receive_buffer` bytes (forced when privileged), non-blocking. Returns the fd. */
 int stampede_listener_socket(const struct sockaddr_storage *address, int receive_buffer);
 
+/* A proxyDHCP socket: IPv4, SO_REUSEADDR (beside a DHCP server that allows it), SO_BROADCAST,
+ * IP_PKTINFO, bound to `device` when given (its broadcasts alone, and out of it), then to
+ * `address`. Returns the descriptor or a negative errno. */
+int stampede_boot_socket(const struct sockaddr_storage *address, const char *device, int receive_buffer);
+
+/* The interface that holds the IPv4 `address`: its name into `name` (`capacity` bytes, NUL
+ * included) and its index as the result; -ENOENT when no interface has the address. */
+int stampede_interface_of(const struct sockaddr_storage *address, char *name, size_t capacity);
+
 /* A transfer socket: bound to `local` (port 0, or the first free port of lo..hi starting at a
  * point picked from `seed`), connected to `peer` (NULL: left unconnected, a shared transfer
  * socket, or a client's socket that hears the server's reply from a port not yet known),

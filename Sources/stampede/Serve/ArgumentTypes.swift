@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import StampedeDHCP
 import StampedeIO
 import StampedeServer
 
@@ -157,6 +158,44 @@ enum LogTarget: String, EnumerableFlag {
         case .syslog: "Log to syslog (facility daemon)."
         case .stderr: "Log to standard error (--stderr=FORMAT also sets --logformat)."
         case .stdout: "Log to standard output (--stdout=FORMAT also sets --logformat)."
+        }
+    }
+}
+
+/// `--proxy-dhcp ADDR`: this server's numeric IPv4 address on a boot network.
+extension IPv4 {
+    static func parse(_ text: String) throws -> IPv4 {
+        var address = in_addr()
+        guard inet_pton(AF_INET, text, &address) == 1, let parsed = IPv4(dotted: text), !parsed.isAny, parsed != .broadcast else {
+            throw ValidationError("--proxy-dhcp \(text): not this server's IPv4 address on a boot network, like 10.0.0.1.")
+        }
+        return parsed
+    }
+}
+
+/// `--boot-file SELECTOR=NAME`: what one kind of machine boots, a file name or (UEFI HTTP Boot,
+/// iPXE) a URL.
+struct BootFileChoice: Equatable {
+    let selector: BootSelector
+    let target: BootTarget
+
+    static func parse(_ text: String) throws -> BootFileChoice {
+        let selectors = BootSelector.allCases.map(\.rawValue).joined(separator: ", ")
+        guard let equals = text.firstIndex(of: "="), let selector = BootSelector(rawValue: String(text[..<equals])) else {
+            throw ValidationError("--boot-file \(text): not SELECTOR=NAME with a selector of \(selectors).")
+        }
+        let name = String(text[text.index(after: equals)...])
+        guard !name.isEmpty, name.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x7f }) else {
+            throw ValidationError("--boot-file \(text): NAME is empty or holds a control character.")
+        }
+        let target = BootTarget(name)
+        switch (selector, target) {
+        case (.httpX64, .file), (.httpArm64, .file):
+            throw ValidationError("--boot-file \(text): UEFI HTTP Boot loads a URL (http://...), not a file name.")
+        case (.bios, .url), (.efiX86, .url), (.efiX64, .url), (.efiArm64, .url):
+            throw ValidationError("--boot-file \(text): a PXE firmware loads a file over TFTP, not a URL: name the file.")
+        default:
+            return BootFileChoice(selector: selector, target: target)
         }
     }
 }

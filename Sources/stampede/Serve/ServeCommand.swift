@@ -30,6 +30,9 @@ struct ServeCommand: ParsableCommand {
         if mode == .inetd && !options.http.isEmpty {
             throw serveFailure("--http needs a server that stays (-l, -L or --systemd): under inetd each request starts another", status: 64)
         }
+        if mode == .inetd && !options.proxyDHCP.isEmpty {
+            throw serveFailure("--proxy-dhcp needs a server that stays (-l, -L or --systemd): under inetd each request starts another", status: 64)
+        }
         let destination = try logDestination(mode)
         destination.bootstrap(level: LogDestination.level(verbosity: options.level), format: options.logFormat, lines: options.lineFormat)
         let logger = Logger(label: "stampede")
@@ -60,9 +63,14 @@ struct ServeCommand: ParsableCommand {
         // Resolved before -s: a chroot has no /etc/passwd, /etc/hosts or /etc/services (nor
         // /run/systemd/notify, nor /proc).
         let account = try Account.lookUp(options.user)
-        let facts = ServePlan.Facts(mode: mode, addresses: mode == .standalone ? try listenAddresses(options) : [],
+        var facts = ServePlan.Facts(mode: mode, addresses: mode == .standalone ? try listenAddresses(options) : [],
                                     fileLimit: Int(min(fileLimit, rlim_t(Int.max))), processors: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))),
                                     inheritedUmask: inherited, uring: URingBackend.probe())
+        facts.bootInterfaces = try options.proxyDHCP.map { address in
+            do { return try NetworkInterface.holding(SocketAddress(ipv4: address, port: 0)) } catch {
+                throw serveFailure("--proxy-dhcp \(address): no interface of this host has this address", status: 65)
+            }
+        }
         let plan: ServePlan
         do { plan = try ServePlan(options, facts) } catch { throw serveFailure(error.message) }
         for warning in plan.warnings { logger.warning("\(warning)") }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import StampedeDHCP
 import StampedeIO
 import StampedeProtocol
 import StampedeServer
@@ -200,6 +201,16 @@ struct ServeOptions: ParsableArguments {
                                valueName: "ADDR:PORT"),
             transform: { try TCPAddress.parse($0, flag: "--http", example: "192.0.2.1:80 or [::]:8080") })
     var http: [TCPAddress] = []
+    @Option(name: .customLong("proxy-dhcp"),
+            help: ArgumentHelp("Answer network-boot machines' DHCP requests as a proxyDHCP server on the network where this host has ADDR (repeatable; off by default): boot information only, never an address, beside the site's DHCP server. ADDR names the interface answered on and is the boot server the answers name.",
+                               valueName: "ADDR"),
+            transform: IPv4.parse)
+    var proxyDHCP: [IPv4] = []
+    @Option(name: .customLong("boot-file"),
+            help: ArgumentHelp("What machines of SELECTOR boot, offered by --proxy-dhcp (repeatable): bios, efi-x86, efi-x64, efi-arm64 (a file name), http-x64, http-arm64 (a URL), ipxe (iPXE asking again: its script, a file name or a URL). Defaults: bios=undionly.kpxe, efi-x64=ipxe.efi, http-x64=ipxe.efi's URL on --http, ipxe=boot.ipxe (its URL on --http). NAME may hold ${mac}, ${mac:hexhyp}, ${uuid} and ${arch}.",
+                               valueName: "SELECTOR=NAME"),
+            transform: BootFileChoice.parse)
+    var bootFile: [BootFileChoice] = []
     @Option(name: .customLong("http-max-connections"),
             help: "HTTP connections open at once (default: 16384, or fewer as the open-file limit holds at two descriptors each, a socket and a streamed file); more are closed as they arrive. One the limit cannot hold is lowered, with a warning.")
     var httpMaxConnections: Int?

@@ -1,4 +1,5 @@
 import Glibc
+import StampedeDHCP
 import StampedeHTTP
 import StampedeIO
 import StampedeProtocol
@@ -21,6 +22,8 @@ struct ServePlan {
         var inheritedUmask: mode_t
         /// Whether io_uring works here, and why (`URingBackend.probe`).
         var uring: (available: Bool, reason: String)
+        /// The interface that holds each `--proxy-dhcp` address, in order.
+        var bootInterfaces: [NetworkInterface] = []
     }
 
     /// A plan that cannot be served (exit 1).
@@ -36,6 +39,8 @@ struct ServePlan {
     let cacheLimits: FileCache.Limits
     /// `--http`, and listening TCP sockets systemd passed; nil: no HTTP.
     let http: HTTPConfiguration?
+    /// `--proxy-dhcp`'s networks, each with what its machines boot.
+    let bootNetworks: [BootNetwork]
     let useURing: Bool
     let backendReason: String
     /// -W clamped, a budget that cannot hold what was asked: said at start as warnings.
@@ -88,6 +93,18 @@ struct ServePlan {
         } else {
             http = nil
         }
+        // What each boot network's machines get: the operator's --boot-file over the defaults,
+        // iPXE's script and UEFI HTTP Boot's loader over --http where it serves that address.
+        let choices = Dictionary(options.bootFile.map { ($0.selector, $0.target) }, uniquingKeysWith: { _, last in last })
+        bootNetworks = zip(options.proxyDHCP, facts.bootInterfaces).map { address, interface in
+            let served = options.http.first { $0.host == "0.0.0.0" || $0.host == address.description }
+            let base = served.map { "http://\(address)\($0.port == 80 ? "" : ":\($0.port)")/" }
+            return BootNetwork(address: address, interface: interface, menu: BootMenu.withDefaults(choices, httpBase: base))
+        }
+        if !options.bootFile.isEmpty && options.proxyDHCP.isEmpty { warnings.append("--boot-file without --proxy-dhcp: nothing offers it") }
+        if !options.proxyDHCP.isEmpty, let idle = options.idleTimeout, idle > 0 {
+            warnings.append("-t \(idle) with --proxy-dhcp: once the server exits for being idle, no machine's DHCP is answered until it is started again")
+        }
         // --backend: auto takes io_uring when the probe (ENOSYS, EPERM from seccomp,
         // kernel.io_uring_disabled, memory limits, kernel features) says it works.
         switch options.backend {
@@ -127,8 +144,10 @@ struct ServePlan {
         case .inetd: configuration.inheritedListeners = [0]
         case .systemd(let datagram, _): configuration.inheritedListeners = datagram
         }
-        // in.tftpd's default: 15 minutes under a superserver, which starts another; never standalone.
-        let idle = options.idleTimeout ?? (mode == .standalone ? 0 : 900)
+        // in.tftpd's default: 15 minutes under a superserver, which starts another; never standalone,
+        // nor for a proxyDHCP server, whose ports no superserver holds (the next rack's DHCP would
+        // go unanswered).
+        let idle = options.idleTimeout ?? (mode == .standalone || !options.proxyDHCP.isEmpty ? 0 : 900)
         configuration.idleExit = idle > 0 ? Nanoseconds(idle) * nanosecondsPerSecond : nil
         configuration.singlePort = options.singlePort
         var maxBlockSize: Int?
@@ -152,6 +171,7 @@ struct ServePlan {
         if options.maxPerClient != nil || options.maxPerPrefix != nil { configuration.loopbackUncountedPerClient = false }
         configuration.whenBusy = options.whenBusy
         configuration.logFormat = options.logFormat
+        configuration.bootNetworks = bootNetworks
         // Beyond this, transfers share sockets instead of running out of descriptors.
         configuration.ownTransferSocketsPerWorker = budget.transferSockets / workerCount
     }

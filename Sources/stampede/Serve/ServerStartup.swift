@@ -1,6 +1,7 @@
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeDHCP
 import StampedeIO
 import StampedeProtocol
 import StampedeHTTP
@@ -84,6 +85,13 @@ struct ServerStartup {
         if let web {
             let urls = web.boundAddresses.map { "http://\($0)/" }.joined(separator: ", ")
             logger.notice("serving \(root) over HTTP on \(urls) with \(web.loops.count) event loops, at most \(http!.maxConnections) connections")
+        }
+        for network in configuration.bootNetworks {
+            let menu = BootSelector.allCases.compactMap { selector in network.menu.target(for: selector).map { "\(selector.rawValue) \($0)" } }
+            logger.notice("""
+                answering network-boot DHCP on \(network.interface.name) as a proxy (boot server \(network.address), \
+                ports 67 and 4011): \(menu.joined(separator: ", "))
+                """)
         }
         let webThreads = web?.start() ?? []
         defer { for thread in webThreads { thread.join() } }

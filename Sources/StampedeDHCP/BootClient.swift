@@ -1,0 +1,82 @@
+/// What a DHCP request says about the machine that sent it, for choosing what it boots: the
+/// firmware's kind (PXE or UEFI HTTP Boot, from option 60), its architecture (option 93, or the
+/// `Arch:` field of option 60 when 93 is missing), whether it is iPXE already (user class `iPXE`,
+/// or option 175), and its identity (MAC, UUID). Nil for a request from anything but a
+/// network-boot client: a proxy answers those with silence.
+public struct BootClient: Equatable, Sendable {
+    public enum Kind: String, Sendable {
+        /// `PXEClient`: a PXE ROM, UEFI's PXE, or iPXE.
+        case pxe = "PXEClient"
+        /// `HTTPClient`: UEFI HTTP Boot, which wants a URL.
+        case http = "HTTPClient"
+    }
+
+    public var kind: Kind
+    /// RFC 4578's architecture type (0 when the client names none: the PXE default, x86 BIOS).
+    public var architecture: UInt16
+    /// The request came from iPXE (a chainloaded stage): it wants its script, not iPXE again.
+    public var isIPXE: Bool
+    /// Option 97's value, echoed in the reply (17 bytes, type 0 first), when the client sent one.
+    public var machineIdentifier: [UInt8]?
+
+    public init(kind: Kind, architecture: UInt16, isIPXE: Bool = false, machineIdentifier: [UInt8]? = nil) {
+        self.kind = kind
+        self.architecture = architecture
+        self.isIPXE = isIPXE
+        self.machineIdentifier = machineIdentifier
+    }
+
+    public init?(_ message: DHCPMessage) {
+        guard let vendor = message.options[.vendorClass] else { return nil }
+        if vendor.starts(with: Array(Kind.pxe.rawValue.utf8)) {
+            kind = .pxe
+        } else if vendor.starts(with: Array(Kind.http.rawValue.utf8)) {
+            kind = .http
+        } else {
+            return nil
+        }
+        if let value = message.options[.clientArchitecture], value.count >= 2 {
+            architecture = UInt16(value[0]) << 8 | UInt16(value[1])
+        } else {
+            architecture = Self.architecture(inVendorClass: vendor) ?? 0
+        }
+        let userClass = message.options[.userClass] ?? []
+        isIPXE = message.options[.iPXEEncapsulated] != nil || Self.contains(userClass, Array("iPXE".utf8))
+        if let identifier = message.options[.machineIdentifier], identifier.count == 17, identifier[0] == 0 {
+            machineIdentifier = identifier
+        }
+    }
+
+    /// The architecture in `PXEClient:Arch:00011:UNDI:003000` (five decimal digits), if present.
+    static func architecture(inVendorClass vendor: [UInt8]) -> UInt16? {
+        let marker = Array(":Arch:".utf8)
+        guard let start = Self.index(of: marker, in: vendor) else { return nil }
+        let digits = vendor[(start + marker.count)...].prefix { $0 >= 0x30 && $0 <= 0x39 }
+        guard !digits.isEmpty, digits.count <= 5 else { return nil }
+        let value = digits.reduce(0) { $0 * 10 + Int($1 - 0x30) }
+        return value <= Int(UInt16.max) ? UInt16(value) : nil
+    }
+
+    private static func index(of needle: [UInt8], in haystack: [UInt8]) -> Int? {
+        guard haystack.count >= needle.count else { return nil }
+        for start in 0...(haystack.count - needle.count) where haystack[start..<(start + needle.count)].elementsEqual(needle) {
+            return start
+        }
+        return nil
+    }
+
+    private static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool { index(of: needle, in: haystack) != nil }
+
+    /// The UUID of option 97 as text (`8-4-4-4-12` lower-case hex), for names and logs.
+    public var uuid: String? {
+        guard let identifier = machineIdentifier else { return nil }
+        let digits = Array("0123456789abcdef")
+        var text = ""
+        for (i, byte) in identifier.dropFirst().enumerated() {
+            if [4, 6, 8, 10].contains(i) { text.append("-") }
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 15)])
+        }
+        return text
+    }
+}

@@ -1,0 +1,161 @@
+/// What a proxyDHCP server answers (PXE 2.1 §2.2, and what firmware was seen to need): boot
+/// information only, never an address (yiaddr 0), never a NAK, and nothing at all to a client
+/// that does not boot from the network. Pure: a request, where it came, and the boot menu in;
+/// the reply and where it goes, or why there is none, out.
+///
+/// - DISCOVER on port 67: an OFFER naming this server (option 54, siaddr) and the boot file, with
+///   PXE's discovery control set to "boot this file" (option 43, sub-option 6 = 8): the bypass.
+/// - REQUEST (or INFORM) on port 4011, or on port 67 with a PXE boot item (option 43, sub-option
+///   71: boot server discovery): an ACK with the boot file, for firmware that ignores the bypass
+///   and asks the boot server anyway (EDK2 does without option 43).
+/// - A REQUEST on port 67 without a boot item asks the site's DHCP server for an address: silence.
+///
+/// Every reply echoes option 60's kind (`PXEClient` or `HTTPClient`) and option 97.
+public struct ProxyAnswer: Equatable, Sendable {
+    /// Where a request arrived.
+    public enum Port: Equatable, Sendable {
+        /// 67: DHCP's, broadcast.
+        case dhcp
+        /// 4011: the PXE boot server's, unicast (PXE 2.1 §2.2.5).
+        case bootServer
+    }
+
+    /// Where the reply goes (RFC 2131 §4.1, PXE 2.1 §2.2).
+    public enum Destination: Equatable, Sendable {
+        /// 255.255.255.255:68, out of the interface the request came in on: the client has no
+        /// address yet.
+        case broadcast
+        /// Through the relay agent that sent it (giaddr), to its port 67.
+        case relay(IPv4)
+        /// Straight to an address and port: the boot server's reply to the request's source
+        /// (firmware waits on the port it sent from), or to a client that has an address.
+        case unicast(IPv4, port: UInt16)
+    }
+
+    /// Why a request gets no answer.
+    public enum Silence: Error, Equatable, Sendable, CustomStringConvertible {
+        /// No option 60 `PXEClient`/`HTTPClient`: not a network-boot client.
+        case notBootClient
+        /// A reply, or a message type the proxy does not take (RELEASE, DECLINE, ...).
+        case notForProxy
+        /// A REQUEST on port 67 for an address, which the site's DHCP server answers.
+        case addressRequest
+        /// An architecture no `--boot-file` selector names.
+        case unknownArchitecture(UInt16)
+        /// A selector with no boot file (UEFI HTTP Boot without `--http` or a URL).
+        case noBootFile(BootSelector)
+        /// More relays than RFC 1542 allows (16).
+        case tooManyHops(UInt8)
+
+        public var description: String {
+            switch self {
+            case .notBootClient: "not a network-boot client"
+            case .notForProxy: "nothing a proxy answers"
+            case .addressRequest: "an address request, for the DHCP server"
+            case .unknownArchitecture(let arch): "architecture \(arch): no --boot-file selector names it"
+            case .noBootFile(let selector): "no boot file for \(selector.rawValue) (--boot-file \(selector.rawValue)=NAME)"
+            case .tooManyHops(let hops): "\(hops) relay hops"
+            }
+        }
+    }
+
+    public var reply: DHCPMessage
+    public var destination: Destination
+    /// What was offered, and for which machine: for the log and the metrics.
+    public var selector: BootSelector
+    public var target: BootTarget
+
+    /// The answer to `request`, which arrived on `port` from `source` (its address and port), for
+    /// a server at `server` booting machines by `menu`; or why there is none.
+    public static func to(_ request: DHCPMessage, on port: Port, from source: (address: IPv4, port: UInt16),
+                          server: IPv4, menu: BootMenu) -> Result<ProxyAnswer, Silence> {
+        guard request.operation == .request, let type = request.type else { return .failure(.notForProxy) }
+        guard request.hops <= 16 else { return .failure(.tooManyHops(request.hops)) }
+        guard let client = BootClient(request) else { return .failure(.notBootClient) }
+        let bootItem = request.options[.vendorSpecific].flatMap(PXEOption.read)?[PXEOption.bootItem.rawValue]
+        let replyType: DHCPMessageType
+        switch (type, port) {
+        case (.discover, .dhcp):
+            replyType = .offer
+        case (.request, .bootServer), (.inform, .bootServer):
+            replyType = .ack
+        case (.request, .dhcp), (.inform, .dhcp):
+            guard bootItem != nil else { return .failure(.addressRequest) }
+            replyType = .ack
+        default:
+            return .failure(.notForProxy)
+        }
+        guard let selector = BootSelector(client) else { return .failure(.unknownArchitecture(client.architecture)) }
+        guard let chosen = menu.target(for: selector) else { return .failure(.noBootFile(selector)) }
+        let target = chosen.expanded(for: request, client, selector)
+
+        var reply = DHCPMessage(operation: .reply, transactionID: request.transactionID,
+                                clientHardwareAddress: request.clientHardwareAddress)
+        reply.hardwareType = request.hardwareType
+        reply.hardwareLength = request.hardwareLength
+        reply.flags = request.flags
+        reply.relayAddress = request.relayAddress
+        reply.serverAddress = server
+        // A boot server's ACK names the address the client has (dnsmasq and the PXE spec's
+        // examples put ciaddr there); an offer names none.
+        if replyType == .ack { reply.yourAddress = request.clientAddress }
+        let name = Array(target.description.utf8)
+        if name.count <= 127 { reply.bootFile = name }
+        reply.options[.messageType] = [replyType.rawValue]
+        reply.options[.serverIdentifier] = server.array
+        reply.options[.vendorClass] = Array(client.kind.rawValue.utf8)
+        if let identifier = client.machineIdentifier { reply.options[.machineIdentifier] = identifier }
+        if client.kind == .pxe {
+            if let bootItem, replyType == .ack {
+                reply.options[.vendorSpecific] = PXEOption.write([(.bootItem, bootItem)])
+            } else {
+                reply.options[.vendorSpecific] = PXEOption.write([(.discoveryControl, [PXEOption.useThisBootFile])])
+            }
+        }
+        // Option 67 too: UEFI HTTP Boot and iPXE read it, and a URL may not fit `file`.
+        reply.options[.bootFileName] = name
+
+        let destination: Destination
+        if !request.relayAddress.isAny {
+            destination = .relay(request.relayAddress)
+        } else if port == .bootServer {
+            destination = .unicast(source.address, port: source.port)
+        } else if !request.clientAddress.isAny && !request.wantsBroadcast {
+            destination = .unicast(request.clientAddress, port: 68)
+        } else {
+            destination = .broadcast
+        }
+        return .success(ProxyAnswer(reply: reply, destination: destination, selector: selector, target: target))
+    }
+}
+
+/// What each selector boots: the operator's `--boot-file SELECTOR=NAME`s over the defaults of
+/// the common chain (BIOS → undionly.kpxe, x64 UEFI → ipxe.efi, UEFI HTTP Boot → ipxe.efi's URL,
+/// iPXE → boot.ipxe, over HTTP when the server serves it).
+public struct BootMenu: Equatable, Sendable {
+    public var targets: [BootSelector: BootTarget]
+
+    public init(_ targets: [BootSelector: BootTarget]) { self.targets = targets }
+
+    /// The defaults, with the operator's choices over them. `httpBase`: `http://ADDR:PORT/`
+    /// where this server's `--http` serves the address machines reach it at (nil: no HTTP).
+    public static func withDefaults(_ chosen: [BootSelector: BootTarget], httpBase: String?) -> BootMenu {
+        var targets: [BootSelector: BootTarget] = [.bios: .file("undionly.kpxe"), .efiX64: .file("ipxe.efi")]
+        if let httpBase {
+            targets[.httpX64] = .url(httpBase + "ipxe.efi")
+            targets[.ipxe] = .url(httpBase + "boot.ipxe")
+        } else {
+            targets[.ipxe] = .file("boot.ipxe")
+        }
+        targets.merge(chosen) { _, theirs in theirs }
+        return BootMenu(targets)
+    }
+
+    /// The target for `selector`; nil where there is none, or where UEFI HTTP Boot would be given
+    /// a file name (it takes only a URL).
+    public func target(for selector: BootSelector) -> BootTarget? {
+        guard let target = targets[selector] else { return nil }
+        if selector.wantsURL, case .file = target { return nil }
+        return target
+    }
+}

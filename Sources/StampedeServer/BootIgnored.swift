@@ -1,0 +1,30 @@
+import StampedeDHCP
+
+/// Why a DHCP request got no answer, as the metrics count it.
+public enum BootIgnored: Int, CaseIterable, Sendable {
+    case malformed, notBootClient, notForProxy, addressRequest, unknownArchitecture, noBootFile, tooManyHops, repeated
+
+    init(_ silence: ProxyAnswer.Silence) {
+        switch silence {
+        case .notBootClient: self = .notBootClient
+        case .notForProxy: self = .notForProxy
+        case .addressRequest: self = .addressRequest
+        case .unknownArchitecture: self = .unknownArchitecture
+        case .noBootFile: self = .noBootFile
+        case .tooManyHops: self = .tooManyHops
+        }
+    }
+
+    public var label: String {
+        switch self {
+        case .malformed: "malformed"
+        case .notBootClient: "not_boot_client"
+        case .notForProxy: "not_for_proxy"
+        case .addressRequest: "address_request"
+        case .unknownArchitecture: "unknown_architecture"
+        case .noBootFile: "no_boot_file"
+        case .tooManyHops: "too_many_hops"
+        case .repeated: "repeated"
+        }
+    }
+}

@@ -1,0 +1,191 @@
+import Glibc
+import StampedeDHCP
+import StampedeIO
+import StampedeProtocol
+
+/// A profile's `dhcp` stages: each machine's DHCP as its firmware sends it, on one socket per
+/// storm bound to port 68 of the boot network's interface (`--dhcp ADDR`), as every firmware
+/// sends from port 68 and is answered there by broadcast. Answers are told apart by their
+/// transaction ID, one per machine, and the machine's MAC. The grammar is StampedeDHCP's, the one
+/// the server speaks. A class: the storm changes its tables in place.
+final class StormDHCP {
+    /// The socket's tag: no slot has it.
+    static let tag = UInt64(UInt32.max)
+
+    let socket: SocketHandle
+    /// The storm's address on the boot network: what a boot server REQUEST is sent from.
+    let source: IPv4
+    /// Per slot, the exchange a machine is in.
+    var exchanges: [Exchange?]
+    /// Transaction ID → slot, for the exchanges running.
+    var waiting: [UInt32: Int] = [:]
+
+    init(socket: SocketHandle, source: IPv4, slots: Int) {
+        self.socket = socket
+        self.source = source
+        exchanges = Array(repeating: nil, count: slots)
+    }
+
+    struct Exchange {
+        var transactionID: UInt32
+        /// The message resent on each timeout: the DISCOVER, then the boot server REQUEST.
+        var message: [UInt8]
+        var destination: SocketAddress
+        var tries = 0
+        var interval: Nanoseconds
+        /// Waiting for the boot server's ACK on 4011, not for an offer.
+        var atBootServer = false
+    }
+
+    /// Machine n's transaction ID: n + 1 times an odd constant, distinct for every machine.
+    static func transactionID(of machine: MachineIdentity) -> UInt32 {
+        UInt32(truncatingIfNeeded: machine.number + 1) &* 0x9E37_79B1
+    }
+
+    /// The DISCOVER `ask`'s firmware sends for `machine`.
+    static func discover(_ ask: BootProfile.DHCPAsk, for machine: MachineIdentity) -> DHCPMessage {
+        var message = DHCPMessage(operation: .request, transactionID: transactionID(of: machine), clientHardwareAddress: machine.mac)
+        message.flags = 0x8000
+        message.options[.messageType] = [DHCPMessageType.discover.rawValue]
+        message.options[.maximumMessageSize] = [0x05, 0xC0]
+        message.options[.parameterRequestList] = [1, 3, 43, 60, 66, 67, 97]
+        message.options[.machineIdentifier] = [0] + machine.uuid
+        message.options[.networkInterface] = [1, 3, 0]
+        message.options[.clientArchitecture] = [UInt8(ask.architecture >> 8), UInt8(ask.architecture & 0xFF)]
+        let arch = String(ask.architecture)
+        let padded = String(repeating: "0", count: max(0, 5 - arch.count)) + arch
+        let vendor = ask.client == .http ? "HTTPClient:Arch:\(padded):UNDI:003001" : "PXEClient:Arch:\(padded):UNDI:003000"
+        message.options[.vendorClass] = Array(vendor.utf8)
+        if ask.client == .ipxe {
+            message.options[.userClass] = Array("iPXE".utf8)
+            message.options[.iPXEEncapsulated] = [0x13, 1, 1]
+        }
+        return message
+    }
+
+    /// The REQUEST to a proxy's port 4011: EDK2's boot server discovery after an offer without
+    /// the bypass (`bootItem`: boot server type 0x8000, layer 0, in option 43), or iPXE's ProxyDHCP
+    /// REQUEST.
+    static func bootServerRequest(after discover: DHCPMessage, from source: IPv4, bootItem: Bool) -> DHCPMessage {
+        var message = discover
+        message.flags = 0
+        message.clientAddress = source
+        message.options[.messageType] = [DHCPMessageType.request.rawValue]
+        if bootItem { message.options[.vendorSpecific] = PXEOption.write([(.bootItem, [0x80, 0x00, 0x00, 0x00])]) }
+        return message
+    }
+}
+
+extension Storm {
+    /// Opens the DHCP socket when the profile has `dhcp` stages and the plan a boot network; nil
+    /// otherwise. Throws what kept it closed (each machine's `dhcp` stage then fails with it).
+    static func openDHCP(plan: StormPlan, backend: Backend) throws(Errno) -> StormDHCP? {
+        guard plan.profile.usesDHCP, let source = plan.dhcpSource else { return nil }
+        let interface = try NetworkInterface.holding(source)
+        let any = SocketAddress(parsing: "0.0.0.0:68", defaultPort: 68)!
+        let descriptor = try UDPSocket.boot(any, device: interface.name, receiveBuffer: 8 << 20)
+        let socket = try backend.adoptListener(descriptor, receiveBuffer: 8 << 20, tag: StormDHCP.tag)
+            return StormDHCP(socket: socket, source: IPv4(dotted: source.host)!, slots: plan.slots)
+    }
+
+    func isAskingDHCP(_ slot: Int) -> Bool { dhcp?.exchanges[slot] != nil }
+
+    /// Broadcasts the machine's DISCOVER for its current (`dhcp`) stage.
+    func startDHCP(_ slot: Int, now: Nanoseconds) -> Bool {
+        let machine = machines[slot]!
+        let stage = plan.profile.stages[machine.stage]
+        guard let state = dhcp else {
+            machineEnded(slot, .failed(.socketError(dhcpUnavailable ?? Errno(EBADF))), now: now)
+            return false
+        }
+        let discover = StormDHCP.discover(stage.dhcp!, for: machine.identity)
+        var exchange = StormDHCP.Exchange(transactionID: discover.transactionID, message: discover.encoded(),
+                                          destination: SocketAddress(parsing: "255.255.255.255:67", defaultPort: 67)!,
+                                          interval: stage.retransmit)
+        exchange.tries = 0
+        state.exchanges[slot] = exchange
+        state.waiting[exchange.transactionID] = slot
+        sendDHCP(slot)
+        wheel.schedule(slot, at: now + stage.retransmit)
+        return true
+    }
+
+    private func sendDHCP(_ slot: Int) {
+        guard let state = dhcp, let exchange = state.exchanges[slot] else { return }
+        exchange.message.withUnsafeBytes { backend.send(state.socket, to: exchange.destination, from: nil, packet: $0) }
+    }
+
+    /// No answer within the interval: sent again, the interval doubled (up to the firmware's
+    /// backoff), until the firmware's tries are spent.
+    func dhcpTimerFired(_ slot: Int, now: Nanoseconds) {
+        guard let state = dhcp, var exchange = state.exchanges[slot] else { return }
+        let stage = plan.profile.stages[machines[slot]!.stage]
+        exchange.tries += 1
+        guard exchange.tries <= stage.retries else {
+            dhcpEnded(slot, .failed(.timedOut), now: now)
+            return
+        }
+        exchange.interval = min(exchange.interval * 2, stage.retransmit * stage.maxBackoff)
+        state.exchanges[slot] = exchange
+        report.stages[machines[slot]!.stage].retransmits += 1
+        sendDHCP(slot)
+        wheel.schedule(slot, at: now + exchange.interval)
+    }
+
+    /// An answer on the DHCP socket: the machine whose transaction it is goes on, or asks the
+    /// boot server; anything else (another machine's, another storm's, a site server's address
+    /// offer) is passed over.
+    func receiveDHCP(_ datagram: Datagram, now: Nanoseconds) {
+        guard let state = dhcp, datagram.error == nil, !datagram.truncated,
+              let answer = try? DHCPMessage.parse(datagram.bytes), answer.operation == .reply,
+              let slot = state.waiting[answer.transactionID], var exchange = state.exchanges[slot],
+              let machine = machines[slot], answer.clientHardwareAddress.prefix(6).elementsEqual(machine.identity.mac) else { return }
+        let ask = plan.profile.stages[machine.stage].dhcp!
+        // A proxy's answer says it is one (option 60); a site server's offer of an address alone does not.
+        guard let vendor = answer.options[.vendorClass], vendor.starts(with: Array("PXEClient".utf8)) || vendor.starts(with: Array("HTTPClient".utf8)) else { return }
+        let file = answer.bootFile.isEmpty ? answer.options[.bootFileName] ?? [] : answer.bootFile
+        if exchange.atBootServer {
+            guard answer.type == .ack else { return }
+            dhcpEnded(slot, file.isEmpty ? .failed(.protocolError("a boot server ACK without a boot file")) : .ok, now: now)
+            return
+        }
+        guard answer.type == .offer else { return }
+        let control = answer.options[.vendorSpecific].flatMap(PXEOption.read)?[PXEOption.discoveryControl.rawValue]
+        let bypass = (control?.first ?? 0) & PXEOption.useThisBootFile != 0
+        // EDK2 asks the boot server the offer names (option 54, else siaddr) on 4011 when the offer
+        // does not bypass it; iPXE sends its ProxyDHCP REQUEST there after every proxy offer, and
+        // boots what the ACK names.
+        if (ask.client == .pxe && !bypass) || ask.client == .ipxe {
+            let server = answer.options[.serverIdentifier].flatMap(IPv4.init) ?? answer.serverAddress
+            guard !server.isAny, let discover = try? exchange.message.withUnsafeBytes({ try DHCPMessage.parse($0) }) else {
+                dhcpEnded(slot, .failed(.protocolError("an offer without the bypass and without a boot server")), now: now)
+                return
+            }
+            exchange.message = StormDHCP.bootServerRequest(after: discover, from: state.source, bootItem: ask.client == .pxe).encoded()
+            exchange.destination = SocketAddress(parsing: "\(server):4011", defaultPort: 4011)!
+            exchange.atBootServer = true
+            exchange.tries = 0
+            exchange.interval = plan.profile.stages[machine.stage].retransmit
+            state.exchanges[slot] = exchange
+            sendDHCP(slot)
+            wheel.schedule(slot, at: now + exchange.interval)
+            return
+        }
+        if file.isEmpty {
+            dhcpEnded(slot, .failed(.protocolError("an offer without a boot file")), now: now)
+        } else if ask.client == .http && !file.starts(with: Array("http://".utf8)) && !file.starts(with: Array("https://".utf8)) {
+            dhcpEnded(slot, .failed(.protocolError("an HTTP Boot offer without a URL")), now: now)
+        } else {
+            dhcpEnded(slot, .ok, now: now)
+        }
+    }
+
+    /// The exchange is over: forgotten, and the machine goes on as after a transfer.
+    func dhcpEnded(_ slot: Int, _ end: StormEnd, now: Nanoseconds) {
+        if let state = dhcp, let exchange = state.exchanges[slot] {
+            state.waiting[exchange.transactionID] = nil
+            state.exchanges[slot] = nil
+        }
+        transferEnded(slot, end, now: now)
+    }
+}

@@ -1,0 +1,146 @@
+import Testing
+@testable import StampedeDHCP
+
+@Suite struct ProxyAnswerSpec {
+    let server = IPv4(10, 0, 0, 1)
+    let menu = BootMenu.withDefaults([:], httpBase: "http://10.0.0.1/")
+    let client = (address: IPv4.any, port: UInt16(68))
+
+    func answer(_ bytes: [UInt8], on port: ProxyAnswer.Port = .dhcp, from source: (address: IPv4, port: UInt16)? = nil,
+                menu: BootMenu? = nil) -> Result<ProxyAnswer, ProxyAnswer.Silence> {
+        let message = try! parse(bytes).get()
+        return ProxyAnswer.to(message, on: port, from: source ?? client, server: server, menu: menu ?? self.menu)
+    }
+
+    /// The bypass: an OFFER with no address, naming this server and the file, discovery control 8,
+    /// option 60 and 97 echoed, broadcast.
+    @Test func uefiPXEIsOfferedIPXEWithTheBypass() throws {
+        let answer = try answer(edk2Discover()).get()
+        let reply = answer.reply
+        #expect(answer.destination == .broadcast)
+        #expect(answer.selector == .efiX64)
+        #expect(reply.operation == .reply)
+        #expect(reply.type == .offer)
+        #expect(reply.transactionID == 0x1234_5678)
+        #expect(reply.clientHardwareAddress == [0x52, 0x54, 0x00, 0x12, 0x34, 0x56])
+        #expect(reply.yourAddress.isAny)
+        #expect(reply.serverAddress == server)
+        #expect(reply.bootFile == Array("ipxe.efi".utf8))
+        #expect(reply.options[.serverIdentifier] == [10, 0, 0, 1])
+        #expect(reply.options[.vendorClass] == Array("PXEClient".utf8))
+        #expect(reply.options[.machineIdentifier] == edk2UUID)
+        #expect(reply.options[.vendorSpecific] == [6, 1, 8, 255])
+        #expect(reply.wantsBroadcast)
+        // What goes on the wire parses back the same.
+        #expect(try parse(reply.encoded()).get() == reply)
+    }
+
+    @Test func eachArchitectureGetsItsFile() throws {
+        let custom = BootMenu.withDefaults([.efiArm64: .file("arm64/ipxe.efi"), .efiX86: .file("ipxe-i386.efi")], httpBase: nil)
+        #expect(try answer(edk2Discover(arch: 0, vendor: "PXEClient:Arch:00000:UNDI:002001"), menu: custom).get().target == .file("undionly.kpxe"))
+        #expect(try answer(edk2Discover(arch: 9), menu: custom).get().target == .file("ipxe.efi"))
+        #expect(try answer(edk2Discover(arch: 11), menu: custom).get().target == .file("arm64/ipxe.efi"))
+        #expect(try answer(edk2Discover(arch: 6), menu: custom).get().target == .file("ipxe-i386.efi"))
+        #expect(answer(edk2Discover(arch: 10)) == .failure(.unknownArchitecture(10)))
+        #expect(answer(edk2Discover(arch: 11)) == .failure(.noBootFile(.efiArm64)))
+    }
+
+    /// The Raspberry Pi 4's EDK2 sends no option 93, only `Arch:00011` in option 60.
+    @Test func theArchitectureFallsBackToOption60() throws {
+        let noOption93 = request(options: option(53, [1]) + option(60, "PXEClient:Arch:00011:UNDI:003000") + [255])
+        let menu = BootMenu.withDefaults([.efiArm64: .file("arm64.efi")], httpBase: nil)
+        #expect(try answer(noOption93, menu: menu).get().selector == .efiArm64)
+        let neither = request(options: option(53, [1]) + option(60, "PXEClient") + [255])
+        #expect(try answer(neither).get().selector == .bios)
+    }
+
+    /// iPXE asks again once loaded (user class `iPXE`): it gets its script, never ipxe.efi.
+    @Test func iPXEGetsItsScriptNotItself() throws {
+        let ipxe = edk2Discover(extra: option(77, "iPXE") + option(175, [1, 1, 1]))
+        let overHTTP = try answer(ipxe).get()
+        #expect(overHTTP.selector == .ipxe)
+        #expect(overHTTP.target == .url("http://10.0.0.1/boot.ipxe"))
+        #expect(overHTTP.reply.options[.bootFileName] == Array("http://10.0.0.1/boot.ipxe".utf8))
+        let tftpOnly = try answer(ipxe, menu: BootMenu.withDefaults([:], httpBase: nil)).get()
+        #expect(tftpOnly.target == .file("boot.ipxe"))
+        // SeaBIOS's iPXE ROM sends the user class alone.
+        let rom = request(options: option(53, [1]) + option(93, [0, 0]) + option(60, "PXEClient:Arch:00000:UNDI:002001")
+                          + option(77, "iPXE") + [255])
+        #expect(try answer(rom).get().selector == .ipxe)
+    }
+
+    /// UEFI HTTP Boot: a URL, option 60 `HTTPClient`, no PXE options; without --http, nothing.
+    @Test func httpBootGetsAURL() throws {
+        let discover = edk2Discover(arch: 16, vendor: "HTTPClient:Arch:00016:UNDI:003001")
+        let answer = try answer(discover).get()
+        #expect(answer.reply.options[.vendorClass] == Array("HTTPClient".utf8))
+        #expect(answer.reply.bootFile == Array("http://10.0.0.1/ipxe.efi".utf8))
+        #expect(answer.reply.options[.bootFileName] == Array("http://10.0.0.1/ipxe.efi".utf8))
+        #expect(answer.reply.options[.vendorSpecific] == nil)
+        #expect(self.answer(discover, menu: BootMenu.withDefaults([:], httpBase: nil)) == .failure(.noBootFile(.httpX64)))
+        #expect(self.answer(discover, menu: BootMenu.withDefaults([.httpX64: .file("ipxe.efi")], httpBase: nil))
+                == .failure(.noBootFile(.httpX64)))
+    }
+
+    @Test func onlyNetworkBootClientsAreAnswered() {
+        let laptop = request(options: option(53, [1]) + option(60, "MSFT 5.0") + [255])
+        #expect(answer(laptop) == .failure(.notBootClient))
+        let plain = request(options: option(53, [1]) + [255])
+        #expect(answer(plain) == .failure(.notBootClient))
+        let release = request(options: option(53, [7]) + option(60, "PXEClient") + [255])
+        #expect(answer(release) == .failure(.notForProxy))
+        var reply = edk2Discover()
+        reply[0] = 2
+        #expect(answer(reply) == .failure(.notForProxy))
+        #expect(answer(request(hops: 17, options: option(53, [1]) + option(60, "PXEClient") + [255])) == .failure(.tooManyHops(17)))
+    }
+
+    /// The site's server gives the address: a REQUEST for one is not the proxy's.
+    @Test func anAddressRequestOnPort67IsLeftToTheDHCPServer() {
+        let selecting = request(options: option(53, [3]) + option(54, [10, 0, 0, 2]) + option(50, [10, 0, 0, 57])
+                                + option(93, [0, 7]) + option(60, "PXEClient:Arch:00007:UNDI:003000") + [255])
+        #expect(answer(selecting) == .failure(.addressRequest))
+    }
+
+    /// Firmware that ignores the bypass asks port 4011, from its own port 4011: the ACK goes back
+    /// there, naming the address the client has.
+    @Test func theBootServerAnswersOn4011ToTheSourcePort() throws {
+        let bootRequest = request(ciaddr: [10, 0, 0, 57], flags: 0,
+                                  options: option(53, [3]) + option(97, edk2UUID) + option(93, [0, 7])
+                                  + option(60, "PXEClient:Arch:00007:UNDI:003000") + [255])
+        let answer = try answer(bootRequest, on: .bootServer, from: (IPv4(10, 0, 0, 57), 4011)).get()
+        #expect(answer.destination == .unicast(IPv4(10, 0, 0, 57), port: 4011))
+        #expect(answer.reply.type == .ack)
+        #expect(answer.reply.yourAddress == IPv4(10, 0, 0, 57))
+        #expect(answer.reply.bootFile == Array("ipxe.efi".utf8))
+        #expect(answer.reply.options[.machineIdentifier] == edk2UUID)
+    }
+
+    /// Boot server discovery by broadcast to 67 (PXE 2.1 §2.2.5) carries a boot item, echoed in the ACK.
+    @Test func aBootItemOnPort67IsDiscovery() throws {
+        let discovery = request(ciaddr: [10, 0, 0, 57], options: option(53, [3]) + option(93, [0, 0])
+                                + option(60, "PXEClient:Arch:00000:UNDI:002001") + option(43, [71, 4, 0x80, 0x00, 0, 0, 255]) + [255])
+        let answer = try answer(discovery).get()
+        #expect(answer.reply.type == .ack)
+        #expect(answer.reply.options[.vendorSpecific] == [71, 4, 0x80, 0x00, 0, 0, 255])
+        #expect(answer.destination == .broadcast)
+    }
+
+    @Test func aRelayedRequestIsAnsweredThroughTheRelay() throws {
+        let relayed = request(giaddr: [10, 9, 0, 1], hops: 1, options: option(53, [1]) + option(93, [0, 7])
+                              + option(60, "PXEClient:Arch:00007:UNDI:003000") + [255])
+        let answer = try answer(relayed, from: (IPv4(10, 9, 0, 1), 67)).get()
+        #expect(answer.destination == .relay(IPv4(10, 9, 0, 1)))
+        #expect(answer.reply.relayAddress == IPv4(10, 9, 0, 1))
+    }
+
+    /// A name may hold the machine: `-m` rules with `E` then pick a file per machine with a default.
+    @Test func aBootFileNameMayNameTheMachine() throws {
+        let menu = BootMenu.withDefaults([.efiX64: .file("machines/${mac:hexhyp}/ipxe.efi"),
+                                          .ipxe: .url("http://10.0.0.1/boot/${uuid}/${arch}.ipxe?mac=${mac}")], httpBase: nil)
+        #expect(try answer(edk2Discover(), menu: menu).get().target == .file("machines/52-54-00-12-34-56/ipxe.efi"))
+        let ipxe = edk2Discover(extra: option(77, "iPXE"))
+        #expect(try answer(ipxe, menu: menu).get().target
+                == .url("http://10.0.0.1/boot/01020304-0506-0708-090a-0b0c0d0e0f10/ipxe.ipxe?mac=52:54:00:12:34:56"))
+    }
+}
