@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tftpwire import ack, decode, request
+from tftpwire import ack, decode, error, request
 
 SPOOF_OPTIONS = (("blksize", 65464), ("windowsize", 64), ("timeout", 255), ("tsize", 0))
 
@@ -62,6 +62,8 @@ def test_a_client_that_answers_keeps_the_timeout_it_negotiated(serve):
     after = collect(c, 1.5)
     # DATA 1 once, and no resend: the client's 255 s hold from its first answer on.
     assert [decode(p)[0] for _, p, _ in after] == ["DATA"], [decode(p) for _, p, _ in after]
+    # Ended, so that the server's stop does not wait out its grace for it.
+    c.sendto(error(0, "done"), tid)
 
 
 def test_by_default_one_client_machine_runs_at_most_64_transfers(serve, network_namespace):

@@ -74,7 +74,7 @@ def test_storm_gives_up_a_server_that_resends_a_block_it_cannot_use():
     server = ResendingServer()
     try:
         r = run([str(BINARY), "storm", f"127.0.0.1:{server.port}", "f", "--clients", "1", "--no-tsize", "--retries", "3",
-                 "--json"], timeout=60)
+                 "--retransmit", "500", "--json"], timeout=60)
     finally:
         server.close()
     assert r.returncode == 1 and b'"failed": 1' in r.stdout, r.stdout

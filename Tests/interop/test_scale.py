@@ -1,5 +1,5 @@
-"""5,000 concurrent downloads through the io_uring backend, three rounds: every byte right,
-no growth in the server's file descriptors or memory."""
+"""5,000 concurrent downloads through the io_uring backend, two rounds: every byte right,
+no growth in the server's file descriptors or memory (the second round runs on what the first left)."""
 import resource
 import time
 
@@ -17,7 +17,7 @@ def settled_fd_count(server, target, seconds=3.0):
     return server.fd_count()
 
 
-def test_five_thousand_concurrent_downloads_three_rounds(root, binary, report):
+def test_five_thousand_concurrent_downloads_two_rounds(root, binary, report):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard < 6000:
         pytest.skip(f"LOUD SKIP: RLIMIT_NOFILE hard limit {hard} is below 6,000 client sockets")
@@ -27,7 +27,7 @@ def test_five_thousand_concurrent_downloads_three_rounds(root, binary, report):
         expected = (root / "one-mib.bin").read_bytes()
         idle_fds = s.fd_count()
         rounds = []
-        for round_number in range(3):
+        for round_number in range(2):
             ok, failures, seconds = loadclient.run((s.host, s.port), "one-mib.bin", 5000, expected,
                                                    blksize=1468, windowsize=4, deadline=300)
             assert failures == [], f"round {round_number}: {len(failures)} failed, e.g. {failures[:3]}"
@@ -39,6 +39,6 @@ def test_five_thousand_concurrent_downloads_three_rounds(root, binary, report):
         # Every transfer socket is closed after each round...
         assert all(fds == idle_fds for _, fds, _ in rounds)
         # ...and memory reached its high-water mark in the first round.
-        assert rounds[2][2] <= rounds[0][2] * 1.05 + 1024
+        assert rounds[1][2] <= rounds[0][2] * 1.05 + 1024
     finally:
         s.stop()
