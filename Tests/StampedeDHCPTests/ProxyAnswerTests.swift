@@ -35,6 +35,31 @@ import Testing
         #expect(try parse(reply.encoded()).get() == reply)
     }
 
+    /// Option 97 of every length: answered whatever it holds, echoed only when it is a UUID
+    /// (type 0 and 16 bytes), as PXE defines it; never a crash or a malformed reply.
+    @Test func aMachineIdentifierOfEveryLengthIsEchoedOnlyWhenItIsAUUID() throws {
+        for length in 0...255 {
+            let value = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+            let bytes = request(options: option(53, [1]) + option(60, "PXEClient:Arch:00007:UNDI:003000") + option(93, [0, 7])
+                                + option(97, value) + [255])
+            let reply = try answer(bytes).get().reply
+            #expect(reply.options[.machineIdentifier] == (length == 17 && value[0] == 0 ? value : nil), "length \(length)")
+            #expect(try parse(reply.encoded()).get() == reply)
+        }
+    }
+
+    /// A relay chain's hop count: up to 16 hops answered (RFC 1542's limit), more dropped.
+    @Test func hopCountsUpToSixteenAreAnswered() throws {
+        for hops in UInt8(0)...UInt8(255) {
+            let bytes = request(giaddr: hops == 0 ? [0, 0, 0, 0] : [10, 9, 0, 1], hops: hops,
+                                options: option(53, [1]) + option(60, "PXEClient:Arch:00007:UNDI:003000") + option(93, [0, 7]) + [255])
+            switch answer(bytes) {
+            case .success: #expect(hops <= 16, "hops \(hops)")
+            case .failure(let silence): #expect(hops > 16 && silence == .tooManyHops(hops), "hops \(hops)")
+            }
+        }
+    }
+
     @Test func eachArchitectureGetsItsFile() throws {
         let custom = BootMenu.withDefaults([.efiArm64: .file("arm64/ipxe.efi"), .efiX86: .file("ipxe-i386.efi")], httpBase: nil)
         #expect(try answer(edk2Discover(arch: 0, vendor: "PXEClient:Arch:00000:UNDI:002001"), menu: custom).get().target == .file("undionly.kpxe"))
