@@ -34,11 +34,11 @@ SECTIONS = [
             "Glibc, with and without GSO) and dnsmasq run in interleaved rounds: the median round and the spread. The "
             "peers are tftp-hpa 7.3's in.tftpd and dnsmasq 2.93 from a Debian unstable tree, and Debian 12's 5.2 and "
             "2.90. The floor is the kernel's price for the same datagrams with no TFTP at all."),
-    Section("bench-dhcp", "The first DHCP packet: Stampede's proxyDHCP beside dnsmasq's", "make bench-dhcp (and make bench)",
+    Section("bench-dhcp", "The first DHCP packet: Stampede's proxyDHCP beside dnsmasq's", "make bench-dhcp",
             "A boot network of its own (two network namespaces and a veth pair): `stampede storm --dhcp` plays each "
             "machine's DHCP as its firmware sends it, with its own MAC and UUID, against Stampede (--proxy-dhcp, TFTP, "
             "--http) and against dnsmasq 2.93 (proxy DHCP and TFTP) with nginx, each in a cgroup of its own, in "
-            "interleaved rounds."),
+            "interleaved rounds. `make bench` runs it too."),
     Section("bench-static", "The static binary beside the dynamic one", "make bench-static",
             "The shipped binary (Swift runtime linked statically) against the same code linked dynamically, both "
             "backends, interleaved."),
