@@ -184,6 +184,20 @@ def stop(process):
             process.wait()
 
 
+def stop_all(processes, group=None):
+    """SIGTERM to each, SIGKILL after 20 s; then the cgroup, if any, goes."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if group:
+        group.remove()
+
+
 # The peers, as the benches run them
 
 def dnsmasq_command(binary, root):

@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (FD_LIMIT, ROOT, SID, STAMPEDE, CpuGroup, Sampler, dnsmasq_command, fill_root, free_port, in_sid,  # noqa: E402
-                     write_results)
+                     stop_all, write_results)
 
 SECONDS = int(os.environ.get("BENCH_HTTP_SECONDS", "8"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -157,22 +157,8 @@ def one_round(server, index):
             results["idle"] = idle_connections(port, sampler)
     finally:
         sampler.stopping.set()
-        stop([process], group)
+        stop_all([process], group)
     return results
-
-
-def stop(processes, group):
-    """SIGTERM, SIGKILL after 20 s; then the cgroup goes."""
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    if group:
-        group.remove()
 
 
 def wait_for_tcp(port, process, name):
@@ -222,7 +208,7 @@ def rack_round(servers, index):
                 "retransmits": result["retransmits"], "server_cpu_s": round(cpu, 2),
                 "storm_cpu_s": result["client_cpu_s"], "seconds": result["seconds"], "bytes": result["bytes"]}
     finally:
-        stop(processes, group)
+        stop_all(processes, group)
 
 
 def rack_table(rounds):

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import FD_LIMIT, ROOT, STAMPEDE, CpuGroup, fill_root, in_sid, write_results  # noqa: E402
+from harness import FD_LIMIT, ROOT, STAMPEDE, CpuGroup, fill_root, in_sid, stop_all, write_results  # noqa: E402
 
 SERVER, CLIENT, MACHINES = "10.79.0.1", "10.79.0.57", "10.80.0.0/20"
 SERVER_NS, CLIENT_NS = f"stbench-dhcp-s{os.getpid()}", f"stbench-dhcp-c{os.getpid()}"
@@ -135,16 +135,7 @@ def one_round(servers, scenario, index):
             result = storm(["--profile-file", profile, "--clients", DISCOVER_MACHINES, "--ramp", "1"])
         cpu = (group.seconds() if group else 0.0) - before
     finally:
-        for p in processes:
-            p.terminate()
-        for p in processes:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        if group:
-            group.remove()
+        stop_all(processes, group)
     stages = {stage["stage"]: stage for stage in result["stages"]}
     dhcp = [stage for name, stage in stages.items() if " dhcp " in name]
     return {"ok": result["ok"], "failed": result["failed"], "failures": result["failures"],
