@@ -237,7 +237,7 @@ interop: deb deps package-deps boot-kernel
 	STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs --durations=40 Tests/interop
 
 test: deps parity-deps package-deps boot-kernel deb sanitize
-	$(MAKE) fuzz FUZZ_SECONDS=10
+	$(MAKE) fuzz FUZZ_SECONDS=5
 	$(SWIFT) test
 	STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs --durations=40 Tests/interop
 

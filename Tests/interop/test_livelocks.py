@@ -61,7 +61,7 @@ def test_get_gives_up_a_server_that_resends_a_block_it_cannot_use(tmp_path):
     try:
         started = time.time()
         r = run([str(BINARY), "get", f"127.0.0.1:{server.port}", "f", str(tmp_path / "out"), "--no-tsize",
-                 "--retries", "3"], timeout=60)
+                 "--retries", "2"], timeout=60)
         elapsed = time.time() - started
     finally:
         server.close()
