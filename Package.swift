@@ -12,6 +12,9 @@ import PackageDescription
 //   StampedeHTTPWire  HTTP/1 itself: the request and response heads' grammar, statuses, dates. Pure.
 //   StampedeDHCP      DHCP itself, for a proxyDHCP boot responder: the message codec, what a
 //                     machine's request says of it, what the proxy answers. Pure.
+//   CStampedeTLS      C: the OpenSSL 3 calls --https makes (Debian's libssl3, linked dynamically)
+//   StampedeTLS       TLS for the HTTP engine: the certificate and key, the profile, a connection's
+//                     session, kernel TLS's probe, and UEFI's signature list of CAs (tls-ca)
 //   StampedeHTTP      the HTTP engine (connections as state machines, epoll, sendfile) and --http's
 //                     answers: the same root, policy, rules and file images over HTTP/1.1
 //   StampedeGlibc     a backend: epoll + recvmmsg/sendmmsg
@@ -49,13 +52,17 @@ let package = Package(
         .target(name: "CStampedeRing", dependencies: ["CLibURing", "CStampedeSys"], path: "CSources/CStampedeRing",
                 cSettings: strictC),
 
+        .target(name: "CStampedeTLS", path: "CSources/CStampedeTLS", cSettings: strictC,
+                linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
+        .target(name: "StampedeTLS", dependencies: ["CStampedeTLS"]),
+
         .target(name: "StampedeProtocol"),
         .target(name: "StampedeIO", dependencies: ["StampedeProtocol", "CStampedeSys"]),
         .target(name: "StampedeServer", dependencies: ["StampedeProtocol", "StampedeIO", "StampedeDHCP", "CStampedeSys", log,
                                                      .product(name: "Atomics", package: "swift-atomics")]),
         .target(name: "StampedeHTTPWire"),
         .target(name: "StampedeDHCP"),
-        .target(name: "StampedeHTTP", dependencies: ["StampedeHTTPWire", "StampedeServer", "StampedeIO", "StampedeProtocol",
+        .target(name: "StampedeHTTP", dependencies: ["StampedeHTTPWire", "StampedeTLS", "StampedeServer", "StampedeIO", "StampedeProtocol",
                                                    "CStampedeSys", log, .product(name: "Atomics", package: "swift-atomics")]),
         .target(name: "StampedeMetrics",
                 dependencies: ["StampedeServer", "StampedeHTTP", "StampedeDHCP", "StampedeIO", "StampedeProtocol", log,
@@ -67,7 +74,7 @@ let package = Package(
         .executableTarget(
             name: "stampede",
             dependencies: ["StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeDHCP", "StampedeGlibc", "StampedeURing",
-                           "StampedeStorm", "StampedeMetrics", "StampedeHTTP", "CStampedeSys", log,
+                           "StampedeStorm", "StampedeMetrics", "StampedeHTTP", "StampedeTLS", "CStampedeSys", log,
                            .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
 
@@ -97,6 +104,7 @@ let package = Package(
                     dependencies: ["stampede", "StampedeServer", "StampedeDHCP", "StampedeIO", "StampedeProtocol", log]),
         .testTarget(name: "StampedeHTTPWireTests", dependencies: ["StampedeHTTPWire"]),
         .testTarget(name: "StampedeDHCPTests", dependencies: ["StampedeDHCP"]),
+        .testTarget(name: "StampedeTLSTests", dependencies: ["StampedeTLS"]),
         .testTarget(name: "StampedeHTTPTests",
                     dependencies: ["StampedeHTTP", "StampedeHTTPWire", "StampedeServer", "StampedeIO", "StampedeProtocol",
                                    "StampedeTestSupport", log]),

@@ -2,6 +2,7 @@ import StampedeHTTPWire
 import StampedeIO
 import StampedeProtocol
 import StampedeServer
+import StampedeTLS
 
 /// One client's TCP connection, owned by the event loop that accepted it: its socket, the bytes
 /// of requests not answered yet, where its life is (`ConnectionState`), the answer being written
@@ -25,6 +26,8 @@ final class Connection {
     /// The head whose file the disk thread reads: the ticket its outcome comes under, when the
     /// head began, and how many reads it has waited for.
     var waiting: (ticket: UInt64, head: RequestHead, started: Nanoseconds, reads: Int)?
+    /// `--https`: the TLS session every byte goes through; let go before the socket closes.
+    var tls: TLSSession?
 
     init(fd: Int32, peer: SocketAddress, generation: UInt32, limits: RequestHead.Limits, state: ConnectionState) {
         self.fd = fd

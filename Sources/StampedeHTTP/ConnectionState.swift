@@ -21,6 +21,9 @@ struct ConnectionState: Equatable {
     }
 
     enum Phase: Equatable {
+        /// TLS (`--https`): the handshake is under way, since the connection was accepted; the
+        /// request deadline bounds it.
+        case handshaking(since: Nanoseconds)
         /// Between requests, nothing of the next one read: since when.
         case idle(since: Nanoseconds)
         /// A head has begun (or the next of a pipeline is buffered): since its first byte.
@@ -35,6 +38,8 @@ struct ConnectionState: Equatable {
     }
 
     enum Event: Equatable {
+        /// TLS: the handshake finished; requests may come.
+        case handshakeDone
         /// The loop serves the connection this turn: its write budget starts afresh.
         case serviceBegins
         /// Bytes of a request arrived.
@@ -83,6 +88,8 @@ struct ConnectionState: Equatable {
         case drained
         /// The client took no byte of the answer for the send timeout.
         case stalled
+        /// TLS: the handshake did not finish within the request deadline.
+        case handshakeTimedOut
     }
 
     let limits: Limits
@@ -93,10 +100,11 @@ struct ConnectionState: Equatable {
     private(set) var stopping = false
     private var writtenThisTurn = 0
 
-    init(limits: Limits, opened: Nanoseconds) {
+    /// `handshake`: the connection begins with TLS's handshake (`--https`).
+    init(limits: Limits, opened: Nanoseconds, handshake: Bool = false) {
         self.limits = limits
         self.opened = opened
-        phase = .idle(since: opened)
+        phase = handshake ? .handshaking(since: opened) : .idle(since: opened)
     }
 
     /// What `event` at `now` leads to.
@@ -105,6 +113,10 @@ struct ConnectionState: Equatable {
         case .serviceBegins:
             writtenThisTurn = 0
             return .none
+        case .handshakeDone:
+            guard case .handshaking = phase else { return .none }
+            phase = .idle(since: now)
+            return .read
         case .bytesRead:
             if case .idle = phase { phase = .readingHead(since: now) }
             return .read
@@ -150,6 +162,9 @@ struct ConnectionState: Equatable {
 
     private mutating func deadline(now: Nanoseconds) -> Action {
         switch phase {
+        case .handshaking(let since) where now - since > limits.requestTimeout:
+            phase = .closed
+            return .close(.handshakeTimedOut)
         case .readingHead(let since) where now - since > limits.requestTimeout:
             phase = .closed
             return .answerTimeoutThenClose

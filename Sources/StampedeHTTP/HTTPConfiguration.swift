@@ -1,6 +1,7 @@
 import StampedeHTTPWire
 import StampedeIO
 import StampedeProtocol
+import StampedeTLS
 
 /// An HTTP server's addresses and limits (`--http`; the metrics endpoint has its own). What a
 /// file server serves, and how (the root, the access policy, the remap rules, the log format,
@@ -29,6 +30,10 @@ public struct HTTPConfiguration: Sendable {
     public var writeBudget = 4 << 20
     /// A connection older than this says Connection: close with its next answer (nil: any age).
     public var connectionLifetime: Nanoseconds?
+
+    /// `--https`: every connection speaks TLS with this identity (certificate, key, profile);
+    /// nil: plain HTTP.
+    public var tls: TLSIdentity?
 
     public init(listenAddresses: [SocketAddress]) {
         self.listenAddresses = listenAddresses

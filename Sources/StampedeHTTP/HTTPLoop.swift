@@ -6,6 +6,7 @@ import StampedeHTTPWire
 import StampedeIO
 import StampedeProtocol
 import StampedeServer
+import StampedeTLS
 
 /// One HTTP event loop: its listeners (SO_REUSEPORT: the kernel spreads connections over the
 /// loops), its own epoll, its connections, its responder. It does the I/O and nothing else: each
@@ -227,8 +228,17 @@ public final class HTTPLoop: @unchecked Sendable {
             }()
             generations[slot] = HTTPTag.next(after: generations[slot])
             let connection = Connection(fd: fd, peer: peer.unmapped, generation: generations[slot], limits: http.limits,
-                                        state: ConnectionState(limits: http.connectionLimits, opened: now))
+                                        state: ConnectionState(limits: http.connectionLimits, opened: now, handshake: http.tls != nil))
             connections[slot] = connection
+            if let tls = http.tls {
+                // With the certificate of now: a reload (SIGHUP) changes the next handshakes only.
+                guard let session = tls.session(fd: fd) else {
+                    logRefusal("\(connection.peer): connection closed: no memory for its TLS session", now: now)
+                    close(slot)
+                    continue
+                }
+                connection.tls = session
+            }
             accepted += 1
             metrics.add(.httpConnections)
             admission?.connectionOpened()
@@ -279,6 +289,8 @@ public final class HTTPLoop: @unchecked Sendable {
                 return
             case .answering, .waitingForFile:
                 return
+            case .handshaking:
+                guard handshake(slot, connection, now: now) else { return }
             case .writing:
                 switch write(slot, connection, now: now) {
                 case .blocked, .abandoned:
@@ -295,17 +307,44 @@ public final class HTTPLoop: @unchecked Sendable {
                 }
             case .idle, .readingHead:
                 if !connection.input.isEmpty && parse(connection, now: now) { continue }
-                let read = recv(connection.fd, scratch.baseAddress, scratch.count, 0)
-                if read > 0 {
+                switch receive(connection) {
+                case .bytes(let read):
                     connection.input.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[..<read]))
                     _ = connection.state.handle(.bytesRead, now: now)
-                    continue
+                case .wouldBlock:
+                    return
+                case .gone:
+                    // The client closed (or reset): what it had not finished asking is dropped.
+                    _ = connection.state.handle(.peerGone, now: now)
                 }
-                if read < 0 && errno == EINTR { continue }
-                if read < 0 && errno == EAGAIN { return }
-                // The client closed (or reset): what it had not finished asking is dropped.
-                _ = connection.state.handle(.peerGone, now: now)
             }
+        }
+    }
+
+    enum Received {
+        case bytes(Int)
+        case wouldBlock
+        /// Closed, reset, or (TLS) broken.
+        case gone
+    }
+
+    /// Reads what the connection has into the scratch buffer: from the socket, or decrypted.
+    func receive(_ connection: Connection) -> Received {
+        if let tls = connection.tls {
+            switch tls.read(into: scratch) {
+            case .bytes(let count): return .bytes(count)
+            case .wouldBlock: return .wouldBlock
+            case .closed: return .gone
+            case .failed(let why):
+                logger.debug("\(connection.peer): TLS: \(why): connection closed")
+                return .gone
+            }
+        }
+        while true {
+            let read = recv(connection.fd, scratch.baseAddress, scratch.count, 0)
+            if read > 0 { return .bytes(read) }
+            if read < 0 && errno == EINTR { continue }
+            return read < 0 && errno == EAGAIN ? .wouldBlock : .gone
         }
     }
 
@@ -363,6 +402,7 @@ public final class HTTPLoop: @unchecked Sendable {
 
     /// Writes the answer until it is done, the socket is full, or the turn's budget is spent.
     func write(_ slot: Int, _ connection: Connection, now: Nanoseconds) -> Written {
+        if let tls = connection.tls { return write(slot, connection, through: tls, now: now) }
         while var response = connection.response {
             if response.isDone { return .done }
             let bodyLeft = min(response.end - response.offset, http.connectionLimits.writeBudget)
@@ -510,6 +550,7 @@ public final class HTTPLoop: @unchecked Sendable {
 
     func close(_ slot: Int) {
         guard let connection = connections[slot] else { return }
+        connection.tls = nil  // its close_notify goes out on the socket, before the socket closes
         Glibc.close(connection.fd)
         connections[slot] = nil
         free.append(slot)

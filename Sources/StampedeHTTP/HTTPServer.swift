@@ -3,7 +3,7 @@ import Glibc
 import StampedeIO
 import StampedeServer
 
-/// `--http`: HTTP/1.1 and 1.0 over the TFTP server's root, one event loop per core on threads
+/// `--http` (and `--https`, the same over TLS): HTTP/1.1 and 1.0 over the TFTP server's root, one event loop per core on threads
 /// of their own, each answering through its own `FileResponder` from the server's file service.
 /// Making it binds every listener, so that the caller can drop privileges before `start`.
 public final class HTTPServer: Sendable {
@@ -11,20 +11,20 @@ public final class HTTPServer: Sendable {
     public let boundAddresses: [SocketAddress]
 
     /// `admission`: the TFTP server's, told of every connection, so that an open one keeps `-t`'s
-    /// idle exit away.
+    /// idle exit away. `open`: the connections open, shared with another server of the process
+    /// (`--http` and `--https` share `--http-max-connections`).
     public init(configuration: ServerConfiguration, http: HTTPConfiguration, files: FileService, fileLabels: FileLabels,
-                admission: Admission? = nil, loopCount: Int) throws(Errno) {
+                admission: Admission? = nil, loopCount: Int, open: ManagedAtomic<Int> = ManagedAtomic(0)) throws(Errno) {
         // A client that goes away mid-response makes sendfile raise SIGPIPE otherwise.
         signal(SIGPIPE, SIG_IGN)
-        let open = ManagedAtomic<Int>(0)
         var loops: [HTTPLoop] = []
         // Another server on one of them fails the start (`claimExclusively`); the loops share them.
         var addresses = try claimExclusively(http.listenAddresses, stream: true)
         var passed: [SocketAddress] = []
         for index in 0..<max(1, loopCount) {
             var logger = configuration.logger
-            logger[metadataKey: "http"] = "\(index)"
-            let metrics = WorkerMetrics(.http)
+            logger[metadataKey: http.tls == nil ? "http" : "https"] = "\(index)"
+            let metrics = WorkerMetrics(http.tls == nil ? .http : .https)
             let responder = FileResponder(files: files, configuration: configuration, metrics: metrics, fileLabels: fileLabels,
                                           logger: logger)
             let loop = try HTTPLoop(http: http, responder: responder, metrics: metrics, open: open, admission: admission,

@@ -71,7 +71,7 @@ public final class MetricsExporter: Sendable {
             for kind in WorkerMetrics.Kind.of(served) {
                 for result in WorkerMetrics.Result.allCases {
                     counter("stampede_requests_total",
-                            "Requests by protocol (tftp, http), kind (rrq, wrq, get, head, invalid) and how they ended.",
+                            "Requests by protocol (tftp, http, https), kind (rrq, wrq, get, head, invalid) and how they ended.",
                             [("protocol", served.rawValue), ("request", kind.label), ("outcome", result.label)]) { workers, _ in
                         workers.reduce(0) { $0 + ($1.served == served ? $1.requests(kind, result) : 0) }
                     }
@@ -100,11 +100,29 @@ public final class MetricsExporter: Sendable {
         let fileBytes = "File bytes delivered: by finished TFTP transfers (acknowledged), by HTTP responses (taken by the kernel)."
         counter("stampede_file_bytes_total", fileBytes, [("protocol", "tftp"), ("direction", "sent")], sum(.fileBytesSent))
         counter("stampede_file_bytes_total", fileBytes, [("protocol", "tftp"), ("direction", "received")], sum(.fileBytesReceived))
-        counter("stampede_file_bytes_total", fileBytes, [("protocol", "http"), ("direction", "sent")], sum(.httpFileBytesSent))
-        gauge("stampede_http_connections", "HTTP connections open.", sum(.httpConnections))
-        counter("stampede_http_connections_refused_total", "HTTP connections closed at once: the connection limit was reached.",
-                [], sum(.httpConnectionsRefused))
-        counter("stampede_http_sent_bytes_total", "HTTP bytes sent, heads and bodies.", [], sum(.httpBytesSent))
+        for served in [ServedProtocol.http, .https] {
+            func of(_ count: WorkerMetrics.Count) -> Read {
+                { workers, _ in workers.reduce(0) { $0 + ($1.served == served ? $1.value(count) : 0) } }
+            }
+            counter("stampede_file_bytes_total", fileBytes, [("protocol", served.rawValue), ("direction", "sent")], of(.httpFileBytesSent))
+            counter("stampede_http_connections_refused_total",
+                    "HTTP connections closed at once: the connection limit was reached (protocol http or https).",
+                    [("protocol", served.rawValue)], of(.httpConnectionsRefused))
+            counter("stampede_http_sent_bytes_total", "HTTP bytes sent, heads and bodies (over TLS: before encryption).",
+                    [("protocol", served.rawValue)], of(.httpBytesSent))
+        }
+        gauge("stampede_http_connections", "HTTP and HTTPS connections open.", sum(.httpConnections))
+        for (outcome, count) in [("full", WorkerMetrics.Count.tlsHandshakes), ("resumed", .tlsResumed),
+                                 ("failed", .tlsHandshakeFailures), ("plain_http", .tlsPlainHTTP)] {
+            counter("stampede_tls_handshakes_total",
+                    "TLS handshakes of --https: finished in full, finished resuming a session, failed, or plain HTTP sent to the port.",
+                    [("outcome", outcome)], sum(count))
+        }
+        for (path, count) in [("kernel_sendfile", WorkerMetrics.Count.tlsKernelBytes), ("ssl_write", .tlsWrittenBytes)] {
+            counter("stampede_tls_body_bytes_total",
+                    "HTTPS body bytes by the way they went: encrypted by the kernel from the file image (kernel TLS) or by OpenSSL from its memory.",
+                    [("path", path)], sum(count))
+        }
         counter("stampede_retransmissions_total", "DATA, OACK and ACK sent again after a timeout or a duplicate ACK.",
                 [], sum(.retransmissions))
         counter("stampede_duplicate_acks_total", "ACKs that repeated the last acknowledged block.", [], sum(.duplicateAcks))
@@ -211,7 +229,7 @@ public final class MetricsExporter: Sendable {
         var names: [String]?
         for worker in workers {
             worker.durations.drain { entry in
-                let key = Int(entry.label) << 4 | entry.kind.rawValue << 1 | (worker.served == .http ? 1 : 0)
+                let key = Int(entry.label) << 5 | entry.kind.rawValue << 2 | (ServedProtocol.allCases.firstIndex(of: worker.served) ?? 0)
                 if state.durations[key] == nil {
                     if names == nil { names = fileLabels.names }
                     let file = Int(entry.label) < names!.count ? names![Int(entry.label)] : FileLabels.other

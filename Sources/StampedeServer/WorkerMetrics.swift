@@ -6,7 +6,7 @@ import Synchronization
 
 /// The protocol a loop serves, which labels everything it counts.
 public enum ServedProtocol: String, CaseIterable, Sendable {
-    case tftp, http
+    case tftp, http, https
 }
 
 /// An event loop's figures for the metrics (`--metrics`): a TFTP worker's or an HTTP loop's,
@@ -48,6 +48,12 @@ public final class WorkerMetrics: @unchecked Sendable {
         case httpBytesSent
         /// File bytes HTTP responses delivered (all of a 200's or a 206's body the kernel took).
         case httpFileBytesSent
+        /// TLS handshakes (`--https`): finished in full, finished by resuming a session, failed
+        /// (or the client left before the end), and plain HTTP sent to the TLS port.
+        case tlsHandshakes, tlsResumed, tlsHandshakeFailures, tlsPlainHTTP
+        /// TLS body bytes by the way they went: encrypted by the kernel from the file (kernel TLS,
+        /// SSL_sendfile), or by OpenSSL from memory (SSL_write).
+        case tlsKernelBytes, tlsWrittenBytes
     }
 
     /// What a request asked for: an RRQ or a WRQ over TFTP, a GET or a HEAD over HTTP.
@@ -71,7 +77,7 @@ public final class WorkerMetrics: @unchecked Sendable {
         public static func of(_ served: ServedProtocol) -> [Kind] {
             switch served {
             case .tftp: [.read, .write, .invalid]
-            case .http: [.get, .head, .invalid]
+            case .http, .https: [.get, .head, .invalid]
             }
         }
     }

@@ -11,10 +11,11 @@ struct Stampede: ParsableCommand {
         discussion: """
             With no subcommand, stampede serves (the in.tftpd command line):
               stampede -l -s -a 127.0.0.1:6969 /srv/tftp
-            It is also a client (get, put) and a load generator (storm).
+            It is also a client (get, put), a load generator (storm), and writes the CA
+            list UEFI HTTPS Boot trusts (tls-ca).
             Installed (or linked) as in.tftpd, it is the server alone, as tftpd-hpa's is.
             """,
-        subcommands: [ServeCommand.self, Get.self, Put.self, Storm.self],
+        subcommands: [ServeCommand.self, Get.self, Put.self, Storm.self, TLSCA.self],
         defaultSubcommand: ServeCommand.self
     )
 

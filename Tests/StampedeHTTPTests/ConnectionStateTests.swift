@@ -25,6 +25,28 @@ import Testing
         #expect(state.phase == .idle(since: 4))
     }
 
+    /// TLS: the handshake comes first, bounded by the request deadline from the accept; once it
+    /// is done the connection is idle, and its idle time starts then.
+    @Test func aTLSHandshakeIsBoundedByTheRequestDeadline() {
+        var state = ConnectionState(limits: limits, opened: 0, handshake: true)
+        #expect(state.phase == .handshaking(since: 0))
+        #expect(state.handle(.tick, now: 10 * Self.second) == .none)
+        #expect(state.handle(.tick, now: 10 * Self.second + 1) == .close(.handshakeTimedOut))
+        #expect(state.phase == .closed)
+
+        var finished = ConnectionState(limits: limits, opened: 0, handshake: true)
+        #expect(finished.handle(.handshakeDone, now: 9 * Self.second) == .read)
+        #expect(finished.phase == .idle(since: 9 * Self.second))
+        #expect(finished.handle(.tick, now: 30 * Self.second) == .none)
+        #expect(finished.handle(.tick, now: 70 * Self.second) == .close(.idle))
+        // A second "done" changes nothing.
+        var once = ConnectionState(limits: limits, opened: 0, handshake: true)
+        _ = once.handle(.handshakeDone, now: 1)
+        _ = once.handle(.bytesRead, now: 2)
+        #expect(once.handle(.handshakeDone, now: 3) == .none)
+        #expect(once.phase == .readingHead(since: 2))
+    }
+
     /// Requests sent back to back: each answered in order, the next parsed from what is already
     /// read, its head taken to have begun when the one before was answered.
     @Test func pipelinedRequestsAreParsedFromWhatIsAlreadyRead() {

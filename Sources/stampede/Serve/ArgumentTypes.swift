@@ -3,6 +3,7 @@ import Glibc
 import StampedeDHCP
 import StampedeIO
 import StampedeServer
+import StampedeTLS
 
 // The types `serve`'s flags are parsed into, once, at the command line's edge (each flag's
 // `transform` throws the usage error, exit 64, saying what was wanted): past it, no String stands
@@ -199,3 +200,5 @@ struct BootFileChoice: Equatable {
         }
     }
 }
+
+extension TLSProfile: ExpressibleByArgument {}

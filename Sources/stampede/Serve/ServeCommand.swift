@@ -7,6 +7,7 @@ import StampedeIO
 import StampedeMetrics
 import StampedeProtocol
 import StampedeServer
+import StampedeTLS
 import StampedeURing
 
 /// `stampede [serve]`: the in.tftpd (tftpd-hpa) command line, plus long options of our own.
@@ -29,6 +30,9 @@ struct ServeCommand: ParsableCommand {
         let mode = try ServingMode.of(options)
         if mode == .inetd && !options.http.isEmpty {
             throw serveFailure("--http needs a server that stays (-l, -L or --systemd): under inetd each request starts another", status: 64)
+        }
+        if mode == .inetd && !options.https.isEmpty {
+            throw serveFailure("--https needs a server that stays (-l, -L or --systemd): under inetd each request starts another", status: 64)
         }
         if mode == .inetd && !options.proxyDHCP.isEmpty {
             throw serveFailure("--proxy-dhcp needs a server that stays (-l, -L or --systemd): under inetd each request starts another", status: 64)
@@ -75,6 +79,9 @@ struct ServeCommand: ParsableCommand {
         do { plan = try ServePlan(options, facts) } catch { throw serveFailure(error.message) }
         for warning in plan.warnings { logger.warning("\(warning)") }
         for notice in plan.notices { logger.notice("\(notice)") }
+        // Read as the starting user and before -s: the key may be readable by root alone, and
+        // live outside the served root.
+        let tls = try options.tlsCertificate.map { certificate in try loadIdentity(certificate: certificate, key: options.tlsKey!, logger) }
         let notifier = SystemdNotifier()
         let processFigures = options.metrics == nil ? nil : ProcessFigures()
         let rootFD: Int32
@@ -89,10 +96,22 @@ struct ServeCommand: ParsableCommand {
         var configuration = ServerConfiguration(listenAddresses: [], policy: plan.policy(root: rootFD), logger: logger)
         plan.configure(&configuration)
         configuration.remapRules = rules
-        if case .file(let file) = destination { configuration.onHangup = file.reopen }
+        let reopen: (@Sendable () -> String?)? = if case .file(let file) = destination { file.reopen } else { nil }
+        configuration.onHangup = {
+            var problems = reopen?().map { [$0] } ?? []
+            if let tls {
+                switch tls.reload() {
+                case .success(let context):
+                    logger.notice("SIGHUP: --https certificate for \(context.names) loaded again (expires \(TLSContext.date(context.notAfter))); new connections use it")
+                case .failure(let problem):
+                    problems.append("--https: \(problem): still serving the certificate loaded before")
+                }
+            }
+            return problems.isEmpty ? nil : problems.joined(separator: "; ")
+        }
         let startup = ServerStartup(plan: plan, configuration: configuration, cache: FileCache(limits: plan.cacheLimits),
                                     account: account, root: root, detached: detached, processFigures: processFigures,
-                                    notifier: notifier)
+                                    notifier: notifier, tls: tls)
         let segmentation = !options.noSegmentation
         if plan.useURing {
             var ring = URingBackend.Configuration()
@@ -117,6 +136,21 @@ struct ServeCommand: ParsableCommand {
         case .syslog: return syslog
         case nil: return options.foreground ? .standardError : syslog
         }
+    }
+
+    /// --https's certificate and key, checked now: a problem exits 78 (EX_CONFIG) naming the file
+    /// and why; what firmware may not accept, and a key others can read, are warnings.
+    func loadIdentity(certificate: String, key: String, _ logger: Logger) throws -> TLSIdentity {
+        let identity: TLSIdentity
+        do {
+            identity = try TLSIdentity(certificate: certificate, key: key, profile: options.tlsProfile,
+                                       kernelTLS: KernelTLS.probe().available)
+        } catch {
+            throw serveFailure("--https: \(error)", status: 78)
+        }
+        for warning in identity.context.warnings { logger.warning("--https: \(warning)") }
+        if let exposure = identity.keyExposure { logger.warning("--https: \(exposure)") }
+        return identity
     }
 
     /// The -m file, read now and again on SIGHUP (`RuleFile`).

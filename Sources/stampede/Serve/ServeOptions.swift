@@ -3,6 +3,7 @@ import StampedeDHCP
 import StampedeIO
 import StampedeProtocol
 import StampedeServer
+import StampedeTLS
 
 /// `serve`'s flags: in.tftpd 7.3's command line, and long options of Stampede's own, each parsed
 /// once into its type (ArgumentTypes.swift) and checked against its range (`FlagRange`), so that
@@ -201,6 +202,21 @@ struct ServeOptions: ParsableArguments {
                                valueName: "ADDR:PORT"),
             transform: { try TCPAddress.parse($0, flag: "--http", example: "192.0.2.1:80 or [::]:8080") })
     var http: [TCPAddress] = []
+    @Option(name: .customLong("https"),
+            help: ArgumentHelp("Serve the same root over HTTPS at ADDR:PORT too (repeatable; off by default), as --http serves it, with --tls-certificate and --tls-key. Port 443; :PORT is every IPv4 address, [::]:PORT every IPv6 one; port 0 takes a free one, said at start.",
+                               valueName: "ADDR:PORT"),
+            transform: { try TCPAddress.parse($0, flag: "--https", example: "192.0.2.1:443 or [::]:8443") })
+    var https: [TCPAddress] = []
+    @Option(name: .customLong("tls-certificate"),
+            help: ArgumentHelp("--https's certificate chain in PEM: the server's certificate (its subject alternative names must hold the host name or address of the boot URLs), then the intermediates. Read again on SIGHUP.",
+                               valueName: "FILE"))
+    var tlsCertificate: String?
+    @Option(name: .customLong("tls-key"),
+            help: ArgumentHelp("--https's private key in PEM, unencrypted, readable by the server's user alone. Read again on SIGHUP.", valueName: "FILE"))
+    var tlsKey: String?
+    @Option(name: .customLong("tls-profile"),
+            help: "What --https speaks: firmware (default: TLS 1.2 and 1.3, ECDHE suites first, then DHE-RSA and RSA key exchange for UEFI firmware without elliptic curves) or modern (TLS 1.2 with ECDHE and AEAD suites only, and TLS 1.3).")
+    var tlsProfile = TLSProfile.firmware
     @Option(name: .customLong("proxy-dhcp"),
             help: ArgumentHelp("Answer network-boot machines' DHCP requests as a proxyDHCP server on the network where this host has ADDR (repeatable; off by default): boot information only, never an address, beside the site's DHCP server. ADDR names the interface answered on and is the boot server the answers name.",
                                valueName: "ADDR"),
@@ -263,6 +279,12 @@ struct ServeOptions: ParsableArguments {
         try FlagRange.check(windowsize, 0...Int.max, "-W", "blocks")
         try FlagRange.check(windowBytes, 0...Int.max, "--window-bytes", "bytes")
         if ipv4 && ipv6 { throw ValidationError("-4 and -6 exclude each other.") }
+        if !https.isEmpty && (tlsCertificate == nil || tlsKey == nil) {
+            throw ValidationError("--https needs --tls-certificate and --tls-key.")
+        }
+        if https.isEmpty && (tlsCertificate != nil || tlsKey != nil) {
+            throw ValidationError("--tls-certificate and --tls-key are for --https.")
+        }
         try FlagRange.check(httpMaxConnections, FlagRange.count, "--http-max-connections")
         try FlagRange.check(httpIdleTimeout, 1...FlagRange.year, "--http-idle-timeout", "seconds")
         try FlagRange.check(httpRequestTimeout, 1...FlagRange.year, "--http-request-timeout", "seconds")

@@ -39,6 +39,9 @@ struct ServePlan {
     let cacheLimits: FileCache.Limits
     /// `--http`, and listening TCP sockets systemd passed; nil: no HTTP.
     let http: HTTPConfiguration?
+    /// `--https`, with the limits of `--http` (its identity, loaded from the files, is the
+    /// command's to add); nil: no HTTPS.
+    let https: HTTPConfiguration?
     /// `--proxy-dhcp`'s networks, each with what its machines boot.
     let bootNetworks: [BootNetwork]
     let useURing: Bool
@@ -64,7 +67,7 @@ struct ServePlan {
         // HTTP on --http's addresses, and on the listening TCP sockets a socket unit passes.
         var passedHTTP: [Int32] = []
         if case .systemd(_, let stream) = facts.mode { passedHTTP = stream }
-        let servesHTTP = !options.http.isEmpty || !passedHTTP.isEmpty
+        let servesHTTP = !options.http.isEmpty || !passedHTTP.isEmpty || !options.https.isEmpty
         // Every descriptor a connection, a transfer or an image may hold, out of the limit.
         budget = DescriptorBudget(limit: facts.fileLimit, imageBytes: options.cacheSize << 20,
                                   smallestImage: servesHTTP ? FileImage.sharedFrom : nil,
@@ -82,17 +85,14 @@ struct ServePlan {
             workerCount = 1
         }
         self.workerCount = max(1, workerCount)
-        if servesHTTP {
-            var http = HTTPConfiguration(listenAddresses: options.http.map(\.socketAddress))
+        if !options.http.isEmpty || !passedHTTP.isEmpty {
+            var http = Self.web(options.http, options, connections: budget.httpConnections)
             http.inheritedListeners = passedHTTP
-            http.maxConnections = budget.httpConnections
-            http.idleTimeout = Nanoseconds(options.httpIdleTimeout) * nanosecondsPerSecond
-            http.sendTimeout = http.idleTimeout
-            http.requestTimeout = Nanoseconds(options.httpRequestTimeout) * nanosecondsPerSecond
             self.http = http
         } else {
             http = nil
         }
+        https = options.https.isEmpty ? nil : Self.web(options.https, options, connections: budget.httpConnections)
         // What each boot network's machines get: the operator's --boot-file over the defaults,
         // iPXE's script and UEFI HTTP Boot's loader over --http where it serves that address.
         let choices = Dictionary(options.bootFile.map { ($0.selector, $0.target) }, uniquingKeysWith: { _, last in last })
@@ -119,6 +119,17 @@ struct ServePlan {
         self.warnings = warnings
         self.notices = notices
         fileUmask = options.umask?.bits ?? (options.permissive ? facts.inheritedUmask : 0)
+    }
+
+    /// An HTTP server's configuration from the --http-* flags: --http and --https have the same
+    /// limits, and share the connection limit (and so the descriptors it stands for).
+    static func web(_ addresses: [TCPAddress], _ options: ServeOptions, connections: Int) -> HTTPConfiguration {
+        var http = HTTPConfiguration(listenAddresses: addresses.map(\.socketAddress))
+        http.maxConnections = connections
+        http.idleTimeout = Nanoseconds(options.httpIdleTimeout) * nanosecondsPerSecond
+        http.sendTimeout = http.idleTimeout
+        http.requestTimeout = Nanoseconds(options.httpRequestTimeout) * nanosecondsPerSecond
+        return http
     }
 
     /// in.tftpd's -U default: 0, so that a file an upload created (0666) may be uploaded again

@@ -1,3 +1,4 @@
+import Atomics
 import CStampedeSys
 import Glibc
 import Logging
@@ -7,6 +8,7 @@ import StampedeProtocol
 import StampedeHTTP
 import StampedeMetrics
 import StampedeServer
+import StampedeTLS
 import Synchronization
 
 /// What runs once the command line is understood and the plan made: bind, drop privileges,
@@ -27,6 +29,8 @@ struct ServerStartup {
     /// Opened before -s and -u, when there are metrics.
     let processFigures: ProcessFigures?
     let notifier: SystemdNotifier?
+    /// `--https`'s certificate and key, loaded.
+    let tls: TLSIdentity?
 
     func run<Backend: DatagramBackend>(backendName: String, makeBackend: () throws(Errno) -> Backend) throws {
         let logger = configuration.logger
@@ -42,18 +46,26 @@ struct ServerStartup {
                 : "the passed sockets (fds \(configuration.inheritedListeners.map(String.init).joined(separator: ", ")))"
             throw serveFailure("cannot listen on \(addresses) with the \(backendName) backend: \(errno)")
         }
-        let web: HTTPServer?
-        do {
-            web = try http.map { http throws(Errno) in
-                try HTTPServer(configuration: configuration, http: http, files: server.files, fileLabels: server.fileLabels,
-                               admission: server.admission, loopCount: workerCount)
+        // --http and --https: one engine, each its own loops, the connection limit shared.
+        let connections = ManagedAtomic<Int>(0)
+        func serve(_ http: HTTPConfiguration?, _ name: String) throws -> HTTPServer? {
+            do {
+                return try http.map { http throws(Errno) in
+                    try HTTPServer(configuration: configuration, http: http, files: server.files, fileLabels: server.fileLabels,
+                                   admission: server.admission, loopCount: workerCount, open: connections)
+                }
+            } catch {
+                throw serveFailure("cannot listen for \(name) on \(http!.listenAddresses.map(\.description).joined(separator: ", ")): \(error)")
             }
-        } catch {
-            throw serveFailure("cannot listen for HTTP on \(http!.listenAddresses.map(\.description).joined(separator: ", ")): \(error)")
         }
+        let web = try serve(http, "HTTP")
+        var https = plan.https
+        https?.tls = tls
+        let secure = try serve(https, "HTTPS")
+        let webServers = [web, secure].compactMap { $0 }
         // Bound as the starting user (a port below 1024 needs root), served on a thread of its own.
         let listener = try plan.options.metrics.map { address in
-            let exporter = MetricsExporter(workers: server.workers.map(\.metrics) + (web?.metrics ?? []), cache: cache,
+            let exporter = MetricsExporter(workers: server.workers.map(\.metrics) + webServers.flatMap(\.metrics), cache: cache,
                                            fileLabels: server.fileLabels,
                                            build: buildInfo(backendName, server.workers[0].backend),
                                            process: processFigures ?? ProcessFigures())
@@ -86,6 +98,14 @@ struct ServerStartup {
             let urls = web.boundAddresses.map { "http://\($0)/" }.joined(separator: ", ")
             logger.notice("serving \(root) over HTTP on \(urls) with \(web.loops.count) event loops, at most \(http!.maxConnections) connections")
         }
+        if let secure, let tls {
+            let urls = secure.boundAddresses.map { "https://\($0)/" }.joined(separator: ", ")
+            let context = tls.context
+            logger.notice("""
+                serving \(root) over HTTPS on \(urls) with \(secure.loops.count) event loops: certificate for \(context.names) \
+                (\(context.key), expires \(TLSContext.date(context.notAfter))), profile \(tls.profile.summary); \(KernelTLS.probe().bodyPath)
+                """)
+        }
         for network in configuration.bootNetworks {
             let menu = BootSelector.allCases.compactMap { selector in network.menu.target(for: selector).map { "\(selector.rawValue) \($0)" } }
             logger.notice("""
@@ -93,14 +113,15 @@ struct ServerStartup {
                 ports 67 and 4011): \(menu.joined(separator: ", "))
                 """)
         }
-        let webThreads = web?.start() ?? []
+        let webThreads = webServers.flatMap { $0.start() }
         defer { for thread in webThreads { thread.join() } }
         let summary: WorkerSummary
         if let notifier {
             notifier.notify("READY=1\nSTATUS=serving \(root)\nMAINPID=\(getpid())")
             let done = Done()
-            let heartbeats = server.workers.enumerated().map { ("worker \($0.offset)", $0.element.metrics) }
-                + (web?.loops ?? []).enumerated().map { ("HTTP loop \($0.offset)", $0.element.metrics) }
+            let loops: [(String, WorkerMetrics)] = (web?.loops ?? []).enumerated().map { ("HTTP loop \($0.offset)", $0.element.metrics) }
+                + (secure?.loops ?? []).enumerated().map { ("HTTPS loop \($0.offset)", $0.element.metrics) }
+            let heartbeats = server.workers.enumerated().map { ("worker \($0.offset)", $0.element.metrics) } + loops
             let supervisor = SystemThread { notifier.supervise(heartbeats: heartbeats, logger: logger) { done.flag.load(ordering: .acquiring) } }
             summary = server.run()
             done.flag.store(true, ordering: .releasing)

@@ -1,0 +1,102 @@
+import CStampedeTLS
+import Glibc
+
+/// One connection's TLS: the OpenSSL session over its socket, owned by the connection and freed
+/// with it. Nonblocking: a call the socket cannot complete says `.wouldBlock`, and the loop
+/// calls it again when the socket is ready (a write with at least as many bytes).
+public final class TLSSession {
+    let session: OpaquePointer
+    /// The handshake finished without a fatal error: a close sends close_notify.
+    private(set) var established = false
+    private var failed = false
+
+    init(_ session: OpaquePointer) { self.session = session }
+
+    deinit { stampede_tls_close(session, established && !failed ? 1 : 0) }
+
+    public enum Handshake: Equatable {
+        case done
+        case wouldBlock
+        /// The client sent a plain HTTP request to the TLS port.
+        case plainHTTP
+        /// The client went away.
+        case closed
+        /// It failed: OpenSSL's reason.
+        case failed(String)
+    }
+
+    public func handshake() -> Handshake {
+        switch stampede_tls_handshake(session) {
+        case 1:
+            established = true
+            return .done
+        case -EAGAIN: return .wouldBlock
+        case -EBADMSG:
+            failed = true
+            return .plainHTTP
+        case -ECONNRESET:
+            failed = true
+            return .closed
+        default:
+            failed = true
+            return .failed(Self.lastError())
+        }
+    }
+
+    /// What a read or a write came to.
+    public enum Outcome: Equatable {
+        case bytes(Int)
+        case wouldBlock
+        /// The client closed (close_notify or EOF) or reset.
+        case closed
+        case failed(String)
+    }
+
+    /// Decrypted bytes into `buffer`.
+    public func read(into buffer: UnsafeMutableRawBufferPointer) -> Outcome {
+        outcome(stampede_tls_read(session, buffer.baseAddress, buffer.count))
+    }
+
+    /// At most a record of `bytes`; after `.wouldBlock`, the same bytes (or more) again.
+    public func write(_ bytes: UnsafeRawBufferPointer) -> Outcome {
+        outcome(stampede_tls_write(session, bytes.baseAddress, bytes.count))
+    }
+
+    /// Whether the kernel encrypts this session's sends (kernel TLS took over): then `sendfile`
+    /// sends from a file with no copy.
+    public var kernelSends: Bool { established && stampede_tls_kernel_send(session) == 1 }
+
+    /// Through kernel TLS, from `fd` at `offset`.
+    public func sendfile(from fd: Int32, offset: Int, count: Int) -> Outcome {
+        outcome(stampede_tls_sendfile(session, fd, off_t(offset), count))
+    }
+
+    private func outcome(_ result: Int) -> Outcome {
+        if result > 0 { return .bytes(result) }
+        switch Int32(-result) {
+        case 0, ECONNRESET, EPIPE:
+            failed = true
+            return .closed
+        case EAGAIN: return .wouldBlock
+        default:
+            failed = true
+            return .failed(Self.lastError())
+        }
+    }
+
+    /// "TLSv1.2 DHE-RSA-AES128-GCM-SHA256", for the log.
+    public var negotiated: String {
+        var text = [CChar](repeating: 0, count: 96)
+        _ = stampede_tls_describe(session, &text, text.count)
+        return String(cString: text)
+    }
+
+    public var resumed: Bool { stampede_tls_resumed(session) == 1 }
+
+    static func lastError() -> String {
+        var text = [CChar](repeating: 0, count: 256)
+        stampede_tls_error(&text, text.count)
+        let reason = String(cString: text)
+        return reason.isEmpty ? "the handshake failed" : reason
+    }
+}
