@@ -18,7 +18,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TEST_COMMANDS := curl:curl tftp:tftp-hpa atftp:atftp busybox:busybox ip:iproute2 nft:nftables \
 	mount:mount umount:mount prlimit:util-linux unshare:util-linux dnsmasq:dnsmasq-base \
 	qemu-system-x86_64:qemu-system-x86 prometheus:prometheus promtool:prometheus \
-	systemd-analyze:systemd dpkg-buildpackage:dpkg-dev dh:debhelper lintian:lintian
+	systemd-analyze:systemd dpkg-buildpackage:dpkg-dev dh:debhelper lintian:lintian openssl:openssl
 BENCH_COMMANDS := dnsmasq:dnsmasq-base wrk:wrk git:git
 commands_of = $(foreach c,$(1),$(word 1,$(subst :, ,$(c))))
 packages_of = $(sort $(foreach c,$(1),$(word 2,$(subst :, ,$(c)))))
@@ -33,7 +33,10 @@ PARITY_PACKAGES := debootstrap
 SERVICES_PACKAGES := netbase
 # The C++ runtime the Swift runtime uses, linked into the binary (below, build).
 STATIC_PACKAGES := libstdc++-12-dev
-APT_PACKAGES := liburing-dev pkg-config python3-venv $(FIRMWARE_PACKAGES) $(FUSE_PACKAGES) $(PARITY_PACKAGES) $(SERVICES_PACKAGES) \
+# --https's TLS: OpenSSL 3's headers and libssl, which the binary links dynamically (the package
+# depends on libssl3, so that Debian's security updates reach it).
+TLS_PACKAGES := libssl-dev
+APT_PACKAGES := liburing-dev $(TLS_PACKAGES) pkg-config python3-venv $(FIRMWARE_PACKAGES) $(FUSE_PACKAGES) $(PARITY_PACKAGES) $(SERVICES_PACKAGES) \
 	$(STATIC_PACKAGES) $(call packages_of,$(TEST_COMMANDS))
 BENCH_PACKAGES := libwrap0 $(call packages_of,$(BENCH_COMMANDS))
 # A machine with the Swift toolchain alone may have no cc: the toolchain's clang builds the C tests.
@@ -299,7 +302,7 @@ package-deps: deps
 		$(SUDO) rm -rf $(HOST_TREE).new && \
 		$(SUDO) debootstrap --variant=minbase $(HOST_RELEASE) $(HOST_TREE).new http://deb.debian.org/debian >$(HOST_TREE).log 2>&1 && \
 		$(SUDO) chroot $(HOST_TREE).new sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			--download-only --no-install-recommends liburing2 systemd-standalone-sysusers tftpd-hpa' >>$(HOST_TREE).log 2>&1 || \
+			--download-only --no-install-recommends liburing2 libssl3 systemd-standalone-sysusers tftpd-hpa' >>$(HOST_TREE).log 2>&1 || \
 			{ tail -20 $(HOST_TREE).log; exit 1; }; \
 		mv $(HOST_TREE).new $(HOST_TREE); \
 	fi

@@ -269,6 +269,11 @@ int stampede_tls_resumed(SSL *session)
     return SSL_session_reused(session);
 }
 
+int stampede_tls_began(SSL *session)
+{
+    return SSL_in_before(session) ? 0 : 1;
+}
+
 void stampede_tls_close(SSL *session, int orderly)
 {
     if (orderly) {

@@ -35,6 +35,15 @@ extension HTTPLoop {
             return true
         case .closed:
             metrics.add(.tlsHandshakeFailures)
+            // What firmware that does not trust the certificate (its CA, or its names) does: it
+            // resets the connection once it has seen it. A connection that never began one (a
+            // port check) is not worth a line.
+            if tls.began {
+                logRefusal("""
+                    \(connection.peer): TLS handshake failed: the client closed the connection before it finished \
+                    (a client that does not trust the certificate or its names does so)
+                    """, now: now)
+            }
         case .failed(let why):
             metrics.add(.tlsHandshakeFailures)
             logRefusal("\(connection.peer): TLS handshake failed: \(why)", now: now)

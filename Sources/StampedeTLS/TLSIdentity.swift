@@ -37,6 +37,19 @@ public final class TLSIdentity: Sendable {
     /// A session for an accepted socket with the context of now.
     public func session(fd: Int32) -> TLSSession? { context.session(fd: fd) }
 
+    /// Asked as the serving user (after -u and -s): the files a SIGHUP could not read again, and
+    /// why, said at start so that a reload's failure is no surprise.
+    public var unreadableForReload: [String] {
+        [certificate, key].compactMap { file in
+            let fd = open(file, O_RDONLY | O_CLOEXEC)
+            if fd >= 0 {
+                close(fd)
+                return nil
+            }
+            return "\(file): \(String(cString: strerror(errno)))"
+        }
+    }
+
     /// A warning when the key file may be read by users other than its owner and group: the key
     /// is the server's identity.
     public var keyExposure: String? {

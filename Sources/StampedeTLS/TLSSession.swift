@@ -93,6 +93,9 @@ public final class TLSSession {
 
     public var resumed: Bool { stampede_tls_resumed(session) == 1 }
 
+    /// Whether the client's ClientHello came: a connection closed before it was no handshake.
+    public var began: Bool { stampede_tls_began(session) == 1 }
+
     static func lastError() -> String {
         var text = [CChar](repeating: 0, count: 256)
         stampede_tls_error(&text, text.count)

@@ -113,6 +113,10 @@ import Testing
     let eth1 = NetworkInterface(name: "eth1", index: 3)
 
     func plan(_ arguments: String..., mode: ServingMode = .systemd(datagram: [3], stream: [])) throws -> ServePlan {
+        try plan(arguments, mode: mode)
+    }
+
+    func plan(_ arguments: [String], mode: ServingMode = .systemd(datagram: [3], stream: [])) throws -> ServePlan {
         var facts = ServePlan.Facts(mode: mode, addresses: [], fileLimit: 65536, processors: 2, inheritedUmask: 0o022,
                                     uring: (true, "works"))
         facts.bootInterfaces = [eth1]
@@ -131,6 +135,19 @@ import Testing
         #expect(wildcard.menu.target(for: .ipxe) == .url("http://10.0.0.1:8080/boot.ipxe"))
         let elsewhere = try #require(plan("--proxy-dhcp", "10.0.0.1", "--http", "10.9.9.9:80").bootNetworks.first)
         #expect(elsewhere.menu.target(for: .ipxe) == .file("boot.ipxe") && elsewhere.menu.target(for: .httpX64) == nil)
+    }
+
+    /// HTTPS where plain HTTP does not serve the address: the same chain under https://.
+    @Test func theDefaultChainOverHTTPSWhereOnlyItServesTheAddress() throws {
+        let tls = ["--tls-certificate", "c.pem", "--tls-key", "k.pem"]
+        let secure = try #require(plan(["--proxy-dhcp", "10.0.0.1", "--https", "10.0.0.1:443"] + tls).bootNetworks.first)
+        #expect(secure.menu.target(for: .httpX64) == .url("https://10.0.0.1/ipxe.efi"))
+        #expect(secure.menu.target(for: .ipxe) == .url("https://10.0.0.1/boot.ipxe"))
+        let both = try #require(plan(["--proxy-dhcp", "10.0.0.1", "--https", ":8443", "--http", ":8080"] + tls).bootNetworks.first)
+        #expect(both.menu.target(for: .httpX64) == .url("http://10.0.0.1:8080/ipxe.efi"))
+        let https = try plan(["--https", ":8443"] + tls)
+        #expect(https.https?.listenAddresses.map(\.description) == ["0.0.0.0:8443"] && https.http == nil)
+        #expect(https.https?.requestTimeout == 10 * nanosecondsPerSecond)
     }
 
     @Test func bootFilesOverTheDefaultsTheLastOfEachWinning() throws {

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BINARY, REPO
+from tlscerts import Certificates
 
 OVMF = Path("/usr/share/ovmf/OVMF.fd")
 IPXE_EFI = Path("/usr/lib/ipxe/ipxe.efi")
@@ -32,6 +33,7 @@ MAC = "52:54:00:5e:a7:01"
 MARKER = "marker-" + MAC.replace(":", "-") + ".txt"
 SERVER_IP = "10.77.0.1"
 HTTP_PORT = 8080
+HTTPS_PORT = 8443
 # `make boot-kernel`: Debian's kernel, and the static init of the initramfs the test packs.
 KERNEL = REPO / ".build/boot-kernel/vmlinuz"
 INIT = REPO / ".build/boot-kernel/init"
@@ -135,9 +137,8 @@ def lab(tmp_path, request):
             subprocess.run(["ip", "netns", "delete", site])
 
 
-def boot(lab, backend, qemu_args, deadline_s=110, server_args=(), booted=None):
-    """Serves the root on the tap's address, powers the machine on, and waits for the marker to
-    be read to its end (or `booted(server log, console)` to be true); returns the server's log."""
+def start_server(lab, backend, server_args=()):
+    """Serves the root on the tap's address; the log's path once it serves."""
     inside, root, tmp, processes = lab
     log_path = tmp / "stampede.log"
     server = inside([BINARY, "-l", "-L", "-a", f"{SERVER_IP}:69", "-v", "--backend", backend, *server_args, root],
@@ -146,6 +147,12 @@ def boot(lab, backend, qemu_args, deadline_s=110, server_args=(), booted=None):
     started = time.time()
     while "serving" not in log_path.read_text() and time.time() - started < 10:
         time.sleep(0.05)
+    return log_path
+
+
+def power_on(lab, qemu_args):
+    """The machine, on the tap; its console is console.log in the test's directory."""
+    inside, root, tmp, processes = lab
     console = tmp / "console.log"
     # Software emulation: the same on every machine (KVM under a hypervisor is not always sound).
     qemu = inside(["qemu-system-x86_64", "-machine", "q35", "-accel", "tcg", "-nodefaults", "-m", "256",
@@ -154,6 +161,16 @@ def boot(lab, backend, qemu_args, deadline_s=110, server_args=(), booted=None):
                    "-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no", *qemu_args],
                   stdout=open(tmp / "qemu.log", "w"), stderr=subprocess.STDOUT)
     processes.append(qemu)
+    return qemu, console
+
+
+def boot(lab, backend, qemu_args, deadline_s=110, server_args=(), booted=None):
+    """Serves the root on the tap's address, powers the machine on, and waits for the marker to
+    be read to its end (or `booted(server log, console)` to be true); returns the server's log."""
+    inside, root, tmp, processes = lab
+    started = time.time()
+    log_path = start_server(lab, backend, server_args)
+    qemu, console = power_on(lab, qemu_args)
     done = f'"{MARKER}" octet'
     while time.time() - started < deadline_s:
         text = log_path.read_text(errors="replace")
@@ -266,6 +283,53 @@ def test_uefi_http_boot_gets_a_url_from_stampedes_proxy_dhcp(lab, report):
     served = [line for line in log.splitlines() if 'GET ' in line and '"ipxe.efi" http 200 ' in line]
     assert served and f"bytes={IPXE_EFI.stat().st_size} " in served[-1], log
     report(f"UEFI (OVMF) HTTP Boot via Stampede's proxyDHCP -> ipxe.efi (HTTP) -> boot.ipxe -> marker: {time.time() - started:.0f} s")
+
+
+@pytest.mark.parametrize("lab", [PROXY], indirect=True)
+def test_uefi_https_boot_trusts_the_ca_that_tls_ca_enrolls_and_no_other(lab, report):
+    """OVMF's UEFI HTTPS Boot: the offer's URL is https:// (--https alone serves the address),
+    the CA list comes from `stampede tls-ca` through fw_cfg. First with a CA that did not sign the
+    server's certificate: the firmware refuses the handshake and loads nothing. Then with the
+    right one: ipxe.efi, whole, over TLS."""
+    inside, root, tmp, processes = lab
+    certs = Certificates(tmp / "certs", server_names=f"IP:{SERVER_IP}")
+    lists = {}
+    for name, ca in (("right", certs.ca), ("wrong", certs.other_ca)):
+        lists[name] = tmp / f"{name}.esl"
+        made = subprocess.run([BINARY, "tls-ca", ca, "--output", lists[name]], capture_output=True, text=True)
+        assert made.returncode == 0, made.stderr
+    log_path = start_server(lab, "uring", ("--https", f"{SERVER_IP}:{HTTPS_PORT}", "--tls-certificate", certs.chain,
+                                           "--tls-key", certs.key, "--proxy-dhcp", SERVER_IP))
+    no_pxe = ["-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n",
+              "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n"]
+    machine = ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n", *no_pxe]
+    served = f'"ipxe.efi" https 200 bytes={IPXE_EFI.stat().st_size} '
+
+    def wait(condition, seconds):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            if condition(log_path.read_text(errors="replace")):
+                return True
+            time.sleep(0.25)
+        return False
+
+    started = time.time()
+    qemu, console = power_on(lab, [*machine, "-fw_cfg", f"name=etc/edk2/https/cacerts,file={lists['wrong']}"])
+    refused = wait(lambda log: "TLS handshake failed" in log, 120)
+    log = log_path.read_text(errors="replace")
+    assert refused, f"no handshake refused.\nserver:\n{log[-3000:]}\nconsole:\n{console.read_text(errors='replace')[-2000:]}"
+    assert f"https://{SERVER_IP}:{HTTPS_PORT}/ipxe.efi" in log and served not in log, log
+    qemu.kill()
+    qemu.wait()
+    refused_after = time.time() - started
+
+    started = time.time()
+    power_on(lab, [*machine, "-fw_cfg", f"name=etc/edk2/https/cacerts,file={lists['right']}"])
+    loaded = wait(lambda log: served in log, 150)
+    log = log_path.read_text(errors="replace")
+    assert loaded, f"ipxe.efi not loaded over HTTPS.\nserver:\n{log[-3000:]}"
+    report(f"UEFI (OVMF) HTTPS Boot: a CA that did not sign the certificate refused in {refused_after:.0f} s; "
+           f"with tls-ca's list, ipxe.efi over TLS in {time.time() - started:.0f} s")
 
 
 @pytest.mark.parametrize("lab", [PROXY], indirect=True)

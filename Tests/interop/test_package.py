@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BINARY, REPO, free_tcp_port, free_udp_port, run
+from tlscerts import Certificates
 
 TREE = REPO / ".build" / "host-tree"
 DEB_DIR = REPO / ".build" / "deb"
@@ -130,11 +131,14 @@ def dynamic_entries(path: Path) -> dict:
 
 def test_the_shipped_binary_needs_nothing_from_a_swift_toolchain():
     """The Swift runtime and the C++ runtime it uses are linked in: the binary the package ships
-    needs libc6's libraries, libgcc-s1's (which libc6 pulls in) and liburing2's, and has no
-    RUNPATH into a toolchain (none at all)."""
+    needs libc6's libraries, libgcc-s1's (which libc6 pulls in), liburing2's and libssl3's (OpenSSL,
+    linked dynamically so that Debian's security updates reach it), and has no RUNPATH into a
+    toolchain (none at all)."""
     entries = dynamic_entries(BINARY)
-    assert set(entries["NEEDED"]) <= {"libc.so.6", "libm.so.6", "ld-linux-x86-64.so.2", "libgcc_s.so.1", "liburing.so.2"}, entries
-    assert "liburing.so.2" in entries["NEEDED"] and not entries["RPATH"] and not entries["RUNPATH"], entries
+    assert set(entries["NEEDED"]) <= {"libc.so.6", "libm.so.6", "ld-linux-x86-64.so.2", "libgcc_s.so.1", "liburing.so.2",
+                                      "libssl.so.3", "libcrypto.so.3"}, entries
+    assert {"liburing.so.2", "libssl.so.3", "libcrypto.so.3"} <= set(entries["NEEDED"]), entries
+    assert not entries["RPATH"] and not entries["RUNPATH"], entries
 
 
 def test_the_package_serves_as_the_user_tftp_on_a_host_without_swift_and_purges_clean(host, tmp_path):
@@ -142,8 +146,10 @@ def test_the_package_serves_as_the_user_tftp_on_a_host_without_swift_and_purges_
     assert not list((TREE / "usr").rglob("libswiftCore*")) and not (TREE / "usr" / "bin" / "swift").exists()
     # What it depends on first (apt finds it by itself: test_apt_swaps_…), so that what is left
     # after the purge is the package's alone.
-    host.apt_install("liburing2", "systemd-standalone-sysusers")
+    host.apt_install("liburing2", "libssl3", "systemd-standalone-sysusers")
     before = host.files()
+    depends = run(["dpkg-deb", "-f", str(deb), "Depends"], text=True).stdout
+    assert "libssl3" in depends and "liburing2" in depends, depends
     host.apt_install(host.put(deb))
     assert host.installed("stampede")
 
@@ -166,9 +172,19 @@ def test_the_package_serves_as_the_user_tftp_on_a_host_without_swift_and_purges_
     boot = host.root / "var/lib/tftpboot/boot.bin"
     boot.write_bytes(served)
     boot.chmod(0o644)
-    port, metrics = free_udp_port(), free_tcp_port()
+    port, metrics, https = free_udp_port(), free_tcp_port(), free_tcp_port()
+    # HTTPS through the host's libssl3, with a key only the user tftp reads.
+    certs = Certificates(tmp_path / "certs")
+    tls = host.root / "etc/stampede-test"
+    tls.mkdir(parents=True, exist_ok=True)
+    shutil.copy(certs.chain, tls / "server.pem")
+    shutil.copy(certs.key, tls / "server.key")
+    os.chown(tls / "server.key", uid, gid)
+    (tls / "server.key").chmod(0o600)
     server = subprocess.Popen(["chroot", f"--userspec={uid}:{gid}", str(host.root), "/usr/sbin/in.tftpd", "--jail",
-                               "/var/lib/tftpboot", "-L", "-l", "-a", f"127.0.0.1:{port}", "--metrics", f"127.0.0.1:{metrics}"],
+                               "/var/lib/tftpboot", "-L", "-l", "-a", f"127.0.0.1:{port}", "--metrics", f"127.0.0.1:{metrics}",
+                               "--https", f"127.0.0.1:{https}", "--tls-certificate", "/etc/stampede-test/server.pem",
+                               "--tls-key", "/etc/stampede-test/server.key"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         got = tmp_path / "curl.bin"
@@ -177,6 +193,8 @@ def test_the_package_serves_as_the_user_tftp_on_a_host_without_swift_and_purges_
             return run(["curl", "-s", "-o", str(got), f"tftp://127.0.0.1:{port}/boot.bin"]).returncode == 0 and got.exists()
         assert wait_for(curl), server.stderr.read1().decode() if server.poll() is not None else "no answer"
         assert got.read_bytes() == served
+        fetched = run(["curl", "-s", "--cacert", str(certs.ca), "-o", "-", f"https://127.0.0.1:{https}/boot.bin"])
+        assert fetched.returncode == 0 and fetched.stdout == served, fetched.stderr
         uids = Path(f"/proc/{server.pid}/status").read_text().split("Uid:")[1].split()[:4]
         assert uids == [str(uid)] * 4, uids
 
@@ -197,6 +215,7 @@ def test_the_package_serves_as_the_user_tftp_on_a_host_without_swift_and_purges_
     # Purged, it leaves what Debian policy keeps (the user, dpkg's and apt's own records) and
     # nothing else.
     boot.unlink()
+    shutil.rmtree(tls)
     host.run("dpkg", "--purge", "stampede")
     kept = sorted(path for path in host.files() - before if not path.startswith(KEPT))
     assert kept == [], kept
@@ -215,7 +234,7 @@ def test_apt_swaps_stampede_and_tftpd_hpa_both_ways(host):
     """Provides, Conflicts and Replaces tftp-server: `apt install ./stampede….deb` takes
     tftpd-hpa's place, and `apt install tftpd-hpa` takes it back."""
     deb = host.put(package())
-    assert not host.installed("liburing2")  # apt must find what the package depends on
+    assert not host.installed("liburing2") and not host.installed("libssl3")  # apt must find what the package depends on
     host.apt_install("tftpd-hpa")
     assert host.run("in.tftpd", "-V").stdout.decode().startswith("tftp-hpa")
     host.apt_install(deb)

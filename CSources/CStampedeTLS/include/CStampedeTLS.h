@@ -56,6 +56,8 @@ int stampede_tls_kernel_send(struct ssl_st *session);
 // "TLSv1.2 DHE-RSA-AES128-GCM-SHA256", and whether the session was resumed.
 int stampede_tls_describe(struct ssl_st *session, char *text, size_t capacity);
 int stampede_tls_resumed(struct ssl_st *session);
+// Whether the client's first handshake message has come (the handshake began).
+int stampede_tls_began(struct ssl_st *session);
 // Ends the session: a close_notify when `orderly` (one try), then frees it. The socket stays.
 void stampede_tls_close(struct ssl_st *session, int orderly);
 // Why the last call of this thread failed, from OpenSSL's error queue (which it empties).

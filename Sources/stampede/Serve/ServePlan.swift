@@ -97,8 +97,13 @@ struct ServePlan {
         // iPXE's script and UEFI HTTP Boot's loader over --http where it serves that address.
         let choices = Dictionary(options.bootFile.map { ($0.selector, $0.target) }, uniquingKeysWith: { _, last in last })
         bootNetworks = zip(options.proxyDHCP, facts.bootInterfaces).map { address, interface in
-            let served = options.http.first { $0.host == "0.0.0.0" || $0.host == address.description }
-            let base = served.map { "http://\(address)\($0.port == 80 ? "" : ":\($0.port)")/" }
+            // Plain HTTP where it serves the address (firmware trusts it with no CA enrolled),
+            // else HTTPS (whose certificate must name the address, and its CA be enrolled).
+            func serving(_ addresses: [TCPAddress]) -> TCPAddress? {
+                addresses.first { $0.host == "0.0.0.0" || $0.host == address.description }
+            }
+            let base = serving(options.http).map { "http://\(address)\($0.port == 80 ? "" : ":\($0.port)")/" }
+                ?? serving(options.https).map { "https://\(address)\($0.port == 443 ? "" : ":\($0.port)")/" }
             return BootNetwork(address: address, interface: interface, menu: BootMenu.withDefaults(choices, httpBase: base))
         }
         if !options.bootFile.isEmpty && options.proxyDHCP.isEmpty { warnings.append("--boot-file without --proxy-dhcp: nothing offers it") }

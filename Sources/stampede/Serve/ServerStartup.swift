@@ -78,6 +78,12 @@ struct ServerStartup {
         }
         defer { listener?.stopListening() }
         try account?.become(logger)
+        if let tls, !tls.unreadableForReload.isEmpty {
+            logger.warning("""
+                --https: SIGHUP cannot load the certificate again: as \(account?.name ?? "this user")\(plan.options.secure ? " in the chroot" : ""), \
+                \(tls.unreadableForReload.joined(separator: "; ")) (give the serving user read access, as Debian's ssl-cert group does)
+                """)
+        }
         // As the serving user, who wrote them: what a killed server's uploads left behind. A walk
         // of the whole tree, on the disk thread while the server serves: only files older than
         // this start, which no upload of this server can have made.
