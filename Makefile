@@ -48,7 +48,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build run test unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http bench-dhcp fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
+.PHONY: all build run test unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http bench-https bench-dhcp fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
 
 all: build
 
@@ -174,6 +174,7 @@ bench-deps: deps parity-deps
 bench: build bench-deps .build/floor
 	python3 Benchmarks/compare.py
 	python3 Benchmarks/proxy_dhcp.py
+	python3 Benchmarks/https_vs_nginx.py
 
 # A rack booting from its first DHCP packet, Stampede (--proxy-dhcp) beside dnsmasq's proxy and
 # nginx, and a DISCOVER storm (root: network namespaces): results/bench-dhcp.{json,md}.
@@ -183,6 +184,11 @@ bench-dhcp: build bench-deps
 # --http beside nginx-light (sendfile on) on the same root, with wrk: results/bench-http.{json,md}.
 bench-http: build bench-deps
 	python3 Benchmarks/http_vs_nginx.py
+
+# --https beside nginx-light (ssl, sendfile on, the same certificate and suites): wrk's keep-alive
+# bulk and openssl s_time's full handshakes: results/bench-https.{json,md}.
+bench-https: build bench-deps
+	python3 Benchmarks/https_vs_nginx.py
 
 # The static binary (build) against the dynamically linked one it replaced, on both backends,
 # interleaved in one run: results/bench-static.{json,md,svg}, the dynamic rows as stampede-*-dynamic.

@@ -200,6 +200,45 @@ def stop_all(processes, group=None):
 
 # The peers, as the benches run them
 
+def nginx_config(name, listen, root, tls=None):
+    """nginx as the benchmarks run it (Debian unstable's nginx-light): every worker, sendfile on,
+    no access log, keep-alive as long as the client wants, `listen` (ADDRESS:PORT) serving
+    `root`. `tls`: (certificate, key, ciphers, DH parameters) for an HTTPS server with TLS 1.2 and
+    1.3 and the server's order of `ciphers`, as Stampede's profile offers them (DHE needs the
+    parameters: Stampede's OpenSSL picks RFC 7919's ffdhe2048 for a 2048-bit key). The file's path."""
+    config = ROOT / f"nginx-{name}.conf"
+    ssl = "" if tls is None else f"""
+        ssl_certificate {tls[0]};
+        ssl_certificate_key {tls[1]};
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_ciphers {tls[2]};
+        ssl_dhparam {tls[3]};
+        ssl_prefer_server_ciphers on;
+        ssl_session_cache shared:bench:10m;"""
+    config.write_text(f"""
+user root;
+worker_processes auto;
+worker_rlimit_nofile {FD_LIMIT};
+daemon off;
+pid {ROOT}/nginx-{name}.pid;
+error_log {ROOT}/nginx-{name}.error.log warn;
+events {{ worker_connections {FD_LIMIT}; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_timeout 60;
+    keepalive_requests 1000000;
+    default_type application/octet-stream;
+    server {{
+        listen {listen} reuseport{" ssl" if tls else ""};
+        root {root};{ssl}
+    }}
+}}
+""")
+    return config
+
+
 def dnsmasq_command(binary, root):
     """dnsmasq as a TFTP server only (port=0: no DNS), on 127.0.0.1:69 (it has no TFTP port option)."""
     return [binary, "-k", "--port=0", "--enable-tftp", f"--tftp-root={root}", "--tftp-max=20000",

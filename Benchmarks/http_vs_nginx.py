@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (FD_LIMIT, ROOT, SID, STAMPEDE, CpuGroup, Sampler, dnsmasq_command, fill_root, free_port, in_sid,  # noqa: E402
-                     stop_all, write_results)
+                     nginx_config, stop_all, write_results)
 
 SECONDS = int(os.environ.get("BENCH_HTTP_SECONDS", "8"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -58,29 +58,6 @@ RACK_ROUNDS = int(os.environ.get("BENCH_RACK_ROUNDS", str(ROUNDS)))
 BASELINE = os.environ.get("BENCH_BASELINE")
 
 
-def nginx_config(port, root=WEB):
-    config = WEB.parent / f"nginx-{port}.conf"
-    config.write_text(f"""
-user root;
-worker_processes auto;
-worker_rlimit_nofile {FD_LIMIT};
-daemon off;
-pid {WEB.parent}/nginx-{port}.pid;
-error_log {WEB.parent}/nginx-{port}.error.log warn;
-events {{ worker_connections {FD_LIMIT}; }}
-http {{
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_timeout 60;
-    keepalive_requests 1000000;
-    default_type application/octet-stream;
-    server {{ listen 127.0.0.1:{port} reuseport; root {root}; }}
-}}
-""")
-    return config
-
-
 def start(server, port, group):
     def prepare():
         resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
@@ -92,7 +69,7 @@ def start(server, port, group):
                 "--http-max-connections", str(IDLE_CONNECTIONS + 100),
                 *(["--cache-file-limit", "0"] if server == "stampede-streamed" else []), str(WEB)]
     else:
-        argv = in_sid(["/usr/sbin/nginx", "-c", str(nginx_config(port))])
+        argv = in_sid(["/usr/sbin/nginx", "-c", str(nginx_config(str(port), f"127.0.0.1:{port}", WEB))])
     process = subprocess.Popen(argv, preexec_fn=prepare, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for_tcp(port, process, server)
     return process
@@ -188,7 +165,7 @@ def rack_round(servers, index):
                      "--http", f"127.0.0.1:{http_port}", str(RACK)]]
     else:
         tftp_port = 69  # dnsmasq has no TFTP port option
-        commands = [in_sid(dnsmasq_command("/usr/sbin/dnsmasq", str(RACK))), in_sid(["/usr/sbin/nginx", "-c", str(nginx_config(http_port, RACK))])]
+        commands = [in_sid(dnsmasq_command("/usr/sbin/dnsmasq", str(RACK))), in_sid(["/usr/sbin/nginx", "-c", str(nginx_config(str(http_port), f"127.0.0.1:{http_port}", RACK))])]
     processes = [subprocess.Popen(c, preexec_fn=prepare, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in commands]
     try:
         wait_for_tcp(http_port, processes[-1], servers)

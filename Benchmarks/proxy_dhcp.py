@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import FD_LIMIT, ROOT, STAMPEDE, CpuGroup, fill_root, in_sid, stop_all, write_results  # noqa: E402
+from harness import FD_LIMIT, ROOT, STAMPEDE, CpuGroup, fill_root, in_sid, nginx_config, stop_all, write_results  # noqa: E402
 
 SERVER, CLIENT, MACHINES = "10.79.0.1", "10.79.0.57", "10.80.0.0/20"
 SERVER_NS, CLIENT_NS = f"stbench-dhcp-s{os.getpid()}", f"stbench-dhcp-c{os.getpid()}"
@@ -63,29 +63,6 @@ def remove_lab():
         subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
 
 
-def nginx_config():
-    config = RACK.parent / "nginx-dhcp.conf"
-    config.write_text(f"""
-user root;
-worker_processes auto;
-worker_rlimit_nofile {FD_LIMIT};
-daemon off;
-pid {RACK.parent}/nginx-dhcp.pid;
-error_log {RACK.parent}/nginx-dhcp.error.log warn;
-events {{ worker_connections {FD_LIMIT}; }}
-http {{
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_timeout 60;
-    keepalive_requests 1000000;
-    default_type application/octet-stream;
-    server {{ listen {SERVER}:{HTTP_PORT} reuseport; root {RACK}; }}
-}}
-""")
-    return config
-
-
 def server_commands(servers):
     inside = ["ip", "netns", "exec", SERVER_NS]
     if servers == "stampede":
@@ -98,7 +75,7 @@ def server_commands(servers):
                "--pxe-service=tag:!ipxe,x86-64_EFI,iPXE,ipxe.efi",
                f"--pxe-service=tag:ipxe,x86-64_EFI,script,http://{SERVER}:{HTTP_PORT}/boot.ipxe",
                "--user=root", "--pid-file=", "--quiet-tftp", "--quiet-dhcp", "--log-facility=-"]
-    return [[*inside, *in_sid(dnsmasq, RACK.parent)], [*inside, *in_sid(["/usr/sbin/nginx", "-c", nginx_config()], RACK.parent)]]
+    return [[*inside, *in_sid(dnsmasq, RACK.parent)], [*inside, *in_sid(["/usr/sbin/nginx", "-c", nginx_config("dhcp", f"{SERVER}:{HTTP_PORT}", RACK)], RACK.parent)]]
 
 
 def storm(args, timeout=3600):

@@ -46,9 +46,9 @@ boot || goto failed
 echo stampede: FAILED
 sleep 600
 """
-SCRIPT = f"""#!ipxe
-echo stampede: boot.ipxe from ${{next-server}} on ${{net0/mac}}
-imgfetch marker-${{net0/mac:hexhyp}}.txt || goto failed
+SCRIPT = """#!ipxe
+echo stampede: boot.ipxe from ${next-server} on ${net0/mac}
+imgfetch marker-${net0/mac:hexhyp}.txt || goto failed
 echo stampede: BOOTED
 :wait
 sleep 60
@@ -187,7 +187,7 @@ def boot(lab, backend, qemu_args, deadline_s=110, server_args=(), booted=None):
 
 
 def ended_lines(log, name):
-    return [line for line in log.splitlines() if f'RRQ ' in line and f'"{name}" octet' in line]
+    return [line for line in log.splitlines() if 'RRQ ' in line and f'"{name}" octet' in line]
 
 
 def test_bios_ipxe_rom_loads_its_script_and_a_file(lab, report):
