@@ -167,6 +167,8 @@ bench-deps: deps parity-deps
 	@# nginx-light, the HTTP file server bench-http compares with; policy-rc.d keeps its service from starting.
 	@[ -x $(SID)/usr/sbin/nginx ] || { printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee $(SID)/usr/sbin/policy-rc.d >/dev/null && $(SUDO) chmod 755 $(SID)/usr/sbin/policy-rc.d && \
 		$(SUDO) chroot $(SID) sh -c 'apt-get -o Acquire::Check-Valid-Until=false update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx-light' >$(SID).log 2>&1 || { tail -20 $(SID).log; exit 1; }; }
+	@# liburing2: bench-https runs Stampede from the tree too, on the OpenSSL nginx links.
+	@[ -e $(SID)/usr/lib/x86_64-linux-gnu/liburing.so.2 ] || { $(SUDO) chroot $(SID) sh -c 'apt-get -o Acquire::Check-Valid-Until=false update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends liburing2' >$(SID).log 2>&1 || { tail -20 $(SID).log; exit 1; }; }
 	@$(PEERS)/usr/sbin/in.tftpd -V 2>&1 | head -1; $(PEERS)/usr/sbin/atftpd -V 2>&1 | head -1; dnsmasq --version | head -1
 	@chroot $(SID) /usr/sbin/in.tftpd -V 2>&1 | head -1; chroot $(SID) /usr/sbin/dnsmasq --version | head -1
 

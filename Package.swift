@@ -70,7 +70,7 @@ let package = Package(
                                .product(name: "CoreMetrics", package: "swift-metrics")]),
         .target(name: "StampedeGlibc", dependencies: ["StampedeIO", "CStampedeSys"]),
         .target(name: "StampedeURing", dependencies: ["StampedeIO", "CStampedeSys", "CStampedeRing"]),
-        .target(name: "StampedeStorm", dependencies: ["StampedeProtocol", "StampedeIO", "StampedeHTTPWire", "StampedeDHCP"]),
+        .target(name: "StampedeStorm", dependencies: ["StampedeProtocol", "StampedeIO", "StampedeHTTPWire", "StampedeDHCP", "StampedeTLS"]),
         .executableTarget(
             name: "stampede",
             dependencies: ["StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeDHCP", "StampedeGlibc", "StampedeURing",

@@ -49,9 +49,10 @@ def port_is_free(port: int, kind=socket.SOCK_DGRAM) -> bool:
 
 def in_sid(command, share=ROOT):
     """`command` run from the Debian unstable tree (its binaries need its glibc), in a mount
-    namespace of its own where `share` is bound at its own path; it shares the network. Every
-    step execs, so the command keeps the pid (and the cgroup) it was started with."""
-    script = 'mkdir -p "$0$1" && mount --bind "$1" "$0$1" && shift && exec chroot "$0" "$@"'
+    namespace of its own where `share` is bound at its own path and /proc is mounted (a Swift
+    program reads its arguments from /proc/self/cmdline); it shares the network. Every step
+    execs, so the command keeps the pid (and the cgroup) it was started with."""
+    script = 'mkdir -p "$0$1" && mount --bind "$1" "$0$1" && mount -t proc proc "$0/proc" && shift && exec chroot "$0" "$@"'
     return ["unshare", "--mount", "sh", "-c", script, str(SID), str(share), *map(str, command)]
 
 

@@ -40,7 +40,10 @@ FILES = {"1mib.bin": 1 << 20, "64mib.bin": 64 << 20}
 BULK = [(name, connections) for name in FILES for connections in (100, 2000)]
 HANDSHAKES = {"TLS 1.3": ["-tls1_3"], "TLS 1.2 ECDHE-RSA-AES128-GCM": ["-tls1_2", "-cipher", "ECDHE-RSA-AES128-GCM-SHA256"],
               "TLS 1.2 DHE-RSA-AES128-GCM": ["-tls1_2", "-cipher", "DHE-RSA-AES128-GCM-SHA256"]}
-SERVERS = ["stampede", "nginx"]
+# "stampede-sid" is the same binary run from the unstable tree nginx runs from, so that it links
+# the same OpenSSL as nginx: the two Stampede rows apart show what the library's version does.
+SERVERS = ["stampede", "stampede-sid", "nginx"]
+SID_BINARY = ROOT / "bin" / "stampede"
 # Stampede's firmware profile's TLS 1.2 suites, in its order (`TLSProfile.firmware.suites`, from
 # CSources/CStampedeTLS/tls.c): nginx is given the same. RSA certificate: the ECDSA ones go unused.
 SUITES = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
@@ -54,12 +57,12 @@ def certificate():
 
     def openssl(*args):
         subprocess.run(["openssl", *args], cwd=TLS, check=True, capture_output=True)
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "30",
             "-subj", "/CN=bench CA")
     openssl("genrsa", "-out", "server.key", "2048")
     openssl("req", "-new", "-key", "server.key", "-subj", "/CN=bench", "-out", "server.csr")
     (TLS / "server.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "30",
             "-extfile", "server.ext", "-out", "server.pem")
     (TLS / "server.key").chmod(0o600)
     openssl("genpkey", "-genparam", "-algorithm", "DH", "-pkeyopt", "group:ffdhe2048", "-out", "dh.pem")
@@ -72,10 +75,12 @@ def start(server, port, group, pair, suites):
         if group:
             group.join()
     log = ROOT / f"https-{server}.log"
-    if server == "stampede":
-        argv = [str(STAMPEDE), "-L", "-a", "127.0.0.1:0", "--verbosity", "1", "--stderr", "-u", "root",
+    if server.startswith("stampede"):
+        argv = [str(SID_BINARY if server == "stampede-sid" else STAMPEDE), "-L", "-a", "127.0.0.1:0", "--verbosity", "1", "--stderr", "-u", "root",
                 "--https", f"127.0.0.1:{port}", "--tls-certificate", str(pair[0]), "--tls-key", str(pair[1]),
                 "--http-max-connections", "9000", str(WEB)]
+        if server == "stampede-sid":
+            argv = in_sid(argv)
     else:
         argv = in_sid(["/usr/sbin/nginx", "-c", str(nginx_config(f"tls-{port}", f"127.0.0.1:{port}", WEB, (*pair, suites, TLS / "dh.pem")))])
     process = subprocess.Popen(argv, preexec_fn=prepare, stdout=open(log, "w"), stderr=subprocess.STDOUT)
@@ -142,8 +147,8 @@ def one_round(server, index, pair, suites):
                               "per_cpu_s": round(made / cpu, 1) if cpu else None, "per_s": round(made / SECONDS, 1)}
     finally:
         stop_all([process], group)
-    if server == "stampede":
-        results["start"] = [line for line in (ROOT / "https-stampede.log").read_text().splitlines() if "over HTTPS" in line]
+    if server.startswith("stampede"):
+        results["start"] = [line for line in (ROOT / f"https-{server}.log").read_text().splitlines() if "over HTTPS" in line]
     return results
 
 
@@ -157,6 +162,11 @@ def main():
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, FD_LIMIT * 2), hard))
     fill_root(WEB, FILES)
     pair = certificate()
+    SID_BINARY.parent.mkdir(parents=True, exist_ok=True)
+    SID_BINARY.write_bytes(STAMPEDE.read_bytes())
+    SID_BINARY.chmod(0o755)
+    sid_openssl = subprocess.run(["chroot", str(SID), "dpkg-query", "-W", "-f", "${Package} ${Version}", "libssl3t64"],
+                                 capture_output=True, text=True).stdout.strip()
     suites = SUITES
     nginx_version = subprocess.run(["chroot", str(SID), "/usr/sbin/nginx", "-V"], capture_output=True, text=True).stderr
     nginx_ssl = re.search(r"built with (OpenSSL [^\s]+)", nginx_version)
@@ -164,34 +174,35 @@ def main():
     ours = subprocess.run(["openssl", "version"], capture_output=True, text=True).stdout.strip()
     rounds = {server: [] for server in SERVERS}
     for index in range(ROUNDS):
-        for server in SERVERS[index % 2:] + SERVERS[:index % 2]:
+        for server in SERVERS[index % len(SERVERS):] + SERVERS[:index % len(SERVERS)]:
             print(f"round {index + 1}/{ROUNDS}: {server}", flush=True)
             rounds[server].append(one_round(server, index, pair, suites))
-    table = ["| bulk, keep-alive (wrk) | Stampede CPU-s/GB (spread) | nginx CPU-s/GB (spread) | Stampede ÷ nginx | GB/s Stampede, nginx |",
-             "|---|---|---|---|---|"]
     summary = {}
-    for name, connections in BULK:
-        key = f"{name} x{connections}"
-        s, s_low, s_high = median([r[key]["cpu_per_gb"] for r in rounds["stampede"]])
-        n, n_low, n_high = median([r[key]["cpu_per_gb"] for r in rounds["nginx"]])
-        rate_s = median([r[key]["gb_per_s"] for r in rounds["stampede"]])[0]
-        rate_n = median([r[key]["gb_per_s"] for r in rounds["nginx"]])[0]
-        summary[key] = {"stampede": s, "nginx": n, "ratio": round(s / n, 2)}
-        table.append(f"| {key} | {s} ({s_low}–{s_high}) | {n} ({n_low}–{n_high}) | {s / n:.2f} | {rate_s}, {rate_n} |")
-    table += ["", "| new connections (openssl s_time -new, 2 clients) | Stampede per CPU-s (spread) | nginx per CPU-s (spread) "
-              "| Stampede ÷ nginx | per s Stampede, nginx |", "|---|---|---|---|---|"]
-    for label in HANDSHAKES:
-        s, s_low, s_high = median([r[label]["per_cpu_s"] for r in rounds["stampede"]])
-        n, n_low, n_high = median([r[label]["per_cpu_s"] for r in rounds["nginx"]])
-        rate_s = median([r[label]["per_s"] for r in rounds["stampede"]])[0]
-        rate_n = median([r[label]["per_s"] for r in rounds["nginx"]])[0]
-        summary[label] = {"stampede": s, "nginx": n, "ratio": round(s / n, 2)}
-        table.append(f"| {label} | {s} ({s_low}–{s_high}) | {n} ({n_low}–{n_high}) | {s / n:.2f} | {rate_s}, {rate_n} |")
+
+    def rows(keys, figure, rate):
+        lines = []
+        for key in keys:
+            row = {server: median([r[key][figure] for r in rounds[server]]) for server in SERVERS}
+            rates = {server: median([r[key][rate] for r in rounds[server]])[0] for server in SERVERS}
+            n = row["nginx"][0]
+            summary[key] = {server: row[server][0] for server in SERVERS}
+            summary[key]["ratio"], summary[key]["sid_ratio"] = round(row["stampede"][0] / n, 2), round(row["stampede-sid"][0] / n, 2)
+            cells = " | ".join(f"{row[server][0]} ({row[server][1]}–{row[server][2]})" for server in SERVERS)
+            lines.append(f"| {key} | {cells} | {summary[key]['ratio']:.2f} | {summary[key]['sid_ratio']:.2f} "
+                         f"| {', '.join(str(rates[server]) for server in SERVERS)} |")
+        return lines
+    table = ["| bulk, keep-alive (wrk): CPU-s/GB | Stampede (spread) | Stampede, unstable's OpenSSL | nginx | Stampede ÷ nginx "
+             "| same OpenSSL ÷ nginx | GB/s (same order) |", "|---|---|---|---|---|---|---|",
+             *rows([f"{name} x{connections}" for name, connections in BULK], "cpu_per_gb", "gb_per_s"),
+             "", "| new connections (openssl s_time -new, 2 clients): per CPU-s | Stampede (spread) | Stampede, unstable's OpenSSL "
+             "| nginx | Stampede ÷ nginx | same OpenSSL ÷ nginx | per s (same order) |", "|---|---|---|---|---|---|---|",
+             *rows(list(HANDSHAKES), "per_cpu_s", "per_s")]
     start_line = rounds["stampede"][-1].get("start", [""])
-    text = "\n".join([f"Stampede --https ({ours}) vs {nginx_line} (sendfile on, the same certificate and TLS 1.2 suites), "
+    text = "\n".join([f"Stampede --https (Debian 12's {ours}; and from the unstable tree, {sid_openssl}) vs {nginx_line} "
+                      "(sendfile on, the same certificate and TLS 1.2 suites), "
                       f"{ROUNDS} interleaved rounds of {SECONDS} s, median (spread):", "", *table, "",
                       f"Stampede said at start: {start_line[0].split('with ', 1)[-1] if start_line else '?'}"])
-    write_results("bench-https", {"nginx": nginx_line, "openssl": ours, "seconds": SECONDS, "rounds": rounds, "summary": summary}, text)
+    write_results("bench-https", {"nginx": nginx_line, "openssl": ours, "sid_openssl": sid_openssl, "seconds": SECONDS, "rounds": rounds, "summary": summary}, text)
     print(text)
 
 

@@ -1,6 +1,7 @@
 #include "CStampedeTLS.h"
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
@@ -118,6 +119,45 @@ SSL_CTX *stampede_tls_context(const char *certificate, const char *key, int prof
         return NULL;
     }
     return context;
+}
+
+SSL_CTX *stampede_tls_client_context(const char *ca_file, char *error, size_t capacity)
+{
+    static const unsigned char protocols[] = "\x08http/1.1";
+    ERR_clear_error();
+    SSL_CTX *context = SSL_CTX_new(TLS_client_method());
+    if (context == NULL) {
+        stampede_tls_error(error, capacity);
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(context, TLS1_2_VERSION);
+    SSL_CTX_set_max_proto_version(context, TLS1_2_VERSION);
+    SSL_CTX_set_mode(context, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_session_cache_mode(context, SSL_SESS_CACHE_OFF);
+    SSL_CTX_set_verify(context, SSL_VERIFY_PEER, NULL);
+    SSL_CTX_set_alpn_protos(context, protocols, sizeof(protocols) - 1);
+    if (SSL_CTX_load_verify_locations(context, ca_file, NULL) != 1) {
+        stampede_tls_error(error, capacity);
+        SSL_CTX_free(context);
+        return NULL;
+    }
+    return context;
+}
+
+SSL *stampede_tls_client_session(SSL_CTX *context, int fd, const char *host)
+{
+    unsigned char address[16];
+    SSL *session = SSL_new(context);
+    if (session == NULL) return NULL;
+    int numeric = inet_pton(AF_INET, host, address) == 1 || inet_pton(AF_INET6, host, address) == 1;
+    int named = numeric ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(session), host)
+                        : SSL_set1_host(session, host) && SSL_set_tlsext_host_name(session, host);
+    if (!named || SSL_set_fd(session, fd) != 1) {
+        SSL_free(session);
+        return NULL;
+    }
+    SSL_set_connect_state(session);
+    return session;
 }
 
 void stampede_tls_context_free(SSL_CTX *context)

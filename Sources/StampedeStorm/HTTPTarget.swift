@@ -1,28 +1,37 @@
 import StampedeIO
 
-/// Where an `http` stage's request goes, for one machine: the server, the request's path and Host,
-/// and the name its bytes are compared under (`--verify-root`): the path without its leading `/`.
+/// Where an `http` stage's request goes, for one machine: the server, over TLS or not, the
+/// request's path and Host, and the name its bytes are compared under (`--verify-root`): the path
+/// without its leading `/`.
 struct HTTPTarget: Equatable {
     var server: SocketAddress
+    /// HTTPS: the server's certificate must name `server`'s address.
+    var secure: Bool
     var authority: String
     var path: String
     var name: String
 
     /// `expanded` is the stage's name with the machine's identity filled in: a path beneath
-    /// `server` (the storm's `--http`), or a whole `http://ADDRESS[:PORT]/PATH`. Nil when it is
-    /// neither (a URL naming a host, a relative name without a server).
-    init?(_ expanded: String, server: SocketAddress?) {
+    /// `server` (the storm's `--http`, or `--https` when `secureServer`), or a whole
+    /// `http://ADDRESS[:PORT]/PATH` or `https://ADDRESS[:PORT]/PATH`. Nil when it is neither (a URL
+    /// naming a host, a relative name without a server).
+    init?(_ expanded: String, server: SocketAddress?, secureServer: Bool = false) {
         var name = Substring(expanded)
-        if expanded.hasPrefix("http://") {
-            let rest = expanded.dropFirst("http://".count)
+        let scheme = ["http://", "https://"].first { expanded.lowercased().hasPrefix($0) }
+        if let scheme {
+            secure = scheme == "https://"
+            let rest = expanded.dropFirst(scheme.count)
             let authority = rest.prefix { $0 != "/" }
-            guard !authority.isEmpty, let address = SocketAddress(parsing: String(authority), defaultPort: 80) else { return nil }
+            guard !authority.isEmpty, let address = SocketAddress(parsing: String(authority), defaultPort: secure ? 443 : 80) else {
+                return nil
+            }
             self.server = address
             self.authority = String(authority)
             name = rest.dropFirst(authority.count)
         } else {
             guard let server else { return nil }
             self.server = server
+            secure = secureServer
             authority = server.description
         }
         while name.hasPrefix("/") { name = name.dropFirst() }

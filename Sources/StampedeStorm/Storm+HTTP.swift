@@ -3,6 +3,7 @@ import Glibc
 import StampedeHTTPWire
 import StampedeIO
 import StampedeProtocol
+import StampedeTLS
 
 /// The storm's HTTP connections' readiness: one epoll (edge-triggered, each connection tagged by
 /// its slot) that the backend watches, so that one wait covers datagrams and connections; a
@@ -71,10 +72,16 @@ struct HTTPConnection {
     var lastHeard: Nanoseconds = 0
     /// Queued in `HTTPEvents.pending`.
     var isPending = false
+    /// HTTPS: the connection's TLS session, and when the connection was opened (the handshake's
+    /// time is from then to its end).
+    var tls: TLSSession?
+    var opened: Nanoseconds = 0
 
     enum Phase {
         /// Kept alive between requests.
         case idle
+        /// HTTPS: connecting, or the handshake under way.
+        case handshaking
         /// Connecting, or the request not wholly written.
         case sending
         case head
@@ -97,15 +104,20 @@ extension Storm {
             machineEnded(slot, .failed(.socketError(error)), now: now)
             return false
         }
-        guard let target = HTTPTarget(machine.identity.expand(stage.names[0]), server: plan.httpServer) else {
+        guard let target = HTTPTarget(machine.identity.expand(stage.names[0]), server: plan.httpServer, secureServer: plan.httpSecure) else {
             machineEnded(slot, .failed(.protocolError("\(stage.names[0]): no HTTP server to ask (storm --http)")), now: now)
             return false
         }
+        if target.secure && plan.tls == nil {
+            machineEnded(slot, .failed(.protocolError("\(stage.names[0]): HTTPS needs the CA to trust (storm --tls-ca)")), now: now)
+            return false
+        }
         machines[slot]!.expected = expectedBytes(of: target.name)
-        if let kept = connections[slot], kept.server != target.server { closeConnection(slot) }
+        if let kept = connections[slot], kept.server != target.server || (kept.tls != nil) != target.secure { closeConnection(slot) }
         if connections[slot] == nil {
             do throws(Errno) {
-                try openConnection(slot, to: target.server, from: plan.ownSource(of: machine.identity.number))
+                try openConnection(slot, to: target.server, from: plan.ownSource(of: machine.identity.number), secure: target.secure,
+                                   now: now)
             } catch {
                 machineEnded(slot, .failed(.socketError(error)), now: now)
                 return false
@@ -121,7 +133,8 @@ extension Storm {
     /// The connection's request from its start: nothing sent, no response read.
     private func begin(_ slot: Int, now: Nanoseconds) {
         // The head is empty here: a new connection's, or emptied when the last one was read.
-        connections[slot]!.phase = .sending
+        let handshaken = connections[slot]!.tls?.established ?? true
+        connections[slot]!.phase = handshaken ? .sending : .handshaking
         connections[slot]!.sent = 0
         connections[slot]!.response = nil
         connections[slot]!.received = 0
@@ -129,8 +142,10 @@ extension Storm {
     }
 
     /// A non-blocking TCP connection from the machine's own address, if it has one of the
-    /// server's family, to `server`, in the epoll.
-    private func openConnection(_ slot: Int, to server: SocketAddress, from source: SocketAddress?) throws(Errno) {
+    /// server's family, to `server`, in the epoll; `secure`: with a TLS session (`plan.tls`) that
+    /// checks the certificate names the server's address.
+    private func openConnection(_ slot: Int, to server: SocketAddress, from source: SocketAddress?, secure: Bool,
+                                now: Nanoseconds) throws(Errno) {
         let fd = socket(server.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw Errno.current }
         var receiveBuffer = HTTPEvents.receiveBuffer
@@ -156,14 +171,24 @@ extension Storm {
             Glibc.close(fd)
             throw error
         }
-        connections[slot] = HTTPConnection(descriptor: fd, server: server)
+        var connection = HTTPConnection(descriptor: fd, server: server)
+        connection.opened = now
+        if secure {
+            guard let session = plan.tls?.session(fd: fd, host: server.host) else {
+                Glibc.close(fd)
+                throw Errno(ENOMEM)
+            }
+            connection.tls = session
+        }
+        connections[slot] = connection
     }
 
-    /// Closes the slot's connection, if it has one.
+    /// Closes the slot's connection, if it has one (its TLS session first: its close_notify goes
+    /// out on the socket).
     func closeConnection(_ slot: Int) {
         guard slot < connections.count, let connection = connections[slot] else { return }
-        Glibc.close(connection.descriptor)
         connections[slot] = nil
+        Glibc.close(connection.descriptor)
     }
 
     /// The connections left with more to read last turn, then those the epoll says are ready,
@@ -208,16 +233,47 @@ extension Storm {
             switch phase {
             case .idle:
                 return  // an event on a kept connection: its close shows at the next request
+            case .handshaking:
+                switch connections[slot]!.tls!.handshake() {
+                case .done:
+                    report.handshakes.append(now - connections[slot]!.opened)
+                    connections[slot]!.phase = .sending
+                case .wouldBlock:
+                    return
+                case .closed, .plainHTTP:
+                    connectionFailed(slot, nil, now: now)
+                    return
+                case .failed(let why):
+                    fetchFailed(slot, .protocolError("TLS: \(why)"), now: now)
+                    return
+                }
             case .sending:
                 // A request is small: it goes whatever is left of the turn's share.
                 let (sent, total) = (connections[slot]!.sent, connections[slot]!.request.count)
-                let written = connections[slot]!.request.withUnsafeBytes { bytes in
-                    send(descriptor, bytes.baseAddress! + sent, total - sent, Int32(MSG_NOSIGNAL))
-                }
-                if written < 0 {
-                    if errno == EAGAIN { return }
-                    connectionFailed(slot, Errno.current, now: now)
-                    return
+                let written: Int
+                if let tls = connections[slot]!.tls {
+                    let outcome = connections[slot]!.request.withUnsafeBytes { bytes in
+                        tls.write(UnsafeRawBufferPointer(rebasing: bytes[sent...]))
+                    }
+                    switch outcome {
+                    case .bytes(let count): written = count
+                    case .wouldBlock: return
+                    case .closed:
+                        connectionFailed(slot, nil, now: now)
+                        return
+                    case .failed(let why):
+                        fetchFailed(slot, .protocolError("TLS: \(why)"), now: now)
+                        return
+                    }
+                } else {
+                    written = connections[slot]!.request.withUnsafeBytes { bytes in
+                        send(descriptor, bytes.baseAddress! + sent, total - sent, Int32(MSG_NOSIGNAL))
+                    }
+                    if written < 0 {
+                        if errno == EAGAIN { return }
+                        connectionFailed(slot, Errno.current, now: now)
+                        return
+                    }
                 }
                 connections[slot]!.sent += written
                 if sent + written == total { connections[slot]!.phase = .head }
@@ -226,15 +282,30 @@ extension Storm {
                     postpone(slot)
                     return
                 }
-                let count = recv(descriptor, http.scratch.baseAddress, min(http.scratch.count, share), 0)
-                if count < 0 {
-                    if errno == EAGAIN { return }
-                    connectionFailed(slot, Errno.current, now: now)
-                    return
-                }
-                if count == 0 {
-                    connectionFailed(slot, nil, now: now)
-                    return
+                let buffer = UnsafeMutableRawBufferPointer(rebasing: http.scratch[..<min(http.scratch.count, share)])
+                let count: Int
+                if let tls = connections[slot]!.tls {
+                    switch tls.read(into: buffer) {
+                    case .bytes(let read): count = read
+                    case .wouldBlock: return
+                    case .closed:
+                        connectionFailed(slot, nil, now: now)
+                        return
+                    case .failed(let why):
+                        fetchFailed(slot, .protocolError("TLS: \(why)"), now: now)
+                        return
+                    }
+                } else {
+                    count = recv(descriptor, buffer.baseAddress, buffer.count, 0)
+                    if count < 0 {
+                        if errno == EAGAIN { return }
+                        connectionFailed(slot, Errno.current, now: now)
+                        return
+                    }
+                    if count == 0 {
+                        connectionFailed(slot, nil, now: now)
+                        return
+                    }
                 }
                 share -= count
                 http.turnLeft -= count
@@ -317,7 +388,8 @@ extension Storm {
             let request = connection.request
             closeConnection(slot)
             do throws(Errno) {
-                try openConnection(slot, to: connection.server, from: plan.ownSource(of: machine.identity.number))
+                try openConnection(slot, to: connection.server, from: plan.ownSource(of: machine.identity.number),
+                                   secure: connection.tls != nil, now: now)
             } catch {
                 fetchFailed(slot, .socketError(error), now: now)
                 return

@@ -1,6 +1,7 @@
 import Glibc
 import StampedeIO
 import StampedeProtocol
+import StampedeTLS
 
 /// What a storm plays: machines booting against one server, each running a boot profile (by
 /// default one file read with one set of options), as a rack powering on does.
@@ -35,6 +36,10 @@ public struct StormPlan: Sendable {
     /// The HTTP server an `http` stage's name is a path of (`--http`); a stage that writes a
     /// whole URL names its own.
     public var httpServer: SocketAddress?
+    /// `storm --https`: `httpServer` speaks TLS.
+    public var httpSecure = false
+    /// `storm --tls-ca`: the CAs the machines trust, for `--https` and `https://` URLs in stages.
+    public var tls: TLSClient?
     /// The storm's own address on a boot network (`--dhcp`): a profile's `dhcp` stages broadcast
     /// from port 68 of its interface. Without it, a profile is played without its DHCP stages.
     public var dhcpSource: SocketAddress?

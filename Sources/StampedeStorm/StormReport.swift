@@ -24,6 +24,9 @@ public struct StormReport: Sendable {
     public var duplicates = 0
     /// Most transfers open at once.
     public var peakActive = 0
+    /// TLS handshakes of http stages over HTTPS, each from the connection's first byte to the
+    /// handshake's end (`storm --https`).
+    public var handshakes: [Nanoseconds] = []
     /// From the first request to the end of the last transfer.
     public var wall: Nanoseconds = 0
     /// The storm's own CPU time (user + system), set by whoever ran it.
@@ -132,6 +135,7 @@ public struct StormReport: Sendable {
         retransmits += other.retransmits
         duplicates += other.duplicates
         peakActive = max(peakActive, other.peakActive)  // a run's storms share one count
+        handshakes += other.handshakes
         wall = max(wall, other.wall)
         if stages.isEmpty {
             profile = other.profile
@@ -194,6 +198,10 @@ public struct StormReport: Sendable {
                 after starting over: p50 \(rebooted.p50) ms, p99 \(rebooted.p99) ms, max \(rebooted.max) ms
                 """)
         }
+        if !handshakes.isEmpty {
+            let time = Self.milliseconds(of: handshakes)
+            lines.append("TLS handshakes: \(handshakes.count), p50 \(time.p50) ms, p99 \(time.p99) ms, max \(time.max) ms")
+        }
         lines += failureExamples.map { "  failure: \($0)" }
         if let serverView { lines.append(serverView.text) }
         return lines.joined(separator: "\n")
@@ -205,6 +213,7 @@ public struct StormReport: Sendable {
         let latency = Self.milliseconds(of: durations)
         let examples = failureExamples.map(jsonString).joined(separator: ", ")
         let rebooted = Self.milliseconds(of: rebootedDurations)
+        let handshake = Self.milliseconds(of: handshakes)
         return """
             {"ok": \(ok), "failed": \(failed), "failures": {\(Self.countsJSON(failuresByKind))}, "failure_examples": [\(examples)], \
             "bytes": \(bytes), "seconds": \(decimalText(seconds, places: 6)), "mb_per_s": \(decimalText(megabytesPerSecond, places: 3)), \
@@ -214,6 +223,7 @@ public struct StormReport: Sendable {
             "reboots": \(reboots), "reboot_causes": {\(Self.countsJSON(rebootCausesByKind))}, \
             "rebooted_ok": \(rebootedDurations.count), "rebooted_p50_ms": \(rebooted.p50), "rebooted_p99_ms": \(rebooted.p99), \
             "transfers_failed": \(transfersFailed), \
+            "tls_handshakes": \(handshakes.count), "tls_handshake_p50_ms": \(handshake.p50), "tls_handshake_p99_ms": \(handshake.p99), \
             "profile": \(jsonString(profile)), "stages": [\(stages.map(\.json).joined(separator: ", "))], \
             "boot_ms": [\(durations.map { decimalText(Double($0) / 1e6, places: 3) }.joined(separator: ", "))]\
             \(serverView.map { ", \"server\": \($0.json)" } ?? "")}

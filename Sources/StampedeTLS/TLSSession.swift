@@ -1,13 +1,13 @@
 import CStampedeTLS
 import Glibc
 
-/// One connection's TLS: the OpenSSL session over its socket, owned by the connection and freed
-/// with it. Nonblocking: a call the socket cannot complete says `.wouldBlock`, and the loop
+/// One connection's TLS, a server's (`TLSIdentity`) or a client's (`TLSClient`): the OpenSSL
+/// session over its socket, owned by the connection and freed with it. Nonblocking: a call the socket cannot complete says `.wouldBlock`, and the loop
 /// calls it again when the socket is ready (a write with at least as many bytes).
 public final class TLSSession {
     let session: OpaquePointer
     /// The handshake finished without a fatal error: a close sends close_notify.
-    private(set) var established = false
+    public private(set) var established = false
     private var failed = false
 
     init(_ session: OpaquePointer) { self.session = session }

@@ -7,6 +7,7 @@ import StampedeMetrics
 import StampedeProtocol
 import StampedeServer
 import StampedeStorm
+import StampedeTLS
 import StampedeURing
 
 /// `stampede storm`: a rack of machines booting at once, played against a server.
@@ -42,6 +43,10 @@ struct Storm: ParsableCommand {
     var verifyRoot: String?
     @Option(help: "The HTTP server of a profile's http stages, HOST[:PORT] (default: the TFTP server's address, port 80).")
     var http: String?
+    @Option(help: "The http stages over HTTPS instead, to this server, HOST[:PORT] (port 443 by default), trusting --tls-ca; each machine's connection begins with a full TLS 1.2 handshake, timed in the report.")
+    var https: String?
+    @Option(name: .customLong("tls-ca"), help: ArgumentHelp("The CA certificates (PEM) the machines trust, for --https and https:// URLs in a profile: the server's certificate must chain to one and name its address.", valueName: "FILE"))
+    var tlsCA: String?
     @Option(help: ArgumentHelp("Play the profile's dhcp stages from this host's address on a boot network (IPv4): each machine's DISCOVER broadcast from port 68 there, as its firmware sends it, answered by a proxyDHCP server (without it, the dhcp stages are left out).", valueName: "ADDR"))
     var dhcp: String?
     @Flag(help: "A machine whose boot failed starts over from the first stage, as its firmware does: as often and after as long as the profile's reboot line says (default: it counts as failed at once).")
@@ -115,6 +120,11 @@ struct Storm: ParsableCommand {
         if let http, SocketAddress(parsing: http, defaultPort: 80, defaultHost: "127.0.0.1") == nil {
             throw ValidationError("--http \(http): an address and port, like 10.0.0.1:8080 or [::1]:80.")
         }
+        if let https, SocketAddress(parsing: https, defaultPort: 443, defaultHost: "127.0.0.1") == nil {
+            throw ValidationError("--https \(https): an address and port, like 10.0.0.1:443 or [::1]:8443.")
+        }
+        if http != nil && https != nil { throw ValidationError("--http and --https: choose one.") }
+        if https != nil && tlsCA == nil { throw ValidationError("--https needs --tls-ca, the CA the server's certificate chains to.") }
         if let dhcp, SocketAddress(parsing: dhcp, defaultPort: 68).map({ $0.isIPv6 || $0.port != 68 }) ?? true {
             throw ValidationError("--dhcp \(dhcp): this host's IPv4 address on the boot network, like 10.0.0.5.")
         }
@@ -192,8 +202,13 @@ struct Storm: ParsableCommand {
         var plan = StormPlan(server: server, profile: try bootProfile())
         if plan.profile.needsHTTPServer {
             var address = server
-            address.port = 80
-            plan.httpServer = http.flatMap { SocketAddress(parsing: $0, defaultPort: 80, defaultHost: server.host) } ?? address
+            address.port = https == nil ? 80 : 443
+            plan.httpServer = (https ?? http).flatMap { SocketAddress(parsing: $0, defaultPort: address.port, defaultHost: server.host) }
+                ?? address
+            plan.httpSecure = https != nil
+        }
+        if let tlsCA {
+            do { plan.tls = try TLSClient(trusting: tlsCA) } catch { throw ValidationError("--tls-ca \(error)") }
         }
         plan.clients = clients
         plan.total = total

@@ -40,6 +40,20 @@ typealias ResponseHead = ReceivedResponseHead
         #expect(HTTPTarget("http://[::1]/x", server: nil)?.server == SocketAddress(parsing: "[::1]:80", defaultPort: 0)!)
     }
 
+    /// HTTPS: by the URL's scheme (port 443 by default), or for a path when the storm's server
+    /// is `--https`.
+    @Test func anHTTPSTargetIsSecureByItsSchemeOrItsServer() throws {
+        let url = try #require(HTTPTarget("https://10.0.0.1/ipxe.efi", server: nil))
+        #expect(url.secure && url.server == SocketAddress(parsing: "10.0.0.1:443", defaultPort: 0)! && url.name == "ipxe.efi")
+        #expect(HTTPTarget("HTTPS://10.0.0.1:8443/x", server: nil)?.server.port == 8443)
+        #expect(HTTPTarget("http://10.0.0.1/x", server: nil)?.secure == false)
+        let server = SocketAddress(parsing: "10.0.0.1:443", defaultPort: 0)!
+        #expect(HTTPTarget("boot.ipxe", server: server, secureServer: true)?.secure == true)
+        #expect(HTTPTarget("boot.ipxe", server: server)?.secure == false)
+        // A URL says for itself, whatever the storm's server speaks.
+        #expect(HTTPTarget("http://10.0.0.2/x", server: server, secureServer: true)?.secure == false)
+    }
+
     @Test func patienceIsTheFirmwaresRetransmitIntervalsSummed() throws {
         let chain = try #require(BootProfile.builtIn("uefi-ipxe"))
         #expect(chain.stages[0].patience == 24 * nanosecondsPerSecond)  // EDK2: 4 s, 6 tries

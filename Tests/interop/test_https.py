@@ -1,5 +1,6 @@
 """`--https`: the root of --http over TLS (OpenSSL 3), checked with curl and openssl s_client as
 clients, and with raw sockets for what a broken or hostile client sends."""
+import json
 import os
 import re
 import resource
@@ -12,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import Server, free_tcp_port, run
+from conftest import SERVER_BINARY, Server, free_tcp_port, run
 from tlscerts import Certificates
 
 # The suites of the default profile that need no elliptic curve: what EDK2 builds without EC use.
@@ -399,3 +400,25 @@ def test_tls_ca_writes_the_efi_signature_list_of_each_certificate(certs, binary,
     assert r.returncode == 0 and "is not a CA" in r.stderr
     r = run([str(binary), "tls-ca", str(certs.key), "-o", str(tmp_path / "key.esl")], text=True)
     assert r.returncode == 65 and not (tmp_path / "key.esl").exists()
+
+
+def test_storm_boots_a_rack_over_https_every_byte_compared_and_refuses_another_ca(secure, root, certs):
+    """storm --https: uefi-ipxe's http stages over TLS, each machine's handshake timed; a CA that
+    did not sign the server's certificate fails every machine at its first HTTPS stage."""
+    for name, size in (("ipxe.efi", 1 << 20), ("vmlinuz", 4 << 20), ("initrd.img", 8 << 20)):
+        (root / name).write_bytes(os.urandom(size))
+        (root / name).chmod(0o644)
+    (root / "boot.ipxe").write_text("#!ipxe\nkernel vmlinuz\ninitrd initrd.img\nboot\n")
+    (root / "boot.ipxe").chmod(0o644)
+    s = secure()
+    storm = [str(SERVER_BINARY), "storm", f"127.0.0.1:{s.port}", "--profile", "uefi-ipxe", "--https", f"127.0.0.1:{s.https_port}"]
+    r = run([*storm, "--tls-ca", str(certs.ca), "--clients", "40", "--ramp", "1", "--verify-root", str(root), "--json"],
+            timeout=300, text=True)
+    report = json.loads(r.stdout)
+    assert r.returncode == 0 and report["ok"] == 40 and report["failed"] == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert report["tls_handshakes"] == 40 and report["tls_handshake_p50_ms"] > 0
+    assert s.log_lines('"initrd.img" https 200', count=40)
+    r = run([*storm, "--tls-ca", str(certs.other_ca), "--clients", "3", "--stages", "4"], timeout=120, text=True)
+    assert r.returncode == 1 and "0 booted, 3 failed" in r.stdout and "TLS: certificate verify failed" in r.stdout, r.stdout
+    r = run([*storm, "--clients", "1"], timeout=60, text=True)
+    assert r.returncode == 64 and "--https needs --tls-ca" in r.stderr

@@ -20,6 +20,14 @@ enum stampede_tls_profile {
     STAMPEDE_TLS_MODERN = 1,
 };
 
+// A client context (the load generator's machines): TLS 1.2, as UEFI firmware and iPXE speak it,
+// trusting the CAs of `ca_file` (PEM) and nothing else, ALPN http/1.1, no session kept between
+// connections (each machine starts cold). NULL with why in `error`.
+struct ssl_ctx_st *stampede_tls_client_context(const char *ca_file, char *error, size_t capacity);
+// A session for a connecting socket, as a client of `host` (an address or a name: the
+// certificate must name it; a name is sent as SNI).
+struct ssl_st *stampede_tls_client_session(struct ssl_ctx_st *context, int fd, const char *host);
+
 // Which file a context could not be made from.
 enum stampede_tls_file { STAMPEDE_TLS_CERTIFICATE = 1, STAMPEDE_TLS_KEY = 2 };
 
