@@ -8,6 +8,7 @@ A library: nothing here runs by itself. The benches (`compare.py`, `http_vs_ngin
 import json
 import math
 import os
+import re
 import resource
 import signal
 import socket
@@ -153,13 +154,33 @@ class Sampler(threading.Thread):
             self.sample()
 
 
-def start(name, command, port, log, group=None, kind=socket.SOCK_DGRAM, timeout=10):
-    """Starts a server in a session of its own (its fd limit raised, in `group` if given) and
-    waits until it holds `port` (or dies: RuntimeError)."""
+def in_group(group):
+    """What a server's process runs before it execs (subprocess's preexec_fn): the descriptor
+    limit every bench gives, and `group`'s cgroup (if any), so that its CPU is counted there."""
     def prepare():
         raise_fd_limit()
         if group:
             group.join()
+    return prepare
+
+
+def wait_for_tcp(port, process, name):
+    """Waits until something accepts on 127.0.0.1:`port`; kills `process` and raises if nothing does within 10 s."""
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"{name} did not start on {port}")
+
+
+def start(name, command, port, log, group=None, kind=socket.SOCK_DGRAM, timeout=10):
+    """Starts a server in a session of its own (its fd limit raised, in `group` if given) and
+    waits until it holds `port` (or dies: RuntimeError)."""
+    prepare = in_group(group)
 
     process = subprocess.Popen([str(a) for a in command], stdout=log, stderr=subprocess.STDOUT,
                                preexec_fn=prepare, start_new_session=True)
@@ -238,6 +259,24 @@ http {{
 }}
 """)
     return config
+
+
+WRK_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+
+
+def wrk(url, connections, seconds):
+    """wrk (Debian's: two threads, keep-alive) on `url` for `seconds`: the requests made, the bytes
+    read, the non-2xx answers and wrk's socket errors."""
+    command = ["wrk", "-t", "2", "-c", str(connections), "-d", f"{seconds}s", "--timeout", "30s", url]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))).stdout
+    match = re.search(r"(\d+) requests in [\d.]+\w+, ([\d.]+)(\w+) read", out)
+    if not match:
+        raise RuntimeError(f"wrk said: {out}")
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    socket_errors = re.search(r"Socket errors: (.*)", out)
+    return {"requests": int(match.group(1)), "bytes": float(match.group(2)) * WRK_UNITS[match.group(3)],
+            "non_2xx": int(errors.group(1)) if errors else 0, "socket_errors": socket_errors.group(1) if socket_errors else ""}
 
 
 def dnsmasq_command(binary, root):

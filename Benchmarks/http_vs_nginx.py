@@ -30,7 +30,6 @@ runs the TFTP peers.
 """
 import json
 import os
-import re
 import resource
 import socket
 import subprocess
@@ -39,8 +38,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (FD_LIMIT, ROOT, SID, STAMPEDE, CpuGroup, Sampler, dnsmasq_command, fill_root, free_port, in_sid,  # noqa: E402
-                     nginx_config, stop_all, write_results)
+from harness import (FD_LIMIT, in_group, ROOT, SID, STAMPEDE, CpuGroup, Sampler, dnsmasq_command, fill_root, free_port, in_sid,  # noqa: E402
+                     nginx_config, stop_all, wait_for_tcp, wrk, write_results)
 
 SECONDS = int(os.environ.get("BENCH_HTTP_SECONDS", "8"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -59,10 +58,7 @@ BASELINE = os.environ.get("BENCH_BASELINE")
 
 
 def start(server, port, group):
-    def prepare():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
-        if group:
-            group.join()
+    prepare = in_group(group)
     if server.startswith("stampede"):
         binary = BASELINE if server == "stampede-baseline" else STAMPEDE
         argv = [str(binary), "-L", "-a", "127.0.0.1:0", "--verbosity", "0", "-u", "root", "--http", f"127.0.0.1:{port}",
@@ -73,24 +69,6 @@ def start(server, port, group):
     process = subprocess.Popen(argv, preexec_fn=prepare, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for_tcp(port, process, server)
     return process
-
-
-UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
-
-
-def wrk(port, name, connections):
-    """wrk's requests, bytes read and latency percentiles."""
-    command = ["wrk", "-t", "2", "-c", str(connections), "-d", f"{SECONDS}s", "--latency", "--timeout", "30s",
-               f"http://127.0.0.1:{port}/{name}"]
-    out = subprocess.run(command, capture_output=True, text=True, timeout=SECONDS + 60,
-                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))).stdout
-    match = re.search(r"(\d+) requests in [\d.]+\w+, ([\d.]+)(\w+) read", out)
-    if not match:
-        raise RuntimeError(f"wrk said: {out}")
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    socket_errors = re.search(r"Socket errors: (.*)", out)
-    return {"requests": int(match.group(1)), "bytes": float(match.group(2)) * UNITS[match.group(3)],
-            "non_2xx": int(errors.group(1)) if errors else 0, "socket_errors": socket_errors.group(1) if socket_errors else ""}
 
 
 def idle_connections(port, sampler):
@@ -123,7 +101,7 @@ def one_round(server, index):
     try:
         for name, connections in SCENARIOS:
             before = group.seconds() if group else 0.0
-            load = wrk(port, name, connections)
+            load = wrk(f"http://127.0.0.1:{port}/{name}", connections, SECONDS)
             cpu = (group.seconds() if group else 0.0) - before
             load["cpu_s"] = round(cpu, 3)
             load["cpu_per_gb"] = round(cpu / (load["bytes"] / 1e9), 3) if load["bytes"] else None
@@ -138,26 +116,11 @@ def one_round(server, index):
     return results
 
 
-def wait_for_tcp(port, process, name):
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    process.kill()
-    raise RuntimeError(f"{name} did not start on {port}")
-
-
 def rack_round(servers, index):
     """One rack boot against `servers` ("stampede", or "dnsmasq+nginx"), in one cpuacct group."""
     group = CpuGroup.make(f"rack-{servers.replace('+', '-')}-{index}")
 
-    def prepare():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
-        if group:
-            group.join()
+    prepare = in_group(group)
     http_port = free_port(socket.SOCK_STREAM)
     if servers == "stampede":
         tftp_port = free_port(socket.SOCK_STREAM)

@@ -15,10 +15,18 @@ workers all count), and plays:
   curves negotiates): new connections per server CPU-second.
 
 Rounds (BENCH_ROUNDS, default 3) interleave the servers, each round starting with the next; the
-table shows the median round, the spread, and Stampede ÷ nginx. The certificate is RSA 2048, made
+table shows the median round, the spread, and Stampede ÷ nginx.
+
+Then the rack over HTTPS: BENCH_RACK_MACHINES (default 2,000) machines powering on over 3 s, each
+playing `storm --profile uefi-ipxe --https` (ipxe.efi over TFTP, then the script, a 16 MiB kernel
+and a 64 MiB initrd over HTTPS, each machine's connection a full TLS 1.2 handshake, every byte
+compared) against Stampede alone (TFTP and --https in one process) and against dnsmasq (TFTP)
+with nginx (HTTPS) in one cgroup: machines booted and failed, boot time, the handshakes' time,
+the servers' CPU and the storm's, BENCH_RACK_ROUNDS (default 1; 0 skips it) interleaved rounds. The certificate is RSA 2048, made
 with openssl for the run. Stampede links Debian 12's libssl3 (OpenSSL 3.0), nginx the unstable
 tree's: the report says both. Results: results/bench-https.{json,md}.
 """
+import json
 import os
 import re
 import resource
@@ -29,8 +37,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (FD_LIMIT, ROOT, SID, STAMPEDE, CpuGroup, fill_root, free_port, in_sid, nginx_config, stop_all,  # noqa: E402
-                     write_results)
+from harness import (FD_LIMIT, in_group, ROOT, SID, STAMPEDE, CpuGroup, dnsmasq_command, fill_root, free_port, in_sid,  # noqa: E402
+                     nginx_config, stop_all, wait_for_tcp, wrk, write_results)
 
 SECONDS = int(os.environ.get("BENCH_HTTP_SECONDS", "8"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -43,6 +51,10 @@ HANDSHAKES = {"TLS 1.3": ["-tls1_3"], "TLS 1.2 ECDHE-RSA-AES128-GCM": ["-tls1_2"
 # "stampede-sid" is the same binary run from the unstable tree nginx runs from, so that it links
 # the same OpenSSL as nginx: the two Stampede rows apart show what the library's version does.
 SERVERS = ["stampede", "stampede-sid", "nginx"]
+RACK = ROOT / "https-rack"
+RACK_FILES = {"ipxe.efi": 1 << 20, "vmlinuz": 16 << 20, "initrd.img": 64 << 20}
+RACK_MACHINES = int(os.environ.get("BENCH_RACK_MACHINES", "2000"))
+RACK_ROUNDS = int(os.environ.get("BENCH_RACK_ROUNDS", "1"))
 SID_BINARY = ROOT / "bin" / "stampede"
 # Stampede's firmware profile's TLS 1.2 suites, in its order (`TLSProfile.firmware.suites`, from
 # CSources/CStampedeTLS/tls.c): nginx is given the same. RSA certificate: the ECDSA ones go unused.
@@ -70,10 +82,7 @@ def certificate():
 
 
 def start(server, port, group, pair, suites):
-    def prepare():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
-        if group:
-            group.join()
+    prepare = in_group(group)
     log = ROOT / f"https-{server}.log"
     if server.startswith("stampede"):
         argv = [str(SID_BINARY if server == "stampede-sid" else STAMPEDE), "-L", "-a", "127.0.0.1:0", "--verbosity", "1", "--stderr", "-u", "root",
@@ -84,31 +93,11 @@ def start(server, port, group, pair, suites):
     else:
         argv = in_sid(["/usr/sbin/nginx", "-c", str(nginx_config(f"tls-{port}", f"127.0.0.1:{port}", WEB, (*pair, suites, TLS / "dh.pem")))])
     process = subprocess.Popen(argv, preexec_fn=prepare, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return process
-        except OSError:
-            time.sleep(0.05)
-    process.kill()
-    raise RuntimeError(f"{server} did not start on {port}: {log.read_text()[-2000:]}")
-
-
-UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
-
-
-def wrk(port, name, connections):
-    command = ["wrk", "-t", "2", "-c", str(connections), "-d", f"{SECONDS}s", "--timeout", "30s", f"https://127.0.0.1:{port}/{name}"]
-    out = subprocess.run(command, capture_output=True, text=True, timeout=SECONDS + 120,
-                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))).stdout
-    match = re.search(r"(\d+) requests in [\d.]+\w+, ([\d.]+)(\w+) read", out)
-    if not match:
-        raise RuntimeError(f"wrk said: {out}")
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    socket_errors = re.search(r"Socket errors: (.*)", out)
-    return {"requests": int(match.group(1)), "bytes": float(match.group(2)) * UNITS[match.group(3)],
-            "non_2xx": int(errors.group(1)) if errors else 0, "socket_errors": socket_errors.group(1) if socket_errors else ""}
+    try:
+        wait_for_tcp(port, process, server)
+    except RuntimeError:
+        raise RuntimeError(f"{server} did not start on {port}: {log.read_text()[-2000:]}")
+    return process
 
 
 def s_time(port, args, ca):
@@ -133,7 +122,7 @@ def one_round(server, index, pair, suites):
     try:
         for name, connections in BULK:
             before = group.seconds() if group else 0.0
-            load = wrk(port, name, connections)
+            load = wrk(f"https://127.0.0.1:{port}/{name}", connections, SECONDS)
             cpu = (group.seconds() if group else 0.0) - before
             load["cpu_s"] = round(cpu, 3)
             load["cpu_per_gb"] = round(cpu / (load["bytes"] / 1e9), 3) if load["bytes"] else None
@@ -150,6 +139,41 @@ def one_round(server, index, pair, suites):
     if server.startswith("stampede"):
         results["start"] = [line for line in (ROOT / f"https-{server}.log").read_text().splitlines() if "over HTTPS" in line]
     return results
+
+
+def rack_round(servers, index, pair, suites):
+    """One rack boot over HTTPS against `servers` ("stampede", or "dnsmasq+nginx"), in one cpuacct group."""
+    group = CpuGroup.make(f"https-rack-{servers.replace('+', '-')}-{index}")
+
+    prepare = in_group(group)
+    https_port = free_port(socket.SOCK_STREAM)
+    if servers == "stampede":
+        tftp_port = free_port(socket.SOCK_STREAM)
+        commands = [[str(STAMPEDE), "-L", "-a", f"127.0.0.1:{tftp_port}", "--verbosity", "0", "-u", "root", "--https",
+                     f"127.0.0.1:{https_port}", "--tls-certificate", str(pair[0]), "--tls-key", str(pair[1]), str(RACK)]]
+    else:
+        tftp_port = 69  # dnsmasq has no TFTP port option
+        config = nginx_config(f"rack-{https_port}", f"127.0.0.1:{https_port}", RACK, (*pair, suites, TLS / "dh.pem"))
+        commands = [in_sid(dnsmasq_command("/usr/sbin/dnsmasq", str(RACK))), in_sid(["/usr/sbin/nginx", "-c", str(config)])]
+    processes = [subprocess.Popen(c, preexec_fn=prepare, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in commands]
+    try:
+        wait_for_tcp(https_port, processes[-1], servers)
+        time.sleep(0.5)  # dnsmasq's TFTP socket
+        before = group.seconds() if group else 0.0
+        storm = subprocess.run([str(STAMPEDE), "storm", f"127.0.0.1:{tftp_port}", "--profile", "uefi-ipxe",
+                                "--https", f"127.0.0.1:{https_port}", "--tls-ca", str(TLS / "ca.pem"),
+                                "--clients", str(RACK_MACHINES), "--ramp", "3", "--verify-root", str(RACK), "--json"],
+                               capture_output=True, text=True, timeout=3600,
+                               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT)))
+        cpu = (group.seconds() if group else 0.0) - before
+        result = json.loads(storm.stdout)
+        return {"ok": result["ok"], "failed": result["failed"], "failures": result["failures"],
+                "p50_s": round(result["p50_ms"] / 1000, 2), "p99_s": round(result["p99_ms"] / 1000, 2),
+                "handshake_p50_ms": result["tls_handshake_p50_ms"], "handshake_p99_ms": result["tls_handshake_p99_ms"],
+                "server_cpu_s": round(cpu, 2), "storm_cpu_s": result["client_cpu_s"], "seconds": result["seconds"],
+                "bytes": result["bytes"]}
+    finally:
+        stop_all(processes, group)
 
 
 def median(values):
@@ -197,12 +221,32 @@ def main():
              "", "| new connections (openssl s_time -new, 2 clients): per CPU-s | Stampede (spread) | Stampede, unstable's OpenSSL "
              "| nginx | Stampede ÷ nginx | same OpenSSL ÷ nginx | per s (same order) |", "|---|---|---|---|---|---|---|",
              *rows(list(HANDSHAKES), "per_cpu_s", "per_s")]
+    rack_rounds = {"stampede": [], "dnsmasq+nginx": []}
+    if RACK_ROUNDS:
+        fill_root(RACK, RACK_FILES)
+        (RACK / "boot.ipxe").write_text("#!ipxe\nkernel vmlinuz\ninitrd initrd.img\nboot\n")
+        (RACK / "boot.ipxe").chmod(0o644)
+    for index in range(RACK_ROUNDS):
+        for servers in ("stampede", "dnsmasq+nginx") if index % 2 == 0 else ("dnsmasq+nginx", "stampede"):
+            print(f"rack round {index + 1}/{RACK_ROUNDS}: {servers}", flush=True)
+            rack_rounds[servers].append(rack_round(servers, index, pair, suites))
+    if RACK_ROUNDS:
+        table += ["", f"Rack over HTTPS: {RACK_MACHINES} machines over 3 s, storm --profile uefi-ipxe --https (ipxe.efi over TFTP; "
+                  "the script, a 16 MiB kernel and a 64 MiB initrd over HTTPS, a full TLS 1.2 handshake per machine, every byte "
+                  f"compared), {RACK_ROUNDS} interleaved round(s), the median by boot p50:", "",
+                  "| servers | booted / failed | boot p50 s | boot p99 s | handshake p50 / p99 ms | server CPU s | storm CPU s | wall s |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for servers, results in rack_rounds.items():
+            r = sorted(results, key=lambda r: r["p50_s"])[len(results) // 2]
+            table.append(f"| {servers} | {r['ok']} / {r['failed']} | {r['p50_s']} | {r['p99_s']} | {r['handshake_p50_ms']} / "
+                         f"{r['handshake_p99_ms']} | {r['server_cpu_s']} | {r['storm_cpu_s']} | {round(r['seconds'], 1)} |")
     start_line = rounds["stampede"][-1].get("start", [""])
     text = "\n".join([f"Stampede --https (Debian 12's {ours}; and from the unstable tree, {sid_openssl}) vs {nginx_line} "
                       "(sendfile on, the same certificate and TLS 1.2 suites), "
                       f"{ROUNDS} interleaved rounds of {SECONDS} s, median (spread):", "", *table, "",
                       f"Stampede said at start: {start_line[0].split('with ', 1)[-1] if start_line else '?'}"])
-    write_results("bench-https", {"nginx": nginx_line, "openssl": ours, "sid_openssl": sid_openssl, "seconds": SECONDS, "rounds": rounds, "summary": summary}, text)
+    write_results("bench-https", {"nginx": nginx_line, "openssl": ours, "sid_openssl": sid_openssl, "seconds": SECONDS, "rounds": rounds,
+                                  "summary": summary, "rack_rounds": rack_rounds}, text)
     print(text)
 
 

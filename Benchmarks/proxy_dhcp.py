@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import FD_LIMIT, ROOT, STAMPEDE, CpuGroup, fill_root, in_sid, nginx_config, stop_all, write_results  # noqa: E402
+from harness import FD_LIMIT, in_group, ROOT, STAMPEDE, CpuGroup, fill_root, in_sid, nginx_config, stop_all, write_results  # noqa: E402
 
 SERVER, CLIENT, MACHINES = "10.79.0.1", "10.79.0.57", "10.80.0.0/20"
 SERVER_NS, CLIENT_NS = f"stbench-dhcp-s{os.getpid()}", f"stbench-dhcp-c{os.getpid()}"
@@ -90,10 +90,7 @@ def storm(args, timeout=3600):
 def one_round(servers, scenario, index):
     group = CpuGroup.make(f"dhcp-{scenario}-{servers.replace('+', '-')}-{index}")
 
-    def prepare():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
-        if group:
-            group.join()
+    prepare = in_group(group)
     log = open(RACK.parent / f"bench-dhcp-{servers.replace('+', '-')}.log", "w")
     processes = [subprocess.Popen([str(a) for a in c], preexec_fn=prepare, stdout=log, stderr=subprocess.STDOUT)
                  for c in server_commands(servers)]

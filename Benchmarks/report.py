@@ -47,6 +47,11 @@ SECTIONS = [
             "--cache-file-limit 0) and nginx-light (sendfile on) on the same root, each in a cgroup of its own: server "
             "CPU per GB, interleaved rounds. Then 8,000 idle connections, and a rack booting over TFTP and HTTP "
             "against Stampede alone and against dnsmasq with nginx."),
+    Section("bench-https", "HTTPS: Stampede beside nginx", "make bench-https",
+            "Keep-alive GETs by wrk and full handshakes by openssl s_time against Stampede's --https (on Debian 12's "
+            "OpenSSL, and on the unstable tree's, the one nginx links) and nginx-light (ssl, sendfile on) with the same "
+            "certificate and suites, each in a cgroup of its own: server CPU per GB and new connections per server "
+            "CPU-second, interleaved rounds. `make bench` runs it too."),
     Section("bench-anycast", "Several servers behind one anycast address", "make bench-anycast",
             "Three servers in network namespaces behind one ECMP route and a rack of machines: the hash policies, a "
             "server lost mid-boot under hash-threshold and resilient groups, a drain in either order."),

@@ -412,13 +412,13 @@ def test_storm_boots_a_rack_over_https_every_byte_compared_and_refuses_another_c
     (root / "boot.ipxe").chmod(0o644)
     s = secure()
     storm = [str(SERVER_BINARY), "storm", f"127.0.0.1:{s.port}", "--profile", "uefi-ipxe", "--https", f"127.0.0.1:{s.https_port}"]
-    r = run([*storm, "--tls-ca", str(certs.ca), "--clients", "40", "--ramp", "1", "--verify-root", str(root), "--json"],
+    r = run(storm + ["--tls-ca", str(certs.ca), "--clients", "40", "--ramp", "1", "--verify-root", str(root), "--json"],
             timeout=300, text=True)
     report = json.loads(r.stdout)
     assert r.returncode == 0 and report["ok"] == 40 and report["failed"] == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert report["tls_handshakes"] == 40 and report["tls_handshake_p50_ms"] > 0
     assert s.log_lines('"initrd.img" https 200', count=40)
-    r = run([*storm, "--tls-ca", str(certs.other_ca), "--clients", "3", "--stages", "4"], timeout=120, text=True)
+    r = run(storm + ["--tls-ca", str(certs.other_ca), "--clients", "3", "--stages", "4"], timeout=120, text=True)
     assert r.returncode == 1 and "0 booted, 3 failed" in r.stdout and "TLS: certificate verify failed" in r.stdout, r.stdout
-    r = run([*storm, "--clients", "1"], timeout=60, text=True)
+    r = run(storm + ["--clients", "1"], timeout=60, text=True)
     assert r.returncode == 64 and "--https needs --tls-ca" in r.stderr
