@@ -18,7 +18,7 @@ Rounds (BENCH_ROUNDS, default 3) interleave the servers, each round starting wit
 table shows the median round, the spread, and Stampede ÷ nginx.
 
 Then the rack over HTTPS: BENCH_RACK_MACHINES (default 2,000) machines powering on over 3 s, each
-playing `storm --profile uefi-ipxe --https` (ipxe.efi over TFTP, then the script, a 16 MiB kernel
+playing `storm --profile uefi-ipxe --https` in two storm processes of half the rack each (ipxe.efi over TFTP, then the script, a 16 MiB kernel
 and a 64 MiB initrd over HTTPS, each machine's connection a full TLS 1.2 handshake, every byte
 compared) against Stampede alone (TFTP and --https in one process) and against dnsmasq (TFTP)
 with nginx (HTTPS) in one cgroup: machines booted and failed, boot time, the handshakes' time,
@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (FD_LIMIT, in_group, ROOT, SID, STAMPEDE, CpuGroup, dnsmasq_command, fill_root, free_port, in_sid,  # noqa: E402
-                     nginx_config, stop_all, wait_for_tcp, wrk, write_results)
+                     nginx_config, percentile, stop_all, wait_for_tcp, wrk, write_results)
 
 SECONDS = int(os.environ.get("BENCH_HTTP_SECONDS", "8"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -55,6 +55,7 @@ RACK = ROOT / "https-rack"
 RACK_FILES = {"ipxe.efi": 1 << 20, "vmlinuz": 16 << 20, "initrd.img": 64 << 20}
 RACK_MACHINES = int(os.environ.get("BENCH_RACK_MACHINES", "2000"))
 RACK_ROUNDS = int(os.environ.get("BENCH_RACK_ROUNDS", "1"))
+STORM_SLICES = 2
 SID_BINARY = ROOT / "bin" / "stampede"
 # Stampede's firmware profile's TLS 1.2 suites, in its order (`TLSProfile.firmware.suites`, from
 # CSources/CStampedeTLS/tls.c): nginx is given the same. RSA certificate: the ECDSA ones go unused.
@@ -160,18 +161,29 @@ def rack_round(servers, index, pair, suites):
         wait_for_tcp(https_port, processes[-1], servers)
         time.sleep(0.5)  # dnsmasq's TFTP socket
         before = group.seconds() if group else 0.0
-        storm = subprocess.run([str(STAMPEDE), "storm", f"127.0.0.1:{tftp_port}", "--profile", "uefi-ipxe",
-                                "--https", f"127.0.0.1:{https_port}", "--tls-ca", str(TLS / "ca.pem"),
-                                "--clients", str(RACK_MACHINES), "--ramp", "3", "--verify-root", str(RACK), "--json"],
-                               capture_output=True, text=True, timeout=3600,
-                               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT)))
+        # Two storm processes, each half the rack (--slice): a storm decrypting and comparing every
+        # byte of 2,000 machines' TLS is more than one core, and a machine its storm cannot read for
+        # a firmware's patience counts as lost, which is the storm's failure, not the server's.
+        storms = [subprocess.Popen([str(STAMPEDE), "storm", f"127.0.0.1:{tftp_port}", "--profile", "uefi-ipxe",
+                                    "--https", f"127.0.0.1:{https_port}", "--tls-ca", str(TLS / "ca.pem"),
+                                    "--clients", str(RACK_MACHINES), "--slice", f"{index}/{STORM_SLICES}", "--ramp", "3",
+                                    "--verify-root", str(RACK), "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                   text=True, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT)))
+                  for index in range(STORM_SLICES)]
+        results = [json.loads(storm.communicate(timeout=3600)[0]) for storm in storms]
         cpu = (group.seconds() if group else 0.0) - before
-        result = json.loads(storm.stdout)
-        return {"ok": result["ok"], "failed": result["failed"], "failures": result["failures"],
-                "p50_s": round(result["p50_ms"] / 1000, 2), "p99_s": round(result["p99_ms"] / 1000, 2),
-                "handshake_p50_ms": result["tls_handshake_p50_ms"], "handshake_p99_ms": result["tls_handshake_p99_ms"],
-                "server_cpu_s": round(cpu, 2), "storm_cpu_s": result["client_cpu_s"], "seconds": result["seconds"],
-                "bytes": result["bytes"]}
+        boot = sorted(ms for result in results for ms in result["boot_ms"])
+        failures = {}
+        for result in results:
+            for kind, count in result["failures"].items():
+                failures[kind] = failures.get(kind, 0) + count
+        return {"ok": sum(r["ok"] for r in results), "failed": sum(r["failed"] for r in results), "failures": failures,
+                "p50_s": round(percentile(boot, 50) / 1000, 2), "p99_s": round(percentile(boot, 99) / 1000, 2),
+                # Per slice, the slower one's: the storms report percentiles, not every handshake.
+                "handshake_p50_ms": max(float(r["tls_handshake_p50_ms"]) for r in results),
+                "handshake_p99_ms": max(float(r["tls_handshake_p99_ms"]) for r in results),
+                "server_cpu_s": round(cpu, 2), "storm_cpu_s": round(sum(r["client_cpu_s"] for r in results), 2),
+                "seconds": max(r["seconds"] for r in results), "bytes": sum(r["bytes"] for r in results)}
     finally:
         stop_all(processes, group)
 
@@ -234,7 +246,7 @@ def main():
         table += ["", f"Rack over HTTPS: {RACK_MACHINES} machines over 3 s, storm --profile uefi-ipxe --https (ipxe.efi over TFTP; "
                   "the script, a 16 MiB kernel and a 64 MiB initrd over HTTPS, a full TLS 1.2 handshake per machine, every byte "
                   f"compared), {RACK_ROUNDS} interleaved round(s), the median by boot p50:", "",
-                  "| servers | booted / failed | boot p50 s | boot p99 s | handshake p50 / p99 ms | server CPU s | storm CPU s | wall s |",
+                  "| servers | booted / failed | boot p50 s | boot p99 s | handshake p50 / p99 ms (slower storm) | server CPU s | storm CPU s | wall s |",
                   "|---|---|---|---|---|---|---|---|"]
         for servers, results in rack_rounds.items():
             r = sorted(results, key=lambda r: r["p50_s"])[len(results) // 2]

@@ -339,6 +339,11 @@ void stampede_tcp_cork(int fd, int on)
     setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof(on));
 }
 
+int stampede_tcp_unsent_limit(int fd, int bytes)
+{
+    return negative_errno(setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &bytes, sizeof(bytes)));
+}
+
 int stampede_tcp_accept(int listener, struct sockaddr_storage *peer)
 {
     int one = 1;

@@ -13,6 +13,14 @@ extension HTTPLoop {
     /// The most one TLS write takes: a record's plaintext.
     static let tlsRecord = 16384
 
+    /// What a TLS connection's socket may hold encrypted and not yet sent (TCP_NOTSENT_LOWAT).
+    /// Left to autotuning, each send buffer grows to tcp_wmem's maximum (4 MiB) of ciphertext:
+    /// 2,000 firmware connections (a 256 KiB window each) then hold gigabytes, the host enters TCP
+    /// memory pressure, receive queues are pruned, and connections stall past a firmware's
+    /// patience (bench-https's rack: 950 of 2,000 machines timed out). Capped, a connection holds
+    /// its window in flight and this much queued, and every event writes a little to each.
+    static let unsentLimit: Int32 = 128 << 10
+
     /// Goes on with a TLS connection's handshake: true when it is done (requests may be read),
     /// false when it waits for the socket or the connection ended.
     func handshake(_ slot: Int, _ connection: Connection, now: Nanoseconds) -> Bool {

@@ -238,6 +238,7 @@ public final class HTTPLoop: @unchecked Sendable {
                     continue
                 }
                 connection.tls = session
+                _ = stampede_tcp_unsent_limit(fd, Self.unsentLimit)
             }
             accepted += 1
             metrics.add(.httpConnections)

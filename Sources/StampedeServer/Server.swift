@@ -67,7 +67,8 @@ public final class Server<Backend: DatagramBackend> {
         // Reads into the cache on a disk thread of their own: behind a commit's fsync (seconds on a
         // slow disk) they would hold every request for a file not cached yet (bench-disk: storm
         // p99 1.0 s → 2.8 s when they shared one).
-        let files = FileService(policy: configuration.policy, remapRules: configuration.remapRules, cache: cache, disk: DiskWork())
+        let reads = DiskWork()
+        let files = FileService(policy: configuration.policy, remapRules: configuration.remapRules, cache: cache, disk: reads)
         let needed = 4 + (configuration.optionLimits.maxBlockSize ?? TFTPOption.blksize.range.upperBound)
         for index in 0..<max(1, workerCount) {
             let backend: Backend

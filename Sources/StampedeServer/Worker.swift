@@ -77,8 +77,10 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
                 admission: Admission? = nil, fileLabels: FileLabels? = nil, disk: DiskWork? = nil, files: FileService? = nil) {
         self.backend = backend
         self.configuration = configuration
+        // A worker made alone (a test's) reads and commits on one disk thread; `Server` gives its
+        // workers two (reads apart from commits).
         let disk = disk ?? DiskWork()
-        self.files = files ?? FileService(policy: configuration.policy, remapRules: configuration.remapRules, cache: cache, disk: DiskWork())
+        self.files = files ?? FileService(policy: configuration.policy, remapRules: configuration.remapRules, cache: cache, disk: disk)
         self.admission = admission ?? Admission(configuration)
         self.fileLabels = fileLabels ?? FileLabels()
         self.durationRecorder = DurationRecorder(metrics: metrics, fileLabels: self.fileLabels)

@@ -157,10 +157,12 @@ extension Storm {
         // boots what the ACK names.
         if (ask.client == .pxe && !bypass) || ask.client == .ipxe {
             let server = answer.options[.serverIdentifier].flatMap(IPv4.init) ?? answer.serverAddress
-            guard !server.isAny, let discover = try? exchange.message.withUnsafeBytes({ try DHCPMessage.parse($0) }) else {
+            guard !server.isAny else {
                 dhcpEnded(slot, .failed(.protocolError("an offer without the bypass and without a boot server")), now: now)
                 return
             }
+            // The machine's DISCOVER, made again from what made it (its identity and the stage).
+            let discover = StormDHCP.discover(ask, for: machine.identity)
             exchange.message = StormDHCP.bootServerRequest(after: discover, from: state.source, bootItem: ask.client == .pxe).encoded()
             exchange.destination = SocketAddress(parsing: "\(server):4011", defaultPort: 4011)!
             exchange.atBootServer = true

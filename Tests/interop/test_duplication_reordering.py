@@ -1,5 +1,7 @@
 """Duplicated and reordered datagrams (both directions, through tests' own relay): every client
 still gets every byte, and no Sorcerer's Apprentice storm of resends follows."""
+import os
+
 import pytest
 
 from conftest import BINARY, run
@@ -31,12 +33,16 @@ def test_stampede_get_through_duplication_and_reordering(serve, root, tmp_path, 
 
 
 def test_tftp_hpa_client_through_duplication_and_reordering(serve, root, tmp_path):
+    """tftp-hpa's client, lockstep at 512 bytes: 512 blocks (256 KiB) through the relay, each a
+    chance of a duplicate or a reordering; every byte must arrive."""
+    (root / "quarter-mib.bin").write_bytes(os.urandom(256 << 10))
+    (root / "quarter-mib.bin").chmod(0o644)
     s = serve()
     relay = Relay(s.port, duplicate=0.1, reorder=0.1, seed=7)
     try:
         out = tmp_path / "hpa.bin"
-        r = run(["tftp", "-m", "binary", "127.0.0.1", str(relay.port), "-c", "get", "one-mib.bin", str(out)], timeout=120)
+        r = run(["tftp", "-m", "binary", "127.0.0.1", str(relay.port), "-c", "get", "quarter-mib.bin", str(out)], timeout=120)
         assert r.returncode == 0, r.stderr
-        assert out.read_bytes() == (root / "one-mib.bin").read_bytes()
+        assert out.read_bytes() == (root / "quarter-mib.bin").read_bytes()
     finally:
         relay.close()

@@ -143,6 +143,9 @@ int stampede_probe_exclusive(const struct sockaddr_storage *address, int stream,
 /* TCP_CORK on or off: a response's head and its sendfile chunks go out as full segments, and
  * what is left at the end goes when the cork comes off. */
 void stampede_tcp_cork(int fd, int on);
+/* Caps the bytes a TCP socket holds written but not yet sent (TCP_NOTSENT_LOWAT): past it the
+ * socket is not writable. -errno on failure. */
+int stampede_tcp_unsent_limit(int fd, int bytes);
 /* accept4: a non-blocking connection with TCP_NODELAY, its peer in *peer; -errno (EAGAIN: none). */
 int stampede_tcp_accept(int listener, struct sockaddr_storage *peer);
 
