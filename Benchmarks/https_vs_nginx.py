@@ -257,7 +257,7 @@ def main():
                       "(sendfile on, the same certificate and TLS 1.2 suites), "
                       f"{ROUNDS} interleaved rounds of {SECONDS} s, median (spread):", "", *table, "",
                       f"Stampede said at start: {start_line[0].split('with ', 1)[-1] if start_line else '?'}"])
-    write_results("bench-https", {"nginx": nginx_line, "openssl": ours, "sid_openssl": sid_openssl, "seconds": SECONDS, "rounds": rounds,
+    write_results(os.environ.get("BENCH_OUTPUT", "bench-https"), {"nginx": nginx_line, "openssl": ours, "sid_openssl": sid_openssl, "seconds": SECONDS, "rounds": rounds,
                                   "summary": summary, "rack_rounds": rack_rounds}, text)
     print(text)
 

@@ -28,6 +28,8 @@ final class Connection {
     var waiting: (ticket: UInt64, head: RequestHead, started: Nanoseconds, reads: Int)?
     /// `--https`: the TLS session every byte goes through; let go before the socket closes.
     var tls: TLSSession?
+    /// The cap on its socket's unsent bytes, as last set (`HTTPLoop.capUnsent`); nil: none.
+    var unsentLimit: Int32?
 
     init(fd: Int32, peer: SocketAddress, generation: UInt32, limits: RequestHead.Limits, state: ConnectionState) {
         self.fd = fd

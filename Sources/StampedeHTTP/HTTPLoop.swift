@@ -238,7 +238,7 @@ public final class HTTPLoop: @unchecked Sendable {
                     continue
                 }
                 connection.tls = session
-                _ = stampede_tcp_unsent_limit(fd, Self.unsentLimit)
+                capUnsent(connection)
             }
             accepted += 1
             metrics.add(.httpConnections)
@@ -566,6 +566,7 @@ public final class HTTPLoop: @unchecked Sendable {
     func sweep(now: Nanoseconds) {
         for slot in connections.indices {
             guard let connection = connections[slot] else { continue }
+            capUnsent(connection)
             let since: Nanoseconds? = if case .readingHead(let since) = connection.state.phase { since } else { nil }
             switch connection.state.handle(.tick, now: now) {
             case .answerTimeoutThenClose:

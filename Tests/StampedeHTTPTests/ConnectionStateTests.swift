@@ -194,3 +194,17 @@ import Testing
         }
     }
 }
+
+/// HTTPS connections share one budget of unsent ciphertext: a few fast connections keep
+/// autotuning's buffers, a rack of them about 128 KiB each (never less).
+@Suite struct UnsentLimitSpec {
+    @Test func theBudgetIsSharedOutBetween128KiBAndNone() {
+        #expect(HTTPLoop.unsentLimit(open: 1) == nil)
+        #expect(HTTPLoop.unsentLimit(open: 64) == nil)  // 4 MiB each: autotuning's own maximum
+        #expect(HTTPLoop.unsentLimit(open: 100) == Int32((256 << 20) / 100))
+        #expect(HTTPLoop.unsentLimit(open: 2000) == Int32((256 << 20) / 2000))
+        #expect(HTTPLoop.unsentLimit(open: 4000) == 128 << 10)
+        #expect(HTTPLoop.unsentLimit(open: 20000) == 128 << 10)
+        #expect(HTTPLoop.unsentLimit(open: 0) == nil)
+    }
+}
