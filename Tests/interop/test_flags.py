@@ -41,13 +41,15 @@ OTHER = {
               "--path-prefix", "--normalize",  # test_parity_names.py
               "--max-upload",  # a size with k, M, G...: test_parity_uploads.py
               "--http",  # ADDR:PORT: test_http.py, and below
-              "--proxy-dhcp", "--boot-file"},  # an IPv4 address, SELECTOR=NAME: test_proxy_dhcp.py
+              "--proxy-dhcp", "--boot-file",  # an IPv4 address, SELECTOR=NAME: test_proxy_dhcp.py
+              "--https", "--tls-certificate", "--tls-key", "--tls-profile"},  # ADDR:PORT, files, a choice: test_https.py
     "get": {"--mode", "--option"},  # NAME=VALUE of the option table: test_parity_options.py, test_cli.py
     "put": {"--mode", "--option"},
     "storm": {"--profile", "--profile-file", "--show-profile", "--verify-root", "--slice", "--source-range",
               "--verify", "--backend", "--metrics", "--option",
               "--http",  # HOST[:PORT]: test_http.py
-              "--dhcp"},  # an IPv4 address: test_proxy_dhcp.py
+              "--dhcp",  # an IPv4 address: test_proxy_dhcp.py
+              "--https", "--tls-ca"},  # HOST[:PORT], a file: test_https.py
 }
 VALUES = ["0", "-1", "99999999999", "99999999999999999999999", "x"]
 
