@@ -34,10 +34,11 @@ extension HTTPLoop {
     /// Gives a TLS connection's socket the cap of now, if it changed by a quarter or more since it
     /// was set (at accept, then at the once-a-second sweep, as connections come and go).
     func capUnsent(_ connection: Connection) {
+        guard connection.tls != nil else { return }
         let limit = Self.unsentLimit(open: open.load(ordering: .relaxed))
         let old = connection.unsentLimit.map(Int.init) ?? Int(Int32.max)
         let new = limit.map(Int.init) ?? Int(Int32.max)
-        guard connection.tls != nil, abs(new - old) * 4 >= old else { return }
+        guard abs(new - old) * 4 >= old else { return }
         // Int32.max: no cap of our own (the kernel's default is "unlimited").
         _ = stampede_tcp_unsent_limit(connection.fd, limit ?? Int32.max)
         connection.unsentLimit = limit

@@ -255,16 +255,8 @@ extension Storm {
                     let outcome = connections[slot]!.request.withUnsafeBytes { bytes in
                         tls.write(UnsafeRawBufferPointer(rebasing: bytes[sent...]))
                     }
-                    switch outcome {
-                    case .bytes(let count): written = count
-                    case .wouldBlock: return
-                    case .closed:
-                        connectionFailed(slot, nil, now: now)
-                        return
-                    case .failed(let why):
-                        fetchFailed(slot, .protocolError("TLS: \(why)"), now: now)
-                        return
-                    }
+                    guard let count = moved(outcome, slot, now: now) else { return }
+                    written = count
                 } else {
                     written = connections[slot]!.request.withUnsafeBytes { bytes in
                         send(descriptor, bytes.baseAddress! + sent, total - sent, Int32(MSG_NOSIGNAL))
@@ -285,16 +277,8 @@ extension Storm {
                 let buffer = UnsafeMutableRawBufferPointer(rebasing: http.scratch[..<min(http.scratch.count, share)])
                 let count: Int
                 if let tls = connections[slot]!.tls {
-                    switch tls.read(into: buffer) {
-                    case .bytes(let read): count = read
-                    case .wouldBlock: return
-                    case .closed:
-                        connectionFailed(slot, nil, now: now)
-                        return
-                    case .failed(let why):
-                        fetchFailed(slot, .protocolError("TLS: \(why)"), now: now)
-                        return
-                    }
+                    guard let read = moved(tls.read(into: buffer), slot, now: now) else { return }
+                    count = read
                 } else {
                     count = recv(descriptor, buffer.baseAddress, buffer.count, 0)
                     if count < 0 {
@@ -312,6 +296,23 @@ extension Storm {
                 connections[slot]!.lastHeard = now
                 consume(UnsafeRawBufferPointer(rebasing: http.scratch[..<count]), slot: slot, now: now)
             }
+        }
+    }
+
+    /// What a TLS read or write on the connection came to: its bytes, or nil when it waits for the
+    /// socket or ended (a close or a broken session, handled here as a plain socket's are).
+    private func moved(_ outcome: TLSSession.Outcome, _ slot: Int, now: Nanoseconds) -> Int? {
+        switch outcome {
+        case .bytes(let count):
+            return count
+        case .wouldBlock:
+            return nil
+        case .closed:
+            connectionFailed(slot, nil, now: now)
+            return nil
+        case .failed(let why):
+            fetchFailed(slot, .protocolError("TLS: \(why)"), now: now)
+            return nil
         }
     }
 
