@@ -19,6 +19,9 @@ public struct ClientPlan: Sendable {
     /// Backoff stops doubling the retransmit interval at this multiple of it (1: a fixed
     /// interval, as EDK2's PXE keeps).
     public var maxBackoff: Int64 = 8
+    /// A download answers every block out of order at once, and every ACK starts the tries over
+    /// (EDK2); otherwise as `DataReceiver` does by default.
+    public var answersBlocksOutOfOrder = false
     /// A size probe (EDK2's): once the OACK arrives, refuse it with ERROR 8 and end, successfully.
     public var probeOnly = false
     /// Read this many bytes, then close the transfer with ERROR 0 "closed" (GRUB closing a file
@@ -241,7 +244,7 @@ public struct ClientTransfer<Address: PeerAddress> {
 
     private mutating func startReceiving(_ options: TransferOptions, now: Nanoseconds) {
         receiver = DataReceiver(blockSize: options.blockSize, windowSize: options.windowSize, numbering: options.numbering,
-                                sendsOptionAck: false,
+                                sendsOptionAck: false, answersBlocksOutOfOrder: plan.answersBlocksOutOfOrder,
                                 timer: timer(options))
         receiver!.startAwaiting(now: now)
         requestTimer.stop()

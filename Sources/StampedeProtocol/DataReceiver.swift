@@ -33,6 +33,9 @@ public struct DataReceiver: Sendable {
     public let numbering: BlockNumbering
     public private(set) var timer: RetransmitTimer
     private let sentOptionAck: Bool
+    /// Every block out of order gets an ACK at once, which starts the tries over (EDK2's MTFTP4,
+    /// as the storm plays it); otherwise one re-ACK per progress step, then the timer's.
+    private let answersBlocksOutOfOrder: Bool
 
     /// Highest block received in order.
     public private(set) var received = 0
@@ -42,8 +45,9 @@ public struct DataReceiver: Sendable {
     public private(set) var isFinished = false
 
     public init(blockSize: Int, windowSize: Int, numbering: BlockNumbering = BlockNumbering(), sendsOptionAck: Bool,
-                timer: RetransmitTimer) {
+                answersBlocksOutOfOrder: Bool = false, timer: RetransmitTimer) {
         self.blockSize = blockSize
+        self.answersBlocksOutOfOrder = answersBlocksOutOfOrder
         self.numbering = numbering
         self.windowSize = windowSize
         self.sentOptionAck = sendsOptionAck
@@ -86,6 +90,11 @@ public struct DataReceiver: Sendable {
         // once per progress step, or again when the sender has evidently timed out since.
         if isFinished && wireBlock == numbering.wire(received) {
             return Receipt(deliver: false, reply: .ack(wireBlock), finished: false)
+        }
+        if answersBlocksOutOfOrder {
+            lastAcked = received
+            timer.sentNew(now: now)
+            return Receipt(deliver: false, reply: lastReply, finished: false)
         }
         guard !reAckedSinceProgress || now - timer.lastSent >= timer.current / 2 else {
             return Receipt(deliver: false, reply: .none, finished: false)

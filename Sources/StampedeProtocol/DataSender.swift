@@ -29,8 +29,6 @@ public struct DataSender: Sendable {
     /// Highest block sent so far.
     public private(set) var sentThrough = 0
     private var awaitingOptionAck: Bool
-    /// A duplicate ACK already caused one resend since the last send.
-    private var resentOnDuplicate = false
     public private(set) var isFinished = false
     /// ACKs that repeated the last acknowledged block (a lost DATA, a client's own timeout).
     public private(set) var duplicateAcks = 0
@@ -71,7 +69,6 @@ public struct DataSender: Sendable {
         let first = acknowledged + 1
         let count = min(windowSize, blockCount - acknowledged)
         sentThrough = acknowledged + count
-        resentOnDuplicate = false
         return .sendBlocks(first: first, count: count)
     }
 
@@ -102,16 +99,40 @@ public struct DataSender: Sendable {
         return nextWindow()
     }
 
-    /// Sorcerer's Apprentice (RFC 1123 §4.2.3.1): never resend on every duplicate ACK. But a
-    /// lockstep client (U-Boot) that timed out repeats its last ACK and wants the block again:
-    /// resend once, only when the duplicate comes at least half a timeout after our send.
+    /// A duplicate ACK asks for what follows it again, when it was sent after what we last sent
+    /// should have arrived: a client that timed out (every client resends its last ACK), or one
+    /// that saw a gap in a window (EDK2 ACKs the block before every one out of order). One that
+    /// comes sooner crossed our send on the way, and answering it would double every block from
+    /// then on: the Sorcerer's Apprentice (RFC 1123 §4.2.3.1). So a duplicate resends only when
+    /// a round trip (`RetransmitTimer.roundTripBound`), and at least `duplicateAckFloor`, has
+    /// passed since the window was last sent; as often as the client asks, no more.
+    /// Before any answer, half the timer's interval stands in for the round trip.
     private mutating func duplicateAck(now: Nanoseconds) -> Action {
         duplicateAcks += 1
-        guard !resentOnDuplicate, now - timer.lastSent >= timer.current / 2 else { return .none }
-        resentOnDuplicate = true
+        let roundTrip = timer.roundTripBound.map { max($0, Self.duplicateAckFloor) } ?? timer.current / 2
+        return resendAsked(after: roundTrip, now: now)
+    }
+
+    /// The client sent its request again before it answered anything: our first answer (the
+    /// OACK, or the first window) or its own reply was lost. A client repeats its request on its
+    /// own timer, never in answer to what we send, so each repeat gets the answer again (no
+    /// more often than `duplicateAckFloor`): as many chances as the client gives itself.
+    public mutating func requestRepeated(now: Nanoseconds) -> Action {
+        guard !isFinished, acknowledged == 0 else { return .none }
+        return resendAsked(after: Self.duplicateAckFloor, now: now)
+    }
+
+    /// What was last sent, again, if `wait` has passed since it went.
+    private mutating func resendAsked(after wait: Nanoseconds, now: Nanoseconds) -> Action {
+        guard now - timer.lastSent >= wait else { return .none }
         guard timer.resentEarly(now: now) else { return .timedOut }
+        if awaitingOptionAck { return .sendOptionAck }
         return .sendBlocks(first: acknowledged + 1, count: sentThrough - acknowledged)
     }
+
+    /// The least time between a send and a resend a duplicate ACK asks for: no client's timeout
+    /// is shorter, and a flood of duplicates gets a window at most this often.
+    public static let duplicateAckFloor: Nanoseconds = 10_000_000
 
     public mutating func timeout(now: Nanoseconds) -> Action {
         guard !isFinished else { return .none }

@@ -25,6 +25,11 @@ public struct RetransmitTimer: Equatable, Sendable {
     public private(set) var floor: Nanoseconds?
     private var smoothed: Nanoseconds = 0
     private var variation: Nanoseconds = 0
+    /// The last four samples (`.max` where none yet), and where the next goes.
+    private var recent = SIMD4<Int64>(repeating: .max)
+    private var recentCount = 0
+    /// Before the first sample: how long the last answer to a resend took.
+    private var provisional: Nanoseconds = 0
     /// What was last sent has not been resent, so its answer times a round trip.
     private var unambiguous = false
     /// When the peer last made progress (the last `sentNew`).
@@ -72,11 +77,21 @@ public struct RetransmitTimer: Equatable, Sendable {
         self.floor = min(max(floor, 1_000_000), base)
     }
 
-    /// The peer answered what we last sent: a round-trip sample when adapting (RFC 6298 §2).
+    /// The peer answered what we last sent: a round-trip sample (RFC 6298 §2), which the
+    /// interval follows when adapting.
     public mutating func answered(now: Nanoseconds) {
         peerHasAnswered = true
-        guard let floor, unambiguous, now > lastSent else { return }
+        guard now > lastSent else { return }
+        guard unambiguous else {
+            // Karn: no sample. But until there is one, the time since the resend is what the
+            // round trip most likely was (it answers the resend unless the round trip is longer
+            // than the wait was): the bound of a round trip makes do with it.
+            if recentCount == 0 { provisional = now - lastSent }
+            return
+        }
         let sample = now - lastSent
+        recent[recentCount & 3] = sample
+        recentCount += 1
         if smoothed == 0 {
             smoothed = sample
             variation = sample / 2
@@ -84,7 +99,19 @@ public struct RetransmitTimer: Equatable, Sendable {
             variation = (3 * variation + abs(smoothed - sample)) / 4
             smoothed = (7 * smoothed + sample) / 8
         }
+        guard let floor else { return }
         interval = min(max(smoothed + max(4 * variation, 1_000_000), floor), base)
+    }
+
+    /// The longest a round trip is expected to take now: twice the least of the last four
+    /// samples, and 1 ms (before the first sample, twice the time an answer to a resend took);
+    /// nil before any answer. An answer that comes sooner than this after a send was on its way
+    /// before that send arrived. The least of a few, not the smoothed mean: a sample may hold a
+    /// client's own timeout (its first ACK was lost, we heard the repeat), which would hold the
+    /// mean up for dozens of round trips, while the least recent one follows the path as it is.
+    public var roundTripBound: Nanoseconds? {
+        if recentCount > 0 { return 2 * recent.min() + 1_000_000 }
+        return provisional > 0 ? 2 * provisional + 1_000_000 : nil
     }
 
     /// Something new was sent: the wait starts over at the base interval.

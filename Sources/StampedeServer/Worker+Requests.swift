@@ -211,6 +211,13 @@ extension Worker {
         let answered = table[slot].clientHasAnswered
         let startedOver = answered && incoming.request.cookie == nil && table[slot].clientIsQuiet(now: now)
         if table[slot].request == incoming.bytes && !startedOver {
+            if !answered, table[slot].sender != nil {
+                // Its first answer or the client's reply was lost: the client asks again.
+                let resends = table[slot].sender!.retransmits
+                let action = table[slot].sender!.requestRepeated(now: now)
+                metrics.add(.retransmissions, table[slot].sender!.retransmits - resends)
+                perform(slot, action, now: now)
+            }
             throw .repeated("a duplicate of the running transfer's request")
         }
         guard !answered || table[slot].request == incoming.bytes else { return }

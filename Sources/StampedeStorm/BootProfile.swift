@@ -68,6 +68,10 @@ public struct BootProfile: Sendable, Equatable {
         public var retransmit: Nanoseconds
         public var retries: Int
         public var maxBackoff: Int64
+        /// A block out of order is answered at once with an ACK of the last block in order, and
+        /// every ACK sent starts the tries over (EDK2's MTFTP4: `unexpected=ack`); otherwise the
+        /// last ACK is resent once per progress step and on the timer.
+        public var answersBlocksOutOfOrder = false
         /// Over HTTP (an `http GET` line) rather than TFTP.
         public var overHTTP = false
         /// A `dhcp` line: the DHCP exchange, not a file.
@@ -96,7 +100,7 @@ public struct BootProfile: Sendable, Equatable {
             a.firmware == b.firmware && a.action == b.action && a.names == b.names
                 && a.options.map(\.name) == b.options.map(\.name) && a.options.map(\.value) == b.options.map(\.value)
                 && a.retransmit == b.retransmit && a.retries == b.retries && a.maxBackoff == b.maxBackoff
-                && a.overHTTP == b.overHTTP && a.dhcp == b.dhcp
+                && a.answersBlocksOutOfOrder == b.answersBlocksOutOfOrder && a.overHTTP == b.overHTTP && a.dhcp == b.dhcp
         }
 
         /// How long the firmware waits for a silent server: its retransmit intervals summed, each
@@ -117,6 +121,7 @@ public struct BootProfile: Sendable, Equatable {
             let request = Request(isWrite: false, filename: Array(machine.expand(names[index]).utf8), mode: "octet", options: options)
             var plan = ClientPlan(request: request, retransmit: retransmit, retries: retries)
             plan.maxBackoff = maxBackoff
+            plan.answersBlocksOutOfOrder = answersBlocksOutOfOrder
             plan.probeOnly = action == .probe
             plan.holdFirstAck = hold
             if case .head(let bytes) = action { plan.closeAfter = bytes }
@@ -163,7 +168,7 @@ public struct BootProfile: Sendable, Equatable {
     public init(parsing text: String) throws(ParseError) {
         var name: String?
         var stages: [Stage] = []
-        var firmware: (name: String, retransmit: Nanoseconds, retries: Int, backoff: Int64)?
+        var firmware: FirmwareLine?
         var reboot: (count: Int, delay: Nanoseconds)?
         for (offset, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let number = offset + 1
@@ -178,8 +183,8 @@ public struct BootProfile: Sendable, Equatable {
                 guard name == nil else { throw fail("a second profile line") }
                 name = rest[0]
             case "firmware":
-                guard let label = rest.first, !label.contains("=") else { throw fail("firmware takes a name, then retry=, tries=, backoff=") }
-                var settings: (name: String, retransmit: Nanoseconds, retries: Int, backoff: Int64) = (label, nanosecondsPerSecond, 5, 8)
+                guard let label = rest.first, !label.contains("=") else { throw fail("firmware takes a name, then retry=, tries=, backoff=, unexpected=") }
+                var settings = FirmwareLine(name: label)
                 for setting in rest.dropFirst() {
                     let (key, value) = Self.split(setting)
                     switch key {
@@ -192,8 +197,11 @@ public struct BootProfile: Sendable, Equatable {
                     case "backoff":
                         guard let value, let factor = TFTPOption.decimal(value), (1...1024).contains(factor) else { throw fail("backoff=\(value ?? ""): 1 to 1024") }
                         settings.backoff = Int64(factor)
+                    case "unexpected":
+                        guard let value, ["ack", "wait"].contains(value) else { throw fail("unexpected=\(value ?? ""): ack or wait") }
+                        settings.answersBlocksOutOfOrder = value == "ack"
                     default:
-                        throw fail("\(setting): a firmware line takes retry=, tries= and backoff=")
+                        throw fail("\(setting): a firmware line takes retry=, tries=, backoff= and unexpected=")
                     }
                 }
                 firmware = settings
@@ -222,8 +230,7 @@ public struct BootProfile: Sendable, Equatable {
                 } else if rest[1].contains("://") {
                     throw fail("\(rest[1]): only http:// URLs")
                 }
-                var stage = Stage(firmware: firmware.name, action: .get, names: [rest[1]], options: [],
-                                  retransmit: firmware.retransmit, retries: firmware.retries, maxBackoff: firmware.backoff)
+                var stage = firmware.stage(.get, names: [rest[1]])
                 stage.overHTTP = true
                 stages.append(stage)
             case "dhcp":
@@ -232,8 +239,7 @@ public struct BootProfile: Sendable, Equatable {
                       key == "arch", let value, let arch = TFTPOption.decimal(value), arch <= 0xFFFF else {
                     throw fail("dhcp takes pxe, ipxe or http, then arch=N (option 93: 0 BIOS, 7 x64 UEFI, 16 x64 UEFI HTTP)")
                 }
-                var stage = Stage(firmware: firmware.name, action: .get, names: [], options: [],
-                                  retransmit: firmware.retransmit, retries: firmware.retries, maxBackoff: firmware.backoff)
+                var stage = firmware.stage(.get, names: [])
                 stage.dhcp = DHCPAsk(client: client, architecture: UInt16(arch))
                 stages.append(stage)
             case "get", "try", "first", "probe", "head":
@@ -270,8 +276,7 @@ public struct BootProfile: Sendable, Equatable {
                 }
                 guard !names.isEmpty else { throw fail("\(directive) needs a file name") }
                 guard names.count == 1 || action == .first else { throw fail("\(directive) takes one name (first takes several)") }
-                stages.append(Stage(firmware: firmware.name, action: action, names: names, options: options,
-                                    retransmit: firmware.retransmit, retries: firmware.retries, maxBackoff: firmware.backoff))
+                stages.append(firmware.stage(action, names: names, options: options))
             default:
                 throw fail("\(directive): not a directive (profile, firmware, get, try, first, probe, head, http, dhcp, reboot)")
             }
@@ -280,6 +285,22 @@ public struct BootProfile: Sendable, Equatable {
         guard !stages.isEmpty else { throw ParseError(line: 1, message: "no stages (get, try, first, probe, head, http, dhcp)") }
         self.init(name: name, stages: stages)
         if let reboot { (reboots, rebootDelay) = reboot }
+    }
+
+    /// A `firmware` line: what the stages after it share.
+    private struct FirmwareLine {
+        var name: String
+        var retransmit = nanosecondsPerSecond
+        var retries = 5
+        var backoff: Int64 = 8
+        var answersBlocksOutOfOrder = false
+
+        func stage(_ action: Stage.Action, names: [String], options: [(name: String, value: String)] = []) -> Stage {
+            var stage = Stage(firmware: name, action: action, names: names, options: options,
+                              retransmit: retransmit, retries: retries, maxBackoff: backoff)
+            stage.answersBlocksOutOfOrder = answersBlocksOutOfOrder
+            return stage
+        }
     }
 
     /// Whether a stage is a DHCP exchange, which needs `storm --dhcp`.

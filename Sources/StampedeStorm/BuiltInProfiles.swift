@@ -24,8 +24,10 @@ extension BootProfile {
     private static let uefiStages = """
         # EDK2's PXE (OVMF, most UEFI servers): PxeBcTftpGetFileSize asks tsize, blksize (the IPv4
         # MTU 1500 - 32) and windowsize (PcdPxeTftpWindowSize, 4 since 2018); it answers the OACK
-        # with ERROR 8 and asks again without tsize. A fixed 4 s timeout, 6 tries (PXEBC_MTFTP_*).
-        firmware uefi retry=4s tries=6 backoff=1
+        # with ERROR 8 and asks again without tsize. A fixed 4 s timeout, 6 tries (PXEBC_MTFTP_*);
+        # a block out of order is answered at once with an ACK of the block before the one it
+        # expects, and every ACK it sends starts its tries over (Mtftp4RrqHandleData).
+        firmware uefi retry=4s tries=6 backoff=1 unexpected=ack
         """
 
     private static let uefiReboot = """

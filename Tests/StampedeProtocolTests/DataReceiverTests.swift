@@ -46,6 +46,25 @@ func makeReceiver(blockSize: Int = 512, window: Int = 1, oack: Bool = false, rol
         #expect(r.receiveData(2, length: 512, now: 4).deliver)
     }
 
+    @Test func edk2AnswersEveryBlockOutOfOrderAndStartsItsTriesOver() {
+        // Mtftp4RrqHandleData: an unexpected block gets an ACK of the block before the one
+        // expected, at once; Mtftp4SendPacket starts the tries over with every ACK.
+        var r = DataReceiver(blockSize: 512, windowSize: 4, sendsOptionAck: false, answersBlocksOutOfOrder: true,
+                             timer: RetransmitTimer(base: second, maxRetries: 2))
+        r.startAwaiting(now: 0)
+        _ = r.receiveData(1, length: 512, now: 1)
+        for (block, now) in [(3, 2), (4, 3), (1, 4)] as [(UInt16, Nanoseconds)] {
+            #expect(r.receiveData(block, length: 512, now: now) == .init(deliver: false, reply: .ack(1), finished: false))
+        }
+        #expect(r.deadline == 4 + second && r.retransmits == 0)
+        // A server that keeps sending what cannot be used keeps it waiting, as EDK2 does.
+        for step in 1...10 {
+            _ = r.receiveData(3, length: 512, now: Nanoseconds(step) * second / 2)
+        }
+        #expect(r.timeout(now: 6 * second) == .ack(1))
+        #expect(r.receiveData(2, length: 512, now: 7 * second).deliver)
+    }
+
     @Test func aDuplicateOfTheFinalBlockIsAckedAgain() {
         var r = makeReceiver()
         _ = r.start(now: 0)

@@ -98,22 +98,87 @@ func makeSender(bytes: Int, blockSize: Int = 512, window: Int = 1, oack: Bool = 
         #expect(s.receiveAck(6, now: 2) == .finished)
     }
 
-    @Test func anImmediateDuplicateAckResendsNothing() {
+    @Test func aDuplicateAckThatCrossedOurSendResendsNothing() {
         var s = makeSender(bytes: 5000)
         _ = s.start(now: 0)
-        _ = s.receiveAck(1, now: 100)
-        // The Sorcerer's Apprentice: a duplicate ACK 1 right after we sent block 2.
-        #expect(s.receiveAck(1, now: 200) == .none)
-        #expect(s.receiveAck(1, now: 300) == .none)
+        _ = s.receiveAck(1, now: 2_000_000)  // a round trip of 2 ms: block 2 sent now
+        // The Sorcerer's Apprentice: ACK 1 again within a round trip of block 2's send was on its
+        // way before block 2 arrived (the answer to a duplicate block 1); resending would double.
+        #expect(s.receiveAck(1, now: 3_000_000) == .none)
+        #expect(s.receiveAck(1, now: 9_000_000) == .none)
+        #expect(s.retransmits == 0 && s.duplicateAcks == 2)
     }
 
-    @Test func aLateDuplicateAckResendsOnceForALockstepClientThatTimedOut() {
+    @Test func aClientThatTimesOutGetsTheBlockAgainEachTimeItAsks() {
+        // An impatient client (300 ms) whose DATA keeps being lost: every repeat of its ACK,
+        // well over a round trip after our last send, gets the block again, not only the first.
         var s = makeSender(bytes: 5000)
         _ = s.start(now: 0)
-        _ = s.receiveAck(1, now: 0)
+        _ = s.receiveAck(1, now: 1_000_000)
+        let ms: Nanoseconds = 1_000_000
+        for ask in 1...3 {
+            #expect(s.receiveAck(1, now: (1 + 300 * Nanoseconds(ask)) * ms) == .sendBlocks(first: 2, count: 1))
+        }
+        #expect(s.retransmits == 3)
+        // An answer that crosses the third resend changes nothing.
+        #expect(s.receiveAck(1, now: 902 * ms) == .none)
+        #expect(s.receiveAck(2, now: 903 * ms) == .sendBlocks(first: 3, count: 1))
+    }
+
+    @Test func aFloodOfDuplicatesGetsAWindowAtMostOncePerFloor() {
+        var s = makeSender(bytes: 50_000, window: 8)
+        _ = s.start(now: 0)
+        _ = s.receiveAck(8, now: 100_000)  // a round trip of 0.1 ms: the floor rules
+        var resends = 0
+        for t in stride(from: 200_000, to: 100_000_000, by: 100_000) where s.receiveAck(8, now: Nanoseconds(t)) != .none {
+            resends += 1
+        }
+        // 100 ms of duplicates every 0.1 ms: one resend per 10 ms at most.
+        #expect(resends >= 8 && resends <= 10)
+    }
+
+    @Test func aWindowsGapAcksCrossingTheResentWindowAreIgnored() {
+        // EDK2, window 4: block 6 lost; block 7 makes it ACK 5 at once (progress: 6...9 go out),
+        // then block 8 makes it ACK 5 again before the new window has arrived.
+        var s = makeSender(bytes: 50_000, window: 4)
+        _ = s.start(now: 0)
+        #expect(s.receiveAck(4, now: 1_000_000) == .sendBlocks(first: 5, count: 4))
+        #expect(s.receiveAck(5, now: 2_000_000) == .sendBlocks(first: 6, count: 4))
+        #expect(s.receiveAck(5, now: 2_100_000) == .none)
+        #expect(s.receiveAck(9, now: 3_000_000) == .sendBlocks(first: 10, count: 4))
+        #expect(s.retransmits == 0)
+    }
+
+    @Test func aRepeatedRequestBeforeAnyAnswerResendsTheFirstAnswer() {
+        // The OACK was lost: the client (300 ms) sends its RRQ again, on its own timer; each
+        // repeat gets the OACK again (a flood of them, once per 10 ms at most).
+        let ms: Nanoseconds = 1_000_000
+        var oack = makeSender(bytes: 5000, oack: true)
+        #expect(oack.start(now: 0) == .sendOptionAck)
+        #expect(oack.requestRepeated(now: 5 * ms) == .none)
+        #expect(oack.requestRepeated(now: 300 * ms) == .sendOptionAck)
+        #expect(oack.requestRepeated(now: 305 * ms) == .none)
+        #expect(oack.requestRepeated(now: 600 * ms) == .sendOptionAck)
+        #expect(oack.retransmits == 2)
+        // ACK 0, 10 ms after the last OACK (which one it answers, Karn cannot say), then ACK 0 for
+        // the other OACK, which crossed block 1: not a reason to send block 1 twice.
+        #expect(oack.receiveAck(0, now: 610 * ms) == .sendBlocks(first: 1, count: 1))
+        #expect(oack.receiveAck(0, now: 612 * ms) == .none)
+        // Answered: a repeat is now stale, whatever the time.
+        _ = oack.receiveAck(1, now: 620 * ms)
+        #expect(oack.requestRepeated(now: 5 * second) == .none)
+        // No options: block 1 was the first answer.
+        var plain = makeSender(bytes: 5000, window: 2)
+        _ = plain.start(now: 0)
+        #expect(plain.requestRepeated(now: 300 * ms) == .sendBlocks(first: 1, count: 2))
+    }
+
+    @Test func beforeAnyRoundTripHalfTheIntervalStandsInForIt() {
+        var s = makeSender(bytes: 5000)
+        _ = s.start(now: 0)
+        _ = s.receiveAck(1, now: 0)  // no sample: no time passed
+        #expect(s.receiveAck(1, now: second * 4 / 10) == .none)
         #expect(s.receiveAck(1, now: second * 6 / 10) == .sendBlocks(first: 2, count: 1))
-        #expect(s.receiveAck(1, now: second * 7 / 10) == .none)
-        #expect(s.retransmits == 1)
     }
 
     @Test func staleAndFutureAcksAreIgnored() {

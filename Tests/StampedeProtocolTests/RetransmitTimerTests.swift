@@ -15,6 +15,45 @@ import Testing
         #expect(t.current == 8 * second)  // capped at 8 × base
     }
 
+    @Test func aFixedTimerStillMeasuresTheRoundTrip() {
+        // Its interval stays the base, but what a duplicate ACK may ask for depends on the round trip.
+        var t = RetransmitTimer(base: second, maxRetries: 5)
+        #expect(t.roundTripBound == nil)
+        t.sentNew(now: 0)
+        t.answered(now: 4 * ms)  // twice 4, and 1
+        #expect(t.roundTripBound == 9 * ms && t.interval == second)
+        t.sentNew(now: second)
+        _ = t.retransmit(now: 2 * second)
+        t.answered(now: 3 * second)  // Karn: no sample from a resent packet
+        #expect(t.roundTripBound == 9 * ms)
+    }
+
+    @Test func aSampleHoldingTheClientsOwnTimeoutIsForgottenAtTheNextTrueOne() {
+        // The client's first ACK was lost and we heard its repeat 300 ms later: a "round trip" of
+        // 301 ms. The next answers take 1 ms: the bound follows them at once, the mean would not.
+        var t = RetransmitTimer(base: second, maxRetries: 5)
+        t.adapt(floor: 100 * ms)
+        t.sentNew(now: 0)
+        t.answered(now: 301 * ms)
+        #expect(t.roundTripBound == 603 * ms)
+        t.sentNew(now: 301 * ms)
+        t.answered(now: 302 * ms)
+        #expect(t.roundTripBound == 3 * ms)
+        #expect(t.interval > 100 * ms)  // the retransmit interval is RFC 6298's, slower to follow
+    }
+
+    @Test func beforeAnySampleAnAnswerToAResendBoundsTheRoundTrip() {
+        var t = RetransmitTimer(base: second, maxRetries: 5)
+        t.adapt(floor: 100 * ms)
+        t.sentNew(now: 0)
+        _ = t.retransmit(now: second)
+        t.answered(now: second + 3 * ms)  // most likely the resend's answer: 3 ms
+        #expect(t.roundTripBound == 7 * ms && t.interval == second)  // the interval waits for a true sample
+        t.sentNew(now: 2 * second)
+        t.answered(now: 2 * second + 2 * ms)
+        #expect(t.roundTripBound == 5 * ms)
+    }
+
     /// Issue 11: a spoofed RRQ with timeout 255 held its transfer about 7,900 s. Until the peer
     /// answers, the server's own base applies; a client that answers gets what it negotiated.
     @Test func aNegotiatedTimeoutCountsOnlyOnceThePeerHasAnswered() {

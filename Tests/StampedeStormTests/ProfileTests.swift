@@ -26,6 +26,14 @@ import Testing
         #expect(uefi.stages[1].options.map { "\($0.name)=\($0.value)" } == ["blksize=1468", "windowsize=4"])
         #expect(uefi.stages[0].retransmit == 4 * nanosecondsPerSecond)
         #expect(uefi.stages[0].retries == 5 && uefi.stages[0].maxBackoff == 1)
+        #expect(uefi.stages.filter { !$0.answersBlocksOutOfOrder }.isEmpty)
+        let plan = uefi.stages[1].plan(name: 0, for: MachineIdentity(number: 0))
+        #expect(plan.answersBlocksOutOfOrder)
+        let ipxe = try #require(BootProfile.builtIn("ipxe"))
+        #expect(ipxe.stages.filter(\.answersBlocksOutOfOrder).isEmpty)
+        #expect(throws: BootProfile.ParseError(line: 2, message: "unexpected=often: ack or wait")) {
+            try BootProfile(parsing: "profile p\nfirmware f unexpected=often\nget x")
+        }
     }
 
     @Test func theChainSwitchesFirmwareAndPatienceMidway() throws {
