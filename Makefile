@@ -36,8 +36,10 @@ STATIC_PACKAGES := libstdc++-12-dev
 # --https's TLS: OpenSSL 3's headers and libssl, which the binary links dynamically (the package
 # depends on libssl3, so that Debian's security updates reach it).
 TLS_PACKAGES := libssl-dev
-APT_PACKAGES := liburing-dev $(TLS_PACKAGES) pkg-config python3-venv $(FIRMWARE_PACKAGES) $(FUSE_PACKAGES) $(PARITY_PACKAGES) $(SERVICES_PACKAGES) \
-	$(STATIC_PACKAGES) $(call packages_of,$(TEST_COMMANDS))
+# What the build itself needs (make run on a machine with only the toolchain), then what the tests need.
+BUILD_PACKAGES := liburing-dev $(TLS_PACKAGES) pkg-config $(STATIC_PACKAGES)
+APT_PACKAGES := python3-venv $(FIRMWARE_PACKAGES) $(FUSE_PACKAGES) $(PARITY_PACKAGES) $(SERVICES_PACKAGES) \
+	$(call packages_of,$(TEST_COMMANDS))
 BENCH_PACKAGES := libwrap0 $(call packages_of,$(BENCH_COMMANDS))
 # A machine with the Swift toolchain alone may have no cc: the toolchain's clang builds the C tests.
 ifeq ($(origin CC),default)
@@ -48,7 +50,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build run test unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http bench-https bench-dhcp fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
+.PHONY: all build build-deps run test test-prepare unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http bench-https bench-dhcp fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
 
 all: build
 
@@ -56,7 +58,7 @@ all: build
 # the C++ runtime it uses too (-lstdc++ finds a linker script that names libstdc++.a), so that it
 # needs only libc6's libraries, libgcc-s1 (which libc6 pulls in) and liburing2; no RUNPATH.
 STATIC_CXX := .build/static-libstdc++
-build:
+build: build-deps
 	@mkdir -p $(STATIC_CXX) && echo "INPUT($$($(CC) -print-file-name=libstdc++.a))" > $(STATIC_CXX)/libstdc++.so
 	$(SWIFT) build -c release --product stampede --static-swift-stdlib --disable-local-rpath -Xlinker -L$(CURDIR)/$(STATIC_CXX) \
 		-Xlinker -z -Xlinker now
@@ -73,7 +75,10 @@ define apt_install
 	@for t in $(2); do (PATH="$$PATH:/usr/sbin:/sbin"; command -v $$t >/dev/null) || { echo "missing $$t after install"; exit 1; }; done
 endef
 
-deps:
+build-deps:
+	$(call apt_install,$(BUILD_PACKAGES),pkg-config)
+
+deps: build-deps
 	$(call apt_install,$(APT_PACKAGES),$(call commands_of,$(TEST_COMMANDS)))
 	@[ -x $(PYTHON) ] || python3 -m venv $(VENV)
 	@$(PYTHON) -c "import pytest, tftpy, fuse" 2>/dev/null || $(VENV)/bin/pip install -q pytest tftpy fusepy
@@ -247,7 +252,13 @@ bench-thresholds:
 interop: deb deps package-deps boot-kernel
 	STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs --durations=40 Tests/interop
 
-test: deps parity-deps package-deps boot-kernel deb sanitize
+# What the suite needs made first, side by side (make -j): the release build and the package
+# while debootstrap makes the two Debian trees and the boot kernel is fetched (a clean clone's
+# first run spends minutes on each).
+test-prepare: deps parity-deps package-deps boot-kernel deb sanitize
+
+test:
+	$(MAKE) -j4 --output-sync=target test-prepare
 	$(MAKE) fuzz FUZZ_SECONDS=5
 	$(SWIFT) test
 	STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs --durations=40 Tests/interop
@@ -257,7 +268,7 @@ test: deps parity-deps package-deps boot-kernel deb sanitize
 # static PID 1 of its initramfs.
 BOOT_KERNEL := .build/boot-kernel
 boot-kernel: $(BOOT_KERNEL)/vmlinuz $(BOOT_KERNEL)/init
-$(BOOT_KERNEL)/vmlinuz:
+$(BOOT_KERNEL)/vmlinuz: | deps
 	mkdir -p $(BOOT_KERNEL)
 	image=$$(apt-cache depends linux-image-amd64 | sed -n 's/^ *Depends: \(linux-image-[^ ]*\)$$/\1/p' | head -1); \
 	cd $(BOOT_KERNEL) && { apt-get download -q $$image 2>/dev/null || { $(SUDO) apt-get update -qq && apt-get download -q $$image; }; } && \
@@ -278,7 +289,7 @@ STAGE := $(DEB_DIR)/stampede-$(VERSION)
 # The binary as the package ships it (stripped): the one the interop suite runs.
 PACKAGED_BIN := $(DEB_DIR)/root/usr/sbin/stampede
 MAINTAINER := $(shell sed -n 's/^Maintainer: //p' debian/control)
-deb: build
+deb: build deps
 	rm -rf $(DEB_DIR) && mkdir -p $(STAGE)/completions/bash $(STAGE)/completions/zsh $(STAGE)/completions/fish $(STAGE)/examples
 	cp -r debian $(STAGE)/ && cp $(BIN) README.md $(STAGE)/ && mkdir -p $(STAGE)/docs && cp docs/*.md $(STAGE)/docs/
 	sed 's/@VERSION@/$(VERSION)/' docs/stampede.8 > $(STAGE)/stampede.8
