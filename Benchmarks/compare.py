@@ -35,6 +35,7 @@ dynamically linked build `dynamic`). BENCH_OUTPUT names the results' files (defa
 import json
 import shutil
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -184,6 +185,7 @@ def run_one(peer, scenario, log):
     def server_cpu():
         return group.seconds() if group else tree_cpu_seconds(process.pid)
     cpu0 = server_cpu()
+    udp0 = udp_counters()
     sampler.start()
     started = time.monotonic()
     if scenario.processes > 1:
@@ -220,6 +222,7 @@ def run_one(peer, scenario, log):
         out.close()
         err.close()
     wall = time.monotonic() - started
+    udp = {key: value - udp0.get(key, 0) for key, value in udp_counters().items()}
     alive = process.poll() is None
     # Let forked children finish and be reaped, so that their CPU is counted.
     deadline = time.time() + 5
@@ -229,6 +232,7 @@ def run_one(peer, scenario, log):
     sampler.stopping.set()
     sampler.join()
     stop(process)
+    lost_by_server = server_losses(log, process.pid)
     if group:
         group.remove()
     try:
@@ -248,6 +252,12 @@ def run_one(peer, scenario, log):
         "retransmits": result["retransmits"], "duplicates": result["duplicates"],
         "peak_rss_mib": round(sampler.peak_rss, 1), "peak_fds": sampler.peak_fds,
         "peak_processes": sampler.peak_processes, "storm_cpu_s": result["client_cpu_s"], "wall_s": round(wall, 2),
+        # Where datagrams were lost: the server's own count (Stampede's exit line), the storm's,
+        # and the kernel's UDP counters of the whole host over the scenario (both sides).
+        "lost": {"server": lost_by_server,
+                 "storm": {key: result.get(key) for key in ("socket_queue_drops", "send_failures", "receive_buffer_exhausted",
+                                                            "late_timers")},
+                 "kernel_udp": {key: udp.get(key) for key in ("RcvbufErrors", "SndbufErrors", "InErrors", "MemErrors")}},
     }
     if "stages" in result:
         row["stages"] = result["stages"]
@@ -256,15 +266,38 @@ def run_one(peer, scenario, log):
     return row
 
 
+def udp_counters() -> dict:
+    """The kernel's UDP counters (/proc/net/snmp's Udp lines) of this network namespace."""
+    lines = [line.split() for line in Path("/proc/net/snmp").read_text().splitlines() if line.startswith("Udp:")]
+    return {name: int(value) for name, value in zip(lines[0][1:], lines[1][1:])}
+
+
+STOP_LINE = re.compile(r"(\d+) timers fired 10 ms or more late; (\d+) datagrams the kernel would not send, "
+                       r"(\d+) dropped on their way in \(full socket queues\), (?:(\d+) receives that found no buffer, )?")
+
+
+def server_losses(log, pid) -> dict:
+    """What a Stampede server said it lost, from its exit line in the servers' log (nothing for a peer)."""
+    log.flush()
+    for line in reversed(Path(log.name).read_text(errors="replace").splitlines()):
+        match = STOP_LINE.search(line) if f"[{pid}]" in line else None
+        if match:
+            return {"late_timers": int(match[1]), "send_failures": int(match[2]), "socket_queue_drops": int(match[3]),
+                    "receive_buffer_exhausted": int(match[4]) if match[4] else None}
+    return {}
+
+
 def merge_storms(results):
     """One report from the storm processes' reports: counts added, boot times pooled."""
     if len(results) == 1:
         return results[0]
-    merged = {"ok": 0, "failed": 0, "failures": {}, "bytes": 0, "retransmits": 0, "duplicates": 0,
-              "client_cpu_s": 0.0, "peak_active": 0}
+    sums = ("ok", "failed", "bytes", "retransmits", "duplicates", "client_cpu_s", "peak_active",
+            "socket_queue_drops", "send_failures", "receive_buffer_exhausted", "late_timers")
+    merged = {key: 0 for key in sums}
+    merged["failures"] = {}
     for r in results:
-        for key in ("ok", "failed", "bytes", "retransmits", "duplicates", "client_cpu_s", "peak_active"):
-            merged[key] += r[key]
+        for key in sums:
+            merged[key] += r.get(key, 0)
         for kind, count in r["failures"].items():
             merged["failures"][kind] = merged["failures"].get(kind, 0) + count
     seconds = max(r["seconds"] for r in results)
@@ -427,6 +460,28 @@ def rack_markdown(rows):
         lines.append(f"| {r['server']}{died} | {r['ok']} / {failed} | {fmt(r['p50_ms'] / 1000)} | {fmt(r['p99_ms'] / 1000)} "
                      f"| {fmt(r['max_ms'] / 1000)} | {fmt(r['wall_s'])} | {fmt(r['server_cpu_s'])} "
                      f"| {fmt(r['peak_rss_mib'], 0)} | {r['peak_fds']} |")
+    return "\n".join(lines) + "\n\n" + losses_markdown(rows)
+
+
+def losses_markdown(rows):
+    """Where the rack's datagrams were dropped: the server's sockets (its queues full, sends the
+    kernel refused, io_uring receives that found no buffer) and its timers that fired 10 ms late
+    or more (a busy loop), the storm's the same, and the host's UDP counters over the scenario,
+    which hold both sides (RcvbufErrors: a full receive queue)."""
+    header = ("| server | machines lost | server: queues full / sends refused / no buffer / late timers "
+              "| storm: queues full / sends refused / no buffer / late timers | kernel UDP: RcvbufErrors / SndbufErrors / InErrors |")
+    lines = ["Where datagrams were dropped, per side:", "", header, "|" + "---|" * (header.count("|") - 1)]
+
+    def three(counts, keys):
+        return " / ".join("-" if counts.get(k) is None else str(counts[k]) for k in keys)
+
+    for r in rows:
+        lost = r.get("lost")
+        if not lost:
+            continue
+        side = ("socket_queue_drops", "send_failures", "receive_buffer_exhausted", "late_timers")
+        lines.append(f"| {r['server']} | {r['failed']} | {three(lost['server'], side)} | {three(lost['storm'], side)} "
+                     f"| {three(lost['kernel_udp'], ('RcvbufErrors', 'SndbufErrors', 'InErrors'))} |")
     return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <linux/openat2.h>
+#include <linux/sock_diag.h>
 #include <netinet/tcp.h>
 #include <netinet/udp.h>
 #include <net/if.h>
@@ -406,6 +407,16 @@ int stampede_socket_address(int fd, struct sockaddr_storage *address)
 {
     socklen_t length = sizeof(*address);
     return negative_errno(getsockname(fd, (struct sockaddr *)address, &length));
+}
+
+uint32_t stampede_socket_drops(int fd)
+{
+    uint32_t meminfo[SK_MEMINFO_VARS];
+    socklen_t length = sizeof(meminfo);
+    memset(meminfo, 0, sizeof(meminfo));
+    if (getsockopt(fd, SOL_SOCKET, SO_MEMINFO, meminfo, &length) != 0 || length <= SK_MEMINFO_DROPS * sizeof(uint32_t))
+        return 0;
+    return meminfo[SK_MEMINFO_DROPS];
 }
 
 int stampede_open_beneath(int directory, const char *path, int flags, unsigned int mode, int in_root)

@@ -171,6 +171,7 @@ public final class GlibcBackend: DatagramBackend {
 
     public func close(_ socket: SocketHandle) {
         guard socket.index >= 0, sockets[Int(socket.index)].fd >= 0 else { return }
+        statistics.socketQueueDrops += Int(stampede_socket_drops(sockets[Int(socket.index)].fd))
         // Queued sends go out first; the fd closes at the next flush.
         closing.append(socket)
         sockets[Int(socket.index)].tag = UInt64.max

@@ -31,7 +31,8 @@ public protocol DatagramBackend: AnyObject, CustomStringConvertible, SendableMet
     func openClient(local: SocketAddress, largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle
     /// The local address a socket is bound to.
     func localAddress(of socket: SocketHandle) -> SocketAddress?
-    /// Closes a socket; sends queued on it before are still flushed first.
+    /// Closes a socket; sends queued on it before are still flushed first. What the kernel
+    /// dropped on its way in is added to `statistics.socketQueueDrops`.
     func close(_ socket: SocketHandle)
 
     /// Queues `header` (copied) followed by `payload` (referenced until the next poll returns).
@@ -163,6 +164,10 @@ public struct BackendStatistics: Sendable, Equatable {
     /// Times the kernel said it dropped completions under memory pressure (io_uring's EBADR; nil
     /// for a backend without completions): survived, and counted.
     public var completionsLost: Int?
+    /// Datagrams the kernel dropped on their way into the sockets this backend has closed, before
+    /// it could read them: a receive queue full (what the kernel counts per socket, SO_MEMINFO's
+    /// drops, read as each socket closes).
+    public var socketQueueDrops = 0
 
     public init() {}
 
@@ -174,6 +179,7 @@ public struct BackendStatistics: Sendable, Equatable {
         total.sendFailures += other.sendFailures
         total.segmentedSends += other.segmentedSends
         total.segmentationFallbacks += other.segmentationFallbacks
+        total.socketQueueDrops += other.socketQueueDrops
         if let exhausted = other.receiveBufferExhausted { total.receiveBufferExhausted = (total.receiveBufferExhausted ?? 0) + exhausted }
         if let lost = other.completionsLost { total.completionsLost = (total.completionsLost ?? 0) + lost }
     }

@@ -146,6 +146,11 @@ public final class MetricsExporter: Sendable {
         counter("stampede_backend_sent_datagrams_total", "Datagrams the kernel took.", [], sum(.datagramsSent))
         counter("stampede_backend_send_failures_total", "Datagrams the kernel refused to send (a full socket buffer).",
                 [], sum(.sendFailures))
+        counter("stampede_late_timers_total", "Transfer timers that fired 10 ms or more after their deadline (the loop was busy).",
+                [], sum(.lateTimers))
+        counter("stampede_backend_socket_queue_drops_total",
+                "Datagrams the kernel dropped on their way into sockets since closed (a full receive queue).",
+                [], sum(.socketQueueDrops))
         counter("stampede_backend_segmented_sends_total", "Segmented sends (UDP GSO) the kernel took.", [], sum(.segmentedSends))
         counter("stampede_backend_segmentation_fallbacks_total",
                 "Segmented sends a path refused, sent again one datagram at a time.", [], sum(.segmentationFallbacks))

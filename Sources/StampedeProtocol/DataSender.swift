@@ -116,9 +116,10 @@ public struct DataSender: Sendable {
     /// The client sent its request again before it answered anything: our first answer (the
     /// OACK, or the first window) or its own reply was lost. A client repeats its request on its
     /// own timer, never in answer to what we send, so each repeat gets the answer again (no
-    /// more often than `duplicateAckFloor`): as many chances as the client gives itself.
+    /// more often than `duplicateAckFloor`), up to the retries: as many chances as a client
+    /// gives itself, and no more than the timer would send to a forged address that repeats.
     public mutating func requestRepeated(now: Nanoseconds) -> Action {
-        guard !isFinished, acknowledged == 0 else { return .none }
+        guard !isFinished, acknowledged == 0, timer.retries < timer.maxRetries else { return .none }
         return resendAsked(after: Self.duplicateAckFloor, now: now)
     }
 

@@ -128,6 +128,7 @@ public final class Server<Backend: DatagramBackend> {
             total.repeated += worker.summary.repeated
             total.unanswered += worker.summary.unanswered
             total.bytes += worker.summary.bytes
+            total.lateTimers += worker.summary.lateTimers
             total.backend += worker.backend.statistics
         }
         return total

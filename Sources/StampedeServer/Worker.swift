@@ -176,7 +176,14 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     /// One loop turn: expire timers, flush and wait, dispatch what arrived.
     public func turn(now: Nanoseconds, maxWait: Nanoseconds) {
         wheel.expire(now: now, into: &expired)
-        for slot in expired { timerFired(Int(slot), now: now) }
+        for slot in expired {
+            if let due = table[Int(slot)].sender?.deadline ?? table[Int(slot)].receiver?.deadline,
+               now - due >= WorkerSummary.lateTimer {
+                summary.lateTimers += 1
+                metrics.add(.lateTimers, 1)
+            }
+            timerFired(Int(slot), now: now)
+        }
         expired.removeAll(keepingCapacity: true)
         let waitingOnDisk = diskPending > 0 || loads.isAwaiting
         var deadline = now + (waitingOnDisk ? min(maxWait, Self.diskPollInterval) : maxWait)

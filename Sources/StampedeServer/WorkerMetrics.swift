@@ -31,11 +31,15 @@ public final class WorkerMetrics: @unchecked Sendable {
         /// DATA, OACK and ACK sent again, after a timeout or on a duplicate ACK.
         case retransmissions
         case duplicateAcks
+        /// Transfer timers that fired 10 ms or more after their deadline (the loop was busy).
+        case lateTimers
         /// Served transfers whose duration the scrape never saw: its log was full.
         case durationsDropped
         /// Gauge: the monotonic time of the worker's last loop turn (for the watchdog).
         case lastTurn
         case systemCalls, sendOperations, datagramsSent, sendFailures, segmentedSends, segmentationFallbacks
+        /// Datagrams the kernel dropped on their way into sockets now closed (a full receive queue).
+        case socketQueueDrops
         /// -1: the backend has no such buffers.
         case receiveBufferExhausted
         /// -1: the backend has no completions to lose.
@@ -206,6 +210,7 @@ public final class WorkerMetrics: @unchecked Sendable {
         set(.sendFailures, statistics.sendFailures)
         set(.segmentedSends, statistics.segmentedSends)
         set(.segmentationFallbacks, statistics.segmentationFallbacks)
+        set(.socketQueueDrops, statistics.socketQueueDrops)
         set(.receiveBufferExhausted, statistics.receiveBufferExhausted ?? -1)
         set(.completionsLost, statistics.completionsLost ?? -1)
     }

@@ -122,8 +122,12 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
             }
         }
         _ = backend.poll(deadline: stampede_monotonic_ns())
+        report.network = backend.statistics
         return report
     }
+
+    /// How late a transfer's timer may fire before the report counts it (five of the wheel's ticks).
+    static var lateTimer: Nanoseconds { 10_000_000 }
 
     /// One loop turn: expire timers, flush sends and wait, handle what arrived, start new machines.
     public func turn(now: Nanoseconds, maxWait: Nanoseconds) {
@@ -131,6 +135,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         for expiredSlot in expired {
             let slot = Int(expiredSlot)
             if sessions[slot] != nil {
+                if let due = sessions[slot]!.deadline, now - due >= Self.lateTimer { report.lateTimers += 1 }
                 apply(sessions[slot]!.timerFired(now: now), slot: slot, peer: nil, now: now)
             } else if isFetching(slot) {
                 fetchTimerFired(slot, now: now)

@@ -32,6 +32,11 @@ public struct StormReport: Sendable {
     /// The storm's own CPU time (user + system), set by whoever ran it.
     public var clientCPUSeconds = 0.0
     public var backend = ""
+    /// The storm's own backends' figures: where its datagrams were lost on its side (queues full,
+    /// sends refused, io_uring's buffers run dry).
+    public var network = BackendStatistics()
+    /// Transfer timers that fired 10 ms or more after their deadline: the storm's loop was busy.
+    public var lateTimers = 0
     /// The profile's name, and what happened at each of its stages.
     public var profile = ""
     public var stages: [StageReport] = []
@@ -136,6 +141,8 @@ public struct StormReport: Sendable {
         duplicates += other.duplicates
         peakActive = max(peakActive, other.peakActive)  // a run's storms share one count
         handshakes += other.handshakes
+        network += other.network
+        lateTimers += other.lateTimers
         wall = max(wall, other.wall)
         if stages.isEmpty {
             profile = other.profile
@@ -184,7 +191,7 @@ public struct StormReport: Sendable {
             "data: \(bytes) bytes in \(decimalText(seconds, places: 3)) s: \(decimalText(megabytesPerSecond, places: 1)) MB/s, \(decimalText(sessionsPerSecond, places: 1)) sessions/s",
             "transfer time: p50 \(latency.p50) ms, p99 \(latency.p99) ms, max \(latency.max) ms",
             "retransmissions: \(retransmits) sent by us, \(duplicates) duplicate DATA from the server; peak \(peakActive) open at once",
-            "storm CPU: \(decimalText(clientCPUSeconds, places: 2)) s on the \(backend) backend",
+            "storm CPU: \(decimalText(clientCPUSeconds, places: 2)) s on the \(backend) backend; " + lostHere,
         ]
         if booting {
             lines[2] = "boot time: p50 \(latency.p50) ms, p99 \(latency.p99) ms, max \(latency.max) ms (first request to last byte)"
@@ -208,6 +215,13 @@ public struct StormReport: Sendable {
     }
 
 
+    /// What the storm's side lost before reading it or sending it.
+    private var lostHere: String {
+        let buffers = network.receiveBufferExhausted.map { ", \($0) receives without a buffer" } ?? ""
+        return "lost on the storm's side: \(network.socketQueueDrops) in full socket queues, \(network.sendFailures) sends refused"
+            + buffers + "; \(lateTimers) timers fired 10 ms or more late"
+    }
+
     /// One JSON object (field names are stable: `make bench` reads them).
     public var json: String {
         let latency = Self.milliseconds(of: durations)
@@ -223,6 +237,8 @@ public struct StormReport: Sendable {
             "reboots": \(reboots), "reboot_causes": {\(Self.countsJSON(rebootCausesByKind))}, \
             "rebooted_ok": \(rebootedDurations.count), "rebooted_p50_ms": \(rebooted.p50), "rebooted_p99_ms": \(rebooted.p99), \
             "transfers_failed": \(transfersFailed), \
+            "socket_queue_drops": \(network.socketQueueDrops), "send_failures": \(network.sendFailures), \
+            "receive_buffer_exhausted": \(network.receiveBufferExhausted ?? 0), "late_timers": \(lateTimers), \
             "tls_handshakes": \(handshakes.count), "tls_handshake_p50_ms": \(handshake.p50), "tls_handshake_p99_ms": \(handshake.p99), \
             "profile": \(jsonString(profile)), "stages": [\(stages.map(\.json).joined(separator: ", "))], \
             "boot_ms": [\(durations.map { decimalText(Double($0) / 1e6, places: 3) }.joined(separator: ", "))]\

@@ -18,6 +18,8 @@ public final class URingBackend: DatagramBackend {
     public let largestListenerDatagram: Int
     public let segmentation: Segmentation
     private var datagrams: UnsafePointer<stampede_ring_datagram>?
+    /// What the kernel dropped on the way into the sockets closed so far (`close`).
+    private var socketQueueDrops = 0
 
     public struct Configuration: Sendable {
         public var entries: UInt32 = 4096
@@ -108,6 +110,8 @@ public final class URingBackend: DatagramBackend {
     }
 
     public func close(_ socket: SocketHandle) {
+        let fd = stampede_ring_socket_fd(ring, socket.index)
+        if fd >= 0 { socketQueueDrops += Int(stampede_socket_drops(fd)) }
         stampede_ring_close_socket(ring, socket.index)
     }
 
@@ -180,6 +184,7 @@ public final class URingBackend: DatagramBackend {
         statistics.segmentationFallbacks = Int(stats.segmentation_fallbacks)
         statistics.receiveBufferExhausted = Int(stats.receive_buffer_exhausted)
         statistics.completionsLost = Int(stats.completions_lost)
+        statistics.socketQueueDrops = socketQueueDrops
         return statistics
     }
     public var socketCount: Int { Int(stampede_ring_socket_count(ring)) }

@@ -171,6 +171,11 @@ func makeSender(bytes: Int, blockSize: Int = 512, window: Int = 1, oack: Bool = 
         var plain = makeSender(bytes: 5000, window: 2)
         _ = plain.start(now: 0)
         #expect(plain.requestRepeated(now: 300 * ms) == .sendBlocks(first: 1, count: 2))
+        // A flood of repeats (a forged address's?) gets no more than the retries (3 here).
+        var flooded = makeSender(bytes: 5000, oack: true)
+        _ = flooded.start(now: 0)
+        let answered = (1...1000).filter { flooded.requestRepeated(now: Nanoseconds($0) * 20 * ms) != .none }.count
+        #expect(answered == 3)
     }
 
     @Test func beforeAnyRoundTripHalfTheIntervalStandsInForIt() {

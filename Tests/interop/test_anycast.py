@@ -4,12 +4,11 @@ spreads them over three Stampede servers. What breaks TFTP behind a fabric that 
 what does not, a server lost mid-boot, a server drained, a root swapped while machines boot."""
 import os
 import signal
-import subprocess
 import time
 
 import pytest
 
-from anycastlab import ANYCAST, Lab
+from anycastlab import Lab
 from conftest import BINARY, run
 
 MACHINES = 300

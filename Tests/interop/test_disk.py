@@ -209,7 +209,6 @@ def test_a_cached_file_is_answered_while_another_files_first_read_waits_on_the_d
     the disk takes seconds over a cold file's first read, the same loop (one worker, one HTTP
     loop) answers what is cached at once, over TFTP and HTTP; the cold file comes whole when the
     disk has it."""
-    import socket
     from conftest import free_tcp_port
     backing, mount = slow_disk(read=3.0)
     cold = os.urandom(1 << 20)

@@ -7,7 +7,7 @@ import threading
 import time
 
 from conftest import BINARY, run
-from tftpwire import RawClient, ack, decode, request
+from tftpwire import RawClient, ack, request
 
 SHARING = "further reads share"
 

@@ -7,8 +7,6 @@ import socket
 import subprocess
 import time
 
-import pytest
-
 from conftest import Server, free_tcp_port, free_udp_port, run
 from test_http import web  # noqa: F401 (a fixture)
 from tftpwire import RawClient, ack, request
@@ -223,6 +221,7 @@ def test_an_http_connection_limit_the_descriptors_cannot_hold_is_clamped_with_a_
         assert warning and "serving at most" in warning[0], s.log_text()
         most = int(warning[0].split("serving at most ")[1].split()[0])
         assert 0 < most < 300  # two descriptors each, out of 600 less what the server holds
-        assert f"at most {most} connections" in s.log_text()
+        # The start line comes after the warning: wait for it, do not read the log once.
+        assert s.log_lines(f"at most {most} connections"), s.log_text()
     finally:
         s.stop()

@@ -97,6 +97,10 @@ int stampede_transfer_socket(const struct sockaddr_storage *local, const struct 
 /* The bound address of a socket (to learn an ephemeral port). */
 int stampede_socket_address(int fd, struct sockaddr_storage *address);
 
+/* Datagrams the kernel dropped on their way into this socket since it was made (its receive
+ * queue full, a filter's verdict: SO_MEMINFO's SK_MEMINFO_DROPS); 0 when it cannot say. */
+uint32_t stampede_socket_drops(int fd);
+
 /* O_PATH, which Swift's Glibc module hides behind _GNU_SOURCE: an fd that names a file without
  * opening it (no device is touched, no FIFO blocks). */
 extern const int stampede_o_path;

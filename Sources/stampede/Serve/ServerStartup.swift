@@ -138,8 +138,12 @@ struct ServerStartup {
         logger.notice("""
             stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes); \
             \(summary.refused) requests refused (\(summary.notFound) of them for a file not there), \
-            \(summary.unanswered) requests unanswered while busy, \(summary.repeated) repeats of a running transfer's request dropped; \
-            \(summary.backend.sendFailures) datagrams the kernel would not send, \(summary.backend.segmentedSends) segmented sends\
+            \(summary.unanswered) requests unanswered while busy, \(summary.repeated) repeats of a running transfer's request dropped, \
+            \(summary.lateTimers) timers fired 10 ms or more late; \
+            \(summary.backend.sendFailures) datagrams the kernel would not send, \
+            \(summary.backend.socketQueueDrops) dropped on their way in (full socket queues), \
+            \(summary.backend.receiveBufferExhausted.map { "\($0) receives that found no buffer, " } ?? "")\
+            \(summary.backend.segmentedSends) segmented sends\
             \(summary.backend.segmentationFallbacks > 0 ? ", \(summary.backend.segmentationFallbacks) sent again one datagram at a time where the path refused GSO" : "")
             """)
     }
