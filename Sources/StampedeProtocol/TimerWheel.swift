@@ -5,6 +5,9 @@
 /// turn of the wheel stay in their bucket and are skipped until their turn comes round.
 public struct TimerWheel: Sendable {
     public let tick: Nanoseconds
+    /// A timer that fires this long after its deadline or later fired late: its loop was busy
+    /// (what the server's and the storm's reports count; five default ticks).
+    public static let lateness: Nanoseconds = 10_000_000
     private let bucketMask: Int
     private var heads: [Int32]
     private var next: [Int32] = []

@@ -99,11 +99,9 @@ public struct WorkerSummary: Sendable {
     /// Requests dropped as repeats of a running transfer's (a client's resend), or stale ones.
     public var repeated = 0
     public var bytes = 0
-    /// Transfer timers that fired `WorkerSummary.lateTimer` or more after their deadline: the
-    /// loop was busy (a resend that went late, a rack's loss repaired late).
+    /// Transfer timers that fired `TimerWheel.lateness` or more after their deadline: the loop
+    /// was busy (a resend that went late, a rack's loss repaired late).
     public var lateTimers = 0
-    /// How late a timer may fire before it counts as late: five of the wheel's 2 ms ticks.
-    public static let lateTimer: Nanoseconds = 10_000_000
     /// The backends' figures, summed: send failures, segmented sends and their fallbacks.
     public var backend = BackendStatistics()
 }

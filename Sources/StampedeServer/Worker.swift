@@ -178,7 +178,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         wheel.expire(now: now, into: &expired)
         for slot in expired {
             if let due = table[Int(slot)].sender?.deadline ?? table[Int(slot)].receiver?.deadline,
-               now - due >= WorkerSummary.lateTimer {
+               now - due >= TimerWheel.lateness {
                 summary.lateTimers += 1
                 metrics.add(.lateTimers, 1)
             }

@@ -126,16 +126,13 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         return report
     }
 
-    /// How late a transfer's timer may fire before the report counts it (five of the wheel's ticks).
-    static var lateTimer: Nanoseconds { 10_000_000 }
-
     /// One loop turn: expire timers, flush sends and wait, handle what arrived, start new machines.
     public func turn(now: Nanoseconds, maxWait: Nanoseconds) {
         wheel.expire(now: now, into: &expired)
         for expiredSlot in expired {
             let slot = Int(expiredSlot)
             if sessions[slot] != nil {
-                if let due = sessions[slot]!.deadline, now - due >= Self.lateTimer { report.lateTimers += 1 }
+                if let due = sessions[slot]!.deadline, now - due >= TimerWheel.lateness { report.lateTimers += 1 }
                 apply(sessions[slot]!.timerFired(now: now), slot: slot, peer: nil, now: now)
             } else if isFetching(slot) {
                 fetchTimerFired(slot, now: now)
