@@ -132,6 +132,19 @@ class Server:
     def fd_count(self) -> int:
         return len(os.listdir(f"/proc/{self.process.pid}/fd"))
 
+    def idle_fd_count(self, still=0.3, timeout=5.0) -> int:
+        """The descriptor count once it has held still for `still` seconds: after the "serving"
+        line, the disk thread still walks the root for interrupted uploads' temporary files,
+        holding a directory open while it does."""
+        deadline = time.time() + timeout
+        count, since = self.fd_count(), time.time()
+        while time.time() - since < still and time.time() < deadline:
+            time.sleep(0.05)
+            now = self.fd_count()
+            if now != count:
+                count, since = now, time.time()
+        return count
+
     def stop(self, expect_code=0, timeout=15):
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)

@@ -180,7 +180,7 @@ def test_idle_connections_and_a_slowloris_change_no_transfer(serve, root):
     s = serve("--metrics", "127.0.0.1:0")
     url = metrics_url(s)
     port = int(url.rsplit(":", 1)[1].split("/")[0])
-    baseline = s.fd_count()
+    baseline = s.idle_fd_count()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
     idle = []

@@ -33,7 +33,7 @@ def test_two_storms_at_once_leave_the_server_standing(serve, root, report):
     (root / "f.bin").write_bytes(os.urandom(256 << 10))
     (root / "f.bin").chmod(0o644)
     s = serve(*(["-s"] if os.geteuid() == 0 else []))
-    idle = s.fd_count()
+    idle = s.idle_fd_count()
     started = time.time()
     results = storms(s, "f.bin", 4000, root / "f.bin", "--blksize", "1468", "--windowsize", "4")
     assert s.alive
@@ -96,7 +96,7 @@ def test_clients_that_vanish_while_large_windows_fill_the_send_arena(serve, root
     (root / "big.img").chmod(0o644)
     namespace = network_namespace(icmp_unlimited=True)
     s = serve("--cache-file-limit", "1", prefix=namespace.inside)
-    idle = s.fd_count()
+    idle = s.idle_fd_count()
     streamers = subprocess.Popen([*namespace.inside, str(BINARY), "storm", f"127.0.0.1:{s.port}", "big.img",
                                   "--clients", "6", "--blksize", "65464", "--windowsize", "32",
                                   "--verify", str(root / "big.img"), "--json"],

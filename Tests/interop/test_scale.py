@@ -30,7 +30,7 @@ def test_five_thousand_concurrent_downloads_two_rounds(root, binary, report):
     s = Server(root, ("--verbosity", "0"), backend="uring")
     try:
         expected = (root / "quarter-mib.bin").read_bytes()
-        idle_fds = s.fd_count()
+        idle_fds = s.idle_fd_count()
         rounds = []
         for round_number in range(2):
             ok, failures, seconds = loadclient.run((s.host, s.port), "quarter-mib.bin", 5000, expected,

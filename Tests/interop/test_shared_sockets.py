@@ -68,7 +68,7 @@ def test_a_server_with_few_descriptors_serves_a_thousand_machines_at_once(serve,
     # The kernel refuses the server's 301st descriptor; a thousand transfers run at once (each
     # client holds its first ACK for a second).
     s = serve(prefix=("prlimit", "--nofile=300:300"))
-    idle = s.fd_count()
+    idle = s.idle_fd_count()
     peak = [idle]
     done = threading.Event()
 
