@@ -273,7 +273,8 @@ def udp_counters() -> dict:
 
 
 STOP_LINE = re.compile(r"(\d+) timers fired 10 ms or more late; (\d+) datagrams the kernel would not send, "
-                       r"(\d+) dropped on their way in \(full socket queues\), (?:(\d+) receives that found no buffer, )?")
+                       r"(\d+) dropped on their way in \(full socket queues(?:; (\d+) of them at the listeners)?\), "
+                       r"(?:(\d+) receives that found no buffer, )?")
 
 
 def server_losses(log, pid) -> dict:
@@ -283,7 +284,8 @@ def server_losses(log, pid) -> dict:
         match = STOP_LINE.search(line) if f"[{pid}]" in line else None
         if match:
             return {"late_timers": int(match[1]), "send_failures": int(match[2]), "socket_queue_drops": int(match[3]),
-                    "receive_buffer_exhausted": int(match[4]) if match[4] else None}
+                    "listener_queue_drops": int(match[4]) if match[4] else None,
+                    "receive_buffer_exhausted": int(match[5]) if match[5] else None}
     return {}
 
 
@@ -468,7 +470,7 @@ def losses_markdown(rows):
     kernel refused, io_uring receives that found no buffer) and its timers that fired 10 ms late
     or more (a busy loop), the storm's the same, and the host's UDP counters over the scenario,
     which hold both sides (RcvbufErrors: a full receive queue)."""
-    header = ("| server | machines lost | server: queues full / sends refused / no buffer / late timers "
+    header = ("| server | machines lost | server: queues full (at listeners) / sends refused / no buffer / late timers "
               "| storm: queues full / sends refused / no buffer / late timers | kernel UDP: RcvbufErrors / SndbufErrors / InErrors |")
     lines = ["Where datagrams were dropped, per side:", "", header, "|" + "---|" * (header.count("|") - 1)]
 
@@ -480,7 +482,11 @@ def losses_markdown(rows):
         if not lost:
             continue
         side = ("socket_queue_drops", "send_failures", "receive_buffer_exhausted", "late_timers")
-        lines.append(f"| {r['server']} | {r['failed']} | {three(lost['server'], side)} | {three(lost['storm'], side)} "
+        server = three(lost["server"], side)
+        if lost["server"].get("listener_queue_drops") is not None:
+            queues, rest = server.split(" / ", 1)
+            server = f"{queues} ({lost['server']['listener_queue_drops']}) / {rest}"
+        lines.append(f"| {r['server']} | {r['failed']} | {server} | {three(lost['storm'], side)} "
                      f"| {three(lost['kernel_udp'], ('RcvbufErrors', 'SndbufErrors', 'InErrors'))} |")
     return "\n".join(lines)
 

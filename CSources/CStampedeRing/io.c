@@ -191,6 +191,11 @@ int stampede_ring_socket_fd(const stampede_ring *r, int slot)
     return slot >= 0 && (uint32_t)slot < r->socket_capacity ? r->sockets[slot].fd : -EBADF;
 }
 
+int stampede_ring_socket_is_listener(const stampede_ring *r, int slot)
+{
+    return slot >= 0 && (uint32_t)slot < r->socket_capacity && r->sockets[slot].listener;
+}
+
 void stampede_ring_close_socket(stampede_ring *r, int slot)
 {
     struct socket_slot *s;

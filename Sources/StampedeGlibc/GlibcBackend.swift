@@ -25,6 +25,8 @@ public final class GlibcBackend: DatagramBackend {
     private let epoll: Int32
     private var sockets: [Socket] = []
     private var freeSockets: [Int32] = []
+    /// The listeners' handles, read first in every turn (`poll`).
+    private var listeners: [Int32] = []
     private var closing: [SocketHandle] = []
     /// A descriptor is watched (`watch`).
     private var watching = false
@@ -142,6 +144,7 @@ public final class GlibcBackend: DatagramBackend {
             throw error  // the descriptor closes with its owner
         }
         sockets[Int(index)] = Socket(fd: socket.release(), tag: tag, isListener: isListener, segments: segmentation.isOn)
+        if isListener { listeners.append(index) }
         socketCount += 1
         return SocketHandle(index)
     }
@@ -171,7 +174,9 @@ public final class GlibcBackend: DatagramBackend {
 
     public func close(_ socket: SocketHandle) {
         guard socket.index >= 0, sockets[Int(socket.index)].fd >= 0 else { return }
-        statistics.socketQueueDrops += Int(stampede_socket_drops(sockets[Int(socket.index)].fd))
+        let drops = Int(stampede_socket_drops(sockets[Int(socket.index)].fd))
+        statistics.socketQueueDrops += drops
+        if sockets[Int(socket.index)].isListener { statistics.listenerQueueDrops += drops }
         // Queued sends go out first; the fd closes at the next flush.
         closing.append(socket)
         sockets[Int(socket.index)].tag = UInt64.max
@@ -313,6 +318,7 @@ public final class GlibcBackend: DatagramBackend {
         arenaUsed = 0
         vectorsUsed = 0
         for socket in closing {
+            if sockets[Int(socket.index)].isListener { listeners.removeAll { $0 == socket.index } }
             Glibc.close(sockets[Int(socket.index)].fd)
             sockets[Int(socket.index)] = Socket()
             socketCount -= 1
@@ -377,17 +383,34 @@ public final class GlibcBackend: DatagramBackend {
         let ready = stampede_epoll_wait(epoll, readyTags, Int32(readyCapacity), timeout)
         statistics.systemCalls += 1
         guard ready > 0 else { return count }
-        for i in 0..<Int(ready) where count < receiveCapacity {
-            let handle = Int(readyTags[i])
-            guard handle < sockets.count, sockets[handle].fd >= 0, sockets[handle].tag != UInt64.max else { continue }
-            count += receive(from: handle, at: count)
+        // Requests first. Behind thousands of ready transfer sockets a listener came up in one turn
+        // of many (epoll hands out its ready list in turns of `readyCapacity`) and its queue
+        // overflowed in a rack's boot. A full ready list may leave a listener out: then every
+        // listener is read.
+        let everyListener = Int(ready) == readyCapacity
+        if everyListener {
+            for handle in listeners where count < receiveCapacity && sockets[Int(handle)].tag != UInt64.max {
+                count += receive(from: Int(handle), at: count)
+            }
+        }
+        // Two passes over the ready list: its listeners (unless read above), then the rest.
+        for pass in 0..<2 {
+            let listenersPass = pass == 0
+            if listenersPass && everyListener { continue }
+            for i in 0..<Int(ready) where count < receiveCapacity {
+                let handle = Int(readyTags[i])
+                guard handle < sockets.count, sockets[handle].fd >= 0, sockets[handle].tag != UInt64.max,
+                      sockets[handle].isListener == listenersPass else { continue }
+                count += receive(from: handle, at: count)
+            }
         }
         return count
     }
 
     private func receive(from handle: Int, at first: Int) -> Int {
         let socket = sockets[handle]
-        let room = min(receiveCapacity - first, socket.isListener ? receiveCapacity : 64)
+        // A listener takes half a batch at most: a flood of requests leaves room for transfers' ACKs.
+        let room = min(receiveCapacity - first, socket.isListener ? receiveCapacity / 2 : 64)
         for i in first..<(first + room) {
             receiveVectors[i] = iovec(iov_base: buffers.baseAddress! + i * bufferSize, iov_len: bufferSize)
             var message = msghdr()

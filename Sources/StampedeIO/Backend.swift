@@ -168,6 +168,8 @@ public struct BackendStatistics: Sendable, Equatable {
     /// it could read them: a receive queue full (what the kernel counts per socket, SO_MEMINFO's
     /// drops, read as each socket closes).
     public var socketQueueDrops = 0
+    /// The part of `socketQueueDrops` that was lost at listeners: requests, not a transfer's ACKs.
+    public var listenerQueueDrops = 0
 
     public init() {}
 
@@ -180,6 +182,7 @@ public struct BackendStatistics: Sendable, Equatable {
         total.segmentedSends += other.segmentedSends
         total.segmentationFallbacks += other.segmentationFallbacks
         total.socketQueueDrops += other.socketQueueDrops
+        total.listenerQueueDrops += other.listenerQueueDrops
         if let exhausted = other.receiveBufferExhausted { total.receiveBufferExhausted = (total.receiveBufferExhausted ?? 0) + exhausted }
         if let lost = other.completionsLost { total.completionsLost = (total.completionsLost ?? 0) + lost }
     }

@@ -148,9 +148,11 @@ public final class MetricsExporter: Sendable {
                 [], sum(.sendFailures))
         counter("stampede_late_timers_total", "Transfer timers that fired 10 ms or more after their deadline (the loop was busy).",
                 [], sum(.lateTimers))
-        counter("stampede_backend_socket_queue_drops_total",
-                "Datagrams the kernel dropped on their way into sockets since closed (a full receive queue).",
-                [], sum(.socketQueueDrops))
+        let queueDrops = "Datagrams the kernel dropped on their way into sockets since closed (a full receive queue): at listeners (requests) or transfer sockets."
+        counter("stampede_backend_socket_queue_drops_total", queueDrops, [("socket", "listener")], sum(.listenerQueueDrops))
+        counter("stampede_backend_socket_queue_drops_total", queueDrops, [("socket", "transfer")]) { workers, _ in
+            workers.reduce(0) { $0 + $1.value(.socketQueueDrops) - $1.value(.listenerQueueDrops) }
+        }
         counter("stampede_backend_segmented_sends_total", "Segmented sends (UDP GSO) the kernel took.", [], sum(.segmentedSends))
         counter("stampede_backend_segmentation_fallbacks_total",
                 "Segmented sends a path refused, sent again one datagram at a time.", [], sum(.segmentationFallbacks))

@@ -40,6 +40,8 @@ public final class WorkerMetrics: @unchecked Sendable {
         case systemCalls, sendOperations, datagramsSent, sendFailures, segmentedSends, segmentationFallbacks
         /// Datagrams the kernel dropped on their way into sockets now closed (a full receive queue).
         case socketQueueDrops
+        /// The part of `socketQueueDrops` lost at listeners (requests).
+        case listenerQueueDrops
         /// -1: the backend has no such buffers.
         case receiveBufferExhausted
         /// -1: the backend has no completions to lose.
@@ -211,6 +213,7 @@ public final class WorkerMetrics: @unchecked Sendable {
         set(.segmentedSends, statistics.segmentedSends)
         set(.segmentationFallbacks, statistics.segmentationFallbacks)
         set(.socketQueueDrops, statistics.socketQueueDrops)
+        set(.listenerQueueDrops, statistics.listenerQueueDrops)
         set(.receiveBufferExhausted, statistics.receiveBufferExhausted ?? -1)
         set(.completionsLost, statistics.completionsLost ?? -1)
     }

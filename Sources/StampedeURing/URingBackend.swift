@@ -20,6 +20,7 @@ public final class URingBackend: DatagramBackend {
     private var datagrams: UnsafePointer<stampede_ring_datagram>?
     /// What the kernel dropped on the way into the sockets closed so far (`close`).
     private var socketQueueDrops = 0
+    private var listenerQueueDrops = 0
 
     public struct Configuration: Sendable {
         public var entries: UInt32 = 4096
@@ -111,7 +112,11 @@ public final class URingBackend: DatagramBackend {
 
     public func close(_ socket: SocketHandle) {
         let fd = stampede_ring_socket_fd(ring, socket.index)
-        if fd >= 0 { socketQueueDrops += Int(stampede_socket_drops(fd)) }
+        if fd >= 0 {
+            let drops = Int(stampede_socket_drops(fd))
+            socketQueueDrops += drops
+            if stampede_ring_socket_is_listener(ring, socket.index) != 0 { listenerQueueDrops += drops }
+        }
         stampede_ring_close_socket(ring, socket.index)
     }
 
@@ -185,6 +190,7 @@ public final class URingBackend: DatagramBackend {
         statistics.receiveBufferExhausted = Int(stats.receive_buffer_exhausted)
         statistics.completionsLost = Int(stats.completions_lost)
         statistics.socketQueueDrops = socketQueueDrops
+        statistics.listenerQueueDrops = listenerQueueDrops
         return statistics
     }
     public var socketCount: Int { Int(stampede_ring_socket_count(ring)) }

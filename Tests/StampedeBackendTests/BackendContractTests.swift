@@ -227,6 +227,16 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
         // A default queue (about 208 KiB) holds a hundred or so; whatever the backend read in the
         // meantime, most of 3,000 were dropped.
         #expect(drops > 1000 && drops <= 3000, "\(drops)")
+        #expect(backend.statistics.listenerQueueDrops == 0)
+        // A listener's drops are counted apart too (requests lost, not a transfer's ACKs).
+        let listener = try backend.openListener(loopbackAny, receiveBuffer: 0, tag: 3)
+        let listening = try #require(backend.localAddress(of: listener))
+        for _ in 0..<3000 { sender.send([UInt8](repeating: 7, count: 1472), to: listening) }
+        backend.close(listener)
+        _ = backend.poll(deadline: stampede_monotonic_ns())
+        let atListener = backend.statistics.listenerQueueDrops
+        #expect(atListener > 1000 && atListener <= 3000, "\(atListener)")
+        #expect(backend.statistics.socketQueueDrops == drops + atListener)
         close(sender.fd)
     }
 

@@ -89,6 +89,8 @@ int stampede_ring_add_socket(stampede_ring *ring, int fd, uint64_t tag, int is_l
 int stampede_ring_watch(stampede_ring *ring, int fd);
 /* The fd of a slot (for getsockname). */
 int stampede_ring_socket_fd(const stampede_ring *ring, int slot);
+/* Whether a slot holds a listener (1) or a transfer or client socket (0). */
+int stampede_ring_socket_is_listener(const stampede_ring *ring, int slot);
 /* Sends queued before still go out; the fd is closed and the slot reused once its receive is cancelled. */
 void stampede_ring_close_socket(stampede_ring *ring, int slot);
 

@@ -141,7 +141,7 @@ struct ServerStartup {
             \(summary.unanswered) requests unanswered while busy, \(summary.repeated) repeats of a running transfer's request dropped, \
             \(summary.lateTimers) timers fired 10 ms or more late; \
             \(summary.backend.sendFailures) datagrams the kernel would not send, \
-            \(summary.backend.socketQueueDrops) dropped on their way in (full socket queues), \
+            \(summary.backend.socketQueueDrops) dropped on their way in (full socket queues; \(summary.backend.listenerQueueDrops) of them at the listeners), \
             \(summary.backend.receiveBufferExhausted.map { "\($0) receives that found no buffer, " } ?? "")\
             \(summary.backend.segmentedSends) segmented sends\
             \(summary.backend.segmentationFallbacks > 0 ? ", \(summary.backend.segmentationFallbacks) sent again one datagram at a time where the path refused GSO" : "")
