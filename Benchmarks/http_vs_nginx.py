@@ -6,7 +6,9 @@ Each round starts each server fresh on loopback, with a 20,000-descriptor limit 
 logging off, in a cpuacct cgroup of its own (nginx's master and workers all count), and plays
 every scenario with wrk (Debian's): keep-alive GETs of a 1 MiB and a 64 MiB file by 100 and by
 2,000 connections, BENCH_HTTP_SECONDS (default 8) each. Server CPU per GB is the cgroup's CPU
-over the bytes wrk read. Then 8,000 idle connections are opened to each and its resident memory
+over the bytes wrk read. Then the small answers a rack asks for, scripts, configs and 404s for
+per-machine files that are not there: a 404, a 4 KiB and a 64 KiB file, by 100 and by 2,000
+connections, measured as requests per server CPU-second. Then 8,000 idle connections are opened to each and its resident memory
 (summed over its processes) is read, and one more request must still be answered. Stampede
 runs twice: as it ships (files cached as images, sent from the image's memfd) and "streamed"
 (--cache-file-limit 0: sendfile from the file's own page cache, as nginx does), which shows what
@@ -46,6 +48,9 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 WEB = ROOT / "http"
 FILES = {"1mib.bin": 1 << 20, "64mib.bin": 64 << 20}
 SCENARIOS = [(name, connections) for name in FILES for connections in (100, 2000)]
+# Small answers, by requests per CPU-second: "absent.cfg" is not there (a 404).
+SMALL_FILES = {"4kib.bin": 4 << 10, "64kib.bin": 64 << 10}
+SMALL_SCENARIOS = [(name, connections) for name in ("absent.cfg", *SMALL_FILES) for connections in (100, 2000)]
 # Stampede counts two descriptors per connection (its socket and a streamed file): FD_LIMIT
 # (20,000, the hard limit here) holds 8,302 besides its reserve and images.
 IDLE_CONNECTIONS = 8000
@@ -106,6 +111,14 @@ def one_round(server, index):
             load["cpu_s"] = round(cpu, 3)
             load["cpu_per_gb"] = round(cpu / (load["bytes"] / 1e9), 3) if load["bytes"] else None
             load["gb_per_s"] = round(load["bytes"] / 1e9 / SECONDS, 3)
+            results[f"{name} x{connections}"] = load
+        for name, connections in SMALL_SCENARIOS:
+            before = group.seconds() if group else 0.0
+            load = wrk(f"http://127.0.0.1:{port}/{name}", connections, SECONDS)
+            cpu = (group.seconds() if group else 0.0) - before
+            load["cpu_s"] = round(cpu, 3)
+            load["requests_per_cpu_s"] = round(load["requests"] / cpu) if cpu > 0 else None
+            load["requests_per_s"] = round(load["requests"] / SECONDS)
             results[f"{name} x{connections}"] = load
         if server not in ("stampede-streamed", "stampede-baseline"):  # "stampede"'s process when idle
             sampler.peak_rss = 0.0
@@ -174,7 +187,7 @@ def main():
     # The idle clients' own descriptors: 8,000 and more.
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, FD_LIMIT * 2), hard))
-    fill_root(WEB, FILES)
+    fill_root(WEB, {**FILES, **SMALL_FILES})
     fill_root(RACK, RACK_FILES)
     (RACK / "boot.ipxe").write_text("#!ipxe\nkernel vmlinuz\ninitrd initrd.img\nboot\n")
     (RACK / "boot.ipxe").chmod(0o644)
@@ -211,6 +224,27 @@ def main():
             summary[key]["baseline_ratio"] = round(s["median"] / b["median"], 2)
             line += f" {b['median']} ({b['spread'][0]}–{b['spread'][1]}) | {s['median'] / b['median']:.2f} |"
         table.append(line)
+    table += ["", "Small answers: requests per server CPU-second (median, spread; higher is better), a 404 for a file "
+              "not there and small files:", "",
+              "| scenario | Stampede req/CPU-s (spread) | streamed (spread) | nginx req/CPU-s (spread) | Stampede ÷ nginx "
+              "| answers not 404/2xx (Stampede, nginx) | req/s Stampede, streamed, nginx |",
+              "|---|---|---|---|---|---|---|"]
+    for name, connections in SMALL_SCENARIOS:
+        key = f"{name} x{connections}"
+        row = {}
+        for server in rounds:
+            values = sorted(r[key]["requests_per_cpu_s"] for r in rounds[server])
+            rates = sorted(r[key]["requests_per_s"] for r in rounds[server])
+            wrong = sum(r[key]["non_2xx"] for r in rounds[server]) if name in SMALL_FILES else \
+                sum(r[key]["requests"] - r[key]["non_2xx"] for r in rounds[server])
+            row[server] = {"median": values[len(values) // 2], "spread": [values[0], values[-1]],
+                           "requests_per_s": rates[len(rates) // 2], "wrong_answers": wrong}
+        ratio = row["stampede"]["median"] / row["nginx"]["median"]
+        summary[key] = {**row, "ratio": round(ratio, 2)}
+        s, t, n = row["stampede"], row["stampede-streamed"], row["nginx"]
+        table.append(f"| {key} | {s['median']} ({s['spread'][0]}–{s['spread'][1]}) | {t['median']} ({t['spread'][0]}–{t['spread'][1]}) "
+                     f"| {n['median']} ({n['spread'][0]}–{n['spread'][1]}) | {ratio:.2f} | {s['wrong_answers']}, {n['wrong_answers']} "
+                     f"| {s['requests_per_s']}, {t['requests_per_s']}, {n['requests_per_s']} |")
     idle = {server: rounds[server][-1]["idle"] for server in ("stampede", "nginx")}
     table.append("")
     table.append(f"{IDLE_CONNECTIONS} idle connections (descriptor limit {FD_LIMIT}): Stampede RSS {idle['stampede']['rss_mib']} MiB "
