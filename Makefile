@@ -50,7 +50,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build build-deps run test test-prepare unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http bench-https bench-dhcp fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
+.PHONY: all build build-deps run test test-prepare unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http bench-https bench-dhcp bench-rack fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
 
 all: build
 
@@ -182,6 +182,12 @@ bench: build bench-deps .build/floor
 	python3 Benchmarks/compare.py
 	python3 Benchmarks/proxy_dhcp.py
 	python3 Benchmarks/https_vs_nginx.py
+
+# The rack scenario alone, both backends, three interleaved rounds, and where each round's
+# datagrams were dropped: results/bench-rack.{json,md}.
+bench-rack: build .build/floor
+	BENCH_OUTPUT=bench-rack BENCH_SCENARIOS=rack BENCH_SERVERS=stampede-uring,stampede-glibc BENCH_ROUNDS=3 BENCH_RACK_ROUNDS=3 \
+		python3 Benchmarks/compare.py
 
 # A rack booting from its first DHCP packet, Stampede (--proxy-dhcp) beside dnsmasq's proxy and
 # nginx, and a DISCOVER storm (root: network namespaces): results/bench-dhcp.{json,md}.

@@ -26,7 +26,8 @@ interleaved, and the table shows the median round with the spread of server CPU 
 the other peers run once (they are far from the others, and this keeps `make bench` near
 15 minutes). Every round is kept in the JSON.
 Environment: BENCH_SERVERS, BENCH_SCENARIOS (comma lists) narrow the run; BENCH_ROUNDS sets the
-rounds; BENCH_QUICK=1 shrinks every scenario tenfold (a smoke test, not a measurement);
+rounds; the rack runs once unless BENCH_RACK_ROUNDS says more rounds (interleaved with the
+others as theirs are, each round a row); BENCH_QUICK=1 shrinks every scenario tenfold (a smoke test, not a measurement);
 BENCH_BASELINE=PATH adds another stampede binary (an older build) on each backend, as
 stampede-uring-baseline and stampede-glibc-baseline, interleaved with the others: a before/after
 comparison in one run (BENCH_BASELINE_LABEL names it otherwise: `make bench-static` calls the
@@ -52,6 +53,7 @@ OUTPUT = os.environ.get("BENCH_OUTPUT", "bench")
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 SCENARIO_LIMIT = 180  # seconds before a storm is interrupted
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+RACK_ROUNDS = int(os.environ.get("BENCH_RACK_ROUNDS", "1"))
 FLOOR = REPO / ".build" / "floor"
 BASELINE_LABEL = os.environ.get("BENCH_BASELINE_LABEL", "baseline")
 REPEATED = {"stampede-uring", "stampede-glibc", "stampede-uring-nogso", "stampede-glibc-nogso", "dnsmasq",
@@ -71,6 +73,8 @@ class Scenario:
     shows: str = ""
     processes: int = 1
     every_round: bool = True
+    # Seconds before its storm is interrupted.
+    limit: int = SCENARIO_LIMIT
 
 
 SCENARIOS = [
@@ -88,7 +92,7 @@ SCENARIOS = [
     Scenario("rack", "ipxe.efi", 1 << 20, ["--profile", "uefi-ipxe-tftp", "--stages", "4", "--clients", "20000", "--ramp", "3"],
              "20,000 machines powering on over 3 s, each the uefi-ipxe-tftp profile's first stages: the UEFI size probe, "
              "ipxe.efi (1 MiB), autoexec.ipxe (not found), boot.ipxe; the storm in 4 processes, every process at most "
-             "20,000 descriptors", processes=4, every_round=False),
+             "20,000 descriptors", processes=4, every_round=False, limit=420),
 ]
 
 
@@ -207,7 +211,7 @@ def run_one(peer, scenario, log):
         time.sleep(0.1)
         if died_at is None and process.poll() is not None:
             died_at = time.monotonic()
-        if (died_at and time.monotonic() - died_at > 2) or time.monotonic() - started > SCENARIO_LIMIT:
+        if (died_at and time.monotonic() - died_at > 2) or time.monotonic() - started > scenario.limit:
             for storm in storms:
                 if storm.poll() is None:
                     storm.send_signal(signal.SIGINT)
@@ -452,14 +456,14 @@ def rack_markdown(rows):
     rows = [r for r in rows if r["scenario"] in once]
     if not rows:
         return ""
-    header = "| server | booted / failed | p50 boot s | p99 boot s | max boot s | wall s | server CPU s | peak RSS MiB | peak fds |"
+    header = "| server | round | booted / failed | p50 boot s | p99 boot s | max boot s | wall s | server CPU s | peak RSS MiB | peak fds |"
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in rows:
         if "ok" not in r:
-            lines.append(f"| {r['server']} | {r['error']} |" + " |" * 7)
+            lines.append(f"| {r['server']} | {r.get('round', 1)} | {r['error']} |" + " |" * 7)
             continue
         failed, died = failed_text(r), died_text(r)
-        lines.append(f"| {r['server']}{died} | {r['ok']} / {failed} | {fmt(r['p50_ms'] / 1000)} | {fmt(r['p99_ms'] / 1000)} "
+        lines.append(f"| {r['server']}{died} | {r.get('round', 1)} | {r['ok']} / {failed} | {fmt(r['p50_ms'] / 1000)} | {fmt(r['p99_ms'] / 1000)} "
                      f"| {fmt(r['max_ms'] / 1000)} | {fmt(r['wall_s'])} | {fmt(r['server_cpu_s'])} "
                      f"| {fmt(r['peak_rss_mib'], 0)} | {r['peak_fds']} |")
     return "\n".join(lines) + "\n\n" + losses_markdown(rows)
@@ -470,7 +474,7 @@ def losses_markdown(rows):
     kernel refused, io_uring receives that found no buffer) and its timers that fired 10 ms late
     or more (a busy loop), the storm's the same, and the host's UDP counters over the scenario,
     which hold both sides (RcvbufErrors: a full receive queue)."""
-    header = ("| server | machines lost | server: queues full (at listeners) / sends refused / no buffer / late timers "
+    header = ("| server | round | machines lost | server: queues full (at listeners) / sends refused / no buffer / late timers "
               "| storm: queues full / sends refused / no buffer / late timers | kernel UDP: RcvbufErrors / SndbufErrors / InErrors |")
     lines = ["Where datagrams were dropped, per side:", "", header, "|" + "---|" * (header.count("|") - 1)]
 
@@ -486,7 +490,7 @@ def losses_markdown(rows):
         if lost["server"].get("listener_queue_drops") is not None:
             queues, rest = server.split(" / ", 1)
             server = f"{queues} ({lost['server']['listener_queue_drops']}) / {rest}"
-        lines.append(f"| {r['server']} | {r['failed']} | {server} | {three(lost['storm'], side)} "
+        lines.append(f"| {r['server']} | {r.get('round', 1)} | {r['failed']} | {server} | {three(lost['storm'], side)} "
                      f"| {three(lost['kernel_udp'], ('RcvbufErrors', 'SndbufErrors', 'InErrors'))} |")
     return "\n".join(lines)
 
@@ -543,7 +547,7 @@ def main():
         for round_number in range(1, ROUNDS + 1):
             for scenario in scenarios:
                 for peer in servers:
-                    if round_number > 1 and (peer.name not in REPEATED or not scenario.every_round):
+                    if round_number > 1 and (peer.name not in REPEATED or (not scenario.every_round and round_number > RACK_ROUNDS)):
                         continue
                     if peer.scenarios is not None and scenario.name not in peer.scenarios:
                         continue
@@ -564,13 +568,13 @@ def main():
         f"Peers: {'; '.join(f'{name}: {version}' for name, version in versions.items())}. "
         f"`-nogso`: the same server with --no-gso. × floor: the server's CPU per GB over the kernel floor's for "
         f"its kind of send (lockstep: one datagram per send; initrd: GSO sends of 16; uefi: GSO sends of 4).\n\n"
-        f"{scenario_lines}\n\n{table}\n\n### The rack: boot profiles at scale\n\n{rack_markdown(rows)}\n\n"
+        f"{scenario_lines}\n\n{table}\n\n### The rack: boot profiles at scale\n\n{rack_markdown(rounds)}\n\n"
         f"### The kernel floor\n\n{floor_markdown(floor)}\n")
     (RESULTS / f"{OUTPUT}.svg").write_text(svg(rows))
     print()
     print(table)
     print()
-    print(rack_markdown(rows))
+    print(rack_markdown(rounds))
     print()
     print(floor_markdown(floor))
     print(f"\n{info['seconds']} s; results in {RESULTS}/{OUTPUT}.json, {OUTPUT}.md, {OUTPUT}.svg")

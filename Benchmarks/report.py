@@ -34,6 +34,12 @@ SECTIONS = [
             "Glibc, with and without GSO) and dnsmasq run in interleaved rounds: the median round and the spread. The "
             "peers are tftp-hpa 7.3's in.tftpd and dnsmasq 2.93 from a Debian unstable tree, and Debian 12's 5.2 and "
             "2.90. The floor is the kernel's price for the same datagrams with no TFTP at all."),
+    Section("bench-rack", "The rack: 20,000 machines on both backends, and where datagrams were lost", "make bench-rack",
+            "The rack scenario of `make bench` alone (20,000 machines powering on over 3 s, the uefi-ipxe-tftp profile, "
+            "the storm in 4 processes, every byte compared), Stampede on io_uring and on Glibc in three interleaved "
+            "rounds, each round a row; then, per round, where datagrams were dropped on each side: full socket queues "
+            "(the server's at its listeners in brackets), sends the kernel refused, io_uring receives that found no "
+            "buffer, timers 10 ms or more late, and the host's UDP counters."),
     Section("bench-dhcp", "The first DHCP packet: Stampede's proxyDHCP beside dnsmasq's", "make bench-dhcp",
             "A boot network of its own (two network namespaces and a veth pair): `stampede storm --dhcp` plays each "
             "machine's DHCP as its firmware sends it, with its own MAC and UUID, against Stampede (--proxy-dhcp, TFTP, "
