@@ -117,7 +117,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := packet optionack remap dhcp
 FUZZ_BUILD := .build-fuzz
 
-fuzz:
+fuzz: build-deps
 	mkdir -p .build/fuzz
 	@for t in $(FUZZ_TARGETS); do \
 		p=$$(case $$t in packet) echo PacketFuzz;; optionack) echo OptionAckFuzz;; remap) echo RemapFuzz;; dhcp) echo DHCPFuzz;; esac); \
@@ -258,14 +258,13 @@ bench-thresholds:
 interop: deb deps package-deps boot-kernel
 	STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs --durations=40 Tests/interop
 
-# What the suite needs made first, side by side (make -j): the release build and the package
-# while debootstrap makes the two Debian trees and the boot kernel is fetched (a clean clone's
-# first run spends minutes on each).
-test-prepare: deps parity-deps package-deps boot-kernel deb sanitize
+# What the suite needs made first, side by side (make -j): the release build, the package and
+# the fuzz harnesses' short round while debootstrap makes the two Debian trees and the boot
+# kernel is fetched (a clean clone's first run spends minutes on each).
+test-prepare: deps parity-deps package-deps boot-kernel deb sanitize fuzz
 
 test:
-	$(MAKE) -j4 --output-sync=target test-prepare
-	$(MAKE) fuzz FUZZ_SECONDS=5
+	$(MAKE) -j4 --output-sync=target test-prepare FUZZ_SECONDS=5
 	$(SWIFT) test
 	STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs --durations=40 Tests/interop
 
