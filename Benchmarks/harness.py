@@ -307,6 +307,17 @@ def fill_root(directory, files):
 
 # Figures
 
+def median_spread(values):
+    """A figure over interleaved rounds: (median, lowest, highest)."""
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2], ordered[0], ordered[-1]
+
+
+def with_spread(median, low, high) -> str:
+    """How the tables print a figure over rounds: "median (lowest–highest)"."""
+    return f"{median} ({low}–{high})"
+
+
 def percentile(sorted_values, p):
     """The storm's rule (StormReport.percentile): the ceil(p% of n)-th value."""
     if not sorted_values:

@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (FD_LIMIT, in_group, ROOT, SID, STAMPEDE, CpuGroup, Sampler, dnsmasq_command, fill_root, free_port, in_sid,  # noqa: E402
-                     nginx_config, stop_all, wait_for_tcp, wrk, write_results)
+                     median_spread, nginx_config, with_spread, stop_all, wait_for_tcp, wrk, write_results)
 
 SECONDS = int(os.environ.get("BENCH_HTTP_SECONDS", "8"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -183,6 +183,16 @@ def rack_table(rounds):
     return lines, summary
 
 
+def figure(results, key, per_cpu, rate):
+    """One server's figure over the rounds: its median and spread, and the median rate beside it."""
+    median, low, high = median_spread([r[key][per_cpu] for r in results])
+    return {"median": median, "spread": [low, high], rate: median_spread([r[key][rate] for r in results])[0]}
+
+
+def cell(figure):
+    return with_spread(figure["median"], *figure["spread"])
+
+
 def main():
     # The idle clients' own descriptors: 8,000 and more.
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -207,22 +217,17 @@ def main():
     summary = {}
     for name, connections in SCENARIOS:
         key = f"{name} x{connections}"
-        row = {}
-        for server in rounds:
-            values = sorted(r[key]["cpu_per_gb"] for r in rounds[server])
-            rates = sorted(r[key]["gb_per_s"] for r in rounds[server])
-            row[server] = {"median": values[len(values) // 2], "spread": [values[0], values[-1]], "gb_per_s": rates[len(rates) // 2]}
+        row = {server: figure(rounds[server], key, "cpu_per_gb", "gb_per_s") for server in rounds}
         ratio = row["stampede"]["median"] / row["nginx"]["median"]
         streamed_ratio = row["stampede-streamed"]["median"] / row["nginx"]["median"]
         summary[key] = {**row, "ratio": round(ratio, 2), "streamed_ratio": round(streamed_ratio, 2)}
         s, t, n = row["stampede"], row["stampede-streamed"], row["nginx"]
-        line = (f"| {key} | {s['median']} ({s['spread'][0]}–{s['spread'][1]}) | {t['median']} ({t['spread'][0]}–{t['spread'][1]}) "
-                f"| {n['median']} ({n['spread'][0]}–{n['spread'][1]}) | {ratio:.2f} | {streamed_ratio:.2f} "
+        line = (f"| {key} | {cell(s)} | {cell(t)} | {cell(n)} | {ratio:.2f} | {streamed_ratio:.2f} "
                 f"| {s['gb_per_s']}, {t['gb_per_s']}, {n['gb_per_s']} |")
         if BASELINE:
             b = row["stampede-baseline"]
             summary[key]["baseline_ratio"] = round(s["median"] / b["median"], 2)
-            line += f" {b['median']} ({b['spread'][0]}–{b['spread'][1]}) | {s['median'] / b['median']:.2f} |"
+            line += f" {cell(b)} | {s['median'] / b['median']:.2f} |"
         table.append(line)
     table += ["", "Small answers: requests per server CPU-second (median, spread; higher is better), a 404 for a file "
               "not there and small files:", "",
@@ -233,17 +238,13 @@ def main():
         key = f"{name} x{connections}"
         row = {}
         for server in rounds:
-            values = sorted(r[key]["requests_per_cpu_s"] for r in rounds[server])
-            rates = sorted(r[key]["requests_per_s"] for r in rounds[server])
             wrong = sum(r[key]["non_2xx"] for r in rounds[server]) if name in SMALL_FILES else \
                 sum(r[key]["requests"] - r[key]["non_2xx"] for r in rounds[server])
-            row[server] = {"median": values[len(values) // 2], "spread": [values[0], values[-1]],
-                           "requests_per_s": rates[len(rates) // 2], "wrong_answers": wrong}
+            row[server] = {**figure(rounds[server], key, "requests_per_cpu_s", "requests_per_s"), "wrong_answers": wrong}
         ratio = row["stampede"]["median"] / row["nginx"]["median"]
         summary[key] = {**row, "ratio": round(ratio, 2)}
         s, t, n = row["stampede"], row["stampede-streamed"], row["nginx"]
-        table.append(f"| {key} | {s['median']} ({s['spread'][0]}–{s['spread'][1]}) | {t['median']} ({t['spread'][0]}–{t['spread'][1]}) "
-                     f"| {n['median']} ({n['spread'][0]}–{n['spread'][1]}) | {ratio:.2f} | {s['wrong_answers']}, {n['wrong_answers']} "
+        table.append(f"| {key} | {cell(s)} | {cell(t)} | {cell(n)} | {ratio:.2f} | {s['wrong_answers']}, {n['wrong_answers']} "
                      f"| {s['requests_per_s']}, {t['requests_per_s']}, {n['requests_per_s']} |")
     idle = {server: rounds[server][-1]["idle"] for server in ("stampede", "nginx")}
     table.append("")

@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (FD_LIMIT, in_group, ROOT, SID, STAMPEDE, CpuGroup, dnsmasq_command, fill_root, free_port, in_sid,  # noqa: E402
-                     nginx_config, percentile, stop_all, wait_for_tcp, wrk, write_results)
+                     median_spread, nginx_config, percentile, stop_all, with_spread, wait_for_tcp, wrk, write_results)
 
 SECONDS = int(os.environ.get("BENCH_HTTP_SECONDS", "8"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -188,11 +188,6 @@ def rack_round(servers, index, pair, suites):
         stop_all(processes, group)
 
 
-def median(values):
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2], ordered[0], ordered[-1]
-
-
 def main():
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, FD_LIMIT * 2), hard))
@@ -218,12 +213,12 @@ def main():
     def rows(keys, figure, rate):
         lines = []
         for key in keys:
-            row = {server: median([r[key][figure] for r in rounds[server]]) for server in SERVERS}
-            rates = {server: median([r[key][rate] for r in rounds[server]])[0] for server in SERVERS}
+            row = {server: median_spread([r[key][figure] for r in rounds[server]]) for server in SERVERS}
+            rates = {server: median_spread([r[key][rate] for r in rounds[server]])[0] for server in SERVERS}
             n = row["nginx"][0]
             summary[key] = {server: row[server][0] for server in SERVERS}
             summary[key]["ratio"], summary[key]["sid_ratio"] = round(row["stampede"][0] / n, 2), round(row["stampede-sid"][0] / n, 2)
-            cells = " | ".join(f"{row[server][0]} ({row[server][1]}–{row[server][2]})" for server in SERVERS)
+            cells = " | ".join(with_spread(*row[server]) for server in SERVERS)
             lines.append(f"| {key} | {cells} | {summary[key]['ratio']:.2f} | {summary[key]['sid_ratio']:.2f} "
                          f"| {', '.join(str(rates[server]) for server in SERVERS)} |")
         return lines
