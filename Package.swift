@@ -107,7 +107,7 @@ let package = Package(
         .testTarget(name: "StampedeTLSTests", dependencies: ["StampedeTLS"]),
         .testTarget(name: "StampedeHTTPTests",
                     dependencies: ["StampedeHTTP", "StampedeHTTPWire", "StampedeServer", "StampedeIO", "StampedeProtocol",
-                                   "StampedeTestSupport", log]),
+                                   "CMallocCounter", "StampedeTestSupport", log]),
         .testTarget(name: "StampedeServerTests",
                     dependencies: ["StampedeServer", "StampedeProtocol", "StampedeIO", "StampedeTestSupport", "StampedeMetrics", log]),
         // The backend contract, tested once for every backend, with a malloc counter for the hot path.

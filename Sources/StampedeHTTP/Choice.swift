@@ -6,11 +6,10 @@ public struct FileFacts: Equatable, Sendable {
     public var size: Int
     /// The modification time, in whole seconds since the epoch (HTTP dates have no more).
     public var modified: Int64
-    /// A strong validator of this version of the file: its inode, size and modification and
-    /// change times, as the file cache tells versions apart (`FileKey`).
-    public var etag: String
+    /// A strong validator of this version of the file.
+    public var etag: EntityTag
 
-    public init(size: Int, modified: Int64, etag: String) {
+    public init(size: Int, modified: Int64, etag: EntityTag) {
         self.size = size
         self.modified = modified
         self.etag = etag
@@ -19,7 +18,8 @@ public struct FileFacts: Equatable, Sendable {
     public init(_ key: FileKey) {
         size = key.size
         modified = key.modified / 1_000_000_000
-        etag = "\"\(String(key.inode, radix: 16))-\(String(key.size, radix: 16))-\(String(key.modified, radix: 16))-\(String(key.changed, radix: 16))\""
+        etag = EntityTag(inode: key.inode, size: UInt64(key.size), modified: UInt64(bitPattern: key.modified),
+                         changed: UInt64(bitPattern: key.changed))
     }
 }
 
@@ -37,7 +37,7 @@ public enum Choice: Equatable, Sendable {
 
     public init(_ head: RequestHead, _ file: FileFacts) {
         if let tags = head.ifNoneMatch {
-            if Self.matches(tags, file.etag) {
+            if Self.matches(tags, file.etag.text) {
                 self = .notModified
                 return
             }
@@ -50,7 +50,7 @@ public enum Choice: Equatable, Sendable {
             return
         }
         // If-Range: the part only if the client's copy is this version; else the whole file.
-        if let condition = head.ifRange, condition != file.etag, condition != HTTPDate.format(file.modified) {
+        if let condition = head.ifRange, condition != file.etag.text, condition != HTTPDate.format(file.modified) {
             self = .whole
             return
         }

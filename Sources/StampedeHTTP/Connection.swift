@@ -20,6 +20,11 @@ final class Connection {
     var state: ConnectionState
     /// The answer being written; requests behind it wait in `input`.
     var response: Response?
+    /// The memory the next answer's head is written into: the last answer's, given back when it
+    /// ended (a kept-alive connection's answers take no new memory).
+    var headMemory: [UInt8] = []
+    /// The name the answer is for, kept from one request to the next for the same reason.
+    var name: [UInt8] = []
     /// The file the answer's body is read from (`Response.Body.file`): given back when the answer
     /// ends, or with the connection.
     var lease: FileLease?
@@ -80,8 +85,9 @@ struct Response {
     struct Record {
         var kind: WorkerMetrics.Kind
         var method: String
-        /// The name served (after -m), for the log and the duration histogram.
-        var file: String
+        /// The name served (after -m), for the log and the duration histogram; sanitized when
+        /// it is logged.
+        var file: [UInt8]
         var status: Status
         var result: WorkerMetrics.Result
         var started: Nanoseconds

@@ -20,14 +20,13 @@ final class EndpointResponder: HTTPResponder {
     }
 
     func answer(_ head: RequestHead, on connection: Connection, started: Nanoseconds) -> Bool {
-        let target = head.target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
         switch head.method {
         case .other:
             var response = ResponseHead(.methodNotAllowed)
             response.add("Allow", "GET, HEAD")
             respond(connection, response, Array("GET \(path)\n".utf8), to: head, started: started)
         case .get, .head:
-            if target == path {
+            if head.path.elementsEqual(path.utf8) {
                 respond(connection, ResponseHead(.ok), body(), type: contentType, to: head, started: started)
             } else {
                 respond(connection, ResponseHead(.notFound), Array("stampede serves its metrics at \(path)\n".utf8), to: head, started: started)
@@ -48,9 +47,9 @@ final class EndpointResponder: HTTPResponder {
     private func respond(_ connection: Connection, _ head: ResponseHead, _ text: [UInt8], type: String = "text/plain; charset=utf-8",
                          to request: RequestHead?, withBody: Bool? = nil, started: Nanoseconds) {
         var head = head
-        head.add("Content-Type", type)
-        head.add("Content-Length", "\(text.count)")
-        head.add("Date", HTTPDate.format(Int64(time(nil))))
+        head.add("Content-Type", text: type)
+        head.add("Content-Length", decimal: text.count)
+        head.add("Date", date: Int64(time(nil)))
         if connection.state.lastAnswer {
             head.add("Connection", "close")
         } else if request?.isHTTP11 == false {
@@ -58,8 +57,8 @@ final class EndpointResponder: HTTPResponder {
         }
         let sends = withBody ?? (request?.method != .head)
         connection.response = Response(
-            head: head.bytes, body: sends ? .bytes(text) : .none, range: sends ? 0..<text.count : 0..<0,
-            record: .init(kind: .invalid, method: request?.method.name ?? "-", file: path, status: head.status,
+            head: head.end(), body: sends ? .bytes(text) : .none, range: sends ? 0..<text.count : 0..<0,
+            record: .init(kind: .invalid, method: request?.method.name ?? "-", file: Array(path.utf8), status: head.status,
                           result: head.status == .ok ? .served : .protocolError, started: started))
     }
 }

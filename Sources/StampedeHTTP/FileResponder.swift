@@ -38,14 +38,15 @@ final class FileResponder: HTTPResponder {
         case .get: kind = .get
         case .head: kind = .head
         case .other(let name):
-            var response = ResponseHead(.methodNotAllowed)
-            response.add("Allow", "GET, HEAD")
-            plain(connection, response, to: head, kind: .invalid, method: name, file: sanitizedForLog(head.target.utf8),
+            plain(connection, .methodNotAllowed, also: ("Allow", "GET, HEAD"), to: head, kind: .invalid, method: name, file: head.target,
                   detail: "method \(name) not allowed", started: started)
             return true
         }
-        // The path without its leading "/" is the name, as a TFTP client would send it.
-        let asked = Array(head.path.dropFirst())
+        // The path without its leading "/" is the name, as a TFTP client would send it, in the
+        // connection's memory for names (the last answer's name let it go).
+        connection.name.removeAll(keepingCapacity: true)
+        connection.name.append(contentsOf: head.name)
+        let asked = connection.name
         let name: [UInt8]
         switch files.remap(asked, isWrite: false, client: connection.peer, logger: logger) {
         case .success(let mapped):
@@ -54,11 +55,10 @@ final class FileResponder: HTTPResponder {
             }
             name = mapped
         case .failure(let refusal):
-            plain(connection, ResponseHead(Status(refusal)), to: head, kind: kind, method: head.method.name, file: sanitizedForLog(asked),
-                  detail: refusal.message, started: started)
+            plain(connection, Status(refusal), to: head, kind: kind, method: head.method.name, file: asked, detail: refusal.message,
+                  started: started)
             return true
         }
-        let file = sanitizedForLog(name)
         // GET and HEAD alike take the file's version from the service: the answer is about the
         // bytes a GET sends (a HEAD's read fills the cache for the GET that follows, as EDK2 sends).
         let lease: FileLease
@@ -70,44 +70,43 @@ final class FileResponder: HTTPResponder {
             connection.waiting = (ticket, head, started, reads)
             return false
         case .refused(let refusal):
-            plain(connection, ResponseHead(Status(refusal)), to: head, kind: kind, method: head.method.name, file: file,
-                  detail: refusal.message, started: started)
+            plain(connection, Status(refusal), to: head, kind: kind, method: head.method.name, file: name, detail: refusal.message,
+                  started: started)
             return true
         }
         let facts = FileFacts(lease.version)
+        let status: Status
         var range = 0..<facts.size
-        var response: ResponseHead
         var result = WorkerMetrics.Result.served
         switch Choice(head, facts) {
         case .whole:
-            response = ResponseHead(.ok)
+            status = .ok
         case .part(let part):
-            response = ResponseHead(.partialContent)
-            response.add("Content-Range", "bytes \(part.lowerBound)-\(part.upperBound - 1)/\(facts.size)")
+            status = .partialContent
             range = part
         case .notModified:
-            response = ResponseHead(.notModified)
+            status = .notModified
             range = 0..<0
             result = .notModified
         case .unsatisfiable:
-            var refusal = ResponseHead(.rangeNotSatisfiable)
-            refusal.add("Content-Range", "bytes */\(facts.size)")
-            plain(connection, refusal, to: head, kind: kind, method: head.method.name, file: file,
-                  detail: "range \(head.range ?? "") outside \(facts.size) bytes", started: started)
+            plain(connection, .rangeNotSatisfiable, also: ("Content-Range", "bytes */\(facts.size)"), to: head, kind: kind,
+                  method: head.method.name, file: name, detail: "range \(head.range ?? "") outside \(facts.size) bytes", started: started)
             return true
         }
+        var response = ResponseHead(status, memory: &connection.headMemory)
         common(&response, connection, keepAliveToken: !head.isHTTP11)
-        if response.status != .notModified {
+        if status == .partialContent { response.add("Content-Range", text: "bytes \(range.lowerBound)-\(range.upperBound - 1)/\(facts.size)") }
+        if status != .notModified {
             response.add("Content-Type", ResponseHead.contentType(of: name))
-            response.add("Content-Length", "\(range.count)")
+            response.add("Content-Length", decimal: range.count)
             response.add("Accept-Ranges", "bytes")
         }
-        response.add("Last-Modified", HTTPDate.format(facts.modified))
+        response.add("Last-Modified", date: facts.modified)
         response.add("ETag", facts.etag)
         let sends = kind == .get && !range.isEmpty  // not a HEAD, a 304, an empty file or range
         connection.response = Response(
-            head: response.bytes, body: sends ? .file : .none, range: sends ? range : 0..<0,
-            record: .init(kind: kind, method: head.method.name, file: file, status: response.status, result: result, started: started))
+            head: response.end(), body: sends ? .file : .none, range: sends ? range : 0..<0,
+            record: .init(kind: kind, method: head.method.name, file: name, status: status, result: result, started: started))
         // The lease is the answer's while it sends; otherwise it goes back now.
         if sends { connection.lease = consume lease }
         return true
@@ -118,13 +117,13 @@ final class FileResponder: HTTPResponder {
         connection.waiting = nil
         switch outcome {
         case .refused(let refusal):
-            plain(connection, ResponseHead(Status(refusal)), to: head, kind: head.method == .head ? .head : .get,
-                  method: head.method.name, file: sanitizedForLog(head.path.dropFirst()), detail: refusal.message, started: started)
+            plain(connection, Status(refusal), to: head, kind: head.method == .head ? .head : .get, method: head.method.name,
+                  file: Array(head.name), detail: refusal.message, started: started)
             return true
         case _ where reads + 1 > Self.readsPerRequest:
             let busy = FileRefusal(.busy, "File keeps changing, try again later")
-            plain(connection, ResponseHead(Status(busy)), to: head, kind: head.method == .head ? .head : .get,
-                  method: head.method.name, file: sanitizedForLog(head.path.dropFirst()), detail: busy.message, started: started)
+            plain(connection, Status(busy), to: head, kind: head.method == .head ? .head : .get, method: head.method.name,
+                  file: Array(head.name), detail: busy.message, started: started)
             return true
         case .loaded, .stream:
             return answer(head, on: connection, started: started, reads: reads + 1, after: outcome)
@@ -135,15 +134,15 @@ final class FileResponder: HTTPResponder {
     static let readsPerRequest = 4
 
     func refuse(_ status: Status, _ reason: String, withBody: Bool, on connection: Connection, started: Nanoseconds) {
-        plain(connection, ResponseHead(status), to: nil, withBody: withBody, kind: .invalid, method: "-", file: "-",
-              detail: reason, started: started)
+        plain(connection, status, to: nil, withBody: withBody, kind: .invalid, method: "-", file: Array("-".utf8), detail: reason,
+              started: started)
     }
 
     /// Date, Server and the connection's fate, on every answer. `keepAliveToken`: the request
     /// was HTTP/1.0, whose connection persists only when the answer says so (RFC 9112 §9.3: a
     /// 1.0 client that asked for keep-alive and hears nothing waits for the close).
     func common(_ response: inout ResponseHead, _ connection: Connection, keepAliveToken: Bool) {
-        response.add("Date", HTTPDate.format(Int64(time(nil))))
+        response.add("Date", date: Int64(time(nil)))
         response.add("Server", "stampede")
         if connection.state.lastAnswer {
             response.add("Connection", "close")
@@ -153,20 +152,17 @@ final class FileResponder: HTTPResponder {
     }
 
     /// An answer without a file to `request` (nil: one that could not be parsed): a refusal's
-    /// status, with a short text saying it, unless the request was a HEAD.
-    func plain(_ connection: Connection, _ head: ResponseHead, to request: RequestHead?, withBody: Bool? = nil,
-               kind: WorkerMetrics.Kind, method: String, file: String, detail: String, started: Nanoseconds) {
-        var head = head
+    /// status (and `also`, a header that goes with it), with a short text saying it, unless the
+    /// request was a HEAD.
+    func plain(_ connection: Connection, _ status: Status, also extra: (name: StaticString, value: String)? = nil, to request: RequestHead?,
+               withBody: Bool? = nil, kind: WorkerMetrics.Kind, method: String, file: [UInt8], detail: String, started: Nanoseconds) {
+        var head = ResponseHead(status, memory: &connection.headMemory)
+        if let extra { head.add(extra.name, text: extra.value) }
         common(&head, connection, keepAliveToken: request.map { !$0.isHTTP11 } ?? false)
-        let text = Array("\(head.status.rawValue) \(head.status.reason)\n".utf8)
-        head.add("Content-Type", "text/plain; charset=utf-8")
-        head.add("Content-Length", "\(text.count)")
-        var bytes = head.bytes
-        if withBody ?? (request?.method != .head) { bytes += text }
         connection.response = Response(
-            head: bytes, body: .none, range: 0..<0,
-            record: .init(kind: kind, method: method, file: file, status: head.status, result: Self.result(for: head.status),
-                          started: started, detail: detail))
+            head: head.endWithStatusText(withBody: withBody ?? (request?.method != .head)), body: .none, range: 0..<0,
+            record: .init(kind: kind, method: method, file: file, status: status, result: Self.result(for: status), started: started,
+                          detail: detail))
     }
 
     static func result(for status: Status) -> WorkerMetrics.Result {
@@ -198,7 +194,7 @@ final class FileResponder: HTTPResponder {
         if configuration.logFormat == .json {
             var fields: Logger.Metadata = [
                 "event": "transfer", "protocol": "\(metrics.served.rawValue)", "client": "\(connection.peer)", "request": "\(record.kind.label)",
-                "file": "\(record.file)", "status": .stringConvertible(record.status.rawValue),
+                "file": "\(sanitizedForLog(record.file))", "status": .stringConvertible(record.status.rawValue),
                 "bytes": .stringConvertible(response.bodyBytes), "duration_s": .stringConvertible(seconds),
                 "outcome": "\(record.result.label)",
             ]
@@ -208,7 +204,7 @@ final class FileResponder: HTTPResponder {
         }
         // Made only if the level is logged (at -v 0 a served answer's line is not).
         logger.log(level: failed ? .warning : .info, """
-            \(record.method) \(connection.peer) "\(record.file)" \(metrics.served.rawValue) \(record.status.rawValue) bytes=\(response.bodyBytes) \
+            \(record.method) \(connection.peer) "\(sanitizedForLog(record.file))" \(metrics.served.rawValue) \(record.status.rawValue) bytes=\(response.bodyBytes) \
             time=\(decimalText(seconds, places: 3))s: \(record.detail.map { sanitizedForLog($0.utf8) } ?? record.result.label)
             """)
     }

@@ -352,13 +352,11 @@ public final class HTTPLoop: @unchecked Sendable {
     /// Reads the head in the connection's input, from where the last read of it stopped; when
     /// it is whole (or refused), has it answered: true. False while it is not whole.
     func parse(_ connection: Connection, now: Nanoseconds) -> Bool {
-        var parser = connection.parser
-        let outcome = connection.input.withUnsafeBytes { bytes in
-            Result { () throws(RequestHead.Refusal) in try parser.parse(bytes) }
-        }
-        connection.parser = parser
         let started: Nanoseconds
         if case .readingHead(let since) = connection.state.phase { started = since } else { started = now }
+        let outcome: Result<RequestHead.Parsed, RequestHead.Refusal> = connection.input.withUnsafeBytes { bytes in
+            do throws(RequestHead.Refusal) { return .success(try connection.parser.parse(bytes)) } catch { return .failure(error) }
+        }
         switch outcome {
         case .success(.incomplete):
             return false
@@ -537,6 +535,7 @@ public final class HTTPLoop: @unchecked Sendable {
     func endResponse(_ connection: Connection, abandoned: (why: String, result: WorkerMetrics.Result)?) {
         guard let response = connection.response else { return }
         connection.response = nil
+        connection.headMemory = response.head
         if response.corked { stampede_tcp_cork(connection.fd, 0) }
         connection.lease = nil
         responder.ended(response, on: connection, abandoned: abandoned)

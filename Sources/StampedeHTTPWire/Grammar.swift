@@ -1,6 +1,7 @@
 /// HTTP/1's grammar at the byte level (RFC 9110 §5.6, RFC 9112 §2, §5), shared by what reads a
 /// request (`HeadParser`, the server's) and what reads a response (`ReceivedResponseHead`, the
-/// storm's): one reading of lines, fields and tokens in the binary. Nothing here allocates.
+/// storm's): one reading of lines, fields and tokens in the binary, and the numbers a head writes.
+/// Nothing here allocates but `string`, and `append` when its array must grow.
 enum Grammar {
     /// RFC 9110's tchar, as a table: a method's and a field name's characters.
     static let token: [Bool] = (0..<256).map { c in
@@ -17,6 +18,58 @@ enum Grammar {
     /// character (a CR or NUL in a value is how requests are smuggled).
     @inline(__always)
     static func isValueByte(_ c: UInt8) -> Bool { c >= 32 ? c != 127 : c == 9 }
+
+    @inline(__always)
+    static func isDigit(_ c: UInt8) -> Bool { c >= 48 && c <= 57 }
+
+    /// Where `byte` first is in `range`.
+    static func firstIndex(of byte: UInt8, in bytes: UnsafeRawBufferPointer, _ range: Range<Int>) -> Int? {
+        var i = range.lowerBound
+        while i < range.upperBound {
+            if bytes[i] == byte { return i }
+            i += 1
+        }
+        return nil
+    }
+
+    /// Where `byte` last is in `range`.
+    static func lastIndex(of byte: UInt8, in bytes: UnsafeRawBufferPointer, _ range: Range<Int>) -> Int? {
+        var i = range.upperBound
+        while i > range.lowerBound {
+            i -= 1
+            if bytes[i] == byte { return i }
+        }
+        return nil
+    }
+
+    /// Every byte of `range` is a tchar (a method, a field name).
+    static func allTokens(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) -> Bool {
+        var i = range.lowerBound
+        while i < range.upperBound && isToken(bytes[i]) { i += 1 }
+        return i == range.upperBound
+    }
+
+    /// Every byte of `range` is visible ASCII (a request target).
+    static func allVisible(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) -> Bool {
+        var i = range.lowerBound
+        while i < range.upperBound && bytes[i] > 32 && bytes[i] < 127 { i += 1 }
+        return i == range.upperBound
+    }
+
+    /// Every byte of `range` may be in a field value.
+    static func allValueBytes(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) -> Bool {
+        var i = range.lowerBound
+        while i < range.upperBound && isValueByte(bytes[i]) { i += 1 }
+        return i == range.upperBound
+    }
+
+    /// Whether the bytes in `range` are `expected`, case and all (a method, a version's name).
+    static func equals(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, _ expected: StaticString) -> Bool {
+        guard range.count == expected.utf8CodeUnitCount else { return false }
+        let start = expected.utf8Start
+        for k in 0..<range.count where bytes[range.lowerBound + k] != start[k] { return false }
+        return true
+    }
 
     /// The first line feed at or after `from`, if any before `bytes.count`.
     static func lineFeed(in bytes: UnsafeRawBufferPointer, from: Int) -> Int? {
@@ -93,5 +146,24 @@ enum Grammar {
 
     static func string(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) -> String {
         String(decoding: UnsafeRawBufferPointer(rebasing: bytes[range]), as: UTF8.self)
+    }
+
+    /// `value`'s digits in `radix` (10 or 16, lowercase), onto `bytes`.
+    static func append(_ value: UInt64, radix: UInt64, to bytes: inout [UInt8]) {
+        var digits = 1
+        var rest = value / radix
+        while rest > 0 {
+            digits += 1
+            rest /= radix
+        }
+        for _ in 0..<digits { bytes.append(0) }
+        var value = value
+        var i = bytes.count
+        while i > bytes.count - digits {
+            i -= 1
+            let digit = UInt8(value % radix)
+            bytes[i] = digit < 10 ? 48 + digit : 87 + digit
+            value /= radix
+        }
     }
 }

@@ -2,16 +2,43 @@ import Glibc
 
 /// HTTP's one date format (IMF-fixdate, RFC 9110 §5.6.7): "Sun, 06 Nov 1994 08:49:37 GMT".
 public enum HTTPDate {
-    static let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
-    static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+    static let days: StaticString = "SunMonTueWedThuFriSat"
+    static let months: StaticString = "JanFebMarAprMayJunJulAugSepOctNovDec"
 
-    public static func format(_ seconds: Int64) -> String {
+    /// The date's 29 bytes, onto `bytes`.
+    public static func append(_ seconds: Int64, to bytes: inout [UInt8]) {
         var time = time_t(seconds)
         var parts = tm()
         gmtime_r(&time, &parts)
-        func two(_ n: Int32) -> String { n < 10 ? "0\(n)" : "\(n)" }
-        return "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) \(parts.tm_year + 1900) "
-            + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
+        func name(_ table: StaticString, _ index: Int32) {
+            for k in 0..<3 { bytes.append(table.utf8Start[Int(index) * 3 + k]) }
+        }
+        func two(_ n: Int32) {
+            bytes.append(48 + UInt8(n / 10))
+            bytes.append(48 + UInt8(n % 10))
+        }
+        name(days, parts.tm_wday)
+        bytes.append(UInt8(ascii: ","))
+        bytes.append(32)
+        two(parts.tm_mday)
+        bytes.append(32)
+        name(months, parts.tm_mon)
+        bytes.append(32)
+        Grammar.append(UInt64(max(0, parts.tm_year + 1900)), radix: 10, to: &bytes)
+        bytes.append(32)
+        two(parts.tm_hour)
+        bytes.append(UInt8(ascii: ":"))
+        two(parts.tm_min)
+        bytes.append(UInt8(ascii: ":"))
+        two(parts.tm_sec)
+        bytes.append(32)
+        name("GMT", 0)
+    }
+
+    public static func format(_ seconds: Int64) -> String {
+        var bytes: [UInt8] = []
+        append(seconds, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// Seconds since the epoch, or nil for anything but an IMF-fixdate (the obsolete formats are
@@ -19,7 +46,7 @@ public enum HTTPDate {
     public static func parse(_ text: String) -> Int64? {
         let fields = text.split(separator: " ")
         guard fields.count == 6, fields[0].count == 4, fields[0].hasSuffix(","), fields[5] == "GMT",
-              let day = Int32(fields[1]), fields[1].count == 2, let month = months.firstIndex(of: String(fields[2])),
+              let day = Int32(fields[1]), fields[1].count == 2, let month = monthIndex(fields[2]),
               let year = Int32(fields[3]), fields[3].count == 4 else { return nil }
         let clock = fields[4].split(separator: ":")
         guard fields[4].count == 8, clock.count == 3, let hour = Int32(clock[0]), let minute = Int32(clock[1]),
@@ -32,5 +59,12 @@ public enum HTTPDate {
         parts.tm_min = minute
         parts.tm_sec = second
         return Int64(timegm(&parts))
+    }
+
+    static func monthIndex(_ name: Substring) -> Int? {
+        let utf8 = Array(name.utf8)
+        guard utf8.count == 3 else { return nil }
+        for month in 0..<12 where (0..<3).allSatisfy({ utf8[$0] == months.utf8Start[month * 3 + $0] }) { return month }
+        return nil
     }
 }

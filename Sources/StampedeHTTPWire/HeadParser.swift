@@ -2,7 +2,8 @@
 /// (nginx's `r->state`): a head sent a byte at a time costs one pass over its bytes, not a pass
 /// over all of them per byte. Each line is read once, when its line feed comes; a header the
 /// server keeps becomes a String, every other is looked at in place. Pure: bytes in, a head or a
-/// refusal out.
+/// refusal out. The head's target and path are written into the arrays of the head before it, so
+/// a kept-alive connection's requests allocate nothing (once the head handed out is let go).
 ///
 /// The caller keeps the bytes (a connection's input) and passes all of them, from the head's first
 /// byte, each time; after a complete head it drops that head's bytes and calls `reset`.
@@ -12,8 +13,10 @@ public struct HeadParser: Sendable {
     private var lineStart = 0
     /// Bytes before this hold no line feed of that line: a read goes on from here.
     private var scanned = 0
-    /// The request line, once read.
-    private var head: RequestHead?
+    /// The head being read; its arrays are kept from one request to the next.
+    private var head = RequestHead(method: .get, target: [], path: [], isHTTP11: true, keepAlive: false)
+    /// The request line is read: header lines come now.
+    private var readRequestLine = false
     private var headers = 0
     private var sawHost = false
     private var connectionClose = false
@@ -26,7 +29,14 @@ public struct HeadParser: Sendable {
 
     /// For the next request of the connection, its bytes starting at offset 0 again.
     public mutating func reset() {
-        self = HeadParser(limits: limits)
+        lineStart = 0
+        scanned = 0
+        readRequestLine = false
+        headers = 0
+        sawHost = false
+        connectionClose = false
+        connectionKeepAlive = false
+        contentLength = nil
     }
 
     /// The head, if `bytes` now hold all of it; `.incomplete` otherwise. Throws the refusal (the
@@ -46,11 +56,12 @@ public struct HeadParser: Sendable {
             guard lineFeed < limits.headBytes else { throw tooLarge }
             let line = lineStart..<Grammar.contentEnd(of: bytes, lineStart: lineStart, lineFeed: lineFeed)
             lineStart = lineFeed + 1
-            if head == nil {
+            if !readRequestLine {
                 // Empty lines before the request line are passed over (RFC 9112 §2.2).
                 guard !line.isEmpty else { continue }
                 guard line.count <= limits.lineBytes else { throw lineTooLong }
-                head = try Self.requestLine(bytes, line)
+                try readRequestLine(bytes, line)
+                readRequestLine = true
                 continue
             }
             if line.isEmpty { return .complete(try finished(), length: lineStart) }
@@ -62,7 +73,7 @@ public struct HeadParser: Sendable {
         }
         scanned = bytes.count
         // No line feed since `lineStart` yet: what cannot end within the limits is refused now.
-        if head == nil && bytes.count - lineStart > limits.lineBytes && !Self.allLineBreaks(bytes, from: lineStart) {
+        if !readRequestLine && bytes.count - lineStart > limits.lineBytes && !Self.allLineBreaks(bytes, from: lineStart) {
             throw lineTooLong
         }
         if bytes.count > limits.headBytes { throw tooLarge }
@@ -78,8 +89,7 @@ public struct HeadParser: Sendable {
     }
 
     /// The head's end: what the whole of it says.
-    private func finished() throws(RequestHead.Refusal) -> RequestHead {
-        var head = head!
+    private mutating func finished() throws(RequestHead.Refusal) -> RequestHead {
         if let contentLength, contentLength != 0 { throw RequestHead.Refusal(.badRequest, "a request body is not accepted") }
         if head.isHTTP11 && !sawHost { throw RequestHead.Refusal(.badRequest, "an HTTP/1.1 request without Host") }
         head.keepAlive = head.isHTTP11 ? !connectionClose : connectionKeepAlive
@@ -90,9 +100,7 @@ public struct HeadParser: Sendable {
     private mutating func field(_ bytes: UnsafeRawBufferPointer, _ line: Range<Int>) throws(RequestHead.Refusal) {
         // A line folded onto the previous one (obs-fold) starts with a space: refused too.
         guard let (name, value) = Grammar.field(bytes, line) else { throw RequestHead.Refusal(.badRequest, "a malformed header line") }
-        for i in value where !Grammar.isValueByte(bytes[i]) {
-            throw RequestHead.Refusal(.badRequest, "a control character in a header")
-        }
+        guard Grammar.allValueBytes(bytes, value) else { throw RequestHead.Refusal(.badRequest, "a control character in a header") }
         func named(_ lowercase: StaticString) -> Bool { Grammar.equalsIgnoringCase(bytes, name, lowercase) }
         if named("host") {
             guard !sawHost else { throw RequestHead.Refusal(.badRequest, "two Host headers") }
@@ -111,66 +119,64 @@ public struct HeadParser: Sendable {
         } else if named("transfer-encoding") {
             throw RequestHead.Refusal(.badRequest, "a request body (Transfer-Encoding) is not accepted")
         } else if named("range") {
-            head!.range = Grammar.string(bytes, value)
+            head.range = Grammar.string(bytes, value)
         } else if named("if-range") {
-            head!.ifRange = Grammar.string(bytes, value)
+            head.ifRange = Grammar.string(bytes, value)
         } else if named("if-none-match") {
             let tags = Grammar.string(bytes, value)
-            head!.ifNoneMatch = head!.ifNoneMatch.map { $0 + ", " + tags } ?? tags
+            head.ifNoneMatch = head.ifNoneMatch.map { $0 + ", " + tags } ?? tags
         } else if named("if-modified-since") {
-            head!.ifModifiedSince = Grammar.string(bytes, value)
+            head.ifModifiedSince = Grammar.string(bytes, value)
         }
     }
 
-    /// "GET /boot/ipxe.efi HTTP/1.1"
-    static func requestLine(_ bytes: UnsafeRawBufferPointer, _ line: Range<Int>) throws(RequestHead.Refusal) -> RequestHead {
+    /// "GET /boot/ipxe.efi HTTP/1.1", read into `head`: its target and path go into the arrays the
+    /// last request's head left (a kept-alive connection's heads take no new memory).
+    mutating func readRequestLine(_ bytes: UnsafeRawBufferPointer, _ line: Range<Int>) throws(RequestHead.Refusal) {
         let malformed = RequestHead.Refusal(.badRequest, "a malformed request line")
-        guard let firstSpace = (line.lowerBound..<line.upperBound).first(where: { bytes[$0] == 32 }),
-              let lastSpace = (firstSpace + 1..<line.upperBound).last(where: { bytes[$0] == 32 }) else { throw malformed }
+        guard let firstSpace = Grammar.firstIndex(of: 32, in: bytes, line),
+              let lastSpace = Grammar.lastIndex(of: 32, in: bytes, (firstSpace + 1)..<line.upperBound) else { throw malformed }
         let method = line.lowerBound..<firstSpace, target = (firstSpace + 1)..<lastSpace, version = (lastSpace + 1)..<line.upperBound
-        guard !method.isEmpty, method.allSatisfy({ Grammar.isToken(bytes[$0]) }) else { throw malformed }
+        guard !method.isEmpty, Grammar.allTokens(bytes, method) else { throw malformed }
         // "HTTP/" DIGIT "." DIGIT, and nothing between the three parts but one space each.
         // RFC 9112 §2.3: the name is case-sensitive.
-        guard version.count == 8, bytes[version.lowerBound..<(version.lowerBound + 5)].elementsEqual("HTTP/".utf8),
-              bytes[version.lowerBound + 6] == UInt8(ascii: "."), (48...57).contains(bytes[version.lowerBound + 5]),
-              (48...57).contains(bytes[version.lowerBound + 7]),
-              !target.contains(where: { bytes[$0] == 32 }) else { throw malformed }
+        guard version.count == 8, Grammar.equals(bytes, version.lowerBound..<(version.lowerBound + 5), "HTTP/"),
+              bytes[version.lowerBound + 6] == UInt8(ascii: "."), Grammar.isDigit(bytes[version.lowerBound + 5]),
+              Grammar.isDigit(bytes[version.lowerBound + 7]), Grammar.firstIndex(of: 32, in: bytes, target) == nil else { throw malformed }
         let major = bytes[version.lowerBound + 5], minor = bytes[version.lowerBound + 7]
         guard major == UInt8(ascii: "1") else { throw RequestHead.Refusal(.versionNotSupported, "HTTP/\(major - 48).\(minor - 48)") }
-        let methodName = Grammar.string(bytes, method)
-        let parsedMethod: RequestHead.Method = switch methodName {
-        case "GET": .get
-        case "HEAD": .head
-        default: .other(methodName)
-        }
-        guard !target.isEmpty, target.allSatisfy({ bytes[$0] > 32 && bytes[$0] < 127 }) else {
+        let parsedMethod: RequestHead.Method =
+            if Grammar.equals(bytes, method, "GET") { .get } else if Grammar.equals(bytes, method, "HEAD") { .head } else {
+                .other(Grammar.string(bytes, method))
+            }
+        guard !target.isEmpty, Grammar.allVisible(bytes, target) else {
             throw RequestHead.Refusal(.badRequest, "a malformed request target")
         }
-        let isHTTP11 = minor >= UInt8(ascii: "1")
-        let rawTarget = Grammar.string(bytes, target)
+        head.start(method: parsedMethod, target: UnsafeRawBufferPointer(rebasing: bytes[target]), isHTTP11: minor >= UInt8(ascii: "1"))
         var pathStart = target.lowerBound
         // The absolute form ("http://host/path"), which a proxy-minded client may send.
-        for scheme: StaticString in ["http://", "https://"] {
+        func after(_ scheme: StaticString) -> Int? {
             let prefix = target.lowerBound..<min(target.upperBound, target.lowerBound + scheme.utf8CodeUnitCount)
-            if target.count > scheme.utf8CodeUnitCount, Grammar.equalsIgnoringCase(bytes, prefix, scheme) {
-                pathStart = (prefix.upperBound..<target.upperBound).first { bytes[$0] == UInt8(ascii: "/") } ?? target.upperBound
-            }
+            guard target.count > scheme.utf8CodeUnitCount, Grammar.equalsIgnoringCase(bytes, prefix, scheme) else { return nil }
+            return Grammar.firstIndex(of: UInt8(ascii: "/"), in: bytes, prefix.upperBound..<target.upperBound) ?? target.upperBound
         }
-        if case .other = parsedMethod, pathStart == target.lowerBound, bytes[pathStart] != UInt8(ascii: "/") {
-            // "OPTIONS *", "CONNECT host:port": refused by method, not as a bad target.
-            return RequestHead(method: parsedMethod, target: rawTarget, path: [], isHTTP11: isHTTP11, keepAlive: false)
-        }
+        if let path = after("http://") ?? after("https://") { pathStart = path }
+        // "OPTIONS *", "CONNECT host:port": refused by method, not as a bad target; no path.
+        if case .other = parsedMethod, pathStart == target.lowerBound, bytes[pathStart] != UInt8(ascii: "/") { return }
         guard pathStart == target.upperBound || bytes[pathStart] == UInt8(ascii: "/") else {
             throw RequestHead.Refusal(.badRequest, "a request target that is not a path")
         }
-        let pathEnd = (pathStart..<target.upperBound).first { bytes[$0] == UInt8(ascii: "?") || bytes[$0] == UInt8(ascii: "#") }
-            ?? target.upperBound
-        let path = pathStart == target.upperBound ? [UInt8(ascii: "/")] : try percentDecoded(bytes, pathStart..<pathEnd)
-        return RequestHead(method: parsedMethod, target: rawTarget, path: path, isHTTP11: isHTTP11, keepAlive: false)
+        guard pathStart < target.upperBound else {
+            head.path.append(UInt8(ascii: "/"))
+            return
+        }
+        var pathEnd = pathStart
+        while pathEnd < target.upperBound && bytes[pathEnd] != UInt8(ascii: "?") && bytes[pathEnd] != UInt8(ascii: "#") { pathEnd += 1 }
+        try Self.percentDecode(bytes, pathStart..<pathEnd, into: &head.path)
     }
 
-    /// "%2F" and the like decoded; a NUL, or a "%" without two hex digits, is refused.
-    static func percentDecoded(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) throws(RequestHead.Refusal) -> [UInt8] {
+    /// "%2F" and the like decoded onto `out`; a NUL, or a "%" without two hex digits, is refused.
+    static func percentDecode(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, into out: inout [UInt8]) throws(RequestHead.Refusal) {
         func hex(_ c: UInt8) -> UInt8? {
             switch c {
             case 48...57: c - 48
@@ -179,8 +185,6 @@ public struct HeadParser: Sendable {
             default: nil
             }
         }
-        var out: [UInt8] = []
-        out.reserveCapacity(range.count)
         var i = range.lowerBound
         while i < range.upperBound {
             var byte = bytes[i]
@@ -195,18 +199,19 @@ public struct HeadParser: Sendable {
             out.append(byte)
             i += 1
         }
-        return out
     }
 
     /// The request line, as far as it came, begins "HEAD " (after empty lines).
     static func beginsHEAD(_ bytes: UnsafeRawBufferPointer) -> Bool {
         var i = 0
         while i < bytes.count && (bytes[i] == 13 || bytes[i] == 10) { i += 1 }
-        return bytes[i...].starts(with: "HEAD ".utf8)
+        return i + 5 <= bytes.count && Grammar.equals(bytes, i..<(i + 5), "HEAD ")
     }
 
     /// Only CR and LF from `from`: empty lines still coming before a request line.
     static func allLineBreaks(_ bytes: UnsafeRawBufferPointer, from: Int) -> Bool {
-        (from..<bytes.count).allSatisfy { bytes[$0] == 13 || bytes[$0] == 10 }
+        var i = from
+        while i < bytes.count && (bytes[i] == 13 || bytes[i] == 10) { i += 1 }
+        return i == bytes.count
     }
 }

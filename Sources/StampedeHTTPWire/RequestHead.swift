@@ -17,8 +17,8 @@ public struct RequestHead: Equatable, Sendable {
     }
 
     public var method: Method
-    /// The request target as sent (origin form, or the path of an absolute form), for the log.
-    public var target: String
+    /// The request target as sent (origin form, or an absolute form), for the log.
+    public var target: [UInt8]
     /// The target's path, percent-decoded, without its query: "/boot/ipxe.efi".
     public var path: [UInt8]
     /// HTTP/1.1 (true) or HTTP/1.0.
@@ -31,12 +31,29 @@ public struct RequestHead: Equatable, Sendable {
     public var ifNoneMatch: String?
     public var ifModifiedSince: String?
 
-    public init(method: Method, target: String, path: [UInt8], isHTTP11: Bool, keepAlive: Bool) {
+    public init(method: Method, target: [UInt8], path: [UInt8], isHTTP11: Bool, keepAlive: Bool) {
         self.method = method
         self.target = target
         self.path = path
         self.isHTTP11 = isHTTP11
         self.keepAlive = keepAlive
+    }
+
+    /// The target's path without its leading "/": the name a TFTP client would ask for.
+    public var name: ArraySlice<UInt8> { path.dropFirst() }
+
+    /// A new request line's head, in this head's arrays (kept when nothing else holds them).
+    mutating func start(method: Method, target: UnsafeRawBufferPointer, isHTTP11: Bool) {
+        self.method = method
+        self.target.removeAll(keepingCapacity: true)
+        self.target.append(contentsOf: target)
+        path.removeAll(keepingCapacity: true)
+        self.isHTTP11 = isHTTP11
+        keepAlive = false
+        range = nil
+        ifRange = nil
+        ifNoneMatch = nil
+        ifModifiedSince = nil
     }
 
     /// The limits a head is read within: a client that sends more is refused before the server

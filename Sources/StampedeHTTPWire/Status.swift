@@ -15,7 +15,7 @@ public enum Status: Int, Sendable {
     case serviceUnavailable = 503
     case versionNotSupported = 505
 
-    public var reason: String {
+    public var reason: StaticString {
         switch self {
         case .ok: "OK"
         case .partialContent: "Partial Content"

@@ -17,10 +17,18 @@ public struct Errno: Error, Equatable, Sendable, CustomStringConvertible {
     public var description: String { String(cString: strerror(rawValue)) }
 }
 
-/// Calls `body` with `bytes` as a NUL-terminated C path: file names are bytes, not text.
+/// Calls `body` with `bytes` as a NUL-terminated C path: file names are bytes, not text. The
+/// copy is on the stack for a name of up to a kilobyte or so (no allocation).
+@inline(__always)
+public func withCPath<T>(_ bytes: ArraySlice<UInt8>, _ body: (UnsafePointer<CChar>) -> T) -> T {
+    withUnsafeTemporaryAllocation(byteCount: bytes.count + 1, alignment: 1) { buffer in
+        bytes.withUnsafeBytes { buffer.copyMemory(from: $0) }
+        buffer[bytes.count] = 0
+        return body(buffer.baseAddress!.assumingMemoryBound(to: CChar.self))
+    }
+}
+
 @inline(__always)
 public func withCPath<T>(_ bytes: [UInt8], _ body: (UnsafePointer<CChar>) -> T) -> T {
-    (bytes + [0]).withUnsafeBufferPointer { buffer in
-        buffer.withMemoryRebound(to: CChar.self) { body($0.baseAddress!) }
-    }
+    withCPath(bytes[...], body)
 }

@@ -46,14 +46,18 @@ public struct AccessPolicy: Sendable {
 
     /// The name relative to the root, after `names`' steps: leading slashes dropped; empty means
     /// "no file".
-    func relativePath(_ filename: [UInt8]) throws(FileRefusal) -> [UInt8]? {
-        let trimmed = try names.apply(to: filename).drop(while: { $0 == UInt8(ascii: "/") })
-        guard !trimmed.isEmpty, !trimmed.contains(0) else { return nil }
-        return Array(trimmed)
+    func relativePath(_ filename: [UInt8]) throws(FileRefusal) -> ArraySlice<UInt8>? {
+        let name = try names.apply(to: filename)
+        var start = 0
+        while start < name.count && name[start] == UInt8(ascii: "/") { start += 1 }
+        guard start < name.count else { return nil }
+        var i = start
+        while i < name.count && name[i] != 0 { i += 1 }
+        return i == name.count ? name[start...] : nil
     }
 
     /// Opens `path` beneath the root; a failure is the refusal tftpd-hpa answers it with.
-    func open(_ path: [UInt8], flags: Int32) throws(FileRefusal) -> Descriptor {
+    func open(_ path: ArraySlice<UInt8>, flags: Int32) throws(FileRefusal) -> Descriptor {
         let fd = withCPath(path) { stampede_open_beneath(root, $0, flags, 0, virtualRoot ? 1 : 0) }
         if let error = Errno(result: fd) { throw error.fileRefusal }
         return Descriptor(owning: fd)
@@ -75,7 +79,7 @@ public struct AccessPolicy: Sendable {
     /// the file, so no other can take its inode number before `open` compares them.
     public struct Sighting: ~Copyable {
         let named: Descriptor
-        let path: [UInt8]
+        let path: ArraySlice<UInt8>
         public let info: stat
     }
 
@@ -143,9 +147,9 @@ public struct AccessPolicy: Sendable {
         guard let path = try relativePath(filename) else { throw FileRefusal(.denied, "Access violation") }
         let slash = path.lastIndex(of: UInt8(ascii: "/"))
         let directoryPath: [UInt8] = slash.map { Array(path[..<$0]) } ?? [UInt8(ascii: ".")]
-        let name = slash.map { Array(path[($0 + 1)...]) } ?? path
+        let name = Array(slash.map { path[($0 + 1)...] } ?? path)
         guard !name.isEmpty, name != [46], name != [46, 46] else { throw FileRefusal(.denied, "Access violation") }
-        let directory = try open(directoryPath.isEmpty ? [46] : directoryPath, flags: O_RDONLY | O_DIRECTORY)
+        let directory = try open(directoryPath.isEmpty ? [46] : directoryPath[...], flags: O_RDONLY | O_DIRECTORY)
         var existing = stat()
         let exists = withCPath(name) { fstatat(directory.raw, $0, &existing, AT_SYMLINK_NOFOLLOW) } == 0
         var mode = mode_t(0o666) & ~umask

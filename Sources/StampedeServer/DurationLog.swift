@@ -6,19 +6,19 @@ import StampedeProtocol
 public struct DurationRecorder {
     let metrics: WorkerMetrics
     let fileLabels: FileLabels
-    private var known: [String: Int32] = [:]
+    private var known: [[UInt8]: Int32] = [:]
 
     public init(metrics: WorkerMetrics, fileLabels: FileLabels) {
         self.metrics = metrics
         self.fileLabels = fileLabels
     }
 
-    public mutating func record(_ filename: String, kind: WorkerMetrics.Kind, _ duration: Nanoseconds) {
+    public mutating func record(_ filename: [UInt8], kind: WorkerMetrics.Kind, _ duration: Nanoseconds) {
         let label: Int32
         if let index = known[filename] {
             label = index
         } else {
-            label = fileLabels.index(of: FileLabels.label(of: filename))
+            label = fileLabels.index(of: FileLabels.label(of: String(decoding: filename, as: UTF8.self)))
             // The names behind `other` are not kept: a flood of names grows nothing.
             if label != 0 && known.count < 4 * fileLabels.limit { known[filename] = label }
         }

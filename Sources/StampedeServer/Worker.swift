@@ -353,7 +353,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         let result = outcome.result
         metrics.countRequest(kind, result)
         metrics.add(record.isWrite ? .fileBytesReceived : .fileBytesSent, bytes)
-        if result == .served { durationRecorder.record(record.filename, kind: kind, duration) }
+        if result == .served { durationRecorder.record(Array(record.filename.utf8), kind: kind, duration) }
         if configuration.logFormat == .json {
             var fields: Logger.Metadata = [
                 "event": "transfer", "client": "\(peer)", "request": "\(kind.label)", "file": "\(record.filename)",

@@ -153,7 +153,9 @@ public final class WorkerMetrics: @unchecked Sendable {
     }
 
     static let countSlots = Count.allCases.count
-    static let requestSlots = Kind.allCases.count * Result.allCases.count
+    /// Results per kind of request (read once: `allCases` makes an array each time it is read).
+    static let results = Result.allCases.count
+    static let requestSlots = Kind.allCases.count * results
     /// A proxyDHCP worker's answers by selector (offers, then ACKs) and its silences by reason.
     static let bootSlots = BootSelector.allCases.count * 2 + BootIgnored.allCases.count
     static let slots = countSlots + requestSlots + bootSlots
@@ -196,7 +198,7 @@ public final class WorkerMetrics: @unchecked Sendable {
     public func set(_ count: Count, _ value: Int) { local[count.rawValue] = value }
 
     public func countRequest(_ kind: Kind, _ result: Result) {
-        local[Self.countSlots + kind.rawValue * Result.allCases.count + result.rawValue] &+= 1
+        local[Self.countSlots + kind.rawValue * Self.results + result.rawValue] &+= 1
     }
 
     /// A proxyDHCP answer: an OFFER (`offer`) or a boot server's ACK, for a machine of `selector`.
@@ -240,7 +242,7 @@ public final class WorkerMetrics: @unchecked Sendable {
     }
 
     public func requests(_ kind: Kind, _ result: Result) -> Int {
-        UnsafeAtomic<Int>(at: published + Self.countSlots + kind.rawValue * Result.allCases.count + result.rawValue)
+        UnsafeAtomic<Int>(at: published + Self.countSlots + kind.rawValue * Self.results + result.rawValue)
             .load(ordering: .relaxed)
     }
 }

@@ -1,0 +1,87 @@
+import CMallocCounter
+import CStampedeSys
+import Glibc
+import Logging
+import StampedeHTTP
+import StampedeIO
+import StampedeServer
+import StampedeTestSupport
+import Testing
+
+/// The small answers a rack asks for (a 404 for a per-machine file that is not there, a 4 KiB
+/// script, a 64 KiB config) cost no allocation per request once a kept-alive connection runs.
+/// A real HTTP loop on loopback, turned in this thread with the client; the malloc counter counts
+/// this thread only (the disk thread that loads a file the first time is not measured). The names
+/// are longer than a String keeps inline (15 bytes), as a rack's are.
+@Suite struct HTTPSteadyStateAllocations {
+    @Test(arguments: ["pxelinux.cfg/01-52-54-00-12-34-56", "boot/scripts/menu-4kib.ipxe", "boot/configs/seed-64kib.cfg"])
+    func aKeptAliveConnectionAllocatesNothingPerRequest(name: String) throws {
+        let dir = ScratchDirectory()
+        for directory in ["pxelinux.cfg", "boot", "boot/scripts", "boot/configs"] { mkdir(dir.path + "/" + directory, 0o755) }
+        dir.write("boot/scripts/menu-4kib.ipxe", (0..<(4 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        dir.write("boot/configs/seed-64kib.cfg", (0..<(64 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 13) })
+        let listen = SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!
+        let configuration = ServerConfiguration(listenAddresses: [listen], policy: AccessPolicy(root: dir.fd),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        let files = FileService(policy: configuration.policy, remapRules: nil, cache: FileCache(), disk: DiskWork())
+        let server = try HTTPServer(configuration: configuration, http: HTTPConfiguration(listenAddresses: [listen]), files: files,
+                                    fileLabels: FileLabels(), loopCount: 1)
+        let loop = server.loops[0]
+
+        let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(client) }
+        var address = server.boundAddresses[0].storage
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        try #require(connected == 0)
+        _ = fcntl(client, F_SETFL, O_NONBLOCK)
+        let request = Array("GET /\(name) HTTP/1.1\r\nHost: rack\r\nUser-Agent: iPXE/1.21.1\r\nAccept: */*\r\n\r\n".utf8)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 << 10, alignment: 16)
+        defer { buffer.deallocate() }
+
+        /// One request and its whole answer (`expected` bytes; nil: until the server goes quiet);
+        /// the bytes read.
+        func exchange(expected: Int?) -> Int {
+            _ = request.withUnsafeBytes { send(client, $0.baseAddress, $0.count, 0) }
+            var read = 0
+            var quiet = 0
+            while expected.map({ read < $0 }) ?? (quiet < 50) {
+                loop.turn(now: stampede_monotonic_ns(), maxWait: 1_000_000)
+                let n = recv(client, buffer.baseAddress! + read, buffer.count - read, 0)
+                if n > 0 { read += n; quiet = 0 } else { quiet += 1 }
+                if quiet > 5_000 { break }  // no answer: the expectations below fail
+            }
+            return read
+        }
+
+        // The first answers load the file, open the connection's state, the date line.
+        let length = exchange(expected: nil)
+        let head = String(decoding: UnsafeRawBufferPointer(rebasing: buffer[..<min(length, 512)]), as: UTF8.self)
+        #expect(head.hasPrefix(name.hasPrefix("pxelinux.cfg") ? "HTTP/1.1 404" : "HTTP/1.1 200"), "\(head)")
+        for _ in 0..<100 { #expect(exchange(expected: length) == length) }
+
+        var answered = 0
+        let allocations = withoutThrowHooks {
+            malloc_counter_start()
+            for _ in 0..<1000 where exchange(expected: length) == length { answered += 1 }
+            return malloc_counter_stop()
+        }
+        #expect(answered == 1000)
+        #expect(allocations == 0, "\(allocations) allocations in 1,000 requests for \(name)")
+    }
+}
+
+/// Runs `body` with the Swift runtime's throw hooks unset. Swift Testing sets them to record a
+/// backtrace of every error thrown (allocating); a served process has none, and a 404 is a thrown
+/// `FileRefusal` (typed: its throw allocates nothing itself). Tests on other threads throw without
+/// a backtrace meanwhile.
+func withoutThrowHooks<T>(_ body: () -> T) -> T {
+    let hooks = ["_swift_willThrow", "_swift_willThrowTypedImpl"].compactMap { (symbol: String) in
+        dlsym(UnsafeMutableRawPointer(bitPattern: 0), symbol)?.assumingMemoryBound(to: UnsafeRawPointer?.self)
+    }
+    let saved = hooks.map { $0.pointee }
+    for hook in hooks { hook.pointee = nil }
+    defer { for (hook, value) in zip(hooks, saved) { hook.pointee = value } }
+    return body()
+}
