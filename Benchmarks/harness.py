@@ -224,7 +224,8 @@ def stop_all(processes, group=None):
 
 def nginx_config(name, listen, root, tls=None):
     """nginx as the benchmarks run it (Debian unstable's nginx-light): every worker, sendfile on,
-    no access log and no error line for a file not found (Stampede's --verbosity 0), keep-alive as long as the client wants, `listen` (ADDRESS:PORT) serving
+    no access log, an error line for each file not found (nginx's default, and Stampede's
+    --verbosity 0, which logs each refusal as a warning), keep-alive as long as the client wants, `listen` (ADDRESS:PORT) serving
     `root`. `tls`: (certificate, key, ciphers, DH parameters) for an HTTPS server with TLS 1.2 and
     1.3 and the server's order of `ciphers`, as Stampede's profile offers them (DHE needs the
     parameters: Stampede's OpenSSL picks RFC 7919's ffdhe2048 for a 2048-bit key). The file's path."""
@@ -247,7 +248,6 @@ error_log {ROOT}/nginx-{name}.error.log warn;
 events {{ worker_connections {FD_LIMIT}; }}
 http {{
     access_log off;
-    log_not_found off;
     sendfile on;
     tcp_nopush on;
     keepalive_timeout 60;

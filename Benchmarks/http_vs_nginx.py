@@ -2,8 +2,9 @@
 """`make bench-http`: Stampede's --http beside nginx (Debian unstable's nginx-light, sendfile on,
 the same root), side by side in one run.
 
-Each round starts each server fresh on loopback, with a 20,000-descriptor limit and per-request
-logging off, in a cpuacct cgroup of its own (nginx's master and workers all count), and plays
+Each round starts each server fresh on loopback, with a 20,000-descriptor limit and a log file
+that gets a line for each 404 and none for an answer served (Stampede at --verbosity 0, nginx with
+no access log and its default error log), in a cpuacct cgroup of its own (nginx's master and workers all count), and plays
 every scenario with wrk (Debian's): keep-alive GETs of a 1 MiB and a 64 MiB file by 100 and by
 2,000 connections, BENCH_HTTP_SECONDS (default 8) each. Server CPU per GB is the cgroup's CPU
 over the bytes wrk read. Then the small answers a rack asks for, scripts, configs and 404s for
@@ -66,7 +67,9 @@ def start(server, port, group):
     prepare = in_group(group)
     if server.startswith("stampede"):
         binary = BASELINE if server == "stampede-baseline" else STAMPEDE
-        argv = [str(binary), "-L", "-a", "127.0.0.1:0", "--verbosity", "0", "-u", "root", "--http", f"127.0.0.1:{port}",
+        # Its log in a file, as nginx's error log is: a line for each 404 on both sides.
+        argv = [str(binary), "-L", "-a", "127.0.0.1:0", "--verbosity", "0", "--logfile", str(ROOT / f"{server}-http.log"),
+                "-u", "root", "--http", f"127.0.0.1:{port}",
                 "--http-max-connections", str(IDLE_CONNECTIONS + 100),
                 *(["--cache-file-limit", "0"] if server == "stampede-streamed" else []), str(WEB)]
     else:

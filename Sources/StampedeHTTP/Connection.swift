@@ -10,6 +10,9 @@ import StampedeTLS
 final class Connection {
     let fd: Int32
     let peer: SocketAddress
+    /// The peer as log lines say it, made for the first line and kept for the others (a
+    /// kept-alive connection's answers each make one at --verbosity 1, and each refusal at 0).
+    lazy var peerText = "\(peer)"
     /// The slot's generation when it was accepted: its epoll tag says it (`HTTPTag`).
     let generation: UInt32
     /// Bytes read and not answered yet: a head in progress, or the next requests of a pipeline.

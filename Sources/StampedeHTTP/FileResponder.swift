@@ -193,7 +193,7 @@ final class FileResponder: HTTPResponder {
         let failed = record.result != .served && record.result != .notModified
         if configuration.logFormat == .json {
             var fields: Logger.Metadata = [
-                "event": "transfer", "protocol": "\(metrics.served.rawValue)", "client": "\(connection.peer)", "request": "\(record.kind.label)",
+                "event": "transfer", "protocol": "\(metrics.served.rawValue)", "client": "\(connection.peerText)", "request": "\(record.kind.label)",
                 "file": "\(sanitizedForLog(record.file))", "status": .stringConvertible(record.status.rawValue),
                 "bytes": .stringConvertible(response.bodyBytes), "duration_s": .stringConvertible(seconds),
                 "outcome": "\(record.result.label)",
@@ -204,7 +204,7 @@ final class FileResponder: HTTPResponder {
         }
         // Made only if the level is logged (at -v 0 a served answer's line is not).
         logger.log(level: failed ? .warning : .info, """
-            \(record.method) \(connection.peer) "\(sanitizedForLog(record.file))" \(metrics.served.rawValue) \(record.status.rawValue) bytes=\(response.bodyBytes) \
+            \(record.method) \(connection.peerText) "\(sanitizedForLog(record.file))" \(metrics.served.rawValue) \(record.status.rawValue) bytes=\(response.bodyBytes) \
             time=\(decimalText(seconds, places: 3))s: \(record.detail.map { sanitizedForLog($0.utf8) } ?? record.result.label)
             """)
     }

@@ -2,16 +2,43 @@
 /// File names and client text go through this before a log: printable ASCII stays, the rest
 /// becomes \xNN, and the length is capped (dnsmasq's lesson: logs are read by terminals).
 public func sanitizedForLog<C: Collection>(_ bytes: C, limit: Int = 256) -> String where C.Element == UInt8 {
-    var out = ""
-    for byte in bytes.prefix(limit) {
-        if byte >= 0x20 && byte < 0x7F && byte != UInt8(ascii: "\\") && byte != UInt8(ascii: "\"") {
-            out.unicodeScalars.append(Unicode.Scalar(byte))
-        } else {
-            out += "\\x" + (byte < 16 ? "0" : "") + String(byte, radix: 16)
+    bytes.withContiguousStorageIfAvailable { sanitizedForLog(buffer: $0, limit: limit) }
+        ?? Array(bytes).withUnsafeBufferPointer { sanitizedForLog(buffer: $0, limit: limit) }
+}
+
+/// The same for the arrays names are kept in, without a generic call per line.
+public func sanitizedForLog(_ bytes: [UInt8], limit: Int = 256) -> String {
+    bytes.withUnsafeBufferPointer { sanitizedForLog(buffer: $0, limit: limit) }
+}
+
+/// The text written straight into the String's memory: at most 4 bytes for each byte shown
+/// ("\xNN") and 3 for the "…".
+func sanitizedForLog(buffer bytes: UnsafeBufferPointer<UInt8>, limit: Int) -> String {
+    let shown = min(bytes.count, limit)
+    return String(unsafeUninitializedCapacity: shown * 4 + 3) { out in
+        let hex: StaticString = "0123456789abcdef"
+        var n = 0
+        for i in 0..<shown {
+            let byte = bytes[i]
+            if byte >= 0x20 && byte < 0x7F && byte != UInt8(ascii: "\\") && byte != UInt8(ascii: "\"") {
+                out[n] = byte
+                n += 1
+            } else {
+                out[n] = UInt8(ascii: "\\")
+                out[n + 1] = UInt8(ascii: "x")
+                out[n + 2] = hex.utf8Start[Int(byte >> 4)]
+                out[n + 3] = hex.utf8Start[Int(byte & 15)]
+                n += 4
+            }
         }
+        if bytes.count > limit {
+            for byte in "…".utf8 {
+                out[n] = byte
+                n += 1
+            }
+        }
+        return n
     }
-    if bytes.count > limit { out += "…" }
-    return out
 }
 
 /// `value` with `places` decimals, without Foundation (log lines, reports).

@@ -98,12 +98,27 @@ final class LogFile: Sendable {
 /// A line per event on a descriptor, in `LineFormat`; metadata goes in front as `key=value`.
 struct LineLogHandler: MetadataLogHandler {
     var logLevel: Logger.Level
-    var metadata: Logger.Metadata = [:]
+    var metadata: Logger.Metadata = [:] {
+        didSet { ownPrefix = Self.prefix(metadata.sorted { $0.key < $1.key }) }
+    }
+    /// The handler's own metadata as a line begins with it, made when it is set (a worker's
+    /// "worker=1 "), not for every line.
+    private var ownPrefix = ""
     let descriptor: Int32
     let format: LineFormat
 
+    init(logLevel: Logger.Level, descriptor: Int32, format: LineFormat) {
+        self.logLevel = logLevel
+        self.descriptor = descriptor
+        self.format = format
+    }
+
+    static func prefix(_ fields: [(key: String, value: Logger.Metadata.Value)]) -> String {
+        fields.map { "\($0.key)=\($0.value) " }.joined()
+    }
+
     func log(event: LogEvent) {
-        let prefix = fields(of: event).map { "\($0.key)=\($0.value) " }.joined()
+        let prefix = event.metadata?.isEmpty ?? true ? ownPrefix : Self.prefix(fields(of: event))
         switch format {
         case .human:
             writeAll("\(Stampede.invokedName)[\(getpid())]: \(Self.name(event.level)): \(prefix)\(event.message)\n", to: descriptor)
