@@ -129,6 +129,9 @@ def one_round(server, index):
     finally:
         sampler.stopping.set()
         stop_all([process], group)
+        # A line per 404: hundreds of MB a round.
+        for log in (ROOT / f"{server}-http.log", ROOT / f"nginx-{port}.error.log"):
+            log.unlink(missing_ok=True)
     return results
 
 
