@@ -173,18 +173,13 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         publishMetrics(now: stampede_monotonic_ns())
     }
 
-    /// One loop turn: expire timers, flush and wait, dispatch what arrived.
+    /// One loop turn: flush and wait, dispatch what arrived, then expire the timers due when the
+    /// turn began. Timers come after the datagrams: under load, an ACK that waited in its socket
+    /// while the loop was busy is read before its transfer's timer can resend what it acknowledges
+    /// (expired first, a loaded server resent windows already received, and the resends added to
+    /// the load).
     public func turn(now: Nanoseconds, maxWait: Nanoseconds) {
-        wheel.expire(now: now, into: &expired)
-        for slot in expired {
-            if let due = table[Int(slot)].sender?.deadline ?? table[Int(slot)].receiver?.deadline,
-               now - due >= TimerWheel.lateness {
-                summary.lateTimers += 1
-                metrics.add(.lateTimers, 1)
-            }
-            timerFired(Int(slot), now: now)
-        }
-        expired.removeAll(keepingCapacity: true)
+        defer { expireTimers(now: now) }
         let waitingOnDisk = diskPending > 0 || loads.isAwaiting
         var deadline = now + (waitingOnDisk ? min(maxWait, Self.diskPollInterval) : maxWait)
         if let next = wheel.nextDeadline() { deadline = min(deadline, next) }
@@ -224,6 +219,21 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
             case .drop: break
             }
         }
+    }
+
+    /// The transfers whose timers were due by `now`, each told (`timerFired`); one fired 10 ms
+    /// or more after its deadline is counted late.
+    func expireTimers(now: Nanoseconds) {
+        wheel.expire(now: now, into: &expired)
+        for slot in expired {
+            if let due = table[Int(slot)].sender?.deadline ?? table[Int(slot)].receiver?.deadline,
+               now - due >= TimerWheel.lateness {
+                summary.lateTimers += 1
+                metrics.add(.lateTimers, 1)
+            }
+            timerFired(Int(slot), now: now)
+        }
+        expired.removeAll(keepingCapacity: true)
     }
 
     /// Where a datagram goes (docs/ARCHITECTURE.md, "Routing"), by the tag of the socket it came
