@@ -16,7 +16,7 @@ public struct HeadParser: Sendable {
     /// The head being read; its arrays are kept from one request to the next.
     private var head = RequestHead(method: .get, target: [], path: [], isHTTP11: true, keepAlive: false)
     /// The request line is read: header lines come now.
-    private var readRequestLine = false
+    private var requestLineRead = false
     private var headers = 0
     private var sawHost = false
     private var connectionClose = false
@@ -31,7 +31,7 @@ public struct HeadParser: Sendable {
     public mutating func reset() {
         lineStart = 0
         scanned = 0
-        readRequestLine = false
+        requestLineRead = false
         headers = 0
         sawHost = false
         connectionClose = false
@@ -56,12 +56,12 @@ public struct HeadParser: Sendable {
             guard lineFeed < limits.headBytes else { throw tooLarge }
             let line = lineStart..<Grammar.contentEnd(of: bytes, lineStart: lineStart, lineFeed: lineFeed)
             lineStart = lineFeed + 1
-            if !readRequestLine {
+            if !requestLineRead {
                 // Empty lines before the request line are passed over (RFC 9112 §2.2).
                 guard !line.isEmpty else { continue }
                 guard line.count <= limits.lineBytes else { throw lineTooLong }
                 try readRequestLine(bytes, line)
-                readRequestLine = true
+                requestLineRead = true
                 continue
             }
             if line.isEmpty { return .complete(try finished(), length: lineStart) }
@@ -73,7 +73,7 @@ public struct HeadParser: Sendable {
         }
         scanned = bytes.count
         // No line feed since `lineStart` yet: what cannot end within the limits is refused now.
-        if !readRequestLine && bytes.count - lineStart > limits.lineBytes && !Self.allLineBreaks(bytes, from: lineStart) {
+        if !requestLineRead && bytes.count - lineStart > limits.lineBytes && !Self.allLineBreaks(bytes, from: lineStart) {
             throw lineTooLong
         }
         if bytes.count > limits.headBytes { throw tooLarge }

@@ -13,9 +13,7 @@ public struct ResponseHead {
         swap(&bytes, &memory)
         bytes.removeAll(keepingCapacity: true)
         append("HTTP/1.1 ")
-        Grammar.append(UInt64(status.rawValue), radix: 10, to: &bytes)
-        bytes.append(32)
-        append(status.reason)
+        appendStatus()
         append("\r\n")
     }
 
@@ -69,11 +67,16 @@ public struct ResponseHead {
         add("Content-Length", decimal: 4 + status.reason.utf8CodeUnitCount + 1)
         append("\r\n")
         guard withBody else { return taken() }
+        appendStatus()
+        bytes.append(10)
+        return taken()
+    }
+
+    /// "404 Not Found": the status line's end, and the text of a plain answer.
+    private mutating func appendStatus() {
         Grammar.append(UInt64(status.rawValue), radix: 10, to: &bytes)
         bytes.append(32)
         append(status.reason)
-        bytes.append(10)
-        return taken()
     }
 
     /// The bytes, moved out: no copy of them is left to share their memory (a `consuming` end
@@ -103,12 +106,7 @@ public struct ResponseHead {
         }
         guard let dot else { return "application/octet-stream" }
         func named(_ lowercase: StaticString) -> Bool {
-            guard path.count - dot - 1 == lowercase.utf8CodeUnitCount else { return false }
-            for k in 0..<lowercase.utf8CodeUnitCount {
-                let c = path[dot + 1 + k]
-                if (c >= 65 && c <= 90 ? c + 32 : c) != lowercase.utf8Start[k] { return false }
-            }
-            return true
+            path.withUnsafeBytes { Grammar.equalsIgnoringCase($0, (dot + 1)..<path.count, lowercase) }
         }
         if named("efi") { return "application/efi" }
         if named("ipxe") || named("cfg") || named("conf") || named("txt") || named("cmdline") || named("sh") {
