@@ -335,11 +335,6 @@ int stampede_probe_exclusive(const struct sockaddr_storage *address, int stream,
     return 0;
 }
 
-void stampede_tcp_cork(int fd, int on)
-{
-    setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof(on));
-}
-
 int stampede_tcp_unsent_limit(int fd, int bytes)
 {
     return negative_errno(setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &bytes, sizeof(bytes)));
@@ -352,7 +347,7 @@ int stampede_tcp_accept(int listener, struct sockaddr_storage *peer)
     int fd = accept4(listener, (struct sockaddr *)peer, &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
         return -errno;
-    /* A response is written whole (its head corked with MSG_MORE before a body): Nagle would
+    /* A response is written whole (its head held back with MSG_MORE until the body joins it): Nagle would
      * only hold a small answer back behind the client's delayed ACK. */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return fd;

@@ -67,8 +67,6 @@ struct Response {
     var offset: Int
     let end: Int
     var record: Record
-    /// TCP_CORK is on for this answer (a body sent by sendfile), to come off at its end.
-    var corked = false
 
     init(head: [UInt8], body: Body, range: Range<Int>, record: Record) {
         self.head = head

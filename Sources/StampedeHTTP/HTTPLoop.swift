@@ -414,17 +414,16 @@ public final class HTTPLoop: @unchecked Sendable {
             let sent: Int
             var bodySent = 0
             if response.headSent < response.head.count {
-                if response.headSent == 0 && bodyLeft > 0 && sendfileFrom != nil && !response.corked {
-                    stampede_tcp_cork(connection.fd, 1)
-                    response.corked = true
-                }
                 sent = response.head.withUnsafeBytes { head in
                     let rest = UnsafeRawBufferPointer(rebasing: head[response.headSent...])
                     if bodyLeft > 0, sendfileFrom == nil,
                        let both = sendFromMemory(connection.fd, head: rest, response, source, count: bodyLeft) {
                         return both
                     }
-                    // Corked: the head goes out with the first bytes sendfile gives.
+                    // MSG_MORE holds the head back until the body's first bytes join it: sendfile
+                    // flags all but its last piece "more" as well, and the last piece pushes the
+                    // whole answer out, in full segments (no TCP_CORK set and cleared per answer:
+                    // two system calls that cost 16 % of a 64 KiB answer's CPU).
                     return send(connection.fd, rest.baseAddress, rest.count, Int32(MSG_NOSIGNAL) | (bodyLeft > 0 ? Int32(MSG_MORE) : 0))
                 }
                 if sent > 0 {
@@ -536,7 +535,6 @@ public final class HTTPLoop: @unchecked Sendable {
         guard let response = connection.response else { return }
         connection.response = nil
         connection.headMemory = response.head
-        if response.corked { stampede_tcp_cork(connection.fd, 0) }
         connection.lease = nil
         responder.ended(response, on: connection, abandoned: abandoned)
     }

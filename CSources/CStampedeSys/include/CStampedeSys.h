@@ -144,9 +144,6 @@ int stampede_tcp_listener(const struct sockaddr_storage *address, int backlog);
  * -EADDRINUSE when a socket of any process does, though SO_REUSEPORT would let the listeners
  * share it (and split its clients with that process). */
 int stampede_probe_exclusive(const struct sockaddr_storage *address, int stream, struct sockaddr_storage *bound);
-/* TCP_CORK on or off: a response's head and its sendfile chunks go out as full segments, and
- * what is left at the end goes when the cork comes off. */
-void stampede_tcp_cork(int fd, int on);
 /* Caps the bytes a TCP socket holds written but not yet sent (TCP_NOTSENT_LOWAT): past it the
  * socket is not writable. -errno on failure. */
 int stampede_tcp_unsent_limit(int fd, int bytes);
