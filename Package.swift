@@ -101,7 +101,7 @@ let package = Package(
         .testTarget(name: "StampedeProtocolTests", dependencies: ["StampedeProtocol"]),
         // The command line's plan (`serve`'s flags and what they make), against the executable.
         .testTarget(name: "StampedeCommandTests",
-                    dependencies: ["stampede", "StampedeServer", "StampedeDHCP", "StampedeIO", "StampedeProtocol", log]),
+                    dependencies: ["stampede", "StampedeServer", "StampedeDHCP", "StampedeIO", "StampedeProtocol", "CMallocCounter", log]),
         .testTarget(name: "StampedeHTTPWireTests", dependencies: ["StampedeHTTPWire"]),
         .testTarget(name: "StampedeDHCPTests", dependencies: ["StampedeDHCP"]),
         .testTarget(name: "StampedeTLSTests", dependencies: ["StampedeTLS"]),

@@ -16,6 +16,8 @@ final class FileResponder: HTTPResponder {
     var durations: DurationRecorder
     let logger: Logger
     let loads: LoadMailbox? = LoadMailbox()
+    /// Each answer's log line is written in this memory.
+    var line = LogLine()
 
     init(files: FileService, configuration: ServerConfiguration, metrics: WorkerMetrics, fileLabels: FileLabels, logger: Logger) {
         self.files = files
@@ -202,11 +204,27 @@ final class FileResponder: HTTPResponder {
             logger.log(level: failed ? .warning : .info, "transfer", metadata: fields)
             return
         }
-        // Made only if the level is logged (at -v 0 a served answer's line is not).
-        logger.log(level: failed ? .warning : .info, """
-            \(record.method) \(connection.peerText) "\(sanitizedForLog(record.file))" \(metrics.served.rawValue) \(record.status.rawValue) bytes=\(response.bodyBytes) \
-            time=\(decimalText(seconds, places: 3))s: \(record.detail.map { sanitizedForLog($0.utf8) } ?? record.result.label)
-            """)
+        // Made only if the level is logged (at -v 0 a served answer's line is not), in the
+        // memory of the last one.
+        let level: Logger.Level = failed ? .warning : .info
+        guard logger.logLevel <= level else { return }
+        line.start()
+        line.append(record.method)
+        line.append(" ")
+        line.append(connection.peerText)
+        line.append(" \"")
+        line.append(sanitized: record.file)
+        line.append("\" ")
+        line.append(metrics.served.rawValue)
+        line.append(" ")
+        line.append(record.status.rawValue)
+        line.append(" bytes=")
+        line.append(response.bodyBytes)
+        line.append(" time=")
+        line.append(decimalText(seconds, places: 3))
+        line.append("s: ")
+        if let detail = record.detail { line.append(sanitized: detail) } else { line.append(record.result.label) }
+        logger.log(level: level, Logger.Message(stringLiteral: line.text))
     }
 }
 

@@ -10,13 +10,35 @@ public func writeToStandardError(_ text: String) {
 /// to a log file by several threads stays one line).
 public func writeAll(_ text: String, to fd: Int32) {
     var text = text
-    text.withUTF8 { bytes in
-        var done = 0
-        while done < bytes.count {
-            let n = write(fd, bytes.baseAddress! + done, bytes.count - done)
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return }
-            done += n
+    text.withUTF8 { writeAll(UnsafeRawBufferPointer($0), to: fd) }
+}
+
+/// `pieces` one after another, in one write as `writeAll` does, laid out in memory lent for the
+/// line (the stack's, for a short one): a line said for every request takes no memory of its own.
+/// Inlinable, so that it is made for the caller's pieces (Strings), not a generic loop per byte.
+@inlinable
+public func writeLine<each Piece: StringProtocol>(_ pieces: repeat each Piece, to fd: Int32) {
+    var count = 0
+    for piece in repeat each pieces { count += piece.utf8.count }
+    withUnsafeTemporaryAllocation(byteCount: count, alignment: 1) { line in
+        var at = 0
+        for piece in repeat each pieces {
+            var piece = String(piece)
+            piece.withUTF8 { bytes in
+                line.baseAddress!.advanced(by: at).copyMemory(from: UnsafeRawPointer(bytes.baseAddress!), byteCount: bytes.count)
+                at += bytes.count
+            }
         }
+        writeAll(UnsafeRawBufferPointer(line), to: fd)
+    }
+}
+
+public func writeAll(_ bytes: UnsafeRawBufferPointer, to fd: Int32) {
+    var done = 0
+    while done < bytes.count {
+        let n = write(fd, bytes.baseAddress! + done, bytes.count - done)
+        if n < 0 && errno == EINTR { continue }
+        guard n > 0 else { return }
+        done += n
     }
 }

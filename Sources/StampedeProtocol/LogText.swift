@@ -11,34 +11,41 @@ public func sanitizedForLog(_ bytes: [UInt8], limit: Int = 256) -> String {
     bytes.withUnsafeBufferPointer { sanitizedForLog(buffer: $0, limit: limit) }
 }
 
-/// The text written straight into the String's memory: at most 4 bytes for each byte shown
-/// ("\xNN") and 3 for the "…".
+/// The text written straight into the String's memory.
 func sanitizedForLog(buffer bytes: UnsafeBufferPointer<UInt8>, limit: Int) -> String {
-    let shown = min(bytes.count, limit)
-    return String(unsafeUninitializedCapacity: shown * 4 + 3) { out in
-        let hex: StaticString = "0123456789abcdef"
-        var n = 0
-        for i in 0..<shown {
-            let byte = bytes[i]
-            if byte >= 0x20 && byte < 0x7F && byte != UInt8(ascii: "\\") && byte != UInt8(ascii: "\"") {
-                out[n] = byte
-                n += 1
-            } else {
-                out[n] = UInt8(ascii: "\\")
-                out[n + 1] = UInt8(ascii: "x")
-                out[n + 2] = hex.utf8Start[Int(byte >> 4)]
-                out[n + 3] = hex.utf8Start[Int(byte & 15)]
-                n += 4
-            }
+    String(unsafeUninitializedCapacity: sanitizedCapacity(bytes.count, limit: limit)) { writeSanitized(bytes, limit: limit, into: $0) }
+}
+
+/// At most 4 bytes for each byte shown ("\xNN") and 3 for the "…".
+func sanitizedCapacity(_ count: Int, limit: Int) -> Int {
+    min(count, limit) * 4 + 3
+}
+
+/// Writes the sanitized text of `bytes` into `out` (`sanitizedCapacity` bytes at least);
+/// returns how many bytes it wrote.
+func writeSanitized(_ bytes: UnsafeBufferPointer<UInt8>, limit: Int, into out: UnsafeMutableBufferPointer<UInt8>) -> Int {
+    let hex: StaticString = "0123456789abcdef"
+    var n = 0
+    for i in 0..<min(bytes.count, limit) {
+        let byte = bytes[i]
+        if byte >= 0x20 && byte < 0x7F && byte != UInt8(ascii: "\\") && byte != UInt8(ascii: "\"") {
+            out[n] = byte
+            n += 1
+        } else {
+            out[n] = UInt8(ascii: "\\")
+            out[n + 1] = UInt8(ascii: "x")
+            out[n + 2] = hex.utf8Start[Int(byte >> 4)]
+            out[n + 3] = hex.utf8Start[Int(byte & 15)]
+            n += 4
         }
-        if bytes.count > limit {
-            for byte in "…".utf8 {
-                out[n] = byte
-                n += 1
-            }
-        }
-        return n
     }
+    if bytes.count > limit {
+        for byte in "…".utf8 {
+            out[n] = byte
+            n += 1
+        }
+    }
+    return n
 }
 
 /// `value` with `places` decimals, without Foundation (log lines, reports).

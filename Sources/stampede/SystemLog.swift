@@ -120,10 +120,12 @@ struct LineLogHandler: MetadataLogHandler {
     func log(event: LogEvent) {
         let prefix = event.metadata?.isEmpty ?? true ? ownPrefix : Self.prefix(fields(of: event))
         switch format {
+        // In pieces, not interpolated: a 404's line would make two Strings of its own.
         case .human:
-            writeAll("\(Stampede.invokedName)[\(getpid())]: \(Self.name(event.level)): \(prefix)\(event.message)\n", to: descriptor)
+            writeLine(Stampede.invokedName, "[", String(getpid()), "]: ", Self.name(event.level), ": ", prefix, event.message.description, "\n",
+                      to: descriptor)
         case .tag:
-            writeAll("<\(SyslogHandler.priority(event.level))>\(prefix)\(event.message)\n", to: descriptor)
+            writeLine("<", String(SyslogHandler.priority(event.level)), ">", prefix, event.message.description, "\n", to: descriptor)
         }
     }
 

@@ -12,17 +12,22 @@ import Testing
 /// script, a 64 KiB config) cost no allocation per request once a kept-alive connection runs.
 /// A real HTTP loop on loopback, turned in this thread with the client; the malloc counter counts
 /// this thread only (the disk thread that loads a file the first time is not measured). The names
-/// are longer than a String keeps inline (15 bytes), as a rack's are.
+/// are longer than a String keeps inline (15 bytes), as a rack's are. With every answer logged
+/// (as --verbosity 0 logs a 404, and 1 everything), the line's text is the one allocation.
 @Suite struct HTTPSteadyStateAllocations {
-    @Test(arguments: ["pxelinux.cfg/01-52-54-00-12-34-56", "boot/scripts/menu-4kib.ipxe", "boot/configs/seed-64kib.cfg"])
-    func aKeptAliveConnectionAllocatesNothingPerRequest(name: String) throws {
+    @Test(arguments: [("pxelinux.cfg/01-52-54-00-12-34-56", false), ("boot/scripts/menu-4kib.ipxe", false),
+                      ("boot/configs/seed-64kib.cfg", false), ("pxelinux.cfg/01-52-54-00-12-34-56", true),
+                      ("boot/scripts/menu-4kib.ipxe", true)])
+    func aKeptAliveConnectionAllocatesNothingPerRequest(name: String, logged: Bool) throws {
         let dir = ScratchDirectory()
         for directory in ["pxelinux.cfg", "boot", "boot/scripts", "boot/configs"] { mkdir(dir.path + "/" + directory, 0o755) }
         dir.write("boot/scripts/menu-4kib.ipxe", (0..<(4 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 7) })
         dir.write("boot/configs/seed-64kib.cfg", (0..<(64 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 13) })
         let listen = SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!
         let configuration = ServerConfiguration(listenAddresses: [listen], policy: AccessPolicy(root: dir.fd),
-                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+                                                logger: Logger(label: "test", factory: { _ in
+                                                    logged ? DiscardingLogHandler() as LogHandler : SwiftLogNoOpLogHandler()
+                                                }))
         let files = FileService(policy: configuration.policy, remapRules: nil, cache: FileCache(), disk: DiskWork())
         let server = try HTTPServer(configuration: configuration, http: HTTPConfiguration(listenAddresses: [listen]), files: files,
                                     fileLabels: FileLabels(), loopCount: 1)
@@ -68,8 +73,21 @@ import Testing
             return malloc_counter_stop()
         }
         #expect(answered == 1000)
-        #expect(allocations == 0, "\(allocations) allocations in 1,000 requests for \(name)")
+        #expect(allocations <= (logged ? 1000 : 0), "\(allocations) allocations in 1,000 requests for \(name), logged: \(logged)")
     }
+}
+
+/// Takes every line at --verbosity 1's level, and writes none.
+struct DiscardingLogHandler: LogHandler {
+    var logLevel: Logger.Level = .info
+    var metadata: Logger.Metadata = [:]
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {}
 }
 
 /// Runs `body` with the Swift runtime's throw hooks unset. Swift Testing sets them to record a

@@ -1,0 +1,46 @@
+/// A log line said for every request (an HTTP answer's), written into bytes kept from one line
+/// to the next and made a String once: interpolation grows a String piece by piece and makes a
+/// String of each sanitized name first, which cost a 404 more than the line's own write.
+public struct LogLine {
+    public private(set) var bytes: [UInt8] = []
+
+    public init() {}
+
+    /// Forgets the last line, keeping its memory.
+    public mutating func start() {
+        bytes.removeAll(keepingCapacity: true)
+    }
+
+    public mutating func append(_ text: String) {
+        bytes.append(contentsOf: text.utf8)
+    }
+
+    public mutating func append(_ text: StaticString) {
+        bytes.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
+    /// Digits (a small String: no memory of its own).
+    public mutating func append(_ value: Int) {
+        append(String(value))
+    }
+
+    /// Client text as `sanitizedForLog` shows it, written in place.
+    public mutating func append(sanitized text: [UInt8], limit: Int = 256) {
+        text.withUnsafeBufferPointer { append(sanitized: $0, limit: limit) }
+    }
+
+    public mutating func append(sanitized text: String, limit: Int = 256) {
+        var text = text
+        text.withUTF8 { append(sanitized: $0, limit: limit) }
+    }
+
+    private mutating func append(sanitized text: UnsafeBufferPointer<UInt8>, limit: Int) {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: sanitizedCapacity(text.count, limit: limit)) { out in
+            let written = writeSanitized(text, limit: limit, into: out)
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: out[..<written]))
+        }
+    }
+
+    /// The line, as the logger takes it.
+    public var text: String { String(decoding: bytes, as: UTF8.self) }
+}

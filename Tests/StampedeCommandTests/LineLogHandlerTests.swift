@@ -1,0 +1,45 @@
+import CMallocCounter
+import Glibc
+import Logging
+import Testing
+@testable import stampede
+
+/// The lines a log file or standard error gets: tftpd-hpa's shape, the handler's metadata in
+/// front, one write each, and no memory of their own (at --verbosity 0 every 404 writes one).
+@Suite struct LineLogHandlerSpec {
+    /// The lines `body` logs through a handler writing to a pipe.
+    func lines(format: LineFormat, metadata: Logger.Metadata = [:], _ body: (Logger) -> Void) throws -> String {
+        var ends: [Int32] = [0, 0]
+        try #require(pipe(&ends) == 0)
+        defer { close(ends[0]) }
+        var handler = LineLogHandler(logLevel: .info, descriptor: ends[1], format: format)
+        handler.metadata = metadata
+        let logger = Logger(label: "test", factory: { _ in handler })
+        body(logger)
+        close(ends[1])
+        var text: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while case let n = read(ends[0], &chunk, chunk.count), n > 0 { text += chunk[..<n] }
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    @Test func aLineIsTheNamePidLevelMetadataAndMessage() throws {
+        let human = try lines(format: .human, metadata: ["worker": "1"]) { $0.warning("GET 127.0.0.1:4000 \"absent.cfg\" http 404") }
+        #expect(human == "\(Stampede.invokedName)[\(getpid())]: warning: worker=1 GET 127.0.0.1:4000 \"absent.cfg\" http 404\n")
+        let tagged = try lines(format: .tag) { $0.info("served") }
+        #expect(tagged == "<6>served\n")
+    }
+
+    @Test func writingALineAllocatesNothing() throws {
+        let message = Logger.Message(stringLiteral: String(repeating: "a rack machine's 404 for its own config file, ", count: 4))
+        var allocations: UInt64 = 0
+        let written = try lines(format: .human, metadata: ["worker": "1"]) { logger in
+            logger.warning(message)  // the first line's once-only work (the program's name)
+            malloc_counter_start()
+            for _ in 0..<100 { logger.warning(message) }
+            allocations = malloc_counter_stop()
+        }
+        #expect(written.split(separator: "\n").count == 101)
+        #expect(allocations == 0, "\(allocations) allocations for 100 lines")
+    }
+}
