@@ -137,7 +137,9 @@ public final class StreamedFile {
 /// What the log line of a finished transfer says.
 struct TransferRecord {
     var isWrite = false
-    var filename = ""
+    /// The name served (after -m), as the client's bytes: sanitized when it is logged, the
+    /// duration histogram's key as it is.
+    var filename: [UInt8] = []
     var mode = TransferMode.octet
     var options = ""
     var started: Nanoseconds = 0

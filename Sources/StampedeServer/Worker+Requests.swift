@@ -267,7 +267,7 @@ extension Worker {
         transfer.peer = incoming.peer
         transfer.request = incoming.bytes
         transfer.askedSize = request.options.contains { $0.name.lowercased() == TFTPOption.tsize.rawValue }
-        transfer.record = TransferRecord(isWrite: request.isWrite, filename: sanitizedForLog(incoming.filename), mode: incoming.mode,
+        transfer.record = TransferRecord(isWrite: request.isWrite, filename: incoming.filename, mode: incoming.mode,
                                          started: now)
         let size = transfer.source?.size
         var largestBlock = maxBlockSize(for: incoming.local)

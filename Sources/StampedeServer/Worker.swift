@@ -363,10 +363,10 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         let result = outcome.result
         metrics.countRequest(kind, result)
         metrics.add(record.isWrite ? .fileBytesReceived : .fileBytesSent, bytes)
-        if result == .served { durationRecorder.record(Array(record.filename.utf8), kind: kind, duration) }
+        if result == .served { durationRecorder.record(record.filename, kind: kind, duration) }
         if configuration.logFormat == .json {
             var fields: Logger.Metadata = [
-                "event": "transfer", "client": "\(peer)", "request": "\(kind.label)", "file": "\(record.filename)",
+                "event": "transfer", "client": "\(peer)", "request": "\(kind.label)", "file": "\(sanitizedForLog(record.filename))",
                 "mode": "\(record.mode.rawValue)", "options": "\(record.options)", "bytes": .stringConvertible(bytes),
                 "duration_s": .stringConvertible(seconds), "retransmits": .stringConvertible(retransmits),
                 "outcome": "\(result.label)",
@@ -375,12 +375,12 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
             logger.log(level: outcome.isFailure ? .warning : .info, "transfer", metadata: fields)
             return
         }
-        let line: Logger.Message = """
-            \(record.isWrite ? "WRQ" : "RRQ") \(peer) "\(record.filename)" \(record.mode.rawValue)\
+        // Made only if the level is logged (at -v 0 a served transfer's line is not).
+        logger.log(level: outcome.isFailure ? .warning : .info, """
+            \(record.isWrite ? "WRQ" : "RRQ") \(peer) "\(sanitizedForLog(record.filename))" \(record.mode.rawValue)\
             \(record.options.isEmpty ? "" : " " + record.options) bytes=\(bytes) \
             time=\(decimalText(seconds, places: 3))s retransmits=\(retransmits): \(outcome.text)
-            """
-        if outcome.isFailure { logger.warning(line) } else { logger.info(line) }
+            """)
     }
 
 }
