@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (FD_LIMIT, in_group, ROOT, SID, STAMPEDE, CpuGroup, Sampler, dnsmasq_command, fill_root, free_port, in_sid,  # noqa: E402
-                     median_spread, nginx_config, with_spread, stop_all, wait_for_tcp, wrk, write_results)
+                     median_spread, nginx_config, RESULTS, stamp_line, with_spread, stop_all, wait_for_tcp, wrk, write_results)
 
 SECONDS = int(os.environ.get("BENCH_HTTP_SECONDS", "8"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -199,6 +199,74 @@ def cell(figure):
     return with_spread(figure["median"], *figure["spread"])
 
 
+def report(rounds, rack_rounds, nginx_version, seconds):
+    """The tables of the rounds (and the rack's): the text, the summary, the idle figures and the
+    rack's summary."""
+    baseline = "stampede-baseline" in rounds
+    table = ["| scenario | Stampede CPU-s/GB (spread) | streamed (spread) | nginx CPU-s/GB (spread) | Stampede ÷ nginx "
+             "| streamed ÷ nginx | GB/s Stampede, streamed, nginx |" + (" baseline (spread) | Stampede ÷ baseline |" if baseline else ""),
+             "|---|---|---|---|---|---|---|" + ("---|---|" if baseline else "")]
+    summary = {}
+    for name, connections in SCENARIOS:
+        key = f"{name} x{connections}"
+        row = {server: figure(rounds[server], key, "cpu_per_gb", "gb_per_s") for server in rounds}
+        ratio = row["stampede"]["median"] / row["nginx"]["median"]
+        streamed_ratio = row["stampede-streamed"]["median"] / row["nginx"]["median"]
+        summary[key] = {**row, "ratio": round(ratio, 2), "streamed_ratio": round(streamed_ratio, 2)}
+        s, t, n = row["stampede"], row["stampede-streamed"], row["nginx"]
+        line = (f"| {key} | {cell(s)} | {cell(t)} | {cell(n)} | {ratio:.2f} | {streamed_ratio:.2f} "
+                f"| {s['gb_per_s']}, {t['gb_per_s']}, {n['gb_per_s']} |")
+        if baseline:
+            b = row["stampede-baseline"]
+            summary[key]["baseline_ratio"] = round(s["median"] / b["median"], 2)
+            line += f" {cell(b)} | {s['median'] / b['median']:.2f} |"
+        table.append(line)
+    table += ["", "Small answers: requests per server CPU-second (median, spread; higher is better), a 404 for a file "
+              "not there and small files:", "",
+              "| scenario | Stampede req/CPU-s (spread) | streamed (spread) | nginx req/CPU-s (spread) | Stampede ÷ nginx "
+              "| answers not 404/2xx (Stampede, nginx) | req/s Stampede, streamed, nginx |"
+              + (" baseline (spread) | Stampede ÷ baseline |" if baseline else ""),
+              "|---|---|---|---|---|---|---|" + ("---|---|" if baseline else "")]
+    for name, connections in SMALL_SCENARIOS:
+        key = f"{name} x{connections}"
+        row = {}
+        for server in rounds:
+            wrong = sum(r[key]["non_2xx"] for r in rounds[server]) if name in SMALL_FILES else \
+                sum(r[key]["requests"] - r[key]["non_2xx"] for r in rounds[server])
+            row[server] = {**figure(rounds[server], key, "requests_per_cpu_s", "requests_per_s"), "wrong_answers": wrong}
+        ratio = row["stampede"]["median"] / row["nginx"]["median"]
+        summary[key] = {**row, "ratio": round(ratio, 2)}
+        s, t, n = row["stampede"], row["stampede-streamed"], row["nginx"]
+        line = (f"| {key} | {cell(s)} | {cell(t)} | {cell(n)} | {ratio:.2f} | {s['wrong_answers']}, {n['wrong_answers']} "
+                f"| {s['requests_per_s']}, {t['requests_per_s']}, {n['requests_per_s']} |")
+        if baseline:
+            b = row["stampede-baseline"]
+            summary[key]["baseline_ratio"] = round(s["median"] / b["median"], 2)
+            line += f" {cell(b)} | {s['median'] / b['median']:.2f} |"
+        table.append(line)
+    idle = {server: rounds[server][-1]["idle"] for server in ("stampede", "nginx")}
+    table.append("")
+    table.append(f"{IDLE_CONNECTIONS} idle connections (descriptor limit {FD_LIMIT}): Stampede RSS {idle['stampede']['rss_mib']} MiB "
+                 f"(serves still: {idle['stampede']['still_serves']}), nginx {idle['nginx']['rss_mib']} MiB "
+                 f"(serves still: {idle['nginx']['still_serves']})")
+    rack_lines, rack_summary = rack_table(rack_rounds) if rack_rounds["stampede"] else ([], {})
+    text = "\n".join([f"Stampede --http vs {nginx_version} (sendfile on), wrk keep-alive, {len(rounds['stampede'])} interleaved rounds "
+                      f"of {seconds} s, "
+                      "server CPU-s per GB read (median, spread):", "", *table, "", *rack_lines])
+    return text, summary, idle, rack_summary
+
+
+def rewrite():
+    """results/bench-http.{md,json}'s tables and summary again from the JSON's rounds (after a
+    change of the tables, not of the figures): `python3 -c 'import http_vs_nginx; http_vs_nginx.rewrite()'`
+    in Benchmarks/."""
+    path = RESULTS / "bench-http.json"
+    data = json.loads(path.read_text())
+    text, data["summary"], data["idle"], data["rack"] = report(data["rounds"], data["rack_rounds"], data["nginx"], data["seconds"])
+    path.write_text(json.dumps(data, indent=2))
+    (RESULTS / "bench-http.md").write_text(f"{stamp_line(data['stamp'])}\n\n{text.strip()}\n")
+
+
 def main():
     # The idle clients' own descriptors: 8,000 and more.
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -217,54 +285,12 @@ def main():
         for server in servers[index % len(servers):] + servers[:index % len(servers)]:
             print(f"round {index + 1}/{ROUNDS}: {server}", flush=True)
             rounds[server].append(one_round(server, index))
-    table = ["| scenario | Stampede CPU-s/GB (spread) | streamed (spread) | nginx CPU-s/GB (spread) | Stampede ÷ nginx "
-             "| streamed ÷ nginx | GB/s Stampede, streamed, nginx |" + (" baseline (spread) | Stampede ÷ baseline |" if BASELINE else ""),
-             "|---|---|---|---|---|---|---|" + ("---|---|" if BASELINE else "")]
-    summary = {}
-    for name, connections in SCENARIOS:
-        key = f"{name} x{connections}"
-        row = {server: figure(rounds[server], key, "cpu_per_gb", "gb_per_s") for server in rounds}
-        ratio = row["stampede"]["median"] / row["nginx"]["median"]
-        streamed_ratio = row["stampede-streamed"]["median"] / row["nginx"]["median"]
-        summary[key] = {**row, "ratio": round(ratio, 2), "streamed_ratio": round(streamed_ratio, 2)}
-        s, t, n = row["stampede"], row["stampede-streamed"], row["nginx"]
-        line = (f"| {key} | {cell(s)} | {cell(t)} | {cell(n)} | {ratio:.2f} | {streamed_ratio:.2f} "
-                f"| {s['gb_per_s']}, {t['gb_per_s']}, {n['gb_per_s']} |")
-        if BASELINE:
-            b = row["stampede-baseline"]
-            summary[key]["baseline_ratio"] = round(s["median"] / b["median"], 2)
-            line += f" {cell(b)} | {s['median'] / b['median']:.2f} |"
-        table.append(line)
-    table += ["", "Small answers: requests per server CPU-second (median, spread; higher is better), a 404 for a file "
-              "not there and small files:", "",
-              "| scenario | Stampede req/CPU-s (spread) | streamed (spread) | nginx req/CPU-s (spread) | Stampede ÷ nginx "
-              "| answers not 404/2xx (Stampede, nginx) | req/s Stampede, streamed, nginx |",
-              "|---|---|---|---|---|---|---|"]
-    for name, connections in SMALL_SCENARIOS:
-        key = f"{name} x{connections}"
-        row = {}
-        for server in rounds:
-            wrong = sum(r[key]["non_2xx"] for r in rounds[server]) if name in SMALL_FILES else \
-                sum(r[key]["requests"] - r[key]["non_2xx"] for r in rounds[server])
-            row[server] = {**figure(rounds[server], key, "requests_per_cpu_s", "requests_per_s"), "wrong_answers": wrong}
-        ratio = row["stampede"]["median"] / row["nginx"]["median"]
-        summary[key] = {**row, "ratio": round(ratio, 2)}
-        s, t, n = row["stampede"], row["stampede-streamed"], row["nginx"]
-        table.append(f"| {key} | {cell(s)} | {cell(t)} | {cell(n)} | {ratio:.2f} | {s['wrong_answers']}, {n['wrong_answers']} "
-                     f"| {s['requests_per_s']}, {t['requests_per_s']}, {n['requests_per_s']} |")
-    idle = {server: rounds[server][-1]["idle"] for server in ("stampede", "nginx")}
-    table.append("")
-    table.append(f"{IDLE_CONNECTIONS} idle connections (descriptor limit {FD_LIMIT}): Stampede RSS {idle['stampede']['rss_mib']} MiB "
-                 f"(serves still: {idle['stampede']['still_serves']}), nginx {idle['nginx']['rss_mib']} MiB "
-                 f"(serves still: {idle['nginx']['still_serves']})")
     rack_rounds = {"stampede": [], "dnsmasq+nginx": []}
     for index in range(RACK_ROUNDS):
         for servers in ("stampede", "dnsmasq+nginx") if index % 2 == 0 else ("dnsmasq+nginx", "stampede"):
             print(f"rack round {index + 1}/{RACK_ROUNDS}: {servers}", flush=True)
             rack_rounds[servers].append(rack_round(servers, index))
-    rack_lines, rack_summary = rack_table(rack_rounds) if RACK_ROUNDS else ([], {})
-    text = "\n".join([f"Stampede --http vs {nginx_version} (sendfile on), wrk keep-alive, {ROUNDS} interleaved rounds of {SECONDS} s, "
-                      "server CPU-s per GB read (median, spread):", "", *table, "", *rack_lines])
+    text, summary, idle, rack_summary = report(rounds, rack_rounds, nginx_version, SECONDS)
     write_results("bench-http", {"nginx": nginx_version, "seconds": SECONDS, "rounds": rounds, "summary": summary, "idle": idle,
                                  "rack_rounds": rack_rounds, "rack": rack_summary}, text)
     print(text)
