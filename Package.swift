@@ -104,7 +104,7 @@ let package = Package(
                     dependencies: ["stampede", "StampedeServer", "StampedeDHCP", "StampedeIO", "StampedeProtocol", "CMallocCounter", log]),
         .testTarget(name: "StampedeHTTPWireTests", dependencies: ["StampedeHTTPWire"]),
         .testTarget(name: "StampedeDHCPTests", dependencies: ["StampedeDHCP"]),
-        .testTarget(name: "StampedeTLSTests", dependencies: ["StampedeTLS"]),
+        .testTarget(name: "StampedeTLSTests", dependencies: ["StampedeTLS", "StampedeTestSupport"]),
         .testTarget(name: "StampedeHTTPTests",
                     dependencies: ["StampedeHTTP", "StampedeHTTPWire", "StampedeServer", "StampedeIO", "StampedeProtocol",
                                    "CMallocCounter", "StampedeTestSupport", log]),

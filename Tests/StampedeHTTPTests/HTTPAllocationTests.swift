@@ -6,6 +6,7 @@ import StampedeHTTP
 import StampedeIO
 import StampedeServer
 import StampedeTestSupport
+import Synchronization
 import Testing
 
 /// The small answers a rack asks for (a 404 for a per-machine file that is not there, a 4 KiB
@@ -23,6 +24,9 @@ import Testing
         for directory in ["pxelinux.cfg", "boot", "boot/scripts", "boot/configs"] { mkdir(dir.path + "/" + directory, 0o755) }
         dir.write("boot/scripts/menu-4kib.ipxe", (0..<(4 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 7) })
         dir.write("boot/configs/seed-64kib.cfg", (0..<(64 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 13) })
+        // Loaded later than the cache's racy window after they were written: a file loaded sooner
+        // is read again once the window has passed, which a slow run would count.
+        usleep(UInt32(FileCache.racyWindow / 1000) + 100_000)
         let listen = SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!
         let configuration = ServerConfiguration(listenAddresses: [listen], policy: AccessPolicy(root: dir.fd),
                                                 logger: Logger(label: "test", factory: { _ in
@@ -93,13 +97,37 @@ struct DiscardingLogHandler: LogHandler {
 /// Runs `body` with the Swift runtime's throw hooks unset. Swift Testing sets them to record a
 /// backtrace of every error thrown (allocating); a served process has none, and a 404 is a thrown
 /// `FileRefusal` (typed: its throw allocates nothing itself). Tests on other threads throw without
-/// a backtrace meanwhile.
+/// a backtrace meanwhile. The cases of a test run in parallel: the first in unsets the hooks and
+/// the last out sets them back (each putting back what it found let one case restore them while
+/// another still counted, which then counted Swift Testing's backtraces).
 func withoutThrowHooks<T>(_ body: () -> T) -> T {
-    let hooks = ["_swift_willThrow", "_swift_willThrowTypedImpl"].compactMap { (symbol: String) in
-        dlsym(UnsafeMutableRawPointer(bitPattern: 0), symbol)?.assumingMemoryBound(to: UnsafeRawPointer?.self)
+    throwHooks.withLock { state in
+        if state.users == 0 {
+            state.saved = ThrowHooks.addresses.map { UInt(bitPattern: $0.pointee) }
+            for hook in ThrowHooks.addresses { hook.pointee = nil }
+        }
+        state.users += 1
     }
-    let saved = hooks.map { $0.pointee }
-    for hook in hooks { hook.pointee = nil }
-    defer { for (hook, value) in zip(hooks, saved) { hook.pointee = value } }
+    defer {
+        throwHooks.withLock { state in
+            state.users -= 1
+            if state.users == 0 {
+                for (hook, value) in zip(ThrowHooks.addresses, state.saved) { hook.pointee = UnsafeRawPointer(bitPattern: value) }
+            }
+        }
+    }
     return body()
 }
+
+/// The runtime's hooks and who has them unset.
+struct ThrowHooks {
+    var users = 0
+    /// What they were before the first user unset them.
+    var saved: [UInt] = []
+
+    nonisolated(unsafe) static let addresses = ["_swift_willThrow", "_swift_willThrowTypedImpl"].compactMap { (symbol: String) in
+        dlsym(UnsafeMutableRawPointer(bitPattern: 0), symbol)?.assumingMemoryBound(to: UnsafeRawPointer?.self)
+    }
+}
+
+let throwHooks = Mutex(ThrowHooks())

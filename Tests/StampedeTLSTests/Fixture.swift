@@ -1,4 +1,5 @@
 import Glibc
+import StampedeTestSupport
 import Testing
 @testable import StampedeTLS
 
@@ -82,9 +83,10 @@ tsBCElx0Kw==
 
 """
 
-    /// Writes `text` to a file of its own; its path.
-    static func file(_ text: String, mode: mode_t = 0o600) -> String {
-        var template = Array("/tmp/stampede-tls-XXXXXX".utf8CString)
+    /// Writes `text` to a file of its own in `directory` (a test's scratch directory, removed
+    /// with it); its path.
+    static func file(_ text: String, mode: mode_t = 0o600, in directory: ScratchDirectory) -> String {
+        var template = Array("\(directory.path)/pem-XXXXXX".utf8CString)
         let fd = mkstemp(&template)
         precondition(fd >= 0)
         _ = text.utf8CString.dropLast().withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }

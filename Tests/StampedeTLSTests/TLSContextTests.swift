@@ -1,12 +1,16 @@
 import Glibc
+import StampedeTestSupport
 import Testing
 @testable import StampedeTLS
 
 @Suite struct TLSContextTests {
     let now = Int64(time(nil))
+    /// The test's PEM files; removed when it ends.
+    let scratch = ScratchDirectory()
 
     @Test func aCertificateAndItsKeyLoad() throws {
-        let context = try TLSContext(certificate: Fixture.file(Fixture.certificate), key: Fixture.file(Fixture.key),
+        let context = try TLSContext(certificate: Fixture.file(Fixture.certificate, in: scratch),
+                                     key: Fixture.file(Fixture.key, in: scratch),
                                      profile: .firmware, kernelTLS: false, now: now)
         #expect(context.key == "RSA 2048")
         #expect(context.names == "127.0.0.1, localhost")
@@ -14,7 +18,7 @@ import Testing
     }
 
     @Test func eachProblemNamesTheFileAndWhy() {
-        let certificate = Fixture.file(Fixture.certificate), key = Fixture.file(Fixture.key)
+        let certificate = Fixture.file(Fixture.certificate, in: scratch), key = Fixture.file(Fixture.key, in: scratch)
         func problem(_ certificate: String, _ key: String, now: Int64? = nil) -> TLSContext.Problem? {
             do {
                 _ = try TLSContext(certificate: certificate, key: key, profile: .firmware, kernelTLS: false, now: now ?? self.now)
@@ -23,11 +27,11 @@ import Testing
         }
         #expect(problem("/nonexistent.pem", key) == .init(file: "/nonexistent.pem", reason: "cannot read it: No such file or directory"))
         #expect(problem(certificate, "/nonexistent.key")?.file == "/nonexistent.key")
-        let garbage = Fixture.file("not a certificate\n")
+        let garbage = Fixture.file("not a certificate\n", in: scratch)
         #expect(problem(garbage, key) == .init(file: garbage, reason: "not a PEM certificate"))
         #expect(problem(certificate, garbage) == .init(file: garbage, reason: "not a PEM private key"))
         // The key of another certificate.
-        let other = Fixture.file(Fixture.otherCertificate)
+        let other = Fixture.file(Fixture.otherCertificate, in: scratch)
         #expect(problem(other, key)?.file == key)
         #expect(problem(other, key)?.reason.hasPrefix("the key is not the certificate's") == true)
         // A key where the certificate goes: no certificate in it.
@@ -38,17 +42,19 @@ import Testing
     }
 
     @Test func aKeyReadableByAllIsSaid() throws {
-        let open = try TLSIdentity(certificate: Fixture.file(Fixture.certificate), key: Fixture.file(Fixture.key, mode: 0o644),
+        let open = try TLSIdentity(certificate: Fixture.file(Fixture.certificate, in: scratch),
+                                   key: Fixture.file(Fixture.key, mode: 0o644, in: scratch),
                                    profile: .firmware, kernelTLS: false)
         #expect(open.keyExposure?.contains("readable by every user") == true)
-        let closed = try TLSIdentity(certificate: Fixture.file(Fixture.certificate), key: Fixture.file(Fixture.key, mode: 0o640),
+        let closed = try TLSIdentity(certificate: Fixture.file(Fixture.certificate, in: scratch),
+                                     key: Fixture.file(Fixture.key, mode: 0o640, in: scratch),
                                      profile: .firmware, kernelTLS: false)
         #expect(closed.keyExposure == nil)
     }
 
     @Test func aReloadThatFailsKeepsTheContext() throws {
-        let certificate = Fixture.file(Fixture.certificate)
-        let identity = try TLSIdentity(certificate: certificate, key: Fixture.file(Fixture.key), profile: .modern, kernelTLS: false)
+        let certificate = Fixture.file(Fixture.certificate, in: scratch)
+        let identity = try TLSIdentity(certificate: certificate, key: Fixture.file(Fixture.key, in: scratch), profile: .modern, kernelTLS: false)
         let before = identity.context
         _ = Fixture.certificate  // the same file, rewritten with another certificate: the key no longer matches
         let fd = open(certificate, O_WRONLY | O_TRUNC)
