@@ -29,7 +29,7 @@ public struct PEMCertificate: Sendable {
             var authority: Int32 = 0
             var notAfter: Int64 = 0
             _ = stampede_tls_der_describe(der, der.count, &subject, subject.count, &authority, &notAfter)
-            found.append(PEMCertificate(der: der, subject: String(cString: subject), isAuthority: authority == 1, notAfter: notAfter))
+            found.append(PEMCertificate(der: der, subject: String(cText: subject), isAuthority: authority == 1, notAfter: notAfter))
             at += max(1, consumed)
         }
         if found.isEmpty { throw Problem(description: "no PEM certificate in it") }

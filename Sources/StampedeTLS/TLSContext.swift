@@ -35,7 +35,7 @@ public final class TLSContext: @unchecked Sendable {
         var error = [CChar](repeating: 0, count: 256)
         guard let context = stampede_tls_context(certificate, keyFile, profile.code, kernelTLS ? 1 : 0, &which, &error, error.count) else {
             let file = which == Int32(STAMPEDE_TLS_KEY.rawValue) ? keyFile : certificate
-            throw Problem(file: file, reason: Self.explain(String(cString: error), key: file == keyFile))
+            throw Problem(file: file, reason: Self.explain(String(cText: error), key: file == keyFile))
         }
         self.context = context
         self.profile = profile
@@ -46,11 +46,11 @@ public final class TLSContext: @unchecked Sendable {
         var type = [CChar](repeating: 0, count: 32)
         var bits: Int32 = 0
         _ = stampede_tls_certificate_key(context, &type, type.count, &bits)
-        let keyType = String(cString: type)
+        let keyType = String(cText: type)
         key = "\(keyType) \(bits)"
         var names = [CChar](repeating: 0, count: 512)
         _ = stampede_tls_certificate_names(context, &names, names.count)
-        self.names = String(cString: names)
+        self.names = String(cText: names)
         if notAfter >= 0 && notAfter < now {
             throw Problem(file: certificate, reason: "the certificate expired on \(Self.date(notAfter))")
         }
@@ -89,7 +89,7 @@ public final class TLSContext: @unchecked Sendable {
         gmtime_r(&time, &parts)
         var text = [CChar](repeating: 0, count: 32)
         strftime(&text, text.count, "%Y-%m-%d %H:%M:%S UTC", &parts)
-        return String(cString: text)
+        return String(cText: text)
     }
 
     /// A session for an accepted socket; nil when OpenSSL has no memory for it.

@@ -88,7 +88,7 @@ public final class TLSSession {
     public var negotiated: String {
         var text = [CChar](repeating: 0, count: 96)
         _ = stampede_tls_describe(session, &text, text.count)
-        return String(cString: text)
+        return String(cText: text)
     }
 
     public var resumed: Bool { stampede_tls_resumed(session) == 1 }
@@ -99,7 +99,7 @@ public final class TLSSession {
     static func lastError() -> String {
         var text = [CChar](repeating: 0, count: 256)
         stampede_tls_error(&text, text.count)
-        let reason = String(cString: text)
+        let reason = String(cText: text)
         return reason.isEmpty ? "the handshake failed" : reason
     }
 }

@@ -92,6 +92,6 @@ tsBCElx0Kw==
         _ = text.utf8CString.dropLast().withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         fchmod(fd, mode)
         close(fd)
-        return String(cString: template)
+        return String(cText: template)
     }
 }
