@@ -212,6 +212,14 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
+def metrics_url(server) -> str:
+    """Where the server says it serves its metrics: a line written just after "serving", which
+    the server may not have written yet when the test reads its log."""
+    match = re.search(r"metrics on (http://\S+/metrics)", "\n".join(server.log_lines("metrics on")))
+    assert match, server.log_text()
+    return match.group(1)
+
+
 def run(argv, timeout=120, **kw):
     return subprocess.run(argv, capture_output=True, timeout=timeout, **kw)
 

@@ -3,7 +3,6 @@ file cache as TFTP. Checked with curl and with raw sockets that send what firmwa
 attackers send."""
 import json
 import os
-import re
 import socket
 import subprocess
 import time
@@ -11,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from conftest import Server, free_tcp_port, run
+from conftest import Server, free_tcp_port, metrics_url, run
 
 
 @pytest.fixture
@@ -282,7 +281,7 @@ def test_remap_rules_give_per_host_files_with_a_default(web, root, tmp_path):
 
 def test_tftp_and_http_share_one_image_and_one_view(web, root, tmp_path):
     s = web("--metrics", "127.0.0.1:0")
-    url = re.search(r"metrics on (http://\S+/metrics)", s.log_text()).group(1)
+    url = metrics_url(s)
     assert curl("-o", str(tmp_path / "t"), f"tftp://127.0.0.1:{s.port}/one-mib.bin").returncode == 0
     assert curl("-o", str(tmp_path / "h"), f"{s.url}/one-mib.bin").returncode == 0
     assert curl("-o", str(tmp_path / "h2"), f"{s.url}/one-mib.bin").returncode == 0
@@ -390,7 +389,7 @@ def test_http_over_ipv6_serves_as_over_ipv4(root, tmp_path):
     s = Server(root, ("--http", f"[::1]:{port}"), host="::1")
     try:
         url = f"http://[::1]:{port}"
-        assert f"over HTTP on {url}/" in s.log_text()
+        assert s.log_lines(f"over HTTP on {url}/")  # written after "serving": waited for
         got = tmp_path / "got"
         done = curl("-g", "-o", str(got), "-w", "%{http_code}", f"{url}/one-mib.bin")
         assert done.stdout == b"200" and got.read_bytes() == (root / "one-mib.bin").read_bytes()
@@ -509,7 +508,7 @@ def wait_for_port(port):
 def test_storm_plays_the_uefi_ipxe_chain_over_tftp_and_http(web, root, binary):
     files = boot_root(root)
     s = web("--metrics", "127.0.0.1:0", "--log-format", "json")
-    url = re.search(r"metrics on (http://\S+/metrics)", s.log_text()).group(1)
+    url = metrics_url(s)
     machines = 30
     done = run([str(binary), "storm", f"127.0.0.1:{s.port}", "--profile", "uefi-ipxe", "--http", f"127.0.0.1:{s.http_port}",
                 "--clients", str(machines), "--ramp", "0.5", "--verify-root", str(root), "--metrics", url, "--json"], timeout=120)

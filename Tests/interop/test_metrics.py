@@ -16,14 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BINARY, REPO, free_tcp_port, free_udp_port, run
+from conftest import BINARY, REPO, free_tcp_port, free_udp_port, metrics_url, run
 from tftpwire import RawClient, data, error, request
-
-
-def metrics_url(server) -> str:
-    match = re.search(r"metrics on (http://\S+/metrics)", server.log_text())
-    assert match, server.log_text()
-    return match.group(1)
 
 
 def scrape(url) -> str:
