@@ -199,6 +199,13 @@ def cell(figure):
     return with_spread(figure["median"], *figure["spread"])
 
 
+def baseline_cells(row, summary):
+    """A row's baseline columns (its figure, Stampede's over it), its ratio put in `summary`."""
+    s, b = row["stampede"], row["stampede-baseline"]
+    summary["baseline_ratio"] = round(s["median"] / b["median"], 2)
+    return f" {cell(b)} | {s['median'] / b['median']:.2f} |"
+
+
 def report(rounds, rack_rounds, nginx_version, seconds):
     """The tables of the rounds (and the rack's): the text, the summary, the idle figures and the
     rack's summary."""
@@ -216,11 +223,7 @@ def report(rounds, rack_rounds, nginx_version, seconds):
         s, t, n = row["stampede"], row["stampede-streamed"], row["nginx"]
         line = (f"| {key} | {cell(s)} | {cell(t)} | {cell(n)} | {ratio:.2f} | {streamed_ratio:.2f} "
                 f"| {s['gb_per_s']}, {t['gb_per_s']}, {n['gb_per_s']} |")
-        if baseline:
-            b = row["stampede-baseline"]
-            summary[key]["baseline_ratio"] = round(s["median"] / b["median"], 2)
-            line += f" {cell(b)} | {s['median'] / b['median']:.2f} |"
-        table.append(line)
+        table.append(line + (baseline_cells(row, summary[key]) if baseline else ""))
     table += ["", "Small answers: requests per server CPU-second (median, spread; higher is better), a 404 for a file "
               "not there and small files:", "",
               "| scenario | Stampede req/CPU-s (spread) | streamed (spread) | nginx req/CPU-s (spread) | Stampede ÷ nginx "
@@ -239,11 +242,7 @@ def report(rounds, rack_rounds, nginx_version, seconds):
         s, t, n = row["stampede"], row["stampede-streamed"], row["nginx"]
         line = (f"| {key} | {cell(s)} | {cell(t)} | {cell(n)} | {ratio:.2f} | {s['wrong_answers']}, {n['wrong_answers']} "
                 f"| {s['requests_per_s']}, {t['requests_per_s']}, {n['requests_per_s']} |")
-        if baseline:
-            b = row["stampede-baseline"]
-            summary[key]["baseline_ratio"] = round(s["median"] / b["median"], 2)
-            line += f" {cell(b)} | {s['median'] / b['median']:.2f} |"
-        table.append(line)
+        table.append(line + (baseline_cells(row, summary[key]) if baseline else ""))
     idle = {server: rounds[server][-1]["idle"] for server in ("stampede", "nginx")}
     table.append("")
     table.append(f"{IDLE_CONNECTIONS} idle connections (descriptor limit {FD_LIMIT}): Stampede RSS {idle['stampede']['rss_mib']} MiB "
