@@ -50,7 +50,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build build-deps run test test-prepare unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http bench-https bench-dhcp bench-rack fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
+.PHONY: all build build-deps run test test-prepare unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http bench-https bench-dhcp bench-rack bench-lockstep fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
 
 all: build
 
@@ -178,15 +178,21 @@ bench-deps: deps parity-deps
 	@chroot $(SID) /usr/sbin/in.tftpd -V 2>&1 | head -1; chroot $(SID) /usr/sbin/dnsmasq --version | head -1
 
 # Stampede on both backends and every peer, the same scenarios, one table (results/bench.*).
-bench: build bench-deps .build/floor
+bench: build bench-deps .build/floor .build/floor-lockstep
 	python3 Benchmarks/compare.py
 	python3 Benchmarks/proxy_dhcp.py
 	python3 Benchmarks/https_vs_nginx.py
 
 # The rack scenario alone, both backends, three interleaved rounds, and where each round's
 # datagrams were dropped: results/bench-rack.{json,md}.
-bench-rack: build .build/floor
+bench-rack: build .build/floor .build/floor-lockstep
 	BENCH_OUTPUT=bench-rack BENCH_SCENARIOS=rack BENCH_SERVERS=stampede-uring,stampede-glibc BENCH_ROUNDS=3 BENCH_RACK_ROUNDS=3 \
+		python3 Benchmarks/compare.py
+
+# Lockstep alone (rack-boot, storm), both backends beside dnsmasq 2.93 in five interleaved rounds,
+# with the kernel's price for lockstep (Benchmarks/Floor/lockstep.c): results/bench-lockstep.{json,md}.
+bench-lockstep: build bench-deps .build/floor .build/floor-lockstep
+	BENCH_OUTPUT=bench-lockstep BENCH_SCENARIOS=rack-boot,storm BENCH_SERVERS=stampede-uring,stampede-glibc,dnsmasq BENCH_ROUNDS=5 \
 		python3 Benchmarks/compare.py
 
 # A rack booting from its first DHCP packet, Stampede (--proxy-dhcp) beside dnsmasq's proxy and
@@ -206,7 +212,7 @@ bench-https: build bench-deps
 # The static binary (build) against the dynamically linked one it replaced, on both backends,
 # interleaved in one run: results/bench-static.{json,md,svg}, the dynamic rows as stampede-*-dynamic.
 DYNAMIC_BIN := .build/bench/stampede-dynamic
-bench-static: bench-deps .build/floor
+bench-static: bench-deps .build/floor .build/floor-lockstep
 	$(SWIFT) build -c release --product stampede
 	mkdir -p $(dir $(DYNAMIC_BIN)) && cp $(BIN) $(DYNAMIC_BIN)
 	$(MAKE) build
@@ -219,8 +225,15 @@ bench-static: bench-deps .build/floor
 	mkdir -p .build
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -pthread $< $$(pkg-config --cflags --libs liburing) -o $@
 
-bench-floor: .build/floor
+# The kernel's price for lockstep: a datagram out and its ACK in per block, 1,000 socket pairs,
+# served by io_uring and by epoll; no TFTP.
+.build/floor-lockstep: Benchmarks/Floor/lockstep.c
+	mkdir -p .build
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -pthread $< $$(pkg-config --cflags --libs liburing) -o $@
+
+bench-floor: .build/floor .build/floor-lockstep
 	.build/floor --zerocopy
+	.build/floor-lockstep
 
 # rack-boot through 1 % loss, fixed vs adaptive retransmit timeout (root: netns + nftables).
 bench-loss: build

@@ -11,8 +11,11 @@ from /proc, sampled every 100 ms. Results go to results/bench.{json,md,svg}; the
 Stampede runs on each backend with windows sent as segmented sends (UDP GSO, the default) and,
 in the windowed scenarios, with --no-gso: what io_uring adds and what GSO adds, side by side.
 Before the servers, the kernel floor (Benchmarks/Floor/floor.c, built as .build/floor): the
-sender's CPU per GB for the same datagrams with sendmmsg and with GSO, no TFTP at all; each
-scenario's row says how far the server is from the floor for its kind of send.
+sender's CPU per GB for the same datagrams with sendmmsg and with GSO, no TFTP at all; and the
+kernel's price for lockstep (Benchmarks/Floor/lockstep.c, .build/floor-lockstep): a datagram out
+and its ACK in per block over as many socket pairs as a lockstep scenario has clients at once,
+served by io_uring and by epoll. Each scenario's row says how far the server is from the floor
+for its kind of transfer.
 
 The peers are those operators run now, tftp-hpa 7.3's in.tftpd and dnsmasq 2.93, run from the
 Debian unstable tree `make parity-deps` makes (chrooted in a mount namespace of their own where
@@ -55,6 +58,7 @@ SCENARIO_LIMIT = 180  # seconds before a storm is interrupted
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 RACK_ROUNDS = int(os.environ.get("BENCH_RACK_ROUNDS", "1"))
 FLOOR = REPO / ".build" / "floor"
+FLOOR_LOCKSTEP = REPO / ".build" / "floor-lockstep"
 BASELINE_LABEL = os.environ.get("BENCH_BASELINE_LABEL", "baseline")
 REPEATED = {"stampede-uring", "stampede-glibc", "stampede-uring-nogso", "stampede-glibc-nogso", "dnsmasq",
             f"stampede-uring-{BASELINE_LABEL}", f"stampede-glibc-{BASELINE_LABEL}"}
@@ -341,31 +345,55 @@ def median_rounds(rounds):
     return sorted(rows, key=lambda r: (scenario_order[r["scenario"]], order[r["server"]]))
 
 
-# The floor figure a scenario's sends compare with: (window, mode) of Benchmarks/Floor.
-FLOOR_OF = {"rack-boot": (1, "sendmmsg"), "initrd": (16, "gso"), "uefi": (4, "gso"), "storm": (1, "sendmmsg"),
+# The floor figure a scenario compares with: ("lockstep", pairs) of Benchmarks/Floor/lockstep.c
+# served by io_uring, or (window, mode) of Benchmarks/Floor/floor.c. scale's 10,000 clients at
+# once would take 40,000 descriptors in the lockstep floor: it keeps the floor of its sends.
+FLOOR_OF = {"rack-boot": ("lockstep", 1000), "initrd": (16, "gso"), "uefi": (4, "gso"), "storm": ("lockstep", 400),
             "scale": (1, "sendmmsg")}
+LOCKSTEP_PAIRS = sorted({pairs for kind, pairs in FLOOR_OF.values() if kind == "lockstep"})
+
+
+def run_floor_program(program, arguments, what):
+    """One floor program's JSON, or None where it is not built or failed."""
+    if not program.exists():
+        print(f"{program} missing: `make bench` builds it; not in this report")
+        return None
+    print(f"{what} ...", flush=True)
+    r = subprocess.run([str(program), *arguments], capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        print(f"{program.name} failed: {r.stderr.strip()[-300:]}")
+        return None
+    return json.loads(r.stdout)
 
 
 def run_floor():
-    """The kernel floor, or None where it is not built."""
-    if not FLOOR.exists():
-        print(f"{FLOOR} missing: `make bench` builds it; no floor in this report")
+    """The kernel floor: the sends (floor.c) and lockstep (lockstep.c, for each number of pairs a
+    scenario needs), or None where the send floor is missing."""
+    megabytes = "16" if QUICK else "64"
+    floor = run_floor_program(FLOOR, ["--rounds", "5", "--megabytes", megabytes, "--zerocopy"],
+                              "kernel floor (sendmmsg vs GSO vs zero-copy GSO, by syscall and by io_uring; no TFTP)")
+    if floor is None:
         return None
-    print("kernel floor (sendmmsg vs GSO vs zero-copy GSO, by syscall and by io_uring; no TFTP) ...", flush=True)
-    r = subprocess.run([str(FLOOR), "--rounds", "5", "--megabytes", "16" if QUICK else "64", "--zerocopy"],
-                       capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        print(f"floor failed: {r.stderr.strip()[-300:]}")
-        return None
-    return json.loads(r.stdout)
+    floor["lockstep"] = []
+    for pairs in LOCKSTEP_PAIRS:
+        lockstep = run_floor_program(FLOOR_LOCKSTEP, ["--rounds", "5", "--megabytes", megabytes, "--pairs", str(pairs)],
+                                     f"kernel floor for lockstep, {pairs} pairs (io_uring vs epoll; no TFTP)")
+        if lockstep:
+            floor["lockstep"].append(lockstep)
+    return floor
 
 
 def floor_figure(floor, scenario):
     if not floor or scenario not in FLOOR_OF:
         return None
-    window, mode = FLOOR_OF[scenario]
+    kind, detail = FLOOR_OF[scenario]
+    if kind == "lockstep":
+        for run in floor.get("lockstep", []):
+            if run["pairs"] == detail:
+                return next(f["median"] for f in run["cpu_s_per_gb"] if f["mode"] == "uring")
+        return None
     for f in floor["cpu_s_per_gb"]:
-        if f["window"] == window and f["mode"] == mode:
+        if f["window"] == kind and f["mode"] == detail:
             return f["median"]
     return None
 
@@ -408,7 +436,27 @@ def floor_markdown(floor):
     return (f"Sender CPU-s per GB of {floor['datagram_bytes']}-byte datagrams (4 + 1,468, two iovecs each), median of "
             f"{floor['rounds']} interleaved rounds of {floor['megabytes_per_measurement']} MB, spread in brackets; "
             f"send failures {failures}; {floor['sent_datagrams']} sent, {floor['received_datagrams']} received.\n\n"
-            + "\n".join(lines))
+            + "\n".join(lines) + lockstep_markdown(floor.get("lockstep", [])))
+
+
+def lockstep_markdown(runs):
+    if not runs:
+        return ""
+    lines = ["| socket pairs | io_uring | epoll | epoll ÷ io_uring |", "|---|---|---|---|"]
+    for run in runs:
+        cells = {f["mode"]: f for f in run["cpu_s_per_gb"]}
+        uring, epoll = cells["uring"], cells["epoll"]
+        lines.append(f"| {run['pairs']:,} | {uring['median']:.2f} ({uring['low']:.2f}–{uring['high']:.2f}) "
+                     f"| {epoll['median']:.2f} ({epoll['low']:.2f}–{epoll['high']:.2f}) "
+                     f"| {epoll['median'] / uring['median']:.2f} |")
+    first = runs[0]
+    failures = {pairs["pairs"]: pairs["failures"] for pairs in runs}
+    return ("\n\nLockstep, the kernel's price per block with no TFTP: each pair of connected loopback sockets "
+            f"carries a DATA of {first['datagram_bytes']} bytes out and its 4-byte ACK back before the next, a "
+            "client thread answering; the serving thread's CPU-s per GB, io_uring (a multishot receive per "
+            "socket, a SENDMSG per block, one submit per batch) and epoll (recv and sendmsg per block). Median of "
+            f"{first['rounds']} interleaved rounds of {first['megabytes_per_measurement']} MB, spread in brackets; "
+            f"ACKs that never came {failures}.\n\n" + "\n".join(lines))
 
 
 def fmt(value, digits=2):
@@ -560,6 +608,8 @@ def main():
     info = {"versions": versions, "quick": QUICK, "rounds": ROUNDS, "seconds": round(time.monotonic() - started, 1),
             "scenarios": {s.name: s.shows for s in scenarios}}
     table = markdown(rows)
+    rack = rack_markdown(rounds)
+    rack_section = f"### The rack: boot profiles at scale\n\n{rack}\n\n" if rack else ""
     scenario_lines = "\n".join(f"- {name}: {info['scenarios'][name]}" for name in info["scenarios"])
     write_results(OUTPUT, {"run": info, "floor": floor, "rows": rows, "rounds": rounds},
         f"All on loopback; "
@@ -567,14 +617,15 @@ def main():
         f"dnsmasq (spread of server CPU per GB in brackets), one round for the other peers. "
         f"Peers: {'; '.join(f'{name}: {version}' for name, version in versions.items())}. "
         f"`-nogso`: the same server with --no-gso. × floor: the server's CPU per GB over the kernel floor's for "
-        f"its kind of send (lockstep: one datagram per send; initrd: GSO sends of 16; uefi: GSO sends of 4).\n\n"
-        f"{scenario_lines}\n\n{table}\n\n### The rack: boot profiles at scale\n\n{rack_markdown(rounds)}\n\n"
+        f"its kind of transfer (rack-boot and storm: lockstep's, as many pairs as clients at once; initrd: GSO "
+        f"sends of 16; uefi: GSO sends of 4; scale: one datagram per send).\n\n"
+        f"{scenario_lines}\n\n{table}\n\n{rack_section}"
         f"### The kernel floor\n\n{floor_markdown(floor)}\n")
     (RESULTS / f"{OUTPUT}.svg").write_text(svg(rows))
     print()
     print(table)
     print()
-    print(rack_markdown(rounds))
+    print(rack)
     print()
     print(floor_markdown(floor))
     print(f"\n{info['seconds']} s; results in {RESULTS}/{OUTPUT}.json, {OUTPUT}.md, {OUTPUT}.svg")

@@ -40,6 +40,12 @@ SECTIONS = [
             "rounds, each round a row; then, per round, where datagrams were dropped on each side: full socket queues "
             "(the server's at its listeners in brackets), sends the kernel refused, io_uring receives that found no "
             "buffer, timers 10 ms or more late, and the host's UDP counters."),
+    Section("bench-lockstep", "Lockstep: both backends beside dnsmasq and the kernel's price", "make bench-lockstep",
+            "The lockstep scenarios of `make bench` alone (rack-boot: 1,000 clients at once x 1 MiB; storm: 10,000 "
+            "transfers of 32 KiB, 400 at a time), Stampede on io_uring and on Glibc beside dnsmasq 2.93 in five "
+            "interleaved rounds, and before them the kernel's price for lockstep with no TFTP at all: a minimal C loop "
+            "that sends a DATA and waits for its ACK on as many socket pairs as the scenario has clients at once "
+            "(× floor is over its io_uring figure)."),
     Section("bench-dhcp", "The first DHCP packet: Stampede's proxyDHCP beside dnsmasq's", "make bench-dhcp",
             "A boot network of its own (two network namespaces and a veth pair): `stampede storm --dhcp` plays each "
             "machine's DHCP as its firmware sends it, with its own MAC and UUID, against Stampede (--proxy-dhcp, TFTP, "
