@@ -150,20 +150,18 @@ enum Grammar {
 
     /// `value`'s digits in `radix` (10 or 16, lowercase), onto `bytes`.
     static func append(_ value: UInt64, radix: UInt64, to bytes: inout [UInt8]) {
-        var digits = 1
-        var rest = value / radix
-        while rest > 0 {
-            digits += 1
-            rest /= radix
-        }
-        for _ in 0..<digits { bytes.append(0) }
-        var value = value
-        var i = bytes.count
-        while i > bytes.count - digits {
-            i -= 1
-            let digit = UInt8(value % radix)
-            bytes[i] = digit < 10 ? 48 + digit : 87 + digit
-            value /= radix
+        // The digits from the last, into room on the stack (64: base 2 at most), each division
+        // done once; then appended in order.
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { digits in
+            var value = value
+            var first = digits.count
+            repeat {
+                first -= 1
+                let digit = UInt8(value % radix)
+                digits[first] = digit < 10 ? 48 + digit : 87 + digit
+                value /= radix
+            } while value > 0
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: digits[first...]))
         }
     }
 }
