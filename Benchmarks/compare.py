@@ -450,7 +450,7 @@ def lockstep_markdown(runs):
                      f"| {epoll['median']:.2f} ({epoll['low']:.2f}–{epoll['high']:.2f}) "
                      f"| {epoll['median'] / uring['median']:.2f} |")
     first = runs[0]
-    failures = {pairs["pairs"]: pairs["failures"] for pairs in runs}
+    failures = {run["pairs"]: run["failures"] for run in runs}
     return ("\n\nLockstep, the kernel's price per block with no TFTP: each pair of connected loopback sockets "
             f"carries a DATA of {first['datagram_bytes']} bytes out and its 4-byte ACK back before the next, a "
             "client thread answering; the serving thread's CPU-s per GB, io_uring (a multishot receive per "
