@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -11,6 +12,32 @@
 
 /* Process-level plumbing for running as in.tftpd does: sockets handed over by inetd or systemd,
  * detaching into the background, syslog. */
+
+/* 0 until asked, and again in a forked child: getpid is a system call, and every log line
+ * names the process. */
+static pid_t known_pid;
+static pthread_once_t pid_reset_registered = PTHREAD_ONCE_INIT;
+
+static void forget_pid(void)
+{
+    known_pid = 0;
+}
+
+static void register_pid_reset(void)
+{
+    pthread_atfork(NULL, NULL, forget_pid);
+}
+
+int stampede_process_id(void)
+{
+    pid_t pid = __atomic_load_n(&known_pid, __ATOMIC_RELAXED);
+    if (pid == 0) {
+        pthread_once(&pid_reset_registered, register_pid_reset);
+        pid = getpid();
+        __atomic_store_n(&known_pid, pid, __ATOMIC_RELAXED);
+    }
+    return pid;
+}
 
 int stampede_fd_is_datagram_socket(int fd)
 {

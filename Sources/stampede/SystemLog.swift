@@ -122,7 +122,7 @@ struct LineLogHandler: MetadataLogHandler {
         switch format {
         // In pieces, not interpolated: a 404's line would make two Strings of its own.
         case .human:
-            writeLine(Stampede.invokedName, "[", String(getpid()), "]: ", Self.name(event.level), ": ", prefix, event.message.description, "\n",
+            writeLine(Stampede.invokedName, "[", String(stampede_process_id()), "]: ", Self.name(event.level), ": ", prefix, event.message.description, "\n",
                       to: descriptor)
         case .tag:
             writeLine("<", String(SyslogHandler.priority(event.level)), ">", prefix, event.message.description, "\n", to: descriptor)

@@ -1,6 +1,7 @@
 """Drop-in for in.tftpd: remap rules, inetd and systemd sockets, detaching, pidfile, syslog, argv[0]."""
 import os
 import pwd
+import re
 import resource
 import signal
 import socket
@@ -301,6 +302,37 @@ def test_without_L_it_detaches_once_serving_and_writes_the_pidfile(binary, root,
         os.kill(pid, signal.SIGTERM)
     wait_until_gone(pid)
     assert not pidfile.exists()
+
+
+def test_a_detaching_servers_log_lines_name_the_process_that_wrote_each(binary, root, tmp_path):
+    # The rule file's warning is logged before the fork, by the command's own process; the rest
+    # by the server it leaves behind. The process id is asked of the kernel once per process:
+    # the child must not name its parent.
+    rules = tmp_path / "rules"
+    rules.write_text("r ^nothing something extra\n")
+    log, pidfile = tmp_path / "stampede.log", tmp_path / "tftpd.pid"
+    port = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    port.bind(("127.0.0.1", 0))
+    number = port.getsockname()[1]
+    port.close()
+    r = run([str(binary), "-l", "-a", f"127.0.0.1:{number}", "-u", "root", "-P", str(pidfile), "-m", str(rules),
+             "--logfile", str(log), "-v", str(root)], timeout=20)
+    assert r.returncode == 0, r
+    pid = int(pidfile.read_text())
+    try:
+        assert fetch(number, "hello.txt") == (0, b"hello, rack\n")
+        deadline = time.monotonic() + 10
+        while "hello.txt" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    wait_until_gone(pid)
+    lines = log.read_text().splitlines()
+    named = {line: int(re.match(r"stampede\[(\d+)\]: ", line).group(1)) for line in lines}
+    warning = next(line for line in lines if "ignored" in line)
+    assert named[warning] != pid, lines
+    assert all(named[line] == pid for line in lines if line != warning), lines
+    assert any("serving" in line for line in lines) and any("hello.txt" in line for line in lines), lines
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="LOUD SKIP: -s and -u need root")

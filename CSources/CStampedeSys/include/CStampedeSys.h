@@ -165,6 +165,10 @@ int64_t stampede_monotonic_ns(void);
 
 /* process.c: running as in.tftpd does. */
 
+/* getpid, asked of the kernel once per process: a fork's child (the detach, any other) asks
+ * again. */
+int stampede_process_id(void);
+
 /* Is fd a datagram socket (fd 0: inetd mode)? 1 or 0. */
 int stampede_fd_is_datagram_socket(int fd);
 
