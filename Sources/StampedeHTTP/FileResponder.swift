@@ -221,7 +221,7 @@ final class FileResponder: HTTPResponder {
         line.append(" bytes=")
         line.append(response.bodyBytes)
         line.append(" time=")
-        line.append(decimalText(seconds, places: 3))
+        line.append(seconds, places: 3)
         line.append("s: ")
         if let detail = record.detail { line.append(sanitized: detail) } else { line.append(record.result.label) }
         logger.log(level: level, Logger.Message(stringLiteral: line.text))

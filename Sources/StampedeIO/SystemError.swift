@@ -19,7 +19,7 @@ public struct Errno: Error, Equatable, Sendable, CustomStringConvertible {
 
 /// Calls `body` with `bytes` as a NUL-terminated C path: file names are bytes, not text. The
 /// copy is on the stack for a name of up to a kilobyte or so (no allocation).
-@inline(__always)
+@inlinable @inline(__always)
 public func withCPath<T>(_ bytes: ArraySlice<UInt8>, _ body: (UnsafePointer<CChar>) -> T) -> T {
     withUnsafeTemporaryAllocation(byteCount: bytes.count + 1, alignment: 1) { buffer in
         bytes.withUnsafeBytes { buffer.copyMemory(from: $0) }

@@ -12,16 +12,26 @@ public struct LogLine {
     }
 
     public mutating func append(_ text: String) {
-        bytes.append(contentsOf: text.utf8)
+        var text = text
+        text.withUTF8 { bytes.append(contentsOf: $0) }
     }
 
     public mutating func append(_ text: StaticString) {
         bytes.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
     }
 
-    /// Digits (a small String: no memory of its own).
+    /// Decimal digits, written in place.
     public mutating func append(_ value: Int) {
-        append(String(value))
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: integerCapacity) { out in
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: out[..<writeInteger(value, into: out)]))
+        }
+    }
+
+    /// `value` with `places` decimals, as `decimalText` writes it, in place.
+    public mutating func append(_ value: Double, places: Int) {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: decimalCapacity(places: places)) { out in
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: out[..<writeDecimal(value, places: places, into: out)]))
+        }
     }
 
     /// Client text as `sanitizedForLog` shows it, written in place.

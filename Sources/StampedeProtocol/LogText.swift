@@ -50,13 +50,68 @@ func writeSanitized(_ bytes: UnsafeBufferPointer<UInt8>, limit: Int, into out: U
 
 /// `value` with `places` decimals, without Foundation (log lines, reports).
 public func decimalText(_ value: Double, places decimals: Int) -> String {
-    guard value.isFinite else { return "0" }
-    var scale = 1.0
-    for _ in 0..<decimals { scale *= 10 }
-    let scaled = Int((abs(value) * scale).rounded())
-    let whole = String(scaled / Int(scale))
-    let sign = value < 0 && scaled != 0 ? "-" : ""
-    guard decimals > 0 else { return sign + whole }
-    let fraction = String(scaled % Int(scale))
-    return sign + whole + "." + String(repeating: "0", count: decimals - fraction.count) + fraction
+    String(unsafeUninitializedCapacity: decimalCapacity(places: decimals)) { writeDecimal(value, places: decimals, into: $0) }
+}
+
+/// The most bytes `writeDecimal` writes: a sign, the 19 digits of the largest whole part, the
+/// point and the places.
+func decimalCapacity(places: Int) -> Int {
+    21 + max(0, places)
+}
+
+/// Writes `value` rounded to `places` decimals ("0" for a value that is not finite; a magnitude
+/// past Int.max is written as Int.max) into `out`, `decimalCapacity` bytes at least; returns how
+/// many bytes it wrote.
+func writeDecimal(_ value: Double, places: Int, into out: UnsafeMutableBufferPointer<UInt8>) -> Int {
+    guard value.isFinite else {
+        out[0] = UInt8(ascii: "0")
+        return 1
+    }
+    let places = max(0, places)
+    var scale: UInt64 = 1
+    for _ in 0..<places { scale *= 10 }
+    let scaled = UInt64((abs(value) * Double(scale)).rounded().clamped(to: 0...Double(Int.max)))
+    var n = 0
+    if value < 0 && scaled != 0 {
+        out[0] = UInt8(ascii: "-")
+        n = 1
+    }
+    n += writeDigits(scaled / scale, minimumCount: 1, into: UnsafeMutableBufferPointer(rebasing: out[n...]))
+    guard places > 0 else { return n }
+    out[n] = UInt8(ascii: ".")
+    return n + 1 + writeDigits(scaled % scale, minimumCount: places, into: UnsafeMutableBufferPointer(rebasing: out[(n + 1)...]))
+}
+
+/// The most bytes `writeInteger` writes: a sign and 19 digits.
+let integerCapacity = 20
+
+/// Writes `value` in decimal into `out`, `integerCapacity` bytes at least; returns how many.
+func writeInteger(_ value: Int, into out: UnsafeMutableBufferPointer<UInt8>) -> Int {
+    guard value < 0 else { return writeDigits(UInt64(value), minimumCount: 1, into: out) }
+    out[0] = UInt8(ascii: "-")
+    return 1 + writeDigits(UInt64(value.magnitude), minimumCount: 1, into: UnsafeMutableBufferPointer(rebasing: out[1...]))
+}
+
+/// The decimal digits of `value`, zeros in front up to `minimumCount`: one division per digit,
+/// written from the last.
+private func writeDigits(_ value: UInt64, minimumCount: Int, into out: UnsafeMutableBufferPointer<UInt8>) -> Int {
+    var count = 1
+    var rest = value / 10
+    while rest > 0 {
+        count += 1
+        rest /= 10
+    }
+    count = max(count, minimumCount)
+    rest = value
+    for i in stride(from: count - 1, through: 0, by: -1) {
+        out[i] = UInt8(ascii: "0") + UInt8(rest % 10)
+        rest /= 10
+    }
+    return count
+}
+
+extension Comparable {
+    fileprivate func clamped(to range: ClosedRange<Self>) -> Self {
+        min(max(self, range.lowerBound), range.upperBound)
+    }
 }
