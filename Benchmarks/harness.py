@@ -119,6 +119,10 @@ class CpuGroup:
     def seconds(self) -> float:
         return int((self.path / "cpuacct.usage").read_text()) / 1e9
 
+    def user_seconds(self) -> float:
+        """The part of `seconds` spent in user space (the rest is the kernel's)."""
+        return int((self.path / "cpuacct.usage_user").read_text()) / 1e9
+
     def remove(self):
         for _ in range(50):
             try:

@@ -9,7 +9,8 @@ every scenario with wrk (Debian's): keep-alive GETs of a 1 MiB and a 64 MiB file
 2,000 connections, BENCH_HTTP_SECONDS (default 8) each. Server CPU per GB is the cgroup's CPU
 over the bytes wrk read. Then the small answers a rack asks for, scripts, configs and 404s for
 per-machine files that are not there: a 404, a 4 KiB and a 64 KiB file, by 100 and by 2,000
-connections, measured as requests per server CPU-second. Then 8,000 idle connections are opened to each and its resident memory
+connections, measured as requests per server CPU-second (and the part of it in user space,
+the server's own code, per request). Then 8,000 idle connections are opened to each and its resident memory
 (summed over its processes) is read, and one more request must still be answered. Stampede
 runs twice: as it ships (files cached as images, sent from the image's memfd) and "streamed"
 (--cache-file-limit 0: sendfile from the file's own page cache, as nginx does), which shows what
@@ -116,11 +117,15 @@ def one_round(server, index):
             load["gb_per_s"] = round(load["bytes"] / 1e9 / SECONDS, 3)
             results[f"{name} x{connections}"] = load
         for name, connections in SMALL_SCENARIOS:
-            before = group.seconds() if group else 0.0
+            before = (group.seconds(), group.user_seconds()) if group else (0.0, 0.0)
             load = wrk(f"http://127.0.0.1:{port}/{name}", connections, SECONDS)
-            cpu = (group.seconds() if group else 0.0) - before
+            cpu = (group.seconds() if group else 0.0) - before[0]
+            user = (group.user_seconds() if group else 0.0) - before[1]
             load["cpu_s"] = round(cpu, 3)
             load["requests_per_cpu_s"] = round(load["requests"] / cpu) if cpu > 0 else None
+            # The server's own code, apart from the kernel's work for it (the same socket calls
+            # on both sides): what a change in user space moves.
+            load["user_us_per_request"] = round(user / load["requests"] * 1e6, 2) if load["requests"] else None
             load["requests_per_s"] = round(load["requests"] / SECONDS)
             results[f"{name} x{connections}"] = load
         if server not in ("stampede-streamed", "stampede-baseline"):  # "stampede"'s process when idle
@@ -227,21 +232,24 @@ def report(rounds, rack_rounds, nginx_version, seconds):
     table += ["", "Small answers: requests per server CPU-second (median, spread; higher is better), a 404 for a file "
               "not there and small files:", "",
               "| scenario | Stampede req/CPU-s (spread) | streamed (spread) | nginx req/CPU-s (spread) | Stampede ÷ nginx "
-              "| answers not 404/2xx (Stampede, nginx) | req/s Stampede, streamed, nginx |"
+              "| answers not 404/2xx (Stampede, nginx) | req/s Stampede, streamed, nginx | user-space µs/request Stampede, nginx |"
               + (" baseline (spread) | Stampede ÷ baseline |" if baseline else ""),
-              "|---|---|---|---|---|---|---|" + ("---|---|" if baseline else "")]
+              "|---|---|---|---|---|---|---|---|" + ("---|---|" if baseline else "")]
     for name, connections in SMALL_SCENARIOS:
         key = f"{name} x{connections}"
         row = {}
         for server in rounds:
             wrong = sum(r[key]["non_2xx"] for r in rounds[server]) if name in SMALL_FILES else \
                 sum(r[key]["requests"] - r[key]["non_2xx"] for r in rounds[server])
-            row[server] = {**figure(rounds[server], key, "requests_per_cpu_s", "requests_per_s"), "wrong_answers": wrong}
+            user = [r[key]["user_us_per_request"] for r in rounds[server] if r[key].get("user_us_per_request") is not None]
+            row[server] = {**figure(rounds[server], key, "requests_per_cpu_s", "requests_per_s"), "wrong_answers": wrong,
+                           "user_us_per_request": median_spread(user)[0] if user else None}
         ratio = row["stampede"]["median"] / row["nginx"]["median"]
         summary[key] = {**row, "ratio": round(ratio, 2)}
         s, t, n = row["stampede"], row["stampede-streamed"], row["nginx"]
         line = (f"| {key} | {cell(s)} | {cell(t)} | {cell(n)} | {ratio:.2f} | {s['wrong_answers']}, {n['wrong_answers']} "
-                f"| {s['requests_per_s']}, {t['requests_per_s']}, {n['requests_per_s']} |")
+                f"| {s['requests_per_s']}, {t['requests_per_s']}, {n['requests_per_s']} "
+                f"| {s['user_us_per_request']}, {n['user_us_per_request']} |")
         table.append(line + (baseline_cells(row, summary[key]) if baseline else ""))
     idle = {server: rounds[server][-1]["idle"] for server in ("stampede", "nginx")}
     table.append("")
