@@ -53,24 +53,27 @@ public func decimalText(_ value: Double, places decimals: Int) -> String {
     String(unsafeUninitializedCapacity: decimalCapacity(places: decimals)) { writeDecimal(value, places: decimals, into: $0) }
 }
 
+/// The most places `writeDecimal` writes: 10^18 is the largest power of ten a UInt64 holds.
+let maximumPlaces = 18
+
 /// The most bytes `writeDecimal` writes: a sign, the 19 digits of the largest whole part, the
 /// point and the places.
 func decimalCapacity(places: Int) -> Int {
-    21 + max(0, places)
+    21 + min(max(0, places), maximumPlaces)
 }
 
-/// Writes `value` rounded to `places` decimals ("0" for a value that is not finite; a magnitude
-/// past Int.max is written as Int.max) into `out`, `decimalCapacity` bytes at least; returns how
-/// many bytes it wrote.
+/// Writes `value` rounded to `places` decimals (at most `maximumPlaces`; "0" for a value that is
+/// not finite; one whose magnitude in units of the last place is past Int.max as Int.max of
+/// them) into `out`, `decimalCapacity` bytes at least; returns how many bytes it wrote.
 func writeDecimal(_ value: Double, places: Int, into out: UnsafeMutableBufferPointer<UInt8>) -> Int {
     guard value.isFinite else {
         out[0] = UInt8(ascii: "0")
         return 1
     }
-    let places = max(0, places)
+    let places = min(max(0, places), maximumPlaces)
     var scale: UInt64 = 1
     for _ in 0..<places { scale *= 10 }
-    let scaled = UInt64((abs(value) * Double(scale)).rounded().clamped(to: 0...Double(Int.max)))
+    let scaled = UInt64(min((abs(value) * Double(scale)).rounded(), Double(Int.max)))
     var n = 0
     if value < 0 && scaled != 0 {
         out[0] = UInt8(ascii: "-")
@@ -92,8 +95,8 @@ func writeInteger(_ value: Int, into out: UnsafeMutableBufferPointer<UInt8>) -> 
     return 1 + writeDigits(UInt64(value.magnitude), minimumCount: 1, into: UnsafeMutableBufferPointer(rebasing: out[1...]))
 }
 
-/// The decimal digits of `value`, zeros in front up to `minimumCount`: one division per digit,
-/// written from the last.
+/// The decimal digits of `value`, zeros in front up to `minimumCount`: counted, then written
+/// from the last.
 private func writeDigits(_ value: UInt64, minimumCount: Int, into out: UnsafeMutableBufferPointer<UInt8>) -> Int {
     var count = 1
     var rest = value / 10
@@ -108,10 +111,4 @@ private func writeDigits(_ value: UInt64, minimumCount: Int, into out: UnsafeMut
         rest /= 10
     }
     return count
-}
-
-extension Comparable {
-    fileprivate func clamped(to range: ClosedRange<Self>) -> Self {
-        min(max(self, range.lowerBound), range.upperBound)
-    }
 }

@@ -6,6 +6,7 @@ import Testing
         (0.0037, 3, "0.004"), (0.0, 3, "0.000"), (1.5, 0, "2"), (2.5, 0, "3"), (12345.678, 2, "12345.68"),
         (-2.25, 1, "-2.3"), (-0.0001, 3, "0.000"), (0.1, 1, "0.1"), (7.0, 4, "7.0000"), (1.0005, 3, "1.001"),
         (.infinity, 3, "0"), (-.infinity, 1, "0"), (.nan, 2, "0"), (1e30, 2, "92233720368547758.08"),
+        (-0.0, 2, "0.00"), (1.5, 40, "1.500000000000000000"), (3.0, -1, "3"),
     ] as [(Double, Int, String)])
     func decimalsAreRoundedAndZeroPadded(value: Double, places: Int, text: String) {
         #expect(decimalText(value, places: places) == text)
