@@ -20,11 +20,9 @@ public struct LogLine {
         bytes.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
     }
 
-    /// Decimal digits, written in place.
+    /// Digits (a small String: no memory of its own).
     public mutating func append(_ value: Int) {
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: integerCapacity) { out in
-            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: out[..<writeInteger(value, into: out)]))
-        }
+        append(String(value))
     }
 
     /// `value` with `places` decimals, as `decimalText` writes it, in place.

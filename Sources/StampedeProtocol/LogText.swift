@@ -85,16 +85,6 @@ func writeDecimal(_ value: Double, places: Int, into out: UnsafeMutableBufferPoi
     return n + 1 + writeDigits(scaled % scale, minimumCount: places, into: UnsafeMutableBufferPointer(rebasing: out[(n + 1)...]))
 }
 
-/// The most bytes `writeInteger` writes: a sign and 19 digits.
-let integerCapacity = 20
-
-/// Writes `value` in decimal into `out`, `integerCapacity` bytes at least; returns how many.
-func writeInteger(_ value: Int, into out: UnsafeMutableBufferPointer<UInt8>) -> Int {
-    guard value < 0 else { return writeDigits(UInt64(value), minimumCount: 1, into: out) }
-    out[0] = UInt8(ascii: "-")
-    return 1 + writeDigits(UInt64(value.magnitude), minimumCount: 1, into: UnsafeMutableBufferPointer(rebasing: out[1...]))
-}
-
 /// The decimal digits of `value`, zeros in front up to `minimumCount`: counted, then written
 /// from the last.
 private func writeDigits(_ value: UInt64, minimumCount: Int, into out: UnsafeMutableBufferPointer<UInt8>) -> Int {
