@@ -15,6 +15,8 @@ final class FileResponder: HTTPResponder {
     let metrics: WorkerMetrics
     var durations: DurationRecorder
     let logger: Logger
+    /// Each answer's line, straight to a handler that writes lines.
+    let lines: LineLogger
     let loads: LoadMailbox? = LoadMailbox()
     /// Each answer's log line is written in this memory.
     var line = LogLine()
@@ -25,6 +27,7 @@ final class FileResponder: HTTPResponder {
         self.metrics = metrics
         durations = DurationRecorder(metrics: metrics, fileLabels: fileLabels)
         self.logger = logger
+        lines = LineLogger(logger)
     }
 
     func answer(_ head: RequestHead, on connection: Connection, started: Nanoseconds) -> Bool {
@@ -207,7 +210,7 @@ final class FileResponder: HTTPResponder {
         // Made only if the level is logged (at -v 0 a served answer's line is not), in the
         // memory of the last one.
         let level: Logger.Level = failed ? .warning : .info
-        guard logger.logLevel <= level else { return }
+        guard lines.logs(level) else { return }
         line.start()
         line.append(record.method)
         line.append(" ")
@@ -224,7 +227,7 @@ final class FileResponder: HTTPResponder {
         line.append(seconds, places: 3)
         line.append("s: ")
         if let detail = record.detail { line.append(sanitized: detail) } else { line.append(record.result.label) }
-        logger.log(level: level, Logger.Message(stringLiteral: line.text))
+        lines.log(line, level: level)
     }
 }
 

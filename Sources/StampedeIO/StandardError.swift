@@ -13,24 +13,32 @@ public func writeAll(_ text: String, to fd: Int32) {
     text.withUTF8 { writeAll(UnsafeRawBufferPointer($0), to: fd) }
 }
 
-/// `pieces` one after another, in one write as `writeAll` does, laid out in memory lent for the
-/// line (the stack's, for a short one): a line said for every request takes no memory of its own.
-/// Inlinable, so that it is made for the caller's pieces (Strings), not a generic loop per byte.
+/// `pieces` one after another, then `text` and a newline, in one write as `writeAll` does, laid
+/// out in memory lent for the line (the stack's, for a short one): a line said for every request
+/// takes no memory of its own. Inlinable, so that it is made for the caller's pieces (Strings),
+/// not a generic loop per byte.
 @inlinable
-public func writeLine<each Piece: StringProtocol>(_ pieces: repeat each Piece, to fd: Int32) {
-    var count = 0
+public func writeLine<each Piece: StringProtocol>(_ pieces: repeat each Piece, text: UnsafeBufferPointer<UInt8>, to fd: Int32) {
+    var count = text.count + 1
     for piece in repeat each pieces { count += piece.utf8.count }
-    withUnsafeTemporaryAllocation(byteCount: count, alignment: 1) { line in
+    withUnsafeTemporaryAllocation(of: UInt8.self, capacity: count) { line in
         var at = 0
         for piece in repeat each pieces {
             var piece = String(piece)
-            piece.withUTF8 { bytes in
-                line.baseAddress!.advanced(by: at).copyMemory(from: UnsafeRawPointer(bytes.baseAddress!), byteCount: bytes.count)
-                at += bytes.count
-            }
+            at = piece.withUTF8 { appendPiece($0, into: line, at: at) }
         }
+        at = appendPiece(text, into: line, at: at)
+        line[at] = UInt8(ascii: "\n")
         writeAll(UnsafeRawBufferPointer(line), to: fd)
     }
+}
+
+/// Copies `bytes` into `line` at `at`; where the next piece goes.
+@usableFromInline
+func appendPiece(_ bytes: UnsafeBufferPointer<UInt8>, into line: UnsafeMutableBufferPointer<UInt8>, at: Int) -> Int {
+    guard let from = bytes.baseAddress, !bytes.isEmpty else { return at }
+    line.baseAddress!.advanced(by: at).update(from: from, count: bytes.count)
+    return at + bytes.count
 }
 
 public func writeAll(_ bytes: UnsafeRawBufferPointer, to fd: Int32) {

@@ -95,8 +95,9 @@ final class LogFile: Sendable {
     }
 }
 
-/// A line per event on a descriptor, in `LineFormat`; metadata goes in front as `key=value`.
-struct LineLogHandler: MetadataLogHandler {
+/// A line per event on a descriptor, in `LineFormat`; metadata goes in front as `key=value`. It
+/// takes a request's line as bytes too (`LineLogHandling`).
+struct LineLogHandler: MetadataLogHandler, LineLogHandling {
     var logLevel: Logger.Level
     var metadata: Logger.Metadata = [:] {
         didSet { ownPrefix = Self.prefix(metadata.sorted { $0.key < $1.key }) }
@@ -119,13 +120,22 @@ struct LineLogHandler: MetadataLogHandler {
 
     func log(event: LogEvent) {
         let prefix = event.metadata?.isEmpty ?? true ? ownPrefix : Self.prefix(fields(of: event))
+        var message = event.message.description
+        message.withUTF8 { write(event.level, prefix, $0) }
+    }
+
+    /// A request's line (`LineLogger`): as `log(event:)` writes a message, with no event.
+    func log(level: Logger.Level, line: UnsafeBufferPointer<UInt8>) {
+        write(level, ownPrefix, line)
+    }
+
+    // In pieces, not interpolated: a 404's line would make two Strings of its own.
+    private func write(_ level: Logger.Level, _ prefix: String, _ text: UnsafeBufferPointer<UInt8>) {
         switch format {
-        // In pieces, not interpolated: a 404's line would make two Strings of its own.
         case .human:
-            writeLine(Stampede.invokedName, "[", String(stampede_process_id()), "]: ", Self.name(event.level), ": ", prefix, event.message.description, "\n",
-                      to: descriptor)
+            writeLine(Stampede.invokedName, "[", String(stampede_process_id()), "]: ", Self.name(level), ": ", prefix, text: text, to: descriptor)
         case .tag:
-            writeLine("<", String(SyslogHandler.priority(event.level)), ">", prefix, event.message.description, "\n", to: descriptor)
+            writeLine("<", String(SyslogHandler.priority(level)), ">", prefix, text: text, to: descriptor)
         }
     }
 

@@ -1,6 +1,8 @@
 import CMallocCounter
 import Glibc
 import Logging
+import StampedeProtocol
+import StampedeServer
 import Testing
 @testable import stampede
 
@@ -40,6 +42,34 @@ import Testing
             allocations = malloc_counter_stop()
         }
         #expect(written.split(separator: "\n").count == 101)
+        #expect(allocations == 0, "\(allocations) allocations for 100 lines")
+    }
+
+    /// A request's line (a `LogLine`, through `LineLogger`) is written as the same text said as
+    /// a message is, in both formats, with the handler's metadata; and takes no memory.
+    @Test(arguments: [LineFormat.human, .tag])
+    func aRequestsLineIsWrittenAsItsMessageWouldBe(format: LineFormat) throws {
+        var line = LogLine()
+        line.append("GET ")
+        line.append(sanitized: Array("pxelinux.cfg/01-52-54-00-12-34-56\n".utf8))
+        line.append(" http 404 time=")
+        line.append(0.0004, places: 3)
+        line.append("s: File not found")
+        let text = line.text
+        var allocations: UInt64 = 0
+        let asLines = try lines(format: format, metadata: ["http": "0"]) { logger in
+            let lines = LineLogger(logger)
+            lines.log(line, level: .warning)
+            malloc_counter_start()
+            for _ in 0..<100 { lines.log(line, level: .warning) }
+            allocations = malloc_counter_stop()
+            lines.log(line, level: .debug)  // below the handler's level: not written
+        }
+        let asMessages = try lines(format: format, metadata: ["http": "0"]) { logger in
+            for _ in 0..<101 { logger.warning("\(text)") }
+        }
+        #expect(asLines == asMessages)
+        #expect(asLines.hasSuffix("http=0 GET pxelinux.cfg/01-52-54-00-12-34-56\\x0a http 404 time=0.000s: File not found\n"), "\(asLines)")
         #expect(allocations == 0, "\(allocations) allocations for 100 lines")
     }
 }

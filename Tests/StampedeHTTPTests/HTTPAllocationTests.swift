@@ -14,12 +14,19 @@ import Testing
 /// A real HTTP loop on loopback, turned in this thread with the client; the malloc counter counts
 /// this thread only (the disk thread that loads a file the first time is not measured). The names
 /// are longer than a String keeps inline (15 bytes), as a rack's are. With every answer logged
-/// (as --verbosity 0 logs a 404, and 1 everything), the line's text is the one allocation.
+/// (as --verbosity 0 logs a 404, and 1 everything) by a handler that takes lines (a file's,
+/// standard error's), nothing either; by one that takes only swift-log's events (syslog's), the
+/// line's text is the one allocation.
 @Suite struct HTTPSteadyStateAllocations {
-    @Test(arguments: [("pxelinux.cfg/01-52-54-00-12-34-56", false), ("boot/scripts/menu-4kib.ipxe", false),
-                      ("boot/configs/seed-64kib.cfg", false), ("pxelinux.cfg/01-52-54-00-12-34-56", true),
-                      ("boot/scripts/menu-4kib.ipxe", true)])
-    func aKeptAliveConnectionAllocatesNothingPerRequest(name: String, logged: Bool) throws {
+    /// How the test's answers are logged.
+    enum Logged: Sendable {
+        case not, asLines, asEvents
+    }
+
+    @Test(arguments: [("pxelinux.cfg/01-52-54-00-12-34-56", Logged.not), ("boot/scripts/menu-4kib.ipxe", .not),
+                      ("boot/configs/seed-64kib.cfg", .not), ("pxelinux.cfg/01-52-54-00-12-34-56", .asLines),
+                      ("boot/scripts/menu-4kib.ipxe", .asLines), ("pxelinux.cfg/01-52-54-00-12-34-56", .asEvents)])
+    func aKeptAliveConnectionAllocatesNothingPerRequest(name: String, logged: Logged) throws {
         let dir = ScratchDirectory()
         for directory in ["pxelinux.cfg", "boot", "boot/scripts", "boot/configs"] { mkdir(dir.path + "/" + directory, 0o755) }
         dir.write("boot/scripts/menu-4kib.ipxe", (0..<(4 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 7) })
@@ -28,9 +35,14 @@ import Testing
         // is read again once the window has passed, which a slow run would count.
         usleep(UInt32(FileCache.racyWindow / 1000) + 100_000)
         let listen = SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!
+        let written = LineCount()
         let configuration = ServerConfiguration(listenAddresses: [listen], policy: AccessPolicy(root: dir.fd),
                                                 logger: Logger(label: "test", factory: { _ in
-                                                    logged ? DiscardingLogHandler() as LogHandler : SwiftLogNoOpLogHandler()
+                                                    switch logged {
+                                                    case .not: SwiftLogNoOpLogHandler()
+                                                    case .asLines: DiscardingLineLogHandler(count: written)
+                                                    case .asEvents: DiscardingLogHandler()
+                                                    }
                                                 }))
         let files = FileService(policy: configuration.policy, remapRules: nil, cache: FileCache(), disk: DiskWork())
         let server = try HTTPServer(configuration: configuration, http: HTTPConfiguration(listenAddresses: [listen]), files: files,
@@ -77,7 +89,31 @@ import Testing
             return malloc_counter_stop()
         }
         #expect(answered == 1000)
-        #expect(allocations <= (logged ? 1000 : 0), "\(allocations) allocations in 1,000 requests for \(name), logged: \(logged)")
+        #expect(allocations <= (logged == .asEvents ? 1000 : 0), "\(allocations) allocations in 1,000 requests for \(name), logged: \(logged)")
+        if logged == .asLines { #expect(written.value.load(ordering: .relaxed) >= 1000) }
+    }
+}
+
+/// Lines taken.
+final class LineCount: Sendable {
+    let value = Atomic<Int>(0)
+}
+
+/// Takes every line at --verbosity 1's level as its bytes, counts them, and writes none.
+struct DiscardingLineLogHandler: LineLogHandling {
+    var logLevel: Logger.Level = .info
+    var metadata: Logger.Metadata = [:]
+    let count: LineCount
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {}
+
+    func log(level: Logger.Level, line: UnsafeBufferPointer<UInt8>) {
+        count.value.add(1, ordering: .relaxed)
     }
 }
 
