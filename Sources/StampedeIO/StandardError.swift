@@ -25,20 +25,12 @@ public func writeLine<each Piece: StringProtocol>(_ pieces: repeat each Piece, t
         var at = 0
         for piece in repeat each pieces {
             var piece = String(piece)
-            at = piece.withUTF8 { appendPiece($0, into: line, at: at) }
+            at = piece.withUTF8 { line[at...].update(fromContentsOf: $0) }
         }
-        at = appendPiece(text, into: line, at: at)
+        at = line[at...].update(fromContentsOf: text)
         line[at] = UInt8(ascii: "\n")
         writeAll(UnsafeRawBufferPointer(line), to: fd)
     }
-}
-
-/// Copies `bytes` into `line` at `at`; where the next piece goes.
-@usableFromInline
-func appendPiece(_ bytes: UnsafeBufferPointer<UInt8>, into line: UnsafeMutableBufferPointer<UInt8>, at: Int) -> Int {
-    guard let from = bytes.baseAddress, !bytes.isEmpty else { return at }
-    line.baseAddress!.advanced(by: at).update(from: from, count: bytes.count)
-    return at + bytes.count
 }
 
 public func writeAll(_ bytes: UnsafeRawBufferPointer, to fd: Int32) {
