@@ -98,7 +98,7 @@ let package = Package(
 
         .target(name: "StampedeTestSupport", dependencies: ["StampedeIO", "StampedeServer", "StampedeGlibc", "StampedeURing", log],
                 path: "Tests/StampedeTestSupport"),
-        .testTarget(name: "StampedeProtocolTests", dependencies: ["StampedeProtocol"]),
+        .testTarget(name: "StampedeProtocolTests", dependencies: ["StampedeProtocol", "CMallocCounter"]),
         // The command line's plan (`serve`'s flags and what they make), against the executable.
         .testTarget(name: "StampedeCommandTests",
                     dependencies: ["stampede", "StampedeServer", "StampedeDHCP", "StampedeIO", "StampedeProtocol", "CMallocCounter", log]),
@@ -109,7 +109,8 @@ let package = Package(
                     dependencies: ["StampedeHTTP", "StampedeHTTPWire", "StampedeServer", "StampedeIO", "StampedeProtocol",
                                    "CMallocCounter", "StampedeTestSupport", log]),
         .testTarget(name: "StampedeServerTests",
-                    dependencies: ["StampedeServer", "StampedeProtocol", "StampedeIO", "StampedeTestSupport", "StampedeMetrics", log]),
+                    dependencies: ["StampedeServer", "StampedeProtocol", "StampedeIO", "StampedeTestSupport", "StampedeMetrics",
+                                   "CMallocCounter", log]),
         // The backend contract, tested once for every backend, with a malloc counter for the hot path.
         .target(name: "CMallocCounter", path: "Tests/CMallocCounter", cSettings: strictC),
         .testTarget(name: "StampedeBackendTests",

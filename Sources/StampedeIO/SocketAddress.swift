@@ -194,20 +194,46 @@ public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConverti
 
     /// The address without its port (per-client accounting, logs).
     public var host: String {
-        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
-        withUnsafeBytes(of: storage) { raw in
-            if isIPv6 {
-                var a = raw.load(as: sockaddr_in6.self).sin6_addr
-                _ = inet_ntop(AF_INET6, &a, &text, socklen_t(text.count))
-            } else {
-                var a = raw.load(as: sockaddr_in.self).sin_addr
-                _ = inet_ntop(AF_INET, &a, &text, socklen_t(text.count))
-            }
-        }
-        return String(decoding: text.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        withText(port: false) { String(decoding: $0, as: UTF8.self) }
     }
 
-    public var description: String { isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)" }
+    public var description: String {
+        withText { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// The address as text, "1.2.3.4:69" or "[::1]:69" (with `port`), else "1.2.3.4" or "::1",
+    /// written on the stack: a log line takes it with no String made (`LogLine.append(_:)`).
+    public func withText<Result>(port withPort: Bool = true, _ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {
+        // "[" + the longest IPv6 text (with its NUL) + "]:" + 5 digits.
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Int(INET6_ADDRSTRLEN) + 8) { out in
+            let bracketed = withPort && isIPv6
+            var at = bracketed ? 1 : 0
+            out[0] = UInt8(ascii: "[")
+            withUnsafeBytes(of: storage) { raw in
+                let text = UnsafeMutableRawPointer(out.baseAddress! + at).assumingMemoryBound(to: CChar.self)
+                let room = socklen_t(INET6_ADDRSTRLEN)
+                if isIPv6 {
+                    var a = raw.load(as: sockaddr_in6.self).sin6_addr
+                    _ = inet_ntop(AF_INET6, &a, text, room)
+                } else {
+                    var a = raw.load(as: sockaddr_in.self).sin_addr
+                    _ = inet_ntop(AF_INET, &a, text, room)
+                }
+                at += strlen(text)
+            }
+            if withPort {
+                if bracketed {
+                    out[at] = UInt8(ascii: "]")
+                    at += 1
+                }
+                out[at] = UInt8(ascii: ":")
+                at += 1
+                var digits = String(port)
+                at = digits.withUTF8 { out[at...].update(fromContentsOf: $0) }
+            }
+            return body(UnsafeBufferPointer(rebasing: out[..<at]))
+        }
+    }
 
     /// Only the bytes that matter for this family take part in equality and hashing.
     private var significantCount: Int { isIPv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size }
@@ -225,3 +251,10 @@ public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConverti
 }
 
 extension SocketAddress: PeerAddress {}
+
+extension LogLine {
+    /// The address and port as `description` writes them.
+    public mutating func append(_ address: SocketAddress) {
+        address.withText { append($0) }
+    }
+}

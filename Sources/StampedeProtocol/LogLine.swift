@@ -20,6 +20,11 @@ public struct LogLine {
         bytes.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
     }
 
+    /// Text already in bytes (an address's, `SocketAddress.withText`).
+    public mutating func append(_ text: UnsafeBufferPointer<UInt8>) {
+        bytes.append(contentsOf: text)
+    }
+
     /// Digits (a small String: no memory of its own).
     public mutating func append(_ value: Int) {
         append(String(value))

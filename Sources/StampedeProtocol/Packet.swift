@@ -120,34 +120,45 @@ public struct Request: Equatable, Sendable {
         bytes.count >= 2 && bytes[0] == 0 && (bytes[1] == 1 || bytes[1] == 2)
     }
 
+    /// Each field is read where it lies: the name is the one copy made of the bytes, the options
+    /// one list sized to the fields there are (copies of every field, and a list of them grown
+    /// field by field, made a dozen allocations of an RRQ with two options).
     public static func parse(_ bytes: UnsafeRawBufferPointer) throws(ParseError) -> Request {
         guard bytes.count >= 2, bytes[0] == 0, bytes[1] == 1 || bytes[1] == 2 else { throw .notARequest }
-        var fields: [ArraySlice<UInt8>] = []
-        var start = 2
-        var index = 2
-        while index < bytes.count {
-            if bytes[index] == 0 {
-                fields.append(ArraySlice(UnsafeRawBufferPointer(rebasing: bytes[start..<index])))
-                start = index + 1
-                if fields.count >= 2 + 2 * optionLimit { break }
-            }
-            index += 1
-        }
-        // Filename and mode must both be NUL-terminated; trailing bytes after the last NUL of an
-        // option list are a client bug we tolerate (some ROMs pad), as tftpd-hpa does.
-        guard fields.count >= 2 else { throw .missingTerminator }
-        guard !fields[1].isEmpty else { throw .emptyMode }
+        let fieldLimit = 2 + 2 * optionLimit
+        var terminated = 0
+        for index in 2..<bytes.count where bytes[index] == 0 { terminated += 1 }
+        terminated = min(terminated, fieldLimit)
+        var filename: [UInt8]?
+        var mode: String?
         var options: [(name: String, value: String)] = []
+        options.reserveCapacity(max(0, terminated - 2) / 2)
         var cookie: [UInt8]?
-        var i = 2
-        while i + 1 < fields.count {
-            let name = String(decoding: fields[i], as: UTF8.self)
-            options.append((name, String(decoding: fields[i + 1], as: UTF8.self)))
-            if name.lowercased() == "cookie" { cookie = Array(fields[i + 1]) }
-            i += 2
+        var optionName: String?
+        var fields = 0
+        var start = 2
+        // Trailing bytes after the last NUL of an option list are a client bug we tolerate (some
+        // ROMs pad), as tftpd-hpa does; so is a name without its value.
+        for index in 2..<bytes.count where bytes[index] == 0 && fields < fieldLimit {
+            let field = UnsafeRawBufferPointer(rebasing: bytes[start..<index])
+            start = index + 1
+            fields += 1
+            if filename == nil {
+                filename = Array(field)
+            } else if mode == nil {
+                guard !field.isEmpty else { throw .emptyMode }
+                mode = String(decoding: field, as: UTF8.self).lowercased()
+            } else if let name = optionName {
+                options.append((name, String(decoding: field, as: UTF8.self)))
+                if name.lowercased() == "cookie" { cookie = Array(field) }
+                optionName = nil
+            } else {
+                optionName = String(decoding: field, as: UTF8.self)
+            }
         }
-        var request = Request(isWrite: bytes[1] == 2, filename: Array(fields[0]),
-                              mode: String(decoding: fields[1], as: UTF8.self).lowercased(), options: options)
+        // Filename and mode must both be NUL-terminated.
+        guard let filename, let mode else { throw .missingTerminator }
+        var request = Request(isWrite: bytes[1] == 2, filename: filename, mode: mode, options: options)
         request.cookie = cookie
         return request
     }

@@ -20,14 +20,42 @@ struct IncomingRequest {
     /// Its bytes as they arrived, to tell the same request again from another.
     let bytes: [UInt8]
     let kind: WorkerMetrics.Kind
-    /// What the log says of it: `RRQ "name" octet`, and what the rules made of the name.
-    var what: String
     var mode = TransferMode.octet
     /// The name to open: the one asked for, through the remap rules.
     var filename: [UInt8] = []
+    /// The rules changed the name: the log says what to.
+    var remapped = false
     /// Times its file was read for it while it waited: a file that keeps changing under its reads
     /// is refused as busy after a few.
     var reads = 0
+
+    /// What the log says of it: `RRQ "name" octet`, a name too long for any path, and what the
+    /// rules made of the name. Written only for a line that is logged.
+    func describe(into line: inout LogLine) {
+        line.append(request.isWrite ? "WRQ \"" : "RRQ \"")
+        line.append(sanitized: request.filename)
+        line.append("\" ")
+        line.append(sanitized: request.mode, limit: 16)
+        if request.filename.count > Request.longestFilename {
+            line.append(" (a name of ")
+            line.append(request.filename.count)
+            line.append(" bytes, more than ")
+            line.append(Request.longestFilename)
+            line.append(")")
+        }
+        if remapped {
+            line.append(" remapped to \"")
+            line.append(sanitized: filename)
+            line.append("\"")
+        }
+    }
+
+    /// `describe(into:)` as a String, for the lines said at -v.
+    var what: String {
+        var line = LogLine()
+        describe(into: &line)
+        return line.text
+    }
 }
 
 /// Why a request does not become a transfer.
@@ -49,12 +77,11 @@ extension Worker {
         guard let request = parseRequest(datagram, on: listener) else { return }
         var incoming = IncomingRequest(
             peer: datagram.peer, local: datagram.local, listener: listener, request: request, bytes: Array(datagram.bytes),
-            kind: request.isWrite ? .write : .read,
-            what: "\(request.isWrite ? "WRQ" : "RRQ") \"\(sanitizedForLog(request.filename))\" \(sanitizedForLog(request.mode.utf8, limit: 16))")
+            kind: request.isWrite ? .write : .read)
         do throws(RequestRefusal) {
             try parkedPolicy(incoming)
             try repeatPolicy(incoming, now: now)
-            incoming.mode = try shape(of: &incoming)
+            incoming.mode = try shape(of: incoming)
             // Limits first: a flood over them costs no file lookups.
             if let busy = admission.admit(incoming.peer) { throw .error(busy) }
             do throws(RequestRefusal) {
@@ -232,16 +259,12 @@ extension Worker {
     }
 
     /// The mode, and a name no longer than any path.
-    func shape(of incoming: inout IncomingRequest) throws(RequestRefusal) -> TransferMode {
+    func shape(of incoming: IncomingRequest) throws(RequestRefusal) -> TransferMode {
         guard let mode = TransferMode(rawValue: incoming.request.mode) else {
             throw .error(TFTPError(.illegalOperation, "Unsupported mode"))
         }
         // No path is longer (PATH_MAX); a longer name costs nothing more, before any rule runs on it.
-        let length = incoming.request.filename.count
-        guard length <= Request.longestFilename else {
-            incoming.what += " (a name of \(length) bytes, more than \(Request.longestFilename))"
-            throw .error(Errno(ENAMETOOLONG).tftpError)
-        }
+        guard incoming.request.filename.count <= Request.longestFilename else { throw .error(Errno(ENAMETOOLONG).tftpError) }
         return mode
     }
 
@@ -255,7 +278,7 @@ extension Worker {
         }
         if incoming.filename != request.filename {
             // The transfer's end line has the rest.
-            incoming.what += " remapped to \"\(sanitizedForLog(incoming.filename))\""
+            incoming.remapped = true
             logger.info("\(incoming.peer): \(incoming.what)")
         }
     }
@@ -388,7 +411,7 @@ extension Worker {
     }
 
     /// A request that does not become a transfer: a repeat is dropped and said at debug level;
-    /// a refusal is answered and logged (`refuse(_:_:_:what:kind:)`).
+    /// a refusal is answered and logged (`refuse(_:to:from:on:kind:what:)`).
     func refuse(_ incoming: IncomingRequest, _ refusal: RequestRefusal) {
         switch refusal {
         case .repeated(let why):
@@ -396,25 +419,26 @@ extension Worker {
             summary.repeated += 1
             logger.debug("\(incoming.peer): \(incoming.what): ignored, \(why)")
         case .error(let error):
-            refuse(error, to: incoming.peer, from: incoming.local, on: incoming.listener, what: incoming.what, kind: incoming.kind)
+            refuse(error, to: incoming.peer, from: incoming.local, on: incoming.listener, kind: incoming.kind) { incoming.describe(into: &$0) }
         }
     }
 
     func refuse(_ datagram: Datagram, _ listener: SocketHandle, _ error: TFTPError, what: String,
                 kind: WorkerMetrics.Kind = .invalid) {
-        refuse(error, to: datagram.peer, from: datagram.local, on: listener, what: what, kind: kind)
+        refuse(error, to: datagram.peer, from: datagram.local, on: listener, kind: kind) { $0.append(what) }
     }
 
-    /// Answers a request that does not become a transfer with its ERROR, and logs it. A busy
-    /// server (`TFTPError.isBusy`) answers nothing by default: a firmware that gets ERROR 0 fails
-    /// its boot, one that hears nothing sends its request again a few seconds later.
+    /// Answers a request that does not become a transfer with its ERROR, and logs it: `what`
+    /// writes what the line says of the request, only when the line is logged. A busy server
+    /// (`TFTPError.isBusy`) answers nothing by default: a firmware that gets ERROR 0 fails its
+    /// boot, one that hears nothing sends its request again a few seconds later.
     func refuse(_ error: TFTPError, to peer: SocketAddress, from local: SocketAddress, on listener: SocketHandle,
-                what: String, kind: WorkerMetrics.Kind) {
+                kind: WorkerMetrics.Kind, what: (inout LogLine) -> Void) {
         metrics.countRequest(kind, WorkerMetrics.Result(error))
         if error.isBusy && configuration.whenBusy == .silence {
             unanswered.note(error.message, now: stampede_monotonic_ns())
             summary.unanswered += 1
-            logger.debug("\(peer): \(what): unanswered, busy: \(error.message)")
+            logger.debug("\(peer): \(describing(what)): unanswered, busy: \(error.message)")
             return
         }
         let count = PacketWriter.error(error.code.rawValue, message: error.message, into: scratch)
@@ -422,17 +446,35 @@ extension Worker {
         metrics.add(.bytesSent, count)
         summary.refused += 1
         if error.code == .fileNotFound { summary.notFound += 1 }
+        guard lines.logs(.warning) else { return }
         // A remap rule's message carries the client's name (\0, \1...): sanitised like every name.
-        let message = sanitizedForLog(error.message.utf8)
         if configuration.logFormat == .json {
             logger.warning("refused", metadata: [
-                "event": "refused", "client": "\(peer)", "request": "\(kind.label)", "what": "\(what)",
-                "error_code": .stringConvertible(Int(error.code.rawValue)), "error": "\(message)",
+                "event": "refused", "client": "\(peer)", "request": "\(kind.label)", "what": "\(describing(what))",
+                "error_code": .stringConvertible(Int(error.code.rawValue)), "error": "\(sanitizedForLog(error.message.utf8))",
                 "outcome": "\(WorkerMetrics.Result(error).label)",
             ])
             return
         }
-        logger.warning("\(peer): \(what): refused: error \(error.code.rawValue) \"\(message)\"")
+        // Every "File not found" at -v 0 (a dozen per PXELINUX's config search): written as its
+        // bytes, with no String made.
+        line.start()
+        line.append(peer)
+        line.append(": ")
+        what(&line)
+        line.append(": refused: error ")
+        line.append(Int(error.code.rawValue))
+        line.append(" \"")
+        line.append(sanitized: error.message)
+        line.append("\"")
+        lines.log(line, level: .warning)
+    }
+
+    /// What `what` writes, as a String.
+    private func describing(_ what: (inout LogLine) -> Void) -> String {
+        var line = LogLine()
+        what(&line)
+        return line.text
     }
 
     /// The largest blksize that crosses this address's interface unfragmented (reference quirk 4):

@@ -41,7 +41,11 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     let fileLabels: FileLabels
     var durationRecorder: DurationRecorder
     let index: Int
-    var logger: Logger
+    let logger: Logger
+    /// The lines said per request (a refusal's: every "File not found" at -v 0), as bytes.
+    let lines: LineLogger
+    /// Where such a line is written, kept from one to the next.
+    var line = LogLine()
 
     let table = SessionTable(capacity: 1024)
     var wheel: TimerWheel
@@ -86,8 +90,10 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         self.durationRecorder = DurationRecorder(metrics: metrics, fileLabels: self.fileLabels)
         self.disk = disk
         self.index = index
-        self.logger = configuration.logger
-        self.logger[metadataKey: "worker"] = "\(index)"
+        var logger = configuration.logger
+        logger[metadataKey: "worker"] = "\(index)"
+        self.logger = logger
+        self.lines = LineLogger(logger)
         self.wheel = TimerWheel(capacity: 1024, now: stampede_monotonic_ns())
         self.scratch = .allocate(byteCount: 65536 + 16, alignment: 16)
         pinnedUntilFlush.reserveCapacity(1024)

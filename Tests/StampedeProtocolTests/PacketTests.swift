@@ -1,3 +1,4 @@
+import CMallocCounter
 import Testing
 @testable import StampedeProtocol
 
@@ -71,6 +72,32 @@ import Testing
         var bytes: [UInt8] = [0, 1] + Array("f".utf8) + [0] + Array("octet".utf8) + [0]
         for i in 0..<1000 { bytes += Array("opt\(i)".utf8) + [0] + Array("1".utf8) + [0] }
         #expect(try parse(bytes).get().options.count == Request.optionLimit)
+    }
+
+    /// Bytes after the last NUL (some ROMs pad) and an option name without its value are left
+    /// out; a cookie's value is kept as its bytes.
+    @Test func paddingAndANameWithoutItsValueAreLeftOut() throws {
+        let head: [UInt8] = [0, 1] + Array("f".utf8) + [0] + Array("octet".utf8) + [0]
+        let cookie: [UInt8] = Array("Cookie".utf8) + [0, 0xC0, 0xFF, 0]
+        let request = try parse(head + cookie + Array("tsize".utf8) + [0, 48, 0] + Array("blksize".utf8) + [0] + [0x31, 0x34]).get()
+        #expect(request.options.map(\.name) == ["Cookie", "tsize"])
+        #expect(request.cookie == [0xC0, 0xFF])
+        #expect(try parse(head + Array("tsize".utf8) + [0, 48, 0] + Array("blksize".utf8) + [0]).get().options.map(\.name) == ["tsize"])
+    }
+
+    /// A request is read where it lies: its name and its option list are the only copies made
+    /// (the options' names and values are small Strings, kept inline).
+    @Test func anRRQWithOptionsCostsItsNameAndItsOptionList() throws {
+        let bytes: [UInt8] = [0, 1] + Array("pxelinux.cfg/01-52-54-00-12-34-56".utf8) + [0] + Array("octet".utf8) + [0]
+            + Array("tsize".utf8) + [0, 48, 0] + Array("blksize".utf8) + [0] + Array("1408".utf8) + [0]
+        var options = 0
+        let allocations = bytes.withUnsafeBytes { raw in
+            malloc_counter_start()
+            for _ in 0..<100 { options += (try? Request.parse(raw))?.options.count ?? 0 }
+            return malloc_counter_stop()
+        }
+        #expect(options == 200)
+        #expect(allocations <= 200, "\(allocations) allocations in 100 requests")
     }
 
     @Test func transferPacketsDecodeInPlace() {

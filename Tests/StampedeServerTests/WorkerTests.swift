@@ -1,3 +1,4 @@
+import CMallocCounter
 import CStampedeSys
 import Glibc
 import Logging
@@ -82,6 +83,66 @@ import StampedeProtocol
         #expect(deliver([0, 42, 1, 2], tag: backend.tags[0]).first?.prefix(4) == [0, 5, 0, 4])
         #expect(deliver([0, 4, 0, 1], tag: backend.tags[0]) == [])
         #expect(worker.activeTransfers == 0)
+    }
+
+    /// A refusal's line (every "File not found" at -v 0: a dozen per PXELINUX config search)
+    /// says the client, the request and the error; a handler that takes lines gets it as the
+    /// bytes of the text an event would carry (IPv4 and IPv6 clients, a name the rules changed,
+    /// one too long for any path, a control character).
+    @Test(arguments: [false, true])
+    func aRefusalsLineSaysTheClientTheRequestAndTheError(asBytes: Bool) throws {
+        let log = LogLines()
+        var configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd),
+                                                logger: log.logger(level: .warning, asBytes: asBytes))
+        configuration.remapRules = RemapRuleSet(try RemapRules(parsing: Array(#"r ^x(.*) pxelinux.cfg/\1"#.utf8)))
+        let backend = FakeBackend()
+        let worker = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0)
+        try worker.bindListeners([local])
+        let v6 = SocketAddress(parsing: "[2001:db8::12:34]:65535", defaultPort: 0)!
+        for (client, name) in [(client, "nothere"), (v6, "xnothere"), (client, "a\tb"), (client, String(repeating: "a", count: 4097))] {
+            backend.inbox.append((backend.tags[0], Request(isWrite: false, filename: Array(name.utf8), mode: "octet").encoded(), client, local))
+            worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
+        }
+        #expect(log.all == [
+            #"warning 127.0.0.1:40000: RRQ "nothere" octet: refused: error 1 "File not found""#,
+            #"warning [2001:db8::12:34]:65535: RRQ "xnothere" octet remapped to "pxelinux.cfg/nothere": refused: error 1 "File not found""#,
+            #"warning 127.0.0.1:40000: RRQ "a\x09b" octet: refused: error 1 "File not found""#,
+            #"warning 127.0.0.1:40000: RRQ "\#(String(repeating: "a", count: 256))…" octet (a name of 4097 bytes, more than 4096): refused: error 1 "File not found""#,
+        ])
+    }
+
+    /// Logging a refusal to a handler that takes lines costs no allocation: the same requests
+    /// refused logged and not logged allocate alike.
+    @Test func loggingARefusalAllocatesNothing() throws {
+        func allocations(logged: Bool) throws -> (allocations: UInt64, lines: Int) {
+            let lines = LineCount()
+            let configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd),
+                                                    logger: Logger(label: "test") { _ -> any LogHandler in
+                                                        if logged { DiscardingLineLogHandler(count: lines) } else { SwiftLogNoOpLogHandler() }
+                                                    })
+            let backend = FakeBackend()
+            let worker = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0)
+            try worker.bindListeners([local])
+            let request = Request(isWrite: false, filename: Array("pxelinux.cfg/01-52-54-00-12-34-56".utf8), mode: "octet").encoded()
+            let v6 = SocketAddress(parsing: "[2001:db8:4:5:6:7:8:9]:40000", defaultPort: 0)!
+            func refuse(_ count: Int) {
+                for n in 0..<count {
+                    backend.sent.removeAll(keepingCapacity: true)
+                    backend.inbox.append((backend.tags[0], request, n % 2 == 0 ? client : v6, local))
+                    worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
+                }
+            }
+            refuse(100)
+            let counted = withoutThrowHooks {
+                malloc_counter_start()
+                refuse(500)
+                return malloc_counter_stop()
+            }
+            return (counted, lines.value.load(ordering: .relaxed))
+        }
+        let logged = try allocations(logged: true), silent = try allocations(logged: false)
+        #expect(logged.lines == 600 && silent.lines == 0)
+        #expect(logged.allocations == silent.allocations, "\(logged.allocations) allocations logged, \(silent.allocations) not")
     }
 
     @Test func remapRulesChooseTheFileAndAnAbortRuleRefusesWithErrorTwo() throws {
