@@ -46,6 +46,11 @@ SECTIONS = [
             "interleaved rounds, and before them the kernel's price for lockstep with no TFTP at all: a minimal C loop "
             "that sends a DATA and waits for its ACK on as many socket pairs as the scenario has clients at once "
             "(× floor is over its io_uring figure)."),
+    Section("bench-config-search", "PXELINUX's config search: a rack's refusals", "make bench-config-search",
+            "10,000 machines powering on over 1 s, each asking for the ten per-machine names PXELINUX 6 looks for "
+            "(not there) and then pxelinux.cfg/default, played by `stampede storm` against Stampede on io_uring and "
+            "on Glibc and dnsmasq 2.93 in interleaved rounds: the server's CPU per request, and its user-space part. "
+            "Stampede logs every refusal at --verbosity 0; dnsmasq, run as every bench runs it (--quiet-tftp), does not."),
     Section("bench-dhcp", "The first DHCP packet: Stampede's proxyDHCP beside dnsmasq's", "make bench-dhcp",
             "A boot network of its own (two network namespaces and a veth pair): `stampede storm --dhcp` plays each "
             "machine's DHCP as its firmware sends it, with its own MAC and UUID, against Stampede (--proxy-dhcp, TFTP, "
