@@ -2,12 +2,12 @@
 per-machine names that are not there (its UUID, its MAC, its IP in hex shortened a digit at a
 time) before pxelinux.cfg/default, as PXELINUX 6 does, so a rack's TFTP server spends most of its
 requests refusing. The storm plays 10,000 machines powering on over a second against each server
-in interleaved rounds; the figure is the server's CPU (user and system, and user alone) per
-request. Stampede logs every refusal at --verbosity 0 (a "File not found" line to its log file,
-a write each), as in.tftpd does; dnsmasq 2.93, as every bench runs it (--quiet-tftp), logs only
-the files it sent (to a file here).
+in interleaved rounds; the figure is the server's CPU per request (user and system, and user
+alone), from a cgroup of its own. Stampede logs every refusal at --verbosity 0 (a "File not
+found" line to its log file, a write each), as in.tftpd does; dnsmasq 2.93, as every bench runs
+it (--quiet-tftp), logs only the files it sent (to a file here).
 
-BENCH_ROUNDS (3), BENCH_MACHINES (10,000), BENCH_SERVERS (a comma list) narrow the run;
+BENCH_ROUNDS (5), BENCH_MACHINES (10,000), BENCH_SERVERS (a comma list) narrow the run;
 BENCH_BASELINE names another stampede binary to run beside this one (as make bench's does).
 Results: results/bench-config-search.{json,md}."""
 import json
@@ -16,8 +16,8 @@ import subprocess
 import sys
 import time
 
-from harness import (ROOT, SID, STAMPEDE, dnsmasq_command, free_port, in_sid, median_spread, raise_fd_limit, start, stop,
-                     tree_cpu_seconds, with_spread, write_results)
+from harness import (ROOT, SID, STAMPEDE, CpuGroup, dnsmasq_command, free_port, in_sid, median_spread, raise_fd_limit, start,
+                     stop, with_spread, write_results)
 
 SEARCH = "pxelinux.cfg/${uuid} pxelinux.cfg/01-${mac:hexhyp} pxelinux.cfg/${ip:hex} " + " ".join(
     f"pxelinux.cfg/${{ip:hex:{n}}}" for n in range(7, 0, -1)) + " pxelinux.cfg/default"
@@ -27,7 +27,7 @@ first {SEARCH} tsize blksize=1408
 """
 REQUESTS_PER_MACHINE = 11
 DIRECTORY = ROOT / "config-search"
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 MACHINES = int(os.environ.get("BENCH_MACHINES", "10000"))
 BASELINE = os.environ.get("BENCH_BASELINE")
 
@@ -52,27 +52,25 @@ def play(name, command, round_):
     port = 69 if name == "dnsmasq" else free_port()
     log = DIRECTORY / f"{name}.log"
     log.unlink(missing_ok=True)
+    group = CpuGroup.make(f"config-search-{name}-{round_}")
+    if group is None:
+        sys.exit("config_search.py: needs a cpuacct cgroup of its own for each server (run as root)")
     with open(log, "a") as output:
-        server = start(name, command(port, log), port, output)
+        server = start(name, command(port, log), port, output, group)
         try:
-            before = tree_cpu_seconds(server.pid), user_seconds(server.pid)
+            before = group.seconds(), group.user_seconds()
             storm = subprocess.run([STAMPEDE, "storm", f"127.0.0.1:{port}", "--profile-file", DIRECTORY / "search.profile",
                                     "--clients", str(MACHINES), "--ramp", "1", "--json"], capture_output=True, text=True,
                                    timeout=300)
-            after = tree_cpu_seconds(server.pid), user_seconds(server.pid)
+            after = group.seconds(), group.user_seconds()
         finally:
             stop(server)
+            group.remove()
     report = json.loads(storm.stdout)
     requests = MACHINES * REQUESTS_PER_MACHINE
     print(f"round {round_} {name}: {report['ok']} ok, {report['failed']} failed, "
           f"{(after[0] - before[0]) / requests * 1e6:.2f} µs per request", file=sys.stderr)
     return (after[0] - before[0]) / requests * 1e6, (after[1] - before[1]) / requests * 1e6, report
-
-
-def user_seconds(pid):
-    """User CPU of `pid`'s threads (the server's own code; the kernel's work is system time)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return int(fields[11]) / os.sysconf("SC_CLK_TCK")
 
 
 def main():

@@ -49,7 +49,8 @@ SECTIONS = [
     Section("bench-config-search", "PXELINUX's config search: a rack's refusals", "make bench-config-search",
             "10,000 machines powering on over 1 s, each asking for the ten per-machine names PXELINUX 6 looks for "
             "(not there) and then pxelinux.cfg/default, played by `stampede storm` against Stampede on io_uring and "
-            "on Glibc and dnsmasq 2.93 in interleaved rounds: the server's CPU per request, and its user-space part. "
+            "on Glibc and dnsmasq 2.93 in interleaved rounds: the server's CPU per request from a cgroup of its own, and "
+            "its user-space part. "
             "Stampede logs every refusal at --verbosity 0; dnsmasq, run as every bench runs it (--quiet-tftp), does not."),
     Section("bench-dhcp", "The first DHCP packet: Stampede's proxyDHCP beside dnsmasq's", "make bench-dhcp",
             "A boot network of its own (two network namespaces and a veth pair): `stampede storm --dhcp` plays each "

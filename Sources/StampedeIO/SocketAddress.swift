@@ -207,8 +207,11 @@ public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConverti
         // "[" + the longest IPv6 text (with its NUL) + "]:" + 5 digits.
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Int(INET6_ADDRSTRLEN) + 8) { out in
             let bracketed = withPort && isIPv6
-            var at = bracketed ? 1 : 0
-            out[0] = UInt8(ascii: "[")
+            var at = 0
+            if bracketed {
+                out[0] = UInt8(ascii: "[")
+                at = 1
+            }
             withUnsafeBytes(of: storage) { raw in
                 let text = UnsafeMutableRawPointer(out.baseAddress! + at).assumingMemoryBound(to: CChar.self)
                 let room = socklen_t(INET6_ADDRSTRLEN)

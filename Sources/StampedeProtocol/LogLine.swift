@@ -6,6 +6,11 @@ public struct LogLine {
 
     public init() {}
 
+    /// The line `write` writes (a String is made of it with `text`, for a line said seldom).
+    public init(_ write: (inout LogLine) -> Void) {
+        write(&self)
+    }
+
     /// Forgets the last line, keeping its memory.
     public mutating func start() {
         bytes.removeAll(keepingCapacity: true)

@@ -51,11 +51,7 @@ struct IncomingRequest {
     }
 
     /// `describe(into:)` as a String, for the lines said at -v.
-    var what: String {
-        var line = LogLine()
-        describe(into: &line)
-        return line.text
-    }
+    var what: String { LogLine(describe).text }
 }
 
 /// Why a request does not become a transfer.
@@ -438,7 +434,7 @@ extension Worker {
         if error.isBusy && configuration.whenBusy == .silence {
             unanswered.note(error.message, now: stampede_monotonic_ns())
             summary.unanswered += 1
-            logger.debug("\(peer): \(describing(what)): unanswered, busy: \(error.message)")
+            logger.debug("\(peer): \(LogLine(what).text): unanswered, busy: \(error.message)")
             return
         }
         let count = PacketWriter.error(error.code.rawValue, message: error.message, into: scratch)
@@ -450,7 +446,7 @@ extension Worker {
         // A remap rule's message carries the client's name (\0, \1...): sanitised like every name.
         if configuration.logFormat == .json {
             logger.warning("refused", metadata: [
-                "event": "refused", "client": "\(peer)", "request": "\(kind.label)", "what": "\(describing(what))",
+                "event": "refused", "client": "\(peer)", "request": "\(kind.label)", "what": "\(LogLine(what).text)",
                 "error_code": .stringConvertible(Int(error.code.rawValue)), "error": "\(sanitizedForLog(error.message.utf8))",
                 "outcome": "\(WorkerMetrics.Result(error).label)",
             ])
@@ -468,13 +464,6 @@ extension Worker {
         line.append(sanitized: error.message)
         line.append("\"")
         lines.log(line, level: .warning)
-    }
-
-    /// What `what` writes, as a String.
-    private func describing(_ what: (inout LogLine) -> Void) -> String {
-        var line = LogLine()
-        what(&line)
-        return line.text
     }
 
     /// The largest blksize that crosses this address's interface unfragmented (reference quirk 4):
