@@ -211,14 +211,23 @@ final class FileResponder: HTTPResponder {
         // memory of the last one.
         let level: Logger.Level = failed ? .warning : .info
         guard lines.logs(level) else { return }
+        // One access to the line for all of it: each append to a class's property on its own
+        // would pay an exclusivity check.
+        Self.describe(record, response, client: connection.peerText, served: metrics.served, seconds: seconds, into: &line)
+        lines.log(line, level: level)
+    }
+
+    /// An answer's line: `GET 10.0.0.7:4711 "pxelinux.cfg/default" http 200 bytes=512 time=0.000s: served`.
+    static func describe(_ record: Response.Record, _ response: Response, client: String, served: ServedProtocol,
+                         seconds: Double, into line: inout LogLine) {
         line.start()
         line.append(record.method)
         line.append(" ")
-        line.append(connection.peerText)
+        line.append(client)
         line.append(" \"")
         line.append(sanitized: record.file)
         line.append("\" ")
-        line.append(metrics.served.rawValue)
+        line.append(served.rawValue)
         line.append(" ")
         line.append(record.status.rawValue)
         line.append(" bytes=")
@@ -227,7 +236,6 @@ final class FileResponder: HTTPResponder {
         line.append(seconds, places: 3)
         line.append("s: ")
         if let detail = record.detail { line.append(sanitized: detail) } else { line.append(record.result.label) }
-        lines.log(line, level: level)
     }
 }
 

@@ -13,20 +13,32 @@ public func writeAll(_ text: String, to fd: Int32) {
     text.withUTF8 { writeAll(UnsafeRawBufferPointer($0), to: fd) }
 }
 
-/// `pieces` one after another, then `text` and a newline, in one write as `writeAll` does, laid
-/// out in memory lent for the line (the stack's, for a short one): a line said for every request
-/// takes no memory of its own. Inlinable, so that it is made for the caller's pieces (Strings),
-/// not a generic loop per byte.
-@inlinable
-public func writeLine<each Piece: StringProtocol>(_ pieces: repeat each Piece, text: UnsafeBufferPointer<UInt8>, to fd: Int32) {
-    var count = text.count + 1
-    for piece in repeat each pieces { count += piece.utf8.count }
-    withUnsafeTemporaryAllocation(of: UInt8.self, capacity: count) { line in
-        var at = 0
-        for piece in repeat each pieces {
-            var piece = String(piece)
-            at = piece.withUTF8 { line[at...].update(fromContentsOf: $0) }
+/// `lead`, the decimal `number` (if any), `tail`, then `text` and a newline, in one write as
+/// `writeAll` does, laid out in memory lent for the line (the stack's, for a short one): a line
+/// said for every request takes no memory of its own. The number goes between because a log
+/// line's head names the process (`stampede[1234]: warning: `), whose id a fork changes.
+public func writeLine(lead: [UInt8], number: Int32?, tail: [UInt8], text: UnsafeBufferPointer<UInt8>, to fd: Int32) {
+    var digits = 0
+    if let number {
+        var rest = number.magnitude
+        repeat {
+            digits += 1
+            rest /= 10
+        } while rest > 0
+        if number < 0 { digits += 1 }
+    }
+    withUnsafeTemporaryAllocation(of: UInt8.self, capacity: lead.count + digits + tail.count + text.count + 1) { line in
+        var at = lead.withUnsafeBufferPointer { line.update(fromContentsOf: $0) }
+        if let number {
+            if number < 0 { line[at] = UInt8(ascii: "-") }
+            var rest = number.magnitude
+            for k in stride(from: at + digits - 1, through: number < 0 ? at + 1 : at, by: -1) {
+                line[k] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            }
+            at += digits
         }
+        at = tail.withUnsafeBufferPointer { line[at...].update(fromContentsOf: $0) }
         at = line[at...].update(fromContentsOf: text)
         line[at] = UInt8(ascii: "\n")
         writeAll(UnsafeRawBufferPointer(line), to: fd)

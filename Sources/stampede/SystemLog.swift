@@ -100,43 +100,59 @@ final class LogFile: Sendable {
 struct LineLogHandler: MetadataLogHandler, LineLogHandling {
     var logLevel: Logger.Level
     var metadata: Logger.Metadata = [:] {
-        didSet { ownPrefix = Self.prefix(metadata.sorted { $0.key < $1.key }) }
+        didSet { tails = Self.tails(format, prefix: Self.prefix(metadata.sorted { $0.key < $1.key })) }
     }
-    /// The handler's own metadata as a line begins with it, made when it is set (a worker's
-    /// "worker=1 "), not for every line.
-    private var ownPrefix = ""
     let descriptor: Int32
     let format: LineFormat
+    /// What a line begins with, up to the process's id: `stampede[` (none in the tag format).
+    private let lead: [UInt8]
+    /// What follows the id, by syslog priority: `]: warning: ` and the handler's own metadata (a
+    /// worker's `worker=1 `), or `<4>worker=1 `. Made when the metadata is set, not per line.
+    private var tails: [[UInt8]]
 
     init(logLevel: Logger.Level, descriptor: Int32, format: LineFormat) {
         self.logLevel = logLevel
         self.descriptor = descriptor
         self.format = format
+        lead = format == .human ? Array("\(Stampede.invokedName)[".utf8) : []
+        tails = Self.tails(format, prefix: "")
     }
 
     static func prefix(_ fields: [(key: String, value: Logger.Metadata.Value)]) -> String {
         fields.map { "\($0.key)=\($0.value) " }.joined()
     }
 
+    /// `tail` for every priority, by its number.
+    static func tails(_ format: LineFormat, prefix: String) -> [[UInt8]] {
+        var tails = [[UInt8]](repeating: [], count: Int(LOG_DEBUG) + 1)
+        for level in Logger.Level.allCases {
+            tails[Int(SyslogHandler.priority(level))] = tail(format, level, prefix: prefix)
+        }
+        return tails
+    }
+
+    static func tail(_ format: LineFormat, _ level: Logger.Level, prefix: String) -> [UInt8] {
+        switch format {
+        case .human: Array("]: \(name(level)): \(prefix)".utf8)
+        case .tag: Array("<\(SyslogHandler.priority(level))>\(prefix)".utf8)
+        }
+    }
+
     func log(event: LogEvent) {
-        let prefix = event.metadata?.isEmpty ?? true ? ownPrefix : Self.prefix(fields(of: event))
+        let tail = event.metadata?.isEmpty ?? true
+            ? tails[Int(SyslogHandler.priority(event.level))]
+            : Self.tail(format, event.level, prefix: Self.prefix(fields(of: event)))
         var message = event.message.description
-        message.withUTF8 { write(event.level, prefix, $0) }
+        message.withUTF8 { write(tail, $0) }
     }
 
     /// A request's line (`LineLogger`): as `log(event:)` writes a message, with no event.
     func log(level: Logger.Level, line: UnsafeBufferPointer<UInt8>) {
-        write(level, ownPrefix, line)
+        write(tails[Int(SyslogHandler.priority(level))], line)
     }
 
-    // In pieces, not interpolated: a 404's line would make two Strings of its own.
-    private func write(_ level: Logger.Level, _ prefix: String, _ text: UnsafeBufferPointer<UInt8>) {
-        switch format {
-        case .human:
-            writeLine(Stampede.invokedName, "[", String(stampede_process_id()), "]: ", Self.name(level), ": ", prefix, text: text, to: descriptor)
-        case .tag:
-            writeLine("<", String(SyslogHandler.priority(level)), ">", prefix, text: text, to: descriptor)
-        }
+    private func write(_ tail: [UInt8], _ text: UnsafeBufferPointer<UInt8>) {
+        writeLine(lead: lead, number: format == .human ? stampede_process_id() : nil, tail: tail, text: text, to: descriptor)
     }
 
     /// syslog's names for the priorities, as in.tftpd writes them.

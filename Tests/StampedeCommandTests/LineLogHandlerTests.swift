@@ -1,6 +1,7 @@
 import CMallocCounter
 import Glibc
 import Logging
+import StampedeIO
 import StampedeProtocol
 import StampedeServer
 import Testing
@@ -30,6 +31,39 @@ import Testing
         #expect(human == "\(Stampede.invokedName)[\(getpid())]: warning: worker=1 GET 127.0.0.1:4000 \"absent.cfg\" http 404\n")
         let tagged = try lines(format: .tag) { $0.info("served") }
         #expect(tagged == "<6>served\n")
+    }
+
+    /// Each level has the name syslog gives it (human) or its priority (tag), and an event's own
+    /// metadata goes in front of its message with the handler's.
+    @Test func everyLevelAndAnEventsOwnMetadata() throws {
+        let levels: [(Logger.Level, String, String)] = [
+            (.info, "info", "<6>"), (.notice, "notice", "<5>"), (.warning, "warning", "<4>"),
+            (.error, "error", "<3>"), (.critical, "crit", "<2>"),
+        ]
+        for (level, name, priority) in levels {
+            let human = try lines(format: .human, metadata: ["worker": "1"]) { $0.log(level: level, "said") }
+            #expect(human == "\(Stampede.invokedName)[\(getpid())]: \(name): worker=1 said\n")
+            let tagged = try lines(format: .tag, metadata: ["worker": "1"]) { $0.log(level: level, "said") }
+            #expect(tagged == "\(priority)worker=1 said\n")
+        }
+        let withOwn = try lines(format: .human, metadata: ["worker": "1"]) { $0.notice("said", metadata: ["file": "a"]) }
+        #expect(withOwn == "\(Stampede.invokedName)[\(getpid())]: notice: file=a worker=1 said\n", "\(withOwn)")
+        let after = try lines(format: .human, metadata: ["worker": "1"]) { $0.notice("said", metadata: ["file": "a"]); $0.notice("again") }
+        #expect(after.hasSuffix("]: notice: worker=1 again\n"), "\(after)")
+    }
+
+    /// The number between a line's lead and its tail, as decimal whatever its sign or size.
+    @Test(arguments: [(Int32(0), "0"), (7, "7"), (10, "10"), (4_194_304, "4194304"), (-12, "-12"), (.min, "-2147483648"), (.max, "2147483647")])
+    func theNumberInALine(number: Int32, text: String) throws {
+        var ends: [Int32] = [0, 0]
+        try #require(pipe(&ends) == 0)
+        defer { close(ends[0]) }
+        Array("x".utf8).withUnsafeBufferPointer { writeLine(lead: Array("a[".utf8), number: number, tail: Array("]: ".utf8), text: $0, to: ends[1]) }
+        writeLine(lead: [], number: nil, tail: Array("<5>".utf8), text: UnsafeBufferPointer(start: nil, count: 0), to: ends[1])
+        close(ends[1])
+        var chunk = [UInt8](repeating: 0, count: 256)
+        let n = read(ends[0], &chunk, chunk.count)
+        #expect(String(decoding: chunk[..<max(0, n)], as: UTF8.self) == "a[\(text)]: x\n<5>\n")
     }
 
     @Test func writingALineAllocatesNothing() throws {
