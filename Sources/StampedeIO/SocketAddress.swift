@@ -213,16 +213,32 @@ public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConverti
                 at = 1
             }
             withUnsafeBytes(of: storage) { raw in
-                let text = UnsafeMutableRawPointer(out.baseAddress! + at).assumingMemoryBound(to: CChar.self)
-                let room = socklen_t(INET6_ADDRSTRLEN)
                 if isIPv6 {
+                    let text = UnsafeMutableRawPointer(out.baseAddress! + at).assumingMemoryBound(to: CChar.self)
                     var a = raw.load(as: sockaddr_in6.self).sin6_addr
-                    _ = inet_ntop(AF_INET6, &a, text, room)
+                    _ = inet_ntop(AF_INET6, &a, text, socklen_t(INET6_ADDRSTRLEN))
+                    at += strlen(text)
                 } else {
-                    var a = raw.load(as: sockaddr_in.self).sin_addr
-                    _ = inet_ntop(AF_INET, &a, text, room)
+                    // Its four decimals written here: glibc's inet_ntop formats them with sprintf.
+                    let octets = UInt32(bigEndian: raw.load(as: sockaddr_in.self).sin_addr.s_addr)
+                    for shift in stride(from: 24, through: 0, by: -8) {
+                        let octet = UInt8(truncatingIfNeeded: octets >> UInt32(shift))
+                        if octet >= 100 {
+                            out[at] = UInt8(ascii: "0") + octet / 100
+                            at += 1
+                        }
+                        if octet >= 10 {
+                            out[at] = UInt8(ascii: "0") + octet / 10 % 10
+                            at += 1
+                        }
+                        out[at] = UInt8(ascii: "0") + octet % 10
+                        at += 1
+                        if shift > 0 {
+                            out[at] = UInt8(ascii: ".")
+                            at += 1
+                        }
+                    }
                 }
-                at += strlen(text)
             }
             if withPort {
                 if bracketed {

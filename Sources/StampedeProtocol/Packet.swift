@@ -147,10 +147,10 @@ public struct Request: Equatable, Sendable {
                 filename = Array(field)
             } else if mode == nil {
                 guard !field.isEmpty else { throw .emptyMode }
-                mode = String(decoding: field, as: UTF8.self).lowercased()
+                mode = lowercased(field)
             } else if let name = optionName {
                 options.append((name, String(decoding: field, as: UTF8.self)))
-                if name.lowercased() == "cookie" { cookie = Array(field) }
+                if isCookie(name) { cookie = Array(field) }
                 optionName = nil
             } else {
                 optionName = String(decoding: field, as: UTF8.self)
@@ -161,6 +161,33 @@ public struct Request: Equatable, Sendable {
         var request = Request(isWrite: bytes[1] == 2, filename: filename, mode: mode, options: options)
         request.cookie = cookie
         return request
+    }
+
+    /// A field as text, lowercased: an ASCII one (every mode a client means) in place, with no
+    /// String made first to be lowercased after.
+    static func lowercased(_ field: UnsafeRawBufferPointer) -> String {
+        var ascii = field.count <= 32
+        if ascii { for index in 0..<field.count where field[index] >= 0x80 { ascii = false } }
+        guard ascii else { return String(decoding: field, as: UTF8.self).lowercased() }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: field.count) { lower in
+            for index in 0..<field.count {
+                let byte = field[index]
+                lower[index] = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte + 32 : byte
+            }
+            return String(decoding: lower, as: UTF8.self)
+        }
+    }
+
+    /// The option's name is "cookie", in any case.
+    static func isCookie(_ name: String) -> Bool {
+        let cookie: StaticString = "cookie"
+        guard name.utf8.count == cookie.utf8CodeUnitCount else { return false }
+        var index = 0
+        for byte in name.utf8 {
+            guard byte | 0x20 == cookie.utf8Start[index] else { return false }
+            index += 1
+        }
+        return true
     }
 
     /// The most DATA a server may send at once in answer to this request: the windowsize it asks

@@ -1,3 +1,4 @@
+import Glibc
 import StampedeIO
 import StampedeProtocol
 import Testing
@@ -20,5 +21,25 @@ import Testing
         line.append("client ")
         line.append(address)
         #expect(line.text == "client " + text)
+    }
+
+    /// An IPv4 address's text is written without inet_ntop: it must say what inet_ntop says, for
+    /// octets of one, two and three digits and zeros in every place.
+    @Test func anIPv4AddressReadsAsInetNtopWritesIt() throws {
+        var mismatches: [String] = []
+        var octets: UInt32 = 0x0102_0304
+        for step in 0..<20_000 {
+            // A walk through the 32 bits that visits 0, 9, 10, 99, 100 and 255 in every octet.
+            let edges: [UInt32] = [0, 9, 10, 99, 100, 255]
+            let address = step < 1_296 ? (0..<4).reduce(UInt32(0)) { $0 << 8 | edges[step / [1, 6, 36, 216][$1] % 6] } : octets
+            octets = octets &* 1_664_525 &+ 1_013_904_223
+            var raw = in_addr(s_addr: address.bigEndian)
+            var text = [CChar](repeating: 0, count: Int(INET_ADDRSTRLEN))
+            _ = inet_ntop(AF_INET, &raw, &text, socklen_t(INET_ADDRSTRLEN))
+            let expected = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            let parsed = try #require(SocketAddress(parsing: "\(expected):4011", defaultPort: 0))
+            if parsed.host != expected || parsed.description != "\(expected):4011" { mismatches.append(expected) }
+        }
+        #expect(mismatches.isEmpty, "\(mismatches.prefix(5))")
     }
 }

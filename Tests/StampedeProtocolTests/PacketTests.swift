@@ -100,6 +100,21 @@ import Testing
         #expect(allocations <= 200, "\(allocations) allocations in 100 requests")
     }
 
+    /// The mode is lowercased as String.lowercased does it, the ASCII ones in place; "cookie" is
+    /// found in any case and no other name is taken for it.
+    @Test(arguments: ["OcTeT", "NETASCII", "mail", "Ö-octet", "ÉTÉ", String(repeating: "A", count: 40), "o\u{7F}ctet@[`{"])
+    func theModeIsLowercasedAsAStringWouldBe(mode: String) throws {
+        let request = try parse([0, 1] + Array("f".utf8) + [0] + Array(mode.utf8) + [0]).get()
+        #expect(request.mode == mode.lowercased())
+    }
+
+    @Test(arguments: [("cookie", true), ("COOKIE", true), ("CooKie", true), ("cookies", false), ("cooki", false),
+                      ("cOOkI\u{05}", false), ("cookie\u{00E9}", false), ("c@@kie", false)])
+    func theCookieOptionInAnyCase(name: String, isCookie: Bool) throws {
+        let request = try parse([0, 1] + Array("f".utf8) + [0] + Array("octet".utf8) + [0] + Array(name.utf8) + [0, 0x41, 0]).get()
+        #expect((request.cookie == [0x41]) == isCookie)
+    }
+
     @Test func transferPacketsDecodeInPlace() {
         #expect(decode([0, 3, 0xFF, 0xFF, 1, 2]) == "data 65535 [1, 2]")
         #expect(decode([0, 3, 0, 1]) == "data 1 []")
