@@ -233,8 +233,8 @@ def report(rounds, rack_rounds, nginx_version, seconds):
               "not there and small files:", "",
               "| scenario | Stampede req/CPU-s (spread) | streamed (spread) | nginx req/CPU-s (spread) | Stampede ÷ nginx "
               "| answers not 404/2xx (Stampede, nginx) | req/s Stampede, streamed, nginx | user-space µs/request Stampede, nginx |"
-              + (" baseline (spread) | Stampede ÷ baseline |" if baseline else ""),
-              "|---|---|---|---|---|---|---|---|" + ("---|---|" if baseline else "")]
+              + (" baseline (spread) | Stampede ÷ baseline | user-space µs/request baseline |" if baseline else ""),
+              "|---|---|---|---|---|---|---|---|" + ("---|---|---|" if baseline else "")]
     for name, connections in SMALL_SCENARIOS:
         key = f"{name} x{connections}"
         row = {}
@@ -250,7 +250,9 @@ def report(rounds, rack_rounds, nginx_version, seconds):
         line = (f"| {key} | {cell(s)} | {cell(t)} | {cell(n)} | {ratio:.2f} | {s['wrong_answers']}, {n['wrong_answers']} "
                 f"| {s['requests_per_s']}, {t['requests_per_s']}, {n['requests_per_s']} "
                 f"| {s['user_us_per_request']}, {n['user_us_per_request']} |")
-        table.append(line + (baseline_cells(row, summary[key]) if baseline else ""))
+        # The baseline's own code beside Stampede's, from the same rounds: what a user-space change moved.
+        table.append(line + (baseline_cells(row, summary[key]) + f" {row['stampede-baseline']['user_us_per_request']} |"
+                             if baseline else ""))
     idle = {server: rounds[server][-1]["idle"] for server in ("stampede", "nginx")}
     table.append("")
     table.append(f"{IDLE_CONNECTIONS} idle connections (descriptor limit {FD_LIMIT}): Stampede RSS {idle['stampede']['rss_mib']} MiB "

@@ -222,17 +222,8 @@ public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConverti
                     // Its four decimals written here: glibc's inet_ntop formats them with sprintf.
                     let octets = UInt32(bigEndian: raw.load(as: sockaddr_in.self).sin_addr.s_addr)
                     for shift in stride(from: 24, through: 0, by: -8) {
-                        let octet = UInt8(truncatingIfNeeded: octets >> UInt32(shift))
-                        if octet >= 100 {
-                            out[at] = UInt8(ascii: "0") + octet / 100
-                            at += 1
-                        }
-                        if octet >= 10 {
-                            out[at] = UInt8(ascii: "0") + octet / 10 % 10
-                            at += 1
-                        }
-                        out[at] = UInt8(ascii: "0") + octet % 10
-                        at += 1
+                        let octet = UInt64(truncatingIfNeeded: octets >> UInt32(shift) & 0xFF)
+                        at += writeDigits(octet, minimumCount: 1, into: UnsafeMutableBufferPointer(rebasing: out[at...]))
                         if shift > 0 {
                             out[at] = UInt8(ascii: ".")
                             at += 1
@@ -247,8 +238,7 @@ public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConverti
                 }
                 out[at] = UInt8(ascii: ":")
                 at += 1
-                var digits = String(port)
-                at = digits.withUTF8 { out[at...].update(fromContentsOf: $0) }
+                at += writeDigits(UInt64(port), minimumCount: 1, into: UnsafeMutableBufferPointer(rebasing: out[at...]))
             }
             return body(UnsafeBufferPointer(rebasing: out[..<at]))
         }

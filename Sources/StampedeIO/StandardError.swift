@@ -1,4 +1,5 @@
 import Glibc
+import StampedeProtocol
 
 /// Writes `text` to standard error (fd 2) as it is: no buffer, so nothing is lost or reordered
 /// when the process exits or detaches, and no shared FILE (C's stderr is not concurrency-safe).
@@ -18,30 +19,20 @@ public func writeAll(_ text: String, to fd: Int32) {
 /// said for every request takes no memory of its own. The number goes between because a log
 /// line's head names the process (`stampede[1234]: warning: `), whose id a fork changes.
 public func writeLine(lead: [UInt8], number: Int32?, tail: [UInt8], text: UnsafeBufferPointer<UInt8>, to fd: Int32) {
-    var digits = 0
-    if let number {
-        var rest = number.magnitude
-        repeat {
-            digits += 1
-            rest /= 10
-        } while rest > 0
-        if number < 0 { digits += 1 }
-    }
-    withUnsafeTemporaryAllocation(of: UInt8.self, capacity: lead.count + digits + tail.count + text.count + 1) { line in
+    // A sign and Int32's 10 digits at most.
+    withUnsafeTemporaryAllocation(of: UInt8.self, capacity: lead.count + 11 + tail.count + text.count + 1) { line in
         var at = lead.withUnsafeBufferPointer { line.update(fromContentsOf: $0) }
         if let number {
-            if number < 0 { line[at] = UInt8(ascii: "-") }
-            var rest = number.magnitude
-            for k in stride(from: at + digits - 1, through: number < 0 ? at + 1 : at, by: -1) {
-                line[k] = UInt8(ascii: "0") + UInt8(rest % 10)
-                rest /= 10
+            if number < 0 {
+                line[at] = UInt8(ascii: "-")
+                at += 1
             }
-            at += digits
+            at += writeDigits(UInt64(number.magnitude), minimumCount: 1, into: UnsafeMutableBufferPointer(rebasing: line[at...]))
         }
         at = tail.withUnsafeBufferPointer { line[at...].update(fromContentsOf: $0) }
         at = line[at...].update(fromContentsOf: text)
         line[at] = UInt8(ascii: "\n")
-        writeAll(UnsafeRawBufferPointer(line), to: fd)
+        writeAll(UnsafeRawBufferPointer(start: line.baseAddress, count: at + 1), to: fd)
     }
 }
 

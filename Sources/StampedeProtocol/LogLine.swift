@@ -30,9 +30,18 @@ public struct LogLine {
         bytes.append(contentsOf: text)
     }
 
-    /// Digits (a small String: no memory of its own).
+    /// Digits, written in place (`writeDigits`).
     public mutating func append(_ value: Int) {
-        append(String(value))
+        // A sign and the 19 digits of Int.max.
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { out in
+            var n = 0
+            if value < 0 {
+                out[0] = UInt8(ascii: "-")
+                n = 1
+            }
+            n += writeDigits(UInt64(value.magnitude), minimumCount: 1, into: UnsafeMutableBufferPointer(rebasing: out[n...]))
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: out[..<n]))
+        }
     }
 
     /// `value` with `places` decimals, as `decimalText` writes it, in place.

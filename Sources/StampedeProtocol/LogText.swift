@@ -85,9 +85,9 @@ func writeDecimal(_ value: Double, places: Int, into out: UnsafeMutableBufferPoi
     return n + 1 + writeDigits(scaled % scale, minimumCount: places, into: UnsafeMutableBufferPointer(rebasing: out[(n + 1)...]))
 }
 
-/// The decimal digits of `value`, zeros in front up to `minimumCount`: counted, then written
-/// from the last.
-private func writeDigits(_ value: UInt64, minimumCount: Int, into out: UnsafeMutableBufferPointer<UInt8>) -> Int {
+/// The decimal digits of `value`, zeros in front up to `minimumCount`, into `out` (20 bytes, or
+/// `minimumCount`, hold any): counted, then written from the last; returns how many it wrote.
+public func writeDigits(_ value: UInt64, minimumCount: Int, into out: UnsafeMutableBufferPointer<UInt8>) -> Int {
     var count = 1
     var rest = value / 10
     while rest > 0 {

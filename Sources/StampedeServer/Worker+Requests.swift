@@ -453,7 +453,14 @@ extension Worker {
             return
         }
         // Every "File not found" at -v 0 (a dozen per PXELINUX's config search): written as its
-        // bytes, with no String made.
+        // bytes, with no String made, in one access to the worker's line (each append to a
+        // class's property on its own would pay an exclusivity check).
+        Self.describe(error, to: peer, what: what, into: &line)
+        lines.log(line, level: .warning)
+    }
+
+    /// A refusal's line: `10.0.0.7:2070: RRQ "pxelinux.cfg/default" octet: refused: error 1 "File not found"`.
+    static func describe(_ error: TFTPError, to peer: SocketAddress, what: (inout LogLine) -> Void, into line: inout LogLine) {
         line.start()
         line.append(peer)
         line.append(": ")
@@ -463,7 +470,6 @@ extension Worker {
         line.append(" \"")
         line.append(sanitized: error.message)
         line.append("\"")
-        lines.log(line, level: .warning)
     }
 
     /// The largest blksize that crosses this address's interface unfragmented (reference quirk 4):
