@@ -32,6 +32,8 @@ public struct DataSender: Sendable {
     public private(set) var isFinished = false
     /// ACKs that repeated the last acknowledged block (a lost DATA, a client's own timeout).
     public private(set) var duplicateAcks = 0
+    /// When the last duplicate of the acknowledged block came; nil since the last progress.
+    private var lastDuplicate: Nanoseconds?
 
     public init(totalBytes: Int, blockSize: Int, windowSize: Int, numbering: BlockNumbering = BlockNumbering(),
                 sendsOptionAck: Bool, timer: RetransmitTimer) {
@@ -78,6 +80,7 @@ public struct DataSender: Sendable {
             // Only ACK 0 answers an OACK; anything else is stale or confused.
             guard wireBlock == 0 else { return .none }
             awaitingOptionAck = false
+            lastDuplicate = nil
             timer.answered(now: now)
             timer.sentNew(now: now)
             return nextWindow()
@@ -88,6 +91,7 @@ public struct DataSender: Sendable {
             return duplicateAck(now: now)
         }
         acknowledged = block
+        lastDuplicate = nil
         if acknowledged == blockCount {
             isFinished = true
             timer.stop()
@@ -107,8 +111,22 @@ public struct DataSender: Sendable {
     /// a round trip (`RetransmitTimer.roundTripBound`), and at least `duplicateAckFloor`, has
     /// passed since the window was last sent; as often as the client asks, no more.
     /// Before any answer, half the timer's interval stands in for the round trip.
+    ///
+    /// The bound can outgrow the client's own period: it is twice the least of a few samples,
+    /// and a transfer's first sample holds whatever delayed the first answer (a busy server, a
+    /// client reading hundreds of sockets). Then every retry of a client that asks each 300 ms
+    /// would be taken for a crossing, and the client gives up while its block is still lost. So
+    /// a duplicate is also answered when it is the second since our last send, and came at least
+    /// `clientRetryFloor` after the first: a client asking again on its own timer. A crossing
+    /// comes once per send; the duplicates a window's gap or a duplicating path brings come
+    /// together, closer than that.
     private mutating func duplicateAck(now: Nanoseconds) -> Action {
         duplicateAcks += 1
+        let previous = lastDuplicate
+        lastDuplicate = now
+        if let previous, previous >= timer.lastSent, now - previous >= Self.clientRetryFloor {
+            return resendAsked(after: Self.duplicateAckFloor, now: now)
+        }
         let roundTrip = timer.roundTripBound.map { max($0, Self.duplicateAckFloor) } ?? timer.current / 2
         return resendAsked(after: roundTrip, now: now)
     }
@@ -134,6 +152,11 @@ public struct DataSender: Sendable {
     /// The least time between a send and a resend a duplicate ACK asks for: no client's timeout
     /// is shorter, and a flood of duplicates gets a window at most this often.
     public static let duplicateAckFloor: Nanoseconds = 10_000_000
+
+    /// The least time between two duplicates that makes the second a client's retry, not part of
+    /// one burst: no client repeats its ACK sooner (busybox, the quickest, waits 100 ms first),
+    /// and a burst of gap reports or duplicated datagrams arrives within a few milliseconds.
+    public static let clientRetryFloor: Nanoseconds = 50_000_000
 
     public mutating func timeout(now: Nanoseconds) -> Action {
         guard !isFinished else { return .none }

@@ -125,6 +125,42 @@ func makeSender(bytes: Int, blockSize: Int = 512, window: Int = 1, oack: Bool = 
         #expect(s.receiveAck(2, now: 903 * ms) == .sendBlocks(first: 3, count: 1))
     }
 
+    @Test func aClientsRetriesAreAnsweredWhenTheRoundTripBoundOutgrowsItsPeriod() {
+        // The first answer took 700 ms (a busy start): the bound is 1.4 s, longer than the
+        // client's 300 ms period. Its first retry may have crossed our send; the second, 300 ms
+        // after the first and both after our send, is its own timer: answered, and each after it.
+        let ms: Nanoseconds = 1_000_000
+        var s = makeSender(bytes: 5000, oack: true)
+        _ = s.start(now: 0)
+        #expect(s.receiveAck(0, now: 700 * ms) == .sendBlocks(first: 1, count: 1))
+        #expect(s.receiveAck(0, now: 1000 * ms) == .none)
+        #expect(s.receiveAck(0, now: 1300 * ms) == .sendBlocks(first: 1, count: 1))
+        #expect(s.receiveAck(0, now: 1600 * ms) == .sendBlocks(first: 1, count: 1))
+        #expect(s.retransmits == 2)
+        // Progress starts over: the next block's first duplicate is judged by the bound again.
+        #expect(s.receiveAck(1, now: 1700 * ms) == .sendBlocks(first: 2, count: 1))
+        #expect(s.receiveAck(1, now: 2000 * ms) == .none)
+        #expect(s.receiveAck(1, now: 2300 * ms) == .sendBlocks(first: 2, count: 1))
+    }
+
+    @Test func duplicatesInABurstOrBeforeOurLastSendAreNoRetry() {
+        // EDK2, window 8, the bound long: a gap brings duplicates 1 ms apart for 40 ms. None is a
+        // client's retry; none is answered.
+        let ms: Nanoseconds = 1_000_000
+        var s = makeSender(bytes: 50_000, window: 8, oack: true)
+        _ = s.start(now: 0)
+        #expect(s.receiveAck(0, now: 700 * ms) == .sendBlocks(first: 1, count: 8))
+        let burst = (701...740).filter { s.receiveAck(0, now: Nanoseconds($0) * ms) != .none }
+        #expect(burst.isEmpty)
+        // The timer resends (its interval, held to the base: 1 s). A duplicate that came before
+        // that send says nothing of it: the next one is judged by the bound...
+        #expect(s.timeout(now: 1700 * ms) == .sendBlocks(first: 1, count: 8))
+        #expect(s.receiveAck(0, now: 1750 * ms) == .none)
+        // ...and the one after it, a retry period later, is answered.
+        #expect(s.receiveAck(0, now: 2050 * ms) == .sendBlocks(first: 1, count: 8))
+        #expect(s.retransmits == 2)
+    }
+
     @Test func aFloodOfDuplicatesGetsAWindowAtMostOncePerFloor() {
         var s = makeSender(bytes: 50_000, window: 8)
         _ = s.start(now: 0)
