@@ -22,13 +22,7 @@ public func writeLine(lead: [UInt8], number: Int32?, tail: [UInt8], text: Unsafe
     // A sign and Int32's 10 digits at most.
     withUnsafeTemporaryAllocation(of: UInt8.self, capacity: lead.count + 11 + tail.count + text.count + 1) { line in
         var at = lead.withUnsafeBufferPointer { line.update(fromContentsOf: $0) }
-        if let number {
-            if number < 0 {
-                line[at] = UInt8(ascii: "-")
-                at += 1
-            }
-            at += writeDigits(UInt64(number.magnitude), minimumCount: 1, into: UnsafeMutableBufferPointer(rebasing: line[at...]))
-        }
+        if let number { at += writeSignedDigits(Int64(number), into: UnsafeMutableBufferPointer(rebasing: line[at...])) }
         at = tail.withUnsafeBufferPointer { line[at...].update(fromContentsOf: $0) }
         at = line[at...].update(fromContentsOf: text)
         line[at] = UInt8(ascii: "\n")

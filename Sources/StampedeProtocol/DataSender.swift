@@ -122,13 +122,12 @@ public struct DataSender: Sendable {
     /// together, closer than that.
     private mutating func duplicateAck(now: Nanoseconds) -> Action {
         duplicateAcks += 1
-        let previous = lastDuplicate
+        var isRetry = false
+        if let previous = lastDuplicate { isRetry = previous >= timer.lastSent && now - previous >= Self.clientRetryFloor }
         lastDuplicate = now
-        if let previous, previous >= timer.lastSent, now - previous >= Self.clientRetryFloor {
-            return resendAsked(after: Self.duplicateAckFloor, now: now)
-        }
-        let roundTrip = timer.roundTripBound.map { max($0, Self.duplicateAckFloor) } ?? timer.current / 2
-        return resendAsked(after: roundTrip, now: now)
+        // A retry came a retry period after our last send at least: no round trip left to wait.
+        let wait = isRetry ? 0 : timer.roundTripBound.map { max($0, Self.duplicateAckFloor) } ?? timer.current / 2
+        return resendAsked(after: wait, now: now)
     }
 
     /// The client sent its request again before it answered anything: our first answer (the

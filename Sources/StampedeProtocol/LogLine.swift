@@ -34,12 +34,7 @@ public struct LogLine {
     public mutating func append(_ value: Int) {
         // A sign and the 19 digits of Int.max.
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { out in
-            var n = 0
-            if value < 0 {
-                out[0] = UInt8(ascii: "-")
-                n = 1
-            }
-            n += writeDigits(UInt64(value.magnitude), minimumCount: 1, into: UnsafeMutableBufferPointer(rebasing: out[n...]))
+            let n = writeSignedDigits(Int64(value), into: out)
             bytes.append(contentsOf: UnsafeBufferPointer(rebasing: out[..<n]))
         }
     }

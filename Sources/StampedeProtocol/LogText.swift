@@ -102,3 +102,10 @@ public func writeDigits(_ value: UInt64, minimumCount: Int, into out: UnsafeMuta
     }
     return count
 }
+
+/// `value` in decimal with its sign, into `out` (20 bytes hold any): returns how many bytes.
+public func writeSignedDigits(_ value: Int64, into out: UnsafeMutableBufferPointer<UInt8>) -> Int {
+    guard value < 0 else { return writeDigits(UInt64(value), minimumCount: 1, into: out) }
+    out[0] = UInt8(ascii: "-")
+    return 1 + writeDigits(value.magnitude, minimumCount: 1, into: UnsafeMutableBufferPointer(rebasing: out[1...]))
+}
