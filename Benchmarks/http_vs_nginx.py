@@ -26,7 +26,10 @@ connection with iPXE's 256 KiB receive window), every byte compared, against Sta
 the servers' CPU and the storm's, in BENCH_RACK_ROUNDS (default 3; 0 skips the rack) interleaved
 rounds.
 BENCH_BASELINE=PATH adds another build (an older one) as "stampede-baseline" in the same rounds,
-and the table its ratio. Results: results/bench-http.{json,md}.
+and the table its ratio. BENCH_SCENARIOS (a comma list) narrows the run: a file's name keeps its
+scenarios ("absent.cfg"), a scenario's own name keeps it alone ("absent.cfg x2000"), "idle" the
+idle connections and "rack" the rack; BENCH_OUTPUT names the results' files (default bench-http,
+results/bench-http.{json,md}), so that a narrowed run does not replace the whole report's.
 
 nginx runs from the unstable tree `make parity-deps` makes (`make bench-deps` installs
 nginx-light there), chrooted in a mount namespace where the bench root is bound, as compare.py
@@ -47,19 +50,30 @@ from harness import (FD_LIMIT, in_group, ROOT, SID, STAMPEDE, CpuGroup, Sampler,
 
 SECONDS = int(os.environ.get("BENCH_HTTP_SECONDS", "8"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+OUTPUT = os.environ.get("BENCH_OUTPUT", "bench-http")
+# BENCH_SCENARIOS: the words that narrow the run (None: all of it).
+WANTED = {word.strip() for word in os.environ["BENCH_SCENARIOS"].split(",")} if os.environ.get("BENCH_SCENARIOS") else None
+
+
+def wanted(name, connections=None):
+    """Whether the run keeps a scenario (a file by a count of connections), "idle" or "rack"."""
+    return WANTED is None or name in WANTED or f"{name} x{connections}" in WANTED
+
+
 WEB = ROOT / "http"
 FILES = {"1mib.bin": 1 << 20, "64mib.bin": 64 << 20}
-SCENARIOS = [(name, connections) for name in FILES for connections in (100, 2000)]
+SCENARIOS = [(name, connections) for name in FILES for connections in (100, 2000) if wanted(name, connections)]
 # Small answers, by requests per CPU-second: "absent.cfg" is not there (a 404).
 SMALL_FILES = {"4kib.bin": 4 << 10, "64kib.bin": 64 << 10}
-SMALL_SCENARIOS = [(name, connections) for name in ("absent.cfg", *SMALL_FILES) for connections in (100, 2000)]
+SMALL_SCENARIOS = [(name, connections) for name in ("absent.cfg", *SMALL_FILES) for connections in (100, 2000)
+                   if wanted(name, connections)]
 # Stampede counts two descriptors per connection (its socket and a streamed file): FD_LIMIT
 # (20,000, the hard limit here) holds 8,302 besides its reserve and images.
 IDLE_CONNECTIONS = 8000
 RACK = ROOT / "http-rack"
 RACK_FILES = {"ipxe.efi": 1 << 20, "vmlinuz": 16 << 20, "initrd.img": 64 << 20}
 RACK_MACHINES = int(os.environ.get("BENCH_RACK_MACHINES", "2000"))
-RACK_ROUNDS = int(os.environ.get("BENCH_RACK_ROUNDS", str(ROUNDS)))
+RACK_ROUNDS = int(os.environ.get("BENCH_RACK_ROUNDS", str(ROUNDS))) if wanted("rack") else 0
 # Another build (an older one) as a fourth server, "stampede-baseline", in the same rounds.
 BASELINE = os.environ.get("BENCH_BASELINE")
 
@@ -128,7 +142,7 @@ def one_round(server, index):
             load["user_us_per_request"] = round(user / load["requests"] * 1e6, 2) if load["requests"] else None
             load["requests_per_s"] = round(load["requests"] / SECONDS)
             results[f"{name} x{connections}"] = load
-        if server not in ("stampede-streamed", "stampede-baseline"):  # "stampede"'s process when idle
+        if server not in ("stampede-streamed", "stampede-baseline") and wanted("idle"):  # "stampede"'s process when idle
             sampler.peak_rss = 0.0
             results["idle"] = idle_connections(port, sampler)
     finally:
@@ -215,9 +229,10 @@ def report(rounds, rack_rounds, nginx_version, seconds):
     """The tables of the rounds (and the rack's): the text, the summary, the idle figures and the
     rack's summary."""
     baseline = "stampede-baseline" in rounds
+    # A table for each kind of scenario the run played (BENCH_SCENARIOS may have left one out).
     table = ["| scenario | Stampede CPU-s/GB (spread) | streamed (spread) | nginx CPU-s/GB (spread) | Stampede ÷ nginx "
              "| streamed ÷ nginx | GB/s Stampede, streamed, nginx |" + (" baseline (spread) | Stampede ÷ baseline |" if baseline else ""),
-             "|---|---|---|---|---|---|---|" + ("---|---|" if baseline else "")]
+             "|---|---|---|---|---|---|---|" + ("---|---|" if baseline else "")] if SCENARIOS else []
     summary = {}
     for name, connections in SCENARIOS:
         key = f"{name} x{connections}"
@@ -234,7 +249,7 @@ def report(rounds, rack_rounds, nginx_version, seconds):
               "| scenario | Stampede req/CPU-s (spread) | streamed (spread) | nginx req/CPU-s (spread) | Stampede ÷ nginx "
               "| answers not 404/2xx (Stampede, nginx) | req/s Stampede, streamed, nginx | user-space µs/request Stampede, nginx |"
               + (" baseline (spread) | Stampede ÷ baseline | user-space µs/request baseline |" if baseline else ""),
-              "|---|---|---|---|---|---|---|---|" + ("---|---|---|" if baseline else "")]
+              "|---|---|---|---|---|---|---|---|" + ("---|---|---|" if baseline else "")] if SMALL_SCENARIOS else []
     for name, connections in SMALL_SCENARIOS:
         key = f"{name} x{connections}"
         row = {}
@@ -253,11 +268,12 @@ def report(rounds, rack_rounds, nginx_version, seconds):
         # The baseline's own code beside Stampede's, from the same rounds: what a user-space change moved.
         table.append(line + (baseline_cells(row, summary[key]) + f" {row['stampede-baseline']['user_us_per_request']} |"
                              if baseline else ""))
-    idle = {server: rounds[server][-1]["idle"] for server in ("stampede", "nginx")}
-    table.append("")
-    table.append(f"{IDLE_CONNECTIONS} idle connections (descriptor limit {FD_LIMIT}): Stampede RSS {idle['stampede']['rss_mib']} MiB "
-                 f"(serves still: {idle['stampede']['still_serves']}), nginx {idle['nginx']['rss_mib']} MiB "
-                 f"(serves still: {idle['nginx']['still_serves']})")
+    idle = {server: rounds[server][-1]["idle"] for server in ("stampede", "nginx") if "idle" in rounds[server][-1]}
+    if idle:
+        table.append("")
+        table.append(f"{IDLE_CONNECTIONS} idle connections (descriptor limit {FD_LIMIT}): Stampede RSS {idle['stampede']['rss_mib']} MiB "
+                     f"(serves still: {idle['stampede']['still_serves']}), nginx {idle['nginx']['rss_mib']} MiB "
+                     f"(serves still: {idle['nginx']['still_serves']})")
     rack_lines, rack_summary = rack_table(rack_rounds) if rack_rounds["stampede"] else ([], {})
     text = "\n".join([f"Stampede --http vs {nginx_version} (sendfile on), wrk keep-alive, {len(rounds['stampede'])} interleaved rounds "
                       f"of {seconds} s, "
@@ -300,7 +316,7 @@ def main():
             print(f"rack round {index + 1}/{RACK_ROUNDS}: {servers}", flush=True)
             rack_rounds[servers].append(rack_round(servers, index))
     text, summary, idle, rack_summary = report(rounds, rack_rounds, nginx_version, SECONDS)
-    write_results("bench-http", {"nginx": nginx_version, "seconds": SECONDS, "rounds": rounds, "summary": summary, "idle": idle,
+    write_results(OUTPUT, {"nginx": nginx_version, "seconds": SECONDS, "rounds": rounds, "summary": summary, "idle": idle,
                                  "rack_rounds": rack_rounds, "rack": rack_summary}, text)
     print(text)
 
