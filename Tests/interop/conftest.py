@@ -260,7 +260,9 @@ CLONE_NEWNET = 0x40000000
 def network_namespace():
     """make(loss=0, icmp_unlimited=False) -> a new NetworkNamespace with loopback up, where an
     nftables rule drops `loss` % of all UDP (the kernel here has no netem), and where ICMP errors
-    are not rate-limited if asked (Linux sends 1,000 a second at most, fewer per destination)."""
+    are not rate-limited if asked (Linux sends 1,000 a second at most, fewer per destination).
+    The rule sits on output, where a segmented send (UDP GSO: a window in one call) is still one
+    packet, so it drops a whole window or none of it; the sender sees EPERM."""
     if os.geteuid() != 0:
         pytest.skip("LOUD SKIP: network namespaces and nftables need root")
     made = []
