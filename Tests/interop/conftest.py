@@ -259,10 +259,9 @@ CLONE_NEWNET = 0x40000000
 @pytest.fixture
 def network_namespace():
     """make(loss=0, icmp_unlimited=False) -> a new NetworkNamespace with loopback up, where an
-    nftables rule drops `loss` % of all UDP (the kernel here has no netem), and where ICMP errors
-    are not rate-limited if asked (Linux sends 1,000 a second at most, fewer per destination).
-    The rule sits on output, where a segmented send (UDP GSO: a window in one call) is still one
-    packet, so it drops a whole window or none of it; the sender sees EPERM."""
+    nftables rule drops `loss` % of all UDP datagrams each way (the kernel here has no netem), and
+    where ICMP errors are not rate-limited if asked (Linux sends 1,000 a second at most, fewer per
+    destination)."""
     if os.geteuid() != 0:
         pytest.skip("LOUD SKIP: network namespaces and nftables need root")
     made = []
@@ -273,9 +272,15 @@ def network_namespace():
         made.append(namespace.name)
         assert run([*namespace.inside, "ip", "link", "set", "lo", "up"]).returncode == 0
         if loss:
+            # Each datagram, not each send. A segmented send (UDP GSO: the server's window in one
+            # call) is one packet on output, and on lo one packet on input too, so a rule there
+            # would drop a whole window or none of it (0 or 16 of 16, never a part). With
+            # gso_max_segs 1, lo cuts every send into its datagrams on its way out, and the rule
+            # on input drops each of them, silently, as a path does.
+            assert run([*namespace.inside, "ip", "link", "set", "lo", "gso_max_segs", "1"]).returncode == 0
             for rule in (["add", "table", "inet", "loss"],
-                         ["add", "chain", "inet", "loss", "out", "{ type filter hook output priority 0; }"],
-                         ["add", "rule", "inet", "loss", "out", "meta", "l4proto", "udp", "numgen", "random",
+                         ["add", "chain", "inet", "loss", "in", "{ type filter hook input priority 0; }"],
+                         ["add", "rule", "inet", "loss", "in", "meta", "l4proto", "udp", "numgen", "random",
                           "mod", "100", "lt", str(loss), "drop"]):
                 r = run([*namespace.inside, "nft", *rule])
                 assert r.returncode == 0, r.stderr

@@ -5,7 +5,9 @@ Two ways to wait, as clients do: by default a block out of order is ignored and 
 resent when `timeout` passes without progress (tftp-hpa, U-Boot, an impatient client at 0.3 s);
 with `edk2=True`, as EDK2's MTFTP4 does, a block out of order is answered at once with an ACK of
 the block before the one expected, and every ACK sent starts the count of tries over. Either way
-the transfer fails when `silent_periods` timeouts pass in a row without progress."""
+the transfer fails when `silent_periods` timeouts pass in a row without progress: by default a
+period is silent when no new block came in it (a window that lost a datagram is not silent up to
+the gap), with `edk2=True` when no ACK was sent."""
 import hashlib
 import select
 import socket
@@ -97,6 +99,8 @@ def run(server, name, count, expected: bytes, blksize=1468, windowsize=1, timeou
                     payload = packet[4:]
                     d.digest.update(payload)
                     d.size += len(payload)
+                    if not edk2:
+                        d.retries = 0  # a new block: not a silent period
                     last = len(payload) < d.blksize
                     d.expected += 1
                     if not last and (d.expected - 1) % d.window:

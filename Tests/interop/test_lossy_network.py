@@ -60,9 +60,8 @@ def test_the_adaptive_timeout_repairs_loss_faster_than_a_fixed_second(serve, roo
     assert adaptive["p50_ms"] < fixed["p50_ms"]
 
 
-# Two clients of a rack, 5 % of UDP lost each way (a window the server sends in one segmented send
-# is lost whole: conftest's network_namespace): one that resends its ACK after 300 ms and gives up
-# after six silent periods (lockstep, and windowsize 16), and one that does what EDK2 does (an ACK
+# Two clients of a rack, 5 % of UDP datagrams lost each way (conftest's network_namespace): one
+# that resends its ACK after 300 ms and gives up after six silent periods (lockstep, and windowsize 16), and one that does what EDK2 does (an ACK
 # at once for a block out of order, the count of tries started over at every ACK, 4 s, six tries;
 # lockstep, and its default windowsize 4). A server that answers a duplicate ACK only once per
 # block, then backs off on its own timer, leaves the impatient client silent long enough to give
