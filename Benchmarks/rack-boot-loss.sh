@@ -15,9 +15,12 @@ for mode in fixed adaptive; do
     ip netns add "$ns"
     trap 'ip netns pids "$ns" 2>/dev/null | xargs -r kill; ip netns del "$ns" 2>/dev/null || true' EXIT
     ip -n "$ns" link set lo up
+    # Each datagram each way, as the suite's lossy tests do: lo cuts every segmented send into its
+    # datagrams, and the rule drops them on input (on output a segmented send is one packet).
+    ip -n "$ns" link set lo gso_max_segs 1
     ip netns exec "$ns" nft add table inet loss
-    ip netns exec "$ns" nft 'add chain inet loss out { type filter hook output priority 0; }'
-    ip netns exec "$ns" nft add rule inet loss out meta l4proto udp numgen random mod 100 lt "$LOSS" drop
+    ip netns exec "$ns" nft 'add chain inet loss in { type filter hook input priority 0; }'
+    ip netns exec "$ns" nft add rule inet loss in meta l4proto udp numgen random mod 100 lt "$LOSS" drop
     extra=(); [ "$mode" = fixed ] && extra=(--fixed-timeout)
     ip netns exec "$ns" prlimit --nofile=20000:20000 "$BIN" -l -L -a 127.0.0.1:6969 -u root --verbosity 0 \
         "${extra[@]}" "$ROOT" > /dev/null 2>&1 &
