@@ -61,14 +61,15 @@ def test_the_adaptive_timeout_repairs_loss_faster_than_a_fixed_second(serve, roo
 
 
 # Two clients of a rack, 5 % of UDP datagrams lost each way (conftest's network_namespace): one
-# that resends its ACK after 300 ms and gives up after six silent periods (lockstep, and windowsize 16), and one that does what EDK2 does (an ACK
-# at once for a block out of order, the count of tries started over at every ACK, 4 s, six tries;
-# lockstep, and its default windowsize 4). A server that answers a duplicate ACK only once per
-# block, then backs off on its own timer, leaves the impatient client silent long enough to give
-# up (298 and 297 of 300 before the round-trip rule); one whose round-trip bound outgrows the
-# client's period takes every retry for a crossing (a machine lost in about 1 run in 6 beside two
-# busy loops, before a client's second retry was answered whatever the bound); one that answers
-# every duplicate doubles the stream (test_duplication_reordering.py).
+# that resends its ACK after 300 ms and gives up after six silent periods (lockstep, and
+# windowsize 16), and one that does what EDK2 does (an ACK at once for a block out of order, the
+# count of tries started over at every ACK, 4 s, six tries; lockstep, and its default windowsize
+# 4). A server that answers a duplicate ACK only once per block, then backs off on its own timer,
+# leaves the impatient client silent long enough to give up (298 and 297 of 300 before the
+# round-trip rule); one whose round-trip bound outgrows the client's period takes every retry for
+# a crossing (a machine lost in about 1 run in 6 beside two busy loops, before a client's second
+# retry was answered whatever the bound); one that answers every duplicate doubles the stream
+# (test_duplication_reordering.py).
 # The EDK2-like client reads 256 KiB (it never gave up, even before the rule; the lockstep run
 # is bound by this Python client's speed); the impatient one 1 MiB (at 256 KiB the old rule lost
 # a machine in half the runs, at 1 MiB in every one). The storm's own client through loss, lockstep
