@@ -62,11 +62,12 @@ def wanted(name, connections=None):
 
 WEB = ROOT / "http"
 FILES = {"1mib.bin": 1 << 20, "64mib.bin": 64 << 20}
-SCENARIOS = [(name, connections) for name in FILES for connections in (100, 2000) if wanted(name, connections)]
+ALL_SCENARIOS = [(name, connections) for name in FILES for connections in (100, 2000)]
+SCENARIOS = [(name, connections) for name, connections in ALL_SCENARIOS if wanted(name, connections)]
 # Small answers, by requests per CPU-second: "absent.cfg" is not there (a 404).
 SMALL_FILES = {"4kib.bin": 4 << 10, "64kib.bin": 64 << 10}
-SMALL_SCENARIOS = [(name, connections) for name in ("absent.cfg", *SMALL_FILES) for connections in (100, 2000)
-                   if wanted(name, connections)]
+ALL_SMALL_SCENARIOS = [(name, connections) for name in ("absent.cfg", *SMALL_FILES) for connections in (100, 2000)]
+SMALL_SCENARIOS = [(name, connections) for name, connections in ALL_SMALL_SCENARIOS if wanted(name, connections)]
 # Stampede counts two descriptors per connection (its socket and a streamed file): FD_LIMIT
 # (20,000, the hard limit here) holds 8,302 besides its reserve and images.
 IDLE_CONNECTIONS = 8000
@@ -229,12 +230,16 @@ def report(rounds, rack_rounds, nginx_version, seconds):
     """The tables of the rounds (and the rack's): the text, the summary, the idle figures and the
     rack's summary."""
     baseline = "stampede-baseline" in rounds
-    # A table for each kind of scenario the run played (BENCH_SCENARIOS may have left one out).
+    # A table for each kind of scenario the rounds played (BENCH_SCENARIOS may have left one out),
+    # read from the rounds themselves, so that rewrite() keeps what a narrowed run played.
+    played = rounds["stampede"][0].keys()
+    big = [(name, connections) for name, connections in ALL_SCENARIOS if f"{name} x{connections}" in played]
+    small = [(name, connections) for name, connections in ALL_SMALL_SCENARIOS if f"{name} x{connections}" in played]
     table = ["| scenario | Stampede CPU-s/GB (spread) | streamed (spread) | nginx CPU-s/GB (spread) | Stampede ÷ nginx "
              "| streamed ÷ nginx | GB/s Stampede, streamed, nginx |" + (" baseline (spread) | Stampede ÷ baseline |" if baseline else ""),
-             "|---|---|---|---|---|---|---|" + ("---|---|" if baseline else "")] if SCENARIOS else []
+             "|---|---|---|---|---|---|---|" + ("---|---|" if baseline else "")] if big else []
     summary = {}
-    for name, connections in SCENARIOS:
+    for name, connections in big:
         key = f"{name} x{connections}"
         row = {server: figure(rounds[server], key, "cpu_per_gb", "gb_per_s") for server in rounds}
         ratio = row["stampede"]["median"] / row["nginx"]["median"]
@@ -249,8 +254,8 @@ def report(rounds, rack_rounds, nginx_version, seconds):
               "| scenario | Stampede req/CPU-s (spread) | streamed (spread) | nginx req/CPU-s (spread) | Stampede ÷ nginx "
               "| answers not 404/2xx (Stampede, nginx) | req/s Stampede, streamed, nginx | user-space µs/request Stampede, nginx |"
               + (" baseline (spread) | Stampede ÷ baseline | user-space µs/request baseline |" if baseline else ""),
-              "|---|---|---|---|---|---|---|---|" + ("---|---|---|" if baseline else "")] if SMALL_SCENARIOS else []
-    for name, connections in SMALL_SCENARIOS:
+              "|---|---|---|---|---|---|---|---|" + ("---|---|---|" if baseline else "")] if small else []
+    for name, connections in small:
         key = f"{name} x{connections}"
         row = {}
         for server in rounds:
@@ -281,15 +286,15 @@ def report(rounds, rack_rounds, nginx_version, seconds):
     return text, summary, idle, rack_summary
 
 
-def rewrite():
-    """results/bench-http.{md,json}'s tables and summary again from the JSON's rounds (after a
+def rewrite(output=OUTPUT):
+    """results/<output>.{md,json}'s tables and summary again from the JSON's rounds (after a
     change of the tables, not of the figures): `python3 -c 'import http_vs_nginx; http_vs_nginx.rewrite()'`
-    in Benchmarks/."""
-    path = RESULTS / "bench-http.json"
+    in Benchmarks/ (BENCH_OUTPUT, or the argument, names a narrowed run's results)."""
+    path = RESULTS / f"{output}.json"
     data = json.loads(path.read_text())
     text, data["summary"], data["idle"], data["rack"] = report(data["rounds"], data["rack_rounds"], data["nginx"], data["seconds"])
     path.write_text(json.dumps(data, indent=2))
-    (RESULTS / "bench-http.md").write_text(f"{stamp_line(data['stamp'])}\n\n{text.strip()}\n")
+    (RESULTS / f"{output}.md").write_text(f"{stamp_line(data['stamp'])}\n\n{text.strip()}\n")
 
 
 def main():
