@@ -419,9 +419,11 @@ extension Worker {
         }
     }
 
-    func refuse(_ datagram: Datagram, _ listener: SocketHandle, _ error: TFTPError, what: String,
+    /// Refuses what a listener's datagram asked; `what` is made only when the line is logged (a
+    /// flood of malformed requests costs no text at --verbosity below their level).
+    func refuse(_ datagram: Datagram, _ listener: SocketHandle, _ error: TFTPError, what: @autoclosure () -> String,
                 kind: WorkerMetrics.Kind = .invalid) {
-        refuse(error, to: datagram.peer, from: datagram.local, on: listener, kind: kind) { $0.append(what) }
+        refuse(error, to: datagram.peer, from: datagram.local, on: listener, kind: kind) { $0.append(what()) }
     }
 
     /// Answers a request that does not become a transfer with its ERROR, and logs it: `what`
