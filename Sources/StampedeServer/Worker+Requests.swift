@@ -192,9 +192,12 @@ extension Worker {
     func parseRequest(_ datagram: Datagram, on listener: SocketHandle) -> Request? {
         // Judged by its length alone, whatever the backend's buffers took of it.
         if datagram.truncated || datagram.bytes.count > Request.largestDatagram, Request.isRequest(datagram.bytes) {
-            refuse(datagram, listener, TFTPError(.illegalOperation, "Request too long"),
-                   what: "a request of \(datagram.truncated ? "over \(datagram.bytes.count)" : "\(datagram.bytes.count)") bytes, more than \(Request.largestDatagram)",
-                   kind: datagram.bytes[1] == 2 ? .write : .read)
+            refuse(datagram, listener, TFTPError(.illegalOperation, "Request too long"), kind: datagram.bytes[1] == 2 ? .write : .read) {
+                $0.append(datagram.truncated ? "a request of over " : "a request of ")
+                $0.append(datagram.bytes.count)
+                $0.append(" bytes, more than ")
+                $0.append(Request.largestDatagram)
+            }
             return nil
         }
         do {
@@ -209,10 +212,17 @@ extension Worker {
             let opcode = UInt16(datagram.bytes[0]) << 8 | UInt16(datagram.bytes[1])
             logger.info("\(datagram.peer): ignored a packet with opcode \(opcode) on the listener")
             if !(3...6).contains(opcode) {
-                refuse(datagram, listener, TFTPError(.illegalOperation, "Illegal TFTP operation"), what: "unknown opcode \(opcode)")
+                refuse(datagram, listener, TFTPError(.illegalOperation, "Illegal TFTP operation")) {
+                    $0.append("unknown opcode ")
+                    $0.append(Int(opcode))
+                }
             }
         } catch {
-            refuse(datagram, listener, TFTPError(.illegalOperation, "Illegal TFTP operation"), what: "malformed request (\(error))")
+            refuse(datagram, listener, TFTPError(.illegalOperation, "Illegal TFTP operation")) {
+                $0.append("malformed request (")
+                $0.append("\(error)")
+                $0.append(")")
+            }
         }
         return nil
     }
@@ -419,11 +429,11 @@ extension Worker {
         }
     }
 
-    /// Refuses what a listener's datagram asked; `what` is made only when the line is logged (a
-    /// flood of malformed requests costs no text at --verbosity below their level).
-    func refuse(_ datagram: Datagram, _ listener: SocketHandle, _ error: TFTPError, what: @autoclosure () -> String,
-                kind: WorkerMetrics.Kind = .invalid) {
-        refuse(error, to: datagram.peer, from: datagram.local, on: listener, kind: kind) { $0.append(what()) }
+    /// Refuses what a listener's datagram asked, which is not a request to describe: `what`
+    /// writes what the line says of it, as for a request.
+    func refuse(_ datagram: Datagram, _ listener: SocketHandle, _ error: TFTPError, kind: WorkerMetrics.Kind = .invalid,
+                what: (inout LogLine) -> Void) {
+        refuse(error, to: datagram.peer, from: datagram.local, on: listener, kind: kind, what: what)
     }
 
     /// Answers a request that does not become a transfer with its ERROR, and logs it: `what`
