@@ -11,7 +11,10 @@ import PackageDescription
 //   StampedeServer    the server: workers, access policy, file cache, uploads, limits, remap rules
 //   StampedeHTTPWire  HTTP/1 itself: the request and response heads' grammar, statuses, dates. Pure.
 //   StampedeDHCP      DHCP itself, for a proxyDHCP boot responder: the message codec, what a
-//                     machine's request says of it, what the proxy answers. Pure.
+//                     machine's request says of it, what the proxy answers, the IP and UDP
+//                     envelope of its packets. Pure.
+//   StampedeProxyDHCP the proxyDHCP responder (--proxy-dhcp): its sockets (port 67 through a packet
+//                     socket, never bound), its thread, its limits and what it logs
 //   CStampedeTLS      C: the OpenSSL 3 calls --https makes (Debian's libssl3, linked dynamically)
 //   StampedeTLS       TLS for the HTTP engine: the certificate and key, the profile, a connection's
 //                     session, kernel TLS's probe, and UEFI's signature list of CAs (tls-ca)
@@ -62,6 +65,8 @@ let package = Package(
                                                      .product(name: "Atomics", package: "swift-atomics")]),
         .target(name: "StampedeHTTPWire"),
         .target(name: "StampedeDHCP"),
+        .target(name: "StampedeProxyDHCP", dependencies: ["StampedeDHCP", "StampedeServer", "StampedeIO", "StampedeProtocol",
+                                                        "CStampedeSys", log]),
         .target(name: "StampedeHTTP", dependencies: ["StampedeHTTPWire", "StampedeTLS", "StampedeServer", "StampedeIO", "StampedeProtocol",
                                                    "CStampedeSys", log, .product(name: "Atomics", package: "swift-atomics")]),
         .target(name: "StampedeMetrics",
@@ -73,7 +78,7 @@ let package = Package(
         .target(name: "StampedeStorm", dependencies: ["StampedeProtocol", "StampedeIO", "StampedeHTTPWire", "StampedeDHCP", "StampedeTLS"]),
         .executableTarget(
             name: "stampede",
-            dependencies: ["StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeDHCP", "StampedeGlibc", "StampedeURing",
+            dependencies: ["StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeDHCP", "StampedeProxyDHCP", "StampedeGlibc", "StampedeURing",
                            "StampedeStorm", "StampedeMetrics", "StampedeHTTP", "StampedeTLS", "CStampedeSys", log,
                            .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
@@ -104,6 +109,7 @@ let package = Package(
                     dependencies: ["stampede", "StampedeServer", "StampedeDHCP", "StampedeIO", "StampedeProtocol", "CMallocCounter", log]),
         .testTarget(name: "StampedeHTTPWireTests", dependencies: ["StampedeHTTPWire"]),
         .testTarget(name: "StampedeDHCPTests", dependencies: ["StampedeDHCP"]),
+        .testTarget(name: "StampedeProxyDHCPTests", dependencies: ["StampedeProxyDHCP", "StampedeDHCP", "StampedeProtocol"]),
         .testTarget(name: "StampedeTLSTests", dependencies: ["StampedeTLS", "StampedeTestSupport"]),
         .testTarget(name: "StampedeHTTPTests",
                     dependencies: ["StampedeHTTP", "StampedeHTTPWire", "StampedeServer", "StampedeIO", "StampedeProtocol",

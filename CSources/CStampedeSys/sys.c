@@ -231,29 +231,6 @@ int stampede_listener_socket(const struct sockaddr_storage *address, int receive
     return fd;
 }
 
-int stampede_boot_socket(const struct sockaddr_storage *address, const char *device, int receive_buffer)
-{
-    int one = 1;
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    /* A site's DHCP server on the same host may hold the port too: where it allows it
-     * (SO_REUSEADDR), both hear the broadcasts; where not, bind says EADDRINUSE. Never
-     * SO_REUSEPORT: that would split the requests between the two instead. */
-    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-        setsockopt(fd, SOL_SOCKET, SO_BROADCAST, &one, sizeof(one)) < 0 ||
-        setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one)) < 0)
-        return fail_closing(fd);
-    /* Bound to the interface, a socket on the wildcard address hears the broadcasts of that
-     * interface alone, and its broadcasts leave by it (unprivileged since Linux 5.7). */
-    if (device && device[0] && setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, device, (socklen_t)strlen(device)) < 0)
-        return fail_closing(fd);
-    stampede_grow_socket_buffer(fd, 1, receive_buffer);
-    if (bind(fd, (const struct sockaddr *)address, address_length(address)) < 0)
-        return fail_closing(fd);
-    return fd;
-}
-
 int stampede_memfd(const char *name, int64_t size)
 {
     int fd = memfd_create(name, MFD_CLOEXEC);

@@ -58,6 +58,25 @@ public enum BootTarget: Equatable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// The most bytes it may have in a reply: a file name is read from `file` (127 bytes and a
+    /// NUL), a URL from option 67 (255 bytes, its NUL among them).
+    public var longest: Int {
+        switch self {
+        case .file: DHCPMessage.largestBootFile
+        case .url: 254
+        }
+    }
+
+    /// Its length once written for a machine whose values are as long as an Ethernet one's can
+    /// be (`expanded`: a six-byte MAC, a UUID, the longest selector's name): what the command
+    /// line checks against `longest` before the server starts.
+    public var longestExpansion: Int {
+        description.replacingAll("${mac:hexhyp}", with: "00-00-00-00-00-00").replacingAll("${mac}", with: "00:00:00:00:00:00")
+            .replacingAll("${uuid}", with: "00000000-0000-0000-0000-000000000000")
+            .replacingAll("${arch}", with: BootSelector.allCases.map(\.rawValue).max { $0.utf8.count < $1.utf8.count }!)
+            .utf8.count
+    }
+
     /// The target for one machine: `${mac}` (`52:54:00:12:34:56`), `${mac:hexhyp}`
     /// (`52-54-00-12-34-56`), `${uuid}` (empty when the machine sent none) and `${arch}` (the
     /// selector's name) replaced, so that `-m` rules can pick a file per machine.

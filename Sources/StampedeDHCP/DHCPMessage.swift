@@ -58,6 +58,10 @@ public struct DHCPMessage: Equatable, Sendable {
     /// The most a reply writes without the client's leave (option 57): RFC 2131's 576-byte IP
     /// datagram less the IP and UDP headers.
     public static let defaultLargestMessage = 548
+    /// The longest boot file name `file` holds: 128 bytes, a NUL last.
+    public static let largestBootFile = 127
+    /// `flags`' one bit (RFC 2131 §2): answer by broadcast, the client cannot take a unicast yet.
+    public static let broadcastFlag: UInt16 = 0x8000
 
     /// Why bytes are not a message this server reads.
     public enum Malformed: Error, Equatable, Sendable {
@@ -145,7 +149,7 @@ public struct DHCPMessage: Equatable, Sendable {
     }
 
     /// Bit 15 of `flags` (RFC 2131 §2).
-    public var wantsBroadcast: Bool { flags & 0x8000 != 0 }
+    public var wantsBroadcast: Bool { flags & Self.broadcastFlag != 0 }
 }
 
 /// DHCP message types (option 53, RFC 2132 §9.6).
@@ -217,4 +221,16 @@ extension Array where Element == UInt8 {
 
     /// Up to the first NUL: a fixed field's string.
     var trimmingNULs: [UInt8] { Array(prefix { $0 != 0 }) }
+}
+
+extension DHCPMessage {
+    /// What tells this machine from others when it asks again: its hardware address; where it
+    /// has none (InfiniBand's IPoIB sends hlen 0, RFC 4390), its client identifier (option 61),
+    /// marked so that it never equals an address; else the exchange's transaction ID.
+    public var machine: [UInt8] {
+        if hardwareLength > 0 { return Array(clientHardwareAddress.prefix(Int(hardwareLength))) }
+        if let identifier = options[.clientIdentifier] { return [0xFF] + identifier }
+        return [0xFE, UInt8(transactionID >> 24), UInt8(truncatingIfNeeded: transactionID >> 16),
+                UInt8(truncatingIfNeeded: transactionID >> 8), UInt8(truncatingIfNeeded: transactionID)]
+    }
 }

@@ -19,6 +19,8 @@ public enum DHCPOptionCode: UInt8, Sendable {
     case bootFileName = 67
     /// User class (RFC 3004); iPXE sends `iPXE`.
     case userClass = 77
+    /// Relay agent information (RFC 3046): a relay's own, echoed in the reply.
+    case relayAgentInformation = 82
     /// Client system architecture (RFC 4578 §2.1): two bytes per architecture the client runs.
     case clientArchitecture = 93
     /// Client network interface identifier (RFC 4578 §2.2): type 1, then UNDI's major and minor.
@@ -95,12 +97,18 @@ public struct DHCPOptions: Equatable, Sendable {
 public enum PXEOption: UInt8, Sendable {
     /// Bit 3 (8): boot the file this offer names, without boot server discovery.
     case discoveryControl = 6
+    /// A boot menu: items of a boot server type (two bytes), a description's length and the
+    /// description.
+    case bootMenu = 9
     /// The boot server type and layer a discovery REQUEST asks for, echoed in its ACK.
     case bootItem = 71
     case end = 255
 
     /// Discovery control's bit 3: use the boot file of this offer.
     public static let useThisBootFile: UInt8 = 8
+    /// Boot server type 0, the PXE bootstrap server: what an offer without a menu implies, and
+    /// the type firmware asks port 4011 for after one (EDK2's EFI_PXE_BASE_CODE_BOOT_TYPE_BOOTSTRAP).
+    public static let bootstrapServer: UInt16 = 0
 
     /// The sub-options of an option 43 value, by code (the first of each); nil when they do not
     /// parse as PXE's TLVs (another vendor's option 43).

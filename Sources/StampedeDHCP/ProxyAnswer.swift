@@ -9,8 +9,15 @@
 ///   71: boot server discovery): an ACK with the boot file, for firmware that ignores the bypass
 ///   and asks the boot server anyway (EDK2 does without option 43).
 /// - A REQUEST on port 67 without a boot item asks the site's DHCP server for an address: silence.
+/// - A boot item of another type than the bootstrap server this proxy's offers imply, a BIS
+///   request, or a REQUEST that names another server (option 54) is another PXE server's (WDS,
+///   dnsmasq's menu): silence, so that this proxy never takes over their boot.
 ///
-/// Every reply echoes option 60's kind (`PXEClient` or `HTTPClient`) and option 97.
+/// Every reply echoes option 60's kind (`PXEClient` or `HTTPClient`), option 97, and a relay's
+/// option 82 (RFC 3046: relays that check it drop answers without it). A reply with no address to
+/// deliver to asks for broadcast, as dnsmasq and pixiecore do: a relay that forwards a DISCOVER
+/// with the flag clear would otherwise look for yiaddr 0.0.0.0. The boot file is written in
+/// `file` and, NUL-terminated as dnsmasq writes it, in option 67.
 public struct ProxyAnswer: Equatable, Sendable {
     /// Where a request arrived.
     public enum Port: Equatable, Sendable {
@@ -46,6 +53,17 @@ public struct ProxyAnswer: Equatable, Sendable {
         case noBootFile(BootSelector)
         /// More relays than RFC 1542 allows (16).
         case tooManyHops(UInt8)
+        /// A REQUEST naming another server (option 54): the client chose that server's offer.
+        case otherServer(IPv4)
+        /// A boot server request (option 43, sub-option 71) for a boot server type this proxy
+        /// does not offer (it offers the PXE bootstrap server, type 0): another server's menu item.
+        case otherBootServerType(UInt16)
+        /// A boot server request for Boot Integrity Services' credentials (layer bit 15), which
+        /// this proxy does not have.
+        case bootIntegrityServices
+        /// The boot file, written for this machine, is longer than the reply holds (a file name
+        /// over 127 bytes, `file`'s room; a URL over 254, option 67's).
+        case bootFileTooLong(BootSelector, Int)
 
         public var description: String {
             switch self {
@@ -55,6 +73,11 @@ public struct ProxyAnswer: Equatable, Sendable {
             case .unknownArchitecture(let arch): "architecture \(arch): no --boot-file selector names it"
             case .noBootFile(let selector): "no boot file for \(selector.rawValue) (--boot-file \(selector.rawValue)=NAME)"
             case .tooManyHops(let hops): "\(hops) relay hops"
+            case .otherServer(let address): "it chose the server at \(address)"
+            case .otherBootServerType(let type): "a request for boot server type \(type), which this proxy does not offer"
+            case .bootIntegrityServices: "a request for Boot Integrity Services (BIS), which this proxy does not offer"
+            case .bootFileTooLong(let selector, let length):
+                "the boot file for \(selector.rawValue) is \(length) bytes for this machine, more than the reply holds"
             }
         }
     }
@@ -72,7 +95,8 @@ public struct ProxyAnswer: Equatable, Sendable {
         guard request.operation == .request, let type = request.type else { return .failure(.notForProxy) }
         guard request.hops <= 16 else { return .failure(.tooManyHops(request.hops)) }
         guard let client = BootClient(request) else { return .failure(.notBootClient) }
-        let bootItem = request.options[.vendorSpecific].flatMap(PXEOption.read)?[PXEOption.bootItem.rawValue]
+        // Type and layer, two bytes each (PXE 2.1 §2.2.6); shorter is not a boot item.
+        let bootItem = request.options[.vendorSpecific].flatMap(PXEOption.read)?[PXEOption.bootItem.rawValue].flatMap { $0.count >= 4 ? $0 : nil }
         let replyType: DHCPMessageType
         switch (type, port) {
         case (.discover, .dhcp):
@@ -85,22 +109,35 @@ public struct ProxyAnswer: Equatable, Sendable {
         default:
             return .failure(.notForProxy)
         }
+        if type == .request, let chosen = request.options[.serverIdentifier].flatMap(IPv4.init), chosen != server {
+            return .failure(.otherServer(chosen))
+        }
+        if let bootItem {
+            // Bit 15 of the layer asks for BIS credentials.
+            let itemType = UInt16(bootItem[0]) << 8 | UInt16(bootItem[1])
+            if bootItem[2] & 0x80 != 0 { return .failure(.bootIntegrityServices) }
+            guard itemType == PXEOption.bootstrapServer else { return .failure(.otherBootServerType(itemType)) }
+        }
         guard let selector = BootSelector(client) else { return .failure(.unknownArchitecture(client.architecture)) }
         guard let chosen = menu.target(for: selector) else { return .failure(.noBootFile(selector)) }
         let target = chosen.expanded(for: request, client, selector)
+        let name = Array(target.description.utf8)
+        guard name.count <= target.longest else { return .failure(.bootFileTooLong(selector, name.count)) }
 
         var reply = DHCPMessage(operation: .reply, transactionID: request.transactionID,
                                 clientHardwareAddress: request.clientHardwareAddress)
         reply.hardwareType = request.hardwareType
         reply.hardwareLength = request.hardwareLength
         reply.flags = request.flags
+        // No address to deliver to: broadcast (a relay reads the flag to choose how it forwards).
+        if request.clientAddress.isAny { reply.flags |= DHCPMessage.broadcastFlag }
         reply.relayAddress = request.relayAddress
         reply.serverAddress = server
-        // A boot server's ACK names the address the client has (dnsmasq and the PXE spec's
-        // examples put ciaddr there); an offer names none.
-        if replyType == .ack { reply.yourAddress = request.clientAddress }
-        let name = Array(target.description.utf8)
-        if name.count <= 127 { reply.bootFile = name }
+        // A boot server's ACK to a REQUEST names the address the client has (dnsmasq and the PXE
+        // spec's examples put ciaddr there); an offer names none, and an ACK to an INFORM none
+        // (RFC 2131 §4.3.5).
+        if replyType == .ack && type == .request { reply.yourAddress = request.clientAddress }
+        if name.count <= DHCPMessage.largestBootFile { reply.bootFile = name }
         reply.options[.messageType] = [replyType.rawValue]
         reply.options[.serverIdentifier] = server.array
         reply.options[.vendorClass] = Array(client.kind.rawValue.utf8)
@@ -112,8 +149,11 @@ public struct ProxyAnswer: Equatable, Sendable {
                 reply.options[.vendorSpecific] = PXEOption.write([(.discoveryControl, [PXEOption.useThisBootFile])])
             }
         }
-        // Option 67 too: UEFI HTTP Boot and iPXE read it, and a URL may not fit `file`.
-        reply.options[.bootFileName] = name
+        // Option 67 too: UEFI HTTP Boot and iPXE read it, and a URL may not fit `file`. With its
+        // NUL, as dnsmasq writes it: a ROM that reads it as a C string stops there.
+        reply.options[.bootFileName] = name + [0]
+        // The relay's own option, last (RFC 3046 §2.2: echoed whole).
+        if let agent = request.options[.relayAgentInformation] { reply.options[.relayAgentInformation] = agent }
 
         let destination: Destination
         if !request.relayAddress.isAny {

@@ -11,12 +11,12 @@ public enum UDPSocket {
         return try owned(stampede_listener_socket(&storage, Int32(clamping: receiveBuffer)))
     }
 
-    /// A proxyDHCP socket on IPv4 `address` (0.0.0.0:67 to hear broadcasts, or the server's
-    /// own address and 4011), bound to interface `device` when given: SO_REUSEADDR beside a DHCP
-    /// server that allows it, SO_BROADCAST, PKTINFO; non-blocking.
-    public static func boot(_ address: SocketAddress, device: String?, receiveBuffer: Int) throws(Errno) -> Descriptor {
+    /// A DHCP client's socket on IPv4 `address` (0.0.0.0:68), bound to interface `device` when
+    /// given: SO_REUSEADDR, SO_BROADCAST, PKTINFO; non-blocking. The storm's machines ask DHCP
+    /// through one.
+    public static func dhcpClient(_ address: SocketAddress, device: String?, receiveBuffer: Int) throws(Errno) -> Descriptor {
         var storage = address.storage
-        return try owned(stampede_boot_socket(&storage, device, Int32(clamping: receiveBuffer)))
+        return try owned(stampede_dhcp_client_socket(&storage, device, Int32(clamping: receiveBuffer)))
     }
 
     /// A bound datagram socket handed over by inetd (fd 0) or systemd (LISTEN_FDS), made a

@@ -156,19 +156,21 @@ public final class MetricsExporter: Sendable {
         counter("stampede_backend_segmented_sends_total", "Segmented sends (UDP GSO) the kernel took.", [], sum(.segmentedSends))
         counter("stampede_backend_segmentation_fallbacks_total",
                 "Segmented sends a path refused, sent again one datagram at a time.", [], sum(.segmentationFallbacks))
-        if workers.contains(where: { $0.value(.receiveBufferExhausted) >= 0 }) {
+        // The backend's own figures are the TFTP workers' (an HTTP loop or the proxy has no backend).
+        let backends = workers.filter { $0.served == .tftp }
+        if backends.contains(where: { $0.value(.receiveBufferExhausted) >= 0 }) {
             counter("stampede_backend_receive_buffer_exhausted_total",
                     "Receives that found no provided buffer free (io_uring).", []) { workers, _ in
-                workers.reduce(0) { $0 + max(0, $1.value(.receiveBufferExhausted)) }
+                workers.reduce(0) { $0 + ($1.served == .tftp ? max(0, $1.value(.receiveBufferExhausted)) : 0) }
             }
         }
-        if workers.contains(where: { $0.value(.completionsLost) >= 0 }) {
+        if backends.contains(where: { $0.value(.completionsLost) >= 0 }) {
             counter("stampede_backend_completions_lost_total",
                     "Times the kernel dropped completions under memory pressure (io_uring's EBADR).", []) { workers, _ in
-                workers.reduce(0) { $0 + max(0, $1.value(.completionsLost)) }
+                workers.reduce(0) { $0 + ($1.served == .tftp ? max(0, $1.value(.completionsLost)) : 0) }
             }
         }
-        gauge("stampede_workers", "Worker threads, one event loop each.") { workers, _ in workers.count }
+        gauge("stampede_workers", "TFTP worker threads, one event loop each.") { workers, _ in workers.filter { $0.served == .tftp }.count }
 
         registry.makeGauge(descriptor: described("stampede_build_info", "The running build: its version, I/O backend and the kernel features it uses."),
                            labels: [("version", build.version), ("backend", build.backend),

@@ -1,7 +1,6 @@
 import CStampedeSys
 import Glibc
 import Logging
-import StampedeDHCP
 import StampedeIO
 import StampedeProtocol
 
@@ -34,21 +33,10 @@ public final class Server<Backend: DatagramBackend> {
         /// The backend's receive buffers cannot hold the largest DATA an upload may send, or a
         /// listener's the largest request (it would arrive cut short and be refused).
         case receiveBuffersTooSmall(backend: String, largest: Int, needed: Int)
-        /// A proxyDHCP port is held by another process that does not share it (no SO_REUSEADDR).
-        case bootPortInUse(port: UInt16, interface: String, holders: [String])
-        /// A proxyDHCP socket could not be made for another reason.
-        case bootSocket(port: UInt16, interface: String, Errno)
 
         public var description: String {
             switch self {
             case .system(let error): return "\(error)"
-            case .bootPortInUse(let port, let interface, let holders):
-                let who = holders.isEmpty ? "another process" : holders.joined(separator: ", ")
-                return "UDP port \(port) on \(interface) is held by \(who), which does not let another server hear the "
-                    + "broadcasts there: stop it answering on \(interface), or let it share the port (SO_REUSEADDR)"
-            case .bootSocket(let port, let interface, let error):
-                let hint = error.rawValue == EACCES || error.rawValue == EPERM ? " (a port below 1024 needs root or CAP_NET_BIND_SERVICE)" : ""
-                return "cannot answer DHCP on UDP port \(port) of \(interface): \(error)\(hint)"
             case .receiveBuffersTooSmall(let backend, let largest, let needed):
                 return "the \(backend) backend receives datagrams of at most \(largest) bytes; uploads of the largest blksize allowed need \(needed) (lower -B, or give the backend larger buffers)"
             }
@@ -93,23 +81,6 @@ public final class Server<Backend: DatagramBackend> {
                 throw .system(error)
             }
             workers.append(worker)
-        }
-        // Broadcasts reach every socket on the port: one worker answers them, the first.
-        for (number, network) in configuration.bootNetworks.enumerated() {
-            for (port, address) in [(ProxyAnswer.Port.dhcp, SocketAddress(ipv4: .any, port: configuration.bootPorts.dhcp)),
-                                    (.bootServer, SocketAddress(ipv4: network.address, port: configuration.bootPorts.bootServer))] {
-                do throws(Errno) {
-                    let socket = try UDPSocket.boot(address, device: network.interface.name,
-                                                    receiveBuffer: configuration.listenerReceiveBuffer)
-                    try workers[0].adoptBootListener(socket, network: number, port: port)
-                } catch {
-                    guard error.rawValue == EADDRINUSE else {
-                        throw .bootSocket(port: address.port, interface: network.interface.name, error)
-                    }
-                    throw .bootPortInUse(port: address.port, interface: network.interface.name,
-                                         holders: PortHolders.udp(port: address.port))
-                }
-            }
         }
         return (workers, addresses)
     }

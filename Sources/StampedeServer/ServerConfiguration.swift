@@ -56,11 +56,6 @@ public struct ServerConfiguration: Sendable {
     public var logFormat = LogFormat.text
     /// Requested listener receive buffer (bursts of thousands of RRQs).
     public var listenerReceiveBuffer = 8 << 20
-    /// The networks this server answers network-boot DHCP requests on as a proxy (`--proxy-dhcp`);
-    /// none by default.
-    public var bootNetworks: [BootNetwork] = []
-    /// DHCP's port and the PXE boot server's (other ports only in tests).
-    public var bootPorts: (dhcp: UInt16, bootServer: UInt16) = (67, 4011)
     public var logger: Logger
 
     public init(listenAddresses: [SocketAddress], policy: AccessPolicy, logger: Logger) {

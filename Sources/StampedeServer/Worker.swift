@@ -1,7 +1,6 @@
 import CStampedeSys
 import Glibc
 import Logging
-import StampedeDHCP
 import StampedeIO
 import StampedeProtocol
 import Synchronization
@@ -50,10 +49,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     let table = SessionTable(capacity: 1024)
     var wheel: TimerWheel
     var expired: [Int32] = []
-    var listeners: [(socket: SocketHandle, address: SocketAddress, purpose: ListenerPurpose)] = []
-    /// Answers given to each machine lately, so that a flood of one machine's requests costs
-    /// one answer in each `BootAnswerLimit.interval` (`Worker+ProxyDHCP.swift`).
-    var bootAnswers = BootAnswerLimit()
+    var listeners: [(socket: SocketHandle, address: SocketAddress)] = []
     /// Shared transfer sockets (`Worker+SharedSockets.swift`).
     var sharedSockets = SharedSocketPools()
     /// False once stopping: single-port listeners stay open for the transfers still running.
@@ -126,18 +122,12 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         }
     }
 
-    /// Takes over a proxyDHCP socket (`UDPSocket.boot`) of boot network `network`, on `port`.
-    public func adoptBootListener(_ socket: consuming Descriptor, network: Int, port: ProxyAnswer.Port) throws(Errno) {
-        _ = addListener(try backend.adoptListener(socket, receiveBuffer: configuration.listenerReceiveBuffer, tag: nextListenerTag),
-                        else: SocketAddress(), purpose: .proxyDHCP(network: network, port: port))
-    }
-
     private var nextListenerTag: UInt64 { Tag.listener(listeners.count).rawValue }
 
     /// Records a listener under the address it is bound to (`fallback` if the kernel does not say).
-    private func addListener(_ socket: SocketHandle, else fallback: SocketAddress, purpose: ListenerPurpose = .tftp) -> SocketAddress {
+    private func addListener(_ socket: SocketHandle, else fallback: SocketAddress) -> SocketAddress {
         let address = backend.localAddress(of: socket) ?? fallback
-        listeners.append((socket, address, purpose))
+        listeners.append((socket, address))
         return address
     }
 
@@ -219,7 +209,6 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
             metrics.add(.bytesReceived, datagram.bytes.count)
             switch route(datagram) {
             case .request(let listener): handleRequest(datagram, listener: listener, now: arrival)
-            case .bootRequest(let listener): handleBootRequest(datagram, listener: listener, now: arrival)
             case .transfer(let slot): handleTransferDatagram(datagram, slot: slot, now: arrival)
             case .stranger(let socket): answerStranger(datagram, on: socket)
             case .drop: break
@@ -247,8 +236,6 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     enum Route: Equatable {
         /// A request, or what is to be answered as one, on this listener.
         case request(listener: Int)
-        /// A DHCP request on a proxyDHCP listener.
-        case bootRequest(listener: Int)
         /// The running transfer in this slot.
         case transfer(Int)
         /// On a shared transfer socket from no transfer's client: ERROR 5.
@@ -262,7 +249,6 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         switch Tag(rawValue: datagram.tag).kind {
         case .listener(let index)?:
             guard index < listeners.count else { return .drop }
-            if case .proxyDHCP = listeners[index].purpose { return accepting ? .bootRequest(listener: index) : .drop }
             // Single-port mode alone runs transfers on the listener: only there may a datagram to
             // port 69 reach one, and only one running on this very listener.
             if configuration.singlePort, !Request.isRequest(datagram.bytes), let slot = table.slot(of: datagram.peer),

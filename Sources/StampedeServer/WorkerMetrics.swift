@@ -4,9 +4,10 @@ import StampedeIO
 import StampedeProtocol
 import Synchronization
 
-/// The protocol a loop serves, which labels everything it counts.
+/// The protocol a loop serves, which labels everything it counts (the proxyDHCP responder's
+/// thread counts only its answers and silences, and its heartbeat).
 public enum ServedProtocol: String, CaseIterable, Sendable {
-    case tftp, http, https
+    case tftp, http, https, dhcp
 }
 
 /// An event loop's figures for the metrics (`--metrics`): a TFTP worker's or an HTTP loop's,
@@ -84,6 +85,7 @@ public final class WorkerMetrics: @unchecked Sendable {
             switch served {
             case .tftp: [.read, .write, .invalid]
             case .http, .https: [.get, .head, .invalid]
+            case .dhcp: []
             }
         }
     }
@@ -156,7 +158,7 @@ public final class WorkerMetrics: @unchecked Sendable {
     /// Results per kind of request (read once: `allCases` makes an array each time it is read).
     static let results = Result.allCases.count
     static let requestSlots = Kind.allCases.count * results
-    /// A proxyDHCP worker's answers by selector (offers, then ACKs) and its silences by reason.
+    /// The proxyDHCP responder's answers by selector (offers, then ACKs) and its silences by reason.
     static let bootSlots = BootSelector.allCases.count * 2 + BootIgnored.allCases.count
     static let slots = countSlots + requestSlots + bootSlots
     private static var bootBase: Int { countSlots + requestSlots }

@@ -63,15 +63,19 @@ final class StormDHCP {
         return message
     }
 
-    /// The REQUEST to a proxy's port 4011: EDK2's boot server discovery after an offer without
-    /// the bypass (`bootItem`: boot server type 0x8000, layer 0, in option 43), or iPXE's ProxyDHCP
-    /// REQUEST.
-    static func bootServerRequest(after discover: DHCPMessage, from source: IPv4, bootItem: Bool) -> DHCPMessage {
+    /// The REQUEST to a proxy's port 4011 after an offer without the bypass, as EDK2 sends it
+    /// (NetworkPkg's PxeBcDhcp4Discover): a boot item (option 43's sub-option 71, the type,
+    /// layer 0) when the offer had a boot menu and the firmware took its first item
+    /// (`bootItem`: that item's type), none when it had no menu (EDK2's "BINL" retry) and for
+    /// iPXE's ProxyDHCP REQUEST.
+    static func bootServerRequest(after discover: DHCPMessage, from source: IPv4, bootItem: UInt16?) -> DHCPMessage {
         var message = discover
         message.flags = 0
         message.clientAddress = source
         message.options[.messageType] = [DHCPMessageType.request.rawValue]
-        if bootItem { message.options[.vendorSpecific] = PXEOption.write([(.bootItem, [0x80, 0x00, 0x00, 0x00])]) }
+        if let bootItem {
+            message.options[.vendorSpecific] = PXEOption.write([(.bootItem, [UInt8(bootItem >> 8), UInt8(truncatingIfNeeded: bootItem), 0, 0])])
+        }
         return message
     }
 }
@@ -83,7 +87,7 @@ extension Storm {
         guard plan.profile.usesDHCP, let source = plan.dhcpSource else { return nil }
         let interface = try NetworkInterface.holding(source)
         let any = SocketAddress(parsing: "0.0.0.0:68", defaultPort: 68)!
-        let descriptor = try UDPSocket.boot(any, device: interface.name, receiveBuffer: 8 << 20)
+        let descriptor = try UDPSocket.dhcpClient(any, device: interface.name, receiveBuffer: 8 << 20)
         let socket = try backend.adoptListener(descriptor, receiveBuffer: 8 << 20, tag: StormDHCP.tag)
             return StormDHCP(socket: socket, source: IPv4(dotted: source.host)!, slots: plan.slots)
     }
@@ -163,7 +167,10 @@ extension Storm {
             }
             // The machine's DISCOVER, made again from what made it (its identity and the stage).
             let discover = StormDHCP.discover(ask, for: machine.identity)
-            exchange.message = StormDHCP.bootServerRequest(after: discover, from: state.source, bootItem: ask.client == .pxe).encoded()
+            let menu = answer.options[.vendorSpecific].flatMap(PXEOption.read)?[PXEOption.bootMenu.rawValue]
+            let firstItem = menu.flatMap { $0.count >= 2 ? UInt16($0[0]) << 8 | UInt16($0[1]) : nil }
+            exchange.message = StormDHCP.bootServerRequest(after: discover, from: state.source,
+                                                           bootItem: ask.client == .pxe ? firstItem : nil).encoded()
             exchange.destination = SocketAddress(parsing: "\(server):4011", defaultPort: 4011)!
             exchange.atBootServer = true
             exchange.tries = 0

@@ -165,8 +165,9 @@ import Testing
     @Test func aProxyNeverExitsForBeingIdle() throws {
         var configuration = ServerConfiguration(listenAddresses: [], policy: try plan("--proxy-dhcp", "10.0.0.1").policy(root: -1),
                                                 logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
-        try plan("--proxy-dhcp", "10.0.0.1").configure(&configuration)
-        #expect(configuration.idleExit == nil && configuration.bootNetworks.count == 1)
+        let proxy = try plan("--proxy-dhcp", "10.0.0.1")
+        proxy.configure(&configuration)
+        #expect(configuration.idleExit == nil && proxy.bootNetworks.count == 1)
         #expect(try plan("--proxy-dhcp", "10.0.0.1", "-t", "60").warnings.contains { $0.contains("-t 60 with --proxy-dhcp") })
     }
 }

@@ -85,7 +85,7 @@ import Testing
         let overHTTP = try answer(ipxe).get()
         #expect(overHTTP.selector == .ipxe)
         #expect(overHTTP.target == .url("http://10.0.0.1/boot.ipxe"))
-        #expect(overHTTP.reply.options[.bootFileName] == Array("http://10.0.0.1/boot.ipxe".utf8))
+        #expect(overHTTP.reply.options[.bootFileName] == Array("http://10.0.0.1/boot.ipxe".utf8) + [0])
         let tftpOnly = try answer(ipxe, menu: BootMenu.withDefaults([:], httpBase: nil)).get()
         #expect(tftpOnly.target == .file("boot.ipxe"))
         // SeaBIOS's iPXE ROM sends the user class alone.
@@ -100,7 +100,7 @@ import Testing
         let answer = try answer(discover).get()
         #expect(answer.reply.options[.vendorClass] == Array("HTTPClient".utf8))
         #expect(answer.reply.bootFile == Array("http://10.0.0.1/ipxe.efi".utf8))
-        #expect(answer.reply.options[.bootFileName] == Array("http://10.0.0.1/ipxe.efi".utf8))
+        #expect(answer.reply.options[.bootFileName] == Array("http://10.0.0.1/ipxe.efi".utf8) + [0])
         #expect(answer.reply.options[.vendorSpecific] == nil)
         #expect(self.answer(discover, menu: BootMenu.withDefaults([:], httpBase: nil)) == .failure(.noBootFile(.httpX64)))
         #expect(self.answer(discover, menu: BootMenu.withDefaults([.httpX64: .file("ipxe.efi")], httpBase: nil))
@@ -141,22 +141,99 @@ import Testing
         #expect(answer.reply.options[.machineIdentifier] == edk2UUID)
     }
 
-    /// Boot server discovery by broadcast to 67 (PXE 2.1 §2.2.5) carries a boot item, echoed in the ACK.
+    /// Boot server discovery by broadcast to 67 (PXE 2.1 §2.2.5) for the bootstrap server (type 0,
+    /// what an offer without a menu implies) carries a boot item, echoed in the ACK.
     @Test func aBootItemOnPort67IsDiscovery() throws {
         let discovery = request(ciaddr: [10, 0, 0, 57], options: option(53, [3]) + option(93, [0, 0])
-                                + option(60, "PXEClient:Arch:00000:UNDI:002001") + option(43, [71, 4, 0x80, 0x00, 0, 0, 255]) + [255])
+                                + option(60, "PXEClient:Arch:00000:UNDI:002001") + option(43, [71, 4, 0, 0, 0, 1, 255]) + [255])
         let answer = try answer(discovery).get()
         #expect(answer.reply.type == .ack)
-        #expect(answer.reply.options[.vendorSpecific] == [71, 4, 0x80, 0x00, 0, 0, 255])
+        #expect(answer.reply.options[.vendorSpecific] == [71, 4, 0, 0, 0, 1, 255])
         #expect(answer.destination == .broadcast)
     }
 
-    @Test func aRelayedRequestIsAnsweredThroughTheRelay() throws {
-        let relayed = request(giaddr: [10, 9, 0, 1], hops: 1, options: option(53, [1]) + option(93, [0, 7])
-                              + option(60, "PXEClient:Arch:00007:UNDI:003000") + [255])
+    /// Another PXE server's menu item (dnsmasq numbers its pxe-services from 0x8000; WDS is type
+    /// 1), a BIS request, a REQUEST that chose another server: not this proxy's, on either port.
+    @Test func anotherServersBootItemOrChoiceIsLeftToIt() {
+        let pxe = option(93, [0, 7]) + option(60, "PXEClient:Arch:00007:UNDI:003000")
+        for port in [ProxyAnswer.Port.dhcp, .bootServer] {
+            for (item, silence) in [([UInt8(0x80), 0x00, 0, 0], ProxyAnswer.Silence.otherBootServerType(0x8000)),
+                                    ([0, 1, 0, 0], .otherBootServerType(1)), ([0, 0, 0x80, 0], .bootIntegrityServices)] {
+                let menuItem = request(ciaddr: [10, 0, 0, 57], options: option(53, [3]) + pxe + option(43, [71, 4] + item + [255]) + [255])
+                #expect(answer(menuItem, on: port, from: (IPv4(10, 0, 0, 57), 4011)) == .failure(silence), "\(port) \(item)")
+            }
+            let chosen = request(ciaddr: [10, 0, 0, 57], options: option(53, [3]) + option(54, [10, 0, 0, 9]) + pxe
+                                 + option(43, [71, 4, 0, 0, 0, 0, 255]) + [255])
+            #expect(answer(chosen, on: port, from: (IPv4(10, 0, 0, 57), 4011)) == .failure(.otherServer(IPv4(10, 0, 0, 9))))
+            let ours = request(ciaddr: [10, 0, 0, 57], options: option(53, [3]) + option(54, [10, 0, 0, 1]) + pxe
+                               + option(43, [71, 4, 0, 0, 0, 0, 255]) + [255])
+            #expect(answer(ours, on: port, from: (IPv4(10, 0, 0, 57), 4011)).map(\.reply.type) == .success(.ack))
+        }
+    }
+
+    /// RFC 2131 §4.3.5: the ACK to an INFORM names no address (yiaddr 0); a REQUEST's names ciaddr.
+    @Test func anInformsAckNamesNoAddress() throws {
+        let inform = request(ciaddr: [10, 0, 0, 57], flags: 0, options: option(53, [8]) + option(93, [0, 7])
+                             + option(60, "PXEClient:Arch:00007:UNDI:003000") + [255])
+        let answer = try answer(inform, on: .bootServer, from: (IPv4(10, 0, 0, 57), 4011)).get()
+        #expect(answer.reply.type == .ack && answer.reply.yourAddress.isAny)
+        #expect(answer.destination == .unicast(IPv4(10, 0, 0, 57), port: 4011))
+    }
+
+    /// A relay forwards the answer by the broadcast flag: with it clear it would unicast to yiaddr,
+    /// 0.0.0.0. So an answer to a client without an address asks for broadcast, whatever the
+    /// request said; and the relay's option 82 comes back whole, last (RFC 3046).
+    @Test func aRelayedRequestIsAnsweredThroughTheRelayByBroadcastWithItsOption82() throws {
+        let agent: [UInt8] = [1, 6, 0, 4, 0, 1, 0, 2, 2, 3, 0xAA, 0xBB, 0xCC]
+        let relayed = request(giaddr: [10, 9, 0, 1], hops: 1, flags: 0, options: option(53, [1]) + option(93, [0, 7])
+                              + option(60, "PXEClient:Arch:00007:UNDI:003000") + option(82, agent) + [255])
         let answer = try answer(relayed, from: (IPv4(10, 9, 0, 1), 67)).get()
         #expect(answer.destination == .relay(IPv4(10, 9, 0, 1)))
         #expect(answer.reply.relayAddress == IPv4(10, 9, 0, 1))
+        #expect(answer.reply.wantsBroadcast)
+        #expect(answer.reply.options[.relayAgentInformation] == agent)
+        #expect(answer.reply.options.present.last == DHCPOptionCode.relayAgentInformation.rawValue)
+        let bytes = answer.reply.encoded()
+        #expect(bytes.count >= 300)
+        // On the wire: 82, its length, the value, END.
+        let end = try #require(bytes.lastIndex(of: 255))
+        #expect(Array(bytes[(end - agent.count - 2)..<end]) == [82, UInt8(agent.count)] + agent)
+        // A client that has an address (a 4011 request through a relay) keeps its flag.
+        let withAddress = request(ciaddr: [10, 9, 0, 57], giaddr: [10, 9, 0, 1], flags: 0, options: option(53, [3]) + option(93, [0, 7])
+                                  + option(60, "PXEClient:Arch:00007:UNDI:003000") + [255])
+        #expect(try !self.answer(withAddress, on: .bootServer, from: (IPv4(10, 9, 0, 1), 67)).get().reply.wantsBroadcast)
+    }
+
+    /// Option 67 ends with a NUL, as dnsmasq writes it (a ROM that reads it as a C string would
+    /// read on into END); `file` holds the name with its NUL in the field's zeros.
+    @Test func option67IsNULTerminated() throws {
+        let reply = try answer(edk2Discover()).get().reply
+        #expect(reply.options[.bootFileName] == Array("ipxe.efi".utf8) + [0])
+        let bytes = reply.encoded()
+        #expect(Array(bytes[108..<117]) == Array("ipxe.efi".utf8) + [0])
+    }
+
+    /// A name that is longer than the reply holds for this machine (a 16-byte hardware address in
+    /// `${mac}`) is not sent cut short: silence, which the operator is told of.
+    @Test func aBootFileTooLongForThisMachineIsNotSentCutShort() throws {
+        let name = String(repeating: "n", count: 80) + "/${mac}"
+        let menu = BootMenu.withDefaults([.efiX64: .file(name)], httpBase: nil)
+        #expect(try answer(edk2Discover(), menu: menu).get().target.description.utf8.count == 98)
+        let long = request(mac: (1...16).map { UInt8($0) }, options: option(53, [1]) + option(93, [0, 7])
+                           + option(60, "PXEClient:Arch:00007:UNDI:003000") + [255])
+        #expect(answer(long, menu: menu) == .failure(.bootFileTooLong(.efiX64, 128)))
+        #expect(BootTarget.file(name).longestExpansion == 98)
+        #expect(BootTarget.url("http://x/" + String(repeating: "u", count: 245)).longestExpansion == 254)
+    }
+
+    /// IPoIB sends no hardware address (hlen 0): the client identifier tells its machines apart.
+    @Test func aMachineWithoutAHardwareAddressIsKnownByItsClientIdentifier() throws {
+        let ib1 = try parse(request(mac: [], options: option(53, [1]) + option(61, [0xff, 1, 2, 3]) + [255])).get()
+        let ib2 = try parse(request(mac: [], options: option(53, [1]) + option(61, [0xff, 1, 2, 4]) + [255])).get()
+        let none = try parse(request(mac: [], options: option(53, [1]) + [255])).get()
+        #expect(ib1.machine == [0xff, 0xff, 1, 2, 3] && ib1.machine != ib2.machine)
+        #expect(none.machine == [0xfe, 0x12, 0x34, 0x56, 0x78])
+        #expect(try parse(edk2Discover()).get().machine == [0x52, 0x54, 0x00, 0x12, 0x34, 0x56])
     }
 
     /// A name may hold the machine: `-m` rules with `E` then pick a file per machine with a default.

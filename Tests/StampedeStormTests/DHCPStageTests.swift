@@ -47,13 +47,15 @@ import Testing
         #expect(Set((0..<10_000).map { StormDHCP.transactionID(of: MachineIdentity(number: $0)) }).count == 10_000)
     }
 
-    @Test func theBootServerRequestCarriesEDK2sBootItemButNotIPXEs() throws {
+    /// EDK2 names the menu item it took (dnsmasq numbers its pxe-services from 0x8000), and names
+    /// none after an offer without a menu (its "BINL" retry); iPXE never does.
+    @Test func theBootServerRequestCarriesTheMenuItemTakenAndNoneWithoutAMenu() throws {
         let machine = MachineIdentity(number: 0)
         let discover = StormDHCP.discover(.init(client: .pxe, architecture: 7), for: machine)
         let source = IPv4(10, 0, 0, 5)
-        let edk2 = StormDHCP.bootServerRequest(after: discover, from: source, bootItem: true)
+        let edk2 = StormDHCP.bootServerRequest(after: discover, from: source, bootItem: 0x8000)
         #expect(edk2.type == .request && edk2.clientAddress == source && !edk2.wantsBroadcast)
         #expect(edk2.options[.vendorSpecific].flatMap(PXEOption.read)?[PXEOption.bootItem.rawValue] == [0x80, 0, 0, 0])
-        #expect(StormDHCP.bootServerRequest(after: discover, from: source, bootItem: false).options[.vendorSpecific] == nil)
+        #expect(StormDHCP.bootServerRequest(after: discover, from: source, bootItem: nil).options[.vendorSpecific] == nil)
     }
 }

@@ -47,7 +47,8 @@ def curl(port, name, out):
 
 
 def test_the_exposition_passes_promtool_and_counts_what_curl_did(serve, root, tmp_path):
-    s = serve("--metrics", "127.0.0.1:0")
+    # With --http: its loops count, but have no backend of their own to report.
+    s = serve("--metrics", "127.0.0.1:0", "--http", f"127.0.0.1:{free_tcp_port()}")
     url = metrics_url(s)
     for _ in range(3):
         assert curl(s.port, "one-mib.bin", tmp_path / "got") == 0
@@ -70,6 +71,8 @@ def test_the_exposition_passes_promtool_and_counts_what_curl_did(serve, root, tm
     assert total(values, "process_cpu_seconds_total") > 0
     # Only io_uring has provided buffers to run out of.
     assert ("stampede_backend_receive_buffer_exhausted_total" in values) == (s.backend == "uring")
+    assert ("stampede_backend_completions_lost_total" in values) == (s.backend == "uring")
+    assert total(values, "stampede_workers") == int(re.search(r"with (\d+) workers", s.log_text()).group(1))
 
 
 PXELINUX_FILES = {"pxelinux.0": 42_000, "ldlinux.c32": 122_000, "pxelinux.cfg/default": 40,

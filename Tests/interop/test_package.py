@@ -303,16 +303,20 @@ def test_the_packaged_units_serve_http_on_port_80_as_the_user_tftp(host, network
 
 
 def test_the_packaged_service_answers_proxy_dhcp_as_the_user_tftp(host, boot_link, tmp_path):
-    """With the example drop-in (AmbientCapabilities=CAP_NET_BIND_SERVICE and --proxy-dhcp in
-    TFTPD_OPTS), the service, as the user tftp, binds DHCP's port 67 itself beside the port 69
-    the socket unit passes, and offers a booting machine its file; without the capability it
-    stops at start and says why. systemd is played by the test (setpriv for the capability), in
-    the server namespace of a boot link, as above."""
+    """With the example drop-in (the capabilities and address family it adds, and --proxy-dhcp in
+    TFTPD_OPTS), the service, as the user tftp, hears DHCP through its packet socket beside the
+    port 69 the socket unit passes, and offers a booting machine its file; without the
+    capability it stops at start and says why. systemd is played by the test (setpriv for the
+    capabilities), in the server namespace of a boot link, as above."""
     import dhcpwire
     host.apt_install(host.put(package()))
     uid, gid = host.ids("tftp")
     dropin = (host.root / "usr/share/doc/stampede/examples/stampede-proxy-dhcp.conf").read_text().splitlines()
-    assert "[Service]" in dropin and "AmbientCapabilities=CAP_NET_BIND_SERVICE" in dropin
+    assert "[Service]" in dropin, dropin
+    capabilities = next(line for line in dropin if line.startswith("AmbientCapabilities=")).split("=", 1)[1].split()
+    assert capabilities == ["CAP_NET_RAW"], capabilities
+    # The unit allows AF_UNIX, AF_INET and AF_INET6 only: the drop-in adds the packet socket's.
+    assert "RestrictAddressFamilies=AF_PACKET" in dropin, dropin
     options = next(line for line in dropin if line.startswith("Environment=\"TFTPD_OPTS="))
     options = options.split("=", 2)[2].rstrip('"').replace("192.0.2.1", dhcpwire.SERVER).split()
     service = (host.root / "lib/systemd/system/stampede.service").read_text()
@@ -330,7 +334,8 @@ def test_the_packaged_service_answers_proxy_dhcp_as_the_user_tftp(host, boot_lin
         os.dup2(udp.fileno(), 3)
 
     def start(capability):
-        caps = ["--inh-caps=+net_bind_service", "--ambient-caps=+net_bind_service"] if capability else []
+        named = ",".join("+" + c.removeprefix("CAP_").lower() for c in capabilities)
+        caps = [f"--inh-caps={named}", f"--ambient-caps={named}"] if capability else []
         user = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *caps]
         script = 'export LISTEN_PID=$$ LISTEN_FDS=1; exec "$@"'
         return subprocess.Popen(["sh", "-c", script, "sh", *server_ns.inside, "chroot", str(host.root), *user, *argv],
@@ -339,7 +344,7 @@ def test_the_packaged_service_answers_proxy_dhcp_as_the_user_tftp(host, boot_lin
     refused = start(capability=False)
     assert refused.wait(timeout=30) != 0
     said = refused.stderr.read().decode()
-    assert "67" in said and "ermission" in said, said
+    assert "CAP_NET_RAW" in said and "ermission" in said, said
     server = start(capability=True)
     machine = dhcpwire.Machine(client_ns)
     try:

@@ -7,12 +7,13 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
 
 import dhcpwire
-from conftest import BACKENDS, BINARY, SERVER_BINARY, Server, free_tcp_port, run
+from conftest import BACKENDS, BINARY, REPO, SERVER_BINARY, Server, free_tcp_port, run
 
 from dhcpwire import CLIENT, MAC, SERVER, Machine
 
@@ -67,7 +68,8 @@ def test_each_firmware_gets_its_boot_file(proxy, machine, arch, vendor, extra, e
     s = proxy("--boot-file", "efi-arm64=arm/ipxe.efi")
     reply = machine.ask(dhcpwire.message(MAC, arch=arch, vendor=vendor, extra=extra))
     assert reply, s.log_text()
-    assert reply["file"] == expected and reply["options"][67] == expected.encode()
+    # Option 67 with its NUL, as dnsmasq writes it (ROMs that read it as a C string).
+    assert reply["file"] == expected and reply["options"][67] == expected.encode() + b"\0"
     if vendor and vendor.startswith("HTTPClient"):
         assert reply["options"][60] == b"HTTPClient" and 43 not in reply["options"]
 
@@ -96,14 +98,20 @@ def test_an_address_request_and_a_laptop_get_silence(proxy, machine):
     assert s.log_lines("not answered: not a network-boot client")
 
 
-def test_a_relayed_request_goes_back_through_the_relay(proxy, boot_link):
+def test_a_relayed_request_goes_back_through_the_relay_by_broadcast_with_its_option_82(proxy, boot_link):
+    """A relay forwards by the broadcast flag: the answer asks for broadcast, though the relay's
+    DISCOVER had it clear (the client has no address to unicast to); option 82 comes back whole
+    (RFC 3046: relays that check it drop answers without it)."""
     s = proxy()
     relay = Machine(boot_link[1], port=67, bind=CLIENT)
+    agent = dhcpwire.option(82, bytes([1, 4, 0, 1, 0, 2, 2, 2, 0xAB, 0xCD]))
     try:
-        reply = relay.ask(dhcpwire.message(MAC, giaddr=CLIENT, hops=1), to=(SERVER, 67))
+        reply = relay.ask(dhcpwire.message(MAC, giaddr=CLIENT, hops=1, broadcast=False, extra=agent), to=(SERVER, 67))
     finally:
         relay.close()
     assert reply and reply["giaddr"] == CLIENT and reply["file"] == "ipxe.efi", s.log_text()
+    assert reply["flags"] & 0x8000 and reply["yiaddr"] == "0.0.0.0", reply
+    assert reply["options"][82] == agent[2:], reply
 
 
 def test_an_architecture_nobody_boots_is_said_and_not_answered(proxy, machine):
@@ -136,6 +144,87 @@ def test_bad_packets_are_ignored_and_the_proxy_still_answers(proxy, machine):
     reply = machine.ask(dhcpwire.message(MAC, xid=99))
     assert reply and reply["xid"] == 99, s.log_text()
     assert s.process.poll() is None
+
+
+def test_a_machine_nobody_boots_is_said_once_a_minute_and_each_of_its_requests_counted(proxy, machine):
+    """An ARM64 machine before `--boot-file efi-arm64=` is set: its 2,000 DISCOVERs are one
+    warning (they were 2,002 lines), each counted; another such machine is said at once."""
+    port = free_tcp_port()
+    s = proxy("--metrics", f"127.0.0.1:{port}")
+    packet = dhcpwire.message(MAC, arch=11)
+    for _ in range(2000):
+        machine.sock.sendto(packet, ("255.255.255.255", 67))
+    machine.sock.sendto(dhcpwire.message(MAC[:5] + b"\x99", arch=11), ("255.255.255.255", 67))
+    deadline, text = time.time() + 10, ""
+    while 'stampede_boot_ignored_total{reason="no_boot_file"} 2001' not in text and time.time() < deadline:
+        time.sleep(0.3)
+        text = run([*s.argv[:4], "curl", "-s", f"http://127.0.0.1:{port}/metrics"]).stdout.decode()
+    assert 'stampede_boot_ignored_total{reason="no_boot_file"} 2001' in text, text
+    said = s.log_lines("not answered: no boot file for efi-arm64", count=2)
+    assert len(said) == 2, s.log_text()[-3000:]
+    assert "52:54:00:12:34:56" in said[0] and "52:54:00:12:34:99" in said[1], said
+
+
+def test_answers_leave_with_dont_fragment_clear(proxy, machine, boot_link):
+    """As dnsmasq sends DHCP, for ROMs that mishandle the bit: the broadcast offer from port 67
+    and the boot server's ACK from 4011 both leave with DF clear (Linux sets it on UDP by default)."""
+    s = proxy()
+    with boot_link[1].sockets():
+        raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
+    raw.settimeout(3)
+    boot_server = Machine(boot_link[1], port=4011, bind=CLIENT)
+    try:
+        assert machine.ask(dhcpwire.message(MAC)), s.log_text()
+        assert boot_server.ask(dhcpwire.message(MAC, kind=dhcpwire.REQUEST, ciaddr=CLIENT, broadcast=False), to=(SERVER, 4011))
+        flags = {}
+        while len(flags) < 2:
+            packet = raw.recv(65535)
+            header = (packet[0] & 15) * 4
+            source_port = int.from_bytes(packet[header:header + 2], "big")
+            if socket.inet_ntoa(packet[12:16]) == SERVER and source_port in (67, 4011):
+                flags[source_port] = int.from_bytes(packet[6:8], "big") & 0xE000
+        assert flags == {67: 0, 4011: 0}, flags
+    finally:
+        raw.close()
+        boot_server.close()
+
+
+def test_another_servers_menu_item_or_choice_is_left_to_it(proxy, boot_link):
+    """WDS (type 1), dnsmasq's menu (its pxe-services are numbered from 0x8000), a BIS request,
+    a REQUEST that chose another server: silence, counted; the bootstrap server's type is ours."""
+    port = free_tcp_port()
+    s = proxy("--metrics", f"127.0.0.1:{port}")
+    boot_server = Machine(boot_link[1], port=4011, bind=CLIENT)
+
+    def item(type_, layer=0):
+        return dhcpwire.option(43, bytes([71, 4]) + type_.to_bytes(2, "big") + layer.to_bytes(2, "big") + b"\xff")
+    try:
+        for xid, extra in enumerate([item(1), item(0x8000), item(0, 0x8000),
+                                     item(0) + dhcpwire.option(54, socket.inet_aton("10.78.0.9"))], start=1):
+            request = dhcpwire.message(MAC[:5] + bytes([xid]), xid=xid, kind=dhcpwire.REQUEST, ciaddr=CLIENT, broadcast=False, extra=extra)
+            assert boot_server.ask(request, to=(SERVER, 4011), timeout=0.5) is None, xid
+        ours = dhcpwire.message(MAC, xid=9, kind=dhcpwire.REQUEST, ciaddr=CLIENT, broadcast=False, extra=item(0))
+        reply = boot_server.ask(ours, to=(SERVER, 4011))
+        assert reply and reply["xid"] == 9 and reply["file"] == "ipxe.efi", s.log_text()
+    finally:
+        boot_server.close()
+    text = run([*s.argv[:4], "curl", "-s", f"http://127.0.0.1:{port}/metrics"]).stdout.decode()
+    for reason, count in (("other_boot_server_type", 2), ("boot_integrity_services", 1), ("other_server", 1)):
+        assert f'stampede_boot_ignored_total{{reason="{reason}"}} {count}' in text, (reason, text)
+
+
+def test_machines_without_a_hardware_address_are_told_apart_by_their_client_identifier(proxy, machine):
+    """IPoIB sends hlen 0: two such machines (option 61 tells them apart) are each answered; one
+    of them asking again within the half second is not. Before, they all shared one limit."""
+    s = proxy()
+
+    def ipoib(identifier, xid):
+        packet = bytearray(dhcpwire.message(bytes(6), xid=xid, extra=dhcpwire.option(61, identifier)))
+        packet[2] = 0
+        return bytes(packet)
+    assert machine.ask(ipoib(b"\xff\x00\x01", 1)), s.log_text()
+    assert machine.ask(ipoib(b"\xff\x00\x02", 2)), s.log_text()
+    assert machine.ask(ipoib(b"\xff\x00\x01", 3), timeout=0.3) is None
 
 
 def test_a_flood_from_one_machine_costs_one_answer_a_half_second_and_tftp_serves_on(proxy, machine, boot_link, root):
@@ -197,34 +286,41 @@ def test_the_documented_per_machine_boot_gets_a_machines_own_script_or_the_defau
             assert r.returncode == 0 and f"echo {said}" in r.stdout.decode(), (url, r.stdout, r.stderr)
 
 
-def test_a_dhcp_server_that_shares_the_port_hears_the_broadcasts_too(proxy, machine, boot_link):
+def test_a_dhcp_server_that_shares_the_port_keeps_its_unicasts_and_hears_the_broadcasts(proxy, machine, boot_link):
+    """The proxy binds no UDP socket to port 67: a server there gets every broadcast and every
+    unicast (a lease's renewal, a relay's request) the kernel owes it. Before, a socket of the
+    proxy's bound to the device took the unicasts, and the server never heard the renewals."""
     with boot_link[0].sockets():
         site = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     site.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     site.bind(("0.0.0.0", 67))
+    site.settimeout(2)
     try:
         s = proxy()
         reply = machine.ask(dhcpwire.message(MAC, xid=5))
         assert reply and reply["xid"] == 5, s.log_text()
-        site.settimeout(2)
-        data, _ = site.recvfrom(4096)
-        assert dhcpwire.parse(data)["xid"] == 5
+        assert dhcpwire.parse(site.recvfrom(4096)[0])["xid"] == 5
+        renewal = dhcpwire.message(MAC, xid=6, kind=dhcpwire.REQUEST, ciaddr=CLIENT, broadcast=False, arch=None, vendor="")
+        machine.sock.sendto(renewal, (SERVER, 67))
+        assert dhcpwire.parse(site.recvfrom(4096)[0])["xid"] == 6
     finally:
         site.close()
 
 
-def test_a_dhcp_server_that_keeps_the_port_is_named_at_start(boot_link, root):
+def test_a_boot_server_port_held_by_another_proxy_is_named_at_start(boot_link, root):
+    """dnsmasq in proxy mode holds port 4011 (and 67, without sharing it): port 67 no longer
+    stands in the way, 4011 does, and the start says who holds it."""
     server_ns, _ = boot_link
-    dnsmasq = subprocess.Popen([*server_ns.inside, "dnsmasq", "-k", "--port=0", "--dhcp-range=10.78.0.100,10.78.0.150,1h",
-                                "--pid-file=", "--user=root", "--log-facility=-", f"--dhcp-leasefile={root.parent / 'leases'}"],
+    dnsmasq = subprocess.Popen([*server_ns.inside, "dnsmasq", "-k", "--port=0", f"--dhcp-range={SERVER},proxy",
+                                "--pxe-service=x86-64_EFI,iPXE,ipxe.efi", "--pid-file=", "--user=root", "--log-facility=-"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 10
-        while ":0043 " not in server_ns.run_inside(["cat", "/proc/net/udp"]).stdout.decode() and time.time() < deadline:
+        while ":0FAB " not in server_ns.run_inside(["cat", "/proc/net/udp"]).stdout.decode() and time.time() < deadline:
             time.sleep(0.05)
         r = server_ns.run_inside([str(SERVER_BINARY), "-L", "-a", f"{SERVER}:0", "--proxy-dhcp", SERVER, str(root)], timeout=20)
         assert r.returncode == 1, r
-        assert b"UDP port 67 on veth-s is held by dnsmasq (pid" in r.stderr, r.stderr
+        assert f"{SERVER}:4011 (the PXE boot server's port) is held by dnsmasq (pid".encode() in r.stderr, r.stderr
     finally:
         dnsmasq.terminate()
         dnsmasq.wait()
@@ -248,6 +344,10 @@ def test_answers_are_counted_by_selector_and_silences_by_reason(proxy, machine):
     (["--proxy-dhcp", "10.0.0.1", "--boot-file", "bios=http://10.0.0.1/x"], 64, "a PXE firmware loads a file over TFTP"),
     (["--proxy-dhcp", "10.0.0.1", "--boot-file", "arm=ipxe.efi"], 64, "not SELECTOR=NAME"),
     (["--proxy-dhcp", "192.0.2.77"], 65, "--proxy-dhcp 192.0.2.77: no interface of this host has this address"),
+    (["--proxy-dhcp", "10.0.0.1", "--boot-file", "efi-x64=" + "a" * 110 + "/${mac}"], 64,
+     "128 bytes for a machine, more than a reply's file field holds (127)"),
+    (["--proxy-dhcp", "10.0.0.1", "--boot-file", "ipxe=http://10.0.0.1/" + "u" * 240], 64,
+     "256 bytes for a machine, more than option 67 holds (254)"),
 ])
 def test_bad_proxy_flags_are_refused(root, flags, status, said):
     r = run([str(BINARY), "-L", "-a", "127.0.0.1:0", *flags, str(root)], timeout=20)
@@ -279,3 +379,125 @@ def test_storm_refuses_dhcp_without_a_profile_that_has_it(root):
                        (["--profile", "uefi", "--dhcp", "fe80::1"], "IPv4 address")):
         r = run([str(BINARY), "storm", "127.0.0.1:69", *args])
         assert r.returncode == 64 and said in r.stderr.decode(errors="replace"), (args, r.stderr)
+
+
+@pytest.fixture
+def site_with_a_relay(boot_link, network_namespace, tmp_path):
+    """The boot link, and a second link from the server namespace to a relay's namespace
+    (veth-r 10.79.0.1, veth-q 10.79.0.2), behind which the relay serves a segment of its own
+    (10.80.0.1, its giaddr, on its loopback: the kernel here has no dummy device); the site's DHCP server, dnsmasq 2.93 from the Debian unstable tree,
+    on the server namespace's two interfaces (the wildcard port 67, not shared), with a range
+    for each link and for the relay's segment, and no ping check (it blocks dnsmasq up to 3 s per
+    offer: sixty machines would wait minutes). Yields (server ns, client ns, relay ns, dnsmasq's log)."""
+    sys.path.insert(0, str(REPO / "Benchmarks"))
+    from harness import SID, in_sid
+    assert (SID / "usr/sbin/dnsmasq").exists(), f"no Debian unstable tree in {SID}: `make parity-deps` makes it"
+    server_ns, client_ns = boot_link
+    relay_ns = network_namespace()
+    r = run(["ip", "link", "add", "veth-r", "netns", server_ns.name, "type", "veth", "peer", "name", "veth-q", "netns", relay_ns.name])
+    assert r.returncode == 0, r.stderr
+    for namespace, commands in ((server_ns, [["ip", "addr", "add", "10.79.0.1/24", "dev", "veth-r"], ["ip", "link", "set", "veth-r", "up"],
+                                             ["ip", "route", "add", "10.80.0.0/24", "via", "10.79.0.2"]]),
+                                (relay_ns, [["ip", "addr", "add", "10.79.0.2/24", "dev", "veth-q"], ["ip", "link", "set", "veth-q", "up"],
+                                            ["ip", "addr", "add", "10.80.0.1/24", "dev", "lo"],
+                                            ["ip", "route", "add", "10.78.0.0/24", "via", "10.79.0.1"]])):
+        for command in commands:
+            r = namespace.run_inside(command)
+            assert r.returncode == 0, (command, r.stderr)
+    log = tmp_path / "dnsmasq.log"
+    dnsmasq = subprocess.Popen([*server_ns.inside, *in_sid(["/usr/sbin/dnsmasq", "-k", "--port=0",
+                                                            "--dhcp-range=10.78.0.100,10.78.0.150,1h",
+                                                            "--dhcp-range=10.79.0.100,10.79.0.150,1h",
+                                                            "--dhcp-range=10.80.0.100,10.80.0.150,1h",
+                                                            f"--dhcp-leasefile={tmp_path / 'leases'}", "--no-ping", "--log-dhcp",
+                                                            "--log-facility=-", "--user=root", "--pid-file="], share=tmp_path)],
+                               stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 20
+        while ":0043 " not in server_ns.run_inside(["cat", "/proc/net/udp"]).stdout.decode():
+            assert dnsmasq.poll() is None and time.time() < deadline, log.read_text()
+            time.sleep(0.05)
+        assert "dnsmasq-dhcp" in log.read_text() and "version 2.93" in log.read_text(), log.read_text()
+        yield server_ns, client_ns, relay_ns, log
+    finally:
+        dnsmasq.terminate()
+        dnsmasq.wait()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_site_dhcp_server_on_the_same_host_keeps_its_renewals_while_a_rack_boots_through_the_proxy(site_with_a_relay, root, backend):
+    """dnsmasq 2.93 serves addresses on two interfaces of the host that runs the proxy, holding
+    port 67 for itself. A laptop takes a lease and renews it by unicast, again and again, while
+    sixty machines boot through the proxy (storm --dhcp): every renewal is acknowledged by
+    dnsmasq, every machine boots. Before, the proxy's socket took every unicast to port 67 and
+    dropped it as "an address request": not one renewal reached the site's server."""
+    server_ns, client_ns, _, dnsmasq_log = site_with_a_relay
+    for name, size in (("ipxe.efi", 300_000), ("boot.ipxe", 200), ("vmlinuz", 400_000), ("initrd.img", 600_000)):
+        (root / name).write_bytes(os.urandom(size))
+        (root / name).chmod(0o644)
+    s = Server(root, ["--proxy-dhcp", SERVER, "--http", f"{SERVER}:8080"], host=SERVER, backend=backend, prefix=server_ns.inside)
+    laptop = Machine(client_ns)
+    renewer = None
+    try:
+        offer = laptop.ask(dhcpwire.message(MAC, xid=1, arch=None, vendor="MSFT 5.0"), timeout=5)
+        assert offer and offer["options"][53] == bytes([dhcpwire.OFFER]) and offer["yiaddr"].startswith("10.78.0."), offer
+        leased = offer["yiaddr"]
+        selecting = dhcpwire.message(MAC, xid=2, kind=dhcpwire.REQUEST, arch=None, vendor="MSFT 5.0",
+                                     extra=dhcpwire.option(54, socket.inet_aton(SERVER)) + dhcpwire.option(50, socket.inet_aton(leased)))
+        ack = laptop.ask(selecting, timeout=5)
+        assert ack and ack["options"][53] == bytes([dhcpwire.ACK]) and ack["yiaddr"] == leased, ack
+        assert client_ns.run_inside(["ip", "addr", "add", f"{leased}/24", "dev", "veth-c"]).returncode == 0
+        renewer = Machine(client_ns, bind=leased)
+        storm = subprocess.Popen([*client_ns.inside, str(BINARY), "storm", f"{SERVER}:{s.port}", "--profile", "uefi-ipxe",
+                                  "--dhcp", CLIENT, "--http", f"{SERVER}:8080", "--clients", "60", "--verify-root", str(root),
+                                  "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        renewed = []
+        while storm.poll() is None or len(renewed) < 5:
+            xid = 100 + len(renewed)
+            renewal = dhcpwire.message(MAC, xid=xid, kind=dhcpwire.REQUEST, ciaddr=leased, broadcast=False, arch=None, vendor="MSFT 5.0")
+            reply = renewer.ask(renewal, to=(SERVER, 67), timeout=3)
+            assert reply and reply["xid"] == xid and reply["options"][53] == bytes([dhcpwire.ACK]), (len(renewed), reply,
+                                                                                                     dnsmasq_log.read_text()[-2000:])
+            renewed.append(xid)
+            time.sleep(0.1)
+        out, err = storm.communicate(timeout=120)
+        assert storm.returncode == 0, err
+        result = json.loads(out)
+        assert result["ok"] == 60 and result["failed"] == 0, result
+        assert dnsmasq_log.read_text().count(f"DHCPACK(veth-s) {leased}") >= len(renewed) + 1
+    finally:
+        laptop.close()
+        if renewer:
+            renewer.close()
+        s.stop()
+
+
+def test_a_relayed_request_through_another_interface_is_answered_beside_the_site_server(site_with_a_relay, root):
+    """A relay behind another interface of the host forwards a machine's DISCOVER to the proxy's
+    address: the proxy (fixed to no interface for what is sent to its address) answers through the
+    relay, by broadcast with option 82, and so does the site's dnsmasq on the same host, with an
+    address of the relay's segment."""
+    server_ns, _, relay_ns, _ = site_with_a_relay
+    s = Server(root, ["--proxy-dhcp", SERVER], host=SERVER, prefix=server_ns.inside)
+    with relay_ns.sockets():
+        relay = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    relay.bind(("10.80.0.1", 67))
+    relay.settimeout(3)
+    try:
+        agent = dhcpwire.option(82, bytes([1, 3, 0x65, 0x74, 0x30]))
+        relay.sendto(dhcpwire.message(MAC, giaddr="10.80.0.1", hops=1, broadcast=False, extra=agent), (SERVER, 67))
+        replies = []
+        with pytest.raises(socket.timeout):
+            while len(replies) < 3:
+                data, sender = relay.recvfrom(4096)
+                replies.append((dhcpwire.parse(data), sender))
+        proxied = [r for r, sender in replies if r["yiaddr"] == "0.0.0.0"]
+        leased = [r for r, sender in replies if r["yiaddr"].startswith("10.80.0.")]
+        assert len(proxied) == 1 and len(leased) == 1, (replies, s.log_text())
+        answer = proxied[0]
+        assert answer["file"] == "ipxe.efi" and answer["flags"] & 0x8000 and answer["options"][82] == agent[2:], answer
+        assert [sender for r, sender in replies if r is answer] == [(SERVER, 67)]
+        assert s.log_lines(f"offered \"ipxe.efi\" to 10.80.0.1:67 (relay)")
+    finally:
+        relay.close()
+        s.stop()

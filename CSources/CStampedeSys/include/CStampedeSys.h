@@ -78,10 +78,40 @@ void stampede_grow_socket_buffer(int fd, int receive, int bytes);
  * least `receive_buffer` bytes (forced when privileged), non-blocking. Returns the fd. */
 int stampede_listener_socket(const struct sockaddr_storage *address, int receive_buffer);
 
-/* A proxyDHCP socket: IPv4, SO_REUSEADDR (beside a DHCP server that allows it), SO_BROADCAST,
+/* The proxyDHCP's sockets (dhcp.c): port 67 heard through a packet socket and answered through a
+ * raw one, never bound, so that a DHCP server on the same host keeps what the kernel owes it. */
+#define STAMPEDE_MAX_BOOT_NETWORKS 16
+/* How a packet reached this host, from the packet socket's view of its link-layer destination. */
+enum { STAMPEDE_DELIVERY_HOST = 0, STAMPEDE_DELIVERY_BROADCAST = 1, STAMPEDE_DELIVERY_OTHER = 2 };
+
+/* A packet socket that hears UDP `port` on IPv4: limited broadcasts that come in on one of
+ * `interfaces`, and packets sent to one of `addresses` (network byte order) on any interface;
+ * `count` of each, at most STAMPEDE_MAX_BOOT_NETWORKS. Needs CAP_NET_RAW. Non-blocking. Returns
+ * the descriptor or a negative errno. */
+int stampede_dhcp_listener(const uint32_t *addresses, const int32_t *interfaces, int count, uint16_t port, int receive_buffer);
+
+/* The next packet of a `stampede_dhcp_listener`, from its IP header on, into `buffer`: its whole
+ * length (more than `capacity` when it was cut), the interface it came in on, and how it was
+ * delivered (STAMPEDE_DELIVERY_*); or a negative errno (-EAGAIN: none). */
+ssize_t stampede_dhcp_receive(int fd, void *buffer, size_t capacity, int32_t *interface, int32_t *delivery);
+
+/* A raw socket that sends whole IPv4 packets (IPPROTO_RAW) and receives none; SO_BROADCAST.
+ * Needs CAP_NET_RAW. Returns the descriptor or a negative errno. */
+int stampede_dhcp_sender(void);
+
+/* Sends `packet` (an IPv4 header first) to its destination address; `interface` > 0 sends it out
+ * of that interface, from the packet's source address (a limited broadcast). Non-blocking: the
+ * bytes sent, or a negative errno. */
+ssize_t stampede_dhcp_send(int fd, const void *packet, size_t length, int32_t interface);
+
+/* A PXE boot server's socket (port 4011): UDP on IPv4 `address`, the don't-fragment bit clear,
+ * non-blocking. Returns the descriptor or a negative errno. */
+int stampede_boot_server_socket(const struct sockaddr_storage *address, int receive_buffer);
+
+/* A DHCP client's socket, as the storm's machines use one: IPv4, SO_REUSEADDR, SO_BROADCAST,
  * IP_PKTINFO, bound to `device` when given (its broadcasts alone, and out of it), then to
- * `address`. Returns the descriptor or a negative errno. */
-int stampede_boot_socket(const struct sockaddr_storage *address, const char *device, int receive_buffer);
+ * `address` (0.0.0.0:68). Returns the descriptor or a negative errno. */
+int stampede_dhcp_client_socket(const struct sockaddr_storage *address, const char *device, int receive_buffer);
 
 /* The interface that holds the IPv4 `address`: its name into `name` (`capacity` bytes, NUL
  * included) and its index as the result; -ENOENT when no interface has the address. */

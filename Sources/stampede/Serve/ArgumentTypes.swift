@@ -190,6 +190,10 @@ struct BootFileChoice: Equatable {
             throw ValidationError("--boot-file \(text): NAME is empty or holds a control character.")
         }
         let target = BootTarget(name)
+        guard target.longestExpansion <= target.longest else {
+            let what = if case .url = target { "option 67 holds" } else { "a reply's file field holds" }
+            throw ValidationError("--boot-file \(text): \(target.longestExpansion) bytes for a machine, more than \(what) (\(target.longest)).")
+        }
         switch (selector, target) {
         case (.httpX64, .file), (.httpArm64, .file):
             throw ValidationError("--boot-file \(text): UEFI HTTP Boot loads a URL (http://...), not a file name.")

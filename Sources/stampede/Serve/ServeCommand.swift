@@ -6,6 +6,7 @@ import StampedeGlibc
 import StampedeIO
 import StampedeMetrics
 import StampedeProtocol
+import StampedeProxyDHCP
 import StampedeServer
 import StampedeTLS
 import StampedeURing

@@ -3,6 +3,7 @@ import StampedeDHCP
 import StampedeHTTP
 import StampedeIO
 import StampedeProtocol
+import StampedeProxyDHCP
 import StampedeServer
 
 /// What a server is made of, decided from its flags and a few facts of the host, with no system
@@ -187,7 +188,6 @@ struct ServePlan {
         if options.maxPerClient != nil || options.maxPerPrefix != nil { configuration.loopbackUncountedPerClient = false }
         configuration.whenBusy = options.whenBusy
         configuration.logFormat = options.logFormat
-        configuration.bootNetworks = bootNetworks
         // Beyond this, transfers share sockets instead of running out of descriptors.
         configuration.ownTransferSocketsPerWorker = budget.transferSockets / workerCount
     }

@@ -6,6 +6,7 @@ import StampedeDHCP
 import StampedeIO
 import StampedeProtocol
 import StampedeHTTP
+import StampedeProxyDHCP
 import StampedeMetrics
 import StampedeServer
 import StampedeTLS
@@ -63,9 +64,20 @@ struct ServerStartup {
         https?.tls = tls
         let secure = try serve(https, "HTTPS")
         let webServers = [web, secure].compactMap { $0 }
+        // Its packet and raw sockets need CAP_NET_RAW: made before -u drops it.
+        var proxy: ProxyDHCPServer?
+        if !plan.bootNetworks.isEmpty {
+            do {
+                proxy = try ProxyDHCPServer(networks: plan.bootNetworks, receiveBuffer: configuration.listenerReceiveBuffer,
+                                            logger: logger, json: configuration.logFormat == .json)
+            } catch {
+                throw serveFailure("--proxy-dhcp: \(error)")
+            }
+        }
         // Bound as the starting user (a port below 1024 needs root), served on a thread of its own.
         let listener = try plan.options.metrics.map { address in
-            let exporter = MetricsExporter(workers: server.workers.map(\.metrics) + webServers.flatMap(\.metrics), cache: cache,
+            let exporter = MetricsExporter(workers: server.workers.map(\.metrics) + webServers.flatMap(\.metrics) + (proxy.map { [$0.metrics] } ?? []),
+                                           cache: cache,
                                            fileLabels: server.fileLabels,
                                            build: buildInfo(backendName, server.workers[0].backend),
                                            process: processFigures ?? ProcessFigures())
@@ -112,15 +124,15 @@ struct ServerStartup {
                 (\(context.key), expires \(TLSContext.date(context.notAfter))), profile \(tls.profile.summary); \(KernelTLS.probe().bodyPath)
                 """)
         }
-        for network in configuration.bootNetworks {
+        for network in proxy?.networks ?? [] {
             let menu = BootSelector.allCases.compactMap { selector in network.menu.target(for: selector).map { "\(selector.rawValue) \($0)" } }
             logger.notice("""
-                answering network-boot DHCP on \(network.interface.name) as a proxy (boot server \(network.address), \
-                ports 67 and 4011): \(menu.joined(separator: ", "))
+                answering network-boot DHCP as a proxy for \(network.interface.name) (boot server \(network.address)): its \
+                broadcasts, and what is sent to \(network.address) on ports 67 and 4011 from any interface (relays): \(menu.joined(separator: ", "))
                 """)
         }
-        let webThreads = webServers.flatMap { $0.start() }
-        defer { for thread in webThreads { thread.join() } }
+        let threads = webServers.flatMap { $0.start() } + (proxy.map { [$0.start()] } ?? [])
+        defer { for thread in threads { thread.join() } }
         let summary: WorkerSummary
         if let notifier {
             notifier.notify("READY=1\nSTATUS=serving \(root)\nMAINPID=\(getpid())")
@@ -128,6 +140,7 @@ struct ServerStartup {
             let loops: [(String, WorkerMetrics)] = (web?.loops ?? []).enumerated().map { ("HTTP loop \($0.offset)", $0.element.metrics) }
                 + (secure?.loops ?? []).enumerated().map { ("HTTPS loop \($0.offset)", $0.element.metrics) }
             let heartbeats = server.workers.enumerated().map { ("worker \($0.offset)", $0.element.metrics) } + loops
+                + (proxy.map { [("the proxyDHCP responder", $0.metrics)] } ?? [])
             let supervisor = SystemThread { notifier.supervise(heartbeats: heartbeats, logger: logger) { done.flag.load(ordering: .acquiring) } }
             summary = server.run()
             done.flag.store(true, ordering: .releasing)

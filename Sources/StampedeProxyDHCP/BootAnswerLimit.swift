@@ -3,11 +3,12 @@ import StampedeProtocol
 /// How often one machine is answered: once per `interval` for each kind of request it sends (a
 /// DISCOVER, a boot server REQUEST), so that a machine, or a forger with its MAC, that sends a
 /// flood gets one answer in each interval, while a firmware that lost an answer and asks again
-/// (EDK2 after 4 s, iPXE after 1 s at the soonest) is answered again. State alone: the worker
+/// (EDK2 after 4 s, iPXE after 1 s at the soonest) is answered again. State alone: the responder
 /// asks it, with the time, before each answer.
 struct BootAnswerLimit {
     struct Key: Hashable {
-        var hardwareAddress: [UInt8]
+        /// `DHCPMessage.machine`: the MAC, or what stands for it where there is none (IPoIB).
+        var machine: [UInt8]
         var request: UInt8
         var bootServerPort: Bool
     }

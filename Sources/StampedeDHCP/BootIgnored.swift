@@ -1,10 +1,9 @@
-import StampedeDHCP
-
 /// Why a DHCP request got no answer, as the metrics count it.
 public enum BootIgnored: Int, CaseIterable, Sendable {
     case malformed, notBootClient, notForProxy, addressRequest, unknownArchitecture, noBootFile, tooManyHops, repeated
+    case otherServer, otherBootServerType, bootIntegrityServices, bootFileTooLong
 
-    init(_ silence: ProxyAnswer.Silence) {
+    public init(_ silence: ProxyAnswer.Silence) {
         switch silence {
         case .notBootClient: self = .notBootClient
         case .notForProxy: self = .notForProxy
@@ -12,6 +11,10 @@ public enum BootIgnored: Int, CaseIterable, Sendable {
         case .unknownArchitecture: self = .unknownArchitecture
         case .noBootFile: self = .noBootFile
         case .tooManyHops: self = .tooManyHops
+        case .otherServer: self = .otherServer
+        case .otherBootServerType: self = .otherBootServerType
+        case .bootIntegrityServices: self = .bootIntegrityServices
+        case .bootFileTooLong: self = .bootFileTooLong
         }
     }
 
@@ -25,6 +28,10 @@ public enum BootIgnored: Int, CaseIterable, Sendable {
         case .noBootFile: "no_boot_file"
         case .tooManyHops: "too_many_hops"
         case .repeated: "repeated"
+        case .otherServer: "other_server"
+        case .otherBootServerType: "other_boot_server_type"
+        case .bootIntegrityServices: "boot_integrity_services"
+        case .bootFileTooLong: "boot_file_too_long"
         }
     }
 }
