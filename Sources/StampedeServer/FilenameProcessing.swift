@@ -19,20 +19,34 @@ public struct FilenameProcessing: Sendable, Equatable {
     /// `--validate`: a name must begin with "/" and have no "." or ".." component and no control
     /// character; consecutive and terminal slashes are removed.
     public var validates: Bool
+    /// Without `-s` or `-j`: the directory served, as the command line named it (without
+    /// `--path-prefix`), its repeated and terminal slashes removed; nil for "/". tftpd-hpa reads
+    /// names as paths of the host there, so a client may name `/srv/tftp/pxelinux.0` for the
+    /// directory's `pxelinux.0`: such a name is taken beneath the directory.
+    public var hostDirectory: [UInt8]?
 
-    public init(normalization: Normalization = .none, validates: Bool = false) {
+    public init(normalization: Normalization = .none, validates: Bool = false, hostDirectory: String? = nil) {
         self.normalization = normalization
         self.validates = validates
+        let named = hostDirectory.map { Array(Array($0.utf8).split(separator: Self.slash).joined(separator: [Self.slash])) }
+        self.hostDirectory = named.flatMap { $0.isEmpty ? nil : [Self.slash] + $0 }
     }
 
     /// The name to open, or ERROR 2 when validation refuses it.
     public func apply(to name: [UInt8]) throws(FileRefusal) -> [UInt8] {
         let normalized = Self.normalize(name, normalization)
-        guard validates else { return normalized }
+        guard validates else { return beneathHostDirectory(normalized) }
         guard let valid = Self.validate(normalized) else {
             throw FileRefusal(.denied, "Access violation: not a valid path (--validate: it must begin with \"/\", with no \".\" or \"..\" and no control character)")
         }
-        return valid
+        return beneathHostDirectory(valid)
+    }
+
+    /// `name` without the host's directory in front of it (`hostDirectory`), or as it is.
+    func beneathHostDirectory(_ name: [UInt8]) -> [UInt8] {
+        guard let directory = hostDirectory, name.count > directory.count, name.starts(with: directory),
+              name[directory.count] == Self.slash else { return name }
+        return Array(name[directory.count...])
     }
 
     static let slash = UInt8(ascii: "/")

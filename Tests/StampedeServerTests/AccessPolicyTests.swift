@@ -250,4 +250,20 @@ import StampedeProtocol
         #expect(policy.canServe(Array("./boot.bin".utf8), isWrite: false))
         #expect(!policy.canServe(Array("boot.bin".utf8), isWrite: true))  // not world-writable, no -c
     }
+
+    /// Without -s or -j, tftpd-hpa reads a name as the host's path: `/srv/root/boot.bin` is the
+    /// served directory's `boot.bin` (7.3 with `--path-prefix / ... /srv/root` serves it).
+    @Test func aNameThatSpellsTheHostsPathIsTakenBeneathTheDirectory() throws {
+        let dir = ScratchDirectory()
+        dir.write("boot.bin", [1])
+        var policy = AccessPolicy(root: dir.fd)
+        policy.names = FilenameProcessing(normalization: .path, validates: true, hostDirectory: "//srv/root/")
+        #expect(policy.names.hostDirectory == Array("/srv/root".utf8))
+        _ = try policy.openForReading(Array("/srv/root/boot.bin".utf8))
+        _ = try policy.openForReading(Array("/boot.bin".utf8))
+        #expect(throws: FileRefusal.self) { _ = try policy.openForReading(Array("/srv/rootboot.bin".utf8)) }
+        #expect(policy.names.beneathHostDirectory(Array("/srv/root".utf8)) == Array("/srv/root".utf8))
+        #expect(policy.names.beneathHostDirectory(Array("/srv/root/../x".utf8)) == Array("/../x".utf8))
+        #expect(FilenameProcessing(hostDirectory: "/").hostDirectory == nil)
+    }
 }

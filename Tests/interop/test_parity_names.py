@@ -126,6 +126,21 @@ def test_path_prefix_serves_what_7_3_serves(tmp_path, flags, directory):
         assert (ours.root / "incoming/new.bin").read_bytes() == (theirs.root / "incoming/new.bin").read_bytes()
 
 
+def test_a_host_path_under_path_prefix_slash_is_served_as_7_3_serves_it(tmp_path):
+    """`--path-prefix / --normalize=path --validate -p DIR`, without -s or -j: 7.3 reads a name as
+    the host's path inside DIR, and serves `DIR/hello.txt`; Stampede served `//DIR` and answered
+    "File not found" (issue 56). Each server is asked for its own DIR's files."""
+    with both(["-u", "root", "--path-prefix", "/", "--normalize=path", "--validate", "-p"], tmp_path) as servers:
+        got = []
+        for served in servers:
+            base = str(served.root)
+            ready([served], name=f"{base}/hello.txt")
+            got.append([compared(outcome(served.port, *r)) for r in reads(
+                f"{base}/hello.txt", f"{base}//pxelinux.cfg//default", f"{base}/private/../hello.txt", f"{base}/nothere")])
+        assert got[0] == got[1], got
+        assert got[1][:3] == [("DATA", b"hello, rack\n"), ("DATA", b"DEFAULT linux\n"), ("DATA", b"hello, rack\n")], got
+
+
 @pytest.mark.parametrize("argv,status", [
     (["/"], 65),  # "/" only with --path-prefix
     (["--path-prefix", "/nonexistent-prefix", "/"], 65),

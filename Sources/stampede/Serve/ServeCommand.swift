@@ -186,6 +186,8 @@ struct ServeCommand: ParsableCommand {
         var info = stat()
         guard stat(pathPrefix, &info) == 0 else { throw serveFailure("--path-prefix \(pathPrefix): \(Errno.current)", status: 65) }
         guard info.st_mode & S_IFMT == S_IFDIR else { throw serveFailure("--path-prefix \(pathPrefix): not a directory", status: 65) }
-        return pathPrefix + (named.hasPrefix("/") || pathPrefix.hasSuffix("/") ? "" : "/") + named
+        // One "/" between them, as 7.3 joins them ("/" and "/srv/root" serve "/srv/root", not "//srv/root").
+        let prefix = pathPrefix.hasSuffix("/") ? String(pathPrefix.dropLast(pathPrefix.reversed().prefix { $0 == "/" }.count)) : pathPrefix
+        return prefix + (named.hasPrefix("/") ? "" : "/") + named
     }
 }

@@ -150,7 +150,9 @@ struct ServePlan {
                                   readOnly: options.readOnly || uploadLimit == 0, umask: fileUmask,
                                   virtualRoot: options.secure || options.jail)
         policy.maxUpload = uploadLimit
-        policy.names = FilenameProcessing(normalization: options.normalize, validates: options.validatePaths)
+        let virtualRoot = options.secure || options.jail
+        policy.names = FilenameProcessing(normalization: options.normalize, validates: options.validatePaths,
+                                          hostDirectory: virtualRoot ? nil : options.directory.first ?? "/srv/tftp")
         return policy
     }
 
