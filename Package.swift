@@ -57,7 +57,7 @@ let package = Package(
 
         .target(name: "CStampedeTLS", path: "CSources/CStampedeTLS", cSettings: strictC,
                 linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
-        .target(name: "StampedeTLS", dependencies: ["CStampedeTLS"]),
+        .target(name: "StampedeTLS", dependencies: ["CStampedeTLS", "StampedeIO"]),
 
         .target(name: "StampedeProtocol"),
         .target(name: "StampedeIO", dependencies: ["StampedeProtocol", "CStampedeSys"]),
@@ -70,7 +70,7 @@ let package = Package(
         .target(name: "StampedeHTTP", dependencies: ["StampedeHTTPWire", "StampedeTLS", "StampedeServer", "StampedeIO", "StampedeProtocol",
                                                    "CStampedeSys", log, .product(name: "Atomics", package: "swift-atomics")]),
         .target(name: "StampedeMetrics",
-                dependencies: ["StampedeServer", "StampedeHTTP", "StampedeDHCP", "StampedeIO", "StampedeProtocol", log,
+                dependencies: ["StampedeServer", "StampedeHTTP", "StampedeDHCP", "StampedeTLS", "StampedeIO", "StampedeProtocol", log,
                                .product(name: "Prometheus", package: "swift-prometheus"),
                                .product(name: "CoreMetrics", package: "swift-metrics")]),
         .target(name: "StampedeGlibc", dependencies: ["StampedeIO", "CStampedeSys"]),

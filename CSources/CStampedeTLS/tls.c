@@ -36,6 +36,11 @@ const char *stampede_tls_cipher_list(int profile)
     return profile == STAMPEDE_TLS_MODERN ? modern_suites : firmware_suites;
 }
 
+// The key exchange groups offered, the server's order: X25519, then the NIST curves that EDK2's
+// TlsDxe has where it has elliptic curves at all. DHE-RSA's group is the one OpenSSL sizes to the
+// key (dh_auto); nothing else is taken, whatever OpenSSL's defaults come to be.
+const char stampede_tls_groups[] = "X25519:P-256:P-384";
+
 void stampede_tls_error(char *text, size_t capacity)
 {
     // The first error queued is the cause; those after it say where it was noticed.
@@ -72,8 +77,44 @@ static int select_protocol(SSL *ssl, const unsigned char **out, unsigned char *o
     return SSL_TLSEXT_ERR_OK;
 }
 
-SSL_CTX *stampede_tls_context(const char *certificate, const char *key, int profile, int kernel_tls, int *which,
-                              char *error, size_t capacity)
+// The leaf and its intermediates, from PEM text: the chain the context presents.
+static int use_chain(SSL_CTX *context, const void *pem, size_t count)
+{
+    BIO *input = BIO_new_mem_buf(pem, (int)count);
+    if (input == NULL) return 0;
+    X509 *leaf = PEM_read_bio_X509_AUX(input, NULL, no_passphrase, NULL);
+    int used = leaf != NULL && SSL_CTX_use_certificate(context, leaf) == 1;
+    X509_free(leaf);
+    if (used) {
+        SSL_CTX_clear_chain_certs(context);
+        X509 *authority;
+        while ((authority = PEM_read_bio_X509(input, NULL, no_passphrase, NULL)) != NULL) {
+            if (SSL_CTX_add0_chain_cert(context, authority) != 1) {
+                X509_free(authority);
+                used = 0;
+                break;
+            }
+        }
+        // The end of the text: no start line, which is no error.
+        if (used && ERR_GET_REASON(ERR_peek_last_error()) == PEM_R_NO_START_LINE) ERR_clear_error();
+    }
+    BIO_free(input);
+    return used;
+}
+
+static int use_key(SSL_CTX *context, const void *pem, size_t count)
+{
+    BIO *input = BIO_new_mem_buf(pem, (int)count);
+    if (input == NULL) return 0;
+    EVP_PKEY *key = PEM_read_bio_PrivateKey(input, NULL, no_passphrase, NULL);
+    int used = key != NULL && SSL_CTX_use_PrivateKey(context, key) == 1;
+    EVP_PKEY_free(key);
+    BIO_free(input);
+    return used;
+}
+
+SSL_CTX *stampede_tls_context(const void *certificate, size_t certificate_length, const void *key, size_t key_length,
+                              int profile, int kernel_tls, int *which, char *error, size_t capacity)
 {
     static const unsigned char session_context[] = "stampede";
     SSL_CTX *context = SSL_CTX_new(TLS_server_method());
@@ -86,26 +127,33 @@ SSL_CTX *stampede_tls_context(const char *certificate, const char *key, int prof
     SSL_CTX_set_default_passwd_cb(context, no_passphrase);
     SSL_CTX_set_min_proto_version(context, TLS1_2_VERSION);
     SSL_CTX_set_max_proto_version(context, TLS1_3_VERSION);
-    uint64_t options = SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION;
+    // No session tickets: a ticket is sealed with a key OpenSSL never rotates, so whoever reads it
+    // decrypts every recorded TLS 1.2 session that used one. Resumption goes by session ID, from
+    // the server's own cache, for as long as nginx keeps one (5 minutes); firmware never resumes.
+    // A client that closes without close_notify (firmware does, once its file is read) is an EOF.
+    uint64_t options = SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
+                       SSL_OP_NO_TICKET | SSL_OP_IGNORE_UNEXPECTED_EOF;
     if (kernel_tls) options |= SSL_OP_ENABLE_KTLS;
     SSL_CTX_set_options(context, options);
     SSL_CTX_set_mode(context, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_session_cache_mode(context, SSL_SESS_CACHE_SERVER);
+    SSL_CTX_set_timeout(context, 300);
     SSL_CTX_set_session_id_context(context, session_context, sizeof(session_context) - 1);
     SSL_CTX_set_dh_auto(context, 1);
     SSL_CTX_set_alpn_select_cb(context, select_protocol, NULL);
-    if (SSL_CTX_set_cipher_list(context, stampede_tls_cipher_list(profile)) != 1) {
+    if (SSL_CTX_set_cipher_list(context, stampede_tls_cipher_list(profile)) != 1 ||
+        SSL_CTX_set1_groups_list(context, stampede_tls_groups) != 1) {
         stampede_tls_error(error, capacity);
         SSL_CTX_free(context);
         return NULL;
     }
-    if (SSL_CTX_use_certificate_chain_file(context, certificate) != 1) {
+    if (!use_chain(context, certificate, certificate_length)) {
         *which = STAMPEDE_TLS_CERTIFICATE;
         stampede_tls_error(error, capacity);
         SSL_CTX_free(context);
         return NULL;
     }
-    if (SSL_CTX_use_PrivateKey_file(context, key, SSL_FILETYPE_PEM) != 1) {
+    if (!use_key(context, key, key_length)) {
         *which = STAMPEDE_TLS_KEY;
         stampede_tls_error(error, capacity);
         SSL_CTX_free(context);
@@ -114,7 +162,7 @@ SSL_CTX *stampede_tls_context(const char *certificate, const char *key, int prof
     if (SSL_CTX_check_private_key(context) != 1) {
         *which = STAMPEDE_TLS_KEY;
         ERR_clear_error();
-        snprintf(error, capacity, "the key is not the certificate's (it does not match %s)", certificate);
+        snprintf(error, capacity, "the key is not the certificate's (it does not match its public key)");
         SSL_CTX_free(context);
         return NULL;
     }
@@ -234,7 +282,9 @@ SSL *stampede_tls_session(SSL_CTX *context, int fd)
     return session;
 }
 
-// What a failed call means for the loop, from SSL_get_error and errno.
+// What a failed call means for the loop, from SSL_get_error and errno: -EINTR when a signal
+// interrupted the system call under it (the caller makes the same call again at once: under
+// edge-triggered epoll no new edge would come).
 static int failure(SSL *session, int result)
 {
     int saved = errno;
@@ -246,7 +296,8 @@ static int failure(SSL *session, int result)
         return 0;
     case SSL_ERROR_SYSCALL:
         ERR_clear_error();
-        if (saved == EAGAIN || saved == EINTR) return -EAGAIN;
+        if (saved == EINTR) return -EINTR;
+        if (saved == EAGAIN) return -EAGAIN;
         return -ECONNRESET;  // EOF or a reset: the client went away
     default:
         return -EPROTO;
@@ -255,10 +306,13 @@ static int failure(SSL *session, int result)
 
 int stampede_tls_handshake(SSL *session)
 {
-    ERR_clear_error();
-    int result = SSL_do_handshake(session);
-    if (result == 1) return 1;
-    int outcome = failure(session, result);
+    int outcome;
+    do {
+        ERR_clear_error();
+        int result = SSL_do_handshake(session);
+        if (result == 1) return 1;
+        outcome = failure(session, result);
+    } while (outcome == -EINTR);
     if (outcome == -EPROTO && ERR_GET_REASON(ERR_peek_error()) == SSL_R_HTTP_REQUEST) {
         ERR_clear_error();
         return -EBADMSG;
@@ -268,30 +322,44 @@ int stampede_tls_handshake(SSL *session)
 
 ssize_t stampede_tls_read(SSL *session, void *buffer, size_t count)
 {
-    size_t read = 0;
-    ERR_clear_error();
-    int result = SSL_read_ex(session, buffer, count, &read);
-    return result == 1 ? (ssize_t)read : failure(session, result);
+    int outcome;
+    do {
+        size_t read = 0;
+        ERR_clear_error();
+        int result = SSL_read_ex(session, buffer, count, &read);
+        if (result == 1) return (ssize_t)read;
+        outcome = failure(session, result);
+    } while (outcome == -EINTR);
+    return outcome;
 }
 
 ssize_t stampede_tls_write(SSL *session, const void *bytes, size_t count)
 {
-    size_t written = 0;
-    ERR_clear_error();
-    int result = SSL_write_ex(session, bytes, count, &written);
-    if (result == 1) return (ssize_t)written;
-    int outcome = failure(session, result);
+    int outcome;
+    do {
+        size_t written = 0;
+        ERR_clear_error();
+        int result = SSL_write_ex(session, bytes, count, &written);
+        if (result == 1) return (ssize_t)written;
+        outcome = failure(session, result);
+    } while (outcome == -EINTR);
     return outcome == 0 || outcome == -ECONNRESET ? -EPIPE : outcome;
 }
 
 ssize_t stampede_tls_sendfile(SSL *session, int fd, off_t offset, size_t count)
 {
-    ERR_clear_error();
-    ossl_ssize_t sent = SSL_sendfile(session, fd, offset, count, 0);
-    if (sent >= 0) return sent;
-    int saved = errno;
-    ERR_clear_error();
-    return saved == EAGAIN || saved == EINTR ? -EAGAIN : -(saved ? saved : EIO);
+    for (;;) {
+        ERR_clear_error();
+        ossl_ssize_t sent = SSL_sendfile(session, fd, offset, count, 0);
+        if (sent >= 0) return sent;
+        // SSL_sendfile is sendfile(2) on the kernel's TLS socket: its errno says what went wrong
+        // (OpenSSL queues an error as well, which says no more).
+        int saved = errno;
+        ERR_clear_error();
+        if (saved == EINTR) continue;
+        if (saved == EAGAIN) return -EAGAIN;
+        return saved == EPIPE || saved == ECONNRESET ? -EPIPE : -(saved ? saved : EIO);
+    }
 }
 
 int stampede_tls_kernel_send(SSL *session)
@@ -311,17 +379,24 @@ int stampede_tls_resumed(SSL *session)
 
 int stampede_tls_began(SSL *session)
 {
-    return SSL_in_before(session) ? 0 : 1;
+    // Bytes the session read from its socket: none, and no ClientHello came (a port check).
+    // (SSL_in_before says no more once SSL_do_handshake has been called.)
+    return BIO_number_read(SSL_get_rbio(session)) > 0 ? 1 : 0;
 }
 
-void stampede_tls_close(SSL *session, int orderly)
+void stampede_tls_shutdown(SSL *session)
 {
-    if (orderly) {
-        // One try: a client that does not read its close_notify does not hold the loop.
-        SSL_set_quiet_shutdown(session, 0);
-        (void)SSL_shutdown(session);
-    }
+    // One try: a client that does not read its close_notify does not hold the loop.
+    SSL_set_quiet_shutdown(session, 0);
+    (void)SSL_shutdown(session);
     ERR_clear_error();
+}
+
+void stampede_tls_free(SSL *session)
+{
+    // Memory alone: with quiet shutdown set, SSL_free never writes to the socket (which may be
+    // closed, and its number another file's, by now).
+    SSL_set_quiet_shutdown(session, 1);
     SSL_free(session);
 }
 

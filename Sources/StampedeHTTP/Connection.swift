@@ -34,8 +34,11 @@ final class Connection {
     /// The head whose file the disk thread reads: the ticket its outcome comes under, when the
     /// head began, and how many reads it has waited for.
     var waiting: (ticket: UInt64, head: RequestHead, started: Nanoseconds, reads: Int)?
-    /// `--https`: the TLS session every byte goes through; let go before the socket closes.
+    /// `--https`: the TLS session every byte goes through; shut down before the socket closes.
     var tls: TLSSession?
+    /// Its handshake holds one of its client's places among handshakes (`ClientConnections`),
+    /// until the handshake ends.
+    var inHandshake = false
     /// The cap on its socket's unsent bytes, as last set (`HTTPLoop.capUnsent`); nil: none.
     var unsentLimit: Int32?
 

@@ -48,7 +48,13 @@ extension HTTPLoop {
     /// false when it waits for the socket or the connection ended.
     func handshake(_ slot: Int, _ connection: Connection, now: Nanoseconds) -> Bool {
         guard let tls = connection.tls else { return false }
-        switch tls.handshake() {
+        let outcome = tls.handshake()
+        if outcome != .wouldBlock && connection.inHandshake {
+            // Done, or over: its place among its client's handshakes goes back.
+            connection.inHandshake = false
+            clients?.handshakeEnded(connection.peer)
+        }
+        switch outcome {
         case .done:
             metrics.add(tls.resumed ? .tlsResumed : .tlsHandshakes)
             logger.debug("\(connection.peer): TLS \(tls.negotiated)\(tls.resumed ? ", resumed" : "")")
@@ -65,11 +71,11 @@ extension HTTPLoop {
             responder.refuse(.badRequest, "plain HTTP sent to the HTTPS port", withBody: true, on: connection, started: now)
             return true
         case .closed:
-            metrics.add(.tlsHandshakeFailures)
-            // What firmware that does not trust the certificate (its CA, or its names) does: it
-            // resets the connection once it has seen it. A connection that never began one (a
-            // port check) is not worth a line.
+            // A connection closed before its ClientHello (a port check, a load balancer's probe)
+            // was no handshake: neither a failure nor a line. One closed after it is what firmware
+            // that does not trust the certificate (its CA, or its names) does once it has seen it.
             if tls.began {
+                metrics.add(.tlsHandshakeFailures)
                 logRefusal("""
                     \(connection.peer): TLS handshake failed: the client closed the connection before it finished \
                     (a client that does not trust the certificate or its names does so)

@@ -18,6 +18,8 @@ public final class HTTPLoop: @unchecked Sendable {
     let responder: any HTTPResponder
     /// Connections open, all the loops of a server together.
     let open: ManagedAtomic<Int>
+    /// Connections per client, all the loops of a process together (`--http-max-per-client`).
+    let clients: ClientConnections?
     let admission: Admission?
     public let metrics: WorkerMetrics
     var logger: Logger
@@ -48,11 +50,12 @@ public final class HTTPLoop: @unchecked Sendable {
     var lastRefusalLog: Nanoseconds = 0
 
     init(http: HTTPConfiguration, responder: any HTTPResponder, metrics: WorkerMetrics, open: ManagedAtomic<Int>,
-         admission: Admission?, logger: Logger, shutdownGrace: Nanoseconds) throws(Errno) {
+         clients: ClientConnections? = nil, admission: Admission?, logger: Logger, shutdownGrace: Nanoseconds) throws(Errno) {
         self.http = http
         self.responder = responder
         self.metrics = metrics
         self.open = open
+        self.clients = clients
         self.admission = admission
         self.logger = logger
         self.shutdownGrace = shutdownGrace
@@ -221,6 +224,38 @@ public final class HTTPLoop: @unchecked Sendable {
                 logRefusal("\(peer.unmapped): connection closed: \(http.maxConnections) connections open (--http-max-connections)", now: now)
                 continue
             }
+            if let refusal = clients?.open(peer.unmapped, handshake: http.tls != nil) {
+                open.wrappingDecrement(ordering: .relaxed)
+                Glibc.close(fd)
+                let clients = clients!
+                switch refusal {
+                case .connections:
+                    metrics.add(.httpConnectionsRefusedPerClient)
+                    logRefusal("""
+                        \(peer.unmapped): connection closed: \(clients.maxConnections) connections open from this client \
+                        (--http-max-per-client)
+                        """, now: now)
+                case .handshakes:
+                    metrics.add(.httpHandshakesRefusedPerClient)
+                    logRefusal("""
+                        \(peer.unmapped): connection closed: \(clients.maxHandshakes) TLS handshakes under way from this client \
+                        (a quarter of --http-max-per-client)
+                        """, now: now)
+                }
+                continue
+            }
+            // With the certificate of now: a reload (SIGHUP) changes the next handshakes only.
+            var session: TLSSession?
+            if let tls = http.tls {
+                session = tls.session(fd: fd)
+                guard session != nil else {
+                    open.wrappingDecrement(ordering: .relaxed)
+                    clients?.closed(peer.unmapped, inHandshake: true)
+                    Glibc.close(fd)
+                    logRefusal("\(peer.unmapped): connection closed: no memory for its TLS session", now: now)
+                    continue
+                }
+            }
             let slot = free.popLast() ?? {
                 connections.append(nil)
                 generations.append(0)
@@ -230,16 +265,9 @@ public final class HTTPLoop: @unchecked Sendable {
             let connection = Connection(fd: fd, peer: peer.unmapped, generation: generations[slot], limits: http.limits,
                                         state: ConnectionState(limits: http.connectionLimits, opened: now, handshake: http.tls != nil))
             connections[slot] = connection
-            if let tls = http.tls {
-                // With the certificate of now: a reload (SIGHUP) changes the next handshakes only.
-                guard let session = tls.session(fd: fd) else {
-                    logRefusal("\(connection.peer): connection closed: no memory for its TLS session", now: now)
-                    close(slot)
-                    continue
-                }
-                connection.tls = session
-                capUnsent(connection)
-            }
+            connection.tls = session
+            connection.inHandshake = session != nil
+            capUnsent(connection)
             accepted += 1
             metrics.add(.httpConnections)
             admission?.connectionOpened()
@@ -539,17 +567,22 @@ public final class HTTPLoop: @unchecked Sendable {
         responder.ended(response, on: connection, abandoned: abandoned)
     }
 
-    /// Ends an answer before its end (an error, a stall, a stop), and its connection.
+    /// Ends an answer before its end (an error, a stall, a stop), and its connection: over TLS
+    /// with no close_notify, so that the client sees a short answer (as nginx leaves it).
     func abandon(_ slot: Int, _ why: String, _ result: WorkerMetrics.Result) {
         guard let connection = connections[slot] else { return }
         endResponse(connection, abandoned: (why, result))
-        close(slot)
+        close(slot, orderly: false)
     }
 
-    func close(_ slot: Int) {
+    /// The one close path: the TLS session's last word (close_notify when `orderly`) while the
+    /// socket is still this connection's, then the socket.
+    func close(_ slot: Int, orderly: Bool = true) {
         guard let connection = connections[slot] else { return }
-        connection.tls = nil  // its close_notify goes out on the socket, before the socket closes
+        connection.tls?.shutdown(orderly: orderly)
+        connection.tls = nil
         Glibc.close(connection.fd)
+        clients?.closed(connection.peer, inHandshake: connection.inHandshake)
         connections[slot] = nil
         free.append(slot)
         open.wrappingDecrement(ordering: .relaxed)

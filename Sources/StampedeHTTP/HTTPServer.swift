@@ -13,8 +13,10 @@ public final class HTTPServer: Sendable {
     /// `admission`: the TFTP server's, told of every connection, so that an open one keeps `-t`'s
     /// idle exit away. `open`: the connections open, shared with another server of the process
     /// (`--http` and `--https` share `--http-max-connections`).
+    /// `clients`: connections per client, shared likewise (nil: none counted).
     public init(configuration: ServerConfiguration, http: HTTPConfiguration, files: FileService, fileLabels: FileLabels,
-                admission: Admission? = nil, loopCount: Int, open: ManagedAtomic<Int> = ManagedAtomic(0)) throws(Errno) {
+                admission: Admission? = nil, loopCount: Int, open: ManagedAtomic<Int> = ManagedAtomic(0),
+                clients: ClientConnections? = nil) throws(Errno) {
         // A client that goes away mid-response makes sendfile raise SIGPIPE otherwise.
         signal(SIGPIPE, SIG_IGN)
         var loops: [HTTPLoop] = []
@@ -27,8 +29,8 @@ public final class HTTPServer: Sendable {
             let metrics = WorkerMetrics(http.tls == nil ? .http : .https)
             let responder = FileResponder(files: files, configuration: configuration, metrics: metrics, fileLabels: fileLabels,
                                           logger: logger)
-            let loop = try HTTPLoop(http: http, responder: responder, metrics: metrics, open: open, admission: admission,
-                                    logger: logger, shutdownGrace: configuration.shutdownGrace)
+            let loop = try HTTPLoop(http: http, responder: responder, metrics: metrics, open: open, clients: clients,
+                                    admission: admission, logger: logger, shutdownGrace: configuration.shutdownGrace)
             addresses = try loop.bind(addresses)
             // Each loop its own descriptor of each passed socket, all of them watching it.
             passed = try loop.adopt(passedSockets(http.inheritedListeners, forLoop: index))

@@ -3,6 +3,7 @@ import enum CoreMetrics.MetricsSystem
 import Prometheus
 import StampedeDHCP
 import StampedeServer
+import StampedeTLS
 import Synchronization
 
 /// What `stampede_build_info` says.
@@ -46,9 +47,9 @@ public final class MetricsExporter: Sendable {
     public static let durationBuckets: [Duration] = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300]
         .map { Duration.milliseconds(Int64($0 * 1000)) }
 
-    /// `process`: opened before `-s` and `-u` (`ProcessFigures`).
+    /// `process`: opened before `-s` and `-u` (`ProcessFigures`); `tls`: `--https`'s identity.
     public init(workers: [WorkerMetrics], cache: FileCache, fileLabels: FileLabels, build: BuildInfo,
-                process: ProcessFigures = ProcessFigures()) {
+                process: ProcessFigures = ProcessFigures(), tls: TLSIdentity? = nil) {
         let registry = PrometheusCollectorRegistry()
         self.registry = registry
         self.workers = workers
@@ -105,9 +106,12 @@ public final class MetricsExporter: Sendable {
                 { workers, _ in workers.reduce(0) { $0 + ($1.served == served ? $1.value(count) : 0) } }
             }
             counter("stampede_file_bytes_total", fileBytes, [("protocol", served.rawValue), ("direction", "sent")], of(.httpFileBytesSent))
-            counter("stampede_http_connections_refused_total",
-                    "HTTP connections closed at once: the connection limit was reached (protocol http or https).",
-                    [("protocol", served.rawValue)], of(.httpConnectionsRefused))
+            for (reason, count) in [("server_limit", WorkerMetrics.Count.httpConnectionsRefused),
+                                    ("client_limit", .httpConnectionsRefusedPerClient), ("client_handshakes", .httpHandshakesRefusedPerClient)] {
+                counter("stampede_http_connections_refused_total",
+                        "HTTP connections closed at once (protocol http or https): the server's limit was reached (server_limit), the client held --http-max-per-client (client_limit) or a quarter of it in TLS handshakes (client_handshakes).",
+                        [("protocol", served.rawValue), ("reason", reason)], of(count))
+            }
             counter("stampede_http_sent_bytes_total", "HTTP bytes sent, heads and bodies (over TLS: before encryption).",
                     [("protocol", served.rawValue)], of(.httpBytesSent))
         }
@@ -171,6 +175,18 @@ public final class MetricsExporter: Sendable {
             }
         }
         gauge("stampede_workers", "TFTP worker threads, one event loop each.") { workers, _ in workers.filter { $0.served == .tftp }.count }
+        if let tls {
+            // What an operator alerts on: a certificate about to expire, a renewal not taken.
+            gauge("stampede_tls_certificate_expiry_timestamp_seconds",
+                  "When --https's certificate expires (its notAfter), seconds since the epoch: the one served now.") { _, _ in
+                Int(tls.context.notAfter)
+            }
+            for failed in [false, true] {
+                counter("stampede_tls_certificate_reloads_total",
+                        "SIGHUP's reloads of --https's certificate and key: loaded, or failed (the certificate loaded before still served).",
+                        [("outcome", failed ? "failed" : "loaded")]) { _, _ in failed ? tls.reloadCounts.failed : tls.reloadCounts.loaded }
+            }
+        }
 
         registry.makeGauge(descriptor: described("stampede_build_info", "The running build: its version, I/O backend and the kernel features it uses."),
                            labels: [("version", build.version), ("backend", build.backend),

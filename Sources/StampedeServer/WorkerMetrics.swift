@@ -49,8 +49,9 @@ public final class WorkerMetrics: @unchecked Sendable {
         case completionsLost
         /// Gauge: HTTP connections open.
         case httpConnections
-        /// HTTP connections closed at once: the connection limit was reached.
-        case httpConnectionsRefused
+        /// HTTP connections closed at once: the connection limit was reached; the client held
+        /// `--http-max-per-client` connections; or a quarter of them in TLS handshakes.
+        case httpConnectionsRefused, httpConnectionsRefusedPerClient, httpHandshakesRefusedPerClient
         /// HTTP bytes written, heads and bodies.
         case httpBytesSent
         /// File bytes HTTP responses delivered (all of a 200's or a 206's body the kernel took).

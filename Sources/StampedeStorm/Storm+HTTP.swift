@@ -188,6 +188,8 @@ extension Storm {
     func closeConnection(_ slot: Int) {
         guard slot < connections.count, let connection = connections[slot] else { return }
         connections[slot] = nil
+        // Its close_notify while the descriptor is still its own (the session's deinit writes nothing).
+        connection.tls?.shutdown(orderly: true)
         Glibc.close(connection.descriptor)
     }
 

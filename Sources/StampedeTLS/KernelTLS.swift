@@ -17,7 +17,11 @@ public struct KernelTLS: Sendable, Equatable {
         return KernelTLS(available: false, reason: why)
     }
 
-    /// What the start says of the path bodies take.
+    /// What the start says without `--tls-kernel` (the kernel is not asked: as root, asking it
+    /// would load its module).
+    public static let off = "bodies by SSL_write from the file images' memory (kernel TLS off: --tls-kernel asks for it)"
+
+    /// What the start says of the path bodies take, with `--tls-kernel`.
     public var bodyPath: String {
         available ? "kernel TLS: bodies by SSL_sendfile from the file images, where the cipher allows (\(reason))"
                   : "bodies by SSL_write from the file images' memory (\(reason))"

@@ -22,7 +22,7 @@ public struct PEMCertificate: Sendable {
             var consumed = 0
             let length = pem[at...].withUnsafeBytes { rest in stampede_tls_pem_certificate(rest.baseAddress, rest.count, &consumed, nil, 0) }
             if length == 0 { break }
-            if length < 0 { throw Problem(description: "not a PEM certificate (\(TLSSession.lastError()))") }
+            if length < 0 { throw Problem(description: "not a PEM certificate (\(TLSSession.lastError(or: "it cannot be read")))") }
             var der = [UInt8](repeating: 0, count: length)
             _ = pem[at...].withUnsafeBytes { rest in stampede_tls_pem_certificate(rest.baseAddress, rest.count, &consumed, &der, der.count) }
             var subject = [CChar](repeating: 0, count: 256)

@@ -1,5 +1,6 @@
 import CStampedeTLS
 import Glibc
+import StampedeIO
 
 /// A server's certificate chain and key, loaded into an OpenSSL context with a profile: what
 /// every handshake of an `--https` server presents until the next reload (`TLSIdentity`). Made
@@ -23,48 +24,60 @@ public final class TLSContext: @unchecked Sendable {
     /// Said at start: what firmware may not accept.
     public let warnings: [String]
 
-    /// Loads `certificate` (PEM, the leaf then its intermediates) and `key` (PEM, unencrypted);
-    /// `now` in seconds since the epoch.
-    public init(certificate: String, key keyFile: String, profile: TLSProfile, kernelTLS: Bool, now: Int64) throws(Problem) {
-        for file in [certificate, keyFile] {
-            let fd = open(file, O_RDONLY | O_CLOEXEC)
-            if fd < 0 { throw Problem(file: file, reason: "cannot read it: \(String(cString: strerror(errno)))") }
-            close(fd)
-        }
+    /// A context from the text of `certificate` (PEM, the leaf then its intermediates) and of
+    /// `key` (PEM, unencrypted), each with the name its problems are said under; `now` in seconds
+    /// since the epoch. Nothing of a context that fails a check is kept.
+    public init(certificate: [UInt8], named certificateName: String, key: [UInt8], named keyName: String, profile: TLSProfile,
+                kernelTLS: Bool, now: Int64) throws(Problem) {
         var which: Int32 = 0
         var error = [CChar](repeating: 0, count: 256)
-        guard let context = stampede_tls_context(certificate, keyFile, profile.code, kernelTLS ? 1 : 0, &which, &error, error.count) else {
-            let file = which == Int32(STAMPEDE_TLS_KEY.rawValue) ? keyFile : certificate
-            throw Problem(file: file, reason: Self.explain(String(cText: error), key: file == keyFile))
+        let made = certificate.withUnsafeBytes { chain in
+            key.withUnsafeBytes { key in
+                stampede_tls_context(chain.baseAddress, chain.count, key.baseAddress, key.count, profile.code, kernelTLS ? 1 : 0,
+                                     &which, &error, error.count)
+            }
         }
-        self.context = context
-        self.profile = profile
+        guard let context = made else {
+            let isKey = which == Int32(STAMPEDE_TLS_KEY.rawValue)
+            throw Problem(file: isKey ? keyName : certificateName, reason: Self.explain(String(cText: error), key: isKey))
+        }
         var notBefore: Int64 = 0
         var notAfter: Int64 = 0
         _ = stampede_tls_certificate_dates(context, &notBefore, &notAfter)
+        guard notAfter < 0 || notAfter >= now, notBefore <= now else {
+            stampede_tls_context_free(context)
+            let reason = notBefore > now ? "the certificate is not valid before \(Self.date(notBefore))"
+                                         : "the certificate expired on \(Self.date(notAfter))"
+            throw Problem(file: certificateName, reason: reason)
+        }
+        self.context = context
+        self.profile = profile
         self.notAfter = notAfter
         var type = [CChar](repeating: 0, count: 32)
         var bits: Int32 = 0
         _ = stampede_tls_certificate_key(context, &type, type.count, &bits)
         let keyType = String(cText: type)
-        key = "\(keyType) \(bits)"
+        self.key = "\(keyType) \(bits)"
         var names = [CChar](repeating: 0, count: 512)
         _ = stampede_tls_certificate_names(context, &names, names.count)
         self.names = String(cText: names)
-        if notAfter >= 0 && notAfter < now {
-            throw Problem(file: certificate, reason: "the certificate expired on \(Self.date(notAfter))")
-        }
-        if notBefore > now {
-            throw Problem(file: certificate, reason: "the certificate is not valid before \(Self.date(notBefore))")
-        }
         var warnings: [String] = []
         if keyType != "RSA" {
-            warnings.append("\(certificate): an \(keyType) certificate: firmware without elliptic curves (many EDK2 builds) needs an RSA one")
+            warnings.append("\(certificateName): an \(keyType) certificate: firmware without elliptic curves (many EDK2 builds) needs an RSA one")
         }
         if notAfter >= 0 && notAfter - now < 14 * 86_400 {
-            warnings.append("\(certificate): the certificate expires on \(Self.date(notAfter))")
+            warnings.append("\(certificateName): the certificate expires on \(Self.date(notAfter))")
         }
         self.warnings = warnings
+    }
+
+    /// A context from the files at `certificate` and `key`, read now by this process.
+    public convenience init(certificate: String, key: String, profile: TLSProfile, kernelTLS: Bool, now: Int64) throws(Problem) {
+        func read(_ path: String) throws(Problem) -> [UInt8] {
+            do { return try readWholeFile(path) } catch { throw Problem(file: path, reason: "cannot read it: \(error)") }
+        }
+        try self.init(certificate: try read(certificate), named: certificate, key: try read(key), named: key, profile: profile,
+                      kernelTLS: kernelTLS, now: now)
     }
 
     deinit { stampede_tls_context_free(context) }
@@ -77,6 +90,7 @@ public final class TLSContext: @unchecked Sendable {
         case "bad decrypt", "interrupted or cancelled", "problems getting password":
             "an encrypted key: the server starts unattended, give it the key unencrypted (readable by its user alone)"
         case "key values mismatch": "the key is not the certificate's (it does not match its public key)"
+        case "no certificate or crl found", "no certificates or CRLs found": key ? "not a PEM private key" : "not a PEM certificate"
         case "": "cannot be loaded"
         default: reason
         }

@@ -2,17 +2,32 @@ import CStampedeTLS
 import Glibc
 
 /// One connection's TLS, a server's (`TLSIdentity`) or a client's (`TLSClient`): the OpenSSL
-/// session over its socket, owned by the connection and freed with it. Nonblocking: a call the socket cannot complete says `.wouldBlock`, and the loop
-/// calls it again when the socket is ready (a write with at least as many bytes).
+/// session over its socket, owned by the connection. Nonblocking: a call the socket cannot
+/// complete says `.wouldBlock`, and the loop calls it again when the socket is ready (a write
+/// with at least as many bytes).
+///
+/// Its last I/O is `shutdown`, which the connection's one close path calls before the socket
+/// closes (nginx's ngx_ssl_shutdown); the deinit frees memory and writes nothing, for by then the
+/// descriptor may be closed and its number another connection's or a file's.
 public final class TLSSession {
     let session: OpaquePointer
-    /// The handshake finished without a fatal error: a close sends close_notify.
+    /// The handshake finished without a fatal error.
     public private(set) var established = false
     private var failed = false
+    private var shut = false
 
     init(_ session: OpaquePointer) { self.session = session }
 
-    deinit { stampede_tls_close(session, established && !failed ? 1 : 0) }
+    deinit { stampede_tls_free(session) }
+
+    /// Ends the session, before its socket closes: close_notify (one try) when `orderly` and the
+    /// session is sound; nothing when not orderly, so that an answer cut short (its file changed
+    /// mid-answer) reads as cut short, as nginx leaves it. Once; later calls do nothing.
+    public func shutdown(orderly: Bool) {
+        guard !shut else { return }
+        shut = true
+        if orderly && established && !failed { stampede_tls_shutdown(session) }
+    }
 
     public enum Handshake: Equatable {
         case done
@@ -39,7 +54,7 @@ public final class TLSSession {
             return .closed
         default:
             failed = true
-            return .failed(Self.lastError())
+            return .failed(Self.lastError(or: "the handshake failed"))
         }
     }
 
@@ -68,7 +83,11 @@ public final class TLSSession {
 
     /// Through kernel TLS, from `fd` at `offset`.
     public func sendfile(from fd: Int32, offset: Int, count: Int) -> Outcome {
-        outcome(stampede_tls_sendfile(session, fd, off_t(offset), count))
+        let result = stampede_tls_sendfile(session, fd, off_t(offset), count)
+        // Its errors are sendfile's own: errno says them, OpenSSL's queue does not.
+        guard result < 0, ![-EAGAIN, -EPIPE].contains(Int32(result)) else { return outcome(result) }
+        failed = true
+        return .failed("sendfile: \(String(cString: strerror(Int32(-result))))")
     }
 
     private func outcome(_ result: Int) -> Outcome {
@@ -80,7 +99,7 @@ public final class TLSSession {
         case EAGAIN: return .wouldBlock
         default:
             failed = true
-            return .failed(Self.lastError())
+            return .failed(Self.lastError(or: "the TLS layer failed"))
         }
     }
 
@@ -96,10 +115,11 @@ public final class TLSSession {
     /// Whether the client's ClientHello came: a connection closed before it was no handshake.
     public var began: Bool { stampede_tls_began(session) == 1 }
 
-    static func lastError() -> String {
+    /// OpenSSL's reason for the last failure, or `fallback` when its queue holds none.
+    static func lastError(or fallback: String) -> String {
         var text = [CChar](repeating: 0, count: 256)
         stampede_tls_error(&text, text.count)
         let reason = String(cText: text)
-        return reason.isEmpty ? "the handshake failed" : reason
+        return reason.isEmpty ? fallback : reason
     }
 }

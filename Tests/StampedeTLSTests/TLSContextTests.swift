@@ -34,8 +34,9 @@ import Testing
         let other = Fixture.file(Fixture.otherCertificate, in: scratch)
         #expect(problem(other, key)?.file == key)
         #expect(problem(other, key)?.reason.hasPrefix("the key is not the certificate's") == true)
-        // A key where the certificate goes: no certificate in it.
-        #expect(problem(key, key)?.file == key)
+        // A key where the certificate goes: no certificate in it, and the certificate's file blamed.
+        let keyAsCertificate = Fixture.file(Fixture.key, in: scratch)
+        #expect(problem(keyAsCertificate, key) == .init(file: keyAsCertificate, reason: "not a PEM certificate"))
         // Expired (the clock past its notAfter, 2126) and not yet valid (before 2026).
         #expect(problem(certificate, key, now: 5_000_000_000)?.reason.hasPrefix("the certificate expired on 21") == true)
         #expect(problem(certificate, key, now: 1_000_000_000)?.reason.hasPrefix("the certificate is not valid before 20") == true)

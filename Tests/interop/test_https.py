@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import SERVER_BINARY, Server, free_tcp_port, run
+from conftest import BINARY, SERVER_BINARY, Server, free_tcp_port, run
 from tlscerts import Certificates
 
 # The suites of the default profile that need no elliptic curve: what EDK2 builds without EC use.
@@ -57,12 +57,14 @@ def s_client(port, request: bytes, *args, timeout=20):
                           input=request, capture_output=True, timeout=timeout)
 
 
-def tls_socket(port, ca, **kw):
+def tls_socket(port, ca, ragged_eofs=True, **kw):
+    """A TLS connection to 127.0.0.1:`port`; with `ragged_eofs` False, an EOF without close_notify
+    raises SSLEOFError instead of reading as an end."""
     context = ssl.create_default_context(cafile=str(ca))
     for name, value in kw.items():
         setattr(context, name, value)
     raw = socket.create_connection(("127.0.0.1", port), timeout=10)
-    return context.wrap_socket(raw, server_hostname="127.0.0.1")
+    return context.wrap_socket(raw, server_hostname="127.0.0.1", suppress_ragged_eofs=ragged_eofs)
 
 
 def read_all(sock) -> bytes:
@@ -143,12 +145,23 @@ def test_alpn_sni_and_session_resumption(secure, certs, tmp_path):
     # No SNI (an address in the URL, as firmware has): served.
     r = s_client(s.https_port, b"GET /hello.txt HTTP/1.0\r\n\r\n", "-noservername", "-CAfile", str(certs.ca))
     assert b"\r\n\r\nhello, rack\n" in r.stdout
-    # A session resumed (TLS 1.2 session id or ticket, and TLS 1.3's ticket).
+    # A session resumed, from the server's own cache: no TLS 1.2 session ticket (its key never
+    # rotates: whoever reads it decrypts every recorded session that used one), TLS 1.3's
+    # stateful ticket, and a lifetime no longer than nginx's 5 minutes.
     for version in ("-tls1_2", "-tls1_3"):
         session = tmp_path / f"session{version}"
-        s_client(s.https_port, b"GET /hello.txt HTTP/1.0\r\n\r\n", version, "-sess_out", str(session), "-CAfile", str(certs.ca))
+        first = s_client(s.https_port, b"GET /hello.txt HTTP/1.0\r\n\r\n", version, "-sess_out", str(session), "-CAfile", str(certs.ca))
+        if version == "-tls1_2":
+            assert b"TLS session ticket lifetime hint" not in first.stdout, first.stdout[-1500:]
+        else:
+            assert b"TLS session ticket lifetime hint: 300 (seconds)" in first.stdout, first.stdout[-1500:]
         r = s_client(s.https_port, b"GET /hello.txt HTTP/1.0\r\n\r\n", version, "-sess_in", str(session), "-CAfile", str(certs.ca))
         assert b"Reused, " in r.stdout, (version, r.stdout[-1500:])
+    # The key exchange groups the server allows, whatever OpenSSL's defaults become: X25519,
+    # P-256, P-384, and nothing else.
+    for group, taken in (("X25519", True), ("P-256", True), ("P-384", True), ("P-521", False), ("ffdhe2048", False)):
+        r = s_client(s.https_port, b"GET /hello.txt HTTP/1.0\r\n\r\n", "-tls1_3", "-groups", group, "-CAfile", str(certs.ca))
+        assert (b"\r\n\r\nhello, rack\n" in r.stdout) == taken, (group, r.stdout[-800:], r.stderr[-800:])
 
 
 def test_a_certificate_whose_names_miss_the_url_is_refused_by_curl(secure, certs):
@@ -425,3 +438,171 @@ def test_storm_boots_a_rack_over_https_every_byte_compared_and_refuses_another_c
     assert r.returncode == 1 and "0 booted, 3 failed" in r.stdout and "TLS: certificate verify failed" in r.stdout, r.stdout
     r = run(storm + ["--clients", "1"], timeout=60, text=True)
     assert r.returncode == 64 and "--https needs --tls-ca" in r.stderr
+
+
+def test_kernel_tls_is_off_unless_asked_for(secure, certs):
+    """As nginx: the kernel is not asked to take TLS over (as root, asking loads its module) unless
+    --tls-kernel says so; then the start says what the kernel answered."""
+    s = secure()
+    assert s.log_lines("kernel TLS off: --tls-kernel asks for it"), s.log_text()
+    asked = secure("--tls-kernel")
+    assert asked.log_lines("kernel TLS: bodies by SSL_sendfile") or asked.log_lines("this kernel has no tls module"), asked.log_text()
+    assert curl("--cacert", str(certs.ca), f"{asked.url}/hello.txt").stdout == b"hello, rack\n"
+    r = run([str(SERVER_BINARY), "-L", "-a", "127.0.0.1:0", "--tls-kernel", "/tmp"])
+    assert r.returncode == 64 and b"--tls-kernel is for --https" in r.stderr, r.stderr
+
+
+def test_a_port_check_is_no_failed_handshake(secure, certs):
+    """A connection closed before its ClientHello (a load balancer's probe, `nc -z`) is neither a
+    failed handshake in the metrics nor a line; one that stops mid-handshake is both."""
+    metrics_port = free_tcp_port()
+    s = secure("--metrics", f"127.0.0.1:{metrics_port}")
+    for _ in range(5):
+        socket.create_connection(("127.0.0.1", s.https_port), timeout=5).close()
+    with socket.create_connection(("127.0.0.1", s.https_port), timeout=5) as c:
+        c.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(32) + bytes(460) + b"\x00\x02\x13\x01\x01\x00")
+        time.sleep(0.3)
+    assert curl("--cacert", str(certs.ca), f"{s.url}/hello.txt").stdout == b"hello, rack\n"
+    time.sleep(0.5)
+    text = subprocess.run(["curl", "-s", f"http://127.0.0.1:{metrics_port}/metrics"], capture_output=True, text=True).stdout
+    assert 'stampede_tls_handshakes_total{outcome="failed"} 1' in text, text
+    assert len(s.log_lines("TLS handshake failed", timeout=0)) == 1, s.log_text()
+
+
+def test_an_answer_cut_short_ends_without_close_notify_and_a_whole_one_with_it(secure, root, certs):
+    """A streamed file rewritten mid-answer ends the connection short of its Content-Length, and
+    without close_notify: the client sees a truncated answer, not a clean end (nginx's way). An
+    answer written whole, on a connection that asked to close, ends with close_notify."""
+    big = root / "big.img"
+    big.write_bytes(os.urandom(32 << 20))
+    big.chmod(0o644)
+    s = secure("--cache-file-limit", "1")
+    whole = tls_socket(s.https_port, certs.ca, ragged_eofs=False)
+    whole.sendall(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    received, ended = b"", None
+    while ended is None:
+        try:
+            chunk = whole.recv(65536)
+            if not chunk:
+                ended = "close_notify"
+            received += chunk
+        except ssl.SSLEOFError:
+            ended = "eof"
+    whole.close()
+    assert received.endswith(b"hello, rack\n") and ended == "close_notify", (received, ended)
+    cut = tls_socket(s.https_port, certs.ca, ragged_eofs=False)
+    cut.sendall(b"GET /big.img HTTP/1.1\r\nHost: x\r\n\r\n")
+    received = cut.recv(65536)
+    with open(big, "r+b") as f:
+        f.write(b"rewritten in place")
+    ended = None
+    while ended is None:
+        try:
+            chunk = cut.recv(1 << 20)
+            if not chunk:
+                ended = "close_notify"
+            received += chunk
+        except ssl.SSLEOFError:
+            ended = "eof"
+    cut.close()
+    assert ended == "eof" and len(received) < 32 << 20, (ended, len(received))
+    assert s.log_lines("the file changed while it was sent"), s.log_text()
+
+
+def test_a_socket_systemd_names_https_is_served_over_tls(root, certs, tmp_path):
+    """The packaged way to port 443 (contrib's stampede-https.socket, FileDescriptorName=https):
+    a passed listening socket named https is served as --https, beside one unnamed (HTTP) and
+    TFTP's; a socket named https without a certificate to present stops the start (64)."""
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    plain, secure_ = socket.socket(), socket.socket()
+    for tcp in (plain, secure_):
+        tcp.bind(("127.0.0.1", 0))
+        tcp.listen(64)
+    ports = [sock.getsockname()[1] for sock in (udp, plain, secure_)]
+
+    def place():
+        for target, sock in zip((3, 4, 5), (udp, plain, secure_)):
+            os.dup2(sock.fileno(), target)
+    script = 'export LISTEN_PID=$$ LISTEN_FDS=3 LISTEN_FDNAMES=stampede.socket:stampede.socket:https; exec "$@"'
+    try:
+        refused = subprocess.run(["sh", "-c", script, "sh", str(SERVER_BINARY), "--systemd", "--stderr", str(root)],
+                                 close_fds=False, preexec_fn=place, capture_output=True, timeout=30)
+        assert refused.returncode == 64 and b"systemd passed a socket named https" in refused.stderr, refused.stderr
+        log = open(tmp_path / "log", "w")
+        server = subprocess.Popen(["sh", "-c", script, "sh", str(SERVER_BINARY), "--systemd", "--stderr", "-v",
+                                   "--tls-certificate", str(certs.chain), "--tls-key", str(certs.key), str(root)],
+                                  close_fds=False, preexec_fn=place, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            fetched = curl("--retry", "5", "--retry-connrefused", "--cacert", str(certs.ca), f"https://127.0.0.1:{ports[2]}/hello.txt")
+            assert fetched.stdout == b"hello, rack\n", ((tmp_path / "log").read_text(), fetched.stderr)
+            assert curl(f"http://127.0.0.1:{ports[1]}/hello.txt").stdout == b"hello, rack\n"
+            assert run(["curl", "-s", f"tftp://127.0.0.1:{ports[0]}/hello.txt"]).stdout == b"hello, rack\n"
+        finally:
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(timeout=30) == 0, (tmp_path / "log").read_text()
+    finally:
+        for sock in (udp, plain, secure_):
+            sock.close()
+
+
+def test_one_client_cannot_take_the_connections_and_handshakes_every_machine_needs(boot_link, root, tmp_path):
+    """One host (10.78.0.57) opens 3,000 connections over HTTP and over HTTPS and sends nothing,
+    or begins a handshake and stops: it holds 64 (--http-max-per-client's default) of which 16 in
+    handshakes, the rest closed as they come, counted by reason. Another machine (10.78.0.58)
+    fetches 16 files over each while they are held, each within 2 s. Before, the first host took
+    every connection, and none of the other's fetches succeeded."""
+    server_ns, client_ns = boot_link
+    assert client_ns.run_inside(["ip", "addr", "add", "10.78.0.58/24", "dev", "veth-c"]).returncode == 0
+    certs = Certificates(tmp_path / "certs", server_names="IP:10.78.0.1")
+    metrics_port = free_tcp_port()
+    s = Server(root, ["--http", "10.78.0.1:80", "--https", "10.78.0.1:443", "--tls-certificate", str(certs.chain),
+                      "--tls-key", str(certs.key), "--metrics", f"127.0.0.1:{metrics_port}", "--http-request-timeout", "60"],
+               host="10.78.0.1", prefix=server_ns.inside)
+    held = []
+    hello = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(32)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 16384), hard))
+    try:
+        with client_ns.sockets():
+            # The handshakes first (16 held, the rest refused for that), then the plain ones (48 more).
+            for port, first in ((443, hello), (80, b"")):
+                for _ in range(3000):
+                    c = socket.socket()
+                    c.bind(("10.78.0.57", 0))
+                    c.settimeout(5)
+                    c.connect(("10.78.0.1", port))
+                    if first:
+                        c.sendall(first)
+                    held.append((port, c))
+        time.sleep(1)
+        for scheme, port in (("http", 80), ("https", 443)):
+            for n in range(16):
+                started = time.time()
+                r = client_ns.run_inside(["curl", "-s", "-S", "--interface", "10.78.0.58", "--max-time", "2", "--cacert", str(certs.ca),
+                                          "-o", "-", f"{scheme}://10.78.0.1:{port}/hello.txt"], timeout=10)
+                assert r.stdout == b"hello, rack\n" and time.time() - started < 2, (scheme, n, r.stderr)
+        still_open = {80: 0, 443: 0}
+        for port, c in held:
+            c.setblocking(False)
+            try:
+                if c.recv(1) == b"":
+                    continue  # closed by the server
+            except BlockingIOError:
+                pass
+            except ConnectionResetError:
+                continue
+            still_open[port] += 1
+        # 64 in all for the client, HTTP and HTTPS together; of the HTTPS ones 16 in a handshake.
+        assert still_open[80] + still_open[443] == 64 and still_open[443] == 16, still_open
+        text = server_ns.run_inside(["curl", "-s", f"http://127.0.0.1:{metrics_port}/metrics"]).stdout.decode()
+        for protocol, reason in (("https", "client_handshakes"), ("http", "client_limit")):
+            refused = [line for line in text.splitlines()
+                       if line.startswith(f'stampede_http_connections_refused_total{{protocol="{protocol}",reason="{reason}"}}')]
+            assert refused and float(refused[0].split()[-1]) > 2000, (protocol, reason, refused)
+        assert s.log_lines("connections open from this client (--http-max-per-client)", timeout=0)
+    finally:
+        for _, c in held:
+            c.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        s.stop()

@@ -344,7 +344,7 @@ def test_the_packaged_service_answers_proxy_dhcp_as_the_user_tftp(host, boot_lin
     refused = start(capability=False)
     assert refused.wait(timeout=30) != 0
     said = refused.stderr.read().decode()
-    assert "CAP_NET_RAW" in said and "ermission" in said, said
+    assert "CAP_NET_RAW" in said and "not permitted" in said, said
     server = start(capability=True)
     machine = dhcpwire.Machine(client_ns)
     try:
@@ -361,3 +361,71 @@ def test_the_packaged_service_answers_proxy_dhcp_as_the_user_tftp(host, boot_lin
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=30) == 0, server.stderr.read().decode()
         udp.close()
+
+
+def fingerprint(pem: bytes):
+    return run(["openssl", "x509", "-noout", "-fingerprint", "-sha256"], input=pem).stdout.decode().strip()
+
+
+def served_certificate(namespace, port):
+    """The SHA-256 fingerprint of the certificate an HTTPS server at 127.0.0.1:`port` presents,
+    or None when none answers."""
+    shown = namespace.run_inside(["openssl", "s_client", "-connect", f"127.0.0.1:{port}"], input=b"", timeout=30).stdout
+    begin, end = shown.find(b"-----BEGIN CERTIFICATE-----"), shown.find(b"-----END CERTIFICATE-----")
+    return fingerprint(shown[begin:end + 25]) if begin >= 0 and end > begin else None
+
+
+def test_a_renewed_certificate_is_served_after_sighup_under_the_standalone_units_secure_and_user(host, network_namespace, tmp_path):
+    """The standalone unit's way (--secure, as root, then --user tftp), with the key where Debian
+    keeps keys (/etc/ssl/private, 0710 root:ssl-cert; the key 0640 root:ssl-cert) and the user
+    tftp in the group ssl-cert. A renewal replaces both files (a new inode each, as certbot's and
+    acme.sh's do); `systemctl reload` sends SIGHUP (the unit's ExecReload), and the next handshake
+    presents the new certificate. Before: the reload looked for the files inside the chroot (the
+    served root) and failed; and with them there, it could not read the key, its groups dropped."""
+    host.apt_install(host.put(package()))
+    host.run("groupadd", "--system", "ssl-cert")
+    host.run("usermod", "-a", "-G", "ssl-cert", "tftp")
+    unit = (host.root / "usr/share/doc/stampede/examples/stampede-standalone.service").read_text()
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in unit.splitlines(), unit
+    ssl = host.root / "etc/ssl"
+    for directory in ("private", "certs"):
+        (ssl / directory).mkdir(parents=True, exist_ok=True)
+    group = int(host.run("getent", "group", "ssl-cert").stdout.decode().split(":")[2])
+    os.chown(ssl / "private", 0, group)
+    (ssl / "private").chmod(0o710)
+    old, new = Certificates(tmp_path / "old"), Certificates(tmp_path / "new")
+
+    def install(certificates):
+        for source, target, mode in ((certificates.chain, ssl / "certs/stampede.pem", 0o644),
+                                     (certificates.key, ssl / "private/stampede.key", 0o640)):
+            staged = target.with_suffix(".new")
+            shutil.copy(source, staged)
+            os.chown(staged, 0, group)
+            staged.chmod(mode)
+            staged.rename(target)
+    install(old)
+    (host.root / "srv/tftp").mkdir(parents=True, exist_ok=True)
+    lab = network_namespace()
+    metrics = free_tcp_port()
+    server = subprocess.Popen([*lab.inside, "chroot", str(host.root), "/usr/sbin/stampede", "--listen", "--foreground",
+                               "--user", "tftp", "--address", "127.0.0.1:69", "--secure", "--https", "127.0.0.1:443",
+                               "--metrics", f"127.0.0.1:{metrics}", "--tls-certificate", "/etc/ssl/certs/stampede.pem",
+                               "--tls-key", "/etc/ssl/private/stampede.key", "/srv/tftp"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert wait_for(lambda: served_certificate(lab, 443)) == fingerprint(old.server.read_bytes())
+        groups = Path(f"/proc/{server.pid}/status").read_text().split("Groups:")[1].split("\n")[0].split()
+        assert str(group) in groups, groups
+        install(new)
+        server.send_signal(signal.SIGHUP)
+        expected = fingerprint(new.server.read_bytes())
+        assert wait_for(lambda: served_certificate(lab, 443) == expected), "the renewed certificate is not served"
+        text = lab.run_inside(["curl", "-s", f"http://127.0.0.1:{metrics}/metrics"]).stdout.decode()
+        assert 'stampede_tls_certificate_reloads_total{outcome="loaded"} 1' in text, text
+        assert 'stampede_tls_certificate_reloads_total{outcome="failed"} 0' in text, text
+        assert "stampede_tls_certificate_expiry_timestamp_seconds " in text, text
+    finally:
+        server.send_signal(signal.SIGTERM)
+        out = server.communicate(timeout=30)[0].decode(errors="replace")
+    assert server.returncode == 0, out
+    assert "SIGHUP: --https certificate for 127.0.0.1, boot.example loaded again" in out, out

@@ -31,11 +31,12 @@ struct ssl_st *stampede_tls_client_session(struct ssl_ctx_st *context, int fd, c
 // Which file a context could not be made from.
 enum stampede_tls_file { STAMPEDE_TLS_CERTIFICATE = 1, STAMPEDE_TLS_KEY = 2 };
 
-// A server context from a PEM chain (leaf first) and a PEM key, with `profile`, ALPN http/1.1,
-// session resumption and no renegotiation; kernel TLS asked for when `kernel_tls`. NULL on
+// A server context from the text of a PEM chain (leaf first) and of a PEM key, with `profile`,
+// the key exchange groups of stampede_tls_groups, ALPN http/1.1, resumption by session ID for 5
+// minutes (no tickets), no renegotiation; kernel TLS asked for when `kernel_tls`. NULL on
 // failure: `which` says the file (stampede_tls_file), `error` why.
-struct ssl_ctx_st *stampede_tls_context(const char *certificate, const char *key, int profile, int kernel_tls,
-                                        int *which, char *error, size_t capacity);
+struct ssl_ctx_st *stampede_tls_context(const void *certificate, size_t certificate_length, const void *key, size_t key_length,
+                                        int profile, int kernel_tls, int *which, char *error, size_t capacity);
 void stampede_tls_context_free(struct ssl_ctx_st *context);
 
 // The leaf certificate's validity, in seconds since the epoch; 0, or -1 when it has none.
@@ -46,6 +47,8 @@ int stampede_tls_certificate_key(struct ssl_ctx_st *context, char *type, size_t 
 int stampede_tls_certificate_names(struct ssl_ctx_st *context, char *names, size_t capacity);
 // The TLS 1.2 suites a profile offers, in OpenSSL's names, in order (colon-separated).
 const char *stampede_tls_cipher_list(int profile);
+// The key exchange groups every profile offers, in OpenSSL's names, in order.
+extern const char stampede_tls_groups[];
 
 // A session for an accepted socket, as a server; NULL when out of memory.
 struct ssl_st *stampede_tls_session(struct ssl_ctx_st *context, int fd);
@@ -57,17 +60,20 @@ ssize_t stampede_tls_read(struct ssl_st *session, void *buffer, size_t count);
 // At most one record of `bytes` (partial writes): > 0 taken, -EAGAIN (the same call again
 // later, with at least as many bytes), -EPIPE, -EPROTO.
 ssize_t stampede_tls_write(struct ssl_st *session, const void *bytes, size_t count);
-// Through kernel TLS, straight from a file: as sendfile. Only when stampede_tls_kernel_send.
+// Through kernel TLS, straight from a file: as sendfile (> 0 taken, -EAGAIN, -EPIPE the client
+// went away, or sendfile's own errno). Only when stampede_tls_kernel_send.
 ssize_t stampede_tls_sendfile(struct ssl_st *session, int fd, off_t offset, size_t count);
 // Whether the kernel encrypts what this session sends (kernel TLS took over after the handshake).
 int stampede_tls_kernel_send(struct ssl_st *session);
 // "TLSv1.2 DHE-RSA-AES128-GCM-SHA256", and whether the session was resumed.
 int stampede_tls_describe(struct ssl_st *session, char *text, size_t capacity);
 int stampede_tls_resumed(struct ssl_st *session);
-// Whether the client's first handshake message has come (the handshake began).
+// Whether any byte of the client's came (the handshake began; none: a port check).
 int stampede_tls_began(struct ssl_st *session);
-// Ends the session: a close_notify when `orderly` (one try), then frees it. The socket stays.
-void stampede_tls_close(struct ssl_st *session, int orderly);
+// Sends the session's close_notify (one try), before its socket closes.
+void stampede_tls_shutdown(struct ssl_st *session);
+// Frees the session, writing nothing: the socket may be closed already.
+void stampede_tls_free(struct ssl_st *session);
 // Why the last call of this thread failed, from OpenSSL's error queue (which it empties).
 void stampede_tls_error(char *text, size_t capacity);
 

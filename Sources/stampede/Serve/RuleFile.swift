@@ -3,25 +3,22 @@ import StampedeIO
 import StampedeProtocol
 import StampedeServer
 
-/// A remap rule file (`-m`): its directory is held open, so that SIGHUP finds the file again
-/// after `-s` has chrooted, and sees an editor's save (a new inode under the same name).
+/// A remap rule file (`-m`), held (`HeldFile`), so that SIGHUP finds the file again after `-s`
+/// has chrooted, and sees an editor's save (a new inode under the same name).
 final class RuleFile: Sendable {
-    private let directory: Descriptor
-    let name: String
+    private let file: HeldFile
     /// `--map-steps`.
     let maxSteps: Int
 
     init(_ path: String, maxSteps: Int = RemapRules.defaultMaxSteps) throws(Errno) {
-        let (directoryPath, name) = splitPath(path)
-        self.name = name
+        file = try HeldFile(path)
         self.maxSteps = maxSteps
-        directory = try Descriptor(opening: directoryPath, flags: O_RDONLY | O_DIRECTORY)
     }
 
     /// The rules, or an `UnreadableRuleFile`, or a `RemapRulesError` naming the bad lines.
     @Sendable func load() throws -> RemapRules {
         let text: [UInt8]
-        do { text = try readWholeFile(name, relativeTo: directory.raw) } catch { throw UnreadableRuleFile(error: error) }
+        do { text = try file.read() } catch { throw UnreadableRuleFile(error: error) }
         return try RemapRules(parsing: text, maxSteps: maxSteps)
     }
 }

@@ -77,7 +77,7 @@ struct ServeCommand: ParsableCommand {
             }
         }
         let plan: ServePlan
-        do { plan = try ServePlan(options, facts) } catch { throw serveFailure(error.message) }
+        do { plan = try ServePlan(options, facts) } catch { throw serveFailure(error.message, status: error.status) }
         for warning in plan.warnings { logger.warning("\(warning)") }
         for notice in plan.notices { logger.notice("\(notice)") }
         // Read as the starting user and before -s: the key may be readable by root alone, and
@@ -145,7 +145,7 @@ struct ServeCommand: ParsableCommand {
         let identity: TLSIdentity
         do {
             identity = try TLSIdentity(certificate: certificate, key: key, profile: options.tlsProfile,
-                                       kernelTLS: KernelTLS.probe().available)
+                                       kernelTLS: options.tlsKernel && KernelTLS.probe().available)
         } catch {
             throw serveFailure("--https: \(error)", status: 78)
         }

@@ -217,6 +217,9 @@ struct ServeOptions: ParsableArguments {
     @Option(name: .customLong("tls-profile"),
             help: "What --https speaks: firmware (default: TLS 1.2 and 1.3, ECDHE suites first, then DHE-RSA and RSA key exchange for UEFI firmware without elliptic curves) or modern (TLS 1.2 with ECDHE and AEAD suites only, and TLS 1.3).")
     var tlsProfile = TLSProfile.firmware
+    @Flag(name: .customLong("tls-kernel"),
+          help: "Let the kernel encrypt --https's bodies where it has TLS (the tls module, TCP_ULP): SSL_sendfile from the file images, no copy through OpenSSL. Off by default (as nginx's ssl_conf_command Options KTLS): without it, bodies go by SSL_write from the images' memory.")
+    var tlsKernel = false
     @Option(name: .customLong("proxy-dhcp"),
             help: ArgumentHelp("Answer network-boot machines' DHCP requests as a proxyDHCP server on the network where this host has ADDR (repeatable; off by default): boot information only, never an address, beside the site's DHCP server. ADDR names the interface answered on and is the boot server the answers name.",
                                valueName: "ADDR"),
@@ -230,6 +233,9 @@ struct ServeOptions: ParsableArguments {
     @Option(name: .customLong("http-max-connections"),
             help: "HTTP connections open at once (default: 16384, or fewer as the open-file limit holds at two descriptors each, a socket and a streamed file); more are closed as they arrive. One the limit cannot hold is lowered, with a warning.")
     var httpMaxConnections: Int?
+    @Option(name: .customLong("http-max-per-client"),
+            help: "HTTP and HTTPS connections one client may hold open at once, an IPv4 address or an IPv6 /64, of which a quarter (at least one) in a TLS handshake (default: 64, loopback clients not counted); more are closed as they arrive, so that one host cannot take the connections every machine needs.")
+    var httpMaxPerClient: Int?
     @Option(name: .customLong("http-idle-timeout"),
             help: "Seconds an HTTP connection may wait for its next request, or for a client to take more of a response (default 60).")
     var httpIdleTimeout = 60
@@ -282,10 +288,14 @@ struct ServeOptions: ParsableArguments {
         if !https.isEmpty && (tlsCertificate == nil || tlsKey == nil) {
             throw ValidationError("--https needs --tls-certificate and --tls-key.")
         }
-        if https.isEmpty && (tlsCertificate != nil || tlsKey != nil) {
+        // Under --systemd a socket named https may stand for --https (ServePlan checks it then).
+        if https.isEmpty && !systemd && (tlsCertificate != nil || tlsKey != nil) {
             throw ValidationError("--tls-certificate and --tls-key are for --https.")
         }
+        if (tlsCertificate == nil) != (tlsKey == nil) { throw ValidationError("--tls-certificate and --tls-key go together.") }
         try FlagRange.check(httpMaxConnections, FlagRange.count, "--http-max-connections")
+        try FlagRange.check(httpMaxPerClient, FlagRange.count, "--http-max-per-client")
+        if tlsKernel && tlsCertificate == nil { throw ValidationError("--tls-kernel is for --https.") }
         try FlagRange.check(httpIdleTimeout, 1...FlagRange.year, "--http-idle-timeout", "seconds")
         try FlagRange.check(httpRequestTimeout, 1...FlagRange.year, "--http-request-timeout", "seconds")
     }

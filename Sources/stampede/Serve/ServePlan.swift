@@ -30,6 +30,8 @@ struct ServePlan {
     /// A plan that cannot be served (exit 1).
     struct Refusal: Error, Equatable {
         var message: String
+        /// The exit status: 64 for flags that do not fit the sockets passed.
+        var status: Int32 = 1
     }
 
     let options: ServeOptions
@@ -66,9 +68,15 @@ struct ServePlan {
                 """)
         }
         // HTTP on --http's addresses, and on the listening TCP sockets a socket unit passes.
-        var passedHTTP: [Int32] = []
-        if case .systemd(_, let stream) = facts.mode { passedHTTP = stream }
-        let servesHTTP = !options.http.isEmpty || !passedHTTP.isEmpty || !options.https.isEmpty
+        var passedHTTP: [Int32] = [], passedHTTPS: [Int32] = []
+        if case .systemd(_, let stream, let secure) = facts.mode { (passedHTTP, passedHTTPS) = (stream, secure) }
+        if !passedHTTPS.isEmpty && options.tlsCertificate == nil {
+            throw Refusal(message: "systemd passed a socket named https: --tls-certificate and --tls-key say what it presents", status: 64)
+        }
+        if options.https.isEmpty && passedHTTPS.isEmpty && options.tlsCertificate != nil {
+            throw Refusal(message: "--tls-certificate and --tls-key are for --https, or a socket systemd passes named https", status: 64)
+        }
+        let servesHTTP = !options.http.isEmpty || !passedHTTP.isEmpty || !options.https.isEmpty || !passedHTTPS.isEmpty
         // Every descriptor a connection, a transfer or an image may hold, out of the limit.
         budget = DescriptorBudget(limit: facts.fileLimit, imageBytes: options.cacheSize << 20,
                                   smallestImage: servesHTTP ? FileImage.sharedFrom : nil,
@@ -93,7 +101,13 @@ struct ServePlan {
         } else {
             http = nil
         }
-        https = options.https.isEmpty ? nil : Self.web(options.https, options, connections: budget.httpConnections)
+        if !options.https.isEmpty || !passedHTTPS.isEmpty {
+            var https = Self.web(options.https, options, connections: budget.httpConnections)
+            https.inheritedListeners = passedHTTPS
+            self.https = https
+        } else {
+            https = nil
+        }
         // What each boot network's machines get: the operator's --boot-file over the defaults,
         // iPXE's script and UEFI HTTP Boot's loader over --http where it serves that address.
         let choices = Dictionary(options.bootFile.map { ($0.selector, $0.target) }, uniquingKeysWith: { _, last in last })
@@ -161,7 +175,7 @@ struct ServePlan {
         switch mode {
         case .standalone: configuration.listenAddresses = addresses
         case .inetd: configuration.inheritedListeners = [0]
-        case .systemd(let datagram, _): configuration.inheritedListeners = datagram
+        case .systemd(let datagram, _, _): configuration.inheritedListeners = datagram
         }
         // in.tftpd's default: 15 minutes under a superserver, which starts another; never standalone,
         // nor for a proxyDHCP server, whose ports no superserver holds (the next rack's DHCP would

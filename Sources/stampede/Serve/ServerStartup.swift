@@ -47,13 +47,15 @@ struct ServerStartup {
                 : "the passed sockets (fds \(configuration.inheritedListeners.map(String.init).joined(separator: ", ")))"
             throw serveFailure("cannot listen on \(addresses) with the \(backendName) backend: \(errno)")
         }
-        // --http and --https: one engine, each its own loops, the connection limit shared.
+        // --http and --https: one engine, each its own loops, the connection limits shared.
         let connections = ManagedAtomic<Int>(0)
+        let clients = ClientConnections(maxConnections: plan.options.httpMaxPerClient ?? 64,
+                                        loopbackUncounted: plan.options.httpMaxPerClient == nil)
         func serve(_ http: HTTPConfiguration?, _ name: String) throws -> HTTPServer? {
             do {
                 return try http.map { http throws(Errno) in
                     try HTTPServer(configuration: configuration, http: http, files: server.files, fileLabels: server.fileLabels,
-                                   admission: server.admission, loopCount: workerCount, open: connections)
+                                   admission: server.admission, loopCount: workerCount, open: connections, clients: clients)
                 }
             } catch {
                 throw serveFailure("cannot listen for \(name) on \(http!.listenAddresses.map(\.description).joined(separator: ", ")): \(error)")
@@ -80,7 +82,7 @@ struct ServerStartup {
                                            cache: cache,
                                            fileLabels: server.fileLabels,
                                            build: buildInfo(backendName, server.workers[0].backend),
-                                           process: processFigures ?? ProcessFigures())
+                                           process: processFigures ?? ProcessFigures(), tls: tls)
             exporter.bootstrapMetricsSystem()
             do {
                 return try MetricsListener(host: address.host, port: address.port, exporter: exporter, logger: logger)
@@ -121,7 +123,7 @@ struct ServerStartup {
             let context = tls.context
             logger.notice("""
                 serving \(root) over HTTPS on \(urls) with \(secure.loops.count) event loops: certificate for \(context.names) \
-                (\(context.key), expires \(TLSContext.date(context.notAfter))), profile \(tls.profile.summary); \(KernelTLS.probe().bodyPath)
+                (\(context.key), expires \(TLSContext.date(context.notAfter))), profile \(tls.profile.summary); \(plan.options.tlsKernel ? KernelTLS.probe().bodyPath : KernelTLS.off)
                 """)
         }
         for network in proxy?.networks ?? [] {

@@ -12,12 +12,13 @@ enum ServingMode: Equatable {
     /// fd 0 is the socket (inetd "wait" mode): fds 0-2 are the socket, so nothing is printed.
     case inetd
     /// systemd's sockets: UDP ones for TFTP, listening TCP ones for HTTP (a socket unit's
-    /// ListenDatagram and ListenStream lines).
-    case systemd(datagram: [Int32], stream: [Int32])
+    /// ListenDatagram and ListenStream lines), and for HTTPS those a socket unit names `https`
+    /// (FileDescriptorName=https, in LISTEN_FDNAMES).
+    case systemd(datagram: [Int32], stream: [Int32], secure: [Int32] = [])
 
     static func of(_ options: ServeOptions) throws -> ServingMode {
         if options.listen || options.foreground { return .standalone }
-        if let (datagram, stream) = try systemdSockets() { return .systemd(datagram: datagram, stream: stream) }
+        if let (datagram, stream, secure) = try systemdSockets() { return .systemd(datagram: datagram, stream: stream, secure: secure) }
         if options.systemd {
             throw serveFailure("--systemd: no sockets passed (LISTEN_FDS and LISTEN_PID unset, or meant for another process)")
         }
@@ -32,7 +33,7 @@ enum ServingMode: Equatable {
     /// this process starts takes them for its own. LISTEN_FDS is not taken on trust: a count no
     /// process could hold, a descriptor that is not open, or one that is neither a UDP socket
     /// nor a listening TCP socket stops the server, saying which.
-    static func systemdSockets() throws -> (datagram: [Int32], stream: [Int32])? {
+    static func systemdSockets() throws -> (datagram: [Int32], stream: [Int32], secure: [Int32])? {
         defer {
             unsetenv("LISTEN_PID")
             unsetenv("LISTEN_FDS")
@@ -50,10 +51,13 @@ enum ServingMode: Equatable {
         guard count <= Int(min(limit.rlim_max, rlim_t(Int32.max))) - 3 else {
             throw serveFailure("LISTEN_FDS=\(count): more descriptors than this process may hold (\(limit.rlim_max))")
         }
-        var datagram: [Int32] = [], stream: [Int32] = []
+        // sd_listen_fds_with_names(3): one name a descriptor, colon-separated, in order.
+        let names = getenv("LISTEN_FDNAMES").map { String(cString: $0).split(separator: ":", omittingEmptySubsequences: false).map(String.init) } ?? []
+        var datagram: [Int32] = [], stream: [Int32] = [], secure: [Int32] = []
         for fd in Int32(3)..<Int32(3 + count) {
             switch stampede_passed_socket_kind(fd) {
             case 1: datagram.append(fd)
+            case 2 where names.indices.contains(Int(fd) - 3) && names[Int(fd) - 3] == "https": secure.append(fd)
             case 2: stream.append(fd)
             case -EBADF: throw serveFailure("LISTEN_FDS=\(count): descriptor \(fd) is not open")
             case let error:
@@ -61,6 +65,6 @@ enum ServingMode: Equatable {
             }
         }
         guard !datagram.isEmpty else { throw serveFailure("LISTEN_FDS=\(count): no UDP socket to serve TFTP on") }
-        return (datagram, stream)
+        return (datagram, stream, secure)
     }
 }
