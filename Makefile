@@ -50,7 +50,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build build-deps run test test-prepare unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http bench-config-search bench-https bench-dhcp bench-rack bench-lockstep fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
+.PHONY: all build build-deps manual run test test-prepare unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http bench-config-search bench-https bench-dhcp bench-rack bench-lockstep fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
 
 all: build
 
@@ -266,6 +266,11 @@ bench-metrics: build
 bench-report:
 	python3 Benchmarks/report.py
 
+# stampede(8)'s option lists written again from the binary's own flags (Tools/manual.py): after a
+# flag or its help changed. The suite fails while docs/stampede.8 is not what this writes.
+manual: build
+	python3 Tools/manual.py $(BIN) docs/stampede.8 --write
+
 # Hot-path micro-benchmarks; fails if malloc counts (or, threefold, times) exceed Benchmarks/Thresholds.
 bench-micro:
 	$(SWIFT) package benchmark thresholds check --target HotPath --path Benchmarks/Thresholds
@@ -318,7 +323,7 @@ MAINTAINER := $(shell sed -n 's/^Maintainer: //p' debian/control)
 deb: build deps
 	rm -rf $(DEB_DIR) && mkdir -p $(STAGE)/completions/bash $(STAGE)/completions/zsh $(STAGE)/completions/fish $(STAGE)/examples
 	cp -r debian $(STAGE)/ && cp $(BIN) README.md $(STAGE)/ && mkdir -p $(STAGE)/docs && cp docs/*.md $(STAGE)/docs/
-	sed 's/@VERSION@/$(VERSION)/' docs/stampede.8 > $(STAGE)/stampede.8
+	python3 Tools/manual.py $(BIN) docs/stampede.8 | sed 's/@VERSION@/$(VERSION)/' > $(STAGE)/stampede.8
 	$(BIN) --generate-completion-script bash | sed "1{/^#!/d}" > $(STAGE)/completions/bash/stampede
 	$(BIN) --generate-completion-script zsh > $(STAGE)/completions/zsh/_stampede
 	$(BIN) --generate-completion-script fish > $(STAGE)/completions/fish/stampede.fish
@@ -355,14 +360,15 @@ package-deps: deps
 
 # The binary in $(PREFIX)/sbin, beside where in.tftpd lives; UNITS=1 adds the systemd units
 # (contrib/systemd: standalone with /etc/default/tftpd-hpa, or socket-activated as the user tftp,
-# which the sysusers file makes).
+# which the sysusers file makes); the drop-ins and stampede-https.socket stay examples, as the
+# package ships them.
 SBINDIR = $(PREFIX)/sbin
 UNITDIR ?= /lib/systemd/system
 UNITS ?=
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(SBINDIR)/stampede
 	@if [ -n "$(UNITS)" ]; then \
-		for unit in contrib/systemd/*.service contrib/systemd/*.socket; do \
+		for unit in contrib/systemd/stampede.service contrib/systemd/stampede.socket contrib/systemd/stampede-standalone.service; do \
 			install -d $(DESTDIR)$(UNITDIR) && \
 			sed 's|@SBINDIR@|$(SBINDIR)|g' $$unit > $(DESTDIR)$(UNITDIR)/$$(basename $$unit) && \
 			chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename $$unit) && echo "installed $(DESTDIR)$(UNITDIR)/$$(basename $$unit)"; \

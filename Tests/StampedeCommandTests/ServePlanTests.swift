@@ -32,9 +32,24 @@ import Testing
         #expect(parsed.portRange?.ports == 4000...4999 && parsed.umask?.bits == 0o027 && parsed.maxUpload?.bytes == 64 << 20)
         #expect(parsed.http == [TCPAddress("[::1]:8080")!] && parsed.service?.port == 1069)
         #expect(parsed.whenBusy == .error && parsed.backend == .glibc && parsed.logFormat == .json && parsed.refuse == [.tsize])
-        for bad in [["-R", "5:1"], ["-U", "9z"], ["--max-upload", "1.5M"], ["--http", "nonsense"], ["-S", "0"],
-                    ["--when-busy", "maybe"], ["--backend", "x"], ["-r", "multicast"], ["--map-client", ""]] {
-            #expect(throws: (any Error).self, "\(bad)") { _ = try ServeOptions.parse(bad + ["/srv/tftp"]) }
+        // Each refused for its own reason, said as the usage error says it.
+        for (bad, said) in [(["-R", "5:1"], "-R 5:1: LOW:HIGH within 1...65535"), (["-U", "9z"], "-U 9z: an octal umask"),
+                            (["--max-upload", "1.5M"], "--max-upload 1.5M: a size in bytes"),
+                            (["--http", "nonsense"], "--http nonsense: not ADDR:PORT"), (["-S", "0"], "-S 0: neither a port"),
+                            (["--when-busy", "maybe"], "'maybe' is invalid for '--when-busy"), (["--backend", "x"], "'x' is invalid for '--backend"),
+                            (["-r", "multicast"], "-r multicast: not an option this server negotiates"),
+                            (["--map-test", "-", "--map-client", ""], "--map-client \"\": not an IPv4 or IPv6 address")] {
+            #expect(refusal(bad)?.contains(said) == true, "\(bad): \(refusal(bad) ?? "taken")")
+        }
+    }
+
+    /// The usage error `arguments` get, as ArgumentParser says it; nil when they parse.
+    func refusal(_ arguments: [String]) -> String? {
+        do {
+            _ = try ServeOptions.parse(arguments + ["/srv/tftp"])
+            return nil
+        } catch {
+            return ServeOptions.message(for: error)
         }
     }
 
@@ -155,9 +170,22 @@ import Testing
                                         "--boot-file", "http-arm64=http://10.0.0.1/arm.efi").bootNetworks.first)
         #expect(network.menu.target(for: .efiX64) == .file("b.efi"))
         #expect(network.menu.target(for: .httpArm64) == .url("http://10.0.0.1/arm.efi"))
-        for bad in [["--boot-file", "http-x64=ipxe.efi"], ["--boot-file", "bios=http://x/y"], ["--boot-file", "arm=x"],
-                    ["--boot-file", "bios="], ["--proxy-dhcp", "eth0"], ["--proxy-dhcp", "0.0.0.0"], ["--proxy-dhcp", "10.0.0"]] {
-            #expect(throws: (any Error).self, "\(bad)") { _ = try ServeOptions.parse(bad + ["/srv/tftp"]) }
+        for (bad, said) in [(["--boot-file", "http-x64=ipxe.efi"], "UEFI HTTP Boot loads a URL"),
+                            (["--boot-file", "bios=http://x/y"], "a PXE firmware loads a file over TFTP"),
+                            (["--boot-file", "arm=x"], "not SELECTOR=NAME"), (["--boot-file", "bios="], "NAME is empty"),
+                            (["--boot-file", "efi-x64=" + String(repeating: "n", count: 110) + "/${mac}"], "128 bytes for a machine"),
+                            (["--proxy-dhcp", "eth0"], "--proxy-dhcp eth0: not this server's IPv4 address"),
+                            (["--proxy-dhcp", "0.0.0.0"], "--proxy-dhcp 0.0.0.0: not this server's IPv4 address"),
+                            (["--proxy-dhcp", "10.0.0"], "--proxy-dhcp 10.0.0: not this server's IPv4 address")] {
+            let message: String? = {
+                do {
+                    _ = try ServeOptions.parse(bad + ["/srv/tftp"])
+                    return nil
+                } catch {
+                    return ServeOptions.message(for: error)
+                }
+            }()
+            #expect(message?.contains(said) == true, "\(bad): \(message ?? "taken")")
         }
     }
 

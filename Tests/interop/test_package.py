@@ -1,6 +1,7 @@
 """The Debian package (`make deb`) on a Debian host that has never seen Swift: a minimal tree of
 this machine's own release (`make package-deps` makes it once with debootstrap, under .build),
 used through an overlay, so that every test starts from the same tree and leaves it as it was."""
+import gzip
 import os
 import shutil
 import signal
@@ -162,7 +163,11 @@ def test_the_package_serves_as_the_user_tftp_on_a_host_without_swift_and_purges_
     assert "--systemd --jail ${TFTPD_HOME}" in (units / "stampede.service").read_text()
     assert (host.root / "etc/systemd/system/sockets.target.wants/stampede.socket").is_symlink()
     assert (host.root / "etc/systemd/system/multi-user.target.wants/stampede.service").is_symlink()
-    assert (host.root / "usr/share/man/man8/stampede.8.gz").exists()
+    # The page the package installs is written from the binary's flags (Tools/manual.py): the
+    # newest are in it.
+    page = gzip.decompress((host.root / "usr/share/man/man8/stampede.8.gz").read_bytes()).decode()
+    for flag in ("\\-\\-proxy\\-dhcp", "\\-\\-tls\\-kernel", "\\-\\-http\\-max\\-per\\-client", "\\-\\-boot\\-file"):
+        assert flag in page, flag
     assert (host.root / "usr/share/bash-completion/completions/stampede").exists()
     version = host.run("dpkg-query", "-W", "-f", "${Version}", "stampede").stdout.decode()
     assert host.run("in.tftpd", "-V").stdout.decode().splitlines()[0] == f"tftp-hpa 7.3 compatible (stampede {version})"

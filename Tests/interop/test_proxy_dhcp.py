@@ -130,7 +130,6 @@ def test_bad_packets_are_ignored_and_the_proxy_still_answers(proxy, machine):
         good[:239],                                           # no whole cookie
         good[:240] + b"\x35\x01",                             # an option cut short
         good[:240] + b"\x34\x01\x09" + good[240:],            # overload naming no field
-        good[:-1],                                            # no END: taken, and answered
         good[:240] + dhcpwire.option(97, bytes(3)) + good[240:],  # option 97 of a wrong length
         good[:240] + b"\x00" * 1200 + good[240:],             # 1,500 bytes, pads
         bytes([2]) + good[1:],                                # a reply, not a request
@@ -143,6 +142,10 @@ def test_bad_packets_are_ignored_and_the_proxy_still_answers(proxy, machine):
         pass
     reply = machine.ask(dhcpwire.message(MAC, xid=99))
     assert reply and reply["xid"] == 99, s.log_text()
+    # No END where the options reach the end of the packet: taken as the end, as ROMs that pad
+    # with nothing need (another machine: this one was just answered).
+    reply = machine.ask(dhcpwire.message(MAC[:5] + b"\x77", xid=98, end=False))
+    assert reply and reply["xid"] == 98, s.log_text()
     assert s.process.poll() is None
 
 

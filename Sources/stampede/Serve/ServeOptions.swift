@@ -18,7 +18,8 @@ struct ServeOptions: ParsableArguments {
     var foreground = false
 
     @Flag(name: .customLong("systemd"),
-          help: "Serve the sockets systemd passes (LISTEN_FDS), in the foreground; excludes -l, -L and -a (the package's stampede.socket).")
+          help: ArgumentHelp("Serve the sockets systemd passes (LISTEN_FDS), in the foreground; excludes -l, -L and -a (the package's stampede.socket).",
+                             discussion: "UDP ones for TFTP; listening TCP ones (a socket unit's ListenStream=) for HTTP, as --http serves, and for HTTPS those the unit names https (FileDescriptorName=https), with --tls-certificate and --tls-key. A count in LISTEN_FDS that names a descriptor not open, or not such a socket, stops the server saying which."))
     var systemd = false
 
     @Flag(name: .customLong("single-port"),
@@ -26,7 +27,8 @@ struct ServeOptions: ParsableArguments {
     var singlePort = false
 
     @Option(name: [.customShort("a"), .customLong("address")],
-            help: "Listen on [ADDRESS][:PORT] (repeatable; default: all addresses, port 69).")
+            help: ArgumentHelp("Listen on [ADDRESS][:PORT] (repeatable; default: all addresses, port 69).",
+                               discussion: "The address may be a host name (every address it resolves to) and the port a services(5) name."))
     var address: [String] = []
 
     @Option(name: [.customShort("S"), .customLong("service"), .customLong("port")],
@@ -74,7 +76,8 @@ struct ServeOptions: ParsableArguments {
           help: "Only the OS permissions decide: no world-readable/writable requirement.")
     var permissive = false
 
-    @Option(name: [.customShort("u"), .customLong("user")], help: "Drop privileges to this user after binding.")
+    @Option(name: [.customShort("u"), .customLong("user")],
+            help: "Drop privileges to this user after binding, when started as root (default nobody): its group and every group it is in, as in.tftpd's initgroups.")
     var user = "nobody"
 
     @Option(name: [.customShort("U"), .customLong("umask")],
@@ -82,15 +85,15 @@ struct ServeOptions: ParsableArguments {
             transform: Umask.parse)
     var umask: Umask?
 
-    @Option(name: [.customShort("P"), .customLong("pidfile")], help: "Write the process ID to this file.")
+    @Option(name: [.customShort("P"), .customLong("pidfile")], help: "Write the process ID to this file, and remove it at exit.")
     var pidfile: String?
 
     @Option(name: [.customShort("t"), .customLong("timeout")],
-            help: "Exit after this many seconds with no transfer; 0 never (default: 0 with -l or -L, otherwise 900).")
+            help: "Exit after this many seconds with no transfer (an open HTTP connection counts as one); 0 never (default: 0 with -l or -L, otherwise 900; never with --proxy-dhcp).")
     var idleTimeout: Int?
 
     @Option(name: [.customShort("T"), .customLong("retransmit")],
-            help: "Retransmit timeout in microseconds (the ceiling of the adaptive one).")
+            help: "The longest retransmit timeout, in microseconds (default 1000000): downloads retransmit after the round trip measured for each client, never sooner than 100 ms; --fixed-timeout always waits the whole timeout.")
     var retransmit: Int = 1_000_000
     @Flag(name: .customLong("fixed-timeout"),
           help: "Retransmit downloads after -T always, not after the measured round trip (at least 100 ms).")
@@ -153,7 +156,7 @@ struct ServeOptions: ParsableArguments {
             transform: PortRange.parse)
     var portRange: PortRange?
 
-    @Flag(name: [.customShort("V"), .customLong("version")], help: "Print the version and exit.")
+    @Flag(name: [.customShort("V"), .customLong("version")], help: "Print the version and what is built in, and exit.")
     var version = false
 
     @Option(name: .customLong("workers"), help: "Worker threads (default: one per core).")
@@ -221,7 +224,8 @@ struct ServeOptions: ParsableArguments {
           help: "Let the kernel encrypt --https's bodies where it has TLS (the tls module, TCP_ULP): SSL_sendfile from the file images, no copy through OpenSSL. Off by default (as nginx's ssl_conf_command Options KTLS): without it, bodies go by SSL_write from the images' memory.")
     var tlsKernel = false
     @Option(name: .customLong("proxy-dhcp"),
-            help: ArgumentHelp("Answer network-boot machines' DHCP requests as a proxyDHCP server on the network where this host has ADDR (repeatable; off by default): boot information only, never an address, beside the site's DHCP server. ADDR names the interface answered on and is the boot server the answers name.",
+            help: ArgumentHelp("Answer network-boot machines' DHCP requests as a proxyDHCP server on the network where this host has ADDR (repeatable, up to 16; off by default): boot information only, never an address, beside the site's DHCP server. ADDR names the interface whose broadcasts are answered, is where relays send (through any interface), and is the boot server the answers name.",
+                               discussion: "Port 67 is heard through a packet socket and answered through a raw one, never bound: a DHCP server on the same host keeps every datagram it is owed. That needs root or CAP_NET_RAW; the boot server's port 4011 is a UDP socket on ADDR.",
                                valueName: "ADDR"),
             transform: IPv4.parse)
     var proxyDHCP: [IPv4] = []
