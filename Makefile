@@ -81,7 +81,7 @@ build-deps:
 deps: build-deps
 	$(call apt_install,$(APT_PACKAGES),$(call commands_of,$(TEST_COMMANDS)))
 	@[ -x $(PYTHON) ] || python3 -m venv $(VENV)
-	@$(PYTHON) -c "import pytest, tftpy, fuse" 2>/dev/null || $(VENV)/bin/pip install -q pytest tftpy fusepy
+	@$(PYTHON) -c "import pytest, xdist, tftpy, fuse" 2>/dev/null || $(VENV)/bin/pip install -q pytest pytest-xdist tftpy fusepy
 
 $(DEMO):
 	mkdir -p $(DEMO)/pxelinux.cfg
@@ -278,8 +278,13 @@ bench-micro:
 bench-thresholds:
 	$(SWIFT) package --allow-writing-to-package-directory benchmark thresholds update --target HotPath --path Benchmarks/Thresholds
 
+# The interop suite, its tests spread over INTEROP_WORKERS processes (pytest-xdist): most of them
+# wait (on clients, timeouts, firmware), so four share two cores; those whose load is CPU, or
+# that measure, run one at a time in their groups (Tests/interop/conftest.py, SERIAL_GROUPS).
+INTEROP_WORKERS ?= 4
+INTEROP := STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs --durations=40 -n $(INTEROP_WORKERS) --dist loadgroup Tests/interop
 interop: deb deps package-deps boot-kernel
-	STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs --durations=40 Tests/interop
+	$(INTEROP)
 
 # What the suite needs made first, side by side (make -j): the release build and the package
 # while debootstrap makes the two Debian trees and the boot kernel is fetched (a clean clone's
@@ -292,7 +297,7 @@ test:
 	$(MAKE) -j4 --output-sync=target test-prepare
 	$(MAKE) fuzz FUZZ_SECONDS=5
 	$(SWIFT) test
-	STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs --durations=40 Tests/interop
+	$(INTEROP)
 
 # What the firmware test boots over HTTP (Tests/interop/test_firmware.py): Debian's kernel, the
 # one linux-image-amd64 names, out of its package (downloaded once, not installed), and the

@@ -172,7 +172,7 @@ extension Storm {
             throw error
         }
         var connection = HTTPConnection(descriptor: fd, server: server)
-        connection.opened = now
+        connection.opened = stampede_monotonic_ns()
         if secure {
             guard let session = plan.tls?.session(fd: fd, host: server.host) else {
                 Glibc.close(fd)
@@ -238,7 +238,9 @@ extension Storm {
             case .handshaking:
                 switch connections[slot]!.tls!.handshake() {
                 case .done:
-                    report.handshakes.append(now - connections[slot]!.opened)
+                    // The clock read now, not the turn's: the turn's time was read before its wait,
+                    // and a handshake that ends in it would be timed short (0 ms under load).
+                    report.handshakes.append(stampede_monotonic_ns() - connections[slot]!.opened)
                     connections[slot]!.phase = .sending
                 case .wouldBlock:
                     return

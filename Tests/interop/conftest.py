@@ -1,6 +1,7 @@
 """Fixtures that run the real `stampede` binary on loopback against real clients."""
 import contextlib
 import ctypes
+import itertools
 import os
 import re
 import shutil
@@ -35,6 +36,28 @@ def find_command(name):
     return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
 
 
+# What runs one test at a time (pytest-xdist's loadgroup: a group's tests on one worker, in
+# turn), while the other workers run the rest, which mostly wait (on clients, timeouts,
+# retransmissions): the tests whose load is CPU (racks of hundreds of machines, floods), or that
+# measure time or memory, in two groups so that at most two of them share the two cores; the
+# firmware boots (QEMU, emulated) in a third; and what binds a fixed port of the host.
+SERIAL_GROUPS = {
+    "rack": ["test_lossy_network.py", "test_anycast.py", "test_scale.py", "test_rack.py", "test_concurrency.py",
+             "test_livelocks.py"],
+    "measured": ["test_metrics.py", "test_disk.py", "test_overload.py", "test_shared_sockets.py", "test_storm.py",
+                 "test_faults.py"],  # test_faults binds 127.0.0.2:69
+    "firmware": ["test_firmware.py"],
+}
+
+
+def pytest_collection_modifyitems(items):
+    group_of = {name: group for group, names in SERIAL_GROUPS.items() for name in names}
+    for item in items:
+        group = group_of.get(item.path.name)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 def pytest_sessionstart(session):
     """Every command the suite runs is there, or the run stops before its first test, naming
     the package to install (`make deps` installs them all)."""
@@ -44,16 +67,35 @@ def pytest_sessionstart(session):
         pytest.exit(f"missing: {names}. `make deps` installs them; `make test` runs it first.", returncode=3)
 
 
+# The ports the tests give their servers. Not port 0's kind (the kernel's ephemeral range,
+# net.ipv4.ip_local_port_range, 32768 and up): a port taken there and let go may be any socket's
+# next, a client's or a transfer's, before the server binds it. Below it, a block of its own for
+# each process of the suite (pytest-xdist's workers run side by side), taken in turn.
+PORT_BLOCK = 1500
+PORT_BASE = 20000 + int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % 8 * PORT_BLOCK
+_ports = itertools.count()
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 free now for UDP and TCP alike, from this process's block."""
+    for _ in range(PORT_BLOCK):
+        port = PORT_BASE + next(_ports) % PORT_BLOCK
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp, socket.socket() as tcp:
+                udp.bind(("127.0.0.1", port))
+                tcp.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError(f"no free port in {PORT_BASE}..{PORT_BASE + PORT_BLOCK - 1}")
+
+
 def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()
 
 
 def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()
 
 
 class Server:

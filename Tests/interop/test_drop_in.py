@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BACKENDS, BINARY, run
+from conftest import BACKENDS, BINARY, free_udp_port, run
 from tftpwire import RawClient, ack, request
 
 RULES = r"""
@@ -287,10 +287,7 @@ def wait_until_gone(pid, seconds=5):
 
 def test_without_L_it_detaches_once_serving_and_writes_the_pidfile(binary, root, tmp_path):
     pidfile = tmp_path / "tftpd.pid"
-    port = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    port.bind(("127.0.0.1", 0))
-    number = port.getsockname()[1]
-    port.close()
+    number = free_udp_port()
     r = run([str(binary), "-l", "-a", f"127.0.0.1:{number}", "-u", "root", "-P", str(pidfile), str(root)], timeout=20)
     assert r.returncode == 0 and r.stdout == b"" and r.stderr == b"", r
     pid = int(pidfile.read_text())
@@ -311,10 +308,7 @@ def test_a_detaching_servers_log_lines_name_the_process_that_wrote_each(binary, 
     rules = tmp_path / "rules"
     rules.write_text("r ^nothing something extra\n")
     log, pidfile = tmp_path / "stampede.log", tmp_path / "tftpd.pid"
-    port = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    port.bind(("127.0.0.1", 0))
-    number = port.getsockname()[1]
-    port.close()
+    number = free_udp_port()
     r = run([str(binary), "-l", "-a", f"127.0.0.1:{number}", "-u", "root", "-P", str(pidfile), "-m", str(rules),
              "--logfile", str(log), "-v", str(root)], timeout=20)
     assert r.returncode == 0, r
@@ -347,10 +341,7 @@ def test_secure_detached_server_writes_its_pidfile_before_the_chroot_and_the_com
     run_directory.mkdir()
     run_directory.chmod(directory_mode)
     pidfile = run_directory / "tftpd.pid"
-    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    probe.bind(("127.0.0.1", 0))
-    number = probe.getsockname()[1]
-    probe.close()
+    number = free_udp_port()
     # capture_output waits for the daemon to close the pipes: a hang here is the bug.
     r = subprocess.run([str(binary), "-l", "-s", "-u", "nobody", "-P", str(pidfile), "-a", f"127.0.0.1:{number}",
                         str(root)], capture_output=True, timeout=20)
@@ -400,10 +391,7 @@ def test_detached_and_inetd_servers_log_to_syslog_as_daemon(binary, root, tmp_pa
     log = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     log.bind(str(dev / "log"))
     log.settimeout(10)
-    number = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    number.bind(("127.0.0.1", 0))
-    port = number.getsockname()[1]
-    number.close()
+    port = free_udp_port()
     # /dev/null stays /dev/null; /dev/log is the test's socket.
     script = f'mount --bind /dev/null {dev}/null && mount --bind {dev} /dev && exec "$@"'
     r = run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(binary), "-l",
@@ -480,10 +468,7 @@ def test_make_install_puts_units_that_run_debians_tftpd_hpa_settings_unchanged(r
     assert sorted(p.name for p in units.iterdir()) == ["stampede-standalone.service", "stampede.service",
                                                        "stampede.socket"]
     assert (destdir / "usr" / "sbin" / "stampede").exists()
-    port = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    port.bind(("127.0.0.1", 0))
-    number = port.getsockname()[1]
-    port.close()
+    number = free_udp_port()
     # /etc/default/tftpd-hpa as Debian writes it, pointed at the test's root and port.
     defaults = tmp_path / "tftpd-hpa"
     options = "--secure --create" if os.geteuid() == 0 else "--create"
