@@ -282,7 +282,7 @@ bench-thresholds:
 # wait (on clients, timeouts, firmware), so four share two cores; those whose load is CPU, or
 # that measure, run one at a time in their groups (Tests/interop/conftest.py, SERIAL_GROUPS).
 INTEROP_WORKERS ?= 4
-INTEROP := STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs --durations=40 -n $(INTEROP_WORKERS) --dist loadgroup Tests/interop
+INTEROP = STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs --durations=40 -n $(INTEROP_WORKERS) --dist loadgroup Tests/interop
 interop: deb deps package-deps boot-kernel
 	$(INTEROP)
 
