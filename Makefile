@@ -352,15 +352,27 @@ deb: build deps
 # not installed, in its apt cache, so that the test needs no network.
 HOST_TREE := .build/host-tree
 HOST_RELEASE := $(shell . /etc/os-release && echo $$VERSION_CODENAME)
+# What the tests install into it: the package's dependencies both ways (systemd, the first of its
+# alternatives, which apt picks by itself, and the standalone sysusers) and tftpd-hpa. The suite
+# runs in network namespaces of its own, with no way out: what apt needs must be here before.
+HOST_TREE_DOWNLOADS := liburing2 libssl3 systemd tftpd-hpa | systemd-standalone-sysusers
 package-deps: deps
 	@if [ ! -x $(HOST_TREE)/usr/bin/apt-get ]; then \
 		echo "making $(HOST_TREE): Debian $(HOST_RELEASE), minbase (debootstrap)"; \
 		$(SUDO) rm -rf $(HOST_TREE).new && \
-		$(SUDO) debootstrap --variant=minbase $(HOST_RELEASE) $(HOST_TREE).new http://deb.debian.org/debian >$(HOST_TREE).log 2>&1 && \
-		$(SUDO) chroot $(HOST_TREE).new sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			--download-only --no-install-recommends liburing2 libssl3 systemd-standalone-sysusers tftpd-hpa' >>$(HOST_TREE).log 2>&1 || \
+		$(SUDO) debootstrap --variant=minbase $(HOST_RELEASE) $(HOST_TREE).new http://deb.debian.org/debian >$(HOST_TREE).log 2>&1 || \
 			{ tail -20 $(HOST_TREE).log; exit 1; }; \
 		mv $(HOST_TREE).new $(HOST_TREE); \
+	fi
+	@if [ "$$(cat $(HOST_TREE)/.downloaded 2>/dev/null)" != "$(HOST_TREE_DOWNLOADS)" ]; then \
+		echo "downloading into $(HOST_TREE)'s apt cache: $(HOST_TREE_DOWNLOADS)"; \
+		$(SUDO) chroot $(HOST_TREE) apt-get update -qq >>$(HOST_TREE).log 2>&1 && \
+		echo '$(HOST_TREE_DOWNLOADS)' | tr '|' '\n' | while read -r set; do \
+			$(SUDO) chroot $(HOST_TREE) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+				--download-only --no-install-recommends $$set >>$(HOST_TREE).log 2>&1 || \
+				{ tail -20 $(HOST_TREE).log; exit 1; }; \
+		done && \
+		echo '$(HOST_TREE_DOWNLOADS)' | $(SUDO) tee $(HOST_TREE)/.downloaded >/dev/null; \
 	fi
 
 # The binary in $(PREFIX)/sbin, beside where in.tftpd lives; UNITS=1 adds the systemd units

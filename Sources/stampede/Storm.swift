@@ -280,13 +280,20 @@ struct Storm: ParsableCommand {
     }
 
     /// The server's metrics once its transfers of the storm are over: a transfer ends on the server
-    /// when it hears the last ACK, a moment after the client (at most 5 s of waiting).
+    /// when it hears the last ACK, a moment after the client; and a scrape that comes while a
+    /// worker publishes may read the running count already lowered and the request it ended not
+    /// yet counted. So: no more running than before, and two readings 100 ms apart that agree on
+    /// the requests (at most 5 s of waiting).
     static func settledReading(_ url: String, running: Double) throws(MetricsSample.Failure) -> MetricsSample {
         var sample = try MetricsSample.read(url)
         let deadline = stampede_monotonic_ns() + 5 * nanosecondsPerSecond
-        while sample.sum("stampede_transfers_running") > running && stampede_monotonic_ns() < deadline {
+        while stampede_monotonic_ns() < deadline {
             usleep(100_000)
-            sample = try MetricsSample.read(url)
+            let next = try MetricsSample.read(url)
+            let settled = next.sum("stampede_transfers_running") <= running
+                && next.sum("stampede_requests_total") == sample.sum("stampede_requests_total")
+            sample = next
+            if settled { break }
         }
         return sample
     }

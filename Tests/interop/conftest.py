@@ -38,14 +38,15 @@ def find_command(name):
 
 # What runs one test at a time (pytest-xdist's loadgroup: a group's tests on one worker, in
 # turn), while the other workers run the rest, which mostly wait (on clients, timeouts,
-# retransmissions): the tests whose load is CPU (racks of hundreds of machines, floods), or that
-# measure time or memory, in two groups so that at most two of them share the two cores; the
-# firmware boots (QEMU, emulated) in a third; and what binds a fixed port of the host.
+# retransmissions). "ports": racks and floods of thousands of sockets on loopback, CPU bound, some
+# measuring: one at a time, so that a rack's sockets never exhaust its process's ephemeral ports
+# while another rack runs beside it. "namespaces": racks through loss and behind anycast in
+# namespaces of their own (CPU bound), and the slow disk (whose test times a cached answer).
+# "firmware": QEMU's emulated boots. So at most three load-bound tests share the two cores.
 SERIAL_GROUPS = {
-    "rack": ["test_lossy_network.py", "test_anycast.py", "test_scale.py", "test_rack.py", "test_concurrency.py",
-             "test_livelocks.py"],
-    "measured": ["test_metrics.py", "test_disk.py", "test_overload.py", "test_shared_sockets.py", "test_storm.py",
-                 "test_faults.py"],  # test_faults binds 127.0.0.2:69
+    "ports": ["test_scale.py", "test_rack.py", "test_concurrency.py", "test_overload.py", "test_shared_sockets.py",
+              "test_faults.py", "test_livelocks.py", "test_storm.py", "test_metrics.py"],
+    "namespaces": ["test_lossy_network.py", "test_anycast.py", "test_disk.py"],
     "firmware": ["test_firmware.py"],
 }
 
@@ -56,6 +57,20 @@ def pytest_collection_modifyitems(items):
         group = group_of.get(item.path.name)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_configure(config):
+    """Each process of the suite (each pytest-xdist worker) runs its tests in a network
+    namespace of its own, loopback up: its own ports (no worker's server or client takes another's,
+    a rack's ten thousand sockets exhaust no one else's ephemeral range, no server retransmits
+    into another test's socket), its own ICMP rate limits. What a test makes beyond it (namespaces,
+    veth links, taps) it makes from there. Without root, as it was: one network."""
+    if os.geteuid() != 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), f"unshare(CLONE_NEWNET): {os.strerror(ctypes.get_errno())}")
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
 
 
 def pytest_sessionstart(session):
