@@ -3,12 +3,12 @@
 
 Every bench writes results/NAME.md through `harness.write_results`: a line saying when, at which
 commit and on what machine it was measured, then its tables. This script puts them in one page,
-one section per bench, in the order below, each with what it measures and how to rerun it. A
-bench whose results are not in results/ (it was not run on this machine) keeps the section the
-page had, stamp and all, so running one bench updates its section alone. Nothing here is typed
-by hand but the titles and the paragraphs that say what each bench does.
+one section per bench, in the order below, each with what it measures and how to rerun it.
+results/ is kept in the repository (a few kilobytes of text per bench), so the page is made from
+a clone alone, and running one bench changes its section alone. Nothing here is typed by hand
+but the titles and the paragraphs that say what each bench does. `--check`: exit 1 when the page
+is not what the results make (the suite runs it).
 """
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,38 +95,33 @@ the page. How the benches work and how to run them: [testing.md](testing.md#benc
 MARK = "<!-- result: {} -->"
 
 
-def sections_in(page: str) -> dict:
-    """The page's current sections by result name (each from its mark to the next)."""
-    found = {}
-    parts = re.split(r"^<!-- result: ([\w-]+) -->\n", page, flags=re.M)
-    for name, body in zip(parts[1::2], parts[2::2]):
-        found[name] = body.rstrip() + "\n"
-    return found
-
-
 def render(section: Section, results: str) -> str:
     return f"## {section.title}\n\n{section.about} Rerun: `{section.rerun}`.\n\n{results.strip()}\n"
 
 
-def main():
-    previous = sections_in(PAGE.read_text()) if PAGE.exists() else {}
-    out = [HEADER]
-    updated, kept, missing = [], [], []
+def page() -> tuple:
+    """The page the results make, and the sections not measured yet."""
+    out, missing = [HEADER], []
     for section in SECTIONS:
         source = RESULTS / f"{section.result}.md"
         if source.exists():
             body = render(section, source.read_text())
-            updated.append(section.result)
-        elif section.result in previous:
-            body = previous[section.result]
-            kept.append(section.result)
         else:
             body = render(section, f"Not measured yet: run `{section.rerun}`.")
             missing.append(section.result)
         out.append(f"{MARK.format(section.result)}\n{body}")
-    PAGE.write_text("\n".join(out))
-    print(f"{PAGE.relative_to(REPO)}: updated {', '.join(updated) or 'nothing'}; kept {', '.join(kept) or 'nothing'}; "
-          f"not measured {', '.join(missing) or 'nothing'}")
+    return "\n".join(out), missing
+
+
+def main():
+    made, missing = page()
+    if sys.argv[1:] == ["--check"]:
+        if not PAGE.exists() or PAGE.read_text() != made:
+            print(f"{PAGE.relative_to(REPO)} is not what results/ makes: run `make bench-report`", file=sys.stderr)
+            sys.exit(1)
+        return
+    PAGE.write_text(made)
+    print(f"{PAGE.relative_to(REPO)}: made from results/; not measured: {', '.join(missing) or 'nothing'}")
 
 
 if __name__ == "__main__":
