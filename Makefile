@@ -114,13 +114,13 @@ sanitize: deps
 # Fuzz/corpus (make test runs a short round). A crash leaves its input in .build/fuzz/crash-*:
 # add it to the seed corpus, which every run replays (`swift run PacketFuzz FILE` replays one).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := packet optionack remap dhcp
+FUZZ_TARGETS := packet optionack remap dhcp head
 FUZZ_BUILD := .build-fuzz
 
 fuzz: build-deps
 	mkdir -p .build/fuzz
 	@for t in $(FUZZ_TARGETS); do \
-		p=$$(case $$t in packet) echo PacketFuzz;; optionack) echo OptionAckFuzz;; remap) echo RemapFuzz;; dhcp) echo DHCPFuzz;; esac); \
+		p=$$(case $$t in packet) echo PacketFuzz;; optionack) echo OptionAckFuzz;; remap) echo RemapFuzz;; dhcp) echo DHCPFuzz;; head) echo HeadFuzz;; esac); \
 		$(SWIFT) build -c release --scratch-path $(FUZZ_BUILD) --product $$p \
 			-Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING -Xswiftc -use-ld=lld 2>&1 | grep -E "error|warning: unre|Compiling|Build" | tail -1; \
 		test -x $(FUZZ_BUILD)/release/$$p || { echo "fuzz harness $$p did not build"; exit 1; }; \

@@ -90,6 +90,7 @@ let package = Package(
         .executableTarget(name: "OptionAckFuzz", dependencies: ["StampedeProtocol", "FuzzCorpus"],
                           path: "Fuzz/OptionAckFuzz"),
         .executableTarget(name: "DHCPFuzz", dependencies: ["StampedeDHCP", "FuzzCorpus"], path: "Fuzz/DHCPFuzz"),
+        .executableTarget(name: "HeadFuzz", dependencies: ["StampedeHTTPWire", "FuzzCorpus"], path: "Fuzz/HeadFuzz"),
         .executableTarget(name: "RemapFuzz", dependencies: ["StampedeServer", "StampedeIO", "FuzzCorpus"],
                           path: "Fuzz/RemapFuzz"),
 

@@ -73,7 +73,9 @@ public struct HeadParser: Sendable {
         }
         scanned = bytes.count
         // No line feed since `lineStart` yet: what cannot end within the limits is refused now.
-        if !requestLineRead && bytes.count - lineStart > limits.lineBytes && !Self.allLineBreaks(bytes, from: lineStart) {
+        // A carriage return last may end the line when its line feed comes: it is not the line's.
+        let pending = bytes.count - lineStart - (bytes.count > lineStart && bytes[bytes.count - 1] == 13 ? 1 : 0)
+        if !requestLineRead && pending > limits.lineBytes && !Self.allLineBreaks(bytes, from: lineStart) {
             throw lineTooLong
         }
         if bytes.count > limits.headBytes { throw tooLarge }
@@ -203,8 +205,18 @@ public struct HeadParser: Sendable {
 
     /// The request line, as far as it came, begins "HEAD " (after empty lines).
     static func beginsHEAD(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        // After the empty lines before it: line feeds, each with or without its carriage return
+        // (a carriage return alone is the line's).
         var i = 0
-        while i < bytes.count && (bytes[i] == 13 || bytes[i] == 10) { i += 1 }
+        while i < bytes.count {
+            if bytes[i] == 10 {
+                i += 1
+            } else if bytes[i] == 13 && i + 1 < bytes.count && bytes[i + 1] == 10 {
+                i += 2
+            } else {
+                break
+            }
+        }
         return i + 5 <= bytes.count && Grammar.equals(bytes, i..<(i + 5), "HEAD ")
     }
 

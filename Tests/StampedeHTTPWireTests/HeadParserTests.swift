@@ -123,6 +123,26 @@ import Testing
         #expect(length == Self.text.utf8.count && head.range == "bytes=0-9" && head.keepAlive)
     }
 
+    /// Found by `make fuzz` (HeadFuzz): a request line of exactly the limit, its carriage return
+    /// come and its line feed not yet, was refused as too long (414), though the same bytes at
+    /// once are a line within the limit.
+    @Test func aLineOfTheLimitWhoseLineFeedIsLateIsNotTooLong() throws {
+        var limits = RequestHead.Limits()
+        limits.lineBytes = 32
+        let line = "GET /" + String(repeating: "a", count: 18) + " HTTP/1.1"
+        #expect(line.utf8.count == 32)
+        var parser = HeadParser(limits: limits)
+        let early = try Array((line + "\r").utf8).withUnsafeBytes { try parser.parse($0) }
+        #expect(early == .incomplete)
+        let text = line + "\r\nHost: x\r\n\r\n"
+        let late = try Array(text.utf8).withUnsafeBytes { try parser.parse($0) }
+        let whole = try Array(text.utf8).withUnsafeBytes { try RequestHead.parse($0, limits: limits) }
+        #expect(late == whole)
+        guard case .complete = whole else { Issue.record("not a head: \(whole)"); return }
+        var longer = HeadParser(limits: limits)
+        #expect(throws: RequestHead.Refusal.self) { try Array((line + "a\r").utf8).withUnsafeBytes { try longer.parse($0) } }
+    }
+
     @Test func aPipelineIsReadOneHeadAtATime() throws {
         var input = Array((Self.text + "HEAD /next HTTP/1.0\r\n\r\nGET /th").utf8)
         var parser = HeadParser()
