@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -408,6 +409,11 @@ int stampede_open_beneath(int directory, const char *path, int flags, unsigned i
 int stampede_epoll_create(void)
 {
     return negative_errno(epoll_create1(EPOLL_CLOEXEC));
+}
+
+int stampede_eventfd(void)
+{
+    return negative_errno(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 }
 
 int stampede_epoll_add(int epoll_fd, int fd, uint64_t tag)

@@ -13,7 +13,9 @@ final class Connection {
     /// The peer as log lines say it, made for the first line and kept for the others (a
     /// kept-alive connection's answers each make one at --verbosity 1, and each refusal at 0).
     lazy var peerText = "\(peer)"
-    /// The slot's generation when it was accepted: its epoll tag says it (`HTTPTag`).
+    /// Its place in its loop's connections, and the slot's generation when it was accepted: its
+    /// epoll tag says both (`HTTPTag`), and so does the ticket of a file it waits for.
+    let slot: Int
     let generation: UInt32
     /// Bytes read and not answered yet: a head in progress, or the next requests of a pipeline.
     /// Never more than the head limit plus one read.
@@ -31,9 +33,9 @@ final class Connection {
     /// The file the answer's body is read from (`Response.Body.file`): given back when the answer
     /// ends, or with the connection.
     var lease: FileLease?
-    /// The head whose file the disk thread reads: the ticket its outcome comes under, when the
-    /// head began, and how many reads it has waited for.
-    var waiting: (ticket: UInt64, head: RequestHead, started: Nanoseconds, reads: Int)?
+    /// The head whose file the disk thread reads (its outcome comes under the connection's tag):
+    /// when the head began, and how many reads it has waited for.
+    var waiting: (head: RequestHead, started: Nanoseconds, reads: Int)?
     /// `--https`: the TLS session every byte goes through; shut down before the socket closes.
     var tls: TLSSession?
     /// Its handshake holds one of its client's places among handshakes (`ClientConnections`),
@@ -42,9 +44,10 @@ final class Connection {
     /// The cap on its socket's unsent bytes, as last set (`HTTPLoop.capUnsent`); nil: none.
     var unsentLimit: Int32?
 
-    init(fd: Int32, peer: SocketAddress, generation: UInt32, limits: RequestHead.Limits, state: ConnectionState) {
+    init(fd: Int32, peer: SocketAddress, slot: Int, generation: UInt32, limits: RequestHead.Limits, state: ConnectionState) {
         self.fd = fd
         self.peer = peer
+        self.slot = slot
         self.generation = generation
         parser = HeadParser(limits: limits)
         self.state = state

@@ -17,11 +17,14 @@ final class FileResponder: HTTPResponder {
     let logger: Logger
     /// Each answer's line, straight to a handler that writes lines.
     let lines: LineLogger
-    let loads: LoadMailbox? = LoadMailbox()
+    /// Where the disk thread says a file this loop's answers wait for is read; it wakes the loop.
+    let loads: LoadMailbox?
     /// Each answer's log line is written in this memory.
     var line = LogLine()
 
-    init(files: FileService, configuration: ServerConfiguration, metrics: WorkerMetrics, fileLabels: FileLabels, logger: Logger) {
+    init(files: FileService, configuration: ServerConfiguration, metrics: WorkerMetrics, fileLabels: FileLabels,
+         logger: Logger) throws(Errno) {
+        loads = try LoadMailbox.waking()
         self.files = files
         self.configuration = configuration
         self.metrics = metrics
@@ -67,12 +70,14 @@ final class FileResponder: HTTPResponder {
         // GET and HEAD alike take the file's version from the service: the answer is about the
         // bytes a GET sends (a HEAD's read fills the cache for the GET that follows, as EDK2 sends).
         let lease: FileLease
-        let ticket = loads!.nextTicket()
+        // The ticket is the connection's epoll tag: its outcome finds the connection by its slot,
+        // and not one accepted into the slot since.
+        let ticket = HTTPTag.connection(slot: connection.slot, generation: connection.generation).rawValue
         switch files.read(name, netascii: false, waiter: LoadWaiter(mailbox: loads!, ticket: ticket), after: outcome) {
         case .ready(let ready):
             lease = ready
         case .loading:
-            connection.waiting = (ticket, head, started, reads)
+            connection.waiting = (head, started, reads)
             return false
         case .refused(let refusal):
             plain(connection, Status(refusal), to: head, kind: kind, method: head.method.name, file: name, detail: refusal.message,
@@ -118,7 +123,7 @@ final class FileResponder: HTTPResponder {
     }
 
     func resume(_ connection: Connection, after outcome: LoadOutcome) -> Bool {
-        guard let (_, head, started, reads) = connection.waiting else { return true }
+        guard let (head, started, reads) = connection.waiting else { return true }
         connection.waiting = nil
         switch outcome {
         case .refused(let refusal):

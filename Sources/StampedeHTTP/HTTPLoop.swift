@@ -62,6 +62,10 @@ public final class HTTPLoop: @unchecked Sendable {
         let ep = stampede_epoll_create()
         if let error = Errno(result: ep) { throw error }
         epoll = ep
+        if let wake = responder.loads?.wakeDescriptor, let error = Errno(result: stampede_epoll_add(ep, wake, HTTPTag.mailbox.rawValue)) {
+            Glibc.close(ep)
+            throw error
+        }
         scratch = .allocate(byteCount: 16384, alignment: 16)
         readyTags = .allocate(capacity: Self.readyCapacity)
         // A heartbeat before the first turn, for a watchdog that looks before the thread starts.
@@ -148,14 +152,13 @@ public final class HTTPLoop: @unchecked Sendable {
         metrics.publish()
     }
 
-    /// One turn: waits at most `maxWait` (less when a sweep, a connection's next share, or a file
-    /// read is due), serves the connections that are ready, accepts new ones while listening,
-    /// goes on with answers whose files are read, and sweeps out those past their deadlines once
-    /// a second. `run` turns it; a test can too.
+    /// One turn: waits at most `maxWait` (less when a sweep or a connection's next share is due),
+    /// serves the connections that are ready, accepts new ones while listening, goes on with
+    /// answers whose files the disk thread read (its mailbox wakes the loop), and sweeps out those
+    /// past their deadlines once a second. `run` turns it; a test can too.
     public func turn(now: Nanoseconds, maxWait: Nanoseconds) {
         var wait: Nanoseconds = runnable.isEmpty ? min(maxWait, max(0, nextSweep - now)) : 0
         if let until = acceptPausedUntil { wait = min(wait, max(0, until - now)) }
-        if responder.loads?.isAwaiting == true { wait = min(wait, LoadMailbox.pollInterval) }
         let count = stampede_epoll_wait(epoll, readyTags, Int32(Self.readyCapacity), wait)
         let now = stampede_monotonic_ns()
         if let until = acceptPausedUntil, now >= until { resumeAccepting() }
@@ -169,11 +172,12 @@ public final class HTTPLoop: @unchecked Sendable {
             case .connection(let slot, let generation)?:
                 guard slot < connections.count, connections[slot]?.generation == generation else { continue }
                 service(slot, now: now)
+            case .mailbox?:
+                resumeWaiting(now: now)
             case nil:
                 continue
             }
         }
-        resumeWaiting(now: now)
         if now >= nextSweep {
             sweep(now: now)
             nextSweep = now + nanosecondsPerSecond
@@ -262,7 +266,7 @@ public final class HTTPLoop: @unchecked Sendable {
                 return connections.count - 1
             }()
             generations[slot] = HTTPTag.next(after: generations[slot])
-            let connection = Connection(fd: fd, peer: peer.unmapped, generation: generations[slot], limits: http.limits,
+            let connection = Connection(fd: fd, peer: peer.unmapped, slot: slot, generation: generations[slot], limits: http.limits,
                                         state: ConnectionState(limits: http.connectionLimits, opened: now, handshake: http.tls != nil))
             connections[slot] = connection
             connection.tls = session
@@ -403,12 +407,15 @@ public final class HTTPLoop: @unchecked Sendable {
         return true
     }
 
-    /// The files that answers waited for, read: those answers are made and written.
+    /// The files that answers waited for, read: those answers are made and written. Each outcome
+    /// comes under its connection's tag; one closed meanwhile (its slot empty, or another's) is
+    /// passed over.
     func resumeWaiting(now: Nanoseconds) {
         guard let loads = responder.loads else { return }
         for (ticket, outcome) in loads.collect() {
-            guard let slot = connections.firstIndex(where: { $0?.waiting?.ticket == ticket }), let connection = connections[slot] else {
-                continue  // closed meanwhile
+            guard case .connection(let slot, let generation)? = HTTPTag(rawValue: ticket).kind, slot < connections.count,
+                  let connection = connections[slot], connection.generation == generation, connection.waiting != nil else {
+                continue
             }
             guard responder.resume(connection, after: outcome) else { continue }
             _ = connection.state.handle(.answerReady, now: now)

@@ -1,3 +1,4 @@
+import CStampedeSys
 import Glibc
 import Logging
 import StampedeIO
@@ -176,8 +177,10 @@ public struct LoadWaiter: Sendable {
 }
 
 /// Where an event loop (a TFTP worker, an HTTP loop) hears that the reads its requests wait for
-/// are done: the disk thread posts, the loop collects at each turn, and while any is awaited it
-/// waits at most `pollInterval` per turn, so that a request goes on within a few milliseconds.
+/// are done: the disk thread posts, the loop collects. A loop that waits in epoll has the mailbox
+/// wake it (`waking`: an eventfd the post writes and the loop watches); the others wait at most
+/// `pollInterval` per turn while any read is awaited, so that a request goes on within a few
+/// milliseconds.
 public final class LoadMailbox: Sendable {
     public static let pollInterval: Nanoseconds = 2_000_000
     private let posted = Mutex<[(ticket: UInt64, outcome: LoadOutcome)]>([])
@@ -185,23 +188,46 @@ public final class LoadMailbox: Sendable {
     /// `collect`; atomic for Sendable's sake).
     private let awaited = Atomic<Int>(0)
     private let tickets = Atomic<UInt64>(0)
+    /// Readable once a read was posted, until `collect`; nil unless the mailbox wakes. The
+    /// mailbox's own eventfd, closed with it.
+    public let wakeDescriptor: Int32?
 
-    public init() {}
+    /// A mailbox the loop polls.
+    public init() { wakeDescriptor = nil }
 
-    /// A ticket for the next request that may wait.
+    private init(wake: Int32) { wakeDescriptor = wake }
+
+    deinit { if let fd = wakeDescriptor { Glibc.close(fd) } }
+
+    /// A mailbox whose posts make `wakeDescriptor` readable, for a loop that watches it.
+    public static func waking() throws(Errno) -> LoadMailbox {
+        let fd = stampede_eventfd()
+        if let error = Errno(result: fd) { throw error }
+        return LoadMailbox(wake: fd)
+    }
+
+    /// A ticket for the next request that may wait, for a loop that has no ticket of its own.
     public func nextTicket() -> UInt64 { tickets.add(1, ordering: .relaxed).newValue }
 
     func expect() { awaited.add(1, ordering: .relaxed) }
 
     func post(_ ticket: UInt64, _ outcome: LoadOutcome) {
         posted.withLock { $0.append((ticket, outcome)) }
+        if let fd = wakeDescriptor {
+            var one: UInt64 = 1
+            _ = Glibc.write(fd, &one, 8)  // EAGAIN only when the counter is full: readable anyway
+        }
     }
 
     /// Whether a request of this loop waits for a read.
     public var isAwaiting: Bool { awaited.load(ordering: .relaxed) > 0 }
 
-    /// What was posted since the last collect.
+    /// What was posted since the last collect (and the wake read, so that it waits for the next).
     public func collect() -> [(ticket: UInt64, outcome: LoadOutcome)] {
+        if let fd = wakeDescriptor {
+            var count: UInt64 = 0
+            _ = Glibc.read(fd, &count, 8)
+        }
         guard isAwaiting else { return [] }
         let outcomes = posted.withLock { posted in
             defer { posted.removeAll(keepingCapacity: true) }

@@ -176,10 +176,11 @@ import Testing
 /// The HTTP loop's epoll tag: a generation kept to its 30 bits never reaches the kind's bits, so
 /// after 2^30 connections in one slot its events are still read as the connection's.
 @Suite struct HTTPTagLayout {
-    @Test func listenersAndConnectionsReadBackAsMade() {
+    @Test func listenersConnectionsAndTheMailboxReadBackAsMade() {
         #expect(HTTPTag.listener(3).kind == .listener(3))
         #expect(HTTPTag.connection(slot: 7, generation: 9).kind == .connection(slot: 7, generation: 9))
-        #expect(HTTPTag(rawValue: 0).kind == nil && HTTPTag(rawValue: 3 << 62).kind == nil)
+        #expect(HTTPTag.mailbox.kind == .mailbox)
+        #expect(HTTPTag(rawValue: 0).kind == nil && HTTPTag(rawValue: 3 << 62 | 1).kind == nil)
     }
 
     @Test func theGenerationWrapsWithinItsBitsNeverIntoTheKind() {

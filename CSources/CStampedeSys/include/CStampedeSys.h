@@ -143,6 +143,8 @@ int stampede_open_beneath(int directory, const char *path, int flags, unsigned i
 
 /* epoll with the 64-bit user data as a plain tag; the packed epoll_event stays in C. */
 int stampede_epoll_create(void);
+/* An eventfd (nonblocking, close-on-exec) that another thread makes readable: a loop's wake. */
+int stampede_eventfd(void);
 int stampede_epoll_add(int epoll_fd, int fd, uint64_t tag);
 /* Waits at most timeout_ns (negative: forever). Fills tags; returns how many. */
 int stampede_epoll_wait(int epoll_fd, uint64_t *tags, int capacity, int64_t timeout_ns);
