@@ -5,7 +5,9 @@ import StampedeServer
 
 /// `--http` (and `--https`, the same over TLS): HTTP/1.1 and 1.0 over the TFTP server's root, one event loop per core on threads
 /// of their own, each answering through its own `FileResponder` from the server's file service.
-/// Making it binds every listener, so that the caller can drop privileges before `start`.
+/// Making it binds every listener, so that the caller can drop privileges before `start`. The
+/// process ignores SIGPIPE (the stampede binary does at its start): sendfile and OpenSSL's writes
+/// to a connection its client closed would raise it.
 public final class HTTPServer: Sendable {
     public let loops: [HTTPLoop]
     public let boundAddresses: [SocketAddress]
@@ -17,8 +19,6 @@ public final class HTTPServer: Sendable {
     public init(configuration: ServerConfiguration, http: HTTPConfiguration, files: FileService, fileLabels: FileLabels,
                 admission: Admission? = nil, loopCount: Int, open: ManagedAtomic<Int> = ManagedAtomic(0),
                 clients: ClientConnections? = nil) throws(Errno) {
-        // A client that goes away mid-response makes sendfile raise SIGPIPE otherwise.
-        signal(SIGPIPE, SIG_IGN)
         var loops: [HTTPLoop] = []
         // Another server on one of them fails the start (`claimExclusively`); the loops share them.
         var addresses = try claimExclusively(http.listenAddresses, stream: true)
@@ -27,7 +27,7 @@ public final class HTTPServer: Sendable {
             var logger = configuration.logger
             logger[metadataKey: http.tls == nil ? "http" : "https"] = "\(index)"
             let metrics = WorkerMetrics(http.tls == nil ? .http : .https)
-            let responder = FileResponder(files: files, configuration: configuration, metrics: metrics, fileLabels: fileLabels,
+            let responder = try FileResponder(files: files, configuration: configuration, metrics: metrics, fileLabels: fileLabels,
                                           logger: logger)
             let loop = try HTTPLoop(http: http, responder: responder, metrics: metrics, open: open, clients: clients,
                                     admission: admission, logger: logger, shutdownGrace: configuration.shutdownGrace)

@@ -49,6 +49,9 @@ struct Stampede: ParsableCommand {
 
     /// As in.tftpd, every argument belongs to the server: "get" is then a directory name.
     static func main() {
+        // A write to a connection its peer closed fails (EPIPE) instead of ending the process:
+        // sendfile and OpenSSL's writes take no MSG_NOSIGNAL (the servers', and storm's HTTPS).
+        signal(SIGPIPE, SIG_IGN)
         let arguments = spellingOut(Array(CommandLine.arguments.dropFirst()))
         if isInTFTPD {
             ServeCommand.main(arguments)

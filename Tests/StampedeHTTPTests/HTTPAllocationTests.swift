@@ -27,6 +27,7 @@ import Testing
                       ("boot/configs/seed-64kib.cfg", .not), ("pxelinux.cfg/01-52-54-00-12-34-56", .asLines),
                       ("boot/scripts/menu-4kib.ipxe", .asLines), ("pxelinux.cfg/01-52-54-00-12-34-56", .asEvents)])
     func aKeptAliveConnectionAllocatesNothingPerRequest(name: String, logged: Logged) throws {
+        _ = brokenPipesIgnored
         let dir = ScratchDirectory()
         for directory in ["pxelinux.cfg", "boot", "boot/scripts", "boot/configs"] { mkdir(dir.path + "/" + directory, 0o755) }
         dir.write("boot/scripts/menu-4kib.ipxe", (0..<(4 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 7) })

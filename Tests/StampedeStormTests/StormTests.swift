@@ -23,6 +23,7 @@ final class Rig<Backend: DatagramBackend> {
 
     /// `httpIdleTimeout`: how long the HTTP loop keeps an idle connection.
     init(backend: Backend, http withHTTP: Bool = false, httpIdleTimeout: Nanoseconds = 60 * nanosecondsPerSecond) throws {
+        _ = brokenPipesIgnored
         let listen = SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!
         let configuration = ServerConfiguration(listenAddresses: [listen], policy: AccessPolicy(root: dir.fd),
                                                 logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))

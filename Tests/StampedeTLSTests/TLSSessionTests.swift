@@ -8,6 +8,8 @@ import Testing
 @Suite struct TLSSessionTests {
     let scratch = ScratchDirectory()
 
+    init() { _ = brokenPipesIgnored }
+
     /// A server session and a client session over a nonblocking socket pair, their handshake
     /// done; (server, client, server's fd, client's fd).
     func connected() throws -> (TLSSession, TLSSession, Int32, Int32) {

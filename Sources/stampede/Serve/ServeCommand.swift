@@ -29,27 +29,15 @@ struct ServeCommand: ParsableCommand {
         let rules = try options.mapFile.map(loadRules)
         if let mapTest = options.mapTest { return try MapTest(options: options, rules: rules?.current).run(mapTest) }
         let mode = try ServingMode.of(options)
-        if mode == .inetd && !options.http.isEmpty {
-            throw serveFailure("--http needs a server that stays (-l, -L or --systemd): under inetd each request starts another", status: 64)
-        }
-        if mode == .inetd && !options.https.isEmpty {
-            throw serveFailure("--https needs a server that stays (-l, -L or --systemd): under inetd each request starts another", status: 64)
-        }
-        if mode == .inetd && !options.proxyDHCP.isEmpty {
-            throw serveFailure("--proxy-dhcp needs a server that stays (-l, -L or --systemd): under inetd each request starts another", status: 64)
+        for (flag, given) in [("--http", !options.http.isEmpty), ("--https", !options.https.isEmpty),
+                              ("--proxy-dhcp", !options.proxyDHCP.isEmpty)] where mode == .inetd && given {
+            throw serveFailure("\(flag) needs a server that stays (-l, -L or --systemd): under inetd each request starts another", status: 64)
         }
         let destination = try logDestination(mode)
         destination.bootstrap(level: LogDestination.level(verbosity: options.level), format: options.logFormat, lines: options.lineFormat)
         let logger = Logger(label: "stampede")
         for warning in rules?.current.warnings ?? [] { logger.warning("-m \(options.mapFile!): \(warning)") }
-        // in.tftpd detaches unless -L; inetd and systemd supervise the process themselves.
-        var detached: ServerStartup.Detached?
-        if mode == .standalone && !options.foreground {
-            var null: Int32 = -1
-            let ready = stampede_detach(&null)
-            if ready < 0 { throw serveFailure("cannot detach into the background: \(Errno(-ready))") }
-            detached = ServerStartup.Detached(ready: ready, null: null)
-        }
+        let detached = try detach(mode)
         // In the process that serves, before -s hides the file's directory (as in.tftpd does).
         let pid: PidFile?
         do { pid = try options.pidfile.map { path throws(Errno) in try PidFile(path) } } catch {
@@ -68,16 +56,7 @@ struct ServeCommand: ParsableCommand {
         // Resolved before -s: a chroot has no /etc/passwd, /etc/hosts or /etc/services (nor
         // /run/systemd/notify, nor /proc).
         let account = try Account.lookUp(options.user)
-        var facts = ServePlan.Facts(mode: mode, addresses: mode == .standalone ? try listenAddresses(options) : [],
-                                    fileLimit: Int(min(fileLimit, rlim_t(Int.max))), processors: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))),
-                                    inheritedUmask: inherited, uring: URingBackend.probe())
-        facts.bootInterfaces = try options.proxyDHCP.map { address in
-            do { return try NetworkInterface.holding(SocketAddress(ipv4: address, port: 0)) } catch {
-                throw serveFailure("--proxy-dhcp \(address): no interface of this host has this address", status: 65)
-            }
-        }
-        let plan: ServePlan
-        do { plan = try ServePlan(options, facts) } catch { throw serveFailure(error.message, status: error.status) }
+        let plan = try makePlan(mode, fileLimit: fileLimit, inheritedUmask: inherited)
         for warning in plan.warnings { logger.warning("\(warning)") }
         for notice in plan.notices { logger.notice("\(notice)") }
         // Read as the starting user and before -s: the key may be readable by root alone, and
@@ -97,19 +76,7 @@ struct ServeCommand: ParsableCommand {
         var configuration = ServerConfiguration(listenAddresses: [], policy: plan.policy(root: rootFD), logger: logger)
         plan.configure(&configuration)
         configuration.remapRules = rules
-        let reopen: (@Sendable () -> String?)? = if case .file(let file) = destination { file.reopen } else { nil }
-        configuration.onHangup = {
-            var problems = reopen?().map { [$0] } ?? []
-            if let tls {
-                switch tls.reload() {
-                case .success(let context):
-                    logger.notice("SIGHUP: --https certificate for \(context.names) loaded again (expires \(TLSContext.date(context.notAfter))); new connections use it")
-                case .failure(let problem):
-                    problems.append("--https: \(problem): still serving the certificate loaded before")
-                }
-            }
-            return problems.isEmpty ? nil : problems.joined(separator: "; ")
-        }
+        configuration.onHangup = hangup(destination, tls, logger)
         let startup = ServerStartup(plan: plan, configuration: configuration, cache: FileCache(limits: plan.cacheLimits),
                                     account: account, root: root, detached: detached, processFigures: processFigures,
                                     notifier: notifier, tls: tls)
@@ -120,6 +87,48 @@ struct ServeCommand: ParsableCommand {
             try startup.run(backendName: "uring") { () throws(Errno) in try URingBackend(configuration: ring) }
         } else {
             try startup.run(backendName: "glibc") { () throws(Errno) in try GlibcBackend(segmentation: segmentation) }
+        }
+    }
+
+    /// in.tftpd detaches unless -L; inetd and systemd supervise the process themselves.
+    func detach(_ mode: ServingMode) throws -> ServerStartup.Detached? {
+        guard mode == .standalone && !options.foreground else { return nil }
+        var null: Int32 = -1
+        let ready = stampede_detach(&null)
+        if ready < 0 { throw serveFailure("cannot detach into the background: \(Errno(-ready))") }
+        return ServerStartup.Detached(ready: ready, null: null)
+    }
+
+    /// The plan, from the flags and what only the host can say (its addresses, limits, cores,
+    /// umask, io_uring, the interfaces --proxy-dhcp names). Resolved before -s: a chroot has no
+    /// /etc/hosts or /etc/services.
+    func makePlan(_ mode: ServingMode, fileLimit: rlim_t, inheritedUmask: mode_t) throws -> ServePlan {
+        var facts = ServePlan.Facts(mode: mode, addresses: mode == .standalone ? try listenAddresses(options) : [],
+                                    fileLimit: Int(min(fileLimit, rlim_t(Int.max))), processors: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))),
+                                    inheritedUmask: inheritedUmask, uring: URingBackend.probe())
+        facts.bootInterfaces = try options.proxyDHCP.map { address in
+            do { return try NetworkInterface.holding(SocketAddress(ipv4: address, port: 0)) } catch {
+                throw serveFailure("--proxy-dhcp \(address): no interface of this host has this address", status: 65)
+            }
+        }
+        do { return try ServePlan(options, facts) } catch { throw serveFailure(error.message, status: error.status) }
+    }
+
+    /// What SIGHUP does: the log file reopened (after logrotate moved it), --https's certificate
+    /// and key read again; what failed, or nil.
+    func hangup(_ destination: LogDestination, _ tls: TLSIdentity?, _ logger: Logger) -> @Sendable () -> String? {
+        let reopen: (@Sendable () -> String?)? = if case .file(let file) = destination { file.reopen } else { nil }
+        return {
+            var problems = reopen?().map { [$0] } ?? []
+            if let tls {
+                switch tls.reload() {
+                case .success(let context):
+                    logger.notice("SIGHUP: --https certificate for \(context.names) loaded again (expires \(TLSContext.date(context.notAfter))); new connections use it")
+                case .failure(let problem):
+                    problems.append("--https: \(problem): still serving the certificate loaded before")
+                }
+            }
+            return problems.isEmpty ? nil : problems.joined(separator: "; ")
         }
     }
 

@@ -33,13 +33,30 @@ struct ServerStartup {
     /// `--https`'s certificate and key, loaded.
     let tls: TLSIdentity?
 
+    /// Makes every server of the plan (each binds as the starting user), becomes the serving
+    /// user, says what serves, and serves until SIGTERM.
     func run<Backend: DatagramBackend>(backendName: String, makeBackend: () throws(Errno) -> Backend) throws {
-        let logger = configuration.logger
-        let workerCount = plan.workerCount
-        let http = plan.http
-        let server: Server<Backend>
+        let server = try tftp(backendName: backendName, makeBackend: makeBackend)
+        let (web, secure) = try webServers(beside: server)
+        let webServers = [web, secure].compactMap { $0 }
+        let proxy = try proxyDHCP()
+        let listener = try metricsListener(server, webServers, proxy, backendName: backendName)
+        defer { listener?.stopListening() }
+        try account?.become(configuration.logger)
+        warnOfUnreadableCertificate()
+        removeStaleUploads(server)
+        stampede_install_stop_signals()
+        if let detached { stampede_detach_done(detached.ready, detached.null) }
+        announce(server, web: web, secure: secure, proxy: proxy, metrics: listener)
+        let threads = webServers.flatMap { $0.start() } + (proxy.map { [$0.start()] } ?? [])
+        defer { for thread in threads { thread.join() } }
+        let summary = serve(server, web: web, secure: secure, proxy: proxy)
+        configuration.logger.notice("\(stopped(summary))")
+    }
+
+    private func tftp<Backend: DatagramBackend>(backendName: String, makeBackend: () throws(Errno) -> Backend) throws -> Server<Backend> {
         do {
-            server = try Server(configuration: configuration, workerCount: workerCount, cache: cache, makeBackend: makeBackend)
+            return try Server(configuration: configuration, workerCount: plan.workerCount, cache: cache, makeBackend: makeBackend)
         } catch {
             guard case .system(let errno) = error else { throw serveFailure("cannot serve: \(error)") }
             let addresses = configuration.inheritedListeners.isEmpty
@@ -47,7 +64,10 @@ struct ServerStartup {
                 : "the passed sockets (fds \(configuration.inheritedListeners.map(String.init).joined(separator: ", ")))"
             throw serveFailure("cannot listen on \(addresses) with the \(backendName) backend: \(errno)")
         }
-        // --http and --https: one engine, each its own loops, the connection limits shared.
+    }
+
+    /// --http and --https: one engine, each its own loops, the connection limits shared.
+    private func webServers<Backend: DatagramBackend>(beside server: Server<Backend>) throws -> (web: HTTPServer?, secure: HTTPServer?) {
         let connections = ManagedAtomic<Int>(0)
         let clients = ClientConnections(maxConnections: plan.options.httpMaxPerClient ?? 64,
                                         loopbackUncounted: plan.options.httpMaxPerClient == nil)
@@ -55,29 +75,32 @@ struct ServerStartup {
             do {
                 return try http.map { http throws(Errno) in
                     try HTTPServer(configuration: configuration, http: http, files: server.files, fileLabels: server.fileLabels,
-                                   admission: server.admission, loopCount: workerCount, open: connections, clients: clients)
+                                   admission: server.admission, loopCount: plan.workerCount, open: connections, clients: clients)
                 }
             } catch {
                 throw serveFailure("cannot listen for \(name) on \(http!.listenAddresses.map(\.description).joined(separator: ", ")): \(error)")
             }
         }
-        let web = try serve(http, "HTTP")
         var https = plan.https
         https?.tls = tls
-        let secure = try serve(https, "HTTPS")
-        let webServers = [web, secure].compactMap { $0 }
-        // Its packet and raw sockets need CAP_NET_RAW: made before -u drops it.
-        var proxy: ProxyDHCPServer?
-        if !plan.bootNetworks.isEmpty {
-            do {
-                proxy = try ProxyDHCPServer(networks: plan.bootNetworks, receiveBuffer: configuration.listenerReceiveBuffer,
-                                            logger: logger, json: configuration.logFormat == .json)
-            } catch {
-                throw serveFailure("--proxy-dhcp: \(error)")
-            }
+        return (try serve(plan.http, "HTTP"), try serve(https, "HTTPS"))
+    }
+
+    /// Its packet and raw sockets need CAP_NET_RAW: made before -u drops it.
+    private func proxyDHCP() throws -> ProxyDHCPServer? {
+        guard !plan.bootNetworks.isEmpty else { return nil }
+        do {
+            return try ProxyDHCPServer(networks: plan.bootNetworks, receiveBuffer: configuration.listenerReceiveBuffer,
+                                       logger: configuration.logger, json: configuration.logFormat == .json)
+        } catch {
+            throw serveFailure("--proxy-dhcp: \(error)")
         }
-        // Bound as the starting user (a port below 1024 needs root), served on a thread of its own.
-        let listener = try plan.options.metrics.map { address in
+    }
+
+    /// Bound as the starting user (a port below 1024 needs root), served on a thread of its own.
+    private func metricsListener<Backend: DatagramBackend>(_ server: Server<Backend>, _ webServers: [HTTPServer], _ proxy: ProxyDHCPServer?,
+                                          backendName: String) throws -> MetricsListener? {
+        try plan.options.metrics.map { address in
             let exporter = MetricsExporter(workers: server.workers.map(\.metrics) + webServers.flatMap(\.metrics) + (proxy.map { [$0.metrics] } ?? []),
                                            cache: cache,
                                            fileLabels: server.fileLabels,
@@ -85,38 +108,46 @@ struct ServerStartup {
                                            process: processFigures ?? ProcessFigures(), tls: tls)
             exporter.bootstrapMetricsSystem()
             do {
-                return try MetricsListener(host: address.host, port: address.port, exporter: exporter, logger: logger)
+                return try MetricsListener(host: address.host, port: address.port, exporter: exporter, logger: configuration.logger)
             } catch {
                 throw serveFailure("cannot serve metrics on \(address): \(error)")
             }
         }
-        defer { listener?.stopListening() }
-        try account?.become(logger)
-        if let tls, !tls.unreadableForReload.isEmpty {
-            logger.warning("""
-                --https: SIGHUP cannot load the certificate again: as \(account?.name ?? "this user")\(plan.options.secure ? " in the chroot" : ""), \
-                \(tls.unreadableForReload.joined(separator: "; ")) (give the serving user read access, as Debian's ssl-cert group does)
-                """)
-        }
-        // As the serving user, who wrote them: what a killed server's uploads left behind. A walk
-        // of the whole tree, on the disk thread while the server serves: only files older than
-        // this start, which no upload of this server can have made.
+    }
+
+    private func warnOfUnreadableCertificate() {
+        guard let tls, !tls.unreadableForReload.isEmpty else { return }
+        configuration.logger.warning("""
+            --https: SIGHUP cannot load the certificate again: as \(account?.name ?? "this user")\(plan.options.secure ? " in the chroot" : ""), \
+            \(tls.unreadableForReload.joined(separator: "; ")) (give the serving user read access, as Debian's ssl-cert group does)
+            """)
+    }
+
+    /// As the serving user, who wrote them: what a killed server's uploads left behind. A walk
+    /// of the whole tree, on the disk thread while the server serves: only files older than
+    /// this start, which no upload of this server can have made.
+    private func removeStaleUploads<Backend: DatagramBackend>(_ server: Server<Backend>) {
         let rootFD = configuration.policy.root
         let startedAt = FileCache.realTime()
+        let logger = configuration.logger
         server.disk.submit {
             let stale = Upload.removeStale(beneath: rootFD, changedBefore: startedAt)
             if stale > 0 { logger.notice("removed \(stale) temporary files of interrupted uploads") }
         }
-        stampede_install_stop_signals()
-        if let detached { stampede_detach_done(detached.ready, detached.null) }
+    }
+
+    /// What serves, where, and how: a line per server.
+    private func announce<Backend: DatagramBackend>(_ server: Server<Backend>, web: HTTPServer?, secure: HTTPServer?, proxy: ProxyDHCPServer?,
+                                   metrics listener: MetricsListener?) {
+        let logger = configuration.logger
         logger.notice("""
             serving \(root)\(plan.options.secure ? " (chroot)" : "") on \(server.boundAddresses.map(\.description).joined(separator: ", ")) \
-            with \(workerCount) workers, backend \(server.workers[0].backend) (\(plan.backendReason)), \(server.workers[0].backend.segmentation)
+            with \(plan.workerCount) workers, backend \(server.workers[0].backend) (\(plan.backendReason)), \(server.workers[0].backend.segmentation)
             """)
         if let listener { logger.notice("metrics on http://\(listener.address)/metrics") }
-        if let web {
+        if let web, let http = plan.http {
             let urls = web.boundAddresses.map { "http://\($0)/" }.joined(separator: ", ")
-            logger.notice("serving \(root) over HTTP on \(urls) with \(web.loops.count) event loops, at most \(http!.maxConnections) connections")
+            logger.notice("serving \(root) over HTTP on \(urls) with \(web.loops.count) event loops, at most \(http.maxConnections) connections")
         }
         if let secure, let tls {
             let urls = secure.boundAddresses.map { "https://\($0)/" }.joined(separator: ", ")
@@ -133,34 +164,38 @@ struct ServerStartup {
                 broadcasts, and what is sent to \(network.address) on ports 67 and 4011 from any interface (relays): \(menu.joined(separator: ", "))
                 """)
         }
-        let threads = webServers.flatMap { $0.start() } + (proxy.map { [$0.start()] } ?? [])
-        defer { for thread in threads { thread.join() } }
-        let summary: WorkerSummary
-        if let notifier {
-            notifier.notify("READY=1\nSTATUS=serving \(root)\nMAINPID=\(getpid())")
-            let done = Done()
-            let loops: [(String, WorkerMetrics)] = (web?.loops ?? []).enumerated().map { ("HTTP loop \($0.offset)", $0.element.metrics) }
-                + (secure?.loops ?? []).enumerated().map { ("HTTPS loop \($0.offset)", $0.element.metrics) }
-            let heartbeats = server.workers.enumerated().map { ("worker \($0.offset)", $0.element.metrics) } + loops
-                + (proxy.map { [("the proxyDHCP responder", $0.metrics)] } ?? [])
-            let supervisor = SystemThread { notifier.supervise(heartbeats: heartbeats, logger: logger) { done.flag.load(ordering: .acquiring) } }
-            summary = server.run()
-            done.flag.store(true, ordering: .releasing)
-            supervisor.join()
-        } else {
-            summary = server.run()
-        }
-        logger.notice("""
-            stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes); \
-            \(summary.refused) requests refused (\(summary.notFound) of them for a file not there), \
-            \(summary.unanswered) requests unanswered while busy, \(summary.repeated) repeats of a running transfer's request dropped, \
-            \(summary.lateTimers) timers fired 10 ms or more late; \
-            \(summary.backend.sendFailures) datagrams the kernel would not send, \
-            \(summary.backend.socketQueueDrops) dropped on their way in (full socket queues; \(summary.backend.listenerQueueDrops) of them at the listeners), \
-            \(summary.backend.receiveBufferExhausted.map { "\($0) receives that found no buffer, " } ?? "")\
-            \(summary.backend.segmentedSends) segmented sends\
-            \(summary.backend.segmentationFallbacks > 0 ? ", \(summary.backend.segmentationFallbacks) sent again one datagram at a time where the path refused GSO" : "")
-            """)
+    }
+
+    /// Serves until SIGTERM; under systemd, says READY and pings the watchdog while every loop turns.
+    private func serve<Backend: DatagramBackend>(_ server: Server<Backend>, web: HTTPServer?, secure: HTTPServer?, proxy: ProxyDHCPServer?) -> WorkerSummary {
+        guard let notifier else { return server.run() }
+        notifier.notify("READY=1\nSTATUS=serving \(root)\nMAINPID=\(getpid())")
+        let done = Done()
+        let loops: [(String, WorkerMetrics)] = (web?.loops ?? []).enumerated().map { ("HTTP loop \($0.offset)", $0.element.metrics) }
+            + (secure?.loops ?? []).enumerated().map { ("HTTPS loop \($0.offset)", $0.element.metrics) }
+        let heartbeats = server.workers.enumerated().map { ("worker \($0.offset)", $0.element.metrics) } + loops
+            + (proxy.map { [("the proxyDHCP responder", $0.metrics)] } ?? [])
+        let logger = configuration.logger
+        let supervisor = SystemThread { notifier.supervise(heartbeats: heartbeats, logger: logger) { done.flag.load(ordering: .acquiring) } }
+        let summary = server.run()
+        done.flag.store(true, ordering: .releasing)
+        supervisor.join()
+        return summary
+    }
+
+    /// The last line: what the server did.
+    private func stopped(_ summary: WorkerSummary) -> String {
+        """
+        stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes); \
+        \(summary.refused) requests refused (\(summary.notFound) of them for a file not there), \
+        \(summary.unanswered) requests unanswered while busy, \(summary.repeated) repeats of a running transfer's request dropped, \
+        \(summary.lateTimers) timers fired 10 ms or more late; \
+        \(summary.backend.sendFailures) datagrams the kernel would not send, \
+        \(summary.backend.socketQueueDrops) dropped on their way in (full socket queues; \(summary.backend.listenerQueueDrops) of them at the listeners), \
+        \(summary.backend.receiveBufferExhausted.map { "\($0) receives that found no buffer, " } ?? "")\
+        \(summary.backend.segmentedSends) segmented sends\
+        \(summary.backend.segmentationFallbacks > 0 ? ", \(summary.backend.segmentationFallbacks) sent again one datagram at a time where the path refused GSO" : "")
+        """
     }
 }
 
