@@ -84,6 +84,13 @@ final class FileResponder: HTTPResponder {
                   started: started)
             return true
         }
+        return answer(head, from: lease, name: name, kind: kind, on: connection, started: started)
+    }
+
+    /// The answer from the version `lease` holds: the part the head asks for (`Choice`), its head
+    /// written into the connection's memory for heads; the lease is the answer's while it sends.
+    private func answer(_ head: RequestHead, from lease: consuming FileLease, name: [UInt8], kind: WorkerMetrics.Kind,
+                        on connection: Connection, started: Nanoseconds) -> Bool {
         let facts = FileFacts(lease.version)
         let status: Status
         var range = 0..<facts.size

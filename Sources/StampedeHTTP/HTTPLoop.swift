@@ -221,31 +221,8 @@ public final class HTTPLoop: @unchecked Sendable {
                 }
                 return
             }
-            guard open.loadThenWrappingIncrement(ordering: .relaxed) < http.maxConnections else {
-                open.wrappingDecrement(ordering: .relaxed)
+            guard admit(peer.unmapped, now: now) else {
                 Glibc.close(fd)
-                metrics.add(.httpConnectionsRefused)
-                logRefusal("\(peer.unmapped): connection closed: \(http.maxConnections) connections open (--http-max-connections)", now: now)
-                continue
-            }
-            if let refusal = clients?.open(peer.unmapped, handshake: http.tls != nil) {
-                open.wrappingDecrement(ordering: .relaxed)
-                Glibc.close(fd)
-                let clients = clients!
-                switch refusal {
-                case .connections:
-                    metrics.add(.httpConnectionsRefusedPerClient)
-                    logRefusal("""
-                        \(peer.unmapped): connection closed: \(clients.maxConnections) connections open from this client \
-                        (--http-max-per-client)
-                        """, now: now)
-                case .handshakes:
-                    metrics.add(.httpHandshakesRefusedPerClient)
-                    logRefusal("""
-                        \(peer.unmapped): connection closed: \(clients.maxHandshakes) TLS handshakes under way from this client \
-                        (a quarter of --http-max-per-client)
-                        """, now: now)
-                }
                 continue
             }
             // With the certificate of now: a reload (SIGHUP) changes the next handshakes only.
@@ -285,6 +262,35 @@ public final class HTTPLoop: @unchecked Sendable {
             // The request may be there already; edge-triggered, it would not be said again.
             service(slot, now: now)
         }
+    }
+
+    /// Whether a new connection from `peer` fits the limits (the server's connections, the
+    /// client's connections and handshakes): counted in if so; counted and said (once a second)
+    /// if not, and the caller closes it.
+    func admit(_ peer: SocketAddress, now: Nanoseconds) -> Bool {
+        guard open.loadThenWrappingIncrement(ordering: .relaxed) < http.maxConnections else {
+            open.wrappingDecrement(ordering: .relaxed)
+            metrics.add(.httpConnectionsRefused)
+            logRefusal("\(peer): connection closed: \(http.maxConnections) connections open (--http-max-connections)", now: now)
+            return false
+        }
+        guard let clients, let refusal = clients.open(peer, handshake: http.tls != nil) else { return true }
+        open.wrappingDecrement(ordering: .relaxed)
+        switch refusal {
+        case .connections:
+            metrics.add(.httpConnectionsRefusedPerClient)
+            logRefusal("""
+                \(peer): connection closed: \(clients.maxConnections) connections open from this client \
+                (--http-max-per-client)
+                """, now: now)
+        case .handshakes:
+            metrics.add(.httpHandshakesRefusedPerClient)
+            logRefusal("""
+                \(peer): connection closed: \(clients.maxHandshakes) TLS handshakes under way from this client \
+                (a quarter of --http-max-per-client)
+                """, now: now)
+        }
+        return false
     }
 
     /// How long accepting waits once the process is out of descriptors or memory, unless a

@@ -169,39 +169,27 @@ public final class RemapRules: @unchecked Sendable {
     public func apply(to filename: [UInt8], isWrite: Bool, client: SocketAddress,
                       servable: (([UInt8]) -> Bool)? = nil, trace: ((String) -> Void)? = nil) -> Outcome {
         var current = filename
-        var steps = 0
-        var work = 0
         var index = 0
         // A v4 client on a dual-stack socket (::ffff:a.b.c.d) is an IPv4 client, to 4 and 6
         // rules and to \i and \x, as tftpd-hpa sees it.
         let client = client.unmapped
         let skip: Flags = [isWrite ? .readsOnly : .writesOnly, client.isIPv6 ? .ipv4Only : .ipv6Only]
-        var matches = [regmatch_t](repeating: regmatch_t(), count: 10)
-        /// One regex run over `subject` from `offset`, counted against the limits.
-        func search(_ rule: Rule, _ subject: [UInt8], from offset: Int = 0) -> Bool? {
-            steps += 1
-            work += max(rule.positions, 1) * (subject.count - offset + 1)
-            guard steps <= maxSteps, work <= Self.matchingBudget else {
-                trace?("remap: breaking loop, input = \(sanitizedForLog(filename)), last = \(sanitizedForLog(subject))")
-                return nil
-            }
-            return Self.search(rule.regex, in: subject, from: offset, matches: &matches)
-        }
+        var run = Run(input: filename, trace: trace)
         trace?("remap: input: \(sanitizedForLog(current))")
         while index < rules.count {
             let rule = rules[index]
             index += 1
             if !rule.flags.isDisjoint(with: skip) { continue }
-            guard let found = search(rule, current) else { return .failed(.looped(steps: maxSteps)) }
+            guard let found = search(rule, current, &run) else { return .failed(.looped(steps: maxSteps)) }
             guard found != rule.flags.contains(.inverse) else { continue }
             if rule.flags.contains(.inverse) {
-                for i in matches.indices { matches[i] = regmatch_t(rm_so: -1, rm_eo: -1) }
+                for i in run.matches.indices { run.matches[i] = regmatch_t(rm_so: -1, rm_eo: -1) }
             }
             if rule.flags.contains(.abort) {
                 trace?("remap: rule \(rule.line): abort: \(sanitizedForLog(current))")
                 // The message is the replacement alone, its escapes expanded (7.3's MATCHONLY): "a
                 // ^secret denied" answers "denied" to "secret/x", not the name rewritten.
-                let message = expand(rule.replacement, in: current, matches: matches, client: client, matchOnly: true)
+                let message = expand(rule.replacement, in: current, matches: run.matches, client: client, matchOnly: true)
                 return .refused(message.isEmpty ? nil : String(decoding: message, as: UTF8.self))
             }
             if rule.flags.contains(.jump) {
@@ -211,38 +199,9 @@ public final class RemapRules: @unchecked Sendable {
             }
             var result = current
             if rule.flags.contains(.rewrite) {
-                result = expand(rule.replacement, in: current, matches: matches, client: client)
-                if rule.flags.contains(.everyMatch) {
-                    // sed's s///g: each search starts after the last replacement (a byte further
-                    // after an empty match), `^` matches only at the start, and an empty match
-                    // right after a match is passed over.
-                    var end = result.count - (current.count - Int(matches[0].rm_eo))
-                    var afterMatch = matches[0].rm_so != matches[0].rm_eo
-                    var from = afterMatch ? end : end + 1
-                    while from <= result.count, result.count <= Request.longestFilename {
-                        guard let again = search(rule, result, from: from) else { return .failed(.looped(steps: maxSteps)) }
-                        guard again else { break }
-                        let (start, stop) = (Int(matches[0].rm_so), Int(matches[0].rm_eo))
-                        if start == stop && start == end && afterMatch {
-                            (from, afterMatch) = (end + 1, false)
-                            continue
-                        }
-                        let before = result
-                        result = expand(rule.replacement, in: before, matches: matches, client: client)
-                        end = result.count - (before.count - stop)
-                        afterMatch = start != stop
-                        from = afterMatch ? end : end + 1
-                    }
-                } else if rule.flags.contains(.global) {
-                    while result.count <= Request.longestFilename {
-                        guard let again = search(rule, result) else { return .failed(.looped(steps: maxSteps)) }
-                        guard again else { break }
-                        result = expand(rule.replacement, in: result, matches: matches, client: client)
-                    }
-                }
-                guard result.count <= Request.longestFilename else {
-                    trace?("remap: rule \(rule.line): the name grew past \(Request.longestFilename) bytes")
-                    return .failed(.tooLong)
+                switch rewrite(current, by: rule, client: client, &run) {
+                case .mapped(let rewritten): result = rewritten
+                case let other: return other
                 }
             }
             if rule.flags.contains(.exitIfServable) {
@@ -250,9 +209,8 @@ public final class RemapRules: @unchecked Sendable {
                     trace?("remap: rule \(rule.line): ignoring rewrite (\(sanitizedForLog(result)) cannot be served)")
                     continue
                 }
-                current = result
-                trace?("remap: rule \(rule.line): \(sanitizedForLog(current)) can be served: exit")
-                return .mapped(current)
+                trace?("remap: rule \(rule.line): \(sanitizedForLog(result)) can be served: exit")
+                return .mapped(result)
             }
             if rule.flags.contains(.rewrite) {
                 current = result
@@ -269,6 +227,68 @@ public final class RemapRules: @unchecked Sendable {
         }
         trace?("remap: done")
         return .mapped(current)
+    }
+
+    /// One run of the rules over a name: the regex runs made and their cost, counted against the
+    /// limits, and the last run's matches.
+    struct Run {
+        let input: [UInt8]
+        let trace: ((String) -> Void)?
+        var steps = 0
+        var work = 0
+        var matches = [regmatch_t](repeating: regmatch_t(), count: 10)
+    }
+
+    /// One regex run over `subject` from `offset`, counted against the limits: whether it
+    /// matched, or nil when the run is over its limits.
+    func search(_ rule: Rule, _ subject: [UInt8], from offset: Int = 0, _ run: inout Run) -> Bool? {
+        run.steps += 1
+        run.work += max(rule.positions, 1) * (subject.count - offset + 1)
+        guard run.steps <= maxSteps, run.work <= Self.matchingBudget else {
+            run.trace?("remap: breaking loop, input = \(sanitizedForLog(run.input)), last = \(sanitizedForLog(subject))")
+            return nil
+        }
+        return Self.search(rule.regex, in: subject, from: offset, matches: &run.matches)
+    }
+
+    /// `current` rewritten by `rule`, which matched it (the run's matches): once, at every
+    /// match (`g`, as sed's s///g) or again until it no longer matches (`gg`); `.mapped` with the
+    /// name, or `.failed`.
+    func rewrite(_ current: [UInt8], by rule: Rule, client: SocketAddress, _ run: inout Run) -> Outcome {
+        var result = expand(rule.replacement, in: current, matches: run.matches, client: client)
+        if rule.flags.contains(.everyMatch) {
+            // sed's s///g: each search starts after the last replacement (a byte further after an
+            // empty match), `^` matches only at the start, and an empty match right after a match
+            // is passed over.
+            var end = result.count - (current.count - Int(run.matches[0].rm_eo))
+            var afterMatch = run.matches[0].rm_so != run.matches[0].rm_eo
+            var from = afterMatch ? end : end + 1
+            while from <= result.count, result.count <= Request.longestFilename {
+                guard let again = search(rule, result, from: from, &run) else { return .failed(.looped(steps: maxSteps)) }
+                guard again else { break }
+                let (start, stop) = (Int(run.matches[0].rm_so), Int(run.matches[0].rm_eo))
+                if start == stop && start == end && afterMatch {
+                    (from, afterMatch) = (end + 1, false)
+                    continue
+                }
+                let before = result
+                result = expand(rule.replacement, in: before, matches: run.matches, client: client)
+                end = result.count - (before.count - stop)
+                afterMatch = start != stop
+                from = afterMatch ? end : end + 1
+            }
+        } else if rule.flags.contains(.global) {
+            while result.count <= Request.longestFilename {
+                guard let again = search(rule, result, &run) else { return .failed(.looped(steps: maxSteps)) }
+                guard again else { break }
+                result = expand(rule.replacement, in: result, matches: run.matches, client: client)
+            }
+        }
+        guard result.count <= Request.longestFilename else {
+            run.trace?("remap: rule \(rule.line): the name grew past \(Request.longestFilename) bytes")
+            return .failed(.tooLong)
+        }
+        return .mapped(result)
     }
 
     /// regexec over a NUL-terminated copy of `subject` from `offset` (not a line's start there,

@@ -183,100 +183,13 @@ public struct BootProfile: Sendable, Equatable {
                 guard name == nil else { throw fail("a second profile line") }
                 name = rest[0]
             case "firmware":
-                guard let label = rest.first, !label.contains("=") else { throw fail("firmware takes a name, then retry=, tries=, backoff=, unexpected=") }
-                var settings = FirmwareLine(name: label)
-                for setting in rest.dropFirst() {
-                    let (key, value) = Self.split(setting)
-                    switch key {
-                    case "retry":
-                        guard let value, let interval = Self.duration(value) else { throw fail("retry=\(value ?? ""): write 250ms or 4s (1 ms to 255 s)") }
-                        settings.retransmit = interval
-                    case "tries":
-                        guard let value, let count = TFTPOption.decimal(value), (1...100).contains(count) else { throw fail("tries=\(value ?? ""): 1 to 100") }
-                        settings.retries = count - 1
-                    case "backoff":
-                        guard let value, let factor = TFTPOption.decimal(value), (1...1024).contains(factor) else { throw fail("backoff=\(value ?? ""): 1 to 1024") }
-                        settings.backoff = Int64(factor)
-                    case "unexpected":
-                        guard let value, ["ack", "wait"].contains(value) else { throw fail("unexpected=\(value ?? ""): ack or wait") }
-                        settings.answersBlocksOutOfOrder = value == "ack"
-                    default:
-                        throw fail("\(setting): a firmware line takes retry=, tries=, backoff= and unexpected=")
-                    }
-                }
-                firmware = settings
+                firmware = try Self.firmware(rest, line: number)
             case "reboot":
                 guard reboot == nil else { throw fail("a second reboot line") }
-                guard let count = rest.first.flatMap(TFTPOption.decimal), (0...1000).contains(count), rest.count <= 2 else {
-                    throw fail("reboot takes a count (0 to 1000), then after=SECONDS")
-                }
-                var delay: Nanoseconds = nanosecondsPerSecond
-                if rest.count == 2 {
-                    let (key, value) = Self.split(rest[1])
-                    guard key == "after", let value, let interval = Self.duration(value) else {
-                        throw fail("\(rest[1]): write after=500ms or after=5s (1 ms to 255 s)")
-                    }
-                    delay = interval
-                }
-                reboot = (count, delay)
-            case "http":
-                guard let firmware else { throw fail("http before any firmware line") }
-                guard rest.count == 2, rest[0] == "GET" else { throw fail("http takes GET and one name or URL (no TFTP options)") }
-                guard MachineIdentity.isValidTemplate(rest[1]) else { throw fail("\(rest[1]): \(Self.unknownTemplate)") }
-                if rest[1].hasPrefix("http://") {
-                    guard HTTPTarget(MachineIdentity(number: 0).expand(rest[1]), server: nil) != nil else {
-                        throw fail("\(rest[1]): write http://ADDRESS[:PORT]/PATH, with an IP address (no host names)")
-                    }
-                } else if rest[1].contains("://") {
-                    throw fail("\(rest[1]): only http:// URLs")
-                }
-                var stage = firmware.stage(.get, names: [rest[1]])
-                stage.overHTTP = true
-                stages.append(stage)
-            case "dhcp":
-                guard let firmware else { throw fail("dhcp before any firmware line") }
-                guard rest.count == 2, let client = DHCPAsk.Client(rawValue: rest[0]), case let (key, value) = Self.split(rest[1]),
-                      key == "arch", let value, let arch = TFTPOption.decimal(value), arch <= 0xFFFF else {
-                    throw fail("dhcp takes pxe, ipxe or http, then arch=N (option 93: 0 BIOS, 7 x64 UEFI, 16 x64 UEFI HTTP)")
-                }
-                var stage = firmware.stage(.get, names: [])
-                stage.dhcp = DHCPAsk(client: client, architecture: UInt16(arch))
-                stages.append(stage)
-            case "get", "try", "first", "probe", "head":
+                reboot = try Self.reboot(rest, line: number)
+            case "http", "dhcp", "get", "try", "first", "probe", "head":
                 guard let firmware else { throw fail("\(directive) before any firmware line") }
-                var words = rest
-                var action: Stage.Action
-                switch directive {
-                case "get": action = .get
-                case "try": action = .tryGet
-                case "first": action = .first
-                case "probe": action = .probe
-                default:
-                    guard let count = words.first.flatMap(TFTPOption.decimal), count > 0 else { throw fail("head takes a byte count, then a name") }
-                    action = .head(bytes: count)
-                    words.removeFirst()
-                }
-                var names: [String] = []
-                var options: [(name: String, value: String)] = []
-                for word in words {
-                    if word.contains("=") || word == "tsize" {
-                        let (key, value) = Self.split(word)
-                        guard let option = TFTPOption(rawValue: key) else {
-                            throw fail("\(key): not an option (\(TFTPOption.names))")
-                        }
-                        let text = value ?? (option == .tsize ? "0" : "")
-                        guard option.accepts(text) else { throw fail("\(word): \(option.takes)") }
-                        guard !options.contains(where: { $0.name == key }) else { throw fail("\(key) twice") }
-                        options.append((key, text))
-                    } else {
-                        guard options.isEmpty else { throw fail("\(word): names come before the options") }
-                        guard MachineIdentity.isValidTemplate(word) else { throw fail("\(word): \(Self.unknownTemplate)") }
-                        names.append(word)
-                    }
-                }
-                guard !names.isEmpty else { throw fail("\(directive) needs a file name") }
-                guard names.count == 1 || action == .first else { throw fail("\(directive) takes one name (first takes several)") }
-                stages.append(firmware.stage(action, names: names, options: options))
+                stages.append(try Self.stage(directive, rest, of: firmware, line: number))
             default:
                 throw fail("\(directive): not a directive (profile, firmware, get, try, first, probe, head, http, dhcp, reboot)")
             }
@@ -285,6 +198,115 @@ public struct BootProfile: Sendable, Equatable {
         guard !stages.isEmpty else { throw ParseError(line: 1, message: "no stages (get, try, first, probe, head, http, dhcp)") }
         self.init(name: name, stages: stages)
         if let reboot { (reboots, rebootDelay) = reboot }
+    }
+
+    /// `firmware NAME retry= tries= backoff= unexpected=`.
+    private static func firmware(_ rest: [String], line: Int) throws(ParseError) -> FirmwareLine {
+        func fail(_ message: String) -> ParseError { ParseError(line: line, message: message) }
+        guard let label = rest.first, !label.contains("=") else { throw fail("firmware takes a name, then retry=, tries=, backoff=, unexpected=") }
+        var settings = FirmwareLine(name: label)
+        for setting in rest.dropFirst() {
+            let (key, value) = split(setting)
+            switch key {
+            case "retry":
+                guard let value, let interval = duration(value) else { throw fail("retry=\(value ?? ""): write 250ms or 4s (1 ms to 255 s)") }
+                settings.retransmit = interval
+            case "tries":
+                guard let value, let count = TFTPOption.decimal(value), (1...100).contains(count) else { throw fail("tries=\(value ?? ""): 1 to 100") }
+                settings.retries = count - 1
+            case "backoff":
+                guard let value, let factor = TFTPOption.decimal(value), (1...1024).contains(factor) else { throw fail("backoff=\(value ?? ""): 1 to 1024") }
+                settings.backoff = Int64(factor)
+            case "unexpected":
+                guard let value, ["ack", "wait"].contains(value) else { throw fail("unexpected=\(value ?? ""): ack or wait") }
+                settings.answersBlocksOutOfOrder = value == "ack"
+            default:
+                throw fail("\(setting): a firmware line takes retry=, tries=, backoff= and unexpected=")
+            }
+        }
+        return settings
+    }
+
+    /// `reboot COUNT after=SECONDS`.
+    static func reboot(_ rest: [String], line: Int) throws(ParseError) -> (count: Int, delay: Nanoseconds) {
+        guard let count = rest.first.flatMap(TFTPOption.decimal), (0...1000).contains(count), rest.count <= 2 else {
+            throw ParseError(line: line, message: "reboot takes a count (0 to 1000), then after=SECONDS")
+        }
+        guard rest.count == 2 else { return (count, nanosecondsPerSecond) }
+        let (key, value) = split(rest[1])
+        guard key == "after", let value, let interval = duration(value) else {
+            throw ParseError(line: line, message: "\(rest[1]): write after=500ms or after=5s (1 ms to 255 s)")
+        }
+        return (count, interval)
+    }
+
+    /// A stage's line: `http GET NAME`, `dhcp CLIENT arch=N`, or `get`, `try`, `first`, `probe`,
+    /// `head BYTES` with names and TFTP options.
+    private static func stage(_ directive: String, _ rest: [String], of firmware: FirmwareLine, line: Int) throws(ParseError) -> Stage {
+        func fail(_ message: String) -> ParseError { ParseError(line: line, message: message) }
+        switch directive {
+        case "http":
+            guard rest.count == 2, rest[0] == "GET" else { throw fail("http takes GET and one name or URL (no TFTP options)") }
+            guard MachineIdentity.isValidTemplate(rest[1]) else { throw fail("\(rest[1]): \(unknownTemplate)") }
+            if rest[1].hasPrefix("http://") {
+                guard HTTPTarget(MachineIdentity(number: 0).expand(rest[1]), server: nil) != nil else {
+                    throw fail("\(rest[1]): write http://ADDRESS[:PORT]/PATH, with an IP address (no host names)")
+                }
+            } else if rest[1].contains("://") {
+                throw fail("\(rest[1]): only http:// URLs")
+            }
+            var stage = firmware.stage(.get, names: [rest[1]])
+            stage.overHTTP = true
+            return stage
+        case "dhcp":
+            guard rest.count == 2, let client = DHCPAsk.Client(rawValue: rest[0]), case let (key, value) = split(rest[1]),
+                  key == "arch", let value, let arch = TFTPOption.decimal(value), arch <= 0xFFFF else {
+                throw fail("dhcp takes pxe, ipxe or http, then arch=N (option 93: 0 BIOS, 7 x64 UEFI, 16 x64 UEFI HTTP)")
+            }
+            var stage = firmware.stage(.get, names: [])
+            stage.dhcp = DHCPAsk(client: client, architecture: UInt16(arch))
+            return stage
+        default:
+            return try fileStage(directive, rest, of: firmware, line: line)
+        }
+    }
+
+    /// `get`, `try`, `first`, `probe` or `head BYTES`: names, then TFTP options.
+    private static func fileStage(_ directive: String, _ rest: [String], of firmware: FirmwareLine, line: Int) throws(ParseError) -> Stage {
+        func fail(_ message: String) -> ParseError { ParseError(line: line, message: message) }
+        var words = rest
+        var action: Stage.Action
+        switch directive {
+        case "get": action = .get
+        case "try": action = .tryGet
+        case "first": action = .first
+        case "probe": action = .probe
+        default:
+            guard let count = words.first.flatMap(TFTPOption.decimal), count > 0 else { throw fail("head takes a byte count, then a name") }
+            action = .head(bytes: count)
+            words.removeFirst()
+        }
+        var names: [String] = []
+        var options: [(name: String, value: String)] = []
+        for word in words {
+            if word.contains("=") || word == "tsize" {
+                let (key, value) = split(word)
+                guard let option = TFTPOption(rawValue: key) else {
+                    throw fail("\(key): not an option (\(TFTPOption.names))")
+                }
+                let text = value ?? (option == .tsize ? "0" : "")
+                guard option.accepts(text) else { throw fail("\(word): \(option.takes)") }
+                guard !options.contains(where: { $0.name == key }) else { throw fail("\(key) twice") }
+                options.append((key, text))
+            } else {
+                guard options.isEmpty else { throw fail("\(word): names come before the options") }
+                guard MachineIdentity.isValidTemplate(word) else { throw fail("\(word): \(unknownTemplate)") }
+                names.append(word)
+            }
+        }
+        guard !names.isEmpty else { throw fail("\(directive) needs a file name") }
+        guard names.count == 1 || action == .first else { throw fail("\(directive) takes one name (first takes several)") }
+        return firmware.stage(action, names: names, options: options)
     }
 
     /// A `firmware` line: what the stages after it share.

@@ -196,6 +196,31 @@ struct Storm: ParsableCommand {
             print(BootProfile.builtInTexts[showProfile]!)
             return
         }
+        let plan = try makePlan()
+        try checkDescriptors(plan)
+        let progress: (@Sendable (StormReport, Int) -> Void)? = isatty(2) != 0 && !json ? Self.showProgressLine : nil
+        // SIGINT/SIGTERM end the storm early: running transfers count as interrupted, the report is printed.
+        stampede_install_stop_signals()
+        let before: MetricsSample?
+        do { before = try metrics.map { url throws(MetricsSample.Failure) in try MetricsSample.read(url) } } catch {
+            throw failure("--metrics: \(error)")
+        }
+        var report = try storm(plan, progress: progress)
+        if progress != nil { writeToStandardError("\n") }
+        if let metrics, let before {
+            do {
+                let view = ServerView(before: before, after: try Self.settledReading(metrics, running: before.sum("stampede_transfers_running")))
+                report.serverView = (view.text, view.json)
+            } catch {
+                writeToStandardError("storm: --metrics: \(error)\n")
+            }
+        }
+        print(json ? report.json : report.text)
+        if report.failed > 0 || report.ok == 0 { throw ExitCode(1) }
+    }
+
+    /// The storm the flags describe.
+    func makePlan() throws -> StormPlan {
         guard let server = SocketAddress(parsing: target!, defaultPort: 69, defaultHost: "127.0.0.1") else {
             throw ValidationError("\(target!): not an address (HOST[:PORT]).")
         }
@@ -231,9 +256,13 @@ struct Storm: ParsableCommand {
                 throw ValidationError("--verify \(verify): \(error)")
             }
         }
-        // Each machine holds a socket while it boots (and its HTTP connection, which it keeps; its
-        // DHCP goes through the storm's one socket): say so before starting if even the hard fd
-        // limit is short.
+        return plan
+    }
+
+    /// Each machine holds a socket while it boots (and its HTTP connection, which it keeps; its
+    /// DHCP goes through the storm's one socket): said before starting if even the hard fd limit
+    /// is short.
+    func checkDescriptors(_ plan: StormPlan) throws {
         let perMachine = (plan.profile.stages.contains { $0.dhcp == nil && !$0.overHTTP } ? 1 : 0) + (plan.profile.usesHTTP ? 1 : 0)
         let needed = rlim_t(plan.slots * perMachine + 64)
         if case .success(let limit) = liftFileLimit(), limit < needed {
@@ -242,41 +271,25 @@ struct Storm: ParsableCommand {
                 share them between processes with --slice
                 """)
         }
+    }
 
-        let progress: (@Sendable (StormReport, Int) -> Void)? = isatty(2) != 0 && !json ? Self.showProgressLine : nil
-        // SIGINT/SIGTERM end the storm early: running transfers count as interrupted, the report is printed.
-        stampede_install_stop_signals()
+    /// The storm itself, on the backend --backend names.
+    func storm(_ plan: StormPlan, progress: (@Sendable (StormReport, Int) -> Void)?) throws -> StormReport {
         let stop: @Sendable () -> Bool = { stampede_stop_requested() != 0 }
         let probe = URingBackend.probe()
         let useURing = backend == "uring" || (backend == "auto" && probe.available)
         if backend == "uring" && !probe.available { throw failure("--backend uring: \(probe.reason)") }
-        let before: MetricsSample?
-        do { before = try metrics.map { url throws(MetricsSample.Failure) in try MetricsSample.read(url) } } catch {
-            throw failure("--metrics: \(error)")
-        }
-        var report: StormReport
         do {
             if useURing {
-                report = try StormRunner.run(plan: plan, threads: threads, makeBackend: { () throws(Errno) in try makeURingBackend(largestBlock: plan.largestBlock, machines: (plan.slots + threads - 1) / threads) }, progress: progress,
-                                             stop: stop)
+                return try StormRunner.run(plan: plan, threads: threads, makeBackend: { () throws(Errno) in try makeURingBackend(largestBlock: plan.largestBlock, machines: (plan.slots + threads - 1) / threads) }, progress: progress,
+                                           stop: stop)
             } else {
-                report = try StormRunner.run(plan: plan, threads: threads, makeBackend: { () throws(Errno) in try GlibcBackend() },
-                                             progress: progress, stop: stop)
+                return try StormRunner.run(plan: plan, threads: threads, makeBackend: { () throws(Errno) in try GlibcBackend() },
+                                           progress: progress, stop: stop)
             }
         } catch {
             throw failure("cannot start the storm's backend: \(error)")
         }
-        if progress != nil { writeToStandardError("\n") }
-        if let metrics, let before {
-            do {
-                let view = ServerView(before: before, after: try Self.settledReading(metrics, running: before.sum("stampede_transfers_running")))
-                report.serverView = (view.text, view.json)
-            } catch {
-                writeToStandardError("storm: --metrics: \(error)\n")
-            }
-        }
-        print(json ? report.json : report.text)
-        if report.failed > 0 || report.ok == 0 { throw ExitCode(1) }
     }
 
     /// The server's metrics once its transfers of the storm are over: a transfer ends on the server

@@ -58,30 +58,13 @@ struct ServePlan {
         self.options = options
         mode = facts.mode
         addresses = facts.mode == .standalone ? facts.addresses : []
-        var warnings: [String] = []
         var notices: [String] = []
-        if facts.mode != .standalone && !options.address.isEmpty { warnings.append("-a is for -l (standalone); serving the passed sockets") }
-        if options.windowsize > TFTPOption.windowsize.range.upperBound {
-            warnings.append("""
-                -W \(options.windowsize): a window of 32,768 blocks or more makes block numbers ambiguous (a reordered \
-                old ACK would look new and corrupt the file): granting at most \(TFTPOption.windowsize.range.upperBound)
-                """)
-        }
-        // HTTP on --http's addresses, and on the listening TCP sockets a socket unit passes.
-        var passedHTTP: [Int32] = [], passedHTTPS: [Int32] = []
-        if case .systemd(_, let stream, let secure) = facts.mode { (passedHTTP, passedHTTPS) = (stream, secure) }
-        if !passedHTTPS.isEmpty && options.tlsCertificate == nil {
-            throw Refusal(message: "systemd passed a socket named https: --tls-certificate and --tls-key say what it presents", status: 64)
-        }
-        if options.https.isEmpty && passedHTTPS.isEmpty && options.tlsCertificate != nil {
-            throw Refusal(message: "--tls-certificate and --tls-key are for --https, or a socket systemd passes named https", status: 64)
-        }
-        let servesHTTP = !options.http.isEmpty || !passedHTTP.isEmpty || !options.https.isEmpty || !passedHTTPS.isEmpty
+        let passed = try Self.passedWebSockets(options, facts.mode)
+        let servesHTTP = !options.http.isEmpty || !passed.http.isEmpty || !options.https.isEmpty || !passed.https.isEmpty
         // Every descriptor a connection, a transfer or an image may hold, out of the limit.
         budget = DescriptorBudget(limit: facts.fileLimit, imageBytes: options.cacheSize << 20,
                                   smallestImage: servesHTTP ? FileImage.sharedFrom : nil,
                                   httpConnections: options.httpMaxConnections, transferSockets: options.maxTransferSockets)
-        warnings += budget.warnings
         // With HTTP, images of 64 KiB and more are memfds, which HTTP sends with sendfile.
         cacheLimits = FileCache.Limits(budget: options.cacheSize << 20, fileLimit: options.cacheFileLimit << 20,
                                        sharedFrom: servesHTTP ? FileImage.sharedFrom : nil, sharedImages: budget.images)
@@ -94,24 +77,60 @@ struct ServePlan {
             workerCount = 1
         }
         self.workerCount = max(1, workerCount)
-        if !options.http.isEmpty || !passedHTTP.isEmpty {
-            var http = Self.web(options.http, options, connections: budget.httpConnections)
-            http.inheritedListeners = passedHTTP
-            self.http = http
-        } else {
-            http = nil
+        http = Self.web(options.http, passed: passed.http, options, connections: budget.httpConnections)
+        https = Self.web(options.https, passed: passed.https, options, connections: budget.httpConnections)
+        bootNetworks = Self.bootNetworks(options, facts.bootInterfaces)
+        (useURing, backendReason) = try Self.backend(options, facts.uring)
+        warnings = Self.warnings(options, facts.mode) + budget.warnings
+        self.notices = notices
+        fileUmask = options.umask?.bits ?? (options.permissive ? facts.inheritedUmask : 0)
+    }
+
+    /// What the flags ask that the server serves otherwise than asked: said at start.
+    static func warnings(_ options: ServeOptions, _ mode: ServingMode) -> [String] {
+        var warnings: [String] = []
+        if mode != .standalone && !options.address.isEmpty { warnings.append("-a is for -l (standalone); serving the passed sockets") }
+        if options.windowsize > TFTPOption.windowsize.range.upperBound {
+            warnings.append("""
+                -W \(options.windowsize): a window of 32,768 blocks or more makes block numbers ambiguous (a reordered \
+                old ACK would look new and corrupt the file): granting at most \(TFTPOption.windowsize.range.upperBound)
+                """)
         }
-        if !options.https.isEmpty || !passedHTTPS.isEmpty {
-            var https = Self.web(options.https, options, connections: budget.httpConnections)
-            https.inheritedListeners = passedHTTPS
-            self.https = https
-        } else {
-            https = nil
+        if !options.bootFile.isEmpty && options.proxyDHCP.isEmpty { warnings.append("--boot-file without --proxy-dhcp: nothing offers it") }
+        if !options.proxyDHCP.isEmpty, let idle = options.idleTimeout, idle > 0 {
+            warnings.append("-t \(idle) with --proxy-dhcp: once the server exits for being idle, no machine's DHCP is answered until it is started again")
         }
-        // What each boot network's machines get: the operator's --boot-file over the defaults,
-        // iPXE's script and UEFI HTTP Boot's loader over --http where it serves that address.
+        return warnings
+    }
+
+    /// The listening TCP sockets a socket unit passes, for HTTP and (named https) for HTTPS; a
+    /// certificate with nothing to present it on, or a socket for HTTPS with no certificate, is
+    /// refused.
+    static func passedWebSockets(_ options: ServeOptions, _ mode: ServingMode) throws(Refusal) -> (http: [Int32], https: [Int32]) {
+        var passed: (http: [Int32], https: [Int32]) = ([], [])
+        if case .systemd(_, let stream, let secure) = mode { passed = (stream, secure) }
+        if !passed.https.isEmpty && options.tlsCertificate == nil {
+            throw Refusal(message: "systemd passed a socket named https: --tls-certificate and --tls-key say what it presents", status: 64)
+        }
+        if options.https.isEmpty && passed.https.isEmpty && options.tlsCertificate != nil {
+            throw Refusal(message: "--tls-certificate and --tls-key are for --https, or a socket systemd passes named https", status: 64)
+        }
+        return passed
+    }
+
+    /// An HTTP server on `addresses` and the sockets passed for it; nil: neither.
+    static func web(_ addresses: [TCPAddress], passed: [Int32], _ options: ServeOptions, connections: Int) -> HTTPConfiguration? {
+        guard !addresses.isEmpty || !passed.isEmpty else { return nil }
+        var http = web(addresses, options, connections: connections)
+        http.inheritedListeners = passed
+        return http
+    }
+
+    /// What each boot network's machines get: the operator's --boot-file over the defaults,
+    /// iPXE's script and UEFI HTTP Boot's loader over --http where it serves that address.
+    static func bootNetworks(_ options: ServeOptions, _ interfaces: [NetworkInterface]) -> [BootNetwork] {
         let choices = Dictionary(options.bootFile.map { ($0.selector, $0.target) }, uniquingKeysWith: { _, last in last })
-        bootNetworks = zip(options.proxyDHCP, facts.bootInterfaces).map { address, interface in
+        return zip(options.proxyDHCP, interfaces).map { address, interface in
             // Plain HTTP where it serves the address (firmware trusts it with no CA enrolled),
             // else HTTPS (whose certificate must name the address, and its CA be enrolled).
             func serving(_ addresses: [TCPAddress]) -> TCPAddress? {
@@ -121,24 +140,20 @@ struct ServePlan {
                 ?? serving(options.https).map { "https://\(address)\($0.port == 443 ? "" : ":\($0.port)")/" }
             return BootNetwork(address: address, interface: interface, menu: BootMenu.withDefaults(choices, httpBase: base))
         }
-        if !options.bootFile.isEmpty && options.proxyDHCP.isEmpty { warnings.append("--boot-file without --proxy-dhcp: nothing offers it") }
-        if !options.proxyDHCP.isEmpty, let idle = options.idleTimeout, idle > 0 {
-            warnings.append("-t \(idle) with --proxy-dhcp: once the server exits for being idle, no machine's DHCP is answered until it is started again")
-        }
-        // --backend: auto takes io_uring when the probe (ENOSYS, EPERM from seccomp,
-        // kernel.io_uring_disabled, memory limits, kernel features) says it works.
+    }
+
+    /// --backend: auto takes io_uring when the probe (ENOSYS, EPERM from seccomp,
+    /// kernel.io_uring_disabled, memory limits, kernel features) says it works.
+    static func backend(_ options: ServeOptions, _ uring: (available: Bool, reason: String)) throws(Refusal) -> (Bool, String) {
         switch options.backend {
         case .glibc:
-            (useURing, backendReason) = (false, "asked for")
+            return (false, "asked for")
         case .uring:
-            guard facts.uring.available else { throw Refusal(message: "--backend uring: \(facts.uring.reason)") }
-            (useURing, backendReason) = (true, "asked for")
+            guard uring.available else { throw Refusal(message: "--backend uring: \(uring.reason)") }
+            return (true, "asked for")
         case .auto:
-            (useURing, backendReason) = (facts.uring.available, "auto: " + facts.uring.reason)
+            return (uring.available, "auto: " + uring.reason)
         }
-        self.warnings = warnings
-        self.notices = notices
-        fileUmask = options.umask?.bits ?? (options.permissive ? facts.inheritedUmask : 0)
     }
 
     /// An HTTP server's configuration from the --http-* flags: --http and --https have the same
