@@ -8,9 +8,9 @@ import StampedeTLS
 
 /// `--https`: what the loop does differently for a connection that speaks TLS. The connection's
 /// life is the same (`ConnectionState`, with the handshake first); its bytes go through its
-/// `TLSSession`: read decrypted, and written from where the plain path sends them, the file
-/// image's memory (SSL_write encrypts from it, no other copy), or, where the kernel has TLS,
-/// from the image's memfd by SSL_sendfile.
+/// `TLSSession` (`Transport.tls`): read decrypted, and written by the one body writer
+/// (`HTTPLoop+Write.swift`) from the file image's memory (SSL_write encrypts from it, no other
+/// copy), or, where the kernel has TLS, from the image's memfd by SSL_sendfile.
 extension HTTPLoop {
     /// The most one TLS write takes: a record's plaintext.
     static let tlsRecord = 16384
@@ -87,98 +87,5 @@ extension HTTPLoop {
         }
         close(slot)
         return false
-    }
-
-    /// `write`'s way over TLS: the head (with the whole body when both fit one record), then the
-    /// body a record at a time, until the answer is done, the socket is full, or the turn's
-    /// budget is spent. A write the socket could not take is made again with the same bytes
-    /// (`TLSSession.write`): each chunk is a function of the answer's progress alone.
-    func write(_ slot: Int, _ connection: Connection, through tls: TLSSession, now: Nanoseconds) -> Written {
-        while var response = connection.response {
-            if response.isDone { return .done }
-            let source = connection.source
-            let headLeft = response.head.count - response.headSent
-            let bodyLeft = response.end - response.offset
-            var path = WorkerMetrics.Count.tlsWrittenBytes
-            let outcome: TLSSession.Outcome
-            if headLeft > 0 {
-                let joined = headLeft + bodyLeft <= Self.tlsRecord
-                outcome = response.head.withUnsafeBytes { head in
-                    let rest = UnsafeRawBufferPointer(rebasing: head[response.headSent...])
-                    guard joined && bodyLeft > 0 else { return tls.write(rest) }
-                    // A small answer in one record: head and body side by side in the scratch buffer.
-                    return withMemoryBody(response, source, count: bodyLeft) { body in
-                        let record = UnsafeMutableRawBufferPointer(rebasing: scratch[..<(headLeft + bodyLeft)])
-                        record.copyMemory(from: rest)
-                        UnsafeMutableRawBufferPointer(rebasing: record[headLeft...]).copyMemory(from: body)
-                        return tls.write(UnsafeRawBufferPointer(record))
-                    } ?? tls.write(rest)
-                }
-            } else if case .stream(let file)? = source, case .file = response.body {
-                // As the plain path: asked before each record, and the last byte sent only when
-                // it is read and the file is found unchanged.
-                let count = min(bodyLeft, Self.tlsRecord)
-                let chunk = UnsafeMutableRawBufferPointer(rebasing: scratch[..<count])
-                let read = try? file.read(response.offset..<(response.offset + count), into: chunk)
-                if let change = file.change() {
-                    connection.response = response
-                    abandon(slot, "the file changed while it was sent (\(change)): closed before the last byte", .serverError)
-                    return .abandoned
-                }
-                guard read == count else {
-                    connection.response = response
-                    abandon(slot, "the file shrank while it was sent: closed before the last byte", .serverError)
-                    return .abandoned
-                }
-                outcome = tls.write(UnsafeRawBufferPointer(chunk))
-            } else if tls.kernelSends, case .file = response.body, case .image(let image)? = source, let fd = image.descriptor {
-                // Kernel TLS: encrypted by the kernel straight from the image's memfd.
-                path = .tlsKernelBytes
-                outcome = tls.sendfile(from: fd, offset: response.offset, count: min(bodyLeft, http.connectionLimits.writeBudget))
-            } else {
-                outcome = withMemoryBody(response, source, count: min(bodyLeft, Self.tlsRecord)) { tls.write($0) }
-                    ?? .failed("no body to send")
-            }
-            switch outcome {
-            case .bytes(let sent):
-                let fromHead = min(sent, headLeft)
-                response.headSent += fromHead
-                let bodySent = sent - fromHead
-                response.offset += bodySent
-                if case .file = response.body { metrics.add(.httpFileBytesSent, bodySent) }
-                metrics.add(path, bodySent)
-                metrics.add(.httpBytesSent, sent)
-                connection.response = response
-                if connection.state.handle(.wrote(sent), now: now) == .yieldTurn && !response.isDone { return .yielded }
-            case .wouldBlock:
-                connection.response = response
-                return .blocked
-            case .closed:
-                connection.response = response
-                abandon(slot, "the client closed the connection", .closedByClient)
-                return .abandoned
-            case .failed(let why):
-                connection.response = response
-                abandon(slot, "TLS: \(why)", .serverError)
-                return .abandoned
-            }
-        }
-        return .done
-    }
-
-    /// Calls `body` with the next `count` bytes of a body held in memory: a file image's (mapped,
-    /// whether or not it is a memfd) or the answer's own bytes. Nil for a body read from the file
-    /// as it goes.
-    func withMemoryBody(_ response: Response, _ source: TransferSource?, count: Int,
-                        _ body: (UnsafeRawBufferPointer) -> TLSSession.Outcome) -> TLSSession.Outcome? {
-        let range = response.offset..<(response.offset + count)
-        switch (response.body, source) {
-        case (.file, .image(let image)?):
-            return body(image.slice(range))
-        case (.bytes(let bytes), _):
-            return bytes.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[range])) }
-        default:
-            return nil
-        }
     }
 }

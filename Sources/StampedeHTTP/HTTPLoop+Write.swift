@@ -1,0 +1,132 @@
+import StampedeProtocol
+import StampedeServer
+
+/// The one body writer, for plain and TLS connections alike (`Transport` says what differs): an
+/// answer's head, then its body from where it lives, until the answer is done, the socket is
+/// full, or the turn's budget is spent.
+extension HTTPLoop {
+    enum Written {
+        /// The whole answer is out.
+        case done
+        /// The socket is full: the next readiness goes on.
+        case blocked
+        /// The turn's budget is spent: the next turn goes on.
+        case yielded
+        /// An error or a change of the file ended it, and the connection.
+        case abandoned
+    }
+
+    /// What the next write of an answer is, and how it went.
+    enum Step {
+        case sent(Transport.Sent, viaSendfile: Bool)
+        /// The streamed file changed (or shrank) under the answer: why.
+        case fileChanged(String)
+    }
+
+    /// Writes the answer: each write's bytes are a function of the answer's progress alone, so a
+    /// write the socket could not take is made again with the same bytes (as TLS requires).
+    func write(_ slot: Int, _ connection: Connection, now: Nanoseconds) -> Written {
+        let transport = connection.transport
+        while var response = connection.response {
+            if response.isDone { return .done }
+            let headLeft = response.head.count - response.headSent
+            switch next(response, connection.source, transport) {
+            case .fileChanged(let why):
+                abandon(slot, "the file changed while it was sent (\(why)): closed before the last byte", .serverError)
+                return .abandoned
+            case .sent(.bytes(0), _) where headLeft == 0:
+                // sendfile found the file shorter than the answer said it is.
+                abandon(slot, "the file shrank while it was sent: closed before the last byte", .serverError)
+                return .abandoned
+            case .sent(.bytes(let sent), let viaSendfile):
+                let fromHead = min(sent, headLeft)
+                response.headSent += fromHead
+                let bodySent = sent - fromHead
+                response.offset += bodySent
+                if case .file = response.body { metrics.add(.httpFileBytesSent, bodySent) }
+                if let path = transport.bodyPath(viaSendfile: viaSendfile) { metrics.add(path, bodySent) }
+                metrics.add(.httpBytesSent, sent)
+                connection.response = response
+                if connection.state.handle(.wrote(sent), now: now) == .yieldTurn && !response.isDone { return .yielded }
+            case .sent(.wouldBlock, _):
+                return .blocked
+            case .sent(.interrupted, _):
+                runnable.append(slot)  // edge-triggered: no edge would come
+                return .blocked
+            case .sent(.closed(let why), _):
+                abandon(slot, why, .closedByClient)
+                return .abandoned
+            case .sent(.failed(let why), _):
+                abandon(slot, why, .serverError)
+                return .abandoned
+            }
+        }
+        return .done
+    }
+
+    /// The next write of `response`: the rest of its head (with the start of a body held in
+    /// memory, where the transport joins them), then its body: from a file read as it goes, by
+    /// sendfile from an image's memfd, or from memory (a small image's, or the answer's own bytes).
+    func next(_ response: Response, _ source: TransferSource?, _ transport: Transport) -> Step {
+        let budget = http.connectionLimits.writeBudget
+        let bodyLeft = response.end - response.offset
+        let headLeft = response.head.count - response.headSent
+        if headLeft > 0 {
+            let joined = transport.joined(headLeft: headLeft, bodyLeft: bodyLeft, budget: budget)
+            return .sent(response.head.withUnsafeBytes { head in
+                let rest = UnsafeRawBufferPointer(rebasing: head[response.headSent...])
+                let together = joined == 0 ? nil : withMemoryBody(response, source, transport, count: joined) { body in
+                    transport.write(head: rest, body: body, more: bodyLeft > joined, scratch: scratch)
+                }
+                return together ?? transport.write(head: rest, body: UnsafeRawBufferPointer(start: nil, count: 0),
+                                                   more: bodyLeft > 0, scratch: scratch)
+            }, viaSendfile: false)
+        }
+        if case .file = response.body, case .stream(let file)? = source {
+            return streamed(file, response, transport, count: min(bodyLeft, transport.memoryChunk(budget: budget)))
+        }
+        if case .file = response.body, transport.sendsFiles, case .image(let image)? = source, let fd = image.descriptor {
+            // From the image's memfd: no copy into the socket (or into OpenSSL).
+            return .sent(transport.sendfile(from: fd, offset: response.offset, count: min(bodyLeft, budget)), viaSendfile: true)
+        }
+        let count = min(bodyLeft, transport.memoryChunk(budget: budget))
+        return .sent(withMemoryBody(response, source, transport, count: count) { transport.write($0) } ?? .failed("no body to send"),
+                     viaSendfile: false)
+    }
+
+    /// A body read from its file as it goes, so that a rewrite in place would make a body of two
+    /// versions: the file is asked before each sendfile and after each read, and the last byte
+    /// goes only once it is read and the file found unchanged. A change ends the connection short of its Content-Length,
+    /// which the client sees as a failed download. By sendfile where the transport sends files
+    /// (all but the last byte), else read into the scratch buffer, `count` bytes at a time.
+    func streamed(_ file: StreamedFile, _ response: Response, _ transport: Transport, count: Int) -> Step {
+        let last = response.offset == response.end - 1
+        if transport.sendsFiles && !last {
+            if let change = file.change() { return .fileChanged(change) }
+            let upTo = min(response.end - 1 - response.offset, http.connectionLimits.writeBudget)
+            return .sent(transport.sendfile(from: file.descriptor, offset: response.offset, count: upTo), viaSendfile: true)
+        }
+        let length = last ? 1 : count
+        let chunk = UnsafeMutableRawBufferPointer(rebasing: scratch[..<length])
+        let read = try? file.read(response.offset..<(response.offset + length), into: chunk)
+        if let change = file.change() { return .fileChanged(change) }
+        guard read == length else { return .fileChanged("shrank") }
+        return .sent(transport.write(UnsafeRawBufferPointer(chunk)), viaSendfile: false)
+    }
+
+    /// Calls `write` with the next `count` bytes of a body held in memory: a file image's
+    /// (mapped, memfd or not, where the transport does not send it by sendfile) or the answer's
+    /// own bytes. Nil for a body that is not in memory.
+    func withMemoryBody(_ response: Response, _ source: TransferSource?, _ transport: Transport, count: Int,
+                        _ write: (UnsafeRawBufferPointer) -> Transport.Sent) -> Transport.Sent? {
+        let range = response.offset..<(response.offset + count)
+        switch (response.body, source) {
+        case (.file, .image(let image)?) where image.descriptor == nil || !transport.sendsFiles:
+            return write(image.slice(range))
+        case (.bytes(let bytes), _):
+            return bytes.withUnsafeBytes { write(UnsafeRawBufferPointer(rebasing: $0[range])) }
+        default:
+            return nil
+        }
+    }
+}
