@@ -40,10 +40,15 @@ struct ConnectionState: Equatable {
     enum Event: Equatable {
         /// TLS: the handshake finished; requests may come.
         case handshakeDone
-        /// The loop serves the connection this turn: its write budget starts afresh.
-        case serviceBegins
+        /// TLS: the handshake failed, or the client closed before it finished.
+        case handshakeFailed
+        /// The loop serves the connection (its socket is ready, or its turn came): its write
+        /// budget starts afresh. `inputLeft`: bytes of a next request are read already.
+        case serviceBegins(inputLeft: Bool)
         /// Bytes of a request arrived.
         case bytesRead
+        /// What was read is not a whole head yet.
+        case headIncomplete
         /// A whole head was parsed; it asked to keep the connection (`keepAlive`) or not.
         case headParsed(keepAlive: Bool)
         /// The head could not be parsed: its refusal is the answer, and the last.
@@ -65,11 +70,16 @@ struct ConnectionState: Equatable {
     }
 
     enum Action: Equatable {
+        /// Nothing until the socket, the disk thread or the tick says more.
         case none
-        /// Read (and parse what comes).
+        /// TLS: go on with the handshake.
+        case handshake
+        /// Read what the client sent.
         case read
-        /// Parse the next head, already read (pipelining).
+        /// Parse the head in what was read (a new one, or the next of a pipeline).
         case parseNext
+        /// Ask the responder for the answer to the head just parsed.
+        case answer
         case write
         /// The turn's budget is spent: go on writing at the next turn.
         case yieldTurn
@@ -90,6 +100,8 @@ struct ConnectionState: Equatable {
         case stalled
         /// TLS: the handshake did not finish within the request deadline.
         case handshakeTimedOut
+        /// TLS: the handshake failed.
+        case handshakeFailed
     }
 
     let limits: Limits
@@ -110,22 +122,32 @@ struct ConnectionState: Equatable {
     /// What `event` at `now` leads to.
     mutating func handle(_ event: Event, now: Nanoseconds) -> Action {
         switch event {
-        case .serviceBegins:
+        case .serviceBegins(let inputLeft):
             writtenThisTurn = 0
-            return .none
+            switch phase {
+            case .handshaking: return .handshake
+            case .idle, .readingHead: return inputLeft ? .parseNext : .read
+            case .writing: return .write
+            case .answering, .waitingForFile, .closed: return .none
+            }
         case .handshakeDone:
             guard case .handshaking = phase else { return .none }
             phase = .idle(since: now)
             return .read
+        case .handshakeFailed:
+            phase = .closed
+            return .close(.handshakeFailed)
         case .bytesRead:
             if case .idle = phase { phase = .readingHead(since: now) }
+            return .parseNext
+        case .headIncomplete:
             return .read
         case .headParsed(let keepAlive):
             // A stopping server, or a connection past its lifetime, answers this one and closes.
             let aged = limits.lifetime.map { now - opened >= $0 } ?? false
             lastAnswer = !keepAlive || stopping || aged
             phase = .answering
-            return .none
+            return .answer
         case .headRefused:
             lastAnswer = true
             phase = .writing(lastProgress: now)

@@ -44,10 +44,10 @@ extension HTTPLoop {
         connection.unsentLimit = limit
     }
 
-    /// Goes on with a TLS connection's handshake: true when it is done (requests may be read),
-    /// false when it waits for the socket or the connection ended.
-    func handshake(_ slot: Int, _ connection: Connection, now: Nanoseconds) -> Bool {
-        guard let tls = connection.tls else { return false }
+    /// Goes on with a TLS connection's handshake; what comes next: requests (done), the refusal
+    /// of plain HTTP, a wait for the socket, or the close of a failed one.
+    func handshake(_ connection: Connection, now: Nanoseconds) -> ConnectionState.Action {
+        guard let tls = connection.tls else { return connection.state.handle(.handshakeFailed, now: now) }
         let outcome = tls.handshake()
         if outcome != .wouldBlock && connection.inHandshake {
             // Done, or over: its place among its client's handshakes goes back.
@@ -58,18 +58,17 @@ extension HTTPLoop {
         case .done:
             metrics.add(tls.resumed ? .tlsResumed : .tlsHandshakes)
             logger.debug("\(connection.peer): TLS \(tls.negotiated)\(tls.resumed ? ", resumed" : "")")
-            _ = connection.state.handle(.handshakeDone, now: now)
-            return true
+            return connection.state.handle(.handshakeDone, now: now)
         case .wouldBlock:
-            return false
+            return .none
         case .plainHTTP:
             // As nginx: the client (and whoever reads its error) learns what the port speaks. In
             // plain text, the session dropped; the answer is the connection's last.
             metrics.add(.tlsPlainHTTP)
             connection.tls = nil
-            _ = connection.state.handle(.headRefused, now: now)
+            let next = connection.state.handle(.headRefused, now: now)
             responder.refuse(.badRequest, "plain HTTP sent to the HTTPS port", withBody: true, on: connection, started: now)
-            return true
+            return next
         case .closed:
             // A connection closed before its ClientHello (a port check, a load balancer's probe)
             // was no handshake: neither a failure nor a line. One closed after it is what firmware
@@ -85,7 +84,6 @@ extension HTTPLoop {
             metrics.add(.tlsHandshakeFailures)
             logRefusal("\(connection.peer): TLS handshake failed: \(why)", now: now)
         }
-        close(slot)
-        return false
+        return connection.state.handle(.handshakeFailed, now: now)
     }
 }

@@ -197,7 +197,9 @@ public final class HTTPLoop: @unchecked Sendable {
         // fail a request already on its way, or send its client to reopen on an address that
         // still routes here while nothing listens: refused (issue 25's drain). One that asks
         // nothing more goes at the sweep after `drainTimeout`.
-        for connection in connections { _ = connection?.state.handle(.stop, now: now) }
+        for case let connection? in connections {
+            perform(connection.state.handle(.stop, now: now), connection.slot, connection, now: now)
+        }
     }
 
     // MARK: Connections
@@ -258,8 +260,8 @@ public final class HTTPLoop: @unchecked Sendable {
                 close(slot)
                 continue
             }
-            if stopping { _ = connection.state.handle(.stop, now: now) }
             // The request may be there already; edge-triggered, it would not be said again.
+            if stopping { perform(connection.state.handle(.stop, now: now), slot, connection, now: now) }
             service(slot, now: now)
         }
     }
@@ -316,46 +318,57 @@ public final class HTTPLoop: @unchecked Sendable {
         logger.warning("\(message)")
     }
 
-    /// Does what the connection's state says, until it waits for the socket, a file or the next
-    /// turn: writes the answer due, parses the next head read, reads.
+    /// Serves a connection whose socket is ready, or whose turn came: what its state says.
     func service(_ slot: Int, now: Nanoseconds) {
         guard let connection = connections[slot] else { return }
-        _ = connection.state.handle(.serviceBegins, now: now)
+        perform(connection.state.handle(.serviceBegins(inputLeft: !connection.input.isEmpty), now: now), slot, connection, now: now)
+    }
+
+    /// Does what the connection's state says (`ConnectionState.Action`), and what each step
+    /// leads to, until it waits for the socket, a file or the next turn, or closes.
+    func perform(_ first: ConnectionState.Action, _ slot: Int, _ connection: Connection, now: Nanoseconds) {
+        var action = first
         while true {
-            switch connection.state.phase {
-            case .closed:
-                close(slot)
+            switch action {
+            case .none:
                 return
-            case .answering, .waitingForFile:
-                return
-            case .handshaking:
-                guard handshake(slot, connection, now: now) else { return }
-            case .writing:
-                switch write(slot, connection, now: now) {
-                case .blocked, .abandoned:
-                    return
-                case .yielded:
-                    runnable.append(slot)
-                    return
-                case .done:
-                    endResponse(connection, abandoned: nil)
-                    if case .close = connection.state.handle(.answerWritten(inputLeft: !connection.input.isEmpty), now: now) {
-                        close(slot)
-                        return
-                    }
-                }
-            case .idle, .readingHead:
-                if !connection.input.isEmpty && parse(connection, now: now) { continue }
+            case .handshake:
+                action = handshake(connection, now: now)
+            case .read:
                 switch receive(connection) {
                 case .bytes(let read):
                     connection.input.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[..<read]))
-                    _ = connection.state.handle(.bytesRead, now: now)
+                    action = connection.state.handle(.bytesRead, now: now)
                 case .wouldBlock:
                     return
                 case .gone:
                     // The client closed (or reset): what it had not finished asking is dropped.
-                    _ = connection.state.handle(.peerGone, now: now)
+                    action = connection.state.handle(.peerGone, now: now)
                 }
+            case .parseNext:
+                action = parse(connection, now: now)
+            case .answer:
+                // Only with a head: `parse` asks the responder itself.
+                return
+            case .write:
+                switch write(slot, connection, now: now) {
+                case .blocked, .abandoned:
+                    return
+                case .yielded:
+                    action = .yieldTurn
+                case .done:
+                    endResponse(connection, abandoned: nil)
+                    action = connection.state.handle(.answerWritten(inputLeft: !connection.input.isEmpty), now: now)
+                }
+            case .yieldTurn:
+                runnable.append(slot)
+                return
+            case .answerTimeoutThenClose:
+                timeOut(slot, connection, now: now)
+                return
+            case .close:
+                close(slot)
+                return
             }
         }
     }
@@ -388,8 +401,8 @@ public final class HTTPLoop: @unchecked Sendable {
     }
 
     /// Reads the head in the connection's input, from where the last read of it stopped; when
-    /// it is whole (or refused), has it answered: true. False while it is not whole.
-    func parse(_ connection: Connection, now: Nanoseconds) -> Bool {
+    /// it is whole (or refused), has it answered. What comes next.
+    func parse(_ connection: Connection, now: Nanoseconds) -> ConnectionState.Action {
         let started: Nanoseconds
         if case .readingHead(let since) = connection.state.phase { started = since } else { started = now }
         let outcome: Result<RequestHead.Parsed, RequestHead.Refusal> = connection.input.withUnsafeBytes { bytes in
@@ -397,20 +410,22 @@ public final class HTTPLoop: @unchecked Sendable {
         }
         switch outcome {
         case .success(.incomplete):
-            return false
+            return connection.state.handle(.headIncomplete, now: now)
         case .success(.complete(let head, let length)):
             connection.input.removeFirst(length)
             connection.parser.reset()
-            _ = connection.state.handle(.headParsed(keepAlive: head.keepAlive), now: now)
+            // The state decides first whether the answer is the connection's last (it says so).
+            let next = connection.state.handle(.headParsed(keepAlive: head.keepAlive), now: now)
+            guard next == .answer else { return next }
             let ready = responder.answer(head, on: connection, started: started)
-            _ = connection.state.handle(ready ? .answerReady : .fileLoading, now: now)
+            return connection.state.handle(ready ? .answerReady : .fileLoading, now: now)
         case .failure(let refusal):
             connection.input = []
             connection.parser.reset()
-            _ = connection.state.handle(.headRefused, now: now)
+            let next = connection.state.handle(.headRefused, now: now)
             responder.refuse(refusal.status, refusal.reason, withBody: !refusal.toHead, on: connection, started: started)
+            return next
         }
-        return true
     }
 
     /// The files that answers waited for, read: those answers are made and written. Each outcome
@@ -424,8 +439,7 @@ public final class HTTPLoop: @unchecked Sendable {
                 continue
             }
             guard responder.resume(connection, after: outcome) else { continue }
-            _ = connection.state.handle(.answerReady, now: now)
-            service(slot, now: now)
+            perform(connection.state.handle(.answerReady, now: now), slot, connection, now: now)
         }
     }
 
@@ -464,6 +478,17 @@ public final class HTTPLoop: @unchecked Sendable {
         if acceptPausedUntil != nil { acceptPausedUntil = 0 }
     }
 
+    /// A head not whole within the request deadline: 408, one try to say it (whatever the socket
+    /// takes), and the connection ends.
+    func timeOut(_ slot: Int, _ connection: Connection, since: Nanoseconds? = nil, now: Nanoseconds) {
+        connection.input = []
+        responder.refuse(.requestTimeout, "the head took more than \(http.requestTimeout / nanosecondsPerSecond) s",
+                         withBody: true, on: connection, started: since ?? now)
+        _ = write(slot, connection, now: now)
+        endResponse(connection, abandoned: nil)
+        close(slot)
+    }
+
     /// Once a second: each connection's deadlines (`ConnectionState`).
     func sweep(now: Nanoseconds) {
         for slot in connections.indices {
@@ -472,13 +497,7 @@ public final class HTTPLoop: @unchecked Sendable {
             let since: Nanoseconds? = if case .readingHead(let since) = connection.state.phase { since } else { nil }
             switch connection.state.handle(.tick, now: now) {
             case .answerTimeoutThenClose:
-                connection.input = []
-                responder.refuse(.requestTimeout, "the head took more than \(http.requestTimeout / nanosecondsPerSecond) s",
-                                 withBody: true, on: connection, started: since ?? now)
-                // One try to say why; whatever the socket takes, the connection ends.
-                _ = write(slot, connection, now: now)
-                endResponse(connection, abandoned: nil)
-                close(slot)
+                timeOut(slot, connection, since: since, now: now)
             case .close(.stalled):
                 abandon(slot, "no progress for \(http.sendTimeout / nanosecondsPerSecond) s", .timedOut)
             case .close(.idle):

@@ -15,9 +15,11 @@ import Testing
 
     @Test func aRequestIsReadAnsweredAndTheConnectionWaitsForTheNext() {
         var state = opened()
-        #expect(state.handle(.bytesRead, now: 1) == .read)
+        #expect(state.handle(.serviceBegins(inputLeft: false), now: 1) == .read)
+        #expect(state.handle(.bytesRead, now: 1) == .parseNext)
         #expect(state.phase == .readingHead(since: 1))
-        #expect(state.handle(.headParsed(keepAlive: true), now: 2) == .none)
+        #expect(state.handle(.headIncomplete, now: 1) == .read)
+        #expect(state.handle(.headParsed(keepAlive: true), now: 2) == .answer)
         #expect(state.phase == .answering && !state.lastAnswer)
         #expect(state.handle(.answerReady, now: 2) == .write)
         #expect(state.handle(.wrote(100), now: 3) == .write)
@@ -35,6 +37,7 @@ import Testing
         #expect(state.phase == .closed)
 
         var finished = ConnectionState(limits: limits, opened: 0, handshake: true)
+        #expect(finished.handle(.serviceBegins(inputLeft: false), now: 1) == .handshake)
         #expect(finished.handle(.handshakeDone, now: 9 * Self.second) == .read)
         #expect(finished.phase == .idle(since: 9 * Self.second))
         #expect(finished.handle(.tick, now: 30 * Self.second) == .none)
@@ -45,6 +48,26 @@ import Testing
         _ = once.handle(.bytesRead, now: 2)
         #expect(once.handle(.handshakeDone, now: 3) == .none)
         #expect(once.phase == .readingHead(since: 2))
+        // A failed one closes the connection, whatever its time.
+        var failed = ConnectionState(limits: limits, opened: 0, handshake: true)
+        #expect(failed.handle(.handshakeFailed, now: 1) == .close(.handshakeFailed))
+        #expect(failed.phase == .closed && failed.handle(.serviceBegins(inputLeft: false), now: 2) == .none)
+    }
+
+    /// What a service of the connection starts with, by where its life is: the loop does what
+    /// the state says, and nothing else.
+    @Test func aServiceBeginsWithWhatThePhaseNeeds() {
+        var state = opened()
+        #expect(state.handle(.serviceBegins(inputLeft: true), now: 1) == .parseNext)
+        #expect(state.handle(.bytesRead, now: 1) == .parseNext)
+        #expect(state.handle(.headParsed(keepAlive: true), now: 1) == .answer)
+        #expect(state.handle(.serviceBegins(inputLeft: false), now: 1) == .none)
+        #expect(state.handle(.fileLoading, now: 1) == .none)
+        #expect(state.handle(.serviceBegins(inputLeft: false), now: 2) == .none)
+        #expect(state.handle(.answerReady, now: 3) == .write)
+        #expect(state.handle(.serviceBegins(inputLeft: true), now: 4) == .write)
+        #expect(state.handle(.answerWritten(inputLeft: true), now: 5) == .parseNext)
+        #expect(state.handle(.serviceBegins(inputLeft: false), now: 6) == .read)
     }
 
     /// Requests sent back to back: each answered in order, the next parsed from what is already
@@ -103,10 +126,10 @@ import Testing
         var state = opened(limits: small)
         _ = state.handle(.headParsed(keepAlive: true), now: 0)
         _ = state.handle(.answerReady, now: 0)
-        _ = state.handle(.serviceBegins, now: 0)
+        #expect(state.handle(.serviceBegins(inputLeft: false), now: 0) == .write)
         #expect(state.handle(.wrote(600), now: 0) == .write)
         #expect(state.handle(.wrote(400), now: 0) == .yieldTurn)
-        _ = state.handle(.serviceBegins, now: 1)
+        #expect(state.handle(.serviceBegins(inputLeft: false), now: 1) == .write)
         #expect(state.handle(.wrote(999), now: 1) == .write)
     }
 
