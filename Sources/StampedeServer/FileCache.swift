@@ -109,12 +109,13 @@ public final class FileCache: Sendable {
     }
 
     /// The image of the open file `fd` (whose fstat is `info`), loading it when no transfer has
-    /// it yet. Each successful acquire must be paired with `release`.
+    /// it yet. Each successful acquire must be paired with `release`: outside this module, only a
+    /// `FileLease` (the file service's) holds an image, and gives it back when it ends.
     /// A file that changes while it is read is read again as the version it became, judged
     /// anew against the limits: one that grew past them is streamed, never loaded past them.
     /// One worker reads a version at a time: another that wants it meanwhile waits for that read
     /// (it would read the same bytes, or stream them for want of budget), then shares the image.
-    public func acquire(fd: Int32, info: stat, netascii: Bool) throws(Errno) -> Source {
+    func acquire(fd: Int32, info: stat, netascii: Bool) throws(Errno) -> Source {
         var key = FileKey(info, netascii: netascii)
         var versions = 0
         while true {
@@ -240,7 +241,7 @@ public final class FileCache: Sendable {
         state.withLock { $0.loading.removeValue(forKey: key) }?.open()
     }
 
-    public func release(_ image: FileImage) {
+    func release(_ image: FileImage) {
         let now = wallClock()
         state.withLock { state in
             if var entry = state.entries[image.key], entry.image === image {
