@@ -4,9 +4,11 @@ import PackageDescription
 // Stampede's parts, one target each (docs/ARCHITECTURE.md tells how they fit):
 //   CStampedeSys      C: the Linux calls and macros Swift cannot see (mmsghdr, CMSG, openat2, epoll)
 //   CStampedeRing     C: the io_uring engine over liburing (opaque ring, arrays of POD structs)
+//   StampedeBase      what every part shares: monotonic time, log lines written without a String,
+//                     digits, sanitized text. No import.
 //   StampedeProtocol  TFTP itself: packets, the option table, the sender's, receiver's and client's
 //                     state machines, timers, netascii. Pure logic: no syscall, no import.
-//   StampedeIO        the I/O contract every backend implements, socket addresses, errno, sockets,
+//   StampedeIO        (on Base, not TFTP) the I/O contract every backend implements, socket addresses, errno, sockets,
 //                     descriptors and files, threads and locks
 //   StampedeServer    the server: workers, access policy, file cache, uploads, limits, remap rules
 //   StampedeHTTPWire  HTTP/1 itself: the request and response heads' grammar, statuses, dates. Pure.
@@ -37,7 +39,7 @@ let package = Package(
     name: "Stampede",
     products: [
         .executable(name: "stampede", targets: ["stampede"]),
-        .library(name: "Stampede", targets: ["StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeGlibc",
+        .library(name: "Stampede", targets: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeGlibc",
                                              "StampedeURing", "StampedeStorm"]),
     ],
     dependencies: [
@@ -59,26 +61,27 @@ let package = Package(
                 linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         .target(name: "StampedeTLS", dependencies: ["CStampedeTLS", "StampedeIO"]),
 
-        .target(name: "StampedeProtocol"),
-        .target(name: "StampedeIO", dependencies: ["StampedeProtocol", "CStampedeSys"]),
-        .target(name: "StampedeServer", dependencies: ["StampedeProtocol", "StampedeIO", "StampedeDHCP", "CStampedeSys", log,
+        .target(name: "StampedeBase"),
+        .target(name: "StampedeProtocol", dependencies: ["StampedeBase"]),
+        .target(name: "StampedeIO", dependencies: ["StampedeBase", "CStampedeSys"]),
+        .target(name: "StampedeServer", dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeDHCP", "CStampedeSys", log,
                                                      .product(name: "Atomics", package: "swift-atomics")]),
         .target(name: "StampedeHTTPWire"),
         .target(name: "StampedeDHCP"),
-        .target(name: "StampedeProxyDHCP", dependencies: ["StampedeDHCP", "StampedeServer", "StampedeIO", "StampedeProtocol",
+        .target(name: "StampedeProxyDHCP", dependencies: ["StampedeDHCP", "StampedeServer", "StampedeIO", "StampedeBase", "StampedeProtocol",
                                                         "CStampedeSys", log]),
-        .target(name: "StampedeHTTP", dependencies: ["StampedeHTTPWire", "StampedeTLS", "StampedeServer", "StampedeIO", "StampedeProtocol",
+        .target(name: "StampedeHTTP", dependencies: ["StampedeHTTPWire", "StampedeTLS", "StampedeServer", "StampedeIO", "StampedeBase", "StampedeProtocol",
                                                    "CStampedeSys", log, .product(name: "Atomics", package: "swift-atomics")]),
         .target(name: "StampedeMetrics",
-                dependencies: ["StampedeServer", "StampedeHTTP", "StampedeDHCP", "StampedeTLS", "StampedeIO", "StampedeProtocol", log,
+                dependencies: ["StampedeServer", "StampedeHTTP", "StampedeDHCP", "StampedeTLS", "StampedeIO", "StampedeBase", "StampedeProtocol", log,
                                .product(name: "Prometheus", package: "swift-prometheus"),
                                .product(name: "CoreMetrics", package: "swift-metrics")]),
         .target(name: "StampedeGlibc", dependencies: ["StampedeIO", "CStampedeSys"]),
         .target(name: "StampedeURing", dependencies: ["StampedeIO", "CStampedeSys", "CStampedeRing"]),
-        .target(name: "StampedeStorm", dependencies: ["StampedeProtocol", "StampedeIO", "StampedeHTTPWire", "StampedeDHCP", "StampedeTLS"]),
+        .target(name: "StampedeStorm", dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeHTTPWire", "StampedeDHCP", "StampedeTLS"]),
         .executableTarget(
             name: "stampede",
-            dependencies: ["StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeDHCP", "StampedeProxyDHCP", "StampedeGlibc", "StampedeURing",
+            dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeDHCP", "StampedeProxyDHCP", "StampedeGlibc", "StampedeURing",
                            "StampedeStorm", "StampedeMetrics", "StampedeHTTP", "StampedeTLS", "CStampedeSys", log,
                            .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
@@ -86,8 +89,8 @@ let package = Package(
         // libFuzzer harnesses (`make fuzz` builds them with -sanitize=fuzzer and -DFUZZING); an
         // ordinary build makes each a tool that replays corpus files through its harness.
         .target(name: "FuzzCorpus", dependencies: ["StampedeIO"], path: "Fuzz/FuzzCorpus"),
-        .executableTarget(name: "PacketFuzz", dependencies: ["StampedeProtocol", "FuzzCorpus"], path: "Fuzz/PacketFuzz"),
-        .executableTarget(name: "OptionAckFuzz", dependencies: ["StampedeProtocol", "FuzzCorpus"],
+        .executableTarget(name: "PacketFuzz", dependencies: ["StampedeBase", "StampedeProtocol", "FuzzCorpus"], path: "Fuzz/PacketFuzz"),
+        .executableTarget(name: "OptionAckFuzz", dependencies: ["StampedeBase", "StampedeProtocol", "FuzzCorpus"],
                           path: "Fuzz/OptionAckFuzz"),
         .executableTarget(name: "DHCPFuzz", dependencies: ["StampedeDHCP", "FuzzCorpus"], path: "Fuzz/DHCPFuzz"),
         .executableTarget(name: "HeadFuzz", dependencies: ["StampedeHTTPWire", "FuzzCorpus"], path: "Fuzz/HeadFuzz"),
@@ -97,34 +100,34 @@ let package = Package(
         // Micro-benchmarks of the hot path, with malloc counts (`make bench-micro`; thresholds in
         // Benchmarks/Thresholds). The end-to-end comparison is Benchmarks/compare.py (`make bench`).
         .executableTarget(name: "HotPath",
-                          dependencies: ["StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeGlibc",
+                          dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeGlibc",
                                          .product(name: "Benchmark", package: "benchmark")],
                           path: "Benchmarks/HotPath",
                           plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]),
 
         .target(name: "StampedeTestSupport", dependencies: ["StampedeIO", "StampedeServer", "StampedeGlibc", "StampedeURing", log],
                 path: "Tests/StampedeTestSupport"),
-        .testTarget(name: "StampedeProtocolTests", dependencies: ["StampedeProtocol", "CMallocCounter"]),
+        .testTarget(name: "StampedeProtocolTests", dependencies: ["StampedeBase", "StampedeProtocol", "CMallocCounter"]),
         // The command line's plan (`serve`'s flags and what they make), against the executable.
         .testTarget(name: "StampedeCommandTests",
-                    dependencies: ["stampede", "StampedeServer", "StampedeDHCP", "StampedeIO", "StampedeProtocol", "CMallocCounter", log]),
+                    dependencies: ["stampede", "StampedeServer", "StampedeDHCP", "StampedeIO", "StampedeBase", "StampedeProtocol", "CMallocCounter", log]),
         .testTarget(name: "StampedeHTTPWireTests", dependencies: ["StampedeHTTPWire"]),
         .testTarget(name: "StampedeDHCPTests", dependencies: ["StampedeDHCP"]),
-        .testTarget(name: "StampedeProxyDHCPTests", dependencies: ["StampedeProxyDHCP", "StampedeDHCP", "StampedeProtocol"]),
+        .testTarget(name: "StampedeProxyDHCPTests", dependencies: ["StampedeProxyDHCP", "StampedeDHCP", "StampedeBase", "StampedeProtocol"]),
         .testTarget(name: "StampedeTLSTests", dependencies: ["StampedeTLS", "StampedeTestSupport"]),
         .testTarget(name: "StampedeHTTPTests",
-                    dependencies: ["StampedeHTTP", "StampedeHTTPWire", "StampedeServer", "StampedeIO", "StampedeProtocol",
+                    dependencies: ["StampedeHTTP", "StampedeHTTPWire", "StampedeServer", "StampedeIO", "StampedeBase", "StampedeProtocol",
                                    "CMallocCounter", "StampedeTestSupport", log]),
         .testTarget(name: "StampedeServerTests",
-                    dependencies: ["StampedeServer", "StampedeProtocol", "StampedeIO", "StampedeTestSupport", "StampedeMetrics",
+                    dependencies: ["StampedeServer", "StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeTestSupport", "StampedeMetrics",
                                    "CMallocCounter", log]),
         // The backend contract, tested once for every backend, with a malloc counter for the hot path.
         .target(name: "CMallocCounter", path: "Tests/CMallocCounter", cSettings: strictC),
         .testTarget(name: "StampedeBackendTests",
-                    dependencies: ["StampedeGlibc", "StampedeURing", "StampedeServer", "StampedeProtocol", "StampedeIO",
+                    dependencies: ["StampedeGlibc", "StampedeURing", "StampedeServer", "StampedeBase", "StampedeProtocol", "StampedeIO",
                                    "CMallocCounter", "StampedeTestSupport", log]),
         .testTarget(name: "StampedeStormTests",
                     dependencies: ["StampedeStorm", "StampedeServer", "StampedeHTTP", "StampedeHTTPWire", "StampedeGlibc", "StampedeURing",
-                                   "StampedeProtocol", "StampedeIO", "StampedeDHCP", "StampedeTestSupport", log]),
+                                   "StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeDHCP", "StampedeTestSupport", log]),
     ]
 )

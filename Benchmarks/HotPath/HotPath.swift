@@ -10,6 +10,7 @@ import CStampedeSys
 import Glibc
 import Logging
 import StampedeIO
+import StampedeBase
 import StampedeProtocol
 import StampedeServer
 

@@ -7,6 +7,7 @@
 
 import FuzzCorpus
 import Glibc
+import StampedeBase
 import StampedeProtocol
 
 func optionAckFuzz(_ input: UnsafeRawBufferPointer) {

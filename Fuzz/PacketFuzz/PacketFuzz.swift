@@ -6,6 +6,7 @@
 
 import FuzzCorpus
 import Glibc
+import StampedeBase
 import StampedeProtocol
 
 func packetFuzz(_ bytes: UnsafeRawBufferPointer) {

@@ -1,3 +1,4 @@
+import StampedeBase
 import StampedeProtocol
 
 /// The life of one HTTP connection as named states and the events that move them, apart from

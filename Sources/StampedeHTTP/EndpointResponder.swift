@@ -1,4 +1,5 @@
 import Glibc
+import StampedeBase
 import StampedeHTTPWire
 import StampedeProtocol
 import StampedeServer

@@ -1,6 +1,7 @@
 import Atomics
 import CStampedeSys
 import Logging
+import StampedeBase
 import StampedeHTTPWire
 import StampedeIO
 import StampedeProtocol

@@ -1,3 +1,4 @@
+import StampedeBase
 import StampedeHTTPWire
 import StampedeIO
 import StampedeProtocol

@@ -1,6 +1,7 @@
 import Atomics
 import CStampedeSys
 import Glibc
+import StampedeBase
 import StampedeHTTPWire
 import StampedeProtocol
 import StampedeServer

@@ -1,3 +1,4 @@
+import StampedeBase
 import StampedeProtocol
 import StampedeServer
 

@@ -2,6 +2,7 @@ import Atomics
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeBase
 import StampedeHTTPWire
 import StampedeIO
 import StampedeProtocol

@@ -1,3 +1,4 @@
+import StampedeBase
 import StampedeHTTPWire
 import StampedeProtocol
 import StampedeServer

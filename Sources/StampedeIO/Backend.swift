@@ -1,4 +1,4 @@
-import StampedeProtocol
+import StampedeBase
 
 /// A socket as a backend knows it: an index into its own socket table (a ring slot, an epoll
 /// table entry), not a file descriptor. Only the backend that issued it understands it.

@@ -1,5 +1,5 @@
 import Glibc
-import StampedeProtocol
+import StampedeBase
 
 /// An IPv4 or IPv6 address and port, held inline (no allocation) as a sockaddr_storage.
 public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConvertible {
@@ -258,8 +258,6 @@ public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConverti
         withUnsafeBytes(of: storage) { hasher.combine(bytes: UnsafeRawBufferPointer(rebasing: $0[..<n])) }
     }
 }
-
-extension SocketAddress: PeerAddress {}
 
 extension LogLine {
     /// The address and port as `description` writes them.

@@ -1,5 +1,5 @@
 import Glibc
-import StampedeProtocol
+import StampedeBase
 
 /// Writes `text` to standard error (fd 2) as it is: no buffer, so nothing is lost or reordered
 /// when the process exits or detaches, and no shared FILE (C's stderr is not concurrency-safe).

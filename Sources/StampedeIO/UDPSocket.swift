@@ -1,5 +1,5 @@
 import CStampedeSys
-import StampedeProtocol
+import StampedeBase
 
 /// The UDP sockets every backend serves from, opened the same way whichever backend then owns
 /// them (the shims in CStampedeSys do the setsockopt, bind and connect).
@@ -89,12 +89,6 @@ public struct SocketBuffers: Sendable, Equatable {
         guard count > 1 else { return 0 }
         let (bytes, overflow) = count.multipliedReportingOverflow(by: max(size, 0) + 832)
         return overflow ? Int(Int32.max) : min(bytes, Int(Int32.max))
-    }
-
-    /// The receive queue a client needs for `request`'s largest window.
-    public static func receiving(_ request: Request) -> SocketBuffers {
-        let window = request.largestWindow
-        return SocketBuffers(receive: holding(window.datagrams, datagramsOf: window.size))
     }
 
     /// Grows `fd`'s queues to these sizes (never shrinks them; best effort).

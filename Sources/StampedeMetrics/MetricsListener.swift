@@ -1,5 +1,6 @@
 import Glibc
 import Logging
+import StampedeBase
 import StampedeHTTP
 import StampedeIO
 import StampedeProtocol

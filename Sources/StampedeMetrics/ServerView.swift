@@ -1,4 +1,5 @@
 import Glibc
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 

@@ -1,3 +1,5 @@
+import StampedeBase
+
 /// A peer's address as a client machine needs it: comparable, with a port that a reply may change
 /// (the server's transfer port replaces its request port). Socket addresses are one.
 public protocol PeerAddress: Equatable, Sendable {

@@ -1,3 +1,5 @@
+import StampedeBase
+
 /// The receiving side of a transfer: the server taking a WRQ, or a client's `get`.
 ///
 /// Expects blocks in order; a block shorter than blksize is the last. With windowsize W the

@@ -1,3 +1,5 @@
+import StampedeBase
+
 /// The sending side of a transfer: the server answering an RRQ, or a client's `put`.
 ///
 /// Blocks are numbered from 1 (absolute, 64-bit); on the wire they wrap past 65535 to 0, or to

@@ -1,3 +1,5 @@
+import StampedeBase
+
 /// The server's limits on what a client may negotiate (`-B`, `-W`, `--window-bytes`, `-r`).
 public struct OptionLimits: Sendable, Equatable {
     /// Largest blksize granted; the default is derived per request from the interface MTU.

@@ -1,7 +1,4 @@
-/// Monotonic time in nanoseconds. Nothing in the protocol reads a clock: callers pass `now`.
-public typealias Nanoseconds = Int64
-
-public let nanosecondsPerSecond: Nanoseconds = 1_000_000_000
+import StampedeBase
 
 /// Retransmission with exponential backoff and a bounded number of tries (docs/ARCHITECTURE.md, "Timeouts").
 /// The base is the negotiated `timeout` option, else the server's `-T`. Where the client did not

@@ -1,3 +1,5 @@
+import StampedeBase
+
 /// A hashed timing wheel over transfer slot indices: schedule, cancel and expiry are O(1) and
 /// allocate nothing (the links are arrays indexed by slot, grown only with the session table).
 ///

@@ -1,3 +1,4 @@
+import StampedeBase
 import StampedeProtocol
 
 /// How often one machine is answered: once per `interval` for each kind of request it sends (a

@@ -1,3 +1,4 @@
+import StampedeBase
 import StampedeProtocol
 
 /// What the operator is told of one machine the proxy cannot answer (an architecture no

@@ -1,6 +1,7 @@
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeBase
 import StampedeDHCP
 import StampedeIO
 import StampedeProtocol

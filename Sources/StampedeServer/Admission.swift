@@ -1,4 +1,5 @@
 import CStampedeSys
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 import Synchronization

@@ -1,4 +1,5 @@
 import Atomics
+import StampedeBase
 import StampedeProtocol
 
 /// Puts a served transfer's duration in its worker's `DurationLog`, under its file's label; keeps

@@ -1,3 +1,4 @@
+import StampedeBase
 import StampedeProtocol
 
 /// What happens to a requested name after the remap rules and before it is opened, in

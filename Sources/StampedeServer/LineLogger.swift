@@ -1,4 +1,5 @@
 import Logging
+import StampedeBase
 import StampedeProtocol
 
 /// A log handler that takes a finished line as its bytes, with no swift-log event and no String:

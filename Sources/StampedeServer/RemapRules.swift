@@ -1,5 +1,6 @@
 import Glibc
 import Synchronization
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 

@@ -1,4 +1,5 @@
 import Logging
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 

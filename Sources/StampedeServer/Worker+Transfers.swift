@@ -1,5 +1,6 @@
 import Glibc
 import Logging
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 

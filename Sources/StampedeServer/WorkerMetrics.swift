@@ -1,4 +1,5 @@
 import Atomics
+import StampedeBase
 import StampedeDHCP
 import StampedeIO
 import StampedeProtocol

@@ -1,3 +1,4 @@
+import StampedeBase
 import StampedeProtocol
 
 /// What one firmware, or a chain of them, asks a TFTP server for while a machine boots: a list

@@ -1,5 +1,6 @@
 import CStampedeSys
 import Glibc
+import StampedeBase
 import StampedeHTTPWire
 import StampedeIO
 import StampedeProtocol

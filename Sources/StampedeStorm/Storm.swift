@@ -1,5 +1,6 @@
 import CStampedeSys
 import Glibc
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 

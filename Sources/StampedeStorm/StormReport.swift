@@ -1,3 +1,4 @@
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 

@@ -1,6 +1,7 @@
 import CStampedeSys
 import Glibc
 import Synchronization
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 

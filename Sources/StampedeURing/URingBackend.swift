@@ -1,6 +1,7 @@
 import CStampedeRing
 import CStampedeSys
 import Glibc
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 

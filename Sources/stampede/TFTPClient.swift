@@ -1,7 +1,9 @@
 import CStampedeSys
 import Glibc
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
+import StampedeStorm
 
 /// `stampede get` and `put`: one `ClientTransfer` (the machine storm runs too) over one blocking
 /// UDP socket. The machine decides; this sends what it says and hands it what arrives.

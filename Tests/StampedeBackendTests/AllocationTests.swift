@@ -2,6 +2,7 @@ import CMallocCounter
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 import StampedeServer

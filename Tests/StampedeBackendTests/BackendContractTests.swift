@@ -1,6 +1,7 @@
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 import StampedeServer
@@ -196,7 +197,7 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
     func aClientSocketQueuesTheWholeWindowItAsks(kind: BackendKind) throws {
         let backend = try kind.make()
         let request = Request(isWrite: false, filename: [0x66], mode: "octet", options: [("blksize", "1468"), ("windowsize", "256")])
-        let socket = try backend.openClient(local: loopbackAny, largestDatagram: 1472, buffers: .receiving(request), tag: 7)
+        let socket = try backend.openClient(local: loopbackAny, largestDatagram: 1472, buffers: SocketBuffers(receive: SocketBuffers.holding(request.largestWindow.datagrams, datagramsOf: request.largestWindow.size)), tag: 7)
         let bound = try #require(backend.localAddress(of: socket))
         let server = LoopbackClient()
         for block in 1...256 { server.send([0, 3, UInt8(block >> 8), UInt8(block & 0xFF)] + [UInt8](repeating: 7, count: 1468), to: bound) }

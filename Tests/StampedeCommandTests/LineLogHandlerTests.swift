@@ -1,6 +1,7 @@
 import CMallocCounter
 import Glibc
 import Logging
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 import StampedeServer

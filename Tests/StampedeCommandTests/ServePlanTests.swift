@@ -1,4 +1,5 @@
 import Logging
+import StampedeBase
 import StampedeDHCP
 import StampedeIO
 import StampedeProtocol

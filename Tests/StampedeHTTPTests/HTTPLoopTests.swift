@@ -1,6 +1,7 @@
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeBase
 import StampedeHTTP
 import StampedeIO
 import StampedeProtocol

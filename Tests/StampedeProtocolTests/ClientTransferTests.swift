@@ -1,5 +1,6 @@
 import Testing
-@testable import StampedeProtocol
+@testable import StampedeBase
+import StampedeProtocol
 
 /// An address for the client machine's specs: a host and a port.
 struct Peer: PeerAddress {

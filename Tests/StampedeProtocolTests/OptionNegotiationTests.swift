@@ -1,5 +1,6 @@
 import Testing
-@testable import StampedeProtocol
+@testable import StampedeBase
+import StampedeProtocol
 
 @Suite struct OptionNegotiationSpec {
     func negotiate(_ options: [(String, String)], write: Bool = false, size: Int? = 1000, max: Int = 1468,

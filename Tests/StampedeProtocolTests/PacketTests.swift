@@ -1,6 +1,7 @@
 import CMallocCounter
 import Testing
-@testable import StampedeProtocol
+@testable import StampedeBase
+import StampedeProtocol
 
 @Suite struct PacketCodec {
     func parse(_ bytes: [UInt8]) -> Result<Request, Request.ParseError> {

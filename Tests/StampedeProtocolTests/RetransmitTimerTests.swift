@@ -1,5 +1,6 @@
 import Testing
-@testable import StampedeProtocol
+@testable import StampedeBase
+import StampedeProtocol
 
 @Suite struct RetransmitTimerSpec {
     let ms: Nanoseconds = 1_000_000

@@ -1,5 +1,6 @@
 import Testing
-@testable import StampedeProtocol
+@testable import StampedeBase
+import StampedeProtocol
 
 @Suite struct TimerWheelSpec {
     func expired(_ wheel: inout TimerWheel, at now: Nanoseconds) -> [Int] {

@@ -1,4 +1,5 @@
 import Glibc
+import StampedeBase
 import StampedeTestSupport
 import Testing
 @testable import StampedeServer

@@ -1,6 +1,7 @@
 import Glibc
 import Logging
 import Synchronization
+import StampedeBase
 import StampedeTestSupport
 import Testing
 @testable import StampedeServer

@@ -1,5 +1,6 @@
 import Testing
 @testable import StampedeServer
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 

@@ -2,6 +2,7 @@ import CMallocCounter
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeBase
 import StampedeTestSupport
 import Testing
 @testable import StampedeServer

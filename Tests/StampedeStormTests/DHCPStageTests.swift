@@ -1,3 +1,4 @@
+import StampedeBase
 import StampedeDHCP
 import StampedeProtocol
 import Testing

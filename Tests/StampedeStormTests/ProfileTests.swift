@@ -1,5 +1,6 @@
 import CStampedeSys
 import Glibc
+import StampedeBase
 import StampedeGlibc
 import StampedeIO
 import StampedeProtocol

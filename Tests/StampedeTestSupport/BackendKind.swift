@@ -1,3 +1,4 @@
+import StampedeBase
 import StampedeGlibc
 import StampedeIO
 import StampedeProtocol

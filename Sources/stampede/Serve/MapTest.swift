@@ -1,4 +1,5 @@
 import ArgumentParser
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 import StampedeServer

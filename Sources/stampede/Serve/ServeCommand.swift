@@ -2,6 +2,7 @@ import ArgumentParser
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeBase
 import StampedeGlibc
 import StampedeIO
 import StampedeMetrics

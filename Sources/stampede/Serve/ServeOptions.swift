@@ -1,4 +1,5 @@
 import ArgumentParser
+import StampedeBase
 import StampedeDHCP
 import StampedeIO
 import StampedeProtocol

@@ -1,4 +1,5 @@
 import Glibc
+import StampedeBase
 import StampedeDHCP
 import StampedeHTTP
 import StampedeIO

@@ -2,6 +2,7 @@ import Atomics
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeBase
 import StampedeDHCP
 import StampedeIO
 import StampedeProtocol

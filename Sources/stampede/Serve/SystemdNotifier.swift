@@ -1,6 +1,7 @@
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 import StampedeServer
