@@ -107,6 +107,7 @@ let package = Package(
 
         .target(name: "StampedeTestSupport", dependencies: ["StampedeIO", "StampedeServer", "StampedeGlibc", "StampedeURing", log],
                 path: "Tests/StampedeTestSupport"),
+        .testTarget(name: "StampedeBaseTests", dependencies: ["StampedeBase"]),
         .testTarget(name: "StampedeProtocolTests", dependencies: ["StampedeBase", "StampedeProtocol", "CMallocCounter"]),
         // The command line's plan (`serve`'s flags and what they make), against the executable.
         .testTarget(name: "StampedeCommandTests",

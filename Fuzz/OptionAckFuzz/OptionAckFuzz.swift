@@ -7,7 +7,6 @@
 
 import FuzzCorpus
 import Glibc
-import StampedeBase
 import StampedeProtocol
 
 func optionAckFuzz(_ input: UnsafeRawBufferPointer) {

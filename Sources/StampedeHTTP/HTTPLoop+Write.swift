@@ -77,10 +77,9 @@ extension HTTPLoop {
             return .sent(response.head.withUnsafeBytes { head in
                 let rest = UnsafeRawBufferPointer(rebasing: head[response.headSent...])
                 let together = joined == 0 ? nil : withMemoryBody(response, source, transport, count: joined) { body in
-                    transport.write(head: rest, body: body, more: bodyLeft > joined, scratch: scratch)
+                    transport.write(head: rest, body: body, scratch: scratch)
                 }
-                return together ?? transport.write(head: rest, body: UnsafeRawBufferPointer(start: nil, count: 0),
-                                                   more: bodyLeft > 0, scratch: scratch)
+                return together ?? transport.write(head: rest, more: bodyLeft > 0)
             }, viaSendfile: false)
         }
         if case .file = response.body, case .stream(let file)? = source {
@@ -97,8 +96,8 @@ extension HTTPLoop {
 
     /// A body read from its file as it goes, so that a rewrite in place would make a body of two
     /// versions: the file is asked before each sendfile and after each read, and the last byte
-    /// goes only once it is read and the file found unchanged. A change ends the connection short of its Content-Length,
-    /// which the client sees as a failed download. By sendfile where the transport sends files
+    /// goes only once it is read and the file found unchanged. A change ends the connection short
+    /// of its Content-Length, which the client sees as a failed download. By sendfile where the transport sends files
     /// (all but the last byte), else read into the scratch buffer, `count` bytes at a time.
     func streamed(_ file: StreamedFile, _ response: Response, _ transport: Transport, count: Int) -> Step {
         let last = response.offset == response.end - 1

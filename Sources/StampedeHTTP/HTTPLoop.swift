@@ -313,10 +313,11 @@ public final class HTTPLoop: @unchecked Sendable {
     }
 
     /// Refusals of connections, said at most once a second: a flood is one line, not thousands.
-    func logRefusal(_ message: String, now: Nanoseconds) {
+    /// The message is made only when it is said (a flood's refusals make no String each).
+    func logRefusal(_ message: @autoclosure () -> String, now: Nanoseconds) {
         guard now - lastRefusalLog >= nanosecondsPerSecond else { return }
         lastRefusalLog = now
-        logger.warning("\(message)")
+        logger.warning("\(message())")
     }
 
     /// Serves a connection whose socket is ready, or whose turn came: what its state says.

@@ -58,19 +58,19 @@ enum Transport {
         }
     }
 
-    /// The rest of a head and the start of its body (maybe none) in one write; `more`: body
-    /// bytes follow that are not in this write (a socket holds the head back for them, MSG_MORE:
-    /// sendfile flags all but its last piece "more" as well, and the last piece pushes the whole
-    /// answer out in full segments, with no TCP_CORK set and cleared per answer). Over TLS the
-    /// two are copied side by side into `scratch`, one record.
-    func write(head: UnsafeRawBufferPointer, body: UnsafeRawBufferPointer, more: Bool,
-               scratch: UnsafeMutableRawBufferPointer) -> Sent {
-        guard !body.isEmpty else {
-            switch self {
-            case .plain(let fd): return Self.sent(send(fd, head.baseAddress, head.count, Int32(MSG_NOSIGNAL) | (more ? Int32(MSG_MORE) : 0)))
-            case .tls: return write(head)
-            }
+    /// The rest of a head alone; `more`: body bytes follow (a socket holds the head back for
+    /// them, MSG_MORE: sendfile flags all but its last piece "more" as well, and the last piece
+    /// pushes the whole answer out in full segments, with no TCP_CORK set and cleared per answer).
+    func write(head: UnsafeRawBufferPointer, more: Bool) -> Sent {
+        switch self {
+        case .plain(let fd): Self.sent(send(fd, head.baseAddress, head.count, Int32(MSG_NOSIGNAL) | (more ? Int32(MSG_MORE) : 0)))
+        case .tls: write(head)
         }
+    }
+
+    /// The rest of a head and the start of its body in one write: one sendmsg on a socket; over
+    /// TLS the two copied side by side into `scratch`, one record.
+    func write(head: UnsafeRawBufferPointer, body: UnsafeRawBufferPointer, scratch: UnsafeMutableRawBufferPointer) -> Sent {
         switch self {
         case .plain(let fd):
             var vectors = (iovec(iov_base: UnsafeMutableRawPointer(mutating: head.baseAddress), iov_len: head.count),

@@ -1,5 +1,4 @@
 import CStampedeSys
-import StampedeBase
 
 /// The UDP sockets every backend serves from, opened the same way whichever backend then owns
 /// them (the shims in CStampedeSys do the setsockopt, bind and connect).

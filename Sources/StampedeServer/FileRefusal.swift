@@ -1,5 +1,4 @@
 import Glibc
-import StampedeBase
 import StampedeIO
 import StampedeProtocol
 

@@ -1,4 +1,3 @@
-import StampedeBase
 import StampedeProtocol
 
 /// What happens to a requested name after the remap rules and before it is opened, in

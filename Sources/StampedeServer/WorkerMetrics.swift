@@ -1,5 +1,4 @@
 import Atomics
-import StampedeBase
 import StampedeDHCP
 import StampedeIO
 import StampedeProtocol

@@ -1,7 +1,6 @@
 import CStampedeSys
 import Glibc
 import Synchronization
-import StampedeBase
 import StampedeIO
 import StampedeProtocol
 

@@ -1,7 +1,6 @@
 import ArgumentParser
 import CStampedeSys
 import Glibc
-import StampedeBase
 import StampedeIO
 import StampedeProtocol
 

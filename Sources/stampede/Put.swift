@@ -1,6 +1,5 @@
 import ArgumentParser
 import Glibc
-import StampedeBase
 import StampedeIO
 import StampedeProtocol
 

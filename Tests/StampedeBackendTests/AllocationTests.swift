@@ -2,7 +2,6 @@ import CMallocCounter
 import CStampedeSys
 import Glibc
 import Logging
-import StampedeBase
 import StampedeIO
 import StampedeProtocol
 import StampedeServer

@@ -1,7 +1,6 @@
 import CStampedeSys
 import Glibc
 import Logging
-import StampedeBase
 import StampedeIO
 import StampedeProtocol
 import StampedeServer

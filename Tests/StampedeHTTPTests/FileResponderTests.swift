@@ -1,27 +1,18 @@
-import CStampedeSys
-import Glibc
-import StampedeBase
-import StampedeIO
-import StampedeProtocol
 import StampedeTestSupport
 import Testing
 
 /// `--http`'s answers (`FileResponder`), through a real loop over loopback: what a head asks for
 /// (a range, a validator, a method) gets the status, headers and bytes HTTP says.
 @Suite struct FileResponderAnswers {
-    let loopback = HTTPLoopOverASocket()
-
-    init() { _ = brokenPipesIgnored }
+    let dir = ScratchDirectory()
 
     /// One request on a fresh connection, the answer whole (the server closes after it: each
     /// request says Connection: close).
     func ask(_ request: String, files: [String: [UInt8]]) throws -> (head: String, body: [UInt8]) {
-        for (name, bytes) in files { loopback.dir.write(name, bytes) }
-        let (server, client) = try loopback.loopAndClient()
-        defer { close(client) }
-        let (bytes, ended) = loopback.exchange(server.loops[0], client, request) { _ in false }
+        for (name, bytes) in files { dir.write(name, bytes) }
+        let (bytes, ended) = try LoopbackHTTP(serving: dir).exchange(request) { _ in false }
         #expect(ended, "the connection stayed open after Connection: close")
-        let end = try #require(loopback.offset(of: "\r\n\r\n", in: bytes))
+        let end = try #require(LoopbackHTTP.offset(of: "\r\n\r\n", in: bytes))
         return (String(decoding: bytes[..<end], as: UTF8.self), Array(bytes[(end + 4)...]))
     }
 

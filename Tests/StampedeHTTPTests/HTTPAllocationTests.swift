@@ -27,7 +27,6 @@ import Testing
                       ("boot/configs/seed-64kib.cfg", .not), ("pxelinux.cfg/01-52-54-00-12-34-56", .asLines),
                       ("boot/scripts/menu-4kib.ipxe", .asLines), ("pxelinux.cfg/01-52-54-00-12-34-56", .asEvents)])
     func aKeptAliveConnectionAllocatesNothingPerRequest(name: String, logged: Logged) throws {
-        _ = brokenPipesIgnored
         let dir = ScratchDirectory()
         for directory in ["pxelinux.cfg", "boot", "boot/scripts", "boot/configs"] { mkdir(dir.path + "/" + directory, 0o755) }
         dir.write("boot/scripts/menu-4kib.ipxe", (0..<(4 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 7) })
@@ -35,29 +34,15 @@ import Testing
         // Loaded later than the cache's racy window after they were written: a file loaded sooner
         // is read again once the window has passed, which a slow run would count.
         usleep(UInt32(FileCache.racyWindow / 1000) + 100_000)
-        let listen = SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!
         let written = LineCount()
-        let configuration = ServerConfiguration(listenAddresses: [listen], policy: AccessPolicy(root: dir.fd),
-                                                logger: Logger(label: "test", factory: { _ in
-                                                    switch logged {
-                                                    case .not: SwiftLogNoOpLogHandler()
-                                                    case .asLines: DiscardingLineLogHandler(count: written)
-                                                    case .asEvents: DiscardingLogHandler()
-                                                    }
-                                                }))
-        let files = FileService(policy: configuration.policy, remapRules: nil, cache: FileCache(), disk: DiskWork())
-        let server = try HTTPServer(configuration: configuration, http: HTTPConfiguration(listenAddresses: [listen]), files: files,
-                                    fileLabels: FileLabels(), loopCount: 1)
-        let loop = server.loops[0]
-
-        let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(client) }
-        var address = server.boundAddresses[0].storage
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        try #require(connected == 0)
-        _ = fcntl(client, F_SETFL, O_NONBLOCK)
+        let http = try LoopbackHTTP(serving: dir, logger: Logger(label: "test", factory: { _ in
+            switch logged {
+            case .not: SwiftLogNoOpLogHandler()
+            case .asLines: DiscardingLineLogHandler(count: written)
+            case .asEvents: DiscardingLogHandler()
+            }
+        }))
+        let (loop, client) = (http.loop, http.client)
         let request = Array("GET /\(name) HTTP/1.1\r\nHost: rack\r\nUser-Agent: iPXE/1.21.1\r\nAccept: */*\r\n\r\n".utf8)
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 << 10, alignment: 16)
         defer { buffer.deallocate() }

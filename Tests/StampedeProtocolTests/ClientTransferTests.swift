@@ -1,6 +1,6 @@
 import Testing
-@testable import StampedeBase
-import StampedeProtocol
+import StampedeBase
+@testable import StampedeProtocol
 
 /// An address for the client machine's specs: a host and a port.
 struct Peer: PeerAddress {

@@ -1,6 +1,6 @@
 import Testing
-@testable import StampedeBase
-import StampedeProtocol
+import StampedeBase
+@testable import StampedeProtocol
 
 func makeReceiver(blockSize: Int = 512, window: Int = 1, oack: Bool = false, rollover: Int = 0) -> DataReceiver {
     DataReceiver(blockSize: blockSize, windowSize: window, numbering: BlockNumbering(rollover: rollover), sendsOptionAck: oack,

@@ -1,6 +1,6 @@
 import Testing
-@testable import StampedeBase
-import StampedeProtocol
+import StampedeBase
+@testable import StampedeProtocol
 
 let second = nanosecondsPerSecond
 

@@ -1,6 +1,5 @@
 import Testing
-@testable import StampedeBase
-import StampedeProtocol
+@testable import StampedeProtocol
 
 @Suite struct NetasciiSpec {
     @Test func newlinesBecomeCRLFAndBareCRBecomesCRNUL() {

@@ -1,6 +1,5 @@
 import Testing
-@testable import StampedeBase
-import StampedeProtocol
+@testable import StampedeProtocol
 
 @Suite struct OptionNegotiationSpec {
     func negotiate(_ options: [(String, String)], write: Bool = false, size: Int? = 1000, max: Int = 1468,

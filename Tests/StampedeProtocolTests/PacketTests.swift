@@ -1,7 +1,7 @@
 import CMallocCounter
 import Testing
-@testable import StampedeBase
-import StampedeProtocol
+import StampedeBase
+@testable import StampedeProtocol
 
 @Suite struct PacketCodec {
     func parse(_ bytes: [UInt8]) -> Result<Request, Request.ParseError> {

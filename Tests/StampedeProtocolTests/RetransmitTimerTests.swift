@@ -1,6 +1,6 @@
 import Testing
-@testable import StampedeBase
-import StampedeProtocol
+import StampedeBase
+@testable import StampedeProtocol
 
 @Suite struct RetransmitTimerSpec {
     let ms: Nanoseconds = 1_000_000

@@ -1,6 +1,6 @@
 import Testing
-@testable import StampedeBase
-import StampedeProtocol
+import StampedeBase
+@testable import StampedeProtocol
 
 @Suite struct TimerWheelSpec {
     func expired(_ wheel: inout TimerWheel, at now: Nanoseconds) -> [Int] {

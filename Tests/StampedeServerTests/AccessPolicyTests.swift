@@ -1,5 +1,4 @@
 import Glibc
-import StampedeBase
 import StampedeTestSupport
 import Testing
 @testable import StampedeServer

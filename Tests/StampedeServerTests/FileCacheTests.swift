@@ -1,7 +1,6 @@
 import Glibc
 import Logging
 import Synchronization
-import StampedeBase
 import StampedeTestSupport
 import Testing
 @testable import StampedeServer

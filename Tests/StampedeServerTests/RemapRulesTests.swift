@@ -1,6 +1,5 @@
 import Testing
 @testable import StampedeServer
-import StampedeBase
 import StampedeIO
 import StampedeProtocol
 

@@ -2,7 +2,6 @@ import CMallocCounter
 import CStampedeSys
 import Glibc
 import Logging
-import StampedeBase
 import StampedeTestSupport
 import Testing
 @testable import StampedeServer

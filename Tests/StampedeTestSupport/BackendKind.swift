@@ -1,4 +1,3 @@
-import StampedeBase
 import StampedeGlibc
 import StampedeIO
 import StampedeProtocol

@@ -2,7 +2,6 @@ import ArgumentParser
 import CStampedeSys
 import Glibc
 import Logging
-import StampedeBase
 import StampedeGlibc
 import StampedeIO
 import StampedeMetrics

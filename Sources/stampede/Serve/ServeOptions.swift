@@ -1,5 +1,4 @@
 import ArgumentParser
-import StampedeBase
 import StampedeDHCP
 import StampedeIO
 import StampedeProtocol

@@ -119,14 +119,6 @@ struct ServePlan {
         return passed
     }
 
-    /// An HTTP server on `addresses` and the sockets passed for it; nil: neither.
-    static func web(_ addresses: [TCPAddress], passed: [Int32], _ options: ServeOptions, connections: Int) -> HTTPConfiguration? {
-        guard !addresses.isEmpty || !passed.isEmpty else { return nil }
-        var http = web(addresses, options, connections: connections)
-        http.inheritedListeners = passed
-        return http
-    }
-
     /// What each boot network's machines get: the operator's --boot-file over the defaults,
     /// iPXE's script and UEFI HTTP Boot's loader over --http where it serves that address.
     static func bootNetworks(_ options: ServeOptions, _ interfaces: [NetworkInterface]) -> [BootNetwork] {
@@ -157,10 +149,13 @@ struct ServePlan {
         }
     }
 
-    /// An HTTP server's configuration from the --http-* flags: --http and --https have the same
-    /// limits, and share the connection limit (and so the descriptors it stands for).
-    static func web(_ addresses: [TCPAddress], _ options: ServeOptions, connections: Int) -> HTTPConfiguration {
+    /// An HTTP server on `addresses` and the sockets passed for it (nil: neither), from the
+    /// --http-* flags: --http and --https have the same limits, and share the connection limit
+    /// (and so the descriptors it stands for).
+    static func web(_ addresses: [TCPAddress], passed: [Int32], _ options: ServeOptions, connections: Int) -> HTTPConfiguration? {
+        guard !addresses.isEmpty || !passed.isEmpty else { return nil }
         var http = HTTPConfiguration(listenAddresses: addresses.map(\.socketAddress))
+        http.inheritedListeners = passed
         http.maxConnections = connections
         http.idleTimeout = Nanoseconds(options.httpIdleTimeout) * nanosecondsPerSecond
         http.sendTimeout = http.idleTimeout

@@ -2,7 +2,6 @@ import Atomics
 import CStampedeSys
 import Glibc
 import Logging
-import StampedeBase
 import StampedeDHCP
 import StampedeIO
 import StampedeProtocol

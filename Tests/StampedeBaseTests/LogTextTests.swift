@@ -1,6 +1,5 @@
 import Testing
 @testable import StampedeBase
-import StampedeProtocol
 
 @Suite struct LogTextSpec {
     @Test(arguments: [
