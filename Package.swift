@@ -5,12 +5,16 @@ import PackageDescription
 //   CStampedeSys      C: the Linux calls and macros Swift cannot see (mmsghdr, CMSG, openat2, epoll)
 //   CStampedeRing     C: the io_uring engine over liburing (opaque ring, arrays of POD structs)
 //   StampedeBase      what every part shares: monotonic time, log lines written without a String,
-//                     digits, sanitized text. No import.
+//                     digits, sanitized text, netascii. No import.
 //   StampedeProtocol  TFTP itself: packets, the option table, the sender's, receiver's and client's
 //                     state machines, timers, netascii. Pure logic: no syscall, no import.
 //   StampedeIO        (on Base, not TFTP) the I/O contract every backend implements, socket addresses, errno, sockets,
 //                     descriptors and files, threads and locks
-//   StampedeServer    the server: workers, access policy, file cache, uploads, limits, remap rules
+//   StampedeFiles     the served root as every protocol reads it: the file service (names, remap
+//                     rules, access policy), the cache of images and the lease on one, the disk thread
+//   StampedeServing   what every serving loop shares, whatever it serves: what it counts, its
+//                     clients' admission, the line it says per request
+//   StampedeTFTPServer the TFTP server: workers, routing, transfers, uploads
 //   StampedeHTTPWire  HTTP/1 itself: the request and response heads' grammar, statuses, dates. Pure.
 //   StampedeDHCP      DHCP itself, for a proxyDHCP boot responder: the message codec, what a
 //                     machine's request says of it, what the proxy answers, the IP and UDP
@@ -21,12 +25,14 @@ import PackageDescription
 //   StampedeTLS       TLS for the HTTP engine: the certificate and key, the profile, a connection's
 //                     session, kernel TLS's probe, and UEFI's signature list of CAs (tls-ca)
 //   StampedeHTTP      the HTTP engine (connections as state machines, epoll, sendfile) and --http's
-//                     answers: the same root, policy, rules and file images over HTTP/1.1
+//                     answers: the same root, policy, rules and file images over HTTP/1.1 (on
+//                     Files and Serving: not on TFTP)
 //   StampedeGlibc     a backend: epoll + recvmmsg/sendmmsg
 //   StampedeURing     a backend: the Swift side of the io_uring engine
 //   StampedeMetrics   the operator's view: Prometheus exposition over the HTTP engine (its own
-//                     loop and thread), reading a server's metrics (storm --metrics)
-//   StampedeStorm     the load generator: many clients on a backend its caller gives it
+//                     loop and thread)
+//   StampedeStorm     the load generator: many clients on a backend its caller gives it, and its
+//                     reading of a server's metrics (storm --metrics)
 //   stampede          the command line: serve (in.tftpd's flags), get, put, storm
 // Hardened as Debian builds C (dpkg-buildflags): glibc's checked string and I/O calls where the
 // optimizer can see the buffer's size (_FORTIFY_SOURCE needs -O, so release builds only), and
@@ -39,8 +45,8 @@ let package = Package(
     name: "Stampede",
     products: [
         .executable(name: "stampede", targets: ["stampede"]),
-        .library(name: "Stampede", targets: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeGlibc",
-                                             "StampedeURing", "StampedeStorm"]),
+        .library(name: "Stampede", targets: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeFiles", "StampedeServing", "StampedeTFTPServer",
+                                             "StampedeGlibc", "StampedeURing", "StampedeStorm"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -64,24 +70,28 @@ let package = Package(
         .target(name: "StampedeBase"),
         .target(name: "StampedeProtocol", dependencies: ["StampedeBase"]),
         .target(name: "StampedeIO", dependencies: ["StampedeBase", "CStampedeSys"]),
-        .target(name: "StampedeServer", dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeDHCP", "CStampedeSys", log,
-                                                     .product(name: "Atomics", package: "swift-atomics")]),
+        .target(name: "StampedeFiles", dependencies: ["StampedeBase", "StampedeIO", "CStampedeSys", log]),
+        .target(name: "StampedeServing", dependencies: ["StampedeBase", "StampedeIO", "CStampedeSys", log,
+                                                      .product(name: "Atomics", package: "swift-atomics")]),
+        .target(name: "StampedeTFTPServer", dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeFiles", "StampedeServing",
+                                                     "CStampedeSys", log, .product(name: "Atomics", package: "swift-atomics")]),
         .target(name: "StampedeHTTPWire"),
         .target(name: "StampedeDHCP"),
-        .target(name: "StampedeProxyDHCP", dependencies: ["StampedeDHCP", "StampedeServer", "StampedeIO", "StampedeBase", "StampedeProtocol",
+        .target(name: "StampedeProxyDHCP", dependencies: ["StampedeDHCP", "StampedeServing", "StampedeIO", "StampedeBase",
                                                         "CStampedeSys", log]),
-        .target(name: "StampedeHTTP", dependencies: ["StampedeHTTPWire", "StampedeTLS", "StampedeServer", "StampedeIO", "StampedeBase", "StampedeProtocol",
-                                                   "CStampedeSys", log, .product(name: "Atomics", package: "swift-atomics")]),
+        .target(name: "StampedeHTTP", dependencies: ["StampedeHTTPWire", "StampedeTLS", "StampedeFiles", "StampedeServing", "StampedeIO",
+                                                   "StampedeBase", "CStampedeSys", log, .product(name: "Atomics", package: "swift-atomics")]),
         .target(name: "StampedeMetrics",
-                dependencies: ["StampedeServer", "StampedeHTTP", "StampedeDHCP", "StampedeTLS", "StampedeIO", "StampedeBase", "StampedeProtocol", log,
+                dependencies: ["StampedeFiles", "StampedeServing", "StampedeHTTP", "StampedeDHCP", "StampedeProxyDHCP", "StampedeTLS", "StampedeIO", "StampedeBase", log,
                                .product(name: "Prometheus", package: "swift-prometheus"),
                                .product(name: "CoreMetrics", package: "swift-metrics")]),
-        .target(name: "StampedeGlibc", dependencies: ["StampedeIO", "CStampedeSys"]),
-        .target(name: "StampedeURing", dependencies: ["StampedeIO", "CStampedeSys", "CStampedeRing"]),
-        .target(name: "StampedeStorm", dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeHTTPWire", "StampedeDHCP", "StampedeTLS"]),
+        .target(name: "StampedeGlibc", dependencies: ["StampedeBase", "StampedeIO", "CStampedeSys"]),
+        .target(name: "StampedeURing", dependencies: ["StampedeBase", "StampedeIO", "CStampedeSys", "CStampedeRing"]),
+        .target(name: "StampedeStorm", dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeHTTPWire", "StampedeDHCP", "StampedeTLS",
+                                                     "CStampedeSys"]),
         .executableTarget(
             name: "stampede",
-            dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeDHCP", "StampedeProxyDHCP", "StampedeGlibc", "StampedeURing",
+            dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeFiles", "StampedeServing", "StampedeTFTPServer", "StampedeDHCP", "StampedeProxyDHCP", "StampedeGlibc", "StampedeURing",
                            "StampedeStorm", "StampedeMetrics", "StampedeHTTP", "StampedeTLS", "CStampedeSys", log,
                            .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
@@ -94,41 +104,42 @@ let package = Package(
                           path: "Fuzz/OptionAckFuzz"),
         .executableTarget(name: "DHCPFuzz", dependencies: ["StampedeDHCP", "FuzzCorpus"], path: "Fuzz/DHCPFuzz"),
         .executableTarget(name: "HeadFuzz", dependencies: ["StampedeHTTPWire", "FuzzCorpus"], path: "Fuzz/HeadFuzz"),
-        .executableTarget(name: "RemapFuzz", dependencies: ["StampedeServer", "StampedeIO", "FuzzCorpus"],
+        .executableTarget(name: "RemapFuzz", dependencies: ["StampedeFiles", "StampedeIO", "FuzzCorpus"],
                           path: "Fuzz/RemapFuzz"),
 
         // Micro-benchmarks of the hot path, with malloc counts (`make bench-micro`; thresholds in
         // Benchmarks/Thresholds). The end-to-end comparison is Benchmarks/compare.py (`make bench`).
         .executableTarget(name: "HotPath",
-                          dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeServer", "StampedeGlibc",
+                          dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeFiles", "StampedeTFTPServer", "StampedeGlibc",
                                          .product(name: "Benchmark", package: "benchmark")],
                           path: "Benchmarks/HotPath",
                           plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]),
 
-        .target(name: "StampedeTestSupport", dependencies: ["StampedeIO", "StampedeServer", "StampedeGlibc", "StampedeURing", log],
+        .target(name: "StampedeTestSupport", dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeServing", "StampedeTFTPServer", "StampedeGlibc", "StampedeURing", log],
                 path: "Tests/StampedeTestSupport"),
         .testTarget(name: "StampedeBaseTests", dependencies: ["StampedeBase"]),
         .testTarget(name: "StampedeProtocolTests", dependencies: ["StampedeBase", "StampedeProtocol", "CMallocCounter"]),
         // The command line's plan (`serve`'s flags and what they make), against the executable.
         .testTarget(name: "StampedeCommandTests",
-                    dependencies: ["stampede", "StampedeServer", "StampedeDHCP", "StampedeIO", "StampedeBase", "StampedeProtocol", "CMallocCounter", log]),
+                    dependencies: ["stampede", "StampedeFiles", "StampedeServing", "StampedeTFTPServer", "StampedeDHCP", "StampedeIO", "StampedeBase", "StampedeProtocol", "CMallocCounter", log]),
         .testTarget(name: "StampedeHTTPWireTests", dependencies: ["StampedeHTTPWire"]),
         .testTarget(name: "StampedeDHCPTests", dependencies: ["StampedeDHCP"]),
         .testTarget(name: "StampedeProxyDHCPTests", dependencies: ["StampedeProxyDHCP", "StampedeDHCP", "StampedeBase", "StampedeProtocol"]),
         .testTarget(name: "StampedeTLSTests", dependencies: ["StampedeTLS", "StampedeTestSupport"]),
         .testTarget(name: "StampedeHTTPTests",
-                    dependencies: ["StampedeHTTP", "StampedeHTTPWire", "StampedeServer", "StampedeIO", "StampedeBase", "StampedeProtocol",
+                    dependencies: ["StampedeHTTP", "StampedeHTTPWire", "StampedeFiles", "StampedeServing", "StampedeIO", "StampedeBase",
                                    "CMallocCounter", "StampedeTestSupport", log]),
-        .testTarget(name: "StampedeServerTests",
-                    dependencies: ["StampedeServer", "StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeTestSupport", "StampedeMetrics",
+        .testTarget(name: "StampedeFilesTests", dependencies: ["StampedeFiles", "StampedeIO", "StampedeBase", "StampedeTestSupport", log]),
+        .testTarget(name: "StampedeTFTPServerTests",
+                    dependencies: ["StampedeTFTPServer", "StampedeFiles", "StampedeServing", "StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeTestSupport", "StampedeMetrics", "StampedeStorm",
                                    "CMallocCounter", log]),
         // The backend contract, tested once for every backend, with a malloc counter for the hot path.
         .target(name: "CMallocCounter", path: "Tests/CMallocCounter", cSettings: strictC),
         .testTarget(name: "StampedeBackendTests",
-                    dependencies: ["StampedeGlibc", "StampedeURing", "StampedeServer", "StampedeBase", "StampedeProtocol", "StampedeIO",
+                    dependencies: ["StampedeGlibc", "StampedeURing", "StampedeFiles", "StampedeTFTPServer", "StampedeBase", "StampedeProtocol", "StampedeIO",
                                    "CMallocCounter", "StampedeTestSupport", log]),
         .testTarget(name: "StampedeStormTests",
-                    dependencies: ["StampedeStorm", "StampedeServer", "StampedeHTTP", "StampedeHTTPWire", "StampedeGlibc", "StampedeURing",
+                    dependencies: ["StampedeStorm", "StampedeFiles", "StampedeServing", "StampedeTFTPServer", "StampedeHTTP", "StampedeMetrics", "StampedeHTTPWire", "StampedeGlibc", "StampedeURing",
                                    "StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeDHCP", "StampedeTestSupport", log]),
     ]
 )

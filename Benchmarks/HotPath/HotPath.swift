@@ -9,10 +9,11 @@ import Benchmark
 import CStampedeSys
 import Glibc
 import Logging
-import StampedeIO
 import StampedeBase
+import StampedeFiles
+import StampedeIO
 import StampedeProtocol
-import StampedeServer
+import StampedeTFTPServer
 
 let hotPathMetrics: [BenchmarkMetric] = [.wallClock, .mallocCountTotal]
 /// Malloc counts may not grow (beyond the harness's own jitter of a few per sample); wall time

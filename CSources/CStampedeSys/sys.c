@@ -15,6 +15,8 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -404,6 +406,44 @@ int stampede_open_beneath(int directory, const char *path, int flags, unsigned i
         fd = syscall(SYS_openat2, directory, path, &how, sizeof(how));
     } while (fd < 0 && (errno == EINTR || errno == EAGAIN));
     return fd < 0 ? -errno : (int)fd;
+}
+
+int stampede_open_beneath_cached(int directory, const char *path, int flags, int in_root)
+{
+    struct open_how how;
+    long fd;
+    memset(&how, 0, sizeof(how));
+    how.flags = (uint64_t)flags | O_CLOEXEC;
+    how.resolve = (in_root ? RESOLVE_IN_ROOT : RESOLVE_BENEATH) | RESOLVE_NO_MAGICLINKS | RESOLVE_CACHED;
+    do {
+        fd = syscall(SYS_openat2, directory, path, &how, sizeof(how));
+    } while (fd < 0 && errno == EINTR);
+    return fd < 0 ? -errno : (int)fd;
+}
+
+int stampede_stat_cached(int fd, struct stat *out)
+{
+    struct statx seen;
+    if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_BASIC_STATS, &seen) != 0)
+        return -errno;
+    memset(out, 0, sizeof(*out));
+    out->st_dev = makedev(seen.stx_dev_major, seen.stx_dev_minor);
+    out->st_ino = seen.stx_ino;
+    out->st_mode = seen.stx_mode;
+    out->st_nlink = seen.stx_nlink;
+    out->st_uid = seen.stx_uid;
+    out->st_gid = seen.stx_gid;
+    out->st_rdev = makedev(seen.stx_rdev_major, seen.stx_rdev_minor);
+    out->st_size = (off_t)seen.stx_size;
+    out->st_blksize = (blksize_t)seen.stx_blksize;
+    out->st_blocks = (blkcnt_t)seen.stx_blocks;
+    out->st_atim.tv_sec = seen.stx_atime.tv_sec;
+    out->st_atim.tv_nsec = seen.stx_atime.tv_nsec;
+    out->st_mtim.tv_sec = seen.stx_mtime.tv_sec;
+    out->st_mtim.tv_nsec = seen.stx_mtime.tv_nsec;
+    out->st_ctim.tv_sec = seen.stx_ctime.tv_sec;
+    out->st_ctim.tv_nsec = seen.stx_ctime.tv_nsec;
+    return 0;
 }
 
 int stampede_epoll_create(void)

@@ -4,8 +4,8 @@
 
 import FuzzCorpus
 import Glibc
+import StampedeFiles
 import StampedeIO
-import StampedeServer
 
 func remapFuzz(_ input: UnsafeRawBufferPointer) {
     let bytes = Array(input)

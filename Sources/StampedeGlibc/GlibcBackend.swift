@@ -2,7 +2,6 @@ import CStampedeSys
 import Glibc
 import StampedeBase
 import StampedeIO
-import StampedeProtocol
 
 /// The pure-Swift backend: epoll for readiness, recvmmsg per readable socket, sendmmsg per run of
 /// sends to one socket, a window of DATA as one segmented send (UDP GSO) where the kernel takes it. Every array is allocated once at start (docs/ARCHITECTURE.md, "The backends"); the

@@ -1,5 +1,5 @@
+import StampedeFiles
 import StampedeHTTPWire
-import StampedeServer
 
 /// What a file server needs to know of a file to answer a request for it.
 public struct FileFacts: Equatable, Sendable {

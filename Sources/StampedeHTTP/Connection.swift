@@ -1,8 +1,8 @@
 import StampedeBase
+import StampedeFiles
 import StampedeHTTPWire
 import StampedeIO
-import StampedeProtocol
-import StampedeServer
+import StampedeServing
 import StampedeTLS
 
 /// One client's TCP connection, owned by the event loop that accepted it: its socket, the bytes

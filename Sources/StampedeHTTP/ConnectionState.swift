@@ -1,5 +1,4 @@
 import StampedeBase
-import StampedeProtocol
 
 /// The life of one HTTP connection as named states and the events that move them, apart from
 /// its socket (as swift-nio's HTTPServerPipelineHandler keeps its state, and nginx a handler per

@@ -1,8 +1,8 @@
 import Glibc
 import StampedeBase
+import StampedeFiles
 import StampedeHTTPWire
-import StampedeProtocol
-import StampedeServer
+import StampedeServing
 
 /// The answers of an endpoint that serves one path with bytes made at each request (the metrics'
 /// exposition): GET and HEAD of `path` (a query ignored), 404 for any other path, 405 for any

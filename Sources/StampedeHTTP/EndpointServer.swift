@@ -4,8 +4,7 @@ import Logging
 import StampedeBase
 import StampedeHTTPWire
 import StampedeIO
-import StampedeProtocol
-import StampedeServer
+import StampedeServing
 
 /// One path answered with bytes made at each request (the metrics' exposition) by the HTTP
 /// engine: one event loop of its own, on a thread of its own, never a worker's, with limits of

@@ -2,17 +2,17 @@ import CStampedeSys
 import Glibc
 import Logging
 import StampedeBase
+import StampedeFiles
 import StampedeHTTPWire
 import StampedeIO
-import StampedeProtocol
-import StampedeServer
+import StampedeServing
 
 /// `--http`'s answers: the root's files, through the same file service as TFTP's reads (the
 /// remap rules, the access policy, the cache's images), then the part of the file the head asks
 /// for (`Choice`). One per loop, on its thread; it logs each answer and counts it.
 final class FileResponder: HTTPResponder {
     let files: FileService
-    let configuration: ServerConfiguration
+    let logFormat: LogFormat
     let metrics: WorkerMetrics
     var durations: DurationRecorder
     let logger: Logger
@@ -23,11 +23,11 @@ final class FileResponder: HTTPResponder {
     /// Each answer's log line is written in this memory.
     var line = LogLine()
 
-    init(files: FileService, configuration: ServerConfiguration, metrics: WorkerMetrics, fileLabels: FileLabels,
+    init(files: FileService, logFormat: LogFormat, metrics: WorkerMetrics, fileLabels: FileLabels,
          logger: Logger) throws(Errno) {
         loads = try LoadMailbox.waking()
         self.files = files
-        self.configuration = configuration
+        self.logFormat = logFormat
         self.metrics = metrics
         durations = DurationRecorder(metrics: metrics, fileLabels: fileLabels)
         self.logger = logger
@@ -143,7 +143,7 @@ final class FileResponder: HTTPResponder {
             plain(connection, Status(busy), to: head, kind: head.method == .head ? .head : .get, method: head.method.name,
                   file: Array(head.name), detail: busy.message, started: started)
             return true
-        case .loaded, .stream:
+        case .loaded, .stream, .looked:
             return answer(head, on: connection, started: started, reads: reads + 1, after: outcome)
         }
     }
@@ -209,7 +209,7 @@ final class FileResponder: HTTPResponder {
         if record.result == .served && record.kind == .get { durations.record(record.file, kind: .get, duration) }
         let seconds = Double(duration) / 1e9
         let failed = record.result != .served && record.result != .notModified
-        if configuration.logFormat == .json {
+        if logFormat == .json {
             var fields: Logger.Metadata = [
                 "event": "transfer", "protocol": "\(metrics.served.rawValue)", "client": "\(connection.peerText)", "request": "\(record.kind.label)",
                 "file": "\(sanitizedForLog(record.file))", "status": .stringConvertible(record.status.rawValue),

@@ -1,13 +1,12 @@
 import StampedeBase
 import StampedeHTTPWire
 import StampedeIO
-import StampedeProtocol
+import StampedeServing
 import StampedeTLS
 
-/// An HTTP server's addresses and limits (`--http`; the metrics endpoint has its own). What a
-/// file server serves, and how (the root, the access policy, the remap rules, the log format,
-/// the grace at a stop) is the TFTP server's `ServerConfiguration`: one root, one policy for both
-/// protocols.
+/// An HTTP server's addresses, limits and lines (`--http`; the metrics endpoint has its own). What a
+/// file server serves (the root, the access policy, the remap rules) is its `FileService`'s,
+/// shared with TFTP: one root, one policy for both protocols.
 public struct HTTPConfiguration: Sendable {
     public var listenAddresses: [SocketAddress]
     /// Listening TCP sockets systemd passed (a socket unit's ListenStream), served beside
@@ -31,6 +30,11 @@ public struct HTTPConfiguration: Sendable {
     public var writeBudget = 4 << 20
     /// A connection older than this says Connection: close with its next answer (nil: any age).
     public var connectionLifetime: Nanoseconds?
+
+    /// `--log-format`: how each answer's line is written (TFTP's lines are written alike).
+    public var logFormat = LogFormat.text
+    /// SIGTERM/SIGINT: how long answers under way may take to finish.
+    public var shutdownGrace: Nanoseconds = 10 * nanosecondsPerSecond
 
     /// `--https`: every connection speaks TLS with this identity (certificate, key, profile);
     /// nil: plain HTTP.

@@ -3,8 +3,6 @@ import CStampedeSys
 import Glibc
 import StampedeBase
 import StampedeHTTPWire
-import StampedeProtocol
-import StampedeServer
 import StampedeTLS
 
 /// `--https`: what the loop does differently for a connection that speaks TLS. The connection's

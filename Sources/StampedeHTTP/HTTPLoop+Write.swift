@@ -1,6 +1,5 @@
 import StampedeBase
-import StampedeProtocol
-import StampedeServer
+import StampedeFiles
 
 /// The one body writer, for plain and TLS connections alike (`Transport` says what differs): an
 /// answer's head, then its body from where it lives, until the answer is done, the socket is

@@ -3,10 +3,10 @@ import CStampedeSys
 import Glibc
 import Logging
 import StampedeBase
+import StampedeFiles
 import StampedeHTTPWire
 import StampedeIO
-import StampedeProtocol
-import StampedeServer
+import StampedeServing
 import StampedeTLS
 
 /// One HTTP event loop: its listeners (SO_REUSEPORT: the kernel spreads connections over the

@@ -1,7 +1,7 @@
 import StampedeBase
+import StampedeFiles
 import StampedeHTTPWire
-import StampedeProtocol
-import StampedeServer
+import StampedeServing
 
 /// What an HTTP loop serves (`HTTPLoop`): the loop reads heads and writes answers, its responder
 /// decides the answers: the files of the root (`FileResponder`), or the metrics (StampedeMetrics'

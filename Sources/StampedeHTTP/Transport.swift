@@ -1,6 +1,6 @@
 import Glibc
 import StampedeIO
-import StampedeServer
+import StampedeServing
 import StampedeTLS
 
 /// What a connection's bytes go through: its socket, or its TLS session over the socket. The one

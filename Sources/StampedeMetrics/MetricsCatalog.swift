@@ -1,6 +1,8 @@
 import Prometheus
 import StampedeDHCP
-import StampedeServer
+import StampedeFiles
+import StampedeServing
+import StampedeProxyDHCP
 import StampedeTLS
 
 /// Every metric the exporter shows, named and described, and where each is read from: the sums

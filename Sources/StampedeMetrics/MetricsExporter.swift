@@ -1,8 +1,9 @@
-import Glibc
 import enum CoreMetrics.MetricsSystem
+import Glibc
 import Prometheus
 import StampedeDHCP
-import StampedeServer
+import StampedeFiles
+import StampedeServing
 import StampedeTLS
 import Synchronization
 

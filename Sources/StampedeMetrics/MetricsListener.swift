@@ -3,7 +3,6 @@ import Logging
 import StampedeBase
 import StampedeHTTP
 import StampedeIO
-import StampedeProtocol
 
 /// `--metrics`: the exposition over HTTP (`GET /metrics`), answered by the same HTTP engine as
 /// `--http`, on an event loop and a thread of its own, never a worker's. Its memory is the TFTP

@@ -1,5 +1,4 @@
 import StampedeBase
-import StampedeProtocol
 
 /// How often one machine is answered: once per `interval` for each kind of request it sends (a
 /// DISCOVER, a boot server REQUEST), so that a machine, or a forger with its MAC, that sends a

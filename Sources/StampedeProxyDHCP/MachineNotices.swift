@@ -1,5 +1,4 @@
 import StampedeBase
-import StampedeProtocol
 
 /// What the operator is told of one machine the proxy cannot answer (an architecture no
 /// selector names, a selector with no boot file): once per machine and reason in each `interval`,

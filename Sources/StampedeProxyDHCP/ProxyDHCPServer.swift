@@ -4,8 +4,7 @@ import Logging
 import StampedeBase
 import StampedeDHCP
 import StampedeIO
-import StampedeProtocol
-import StampedeServer
+import StampedeServing
 
 /// The proxyDHCP responder (`--proxy-dhcp`), on a thread of its own: a machine's first DHCP
 /// packets on the boot networks are read (`DHCPMessage`), answered as `ProxyAnswer` says, once
@@ -59,7 +58,7 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     public let networks: [BootNetwork]
     public let ports: Ports
     /// Its answers by selector and its silences by reason, and its heartbeat (`lastTurn`).
-    public let metrics = WorkerMetrics(.dhcp)
+    public let metrics = WorkerMetrics.dhcp()
     /// The sockets, owned here and closed with the responder: the packet socket, the raw sender,
     /// each network's boot server socket.
     private let listener: Int32

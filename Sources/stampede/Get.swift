@@ -1,6 +1,7 @@
 import ArgumentParser
 import CStampedeSys
 import Glibc
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Glibc
+import StampedeBase
 import StampedeIO
 import StampedeProtocol
 

@@ -6,7 +6,6 @@ import StampedeGlibc
 import StampedeIO
 import StampedeMetrics
 import StampedeProtocol
-import StampedeServer
 import StampedeStorm
 import StampedeTLS
 import StampedeURing

@@ -3,7 +3,7 @@ import CStampedeSys
 import Glibc
 import Logging
 import StampedeIO
-import StampedeServer
+import StampedeServing
 
 /// Where the server's log goes: syslog with facility daemon, as in.tftpd logs (the default, and
 /// always in inetd mode, where fds 0-2 are the socket); standard error in the foreground (`-L`,

@@ -2,12 +2,13 @@ import CMallocCounter
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeFiles
+import StampedeGlibc
 import StampedeIO
 import StampedeProtocol
-import StampedeServer
-import StampedeGlibc
-import StampedeURing
+import StampedeTFTPServer
 import StampedeTestSupport
+import StampedeURing
 import Testing
 
 /// "Steady state allocates nothing per packet, in either backend" (docs/ARCHITECTURE.md). A real worker on a

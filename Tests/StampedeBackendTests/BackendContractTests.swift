@@ -1,12 +1,13 @@
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeFiles
+import StampedeGlibc
 import StampedeIO
 import StampedeProtocol
-import StampedeServer
-import StampedeGlibc
-import StampedeURing
+import StampedeTFTPServer
 import StampedeTestSupport
+import StampedeURing
 import Testing
 
 /// A plain client socket on loopback for the test.

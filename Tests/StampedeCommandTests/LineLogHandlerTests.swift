@@ -4,7 +4,7 @@ import Logging
 import StampedeBase
 import StampedeIO
 import StampedeProtocol
-import StampedeServer
+import StampedeServing
 import Testing
 @testable import stampede
 

@@ -1,9 +1,10 @@
 import Logging
 import StampedeBase
 import StampedeDHCP
+import StampedeFiles
 import StampedeIO
 import StampedeProtocol
-import StampedeServer
+import StampedeTFTPServer
 import Testing
 @testable import stampede
 

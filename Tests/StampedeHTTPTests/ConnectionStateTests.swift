@@ -1,5 +1,4 @@
 import StampedeBase
-import StampedeProtocol
 import Testing
 @testable import StampedeHTTP
 

@@ -2,9 +2,9 @@ import CMallocCounter
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeFiles
 import StampedeHTTP
 import StampedeIO
-import StampedeServer
 import StampedeTestSupport
 import Synchronization
 import Testing

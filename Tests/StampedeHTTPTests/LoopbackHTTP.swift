@@ -2,9 +2,10 @@ import CStampedeSys
 import Glibc
 import Logging
 import StampedeBase
+import StampedeFiles
 import StampedeHTTP
 import StampedeIO
-import StampedeServer
+import StampedeServing
 import StampedeTestSupport
 import Testing
 
@@ -18,10 +19,9 @@ final class LoopbackHTTP {
     init(serving root: ScratchDirectory, logger: Logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })) throws {
         _ = brokenPipesIgnored
         let listen = SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!
-        let configuration = ServerConfiguration(listenAddresses: [listen], policy: AccessPolicy(root: root.fd), logger: logger)
-        let files = FileService(policy: configuration.policy, remapRules: nil, cache: FileCache(), disk: DiskWork())
-        server = try HTTPServer(configuration: configuration, http: HTTPConfiguration(listenAddresses: [listen]), files: files,
-                                fileLabels: FileLabels(), loopCount: 1)
+        let files = FileService(policy: AccessPolicy(root: root.fd), remapRules: nil, cache: FileCache(), disk: DiskWork())
+        server = try HTTPServer(http: HTTPConfiguration(listenAddresses: [listen]), files: files, fileLabels: FileLabels(),
+                                logger: logger, loopCount: 1)
         client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = server.boundAddresses[0].storage
         let connected = withUnsafePointer(to: &address) {

@@ -6,7 +6,6 @@ import StampedeGlibc
 import StampedeHTTPWire
 import StampedeIO
 import StampedeProtocol
-import StampedeServer
 @testable import StampedeStorm
 import StampedeTestSupport
 import Testing

@@ -2,12 +2,14 @@ import CStampedeSys
 import Glibc
 import Logging
 import StampedeBase
-import StampedeIO
-import StampedeProtocol
-import StampedeServer
+import StampedeFiles
 import StampedeGlibc
 import StampedeHTTP
+import StampedeIO
+import StampedeProtocol
+import StampedeServing
 import StampedeStorm
+import StampedeTFTPServer
 import StampedeTestSupport
 import StampedeURing
 import Testing
@@ -33,8 +35,8 @@ final class Rig<Backend: DatagramBackend> {
         address = try worker.bindListeners([listen])[0]
         var httpConfiguration = HTTPConfiguration(listenAddresses: [listen])
         httpConfiguration.idleTimeout = httpIdleTimeout
-        http = withHTTP ? try HTTPServer(configuration: configuration, http: httpConfiguration, files: worker.files,
-                                         fileLabels: FileLabels(), loopCount: 1) : nil
+        http = withHTTP ? try HTTPServer(http: httpConfiguration, files: worker.files, fileLabels: FileLabels(),
+                                         logger: configuration.logger, loopCount: 1) : nil
     }
 
     /// The HTTP server's address (with `http`).

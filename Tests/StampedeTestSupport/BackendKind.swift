@@ -1,7 +1,6 @@
 import StampedeGlibc
 import StampedeIO
 import StampedeProtocol
-import StampedeServer
 import StampedeURing
 import Testing
 

@@ -1,5 +1,5 @@
 import Logging
-import StampedeServer
+import StampedeServing
 import Synchronization
 
 /// Lines taken.

@@ -1,5 +1,5 @@
 import Logging
-import StampedeServer
+import StampedeServing
 import Synchronization
 
 /// A logger that keeps its lines, for a test to read what a worker said.

@@ -1,7 +1,7 @@
 import StampedeBase
 import StampedeIO
 import StampedeProtocol
-import StampedeServer
+import StampedeTFTPServer
 
 extension Worker {
     /// A turn, then as many as it takes for the requests that wait for their files to go on: the

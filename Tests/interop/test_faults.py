@@ -64,6 +64,10 @@ def flood(server, name, sockets=20, each=1000, listen=0.9):
 
 def test_a_burst_of_20000_requests_is_answered_every_one(serve, report):
     s = serve()
+    # A name the kernel has not looked up yet is looked up on a disk thread, and the same request
+    # again from its port meanwhile is that request (dropped as a duplicate, answered once): the
+    # first one makes the name known, as a rack's first machine does.
+    assert flood(s, "no-such-file", sockets=1, each=1) == {(5, 1): 1}
     started = time.time()
     replies = flood(s, "no-such-file")
     assert replies == {(5, 1): 20000}, replies

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <netinet/in.h>
 
@@ -140,6 +141,13 @@ extern const int stampede_o_path;
  * is the path's "/", as in a chroot ("/" and ".." stop there, absolute symlinks are read in it).
  * Returns the fd. */
 int stampede_open_beneath(int directory, const char *path, int flags, unsigned int mode, int in_root);
+/* stampede_open_beneath from the kernel's caches alone (RESOLVE_CACHED, no O_CREAT): -EAGAIN when
+ * they cannot resolve `path` without the file system (a name not looked up lately, a network or
+ * FUSE file system's entry to revalidate), never a wait on a disk; -EINVAL before Linux 5.12. */
+int stampede_open_beneath_cached(int directory, const char *path, int flags, int in_root);
+/* fstat from what the kernel holds (statx's AT_STATX_DONT_SYNC): a network or FUSE file system
+ * is not asked again before its attribute cache expires; a local one answers as fstat does. */
+int stampede_stat_cached(int fd, struct stat *out);
 
 /* epoll with the 64-bit user data as a plain tag; the packed epoll_event stays in C. */
 int stampede_epoll_create(void);

@@ -1,8 +1,10 @@
 import ArgumentParser
 import Glibc
 import StampedeDHCP
+import StampedeFiles
 import StampedeIO
-import StampedeServer
+import StampedeServing
+import StampedeTFTPServer
 import StampedeTLS
 
 // The types `serve`'s flags are parsed into, once, at the command line's edge (each flag's

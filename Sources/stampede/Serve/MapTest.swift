@@ -1,8 +1,8 @@
 import ArgumentParser
 import StampedeBase
+import StampedeFiles
 import StampedeIO
 import StampedeProtocol
-import StampedeServer
 
 /// `--map-test FILE`, as in.tftpd 7.3's: each line of FILE as a requested name, what -m and
 /// --normalize make of it on standard output ("ERROR: message" for a refusal); the rules' steps

@@ -1,7 +1,7 @@
 import Glibc
+import StampedeFiles
 import StampedeIO
 import StampedeProtocol
-import StampedeServer
 
 /// A remap rule file (`-m`), held (`HeldFile`), so that SIGHUP finds the file again after `-s`
 /// has chrooted, and sees an editor's save (a new inode under the same name).

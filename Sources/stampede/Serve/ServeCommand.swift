@@ -2,12 +2,13 @@ import ArgumentParser
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeFiles
 import StampedeGlibc
 import StampedeIO
 import StampedeMetrics
 import StampedeProtocol
 import StampedeProxyDHCP
-import StampedeServer
+import StampedeTFTPServer
 import StampedeTLS
 import StampedeURing
 

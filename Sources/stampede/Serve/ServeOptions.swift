@@ -1,8 +1,10 @@
 import ArgumentParser
 import StampedeDHCP
+import StampedeFiles
 import StampedeIO
 import StampedeProtocol
-import StampedeServer
+import StampedeServing
+import StampedeTFTPServer
 import StampedeTLS
 
 /// `serve`'s flags: in.tftpd 7.3's command line, and long options of Stampede's own, each parsed

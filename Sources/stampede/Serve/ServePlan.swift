@@ -1,11 +1,12 @@
 import Glibc
 import StampedeBase
 import StampedeDHCP
+import StampedeFiles
 import StampedeHTTP
 import StampedeIO
 import StampedeProtocol
 import StampedeProxyDHCP
-import StampedeServer
+import StampedeTFTPServer
 
 /// What a server is made of, decided from its flags and a few facts of the host, with no system
 /// call: the workers, the descriptors shared out (`DescriptorBudget`), the cache's limits, the

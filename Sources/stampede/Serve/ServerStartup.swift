@@ -3,12 +3,14 @@ import CStampedeSys
 import Glibc
 import Logging
 import StampedeDHCP
-import StampedeIO
-import StampedeProtocol
+import StampedeFiles
 import StampedeHTTP
-import StampedeProxyDHCP
+import StampedeIO
 import StampedeMetrics
-import StampedeServer
+import StampedeProtocol
+import StampedeProxyDHCP
+import StampedeServing
+import StampedeTFTPServer
 import StampedeTLS
 import Synchronization
 
@@ -74,8 +76,11 @@ struct ServerStartup {
         func serve(_ http: HTTPConfiguration?, _ name: String) throws -> HTTPServer? {
             do {
                 return try http.map { http throws(Errno) in
-                    try HTTPServer(configuration: configuration, http: http, files: server.files, fileLabels: server.fileLabels,
-                                   admission: server.admission, loopCount: plan.workerCount, open: connections, clients: clients)
+                    var http = http
+                    http.logFormat = configuration.logFormat
+                    http.shutdownGrace = configuration.shutdownGrace
+                    return try HTTPServer(http: http, files: server.files, fileLabels: server.fileLabels, logger: configuration.logger,
+                                          admission: server.admission, loopCount: plan.workerCount, open: connections, clients: clients)
                 }
             } catch {
                 throw serveFailure("cannot listen for \(name) on \(http!.listenAddresses.map(\.description).joined(separator: ", ")): \(error)")

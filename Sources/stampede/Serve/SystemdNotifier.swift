@@ -4,7 +4,7 @@ import Logging
 import StampedeBase
 import StampedeIO
 import StampedeProtocol
-import StampedeServer
+import StampedeServing
 
 /// sd_notify(3) without libsystemd: `Type=notify` readiness and the watchdog. The socket named by
 /// NOTIFY_SOCKET (a path, or `@` for an abstract one) is connected when the command starts, before

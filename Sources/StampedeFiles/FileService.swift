@@ -1,0 +1,273 @@
+import CStampedeSys
+import Glibc
+import Logging
+import StampedeBase
+import StampedeIO
+import Synchronization
+
+/// What every protocol asks of the served root, in one place: a requested name through the remap
+/// rules (`-m`), `--normalize` and `--validate`, the access policy, and the cache, to a lease on
+/// the version of the file it names (`FileLease`), or the refusal (`FileRefusal`) that TFTP and
+/// HTTP each say their own way. An event loop asks, and the file system is asked only on a disk
+/// thread (`DiskWork`): a name is looked at on the loop from the kernel's caches alone
+/// (`AccessPolicy.lookInMemory`), else on a disk thread; a version the cache does not hold is
+/// opened and read on a disk thread. The request waits, its loop serves the others, and hears
+/// through its `LoadMailbox` when to ask again. (A file too large to cache is opened on the loop
+/// and streamed from it: see docs/ARCHITECTURE.md, "The file service".)
+public final class FileService: Sendable {
+    /// The disk threads a server gives its reads: a stuck disk holds as many files' first reads.
+    public static let diskThreads = 4
+
+    public let policy: AccessPolicy
+    public let remapRules: RemapRuleSet?
+    public let cache: FileCache
+    let disk: DiskWork
+    /// Versions being read on the disk thread, and who waits for each: one read per version,
+    /// however many requests want it at once (a rack asking for ipxe.efi).
+    private let loading = Mutex<[FileKey: [LoadWaiter]]>([:])
+
+    public init(policy: AccessPolicy, remapRules: RemapRuleSet?, cache: FileCache, disk: DiskWork) {
+        self.policy = policy
+        self.remapRules = remapRules
+        self.cache = cache
+        self.disk = disk
+    }
+
+    // MARK: Names
+
+    /// The name to open for `filename` (`-m`), or the refusal the rules decide: an `a` rule's
+    /// message, as tftpd-hpa answers (ERROR 2). An `E` rule asks the access policy whether its
+    /// result can be served. Verbosity 3 traces every rule. Without rules, the name as asked.
+    public func remap(_ filename: [UInt8], isWrite: Bool, client: SocketAddress, logger: Logger) -> Result<[UInt8], FileRefusal> {
+        guard let rules = remapRules?.current else { return .success(filename) }
+        let trace: ((String) -> Void)? = logger.logLevel <= .trace ? { logger.trace("\(client): \($0)") } : nil
+        let policy = self.policy
+        switch rules.apply(to: filename, isWrite: isWrite, client: client,
+                           servable: { policy.canServe($0, isWrite: isWrite) }, trace: trace) {
+        case .mapped(let mapped):
+            return .success(mapped)
+        case .refused(let message):
+            return .failure(FileRefusal(.denied, message.map { String($0.prefix(200)) } ?? "Access violation"))
+        case .failed(let failure):
+            logger.error("\(client): remapping \"\(sanitizedForLog(filename))\": \(failure)")
+            return .failure(FileRefusal(.denied, "Remap table failure"))
+        }
+    }
+
+    // MARK: Reading
+
+    /// What a request for a download gets now.
+    public enum Reading: ~Copyable {
+        case ready(FileLease)
+        /// Its version is being read into the cache: `waiter`'s mailbox hears when, and the
+        /// request asks again (or streams the file, `LoadOutcome.stream`).
+        case loading
+        case refused(FileRefusal)
+    }
+
+    /// The file `name` (already remapped) for a download: looked at beneath the root and judged by
+    /// the policy, then its version from the cache without opening it, or opened and streamed (over
+    /// `--cache-file-limit`, or `streaming`: the cache said so), or read into the cache on the
+    /// disk thread while the request waits (`.loading`). Every file problem is found before
+    /// anything is sent (EFI clients cannot take an ERROR after an OACK).
+    /// `after`: the outcome of a read this request waited for (nil: its first ask).
+    public func read(_ name: [UInt8], netascii: Bool, waiter: LoadWaiter, after outcome: LoadOutcome? = nil) -> Reading {
+        let streaming = outcome == .stream
+        // The request whose miss started the read was counted a miss; those that joined it, hits.
+        let countsAsHit = outcome != .loaded(byThisRequest: true)
+        // The name is looked at from the kernel's caches; when they cannot say without the file
+        // system, a disk thread looks, and the request asks again.
+        let seen: AccessPolicy.Sighting?
+        do { seen = try policy.lookInMemory(name) } catch { return .refused(error) }
+        guard let sighting = seen else { return lookOnDisk(name, waiter) }
+        let key = FileKey(sighting.info, netascii: netascii)
+        // A version the cache holds needs no descriptor: the key has its change time, so a chmod
+        // or a rewrite is another version.
+        if !streaming, let image = cache.loaded(key, countsAsHit: countsAsHit) {
+            return .ready(FileLease(.image(image), version: key, cache: cache))
+        }
+        if key.size > cache.limits.fileLimit || streaming {
+            guard !netascii else { return .refused(FileRefusal(.failed, "File too large for netascii")) }
+            do {
+                let file = try policy.open(sighting)
+                let version = FileKey(file.info, netascii: false)
+                return .ready(FileLease(.stream(StreamedFile(file.descriptor, size: version.size, version: version)),
+                                        version: version, cache: nil))
+            } catch {
+                return .refused(error)
+            }
+        }
+        // Someone reads it already: wait for that read.
+        let first = loading.withLock { loading in
+            if loading[key] != nil {
+                loading[key]!.append(waiter)
+                return false
+            }
+            loading[key] = [waiter]
+            return true
+        }
+        waiter.mailbox.expect()
+        guard first else { return .loading }
+        // Opened and read on a disk thread: an open asks the file system too (a network file
+        // system's server, a FUSE daemon).
+        disk.submit { [self] in
+            let outcome: Loaded
+            do throws(FileRefusal) {
+                let file = try policy.openForReading(name)
+                outcome = FileKey(file.info, netascii: netascii) == key ? load(file.descriptor.raw, file.info, netascii: netascii) : .changed
+            } catch {
+                outcome = .refused(error)
+            }
+            finishLoading(key, outcome)
+        }
+        return .loading
+    }
+
+    /// The version open on `fd` read into the cache.
+    private func load(_ fd: Int32, _ info: stat, netascii: Bool) -> Loaded {
+        do throws(Errno) {
+            switch try cache.preload(fd: fd, info: info, netascii: netascii) {
+            case .cached: return .cached
+            case .stream: return .stream
+            }
+        } catch {
+            switch error.rawValue {
+            case ENOMEM: return .refused(FileRefusal(.busy, "File too large to serve now"))
+            case EFBIG: return .refused(FileRefusal(.failed, "File too large for netascii"))
+            default: return .refused(error.fileRefusal)
+            }
+        }
+    }
+
+    /// A name the kernel's caches could not resolve, looked at on a disk thread (however long the
+    /// file system takes): the request hears `.looked` and asks again, or its refusal.
+    private func lookOnDisk(_ name: [UInt8], _ waiter: LoadWaiter) -> Reading {
+        waiter.mailbox.expect()
+        disk.submit { [policy] in
+            let outcome: LoadOutcome
+            do throws(FileRefusal) {
+                _ = try policy.look(name)
+                outcome = .looked
+            } catch {
+                outcome = .refused(error)
+            }
+            waiter.mailbox.post(waiter.ticket, outcome)
+        }
+        return .loading
+    }
+
+    /// How a read on the disk thread went.
+    private enum Loaded {
+        case cached, stream
+        /// The file opened was another version than the one looked at: ask again.
+        case changed
+        case refused(FileRefusal)
+    }
+
+    /// Tells everyone waiting for `key`'s read how it went (the first of them asked for it).
+    private func finishLoading(_ key: FileKey, _ loaded: Loaded) {
+        let waiters = loading.withLock { $0.removeValue(forKey: key) } ?? []
+        for (index, waiter) in waiters.enumerated() {
+            let outcome: LoadOutcome = switch loaded {
+            case .cached: .loaded(byThisRequest: index == 0)
+            case .stream: .stream
+            case .changed: .looked
+            case .refused(let refusal): .refused(refusal)
+            }
+            waiter.mailbox.post(waiter.ticket, outcome)
+        }
+    }
+
+    // MARK: Writing
+
+    /// An upload of `name` (already remapped): the data goes to a temporary file beside it.
+    public func write(_ name: [UInt8]) throws(FileRefusal) -> Upload {
+        try policy.openForWriting(name)
+    }
+}
+
+/// How a read on the disk thread went, for each request that waited for it.
+public enum LoadOutcome: Equatable, Sendable {
+    /// The version is in the cache: ask again (`after:` this). `byThisRequest`: the read was the
+    /// one this request's miss started.
+    case loaded(byThisRequest: Bool)
+    /// The cache cannot hold it (its budget): ask again (`after:` this), streaming it.
+    case stream
+    /// Its name was looked at on a disk thread (the kernel's caches could not resolve it), or
+    /// the version opened there was not the one looked at: ask again.
+    case looked
+    case refused(FileRefusal)
+}
+
+/// A request waiting for a read: which mailbox hears of it, under which ticket.
+public struct LoadWaiter: Sendable {
+    public let mailbox: LoadMailbox
+    public let ticket: UInt64
+
+    public init(mailbox: LoadMailbox, ticket: UInt64) {
+        self.mailbox = mailbox
+        self.ticket = ticket
+    }
+}
+
+/// Where an event loop (a TFTP worker, an HTTP loop) hears that the reads its requests wait for
+/// are done: the disk thread posts, the loop collects. A loop that waits in epoll has the mailbox
+/// wake it (`waking`: an eventfd the post writes and the loop watches); the others wait at most
+/// `pollInterval` per turn while any read is awaited, so that a request goes on within a few
+/// milliseconds.
+public final class LoadMailbox: Sendable {
+    public static let pollInterval: Nanoseconds = 2_000_000
+    private let posted = Mutex<[(ticket: UInt64, outcome: LoadOutcome)]>([])
+    /// Reads this loop's requests wait for (touched by the loop only, through `expect` and
+    /// `collect`; atomic for Sendable's sake).
+    private let awaited = Atomic<Int>(0)
+    private let tickets = Atomic<UInt64>(0)
+    /// Readable once a read was posted, until `collect`; nil unless the mailbox wakes. The
+    /// mailbox's own eventfd, closed with it.
+    public let wakeDescriptor: Int32?
+
+    /// A mailbox the loop polls.
+    public init() { wakeDescriptor = nil }
+
+    private init(wake: Int32) { wakeDescriptor = wake }
+
+    deinit { if let fd = wakeDescriptor { Glibc.close(fd) } }
+
+    /// A mailbox whose posts make `wakeDescriptor` readable, for a loop that watches it.
+    public static func waking() throws(Errno) -> LoadMailbox {
+        let fd = stampede_eventfd()
+        if let error = Errno(result: fd) { throw error }
+        return LoadMailbox(wake: fd)
+    }
+
+    /// A ticket for the next request that may wait, for a loop that has no ticket of its own.
+    public func nextTicket() -> UInt64 { tickets.add(1, ordering: .relaxed).newValue }
+
+    func expect() { awaited.add(1, ordering: .relaxed) }
+
+    func post(_ ticket: UInt64, _ outcome: LoadOutcome) {
+        posted.withLock { $0.append((ticket, outcome)) }
+        if let fd = wakeDescriptor {
+            var one: UInt64 = 1
+            _ = Glibc.write(fd, &one, 8)  // EAGAIN only when the counter is full: readable anyway
+        }
+    }
+
+    /// Whether a request of this loop waits for a read.
+    public var isAwaiting: Bool { awaited.load(ordering: .relaxed) > 0 }
+
+    /// What was posted since the last collect (and the wake read, so that it waits for the next).
+    public func collect() -> [(ticket: UInt64, outcome: LoadOutcome)] {
+        if let fd = wakeDescriptor {
+            var count: UInt64 = 0
+            _ = Glibc.read(fd, &count, 8)
+        }
+        guard isAwaiting else { return [] }
+        let outcomes = posted.withLock { posted in
+            defer { posted.removeAll(keepingCapacity: true) }
+            return posted
+        }
+        awaited.subtract(outcomes.count, ordering: .relaxed)
+        return outcomes
+    }
+}

@@ -1,0 +1,58 @@
+import Glibc
+import StampedeIO
+
+/// Where a download's bytes come from (a TFTP transfer's, an HTTP response's).
+public enum TransferSource {
+    /// A cached image: DATA payloads are slices of it.
+    case image(FileImage)
+    /// A file too large to cache: each block is read when it is sent.
+    case stream(StreamedFile)
+
+    /// The bytes the transfer sends.
+    public var size: Int {
+        switch self {
+        case .image(let image): image.count
+        case .stream(let file): file.size
+        }
+    }
+}
+
+/// A file served without an image (over --cache-file-limit or the budget), owning its descriptor.
+/// Its bytes are read as they are sent, so a rewrite in place would send a mix of two versions:
+/// a transfer asks `change()` as it goes and before its last byte, and fails when the file is no
+/// longer the version it opened.
+public final class StreamedFile {
+    private let file: Descriptor
+    /// The size the transfer announced (tsize) and sends: a file that shrinks sends a short block.
+    public let size: Int
+    /// The version opened: its inode, size, modification and change times.
+    let version: FileKey
+
+    /// The open file (HTTP sends from it with sendfile); this object closes it.
+    public var descriptor: Int32 { file.raw }
+
+    init(_ file: consuming Descriptor, size: Int, version: FileKey) {
+        self.file = file
+        self.size = size
+        self.version = version
+    }
+
+    /// Reads `range` into `buffer`; returns how many bytes were there (fewer if the file shrank).
+    public func read(_ range: Range<Int>, into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
+        try readFully(file.raw, into: UnsafeMutableRawBufferPointer(rebasing: buffer[..<range.count]), at: range.lowerBound)
+    }
+
+    /// How the file differs from the version opened ("4000 bytes, now 5000", "written to": its
+    /// size or its times moved), or nil when it is that version still. A rename over the name is not
+    /// a change: the open file is the old inode, whole. A write within the clock tick of the open
+    /// moves no time (the cache's racy window, `FileCache.racyWindow`) and is not seen unless it
+    /// changes the size.
+    public func change() -> String? {
+        var info = stat()
+        guard fstat(file.raw, &info) == 0 else { return "cannot be looked at: \(Errno.current)" }
+        let now = FileKey(info, netascii: version.netascii)
+        if now.size != version.size { return "\(version.size) bytes, now \(now.size)" }
+        if now.modified != version.modified || now.changed != version.changed { return "written to" }
+        return nil
+    }
+}

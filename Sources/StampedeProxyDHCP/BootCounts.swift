@@ -1,0 +1,32 @@
+import StampedeDHCP
+import StampedeServing
+
+/// What the proxyDHCP responder counts beside a loop's figures: its answers by selector (offers,
+/// then ACKs) and its silences by reason, in the extra slots of its `WorkerMetrics`.
+extension WorkerMetrics {
+    private static let bootSlots = BootSelector.allCases.count * 2 + BootIgnored.allCases.count
+
+    /// The responder's figures: a loop's, with a slot for each answer and silence.
+    public static func dhcp() -> WorkerMetrics { WorkerMetrics(.dhcp, extraSlots: bootSlots) }
+
+    private static func bootSlot(_ selector: BootSelector, offer: Bool) -> Int {
+        BootSelector.allCases.firstIndex(of: selector)! * 2 + (offer ? 0 : 1)
+    }
+
+    private static func bootSlot(_ ignored: BootIgnored) -> Int { BootSelector.allCases.count * 2 + ignored.rawValue }
+
+    /// A proxyDHCP answer: an OFFER (`offer`) or a boot server's ACK, for a machine of `selector`.
+    public func countBoot(_ selector: BootSelector, offer: Bool) { addExtra(Self.bootSlot(selector, offer: offer)) }
+
+    /// A DHCP request left unanswered, and why.
+    public func countBoot(ignored: BootIgnored) { addExtra(Self.bootSlot(ignored)) }
+
+    /// What the scrape reads: the answers published for `selector`, 0 where none are counted.
+    public func bootAnswers(_ selector: BootSelector, offer: Bool) -> Int {
+        extraSlots == 0 ? 0 : extra(Self.bootSlot(selector, offer: offer))
+    }
+
+    public func bootIgnored(_ reason: BootIgnored) -> Int {
+        extraSlots == 0 ? 0 : extra(Self.bootSlot(reason))
+    }
+}
