@@ -158,6 +158,23 @@ class Sampler(threading.Thread):
             self.sample()
 
 
+def memory(pid: int) -> dict:
+    """A process tree's resident memory now, in MiB: in all, and its kinds (/proc/PID/status):
+    anonymous (heaps, stacks), shared memory (Stampede's file images are memfds) and mapped files
+    (the binary and its libraries)."""
+    kinds = {"RssAnon:": "anon", "RssShmem:": "shmem", "RssFile:": "file"}
+    total = {"anon": 0.0, "shmem": 0.0, "file": 0.0}
+    for p in process_tree(pid):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                field = line.split()
+                if field and field[0] in kinds:
+                    total[kinds[field[0]]] += int(field[1]) / 1024
+        except OSError:
+            pass
+    return {"rss": round(sum(total.values()), 1), **{kind: round(mib, 1) for kind, mib in total.items()}}
+
+
 def in_group(group):
     """What a server's process runs before it execs (subprocess's preexec_fn): the descriptor
     limit every bench gives, and `group`'s cgroup (if any), so that its CPU is counted there."""

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (FD_LIMIT, in_group, ROOT, SID, STAMPEDE, CpuGroup, Sampler, dnsmasq_command, fill_root, free_port, in_sid,  # noqa: E402
+from harness import (FD_LIMIT, in_group, memory, ROOT, SID, STAMPEDE, CpuGroup, Sampler, dnsmasq_command, fill_root, free_port, in_sid,  # noqa: E402
                      median_spread, nginx_config, RESULTS, stamp_line, with_spread, stop_all, wait_for_tcp, wrk, write_results)
 
 SECONDS = int(os.environ.get("BENCH_HTTP_SECONDS", "8"))
@@ -95,21 +95,27 @@ def start(server, port, group):
     return process
 
 
-def idle_connections(port, sampler):
-    """Opens IDLE_CONNECTIONS connections and holds them; the server's RSS then, and whether a
-    request on one more connection is still answered."""
+def idle_connections(port, pid):
+    """Opens IDLE_CONNECTIONS connections and holds them: the server's memory just before and with
+    them (what they add is what a connection holds, apart from what the rounds before left: the
+    file images Stampede caches, a heap grown under load), and whether a request on one more
+    connection is still answered."""
     held = []
     try:
+        before = memory(pid)
         for _ in range(IDLE_CONNECTIONS):
             held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
         time.sleep(1)
-        sampler.sample()
+        after = memory(pid)
         with socket.create_connection(("127.0.0.1", port), timeout=10) as probe:
             probe.sendall(b"GET /1mib.bin HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
             got = b""
             while chunk := probe.recv(1 << 20):
                 got += chunk
-        return {"connections": len(held), "rss_mib": round(sampler.peak_rss, 1), "still_serves": got.startswith(b"HTTP/1.1 200")}
+        added = after["rss"] - before["rss"]
+        return {"connections": len(held), "rss_mib": after["rss"], "anon_mib": after["anon"], "shmem_mib": after["shmem"],
+                "added_mib": round(added, 1), "per_connection_kib": round(added * 1024 / len(held), 2),
+                "still_serves": got.startswith(b"HTTP/1.1 200")}
     finally:
         for s in held:
             s.close()
@@ -144,8 +150,7 @@ def one_round(server, index):
             load["requests_per_s"] = round(load["requests"] / SECONDS)
             results[f"{name} x{connections}"] = load
         if server not in ("stampede-streamed", "stampede-baseline") and wanted("idle"):  # "stampede"'s process when idle
-            sampler.peak_rss = 0.0
-            results["idle"] = idle_connections(port, sampler)
+            results["idle"] = idle_connections(port, process.pid)
     finally:
         sampler.stopping.set()
         stop_all([process], group)
@@ -276,14 +281,26 @@ def report(rounds, rack_rounds, nginx_version, seconds):
     idle = {server: rounds[server][-1]["idle"] for server in ("stampede", "nginx") if "idle" in rounds[server][-1]}
     if idle:
         table.append("")
-        table.append(f"{IDLE_CONNECTIONS} idle connections (descriptor limit {FD_LIMIT}): Stampede RSS {idle['stampede']['rss_mib']} MiB "
-                     f"(serves still: {idle['stampede']['still_serves']}), nginx {idle['nginx']['rss_mib']} MiB "
-                     f"(serves still: {idle['nginx']['still_serves']})")
+        table.append(idle_line(idle))
     rack_lines, rack_summary = rack_table(rack_rounds) if rack_rounds["stampede"] else ([], {})
     text = "\n".join([f"Stampede --http vs {nginx_version} (sendfile on), wrk keep-alive, {len(rounds['stampede'])} interleaved rounds "
                       f"of {seconds} s, "
                       "server CPU-s per GB read (median, spread):", "", *table, "", *rack_lines])
     return text, summary, idle, rack_summary
+
+
+def idle_line(idle):
+    """The idle connections' figures: what they add to each server's memory, each connection's
+    share, and the whole process's memory then (Stampede's with its file images apart)."""
+    s, n = idle["stampede"], idle["nginx"]
+    if "added_mib" not in s:  # a run before the figures were split
+        return (f"{IDLE_CONNECTIONS} idle connections (descriptor limit {FD_LIMIT}): Stampede RSS {s['rss_mib']} MiB "
+                f"(serves still: {s['still_serves']}), nginx {n['rss_mib']} MiB (serves still: {n['still_serves']})")
+    return (f"{s['connections']} idle connections (descriptor limit {FD_LIMIT}) add to the server's memory: Stampede "
+            f"{s['added_mib']} MiB ({s['per_connection_kib']} KiB each), nginx {n['added_mib']} MiB ({n['per_connection_kib']} KiB "
+            f"each). The processes' resident memory then: Stampede {s['rss_mib']} MiB, of which {s['shmem_mib']} MiB the cache's "
+            f"file images and {s['anon_mib']} MiB its heaps; nginx {n['rss_mib']} MiB (its files are in the page cache). "
+            f"Both serve still: {s['still_serves'] and n['still_serves']}.")
 
 
 def rewrite(output=OUTPUT):

@@ -126,7 +126,7 @@ final class FileResponder: HTTPResponder {
             head: response.end(), body: sends ? .file : .none, range: sends ? range : 0..<0,
             record: .init(kind: kind, method: head.method.name, file: name, status: status, result: result, started: started))
         // The lease is the answer's while it sends; otherwise it goes back now.
-        if sends { connection.lease = consume lease }
+        if sends { connection.lend(lease) }
         return true
     }
 

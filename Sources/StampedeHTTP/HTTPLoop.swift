@@ -34,6 +34,8 @@ public final class HTTPLoop: @unchecked Sendable {
     /// memory, and a listener left readable would wake the loop at once, again and again.
     var acceptPausedUntil: Nanoseconds?
     var connections: [Connection?] = []
+    /// What its connections' requests in progress hold, reused from one request to the next.
+    let exchanges: ExchangePool
     /// Connections accepted since the loop began.
     public private(set) var accepted = 0
     /// Each slot's generation: the next connection in it gets the next one (`HTTPTag`).
@@ -60,6 +62,7 @@ public final class HTTPLoop: @unchecked Sendable {
         self.admission = admission
         self.logger = logger
         self.shutdownGrace = shutdownGrace
+        exchanges = ExchangePool(limits: http.limits)
         let ep = stampede_epoll_create()
         if let error = Errno(result: ep) { throw error }
         epoll = ep
@@ -246,7 +249,7 @@ public final class HTTPLoop: @unchecked Sendable {
                 return connections.count - 1
             }()
             generations[slot] = HTTPTag.next(after: generations[slot])
-            let connection = Connection(fd: fd, peer: peer.unmapped, slot: slot, generation: generations[slot], limits: http.limits,
+            let connection = Connection(fd: fd, peer: peer.unmapped, slot: slot, generation: generations[slot], pool: exchanges,
                                         state: ConnectionState(limits: http.connectionLimits, opened: now, handshake: http.tls != nil))
             connections[slot] = connection
             connection.tls = session
@@ -323,7 +326,7 @@ public final class HTTPLoop: @unchecked Sendable {
     /// Serves a connection whose socket is ready, or whose turn came: what its state says.
     func service(_ slot: Int, now: Nanoseconds) {
         guard let connection = connections[slot] else { return }
-        perform(connection.state.handle(.serviceBegins(inputLeft: !connection.input.isEmpty), now: now), slot, connection, now: now)
+        perform(connection.state.handle(.serviceBegins(inputLeft: connection.hasInput), now: now), slot, connection, now: now)
     }
 
     /// Does what the connection's state says (`ConnectionState.Action`), and what each step
@@ -360,7 +363,9 @@ public final class HTTPLoop: @unchecked Sendable {
                     action = .yieldTurn
                 case .done:
                     endResponse(connection, abandoned: nil)
-                    action = connection.state.handle(.answerWritten(inputLeft: !connection.input.isEmpty), now: now)
+                    action = connection.state.handle(.answerWritten(inputLeft: connection.hasInput), now: now)
+                    // Nothing more asked: the connection waits for its next request without an exchange.
+                    connection.release()
                 }
             case .yieldTurn:
                 runnable.append(slot)
@@ -451,7 +456,7 @@ public final class HTTPLoop: @unchecked Sendable {
         guard let response = connection.response else { return }
         connection.response = nil
         connection.headMemory = response.head
-        connection.lease = nil
+        connection.endLease()
         responder.ended(response, on: connection, abandoned: abandoned)
     }
 
@@ -469,6 +474,7 @@ public final class HTTPLoop: @unchecked Sendable {
         guard let connection = connections[slot] else { return }
         connection.tls?.shutdown(orderly: orderly)
         connection.tls = nil
+        connection.release(force: true)
         Glibc.close(connection.fd)
         clients?.closed(connection.peer, inHandshake: connection.inHandshake)
         connections[slot] = nil
@@ -510,16 +516,6 @@ public final class HTTPLoop: @unchecked Sendable {
             default:
                 break
             }
-        }
-    }
-}
-
-extension Connection {
-    /// What the answer's body is read from, when it is a file.
-    var source: TransferSource? {
-        switch lease {
-        case .some(let lease): lease.source
-        case .none: nil
         }
     }
 }

@@ -8,7 +8,7 @@ import StampedeServing
 /// `MetricsResponder`). A responder belongs to its loop and runs on its thread.
 protocol HTTPResponder: AnyObject {
     /// Answers `head` on `connection` (whose state says whether the answer is its last): sets
-    /// `connection.response` (and `connection.lease`) and returns true, or returns false when the
+    /// `connection.response` (and lends it the file, `connection.lend`) and returns true, or returns false when the
     /// answer waits for a file the disk thread reads (`connection.waiting` says which), to be
     /// made by `resume` when it is read. `started`: when the head's first byte came.
     func answer(_ head: RequestHead, on connection: Connection, started: Nanoseconds) -> Bool
