@@ -50,7 +50,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build build-deps manual run test test-prepare unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-http bench-config-search bench-https bench-dhcp bench-rack bench-lockstep fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
+.PHONY: all build build-deps manual run test test-prepare unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-previous bench-http bench-config-search bench-https bench-dhcp bench-rack bench-lockstep fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
 
 all: build
 
@@ -182,6 +182,16 @@ bench: build bench-deps .build/floor .build/floor-lockstep
 	python3 Benchmarks/compare.py
 	python3 Benchmarks/proxy_dhcp.py
 	python3 Benchmarks/https_vs_nginx.py
+
+# An earlier build beside this one (PREVIOUS: a commit, by default the one before HEAD; built once
+# per commit under .build/previous by Benchmarks/previous.sh): every scenario of `make bench` on
+# both backends, no peers, in interleaved rounds, and each scenario's cost as a ratio of the
+# earlier build's: results/bench-previous.{json,md}.
+PREVIOUS ?= HEAD~1
+bench-previous: build bench-deps .build/floor .build/floor-lockstep
+	previous=$$(Benchmarks/previous.sh $(PREVIOUS)) && \
+	BENCH_BASELINE=$$previous BENCH_BASELINE_LABEL=previous BENCH_OUTPUT=bench-previous \
+	BENCH_SERVERS=stampede-uring,stampede-glibc,stampede-uring-previous,stampede-glibc-previous python3 Benchmarks/compare.py
 
 # The rack scenario alone, both backends, three interleaved rounds, and where each round's
 # datagrams were dropped: results/bench-rack.{json,md}.

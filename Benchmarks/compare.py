@@ -416,6 +416,28 @@ def with_ratios(rows, floor=None):
     return rows
 
 
+def baseline_markdown(rows):
+    """With BENCH_BASELINE: each scenario's Stampede on each backend against the older build on the
+    same backend, from the same interleaved rounds (server CPU per GB, median and spread; the
+    ratio above 1 means this build costs more)."""
+    if not BASELINE:
+        return ""
+    lines = [f"| scenario | backend | this build CPU s/GB (spread) | {BASELINE_LABEL} (spread) | this ÷ {BASELINE_LABEL} |",
+             "|---|---|---|---|---|"]
+    by = {(r["server"], r["scenario"]): r for r in rows if r.get("cpu_s_per_gb")}
+
+    def cell(r):
+        spread = r.get("cpu_s_per_gb_range")
+        return fmt(r["cpu_s_per_gb"]) + (f" ({fmt(spread[0])}–{fmt(spread[1])})" if spread and r["rounds"] > 1 else "")
+    for scenario in dict.fromkeys(r["scenario"] for r in rows):
+        for backend in ("uring", "glibc"):
+            now, before = by.get((f"stampede-{backend}", scenario)), by.get((f"stampede-{backend}-{BASELINE_LABEL}", scenario))
+            if now and before:
+                lines.append(f"| {scenario} | {backend} | {cell(now)} | {cell(before)} "
+                             f"| {now['cpu_s_per_gb'] / before['cpu_s_per_gb']:.2f} |")
+    return "\n".join(lines)
+
+
 def floor_markdown(floor):
     if not floor:
         return "No kernel floor in this run (`.build/floor` missing or failed)."
@@ -610,6 +632,8 @@ def main():
     table = markdown(rows)
     rack = rack_markdown(rounds)
     rack_section = f"### The rack: boot profiles at scale\n\n{rack}\n\n" if rack else ""
+    against = baseline_markdown(rows)
+    baseline_section = (f"### This build against {BASELINE_LABEL} ({BASELINE})\n\n{against}\n\n" if against else "")
     scenario_lines = "\n".join(f"- {name}: {info['scenarios'][name]}" for name in info["scenarios"])
     write_results(OUTPUT, {"run": info, "floor": floor, "rows": rows, "rounds": rounds},
         f"All on loopback; "
@@ -619,12 +643,15 @@ def main():
         f"`-nogso`: the same server with --no-gso. × floor: the server's CPU per GB over the kernel floor's for "
         f"its kind of transfer (rack-boot and storm: lockstep's, as many pairs as clients at once; initrd: GSO "
         f"sends of 16; uefi: GSO sends of 4; scale: one datagram per send).\n\n"
-        f"{scenario_lines}\n\n{table}\n\n{rack_section}"
+        f"{scenario_lines}\n\n{table}\n\n{baseline_section}{rack_section}"
         f"### The kernel floor\n\n{floor_markdown(floor)}\n")
     (RESULTS / f"{OUTPUT}.svg").write_text(svg(rows))
     print()
     print(table)
     print()
+    if against:
+        print(against)
+        print()
     print(rack)
     print()
     print(floor_markdown(floor))

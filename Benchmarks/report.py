@@ -60,6 +60,10 @@ SECTIONS = [
     Section("bench-static", "The static binary beside the dynamic one", "make bench-static",
             "The shipped binary (Swift runtime linked statically) against the same code linked dynamically, both "
             "backends, interleaved."),
+    Section("bench-previous", "This build beside an earlier one", "make bench-previous",
+            "Every scenario of `make bench` against this build and an earlier one (PREVIOUS, a commit, built once), on "
+            "both backends, no peers, in interleaved rounds: each scenario's server CPU per GB on each backend as a "
+            "ratio of the earlier build's, so that a regression shows."),
     Section("bench-http", "HTTP: Stampede beside nginx", "make bench-http",
             "Keep-alive GETs by wrk against Stampede's --http (files as images, and streamed with "
             "--cache-file-limit 0) and nginx-light (sendfile on) on the same root, each in a cgroup of its own: server "
