@@ -298,8 +298,10 @@ def idle_line(idle):
                 f"(serves still: {s['still_serves']}), nginx {n['rss_mib']} MiB (serves still: {n['still_serves']})")
     return (f"{s['connections']} idle connections (descriptor limit {FD_LIMIT}) add to the server's memory: Stampede "
             f"{s['added_mib']} MiB ({s['per_connection_kib']} KiB each), nginx {n['added_mib']} MiB ({n['per_connection_kib']} KiB "
-            f"each). The processes' resident memory then: Stampede {s['rss_mib']} MiB, of which {s['shmem_mib']} MiB the cache's "
-            f"file images and {s['anon_mib']} MiB its heaps; nginx {n['rss_mib']} MiB (its files are in the page cache). "
+            f"each; nginx's connections may be made at its start). The processes' resident memory then: Stampede "
+            f"{s['rss_mib']} MiB, of which {s['shmem_mib']} MiB the cache's file images and {s['anon_mib']} MiB its heaps, "
+            f"{round(s['rss_mib'] - s['shmem_mib'], 1)} MiB apart from the images; nginx {n['rss_mib']} MiB (its files are in the "
+            f"page cache). "
             f"Both serve still: {s['still_serves'] and n['still_serves']}.")
 
 

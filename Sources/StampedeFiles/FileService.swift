@@ -25,6 +25,9 @@ public final class FileService: Sendable {
     /// Versions being read on the disk thread, and who waits for each: one read per version,
     /// however many requests want it at once (a rack asking for ipxe.efi).
     private let loading = Mutex<[FileKey: [LoadWaiter]]>([:])
+    /// Names being looked at on a disk thread, and who waits for each: one look per name, however
+    /// many requests ask for it while the kernel's caches cannot say.
+    private let looking = Mutex<[[UInt8]: [LoadWaiter]]>([:])
 
     public init(policy: AccessPolicy, remapRules: RemapRuleSet?, cache: FileCache, disk: DiskWork) {
         self.policy = policy
@@ -140,10 +143,16 @@ public final class FileService: Sendable {
     }
 
     /// A name the kernel's caches could not resolve, looked at on a disk thread (however long the
-    /// file system takes): the request hears `.looked` and asks again, or its refusal.
+    /// file system takes): the request hears `.looked` and asks again, or its refusal. Requests for
+    /// the same name meanwhile wait for the same look.
     private func lookOnDisk(_ name: [UInt8], _ waiter: LoadWaiter) -> Reading {
         waiter.mailbox.expect()
-        disk.submit { [policy] in
+        let first = looking.withLock { looking in
+            defer { looking[name, default: []].append(waiter) }
+            return looking[name] == nil
+        }
+        guard first else { return .loading }
+        disk.submit { [self] in
             let outcome: LoadOutcome
             do throws(FileRefusal) {
                 _ = try policy.look(name)
@@ -151,10 +160,13 @@ public final class FileService: Sendable {
             } catch {
                 outcome = .refused(error)
             }
-            waiter.mailbox.post(waiter.ticket, outcome)
+            for waiter in looking.withLock({ $0.removeValue(forKey: name) }) ?? [] {
+                waiter.mailbox.post(waiter.ticket, outcome)
+            }
         }
         return .loading
     }
+
 
     /// How a read on the disk thread went.
     private enum Loaded {
@@ -178,6 +190,49 @@ public final class FileService: Sendable {
         }
     }
 
+    // MARK: Streamed files
+
+    /// How much of a streamed file one read-ahead reads.
+    public static let readAheadBytes = 8 << 20
+
+    /// Reads `file`'s next `readAheadBytes` from `offset` on a disk thread, so that a send from them
+    /// (a sendfile, a read of a block) finds them in the page cache instead of waiting on the disk
+    /// on an event loop; `waiter` hears `.readAhead(through:)`. One at a time per file: false (and
+    /// nothing asked) while one is under way, or when the file is read to its end, or when the page
+    /// cache holds those bytes already (cachestat: then they are ready at once, no disk thread).
+    @discardableResult
+    public func readAhead(_ file: StreamedFile, from offset: Int, waiter: LoadWaiter) -> Bool {
+        guard !file.readingAhead, offset < file.size else { return false }
+        let end = min(file.size, offset + Self.readAheadBytes)
+        if stampede_range_cached(file.descriptor, off_t(offset), end - offset) == 1 {
+            file.readAhead(done: end)
+            return false
+        }
+        // Its own descriptor: the answer may end, and close the file's, before the read does.
+        let fd = dup(file.descriptor)
+        guard fd >= 0 else { return false }
+        file.readingAhead = true
+        waiter.mailbox.expect()
+        disk.submit {
+            defer { Glibc.close(fd) }
+            // Faulted into a mapping (MAP_POPULATE waits for the disk and copies nothing), else
+            // read into a buffer. An error or a shorter file: the send finds it itself, and says so.
+            if stampede_populate(fd, off_t(offset), end - offset) != 0 {
+                let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096)
+                defer { buffer.deallocate() }
+                var at = offset
+                while at < end {
+                    let count = pread(fd, buffer.baseAddress, min(buffer.count, end - at), off_t(at))
+                    if count < 0 && errno == EINTR { continue }
+                    guard count > 0 else { break }
+                    at += count
+                }
+            }
+            waiter.mailbox.post(waiter.ticket, .readAhead(through: end))
+        }
+        return true
+    }
+
     // MARK: Writing
 
     /// An upload of `name` (already remapped): the data goes to a temporary file beside it.
@@ -196,6 +251,9 @@ public enum LoadOutcome: Equatable, Sendable {
     /// Its name was looked at on a disk thread (the kernel's caches could not resolve it), or
     /// the version opened there was not the one looked at: ask again.
     case looked
+    /// A streamed file's bytes up to `through` were read on a disk thread (`FileService.readAhead`):
+    /// they are in the page cache, and a send from them waits for no disk.
+    case readAhead(through: Int)
     case refused(FileRefusal)
 }
 

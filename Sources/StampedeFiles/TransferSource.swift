@@ -27,6 +27,11 @@ public final class StreamedFile {
     public let size: Int
     /// The version opened: its inode, size, modification and change times.
     let version: FileKey
+    /// Its bytes before this were read ahead on a disk thread (`FileService.readAhead`): a send
+    /// from them waits for no disk. Touched by the loop that sends it only.
+    public private(set) var readyThrough = 0
+    /// A read-ahead is under way.
+    public internal(set) var readingAhead = false
 
     /// The open file (HTTP sends from it with sendfile); this object closes it.
     public var descriptor: Int32 { file.raw }
@@ -35,6 +40,12 @@ public final class StreamedFile {
         self.file = file
         self.size = size
         self.version = version
+    }
+
+    /// A read-ahead is done: the bytes before `through` are in the page cache.
+    public func readAhead(done through: Int) {
+        readingAhead = false
+        readyThrough = max(readyThrough, through)
     }
 
     /// Reads `range` into `buffer`; returns how many bytes were there (fewer if the file shrank).

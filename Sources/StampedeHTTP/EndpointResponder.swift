@@ -38,6 +38,9 @@ final class EndpointResponder: HTTPResponder {
 
     func resume(_ connection: Connection, after outcome: LoadOutcome) -> Bool { true }
 
+    /// Its answers are its own bytes: no file is streamed.
+    func readAhead(_ file: StreamedFile, from offset: Int, for connection: Connection) -> Bool { false }
+
     func refuse(_ status: Status, _ reason: String, withBody: Bool, on connection: Connection, started: Nanoseconds) {
         let text = Array("\(status.rawValue) \(status.reason)\n".utf8)
         respond(connection, ResponseHead(status), text, to: nil, withBody: withBody, started: started)

@@ -143,9 +143,15 @@ final class FileResponder: HTTPResponder {
             plain(connection, Status(busy), to: head, kind: head.method == .head ? .head : .get, method: head.method.name,
                   file: Array(head.name), detail: busy.message, started: started)
             return true
-        case .loaded, .stream, .looked:
+        case .loaded, .stream, .looked, .readAhead:
             return answer(head, on: connection, started: started, reads: reads + 1, after: outcome)
         }
+    }
+
+    func readAhead(_ file: StreamedFile, from offset: Int, for connection: Connection) -> Bool {
+        guard let loads else { return false }
+        let ticket = HTTPTag.connection(slot: connection.slot, generation: connection.generation).rawValue
+        return files.readAhead(file, from: offset, waiter: LoadWaiter(mailbox: loads, ticket: ticket))
     }
 
     /// Reads of its file an answer waits for at most.

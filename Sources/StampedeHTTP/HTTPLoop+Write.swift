@@ -21,6 +21,9 @@ extension HTTPLoop {
         case sent(Transport.Sent, viaSendfile: Bool)
         /// The streamed file changed (or shrank) under the answer: why.
         case fileChanged(String)
+        /// The streamed file's next bytes are being read ahead on a disk thread: the loop hears
+        /// when (`resumeWaiting`), and writes on.
+        case readingAhead
     }
 
     /// Writes the answer: each write's bytes are a function of the answer's progress alone, so a
@@ -30,7 +33,7 @@ extension HTTPLoop {
         while var response = connection.response {
             if response.isDone { return .done }
             let headLeft = response.head.count - response.headSent
-            switch next(response, connection.source, transport) {
+            switch next(response, connection, connection.source, transport) {
             case .fileChanged(let why):
                 abandon(slot, "the file changed while it was sent (\(why)): closed before the last byte", .serverError)
                 return .abandoned
@@ -48,7 +51,7 @@ extension HTTPLoop {
                 metrics.add(.httpBytesSent, sent)
                 connection.response = response
                 if connection.state.handle(.wrote(sent), now: now) == .yieldTurn && !response.isDone { return .yielded }
-            case .sent(.wouldBlock, _):
+            case .sent(.wouldBlock, _), .readingAhead:
                 return .blocked
             case .sent(.interrupted, _):
                 runnable.append(slot)  // edge-triggered: no edge would come
@@ -67,7 +70,7 @@ extension HTTPLoop {
     /// The next write of `response`: the rest of its head (with the start of a body held in
     /// memory, where the transport joins them), then its body: from a file read as it goes, by
     /// sendfile from an image's memfd, or from memory (a small image's, or the answer's own bytes).
-    func next(_ response: Response, _ source: TransferSource?, _ transport: Transport) -> Step {
+    func next(_ response: Response, _ connection: Connection, _ source: TransferSource?, _ transport: Transport) -> Step {
         let budget = http.connectionLimits.writeBudget
         let bodyLeft = response.end - response.offset
         let headLeft = response.head.count - response.headSent
@@ -82,7 +85,7 @@ extension HTTPLoop {
             }, viaSendfile: false)
         }
         if case .file = response.body, case .stream(let file)? = source {
-            return streamed(file, response, transport, count: min(bodyLeft, transport.memoryChunk(budget: budget)))
+            return streamed(file, response, connection, transport, count: min(bodyLeft, transport.memoryChunk(budget: budget)))
         }
         if case .file = response.body, transport.sendsFiles, case .image(let image)? = source, let fd = image.descriptor {
             // From the image's memfd: no copy into the socket (or into OpenSSL).
@@ -97,15 +100,26 @@ extension HTTPLoop {
     /// versions: the file is asked before each sendfile and after each read, and the last byte
     /// goes only once it is read and the file found unchanged. A change ends the connection short
     /// of its Content-Length, which the client sees as a failed download. By sendfile where the transport sends files
-    /// (all but the last byte), else read into the scratch buffer, `count` bytes at a time.
-    func streamed(_ file: StreamedFile, _ response: Response, _ transport: Transport, count: Int) -> Step {
+    /// (all but the last byte), else read into the scratch buffer, `count` bytes at a time. Only
+    /// bytes a disk thread has read ahead are sent (a read of a cold disk on the loop would hold
+    /// every connection of it): the next read-ahead is asked while half of the last one is still
+    /// to send, and an answer that catches up with it waits for it.
+    func streamed(_ file: StreamedFile, _ response: Response, _ connection: Connection, _ transport: Transport, count: Int) -> Step {
+        if file.readyThrough < response.end && file.readyThrough - response.offset < FileService.readAheadBytes / 2 {
+            // Bytes the page cache holds are ready at once; others are read on a disk thread.
+            responder.readAhead(file, from: max(file.readyThrough, response.offset), for: connection)
+        }
+        let ready = file.readyThrough
+        // No read-ahead could be asked (no descriptor left for it): the bytes are sent as read.
+        if ready <= response.offset && file.readingAhead { return .readingAhead }
+        let warm = ready > response.offset ? min(response.end, ready) - response.offset : response.end - response.offset
         let last = response.offset == response.end - 1
         if transport.sendsFiles && !last {
             if let change = file.change() { return .fileChanged(change) }
-            let upTo = min(response.end - 1 - response.offset, http.connectionLimits.writeBudget)
+            let upTo = min(response.end - 1 - response.offset, http.connectionLimits.writeBudget, warm)
             return .sent(transport.sendfile(from: file.descriptor, offset: response.offset, count: upTo), viaSendfile: true)
         }
-        let length = last ? 1 : count
+        let length = last ? 1 : min(count, warm)
         let chunk = UnsafeMutableRawBufferPointer(rebasing: scratch[..<length])
         let read = try? file.read(response.offset..<(response.offset + length), into: chunk)
         if let change = file.change() { return .fileChanged(change) }

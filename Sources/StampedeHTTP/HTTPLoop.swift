@@ -442,9 +442,16 @@ public final class HTTPLoop: @unchecked Sendable {
         guard let loads = responder.loads else { return }
         for (ticket, outcome) in loads.collect() {
             guard case .connection(let slot, let generation)? = HTTPTag(rawValue: ticket).kind, slot < connections.count,
-                  let connection = connections[slot], connection.generation == generation, connection.waiting != nil else {
+                  let connection = connections[slot], connection.generation == generation else {
                 continue
             }
+            if case .readAhead(let through) = outcome {
+                // Its streamed file's next bytes are in the page cache: the answer writes on.
+                if case .stream(let file)? = connection.source { file.readAhead(done: through) }
+                service(slot, now: now)
+                continue
+            }
+            guard connection.waiting != nil else { continue }
             guard responder.resume(connection, after: outcome) else { continue }
             perform(connection.state.handle(.answerReady, now: now), slot, connection, now: now)
         }

@@ -26,4 +26,9 @@ protocol HTTPResponder: AnyObject {
 
     /// Where this loop hears of the reads its answers wait for (nil: none ever waits).
     var loads: LoadMailbox? { get }
+
+    /// Has `file`'s bytes from `offset` read ahead on a disk thread for `connection`'s answer
+    /// (`FileService.readAhead`); the loop hears `.readAhead(through:)` under the connection's tag.
+    /// False when none was asked (one is under way, or the file is read to its end).
+    func readAhead(_ file: StreamedFile, from offset: Int, for connection: Connection) -> Bool
 }

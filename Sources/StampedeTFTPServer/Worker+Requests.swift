@@ -164,6 +164,8 @@ extension Worker {
     /// file (now in the cache, or to be streamed), or is refused.
     func collectLoads(now: Nanoseconds) {
         for (ticket, outcome) in loads.collect() {
+            // A streamed file's read-ahead: an HTTP answer's, never a request's.
+            if case .readAhead = outcome { continue }
             guard var incoming = parked.removeValue(forKey: ticket) else { continue }
             if parkedByPeer[incoming.peer] == ticket { parkedByPeer[incoming.peer] = nil }
             do throws(RequestRefusal) {
@@ -172,7 +174,7 @@ extension Worker {
                 case .refused(let refusal): throw .error(TFTPError(refusal))
                 case _ where incoming.reads > Self.readsPerRequest:
                     throw .error(TFTPError(.notDefined, "File keeps changing, try again later", busy: true))
-                case .loaded, .stream, .looked: try proceed(&incoming, after: outcome, now: now)
+                case .loaded, .stream, .looked, .readAhead: try proceed(&incoming, after: outcome, now: now)
                 }
             } catch {
                 admission.release(incoming.peer)

@@ -46,3 +46,30 @@ import Testing
         #expect(LoadMailbox().wakeDescriptor == nil)
     }
 }
+
+/// Issue 57, item 4: a name the kernel's caches cannot resolve is looked at once on a disk thread,
+/// however many requests ask for it meanwhile, and each of them hears how it went.
+@Suite struct NamesLookedAtOnTheDisk {
+    @Test func requestsForANameBeingLookedAtEachHearTheOneLook() throws {
+        let dir = ScratchDirectory()
+        dir.write("present.bin", [1, 2, 3])
+        let disk = DiskWork(threads: 1)
+        let files = FileService(policy: AccessPolicy(root: dir.fd), remapRules: nil, cache: FileCache(), disk: disk)
+        let mailbox = LoadMailbox()
+        // The disk thread is held, so that both requests come while the look is still to be made.
+        let held = Gate()
+        disk.submit { held.wait() }
+        let absent = Array("absent-\(UInt64.random(in: 0...UInt64.max))".utf8)
+        for ticket: UInt64 in [1, 2] {
+            guard case .loading = files.read(absent, netascii: false, waiter: LoadWaiter(mailbox: mailbox, ticket: ticket)) else {
+                Issue.record("a name never looked up was answered from memory")
+                return
+            }
+        }
+        held.open()
+        disk.drain()
+        let heard = mailbox.collect().sorted { $0.ticket < $1.ticket }
+        #expect(heard.map(\.ticket) == [1, 2])
+        #expect(heard.allSatisfy { $0.outcome == .refused(FileRefusal(.notFound, "File not found")) })
+    }
+}

@@ -1,6 +1,7 @@
 import CStampedeSys
 import Glibc
 import StampedeBase
+import StampedeFiles
 @testable import StampedeHTTP
 import StampedeTestSupport
 import Testing
@@ -56,6 +57,25 @@ import Testing
         let refused = http.exchange("GET /a.cfg HTTP/1.1\r\nHost: a\r\nBad Header\r\n\r\n") { _ in false }
         #expect(text(refused.bytes).hasPrefix("HTTP/1.1 400 "), "\(text(refused.bytes))")
         #expect(refused.ended)
+    }
+}
+
+/// Issue 57, item 4: a file too large to cache is sent as a disk thread reads it ahead, never read
+/// from the disk on the loop.
+@Suite struct StreamedAnswers {
+    /// A 9 MiB file over the cache's file limit: its body comes whole and in order, through two
+    /// read-aheads (8 MiB each), the second asked while the first is still being sent.
+    @Test func aStreamedFileIsSentAsItIsReadAheadWholeAndInOrder() throws {
+        let dir = ScratchDirectory()
+        let body = (0..<(9 << 20)).map { UInt8(truncatingIfNeeded: ($0 >> 3) &* 131 &+ $0) }
+        dir.write("live.iso", body)
+        let http = try LoopbackHTTP(serving: dir, cache: FileCache(limits: FileCache.Limits(fileLimit: 1 << 20)))
+        let whole: ([UInt8]) -> Bool = { received in received.count >= body.count + 80 }
+        let (bytes, _) = http.exchange("GET /live.iso HTTP/1.1\r\nHost: a\r\n\r\n", maxWait: 2_000_000, until: whole)
+        let headEnd = try #require(LoopbackHTTP.offset(of: "\r\n\r\n", in: Array(bytes.prefix(400)))) + 4
+        #expect(String(decoding: bytes.prefix(15), as: UTF8.self) == "HTTP/1.1 200 OK")
+        #expect(bytes.count - headEnd == body.count)
+        #expect(bytes[headEnd...].elementsEqual(body), "the body differs")
     }
 }
 

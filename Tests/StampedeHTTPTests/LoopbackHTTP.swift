@@ -16,10 +16,12 @@ final class LoopbackHTTP {
     let client: Int32
     var loop: HTTPLoop { server.loops[0] }
 
-    init(serving root: ScratchDirectory, logger: Logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })) throws {
+    /// `cache`: the files' cache (a file over its `fileLimit` is streamed).
+    init(serving root: ScratchDirectory, cache: FileCache = FileCache(),
+         logger: Logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })) throws {
         _ = brokenPipesIgnored
         let listen = SocketAddress(parsing: "127.0.0.1:0", defaultPort: 0)!
-        let files = FileService(policy: AccessPolicy(root: root.fd), remapRules: nil, cache: FileCache(), disk: DiskWork())
+        let files = FileService(policy: AccessPolicy(root: root.fd), remapRules: nil, cache: cache, disk: DiskWork())
         server = try HTTPServer(http: HTTPConfiguration(listenAddresses: [listen]), files: files, fileLabels: FileLabels(),
                                 logger: logger, loopCount: 1)
         client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

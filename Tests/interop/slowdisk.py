@@ -1,9 +1,10 @@
 """A slow disk for the tests: a FUSE file system that mirrors a directory and takes its time where
 a real disk under load does (fsync, directory reads, and, for a name that begins with "slow",
-looking it up, a cold directory on a busy disk, and reading its first bytes, a cold file).
+looking it up, a cold directory on a busy disk, opening it, and reading its first bytes, a cold
+file).
 Run as a process of its own:
 
-    python slowdisk.py BACKING MOUNTPOINT --fsync 2 --readdir 0.5 --lookup 3 --read 3
+    python slowdisk.py BACKING MOUNTPOINT --fsync 2 --readdir 0.5 --lookup 3 --read 3 --open 3
 
 It cannot reserve space (no fallocate: FAT, many FUSE and older NFS file systems cannot), so a
 server that falls back to writing every block of a reservation does so through it, slowly."""
@@ -15,12 +16,13 @@ from fuse import FUSE, Operations
 
 
 class SlowDisk(Operations):
-    def __init__(self, backing, fsync_delay, readdir_delay, lookup_delay=0.0, read_delay=0.0):
+    def __init__(self, backing, fsync_delay, readdir_delay, lookup_delay=0.0, read_delay=0.0, open_delay=0.0):
         self.backing = backing
         self.fsync_delay = fsync_delay
         self.readdir_delay = readdir_delay
         self.lookup_delay = lookup_delay
         self.read_delay = read_delay
+        self.open_delay = open_delay
 
     def path(self, path):
         return os.path.join(self.backing, path.lstrip("/"))
@@ -68,6 +70,8 @@ class SlowDisk(Operations):
 
     # Files
     def open(self, path, flags):
+        if os.path.basename(path).startswith("slow"):
+            time.sleep(self.open_delay)
         return os.open(self.path(path), flags)
 
     def create(self, path, mode, fi=None):
@@ -109,7 +113,8 @@ if __name__ == "__main__":
     parser.add_argument("--readdir", type=float, default=0)
     parser.add_argument("--lookup", type=float, default=0)
     parser.add_argument("--read", type=float, default=0)
+    parser.add_argument("--open", type=float, default=0)
     options = parser.parse_args()
-    FUSE(SlowDisk(os.path.abspath(options.backing), options.fsync, options.readdir, options.lookup, options.read),
+    FUSE(SlowDisk(os.path.abspath(options.backing), options.fsync, options.readdir, options.lookup, options.read, options.open),
          options.mountpoint,
          foreground=True, allow_other=True, default_permissions=True, nothreads=False)

@@ -19,21 +19,21 @@ HERE = Path(__file__).parent
 
 @pytest.fixture
 def slow_disk(tmp_path):
-    """slow_disk(fsync=seconds, readdir=seconds, lookup=seconds, read=seconds) -> a mounted
-    directory whose files live in a backing directory of the test's (`lookup`, `read`: names
-    beginning with "slow")."""
+    """slow_disk(fsync=seconds, readdir=seconds, lookup=seconds, read=seconds, open=seconds) -> a
+    mounted directory whose files live in a backing directory of the test's (`lookup`, `read`,
+    `open`: names beginning with "slow")."""
     if os.geteuid() != 0:
         pytest.skip("LOUD SKIP: mounting a FUSE file system needs root")
     mounted = []
 
-    def make(fsync=0.0, readdir=0.0, lookup=0.0, read=0.0):
+    def make(fsync=0.0, readdir=0.0, lookup=0.0, read=0.0, open=0.0):
         backing, mount = tmp_path / f"backing{len(mounted)}", tmp_path / f"disk{len(mounted)}"
         backing.mkdir()
         mount.mkdir()
         backing.chmod(0o777)
         process = subprocess.Popen([sys.executable, str(HERE / "slowdisk.py"), str(backing), str(mount),
                                     "--fsync", str(fsync), "--readdir", str(readdir), "--lookup", str(lookup),
-                                    "--read", str(read)],
+                                    "--read", str(read), "--open", str(open)],
                                    stderr=subprocess.PIPE)
         deadline = time.time() + 10
         while not os.path.ismount(mount):
@@ -172,13 +172,13 @@ def test_the_start_does_not_wait_for_the_sweep_of_stale_uploads(slow_disk, backe
 
 def test_a_stuck_http_loop_stops_the_watchdog_pings(slow_disk, tmp_path):
     """systemd restarts a server whose loop is stuck: a TFTP worker that stops turning stops the
-    pings, and so must an HTTP loop. One is held in what a loop still reads itself: a file too
-    large to cache (--cache-file-limit 0), streamed from a disk that takes seconds over its first
-    bytes (a name's lookup is no longer made on a loop: the test below); while it is, no
-    WATCHDOG=1 goes out, and the log says which."""
+    pings, and so must an HTTP loop. One is held in what a loop still asks the file system itself:
+    the open of a file too large to cache (--cache-file-limit 0), on a disk that takes seconds over
+    it (a name's lookup and a streamed file's reads are no longer made on a loop: the tests
+    below); while it is, no WATCHDOG=1 goes out, and the log says which."""
     import socket
     from conftest import free_tcp_port, free_udp_port
-    backing, mount = slow_disk(read=4.0)
+    backing, mount = slow_disk(open=4.0)
     (backing / "hello.txt").write_text("hello\n")
     (backing / "slow.img").write_bytes(b"x" * 1000)
     for f in backing.iterdir():
@@ -210,7 +210,8 @@ def test_a_stuck_http_loop_stops_the_watchdog_pings(slow_disk, tmp_path):
         listener.close()
 
 
-def answers_others_while_the_disk_holds(slow_disk, backend, tmp_path, slow_name, delays, missing=None):
+def answers_others_while_the_disk_holds(slow_disk, backend, tmp_path, slow_name, delays, missing=None, protocols=("http", "tftp"),
+                                        flags=()):
     """Serves a slow disk (`delays` for names beginning with "slow") with one TFTP worker and one
     HTTP loop; asks for `slow_name` over HTTP and TFTP (and for `missing`, absent, if given), and
     while the disk holds them, asks three times for a cached file over both, each answer within a
@@ -224,13 +225,14 @@ def answers_others_while_the_disk_holds(slow_disk, backend, tmp_path, slow_name,
     for f in backing.iterdir():
         f.chmod(0o644)
     web = free_tcp_port()
-    s = Server(mount, ("--http", f"127.0.0.1:{web}", "--workers", "1", "-u", "root"), backend=backend)
+    s = Server(mount, ("--http", f"127.0.0.1:{web}", "--workers", "1", "-u", "root", *flags), backend=backend)
     try:
         url, tftp = f"http://127.0.0.1:{web}", f"tftp://127.0.0.1:{s.port}"
+        bases = [(kind, base) for kind, base in (("http", url), ("tftp", tftp)) if kind in protocols]
         assert run(["curl", "-s", f"{url}/hello.txt"]).stdout == b"hello\n"  # in the cache now
         started = time.time()
         fetches = [subprocess.Popen(["curl", "-s", "-o", str(tmp_path / f"{kind}.img"), f"{base}/{slow_name}"])
-                   for kind, base in (("http", url), ("tftp", tftp))]
+                   for kind, base in bases]
         if missing:
             absent = [subprocess.Popen(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"{url}/{missing}"],
                                        stdout=subprocess.PIPE),
@@ -238,12 +240,12 @@ def answers_others_while_the_disk_holds(slow_disk, backend, tmp_path, slow_name,
         time.sleep(0.3)
         for _ in range(3):
             asked = time.time()
-            assert run(["curl", "-s", f"{url}/hello.txt"]).stdout == b"hello\n"
-            assert run(["curl", "-s", f"{tftp}/hello.txt"]).stdout == b"hello\n"
+            for _, base in bases:
+                assert run(["curl", "-s", f"{base}/hello.txt"]).stdout == b"hello\n"
             assert time.time() - asked < 1.0, "an answer waited behind another file's lookup or read"
         answered = time.time() - started
         assert all(fetch.wait(timeout=30) == 0 for fetch in fetches)
-        assert (tmp_path / "http.img").read_bytes() == slow and (tmp_path / "tftp.img").read_bytes() == slow
+        assert all((tmp_path / f"{kind}.img").read_bytes() == slow for kind, _ in bases)
         if missing:
             assert absent[0].communicate(timeout=30)[0] == b"404"
             assert absent[1].wait(timeout=30) == 68  # curl's TFTP "File not found"
@@ -272,3 +274,14 @@ def test_a_name_the_file_system_is_slow_to_look_up_holds_no_other_answer(slow_di
     answered, slow = answers_others_while_the_disk_holds(slow_disk, backend, tmp_path, "slow-name.img", {"lookup": 3.0},
                                                          missing="slow-missing.img")
     assert answered < 2.8 <= slow  # the others' answers all came while the file system still looked
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_streamed_file_on_a_slow_disk_holds_no_other_http_answer(slow_disk, backend, tmp_path):
+    """Issue 57, item 4: a file too large to cache (here every file: --cache-file-limit 0) is sent
+    over HTTP as a disk thread reads it ahead; while the disk takes 3 s over its first bytes, the
+    same HTTP loop answers another file at once, and the slow one comes whole. (TFTP still reads a
+    streamed file's blocks on its worker.)"""
+    answered, slow = answers_others_while_the_disk_holds(slow_disk, backend, tmp_path, "slow.img", {"read": 3.0},
+                                                         protocols=("http",), flags=("--cache-file-limit", "0"))
+    assert answered < 2.5 <= slow

@@ -148,6 +148,13 @@ int stampede_open_beneath_cached(int directory, const char *path, int flags, int
 /* fstat from what the kernel holds (statx's AT_STATX_DONT_SYNC): a network or FUSE file system
  * is not asked again before its attribute cache expires; a local one answers as fstat does. */
 int stampede_stat_cached(int fd, struct stat *out);
+/* Brings `length` bytes of `fd` from `offset` into the page cache, waiting for the disk, copying
+ * nothing: a shared read-only mapping made with MAP_POPULATE, then unmapped. -errno when the file
+ * cannot be mapped (the caller reads it instead). */
+int stampede_populate(int fd, off_t offset, size_t length);
+/* Whether every page of `length` bytes of `fd` from `offset` is in the page cache (cachestat, Linux
+ * 6.5): 1, 0, or -errno (-ENOSYS on an older kernel). */
+int stampede_range_cached(int fd, off_t offset, size_t length);
 
 /* epoll with the 64-bit user data as a plain tag; the packed epoll_event stays in C. */
 int stampede_epoll_create(void);
