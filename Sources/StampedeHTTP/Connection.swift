@@ -42,7 +42,6 @@ final class Connection {
         self.state = state
     }
 
-    deinit { release(force: true) }
 
     /// The exchange, taken from the pool if the connection holds none.
     private var work: Exchange {

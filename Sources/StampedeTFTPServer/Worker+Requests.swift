@@ -164,8 +164,6 @@ extension Worker {
     /// file (now in the cache, or to be streamed), or is refused.
     func collectLoads(now: Nanoseconds) {
         for (ticket, outcome) in loads.collect() {
-            // A streamed file's read-ahead: an HTTP answer's, never a request's.
-            if case .readAhead = outcome { continue }
             guard var incoming = parked.removeValue(forKey: ticket) else { continue }
             if parkedByPeer[incoming.peer] == ticket { parkedByPeer[incoming.peer] = nil }
             do throws(RequestRefusal) {
