@@ -269,10 +269,10 @@ public struct LoadWaiter: Sendable {
 }
 
 /// Where an event loop (a TFTP worker, an HTTP loop) hears that the reads its requests wait for
-/// are done: the disk thread posts, the loop collects. A loop that waits in epoll has the mailbox
-/// wake it (`waking`: an eventfd the post writes and the loop watches); the others wait at most
-/// `pollInterval` per turn while any read is awaited, so that a request goes on within a few
-/// milliseconds.
+/// are done: the disk thread posts, the loop collects. The mailbox wakes the loop (`waking`: an
+/// eventfd the post writes and the loop watches); a loop whose mailbox could not have one (no
+/// descriptor left) waits at most `pollInterval` per turn while any read is awaited, so that a
+/// request goes on within a few milliseconds.
 public final class LoadMailbox: Sendable {
     public static let pollInterval: Nanoseconds = 2_000_000
     private let posted = Mutex<[(ticket: UInt64, outcome: LoadOutcome)]>([])
@@ -280,6 +280,8 @@ public final class LoadMailbox: Sendable {
     /// `collect`; atomic for Sendable's sake).
     private let awaited = Atomic<Int>(0)
     private let tickets = Atomic<UInt64>(0)
+    /// A wake was written and not yet drained (so a turn with nothing posted reads nothing).
+    private let signaled = Atomic<Bool>(false)
     /// Readable once a read was posted, until `collect`; nil unless the mailbox wakes. The
     /// mailbox's own eventfd, closed with it.
     public let wakeDescriptor: Int32?
@@ -305,7 +307,15 @@ public final class LoadMailbox: Sendable {
 
     func post(_ ticket: UInt64, _ outcome: LoadOutcome) {
         posted.withLock { $0.append((ticket, outcome)) }
-        if let fd = wakeDescriptor {
+        wake()
+    }
+
+    /// Wakes the loop (a waking mailbox's descriptor becomes readable until the next `collect`):
+    /// for other disk work whose outcome the loop keeps apart (a TFTP upload's commit), posted
+    /// before the wake. The loop collects the mailbox first, then that work's outcomes.
+    public func wake() {
+        // One write per collect at most: the loop drains only after a wake was written.
+        if let fd = wakeDescriptor, !signaled.exchange(true, ordering: .sequentiallyConsistent) {
             var one: UInt64 = 1
             _ = Glibc.write(fd, &one, 8)  // EAGAIN only when the counter is full: readable anyway
         }
@@ -316,9 +326,12 @@ public final class LoadMailbox: Sendable {
 
     /// What was posted since the last collect (and the wake read, so that it waits for the next).
     public func collect() -> [(ticket: UInt64, outcome: LoadOutcome)] {
-        if let fd = wakeDescriptor {
+        // Drained before the flag is cleared, the flag cleared before the posts are taken: a post
+        // after the clear writes again and wakes the next poll; one before is taken now.
+        if let fd = wakeDescriptor, signaled.load(ordering: .sequentiallyConsistent) {
             var count: UInt64 = 0
             _ = Glibc.read(fd, &count, 8)
+            signaled.store(false, ordering: .sequentiallyConsistent)
         }
         guard isAwaiting else { return [] }
         let outcomes = posted.withLock { posted in

@@ -4,7 +4,7 @@
 /// memfd; a TFTP read beyond `transferSockets` shares a socket instead of taking one. Pure: the
 /// command line computes it once from the limit and the flags.
 public struct DescriptorBudget: Equatable, Sendable {
-    /// Kept for what a server holds whatever its load (listeners, rings, epolls, the metrics
+    /// Kept for what a server holds whatever its load (listeners, rings, epolls and their eventfds, the metrics
     /// listener and its connections, logs, the pidfile, the shared transfer sockets), and for
     /// TFTP's streamed files and the opens of files being looked at.
     public var reserve: Int

@@ -6,12 +6,9 @@ import Synchronization
 /// Work handed to the disk thread (`DiskWork`) and its outcome heard back: a worker's loop never
 /// waits for the disk to fsync. An upload's last block written, its transfer is `.committing`:
 /// the worker hands the `Upload` over (and touches it no more), the disk thread commits it and
-/// posts the outcome here, and a later turn sends the last ACK (or the ERROR). While commits are
-/// pending the loop's waits are short, so the outcome is heard within a few milliseconds.
+/// posts the outcome here and wakes the loop through its mailbox (`loads.wake`), and that turn
+/// sends the last ACK (or the ERROR).
 extension Worker {
-    /// How long a turn may wait while a commit is pending: the longest an outcome waits.
-    static var diskPollInterval: Nanoseconds { 2_000_000 }
-
     func commit(_ slot: Int, now: Nanoseconds) {
         guard let upload = table[slot].upload else { return }
         table[slot].phase = .committing
@@ -23,6 +20,7 @@ extension Worker {
             var failure: Errno?
             do throws(Errno) { try upload.commitFile() } catch { failure = error }
             diskOutcomes.withLock { $0.append((tag, failure)) }
+            loads.wake()
         }
     }
 

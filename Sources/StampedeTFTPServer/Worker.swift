@@ -21,8 +21,12 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     /// on the disk thread.
     public let files: FileService
     var cache: FileCache { files.cache }
-    /// Where this worker hears that a file its waiting requests want is read (`parked`).
-    let loads = LoadMailbox()
+    /// Where this worker hears that a file its waiting requests want is read (`parked`), and that
+    /// a commit is done: its descriptor wakes the backend's poll (`watch`).
+    let loads: LoadMailbox
+    /// The backend watches `loads`; false only when no eventfd could be made or watched, and then
+    /// a turn waits at most `LoadMailbox.pollInterval` while disk work is pending.
+    let woken: Bool
     /// Requests whose file is being read, by ticket, and the ticket of each client address's.
     var parked: [UInt64: IncomingRequest] = [:]
     var parkedByPeer: [SocketAddress: UInt64] = [:]
@@ -94,6 +98,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         self.logger = logger
         self.lines = LineLogger(logger)
         self.wheel = TimerWheel(capacity: 1024, now: stampede_monotonic_ns())
+        (loads, woken) = Self.mailbox(watchedBy: backend)
         self.scratch = .allocate(byteCount: 65536 + 16, alignment: 16)
         pinnedUntilFlush.reserveCapacity(1024)
         expired.reserveCapacity(1024)
@@ -103,6 +108,14 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
 
     deinit {
         scratch.deallocate()
+    }
+
+    /// A mailbox whose posts wake `backend`'s poll; one the worker polls if the kernel gives no
+    /// eventfd (EMFILE) or the backend watches something else already.
+    private static func mailbox(watchedBy backend: Backend) -> (LoadMailbox, woken: Bool) {
+        guard let mailbox = try? LoadMailbox.waking(), let fd = mailbox.wakeDescriptor else { return (LoadMailbox(), false) }
+        do throws(Errno) { try backend.watch(fd) } catch { return (LoadMailbox(), false) }
+        return (mailbox, true)
     }
 
     /// Binds this worker's listeners (SO_REUSEPORT: every worker binds the same addresses).
@@ -179,15 +192,17 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     /// the load).
     public func turn(now: Nanoseconds, maxWait: Nanoseconds) {
         defer { expireTimers(now: now) }
-        let waitingOnDisk = diskPending > 0 || loads.isAwaiting
-        var deadline = now + (waitingOnDisk ? min(maxWait, Self.diskPollInterval) : maxWait)
+        let pollingDisk = !woken && (diskPending > 0 || loads.isAwaiting)
+        var deadline = now + (pollingDisk ? min(maxWait, LoadMailbox.pollInterval) : maxWait)
         if let next = wheel.nextDeadline() { deadline = min(deadline, next) }
         publishMetrics(now: now)
         let count = backend.poll(deadline: deadline)
         // The flush is done: what ended last turn can let go of its memory.
         pinnedUntilFlush.removeAll(keepingCapacity: true)
-        collectDiskOutcomes(now: stampede_monotonic_ns())
+        // The mailbox first: its collect drains the wake, so that a commit posted after that
+        // wakes the next poll, and one posted before is collected now.
         collectLoads(now: stampede_monotonic_ns())
+        collectDiskOutcomes(now: stampede_monotonic_ns())
         reportUnanswered(now: now)
         closeSharedSocketsIfIdle(now: now)
         if !toldOfSegmentationFallback && backend.segmentationFallbacks > 0 {
