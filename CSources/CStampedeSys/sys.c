@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -465,6 +466,13 @@ int stampede_range_cached(int fd, off_t offset, size_t length)
     if (syscall(__NR_cachestat, fd, &range, &seen, 0) != 0)
         return -errno;
     return seen.nr_cache >= last - first ? 1 : 0;
+}
+
+ssize_t stampede_pread_cached(int fd, void *buffer, size_t length, off_t offset)
+{
+    struct iovec vector = { buffer, length };
+    ssize_t count = preadv2(fd, &vector, 1, offset, RWF_NOWAIT);
+    return count < 0 ? -errno : count;
 }
 
 int stampede_populate(int fd, off_t offset, size_t length)

@@ -12,8 +12,9 @@ import Synchronization
 /// thread (`DiskWork`): a name is looked at on the loop from the kernel's caches alone
 /// (`AccessPolicy.lookInMemory`), else on a disk thread; a version the cache does not hold is
 /// opened and read on a disk thread. The request waits, its loop serves the others, and hears
-/// through its `LoadMailbox` when to ask again. (A file too large to cache is opened on the loop
-/// and streamed from it: see docs/ARCHITECTURE.md, "The file service".)
+/// through its `LoadMailbox` when to ask again. A file too large to cache is opened on a disk
+/// thread too, and streamed as far as its bytes are read ahead (docs/ARCHITECTURE.md, "The file
+/// service").
 public final class FileService: Sendable {
     /// The disk threads a server gives its reads: a stuck disk holds as many files' first reads.
     public static let diskThreads = 4
@@ -75,6 +76,9 @@ public final class FileService: Sendable {
     /// anything is sent (EFI clients cannot take an ERROR after an OACK).
     /// `after`: the outcome of a read this request waited for (nil: its first ask).
     public func read(_ name: [UInt8], netascii: Bool, waiter: LoadWaiter, after outcome: LoadOutcome? = nil) -> Reading {
+        if case .opened(let file) = outcome {
+            return .ready(FileLease(.stream(file), version: file.version, cache: nil))
+        }
         let streaming = outcome == .stream
         // The request whose miss started the read was counted a miss; those that joined it, hits.
         let countsAsHit = outcome != .loaded(byThisRequest: true)
@@ -91,14 +95,7 @@ public final class FileService: Sendable {
         }
         if key.size > cache.limits.fileLimit || streaming {
             guard !netascii else { return .refused(FileRefusal(.failed, "File too large for netascii")) }
-            do {
-                let file = try policy.open(sighting)
-                let version = FileKey(file.info, netascii: false)
-                return .ready(FileLease(.stream(StreamedFile(file.descriptor, size: version.size, version: version)),
-                                        version: version, cache: nil))
-            } catch {
-                return .refused(error)
-            }
+            return openOnDisk(name, waiter)
         }
         // Someone reads it already: wait for that read.
         let first = loading.withLock { loading in
@@ -167,6 +164,26 @@ public final class FileService: Sendable {
         return .loading
     }
 
+
+    /// A file to stream, opened on a disk thread (an open asks the file system: a FUSE or network
+    /// file system's server; FUSE's waits for pages another read holds): the request hears
+    /// `.opened` with it, and asks again (or its refusal). One open per request: each streams
+    /// from a descriptor of its own.
+    private func openOnDisk(_ name: [UInt8], _ waiter: LoadWaiter) -> Reading {
+        waiter.mailbox.expect()
+        disk.submit { [policy] in
+            let outcome: LoadOutcome
+            do throws(FileRefusal) {
+                let file = try policy.openForReading(name)
+                let version = FileKey(file.info, netascii: false)
+                outcome = .opened(StreamedFile(file.descriptor, size: version.size, version: version))
+            } catch {
+                outcome = .refused(error)
+            }
+            waiter.mailbox.post(waiter.ticket, outcome)
+        }
+        return .loading
+    }
 
     /// How a read on the disk thread went.
     private enum Loaded {
@@ -251,6 +268,8 @@ public enum LoadOutcome: Equatable, Sendable {
     /// Its name was looked at on a disk thread (the kernel's caches could not resolve it), or
     /// the version opened there was not the one looked at: ask again.
     case looked
+    /// A file to stream was opened on a disk thread: ask again (`after:` this), and it is lent.
+    case opened(StreamedFile)
     /// A streamed file's bytes up to `through` were read on a disk thread (`FileService.readAhead`):
     /// they are in the page cache, and a send from them waits for no disk.
     case readAhead(through: Int)

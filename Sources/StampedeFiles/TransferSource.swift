@@ -1,3 +1,4 @@
+import CStampedeSys
 import Glibc
 import StampedeIO
 
@@ -21,7 +22,10 @@ public enum TransferSource {
 /// Its bytes are read as they are sent, so a rewrite in place would send a mix of two versions:
 /// a transfer asks `change()` as it goes and before its last byte, and fails when the file is no
 /// longer the version it opened.
-public final class StreamedFile {
+///
+/// Made on the disk thread that opens it and handed to one loop (`LoadOutcome.opened`), which
+/// alone touches it from then on: hence `@unchecked Sendable`. Equal only to itself.
+public final class StreamedFile: @unchecked Sendable, Equatable {
     private let file: Descriptor
     /// The size the transfer announced (tsize) and sends: a file that shrinks sends a short block.
     public let size: Int
@@ -42,6 +46,8 @@ public final class StreamedFile {
         self.version = version
     }
 
+    public static func == (a: StreamedFile, b: StreamedFile) -> Bool { a === b }
+
     /// A read-ahead is done: the bytes before `through` are in the page cache.
     public func readAhead(done through: Int) {
         readingAhead = false
@@ -51,6 +57,34 @@ public final class StreamedFile {
     /// Reads `range` into `buffer`; returns how many bytes were there (fewer if the file shrank).
     public func read(_ range: Range<Int>, into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
         try readFully(file.raw, into: UnsafeMutableRawBufferPointer(rebasing: buffer[..<range.count]), at: range.lowerBound)
+    }
+
+    /// Reads `range` into `buffer` from the page cache alone (preadv2 RWF_NOWAIT): how many bytes
+    /// were there (fewer if the file shrank), or nil when some are still on the disk, and a read
+    /// would wait for it (`FileService.readAhead` brings them; ask again then). Where the file
+    /// system cannot read without waiting (EOPNOTSUPP: FUSE), cachestat says whether the page
+    /// cache holds the rest, and it is read if so; where the kernel has no cachestat either, it is
+    /// read as `read` does.
+    public func readCached(_ range: Range<Int>, into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int? {
+        var done = 0
+        while done < range.count {
+            let count = stampede_pread_cached(file.raw, buffer.baseAddress! + done, range.count - done, off_t(range.lowerBound + done))
+            if count > 0 {
+                done += count
+                continue
+            }
+            if count == 0 { break }
+            switch Int32(-count) {
+            case EINTR: continue
+            case EAGAIN: return nil
+            case EOPNOTSUPP:
+                guard stampede_range_cached(file.raw, off_t(range.lowerBound + done), range.count - done) != 0 else { return nil }
+                let rest = UnsafeMutableRawBufferPointer(rebasing: buffer[done..<range.count])
+                return done + (try readFully(file.raw, into: rest, at: range.lowerBound + done))
+            default: throw Errno(Int32(-count))
+            }
+        }
+        return done
     }
 
     /// How the file differs from the version opened ("4000 bytes, now 5000", "written to": its

@@ -143,7 +143,7 @@ final class FileResponder: HTTPResponder {
             plain(connection, Status(busy), to: head, kind: head.method == .head ? .head : .get, method: head.method.name,
                   file: Array(head.name), detail: busy.message, started: started)
             return true
-        case .loaded, .stream, .looked, .readAhead:
+        case .loaded, .stream, .opened, .looked, .readAhead:
             return answer(head, on: connection, started: started, reads: reads + 1, after: outcome)
         }
     }

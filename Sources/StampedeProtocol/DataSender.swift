@@ -159,6 +159,16 @@ public struct DataSender: Sendable {
     /// and a burst of gap reports or duplicated datagrams arrives within a few milliseconds.
     public static let clientRetryFloor: Nanoseconds = 50_000_000
 
+    /// Blocks from `first` of what was last handed out (`sendBlocks`) could not go then (a
+    /// streamed file's bytes were still on the disk) and go now: the blocks to send, those of
+    /// them not yet acknowledged, with the timer counting from now (`RetransmitTimer.sentLate`).
+    public mutating func sendLate(from first: Int, now: Nanoseconds) -> Action {
+        let first = max(first, acknowledged + 1)
+        guard !isFinished, !awaitingOptionAck, first <= sentThrough else { return .none }
+        timer.sentLate(now: now)
+        return .sendBlocks(first: first, count: sentThrough - first + 1)
+    }
+
     public mutating func timeout(now: Nanoseconds) -> Action {
         guard !isFinished else { return .none }
         guard timer.retransmit(now: now) else { return .timedOut }

@@ -120,6 +120,13 @@ public struct RetransmitTimer: Equatable, Sendable {
         deadline = now + current
     }
 
+    /// What was last sent went only now (its bytes had to come from the disk first): its round
+    /// trip and the next deadline count from now. The patience does not start over.
+    public mutating func sentLate(now: Nanoseconds) {
+        lastSent = now
+        if deadline != nil { deadline = now + current }
+    }
+
     /// The timer fired and we resend: back off, or say the transfer has failed.
     public mutating func retransmit(now: Nanoseconds) -> Bool {
         resend(now: now)

@@ -30,6 +30,9 @@ struct Transfer: ~Copyable {
     var lease: FileLease?
     var upload: Upload?
     var optionAck: [UInt8] = []
+    /// A streamed file's block that could not go because its bytes were still on the disk: it and
+    /// the rest of its window go when a disk thread has read them ahead (`Worker.readAhead`).
+    var unsentBlock: Int?
     var record = TransferRecord()
 
     /// What the download's blocks are read from.

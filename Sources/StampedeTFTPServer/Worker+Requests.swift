@@ -164,6 +164,10 @@ extension Worker {
     /// file (now in the cache, or to be streamed), or is refused.
     func collectLoads(now: Nanoseconds) {
         for (ticket, outcome) in loads.collect() {
+            if let tag = readingAhead.removeValue(forKey: ticket) {
+                readAheadDone(tag, outcome, now: now)
+                continue
+            }
             guard var incoming = parked.removeValue(forKey: ticket) else { continue }
             if parkedByPeer[incoming.peer] == ticket { parkedByPeer[incoming.peer] = nil }
             do throws(RequestRefusal) {
@@ -172,7 +176,7 @@ extension Worker {
                 case .refused(let refusal): throw .error(TFTPError(refusal))
                 case _ where incoming.reads > Self.readsPerRequest:
                     throw .error(TFTPError(.notDefined, "File keeps changing, try again later", busy: true))
-                case .loaded, .stream, .looked, .readAhead: try proceed(&incoming, after: outcome, now: now)
+                case .loaded, .stream, .opened, .looked, .readAhead: try proceed(&incoming, after: outcome, now: now)
                 }
             } catch {
                 admission.release(incoming.peer)

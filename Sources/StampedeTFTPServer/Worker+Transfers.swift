@@ -145,8 +145,14 @@ extension Worker {
                 sendWindow(slot, image: image, first: first, count: count)
                 break
             }
-            for block in first..<(first + count) {
-                if let refusal = sendBlock(slot, block) {
+            blocks: for block in first..<(first + count) {
+                switch sendBlock(slot, block) {
+                case .sent:
+                    continue
+                case .onDisk:
+                    readAhead(slot, from: block)
+                    break blocks
+                case .failed(let refusal):
                     sendError(slot, refusal)
                     finish(slot, .serverError(refusal), now: now)
                     return
@@ -171,10 +177,20 @@ extension Worker {
     /// How often a streamed file is asked whether it changed, besides before its last block.
     static var streamCheckInterval: Int { 1 << 20 }
 
-    /// DATA = 4-byte header + a slice of the shared image, gathered by the backend. Returns why a
-    /// streamed file's block cannot be sent: it could not be read, or it is no longer the version
-    /// the transfer started with.
-    func sendBlock(_ slot: Int, _ block: Int) -> TFTPError? {
+    /// How a block's send went.
+    enum BlockSend {
+        case sent
+        /// A streamed file's block whose bytes are not in the page cache: not sent (a read of
+        /// them would wait for the disk on the loop).
+        case onDisk
+        /// A streamed file's block that cannot be read, or the file is no longer the version the
+        /// transfer started with.
+        case failed(TFTPError)
+    }
+
+    /// DATA = 4-byte header + a slice of the shared image, gathered by the backend; a streamed
+    /// file's block is read from the page cache.
+    func sendBlock(_ slot: Int, _ block: Int) -> BlockSend {
         let sender = table[slot].sender!
         let range = sender.range(ofBlock: block)
         let headerLength = PacketWriter.dataHeader(block: sender.wire(block), into: scratch)
@@ -185,25 +201,58 @@ extension Worker {
             // Read after the header; the backend copies it. A file that shrank under us sends a
             // short block: the client sees the end, never garbage. One that cannot be read (EIO)
             // ends the transfer with an ERROR, never with a short block taken for the end.
+            // Bytes read ahead are read as they are (a read-ahead that met an error, EIO, finds it
+            // here, once); the others from the page cache alone.
             let read: Int
+            let into = UnsafeMutableRawBufferPointer(rebasing: scratch[headerLength...])
             do {
-                read = try file.read(range, into: UnsafeMutableRawBufferPointer(rebasing: scratch[headerLength...]))
+                if range.upperBound <= file.readyThrough {
+                    read = try file.read(range, into: into)
+                } else if let cached = try file.readCached(range, into: into) {
+                    read = cached
+                } else {
+                    return .onDisk
+                }
             } catch {
-                return TFTPError(.notDefined, "Cannot read the file: \(error)")
+                return .failed(TFTPError(.notDefined, "Cannot read the file: \(error)"))
             }
             // A file rewritten in place would send a mix of two versions: asked every MiB, and
             // after the last block is read and before it goes, so a transfer completes only with
             // bytes of the version it opened (every block the client took was sent before that).
             if range.upperBound == file.size || range.lowerBound % Self.streamCheckInterval < sender.blockSize,
                let change = file.change() {
-                return TFTPError(.notDefined, "File changed while it was sent (\(change))")
+                return .failed(TFTPError(.notDefined, "File changed while it was sent (\(change))"))
             }
             transmit(slot, header: UnsafeRawBufferPointer(rebasing: scratch[..<(headerLength + read)]),
                      payload: UnsafeRawBufferPointer(start: nil, count: 0))
         case nil:
             preconditionFailure("a download without a source")
         }
-        return nil
+        return .sent
+    }
+
+    /// A streamed file's `block` is on the disk: it and the rest of its window wait while a disk
+    /// thread reads the next bytes ahead (`FileService.readAhead`), and go when the worker hears
+    /// so (`readAheadDone`). While one is under way, it is the one that sends them; when the page
+    /// cache turns out to hold them after all, the timer or the client's next ACK does.
+    func readAhead(_ slot: Int, from block: Int) {
+        guard case .stream(let file) = table[slot].source else { return }
+        table[slot].unsentBlock = min(block, table[slot].unsentBlock ?? block)
+        let ticket = loads.nextTicket()
+        let offset = table[slot].sender!.range(ofBlock: block).lowerBound
+        if files.readAhead(file, from: offset, waiter: LoadWaiter(mailbox: loads, ticket: ticket)) {
+            readingAhead[ticket] = table.tag(of: slot)
+        }
+    }
+
+    /// A disk thread read a streamed file's next bytes ahead: the blocks that waited for them go.
+    func readAheadDone(_ tag: Tag, _ outcome: LoadOutcome, now: Nanoseconds) {
+        guard case .readAhead(let through) = outcome, let slot = table.slot(for: tag), table[slot].phase == .sending,
+              case .stream(let file) = table[slot].source else { return }
+        file.readAhead(done: through)
+        guard let unsent = table[slot].unsentBlock else { return }
+        table[slot].unsentBlock = nil
+        perform(slot, table[slot].sender!.sendLate(from: unsent, now: now), now: now)
     }
 
     /// Blocks first ..< first + count of a cached image: their headers side by side and one slice

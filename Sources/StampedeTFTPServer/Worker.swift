@@ -30,8 +30,12 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     /// Requests whose file is being read, by ticket, and the ticket of each client address's.
     var parked: [UInt64: IncomingRequest] = [:]
     var parkedByPeer: [SocketAddress: UInt64] = [:]
+    /// Transfers of streamed files whose next blocks a disk thread reads ahead, by ticket.
+    var readingAhead: [UInt64: Tag] = [:]
     /// Requests waiting while the disk thread reads their files.
     public var requestsWaitingForFiles: Int { parked.count }
+    /// Requests and transfers waiting for a disk thread (a file's read, a streamed file's read-ahead).
+    public var waitingForTheDisk: Int { parked.count + readingAhead.count }
     /// Shared by every worker of a server: the transfer limits.
     let admission: Admission
     /// What this worker counts for the metrics, published once per turn.

@@ -1,6 +1,7 @@
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeBase
 import StampedeFiles
 import StampedeGlibc
 import StampedeIO
@@ -59,7 +60,7 @@ import Testing
         let (worker, bound) = try rig(backend, dir, disk: disk)
         let client = LoopbackClient()
         _ = fcntl(client.fd, F_SETFL, O_NONBLOCK)
-        disk.submit { usleep(Self.busy) }
+        disk.submit { hold(microseconds: Self.busy) }
         client.send(Request(isWrite: false, filename: Array("image.bin".utf8), mode: "octet", options: []).encoded(), to: bound)
         let started = stampede_monotonic_ns()
         _ = turns(worker, limit: 1) { worker.requestsWaitingForFiles > 0 }
@@ -87,7 +88,7 @@ import Testing
         let first = try #require(ack)
         #expect(first.bytes == [0, 4, 0, 0])
         // The disk is busy when the last (and only) block arrives: the commit waits for it.
-        disk.submit { usleep(Self.busy) }
+        disk.submit { hold(microseconds: Self.busy) }
         client.send([0, 3, 0, 1] + Array("written".utf8), to: first.from)
         let calls = backend.statistics.systemCalls
         ack = nil
@@ -99,5 +100,100 @@ import Testing
         #expect(taken <= 4, "the worker took \(taken) turns to hear of one commit")
         #expect(backend.statistics.systemCalls - calls < 20)
         #expect(dir.read("new.bin") == Array("written".utf8))
+    }
+
+    @Test(arguments: BackendKind.allCases)
+    func aStreamedFilesBlocksOnTheDiskGoWhenReadAhead(kind: BackendKind) throws {
+        switch kind {
+        case .glibc: try streamed(GlibcBackend())
+        case .uring: try streamed(URingBackend())
+        }
+    }
+
+    /// A file too large to cache (opened on the disk thread), its pages dropped from the page
+    /// cache: its first DATA is not read
+    /// on the worker (it goes when a disk thread, kept busy here for 300 ms, has read it ahead, or
+    /// the kernel's own read-ahead, which the miss started, has brought it and the timer resends);
+    /// meanwhile a cached file is served at once, and the streamed file comes whole.
+    func streamed<Backend: DatagramBackend>(_ backend: Backend) throws {
+        let dir = ScratchDirectory.onDisk()
+        let big = (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ $0 >> 11) }
+        let fd = open(dir.write("big.img", big), O_RDONLY)
+        #expect(fsync(fd) == 0 && posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0)
+        close(fd)
+        dir.write("small.txt", Array("small and cached".utf8))
+        let disk = DiskWork(threads: 1)
+        var configuration = ServerConfiguration(listenAddresses: [loopbackAny], policy: AccessPolicy(root: dir.fd),
+                                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        configuration.optionLimits.maxBlockSize = 1468
+        let worker = Worker(backend: backend, configuration: configuration,
+                            cache: FileCache(limits: .init(budget: 1 << 20, fileLimit: 1 << 20)), index: 0, disk: disk)
+        let bound = try worker.bindListeners([loopbackAny])[0]
+        // small.txt into the cache first.
+        let other = LoopbackClient()
+        other.send(Request(isWrite: false, filename: Array("small.txt".utf8), mode: "octet", options: []).encoded(), to: bound)
+        worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 1_000_000_000)
+        worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        let first = try #require(other.receive())
+        #expect(first.bytes == [0, 3, 0, 1] + Array("small and cached".utf8))
+        other.send([0, 4, 0, 1], to: first.from)
+
+        let client = LoopbackClient()
+        _ = fcntl(client.fd, F_SETFL, O_NONBLOCK)
+        client.send(Request(isWrite: false, filename: Array("big.img".utf8), mode: "octet",
+                            options: [("blksize", "1468"), ("windowsize", "8")]).encoded(), to: bound)
+        // Opened on the disk thread, then answered.
+        var reply: (bytes: [UInt8], from: SocketAddress)?
+        _ = turns(worker, limit: 3) {
+            reply = client.receive()
+            return reply != nil
+        }
+        let optionAck = try #require(reply)
+        #expect(optionAck.bytes.prefix(2) == [0, 6])
+        disk.submit { hold(microseconds: Self.busy) }
+        let started = stampede_monotonic_ns()
+        client.send([0, 4, 0, 0], to: optionAck.from)
+        // The ACK of the OACK asks for the first window: its first block is on the disk, and is
+        // not read on the worker.
+        _ = turns(worker, limit: 1) { true }
+        #expect(client.receive() == nil, "a block on the disk was read on the worker")
+        // A cached file is served meanwhile.
+        _ = fcntl(other.fd, F_SETFL, O_NONBLOCK)
+        other.send(Request(isWrite: false, filename: Array("small.txt".utf8), mode: "octet", options: []).encoded(), to: bound)
+        var small: (bytes: [UInt8], from: SocketAddress)?
+        _ = turns(worker, limit: 3) {
+            small = other.receive()
+            return small != nil
+        }
+        #expect(small?.bytes == [0, 3, 0, 1] + Array("small and cached".utf8))
+        #expect(stampede_monotonic_ns() - started < Nanoseconds(Self.busy) * 1000, "the cached file waited behind the disk")
+
+        // Then every block comes, read ahead 8 MiB at a time, and the file is whole.
+        var received: [UInt8] = []
+        var expected = 1
+        var idle = 0
+        while idle < 50 {
+            worker.turn(now: stampede_monotonic_ns(), maxWait: 200_000_000)
+            worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+            var acked: Int?
+            while let datagram = client.receive() {
+                guard datagram.bytes.count >= 4, datagram.bytes[1] == 3 else { continue }
+                let block = Int(datagram.bytes[2]) << 8 | Int(datagram.bytes[3])
+                guard block == expected & 0xFFFF else { continue }
+                received += datagram.bytes[4...]
+                acked = expected
+                expected += 1
+                if datagram.bytes.count < 4 + 1468 { break }
+            }
+            if let acked {
+                idle = 0
+                client.send([0, 4, UInt8(acked >> 8 & 0xFF), UInt8(acked & 0xFF)], to: optionAck.from)
+                if received.count == big.count && expected > big.count / 1468 + 1 { break }
+            } else {
+                idle += 1
+            }
+        }
+        #expect(received.count == big.count)
+        #expect(received == big)
     }
 }

@@ -20,6 +20,30 @@ func makeSender(bytes: Int, blockSize: Int = 512, window: Int = 1, oack: Bool = 
         #expect(s.receiveAck(2, now: 20) == .finished)
     }
 
+    /// Issue 57: blocks of a window that could not go (a streamed file's bytes on the disk) go
+    /// later, from the first not sent and not acknowledged; the timer counts from then, and its
+    /// patience does not start over.
+    @Test func blocksThatWentLateAreSentFromTheFirstUnsentAndTheTimerCountsFromThen() {
+        var s = makeSender(bytes: 8 * 512 + 10, window: 4, oack: true)
+        #expect(s.sendLate(from: 1, now: 1) == .none)  // the OACK is not answered yet
+        #expect(s.start(now: 0) == .sendOptionAck)
+        #expect(s.receiveAck(0, now: 10) == .sendBlocks(first: 1, count: 4))
+        // Blocks 3 and 4 waited for the disk; 1 and 2 went, and the client acknowledged 2 meanwhile.
+        #expect(s.receiveAck(2, now: 20) == .sendBlocks(first: 3, count: 4))
+        let deadline = s.deadline!
+        #expect(s.sendLate(from: 3, now: 500_000_000) == .sendBlocks(first: 3, count: 4))
+        #expect(s.deadline! == deadline + 500_000_000 - 20)
+        #expect(s.timer.retries == 0)
+        // From a block already acknowledged: from the first that is not.
+        #expect(s.receiveAck(4, now: 500_000_100) == .sendBlocks(first: 5, count: 4))
+        #expect(s.sendLate(from: 3, now: 500_000_200) == .sendBlocks(first: 5, count: 4))
+        // Past what was handed out, or when finished: nothing.
+        #expect(s.sendLate(from: 9, now: 500_000_300) == .none)
+        #expect(s.receiveAck(8, now: 500_000_400) == .sendBlocks(first: 9, count: 1))
+        #expect(s.receiveAck(9, now: 500_000_500) == .finished)
+        #expect(s.sendLate(from: 9, now: 500_000_600) == .none)
+    }
+
     @Test func aMultipleOfTheBlockSizeEndsWithAnEmptyBlock() {
         var s = makeSender(bytes: 1024)
         #expect(s.blockCount == 3)

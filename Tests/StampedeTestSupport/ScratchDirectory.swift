@@ -5,10 +5,18 @@ public final class ScratchDirectory {
     public let path: String
     public let fd: Int32
 
-    public init() {
-        var template = Array("/tmp/stampede-test-XXXXXX".utf8CString)
+    /// In `parent`: /tmp by default; `onDisk` where a test needs pages that can leave memory.
+    public init(in parent: String = "/tmp") {
+        var template = Array("\(parent)/stampede-test-XXXXXX".utf8CString)
         path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
         fd = open(path, O_RDONLY | O_DIRECTORY)
+    }
+
+    /// A directory on the disk the package is built on (its .build): /tmp may be a tmpfs, whose
+    /// pages never leave the page cache.
+    public static func onDisk() -> ScratchDirectory {
+        var cwd = [CChar](repeating: 0, count: Int(PATH_MAX))
+        return ScratchDirectory(in: String(cString: getcwd(&cwd, cwd.count)) + "/.build")
     }
 
     deinit {

@@ -173,16 +173,17 @@ def test_the_start_does_not_wait_for_the_sweep_of_stale_uploads(slow_disk, backe
 def test_a_stuck_http_loop_stops_the_watchdog_pings(slow_disk, tmp_path):
     """systemd restarts a server whose loop is stuck: a TFTP worker that stops turning stops the
     pings, and so must an HTTP loop. One is held in what a loop still asks the file system itself:
-    the open of a file too large to cache (--cache-file-limit 0), on a disk that takes seconds over
-    it (a name's lookup and a streamed file's reads are no longer made on a loop: the tests
+    a remap rule's E probe (whether a name can be served), on a disk that takes seconds to look a
+    name up (a name's lookup, a file's open and its reads are no longer made on a loop: the tests
     below); while it is, no WATCHDOG=1 goes out, and the log says which."""
     import socket
     from conftest import free_tcp_port, free_udp_port
-    backing, mount = slow_disk(open=4.0)
+    backing, mount = slow_disk(lookup=4.0)
     (backing / "hello.txt").write_text("hello\n")
-    (backing / "slow.img").write_bytes(b"x" * 1000)
     for f in backing.iterdir():
         f.chmod(0o644)
+    rules = tmp_path / "rules"
+    rules.write_text("rE ^probe$ slow-probe\n")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     path = tmp_path / "notify"
     listener.bind(str(path))
@@ -191,10 +192,10 @@ def test_a_stuck_http_loop_stops_the_watchdog_pings(slow_disk, tmp_path):
     environment = dict(os.environ, NOTIFY_SOCKET=str(path), WATCHDOG_USEC="200000")
     log = open(tmp_path / "server.log", "w+")
     server = subprocess.Popen([str(BINARY), "-l", "-L", "-a", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{web}",
-                               "--workers", "1", "--cache-file-limit", "0", "-u", "root", str(mount)], env=environment, stderr=log)
+                               "--workers", "1", "-m", str(rules), "-u", "root", str(mount)], env=environment, stderr=log)
     try:
         assert "READY=1" in listener.recv(4096).decode()
-        fetch = subprocess.Popen(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{web}/slow.img"])
+        fetch = subprocess.Popen(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{web}/probe"])
         started, pings = time.time(), []
         while time.time() - started < 6:
             if listener.recv(4096) == b"WATCHDOG=1":
@@ -277,11 +278,12 @@ def test_a_name_the_file_system_is_slow_to_look_up_holds_no_other_answer(slow_di
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_streamed_file_on_a_slow_disk_holds_no_other_http_answer(slow_disk, backend, tmp_path):
+def test_a_streamed_file_on_a_slow_disk_holds_no_other_answer(slow_disk, backend, tmp_path):
     """Issue 57, item 4: a file too large to cache (here every file: --cache-file-limit 0) is sent
-    over HTTP as a disk thread reads it ahead; while the disk takes 3 s over its first bytes, the
-    same HTTP loop answers another file at once, and the slow one comes whole. (TFTP still reads a
-    streamed file's blocks on its worker.)"""
+    as a disk thread reads it ahead: over HTTP as far as the page cache holds it, over TFTP each
+    block read from the page cache alone (a block still on the disk waits for the read-ahead). While
+    the disk takes 3 s over its first bytes, the same HTTP loop and TFTP worker answer another file
+    at once, and the slow one comes whole over both."""
     answered, slow = answers_others_while_the_disk_holds(slow_disk, backend, tmp_path, "slow.img", {"read": 3.0},
-                                                         protocols=("http",), flags=("--cache-file-limit", "0"))
+                                                         flags=("--cache-file-limit", "0"))
     assert answered < 2.5 <= slow

@@ -155,6 +155,10 @@ int stampede_populate(int fd, off_t offset, size_t length);
 /* Whether every page of `length` bytes of `fd` from `offset` is in the page cache (cachestat, Linux
  * 6.5): 1, 0, or -errno (-ENOSYS on an older kernel). */
 int stampede_range_cached(int fd, off_t offset, size_t length);
+/* pread from the page cache alone (preadv2 RWF_NOWAIT): the bytes read (fewer where the cache's
+ * stop), 0 at the end of the file, -EAGAIN when the first byte is on the disk, -EOPNOTSUPP where
+ * the file system cannot read without waiting, or -errno. */
+ssize_t stampede_pread_cached(int fd, void *buffer, size_t length, off_t offset);
 
 /* epoll with the 64-bit user data as a plain tag; the packed epoll_event stays in C. */
 int stampede_epoll_create(void);

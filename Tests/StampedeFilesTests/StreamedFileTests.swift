@@ -1,0 +1,50 @@
+import CStampedeSys
+import Glibc
+@testable import StampedeFiles
+import StampedeIO
+import StampedeTestSupport
+import Testing
+
+/// Issue 57, item 4: a TFTP worker reads a streamed file's blocks from the page cache alone
+/// (preadv2 RWF_NOWAIT); a block still on the disk is not read on the loop, but read ahead on a
+/// disk thread, and then it is there.
+@Suite struct StreamedFilesReadFromThePageCacheAlone {
+    @Test func aBlockOnTheDiskIsReadOnlyAfterItWasReadAhead() throws {
+        let dir = ScratchDirectory.onDisk()
+        let bytes = (0..<(256 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) }
+        let fd = open(dir.write("big.img", bytes), O_RDONLY)
+        #expect(fsync(fd) == 0 && posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0)
+        #expect(stampede_range_cached(fd, 0, bytes.count) == 0, "the file's pages did not leave the page cache")
+        var info = stat()
+        #expect(fstat(fd, &info) == 0)
+        let file = StreamedFile(Descriptor(owning: fd), size: bytes.count, version: FileKey(info, netascii: false))
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 8)
+        defer { buffer.deallocate() }
+
+        #expect(try file.readCached(8192..<12288, into: buffer) == nil)
+        let disk = DiskWork(threads: 1)
+        let files = FileService(policy: AccessPolicy(root: dir.fd), remapRules: nil, cache: FileCache(), disk: disk)
+        let mailbox = LoadMailbox()
+        #expect(files.readAhead(file, from: 8192, waiter: LoadWaiter(mailbox: mailbox, ticket: 9)))
+        disk.drain()
+        #expect(mailbox.collect().map(\.outcome) == [.readAhead(through: bytes.count)])
+        file.readAhead(done: bytes.count)
+        #expect(try file.readCached(8192..<12288, into: buffer) == 4096)
+        #expect(Array(buffer) == Array(bytes[8192..<12288]))
+        // At the end: what there is.
+        #expect(try file.readCached((bytes.count - 100)..<(bytes.count + 3996), into: buffer) == 100)
+        #expect(Array(buffer[..<100]) == Array(bytes.suffix(100)))
+    }
+
+    /// A descriptor whose bytes cannot be read (a directory's, EISDIR, as EIO would be): the page
+    /// cache cannot say it holds them, and the read a read-ahead lets the sender make says why.
+    @Test func aDescriptorThatCannotBeReadThrowsOnceReadAhead() throws {
+        let dir = ScratchDirectory()
+        let file = StreamedFile(try Descriptor(opening: dir.path, flags: O_RDONLY | O_DIRECTORY), size: 4000,
+                                version: FileKey(stat(), netascii: false))
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 512, alignment: 8)
+        defer { buffer.deallocate() }
+        #expect(try file.readCached(0..<512, into: buffer) == nil)
+        #expect(throws: Errno(EISDIR)) { try file.read(0..<512, into: buffer) }
+    }
+}
