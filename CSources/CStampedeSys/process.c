@@ -28,6 +28,11 @@ static void register_pid_reset(void)
     pthread_atfork(NULL, NULL, forget_pid);
 }
 
+int stampede_name_thread(const char *name)
+{
+    return pthread_setname_np(pthread_self(), name);
+}
+
 int stampede_process_id(void)
 {
     pid_t pid = __atomic_load_n(&known_pid, __ATOMIC_RELAXED);

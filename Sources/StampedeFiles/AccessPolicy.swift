@@ -143,6 +143,14 @@ public struct AccessPolicy: Sendable {
         return OpenFile(descriptor: file, info: info)
     }
 
+    /// Whether a read of `filename` would be allowed, from the kernel's caches alone (the `E`
+    /// probe on an event loop): true when the look from memory finds a file this policy serves,
+    /// false when it finds none (a name cached as missing, a directory, no read permission), nil
+    /// when the caches cannot say.
+    public func canServeInMemory(_ filename: [UInt8]) -> Bool? {
+        do throws(FileRefusal) { return try lookInMemory(filename) == nil ? nil : true } catch { return false }
+    }
+
     /// Whether a read or write of `filename` would be allowed now: the remap rules' `E` probe.
     public func canServe(_ filename: [UInt8], isWrite: Bool) -> Bool {
         do {

@@ -29,7 +29,7 @@ public final class DiskWork: Sendable {
         threads.withLock { threads in
             if threads.isEmpty {
                 let queue = self.queue
-                threads = (0..<width).map { _ in SystemThread { queue.run() } }
+                threads = (0..<width).map { index in SystemThread(named: "disk-\(index)") { queue.run() } }
             }
         }
         queue.push(job)

@@ -39,22 +39,64 @@ public final class FileService: Sendable {
 
     // MARK: Names
 
+    /// What a request's name is now.
+    public enum Naming {
+        case named([UInt8])
+        /// The rules run on a disk thread: `waiter`'s mailbox hears `.remapped` (or the refusal),
+        /// and the request asks again.
+        case loading
+        case refused(FileRefusal)
+    }
+
     /// The name to open for `filename` (`-m`), or the refusal the rules decide: an `a` rule's
-    /// message, as tftpd-hpa answers (ERROR 2). An `E` rule asks the access policy whether its
-    /// result can be served. Verbosity 3 traces every rule. Without rules, the name as asked.
-    public func remap(_ filename: [UInt8], isWrite: Bool, client: SocketAddress, logger: Logger) -> Result<[UInt8], FileRefusal> {
-        guard let rules = remapRules?.current else { return .success(filename) }
-        let trace: ((String) -> Void)? = logger.logLevel <= .trace ? { logger.trace("\(client): \($0)") } : nil
+    /// message, as tftpd-hpa answers (ERROR 2). Verbosity 3 traces every rule. Without rules, the
+    /// name as asked. An `E` rule asks the access policy whether its result can be served: from
+    /// the kernel's caches on the loop (a read's name looked at as `lookInMemory` looks); when
+    /// they cannot say (a write's target, a name not looked up lately), the rules run again on a
+    /// disk thread, whose probe opens the file as in.tftpd's does, and the request waits.
+    /// `after`: the outcome the request waited for (nil: its first ask).
+    public func remap(_ filename: [UInt8], isWrite: Bool, client: SocketAddress, logger: Logger, waiter: LoadWaiter,
+                      after outcome: LoadOutcome? = nil) -> Naming {
+        if case .remapped(let name) = outcome { return .named(name) }
+        guard let rules = remapRules?.current else { return .named(filename) }
         let policy = self.policy
-        switch rules.apply(to: filename, isWrite: isWrite, client: client,
-                           servable: { policy.canServe($0, isWrite: isWrite) }, trace: trace) {
+        var undecided = false
+        var traced: [String] = []
+        let tracing = logger.logLevel <= .trace
+        let fromMemory = rules.apply(to: filename, isWrite: isWrite, client: client, servable: { name in
+            guard !isWrite, let servable = policy.canServeInMemory(name) else {
+                undecided = true
+                return false
+            }
+            return servable
+        }, trace: tracing ? { traced.append($0) } : nil)
+        guard undecided else {
+            for line in traced { logger.trace("\(client): \(line)") }
+            return Self.naming(fromMemory, of: filename, client: client, logger: logger)
+        }
+        waiter.mailbox.expect()
+        disk.submit {
+            let outcome = rules.apply(to: filename, isWrite: isWrite, client: client, servable: { policy.canServe($0, isWrite: isWrite) },
+                                      trace: tracing ? { logger.trace("\(client): \($0)") } : nil)
+            switch Self.naming(outcome, of: filename, client: client, logger: logger) {
+            case .named(let name): waiter.mailbox.post(waiter.ticket, .remapped(name))
+            case .refused(let refusal): waiter.mailbox.post(waiter.ticket, .refused(refusal))
+            case .loading: preconditionFailure("the rules' outcome is a name or a refusal")
+            }
+        }
+        return .loading
+    }
+
+    /// What the rules' outcome says of the request's name.
+    private static func naming(_ outcome: RemapRules.Outcome, of filename: [UInt8], client: SocketAddress, logger: Logger) -> Naming {
+        switch outcome {
         case .mapped(let mapped):
-            return .success(mapped)
+            return .named(mapped)
         case .refused(let message):
-            return .failure(FileRefusal(.denied, message.map { String($0.prefix(200)) } ?? "Access violation"))
+            return .refused(FileRefusal(.denied, message.map { String($0.prefix(200)) } ?? "Access violation"))
         case .failed(let failure):
             logger.error("\(client): remapping \"\(sanitizedForLog(filename))\": \(failure)")
-            return .failure(FileRefusal(.denied, "Remap table failure"))
+            return .refused(FileRefusal(.denied, "Remap table failure"))
         }
     }
 
@@ -216,12 +258,15 @@ public final class FileService: Sendable {
     /// (a sendfile, a read of a block) finds them in the page cache instead of waiting on the disk
     /// on an event loop; `waiter` hears `.readAhead(through:)`. One at a time per file: false (and
     /// nothing asked) while one is under way, or when the file is read to its end, or when the page
-    /// cache holds those bytes already (cachestat: then they are ready at once, no disk thread).
+    /// cache holds those bytes already (cachestat: then they are ready at once, no disk thread;
+    /// asked only where the file system reads from the cache without waiting,
+    /// `StreamedFile.pageCacheIsExact`. A page being read in for another request counts as held:
+    /// a send from it waits for that read, as long as the disk takes over it.)
     @discardableResult
     public func readAhead(_ file: StreamedFile, from offset: Int, waiter: LoadWaiter) -> Bool {
         guard !file.readingAhead, offset < file.size else { return false }
         let end = min(file.size, offset + Self.readAheadBytes)
-        if stampede_range_cached(file.descriptor, off_t(offset), end - offset) == 1 {
+        if file.pageCacheIsExact && stampede_range_cached(file.descriptor, off_t(offset), end - offset) == 1 {
             file.readAhead(done: end)
             return false
         }
@@ -252,9 +297,27 @@ public final class FileService: Sendable {
 
     // MARK: Writing
 
-    /// An upload of `name` (already remapped): the data goes to a temporary file beside it.
-    public func write(_ name: [UInt8]) throws(FileRefusal) -> Upload {
-        try policy.openForWriting(name)
+    /// What a request for an upload gets now.
+    public enum Writing {
+        case ready(Upload)
+        /// Its temporary file is being made on a disk thread: `waiter`'s mailbox hears `.created`
+        /// (or the refusal), and the request asks again.
+        case loading
+        case refused(FileRefusal)
+    }
+
+    /// An upload of `name` (already remapped): the data goes to a temporary file beside it, made
+    /// on a disk thread (the directory's lookup, the target's permissions and the file's creation
+    /// all ask the file system). `after`: the outcome the request waited for (nil: its first ask).
+    public func write(_ name: [UInt8], waiter: LoadWaiter, after outcome: LoadOutcome? = nil) -> Writing {
+        if case .created(let upload) = outcome { return .ready(upload) }
+        waiter.mailbox.expect()
+        disk.submit { [policy] in
+            let outcome: LoadOutcome
+            do throws(FileRefusal) { outcome = .created(try policy.openForWriting(name)) } catch { outcome = .refused(error) }
+            waiter.mailbox.post(waiter.ticket, outcome)
+        }
+        return .loading
     }
 }
 
@@ -270,10 +333,23 @@ public enum LoadOutcome: Equatable, Sendable {
     case looked
     /// A file to stream was opened on a disk thread: ask again (`after:` this), and it is lent.
     case opened(StreamedFile)
+    /// An upload's temporary file was made on a disk thread: ask again (`after:` this), and it is
+    /// the upload's.
+    case created(Upload)
+    /// The remap rules, which probe the file system (`E`), made this name of the one asked for on
+    /// a disk thread: the request goes on with it (`remap(after:)`).
+    case remapped([UInt8])
     /// A streamed file's bytes up to `through` were read on a disk thread (`FileService.readAhead`):
     /// they are in the page cache, and a send from them waits for no disk.
     case readAhead(through: Int)
     case refused(FileRefusal)
+}
+
+extension LoadOutcome {
+    /// The rules' name (`.remapped`): the request's first ask of its file is still to come.
+    public var isRemapped: Bool {
+        if case .remapped = self { true } else { false }
+    }
 }
 
 /// A request waiting for a read: which mailbox hears of it, under which ticket.

@@ -62,9 +62,8 @@ public final class StreamedFile: @unchecked Sendable, Equatable {
     /// Reads `range` into `buffer` from the page cache alone (preadv2 RWF_NOWAIT): how many bytes
     /// were there (fewer if the file shrank), or nil when some are still on the disk, and a read
     /// would wait for it (`FileService.readAhead` brings them; ask again then). Where the file
-    /// system cannot read without waiting (EOPNOTSUPP: FUSE), cachestat says whether the page
-    /// cache holds the rest, and it is read if so; where the kernel has no cachestat either, it is
-    /// read as `read` does.
+    /// system cannot read without waiting (EOPNOTSUPP: FUSE), nil too: only a read-ahead on a
+    /// disk thread says the bytes are there (`pageCacheIsExact`).
     public func readCached(_ range: Range<Int>, into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int? {
         var done = 0
         while done < range.count {
@@ -78,14 +77,22 @@ public final class StreamedFile: @unchecked Sendable, Equatable {
             case EINTR: continue
             case EAGAIN: return nil
             case EOPNOTSUPP:
-                guard stampede_range_cached(file.raw, off_t(range.lowerBound + done), range.count - done) != 0 else { return nil }
-                let rest = UnsafeMutableRawBufferPointer(rebasing: buffer[done..<range.count])
-                return done + (try readFully(file.raw, into: rest, at: range.lowerBound + done))
+                return nil
             default: throw Errno(Int32(-count))
             }
         }
         return done
     }
+
+    /// Whether what the page cache holds of this file can be read without waiting: its file
+    /// system reads from the page cache alone when asked (RWF_NOWAIT; ext4, XFS, Btrfs, tmpfs).
+    /// Where it cannot (FUSE, some network file systems), a page the cache holds (cachestat
+    /// counts it) may still be being read by another request, for as long as the file system
+    /// takes: there only a read-ahead on a disk thread says bytes are there. Asked once.
+    public private(set) lazy var pageCacheIsExact: Bool = {
+        var byte: UInt8 = 0
+        return stampede_pread_cached(file.raw, &byte, 1, 0) != -Int(EOPNOTSUPP)
+    }()
 
     /// How the file differs from the version opened ("4000 bytes, now 5000", "written to": its
     /// size or its times moved), or nil when it is that version still. A rename over the name is not

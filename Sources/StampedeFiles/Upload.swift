@@ -9,8 +9,11 @@ import StampedeIO
 ///
 /// One thread uses it at a time: its worker's, and while it commits, the disk thread's
 /// (`DiskWork`), to which the worker hands it over and from which it hears the outcome; hence
-/// `@unchecked Sendable`.
-public final class Upload: @unchecked Sendable {
+/// `@unchecked Sendable`. (Its file is made on a disk thread too, and handed to the worker:
+/// `LoadOutcome.created`.) Equal only to itself.
+public final class Upload: @unchecked Sendable, Equatable {
+    public static func == (a: Upload, b: Upload) -> Bool { a === b }
+
     /// Prefix of temporary upload files (a later start may clean stale ones).
     public static let temporaryPrefix = ".stampede-upload-"
 
@@ -27,6 +30,9 @@ public final class Upload: @unchecked Sendable {
     }
 
     public var bytesWritten: Int { file.bytesWritten }
+
+    /// Its temporary file is still there: neither committed nor dropped.
+    public var holdsTemporaryFile: Bool { file.fd >= 0 }
 
     /// The most bytes the client may send (DATA payloads, as on the wire), and what says so: its
     /// own tsize, or `--max-upload` (in.tftpd 7.x ends an upload that sends more, with ERROR 2).

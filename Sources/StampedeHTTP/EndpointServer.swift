@@ -47,7 +47,7 @@ public final class EndpointServer: Sendable {
         // One server per address, as the others (`claimExclusively`).
         boundAddress = try loop.bind(claimExclusively([address], stream: true))[0]
         let stopped = self.stopped
-        thread = SystemThread {
+        thread = SystemThread(named: "endpoint") {
             var nextSecond = stampede_monotonic_ns() + nanosecondsPerSecond
             while !stopped.load(ordering: .acquiring) {
                 let now = stampede_monotonic_ns()

@@ -51,30 +51,22 @@ final class FileResponder: HTTPResponder {
                   detail: "method \(name) not allowed", started: started)
             return true
         }
-        // The path without its leading "/" is the name, as a TFTP client would send it, in the
-        // connection's memory for names (the last answer's name let it go).
-        connection.name.removeAll(keepingCapacity: true)
-        connection.name.append(contentsOf: head.name)
-        let asked = connection.name
-        let name: [UInt8]
-        switch files.remap(asked, isWrite: false, client: connection.peer, logger: logger) {
-        case .success(let mapped):
-            if mapped != asked {
-                logger.info("\(connection.peer): \(head.method.name) \"\(sanitizedForLog(asked))\" remapped to \"\(sanitizedForLog(mapped))\"")
-            }
-            name = mapped
-        case .failure(let refusal):
-            plain(connection, Status(refusal), to: head, kind: kind, method: head.method.name, file: asked, detail: refusal.message,
-                  started: started)
-            return true
-        }
-        // GET and HEAD alike take the file's version from the service: the answer is about the
-        // bytes a GET sends (a HEAD's read fills the cache for the GET that follows, as EDK2 sends).
-        let lease: FileLease
         // The ticket is the connection's epoll tag: its outcome finds the connection by its slot,
         // and not one accepted into the slot since.
         let ticket = HTTPTag.connection(slot: connection.slot, generation: connection.generation).rawValue
-        switch files.read(name, netascii: false, waiter: LoadWaiter(mailbox: loads!, ticket: ticket), after: outcome) {
+        // The name through the rules, kept in the connection's memory for names (the last
+        // answer's name let it go) while the answer waits for the disk.
+        if outcome == nil || outcome?.isRemapped == true {
+            guard name(head, on: connection, kind: kind, started: started, reads: reads, ticket: ticket, after: outcome) else {
+                return connection.waiting == nil
+            }
+        }
+        let name = connection.name
+        // GET and HEAD alike take the file's version from the service: the answer is about the
+        // bytes a GET sends (a HEAD's read fills the cache for the GET that follows, as EDK2 sends).
+        let lease: FileLease
+        let asked = outcome?.isRemapped == true ? nil : outcome
+        switch files.read(name, netascii: false, waiter: LoadWaiter(mailbox: loads!, ticket: ticket), after: asked) {
         case .ready(let ready):
             lease = ready
         case .loading:
@@ -86,6 +78,33 @@ final class FileResponder: HTTPResponder {
             return true
         }
         return answer(head, from: lease, name: name, kind: kind, on: connection, started: started)
+    }
+
+    /// The path without its leading "/" (the name, as a TFTP client would send it) through the
+    /// remap rules into `connection.name`: true when it is there. False when the answer waits
+    /// (`connection.waiting`) while rules that probe the file system run on a disk thread, or
+    /// was refused (and `connection.waiting` is nil).
+    private func name(_ head: RequestHead, on connection: Connection, kind: WorkerMetrics.Kind, started: Nanoseconds, reads: Int,
+                      ticket: UInt64, after outcome: LoadOutcome?) -> Bool {
+        connection.name.removeAll(keepingCapacity: true)
+        connection.name.append(contentsOf: head.name)
+        switch files.remap(connection.name, isWrite: false, client: connection.peer, logger: logger,
+                           waiter: LoadWaiter(mailbox: loads!, ticket: ticket), after: outcome) {
+        case .named(let mapped):
+            if mapped != connection.name {
+                logger.info("\(connection.peer): \(head.method.name) \"\(sanitizedForLog(connection.name))\" remapped to \"\(sanitizedForLog(mapped))\"")
+                connection.name.removeAll(keepingCapacity: true)
+                connection.name.append(contentsOf: mapped)
+            }
+            return true
+        case .loading:
+            connection.waiting = (head, started, reads)
+            return false
+        case .refused(let refusal):
+            plain(connection, Status(refusal), to: head, kind: kind, method: head.method.name, file: connection.name,
+                  detail: refusal.message, started: started)
+            return false
+        }
     }
 
     /// The answer from the version `lease` holds: the part the head asks for (`Choice`), its head
@@ -143,7 +162,7 @@ final class FileResponder: HTTPResponder {
             plain(connection, Status(busy), to: head, kind: head.method == .head ? .head : .get, method: head.method.name,
                   file: Array(head.name), detail: busy.message, started: started)
             return true
-        case .loaded, .stream, .opened, .looked, .readAhead:
+        case .loaded, .stream, .opened, .created, .remapped, .looked, .readAhead:
             return answer(head, on: connection, started: started, reads: reads + 1, after: outcome)
         }
     }

@@ -44,7 +44,7 @@ public final class HTTPServer: Sendable {
 
     /// Starts every loop on a thread of its own; they end at SIGTERM/SIGINT (and the grace).
     public func start() -> [SystemThread] {
-        loops.map { loop in SystemThread { loop.run() } }
+        loops.enumerated().map { index, loop in SystemThread(named: "http-\(index)") { loop.run() } }
     }
 
     public var metrics: [WorkerMetrics] { loops.map(\.metrics) }

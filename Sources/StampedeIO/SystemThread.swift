@@ -1,3 +1,4 @@
+import CStampedeSys
 import Glibc
 
 /// A thread of the system's (pthread): each worker, and each share of a storm, runs on one. The
@@ -5,14 +6,19 @@ import Glibc
 public struct SystemThread: Sendable {
     private let id: pthread_t
 
-    /// Starts `body` on a new thread.
-    public init(_ body: @escaping @Sendable () -> Void) {
+    /// Starts `body` on a new thread named `name` (what `top -H` and `ps -L` show, and
+    /// /proc/PID/task/TID/comm: at most 15 bytes, the rest cut).
+    public init(named name: String, _ body: @escaping @Sendable () -> Void) {
         final class Body {
             let run: @Sendable () -> Void
             init(_ run: @escaping @Sendable () -> Void) { self.run = run }
         }
         var id = pthread_t()
-        let box = Unmanaged.passRetained(Body(body))
+        let name = String(decoding: name.utf8.prefix(15), as: UTF8.self)
+        let box = Unmanaged.passRetained(Body {
+            _ = stampede_name_thread(name)
+            body()
+        })
         let result = pthread_create(&id, nil, { raw in
             Unmanaged<Body>.fromOpaque(raw!).takeRetainedValue().run()
             return nil

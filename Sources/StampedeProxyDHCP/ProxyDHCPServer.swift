@@ -116,7 +116,7 @@ public final class ProxyDHCPServer: @unchecked Sendable {
 
     /// Answers on a thread of its own until a stop is asked (SIGTERM, SIGINT): a draining server
     /// offers no machine a boot it may not be there to serve.
-    public func start() -> SystemThread { SystemThread { self.run() } }
+    public func start() -> SystemThread { SystemThread(named: "proxy-dhcp") { self.run() } }
 
     func run() {
         var watched = ([listener] + bootServers).map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }

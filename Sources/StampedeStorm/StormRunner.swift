@@ -21,7 +21,7 @@ public enum StormRunner {
         let board = ProgressBoard(parts: parts, progress: progress)
         let cpuBefore = processCPUSeconds()
         let others = storms.enumerated().dropFirst().map { index, storm in
-            SystemThread { _ = storm.run(progress: { board.post(index, $0, $1) }, stop: stop) }
+            SystemThread(named: "storm-\(index)") { _ = storm.run(progress: { board.post(index, $0, $1) }, stop: stop) }
         }
         var report = storms[0].run(progress: { board.post(0, $0, $1) }, stop: stop)
         for thread in others { thread.join() }

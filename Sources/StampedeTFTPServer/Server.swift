@@ -90,9 +90,11 @@ public final class Server<Backend: DatagramBackend> {
 
     /// Serves until SIGTERM/SIGINT and the grace period; returns the workers' summaries.
     public func run() -> WorkerSummary {
-        let others = workers.dropFirst().map { worker in SystemThread { worker.run() } }
+        let others = workers.dropFirst().map { worker in SystemThread(named: "tftp-\(worker.index)") { worker.run() } }
         workers[0].run()
         for thread in others { thread.join() }
+        // The removals of uploads' temporary files that ended last, queued behind the commits.
+        disk.drain()
         var total = WorkerSummary()
         for worker in workers {
             total.transfers += worker.summary.transfers

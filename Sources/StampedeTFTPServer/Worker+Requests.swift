@@ -84,7 +84,7 @@ extension Worker {
             // Limits first: a flood over them costs no file lookups.
             if let busy = admission.admit(incoming.peer) { throw .error(TFTPError(busy)) }
             do throws(RequestRefusal) {
-                try name(&incoming)
+                guard try name(&incoming) else { return }
                 try proceed(&incoming, now: now)
             } catch {
                 admission.release(incoming.peer)
@@ -101,7 +101,16 @@ extension Worker {
     func proceed(_ incoming: inout IncomingRequest, after outcome: LoadOutcome? = nil, now: Nanoseconds) throws(RequestRefusal) {
         var transfer = Transfer()
         if incoming.request.isWrite {
-            do { transfer.upload = try files.write(incoming.filename) } catch { throw .error(TFTPError(error)) }
+            let ticket = loads.nextTicket()
+            switch files.write(incoming.filename, waiter: LoadWaiter(mailbox: loads, ticket: ticket), after: outcome) {
+            case .ready(let upload):
+                transfer.upload = upload
+            case .loading:
+                park(incoming, ticket: ticket)
+                return
+            case .refused(let refusal):
+                throw .error(TFTPError(refusal))
+            }
             if incoming.mode == .netascii { transfer.upload!.useNetascii() }
         } else {
             let ticket = loads.nextTicket()
@@ -148,7 +157,7 @@ extension Worker {
     func park(_ incoming: IncomingRequest, ticket: UInt64) {
         parked[ticket] = incoming
         parkedByPeer[incoming.peer] = ticket
-        logger.debug("\(incoming.peer): \(incoming.what): waits while its file is read")
+        logger.debug("\(incoming.peer): \(incoming.what): waits for the disk")
     }
 
     /// Gives a waiting request up: its outcome, when it comes, finds nothing.
@@ -168,7 +177,11 @@ extension Worker {
                 readAheadDone(tag, outcome, now: now)
                 continue
             }
-            guard var incoming = parked.removeValue(forKey: ticket) else { continue }
+            guard var incoming = parked.removeValue(forKey: ticket) else {
+                // Given up while its upload's file was made: the file goes, on the disk thread.
+                if case .created(let upload) = outcome { disk.submit { upload.abort() } }
+                continue
+            }
             if parkedByPeer[incoming.peer] == ticket { parkedByPeer[incoming.peer] = nil }
             do throws(RequestRefusal) {
                 incoming.reads += 1
@@ -176,7 +189,8 @@ extension Worker {
                 case .refused(let refusal): throw .error(TFTPError(refusal))
                 case _ where incoming.reads > Self.readsPerRequest:
                     throw .error(TFTPError(.notDefined, "File keeps changing, try again later", busy: true))
-                case .loaded, .stream, .opened, .looked, .readAhead: try proceed(&incoming, after: outcome, now: now)
+                case .remapped: if try name(&incoming, after: outcome) { try proceed(&incoming, now: now) }
+                case .loaded, .stream, .opened, .created, .looked, .readAhead: try proceed(&incoming, after: outcome, now: now)
                 }
             } catch {
                 admission.release(incoming.peer)
@@ -282,18 +296,28 @@ extension Worker {
     }
 
     /// The name to open: the one asked for through the remap rules (`-m`), said at -v when they
-    /// changed it, as tftpd-hpa does; or the refusal an `a` rule decides.
-    func name(_ incoming: inout IncomingRequest) throws(RequestRefusal) {
+    /// changed it, as tftpd-hpa does; or the refusal an `a` rule decides. False when the request
+    /// waits (parked) while rules that probe the file system (`E`) run on a disk thread; it comes
+    /// back here with their outcome (`after`).
+    func name(_ incoming: inout IncomingRequest, after outcome: LoadOutcome? = nil) throws(RequestRefusal) -> Bool {
         let request = incoming.request
-        switch files.remap(request.filename, isWrite: request.isWrite, client: incoming.peer, logger: logger) {
-        case .success(let mapped): incoming.filename = mapped
-        case .failure(let refusal): throw .error(TFTPError(refusal))
+        let ticket = loads.nextTicket()
+        switch files.remap(request.filename, isWrite: request.isWrite, client: incoming.peer, logger: logger,
+                           waiter: LoadWaiter(mailbox: loads, ticket: ticket), after: outcome) {
+        case .named(let mapped):
+            incoming.filename = mapped
+        case .loading:
+            park(incoming, ticket: ticket)
+            return false
+        case .refused(let refusal):
+            throw .error(TFTPError(refusal))
         }
         if incoming.filename != request.filename {
             // The transfer's end line has the rest.
             incoming.remapped = true
             logger.info("\(incoming.peer): \(incoming.what)")
         }
+        return true
     }
 
     /// What may still refuse a request with an ERROR before the first reply, its file in hand: the

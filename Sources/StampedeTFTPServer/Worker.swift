@@ -182,6 +182,11 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
             turn(now: now, maxWait: 500_000_000)
         }
         closeListeners()
+        // A file made for an upload given up at the stop, heard of since: removed. (One still
+        // being made when the process goes is the next start's to sweep.)
+        for (_, outcome) in loads.collect() {
+            if case .created(let upload) = outcome { upload.abort() }
+        }
         for socket in sharedSockets.removeAll() { backend.close(socket) }
         reportUnanswered(now: stampede_monotonic_ns(), force: true)
         _ = backend.poll(deadline: stampede_monotonic_ns())
@@ -357,7 +362,8 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         let transfer = table.end(slot)
         if case .own(let socket)? = transfer.socket { backend.close(socket) }
         if case .image(let image)? = transfer.source { pinnedUntilFlush.append(image) }
-        transfer.upload?.abort()
+        // An upload that did not commit: its temporary file goes, on the disk thread.
+        if let upload = transfer.upload, upload.holdsTemporaryFile { disk.submit { upload.abort() } }
         admission.release(transfer.peer)
     }
 

@@ -220,7 +220,7 @@ import Testing
         let done = Mutex(0)
         for _ in 0..<2 {
             // Each asks for the version it saw at open, which is gone: read again as the new one.
-            SystemThread {
+            SystemThread(named: "test") {
                 let file = try! AccessPolicy(root: root).openForReading(Array("menu.ipxe".utf8))
                 if case .image(let image) = try! cache.acquire(fd: file.descriptor.raw, info: stale, netascii: false),
                    Array(image.bytes) == [UInt8]("#!ipxe a longer menu") {
@@ -239,7 +239,7 @@ import Testing
         let results = Mutex<[FileImage?]>([])
         let root = dir.fd
         let threads = (0..<2).map { index in
-            SystemThread {
+            SystemThread(named: "test") {
                 if index == 1 { usleep(5_000) }
                 let file = try! AccessPolicy(root: root).openForReading(Array("initrd.img".utf8))
                 var image: FileImage?

@@ -277,6 +277,17 @@ def metrics_url(server) -> str:
     return match.group(1)
 
 
+def upload_temporaries(directory: Path, settle=2.0) -> list:
+    """The temporary files of uploads left in `directory`, once the server's disk thread has had
+    `settle` seconds to remove those of uploads that ended (it removes them, not the loop)."""
+    deadline = time.time() + settle
+    while True:
+        left = [p.name for p in directory.iterdir() if p.name.startswith(".stampede-upload")]
+        if not left or time.time() >= deadline:
+            return left
+        time.sleep(0.02)
+
+
 def run(argv, timeout=120, **kw):
     return subprocess.run(argv, capture_output=True, timeout=timeout, **kw)
 

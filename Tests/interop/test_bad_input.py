@@ -4,6 +4,7 @@ import socket
 
 import pytest
 
+from conftest import upload_temporaries
 from tftpwire import RawClient, ack, data, request
 
 
@@ -212,4 +213,4 @@ def test_a_single_port_uploads_over_long_data_is_refused_and_nothing_stored(serv
     assert c.receive()[0] == ("ERROR", (4, "Block larger than the negotiated blksize"))
     c.close()
     assert not (root / "up.bin").exists()
-    assert [p.name for p in root.iterdir() if p.name.startswith(".stampede-upload")] == []
+    assert upload_temporaries(root) == []

@@ -170,20 +170,36 @@ def test_the_start_does_not_wait_for_the_sweep_of_stale_uploads(slow_disk, backe
     assert ready < 2.5, f"the server said it serves {ready:.2f} s after it started"
 
 
-def test_a_stuck_http_loop_stops_the_watchdog_pings(slow_disk, tmp_path):
+def hold_thread(pid, name, seconds):
+    """Stops the thread of process `pid` named `name` (its /proc comm: the server names its threads)
+    for `seconds` and lets it go on, the others running meanwhile: ptrace's SEIZE and INTERRUPT
+    stop one thread, where a signal would stop the whole process."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+    PTRACE_DETACH, PTRACE_SEIZE, PTRACE_INTERRUPT, WALL = 17, 0x4206, 0x4207, 0x40000000
+    tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")
+            if open(f"/proc/{pid}/task/{t}/comm").read().strip() == name]
+    assert len(tids) == 1, f"no single thread named {name}"
+    tid = tids[0]
+    assert libc.ptrace(PTRACE_SEIZE, tid, None, None) == 0, os.strerror(ctypes.get_errno())
+    assert libc.ptrace(PTRACE_INTERRUPT, tid, None, None) == 0, os.strerror(ctypes.get_errno())
+    os.waitpid(tid, WALL)
+    time.sleep(seconds)
+    assert libc.ptrace(PTRACE_DETACH, tid, None, None) == 0, os.strerror(ctypes.get_errno())
+
+
+def test_a_stuck_http_loop_stops_the_watchdog_pings(tmp_path):
     """systemd restarts a server whose loop is stuck: a TFTP worker that stops turning stops the
-    pings, and so must an HTTP loop. One is held in what a loop still asks the file system itself:
-    a remap rule's E probe (whether a name can be served), on a disk that takes seconds to look a
-    name up (a name's lookup, a file's open and its reads are no longer made on a loop: the tests
-    below); while it is, no WATCHDOG=1 goes out, and the log says which."""
+    pings, and so must an HTTP loop. Nothing a loop does waits on the disk any more (the tests
+    below), so the loop is held from outside: its thread ("http-0") is stopped for 4 s while the
+    others run (a loop silent for 2 s is stuck). Meanwhile no WATCHDOG=1 goes out, the log says which loop, and once it goes on it
+    answers and the pings come back."""
     import socket
     from conftest import free_tcp_port, free_udp_port
-    backing, mount = slow_disk(lookup=4.0)
-    (backing / "hello.txt").write_text("hello\n")
-    for f in backing.iterdir():
-        f.chmod(0o644)
-    rules = tmp_path / "rules"
-    rules.write_text("rE ^probe$ slow-probe\n")
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "hello.txt").write_text("hello\n")
+    (tmp_path / "root" / "hello.txt").chmod(0o644)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     path = tmp_path / "notify"
     listener.bind(str(path))
@@ -192,17 +208,21 @@ def test_a_stuck_http_loop_stops_the_watchdog_pings(slow_disk, tmp_path):
     environment = dict(os.environ, NOTIFY_SOCKET=str(path), WATCHDOG_USEC="200000")
     log = open(tmp_path / "server.log", "w+")
     server = subprocess.Popen([str(BINARY), "-l", "-L", "-a", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{web}",
-                               "--workers", "1", "-m", str(rules), "-u", "root", str(mount)], env=environment, stderr=log)
+                               "--workers", "1", "-u", "root", str(tmp_path / "root")], env=environment, stderr=log)
     try:
         assert "READY=1" in listener.recv(4096).decode()
-        fetch = subprocess.Popen(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{web}/probe"])
-        started, pings = time.time(), []
+        pings = []
+        started = time.time()
+        holder = threading.Thread(target=hold_thread, args=(server.pid, "http-0", 4.0))
+        holder.start()
         while time.time() - started < 6:
             if listener.recv(4096) == b"WATCHDOG=1":
                 pings.append(time.time() - started)
+        holder.join()
         gaps = [b - a for a, b in zip([0.0] + pings, pings + [6.0])]
         assert max(gaps) > 1.5, pings  # the pings stopped while the loop was held
-        assert fetch.wait(timeout=15) == 0
+        assert pings and pings[-1] > 5.0, pings  # and came back when it went on
+        assert run(["curl", "-s", f"http://127.0.0.1:{web}/hello.txt"]).stdout == b"hello\n"
         log.flush()
         assert "HTTP loop 0 has not turned for more than the watchdog interval" in (tmp_path / "server.log").read_text()
     finally:
@@ -287,3 +307,17 @@ def test_a_streamed_file_on_a_slow_disk_holds_no_other_answer(slow_disk, backend
     answered, slow = answers_others_while_the_disk_holds(slow_disk, backend, tmp_path, "slow.img", {"read": 3.0},
                                                          flags=("--cache-file-limit", "0"))
     assert answered < 2.5 <= slow
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_remap_probe_the_file_system_is_slow_to_answer_holds_no_other_answer(slow_disk, backend, tmp_path):
+    """Issue 57, item 4: an `E` rule asks whether its name can be served; the kernel's caches answer
+    on the loop, and a name they cannot (here the file system takes 3 s over each lookup of a "slow"
+    name) is probed on a disk thread. Meanwhile the same loop answers another file at once, over
+    TFTP and HTTP; the slow file comes whole, and the slow missing one is a 404 and a TFTP "File not
+    found", when the file system has answered."""
+    rules = tmp_path / "rules"
+    rules.write_text("rE ^(slow.*)$ \\1\n")
+    answered, slow = answers_others_while_the_disk_holds(slow_disk, backend, tmp_path, "slow-name.img", {"lookup": 3.0},
+                                                         missing="slow-missing.img", flags=("-m", str(rules)))
+    assert answered < 2.8 <= slow

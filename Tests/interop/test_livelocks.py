@@ -5,7 +5,7 @@ import socket
 import threading
 import time
 
-from conftest import BINARY, run
+from conftest import BINARY, run, upload_temporaries
 from tftpwire import RawClient, data, request
 
 
@@ -25,7 +25,7 @@ def test_an_upload_fed_wrong_block_numbers_is_given_up_and_leaves_nothing(serve,
     assert lines and lines[0].endswith("timed out"), lines
     assert given_up < 10, given_up
     # The slot, the temporary file and the tsize reservation went with it.
-    assert [p.name for p in root.iterdir() if p.name.startswith(".stampede-upload")] == []
+    assert upload_temporaries(root) == []
     client.close()
 
 

@@ -216,6 +216,9 @@ int64_t stampede_monotonic_ns(void);
 
 /* process.c: running as in.tftpd does. */
 
+/* Names the calling thread (pthread_setname_np, hidden behind _GNU_SOURCE): at most 15 bytes. */
+int stampede_name_thread(const char *name);
+
 /* getpid, asked of the kernel once per process: a fork's child (the detach, any other) asks
  * again. */
 int stampede_process_id(void);

@@ -181,7 +181,7 @@ struct ServerStartup {
         let heartbeats = server.workers.enumerated().map { ("worker \($0.offset)", $0.element.metrics) } + loops
             + (proxy.map { [("the proxyDHCP responder", $0.metrics)] } ?? [])
         let logger = configuration.logger
-        let supervisor = SystemThread { notifier.supervise(heartbeats: heartbeats, logger: logger) { done.flag.load(ordering: .acquiring) } }
+        let supervisor = SystemThread(named: "watchdog") { notifier.supervise(heartbeats: heartbeats, logger: logger) { done.flag.load(ordering: .acquiring) } }
         let summary = server.run()
         done.flag.store(true, ordering: .releasing)
         supervisor.join()
