@@ -19,6 +19,7 @@
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -473,6 +474,12 @@ ssize_t stampede_pread_cached(int fd, void *buffer, size_t length, off_t offset)
     struct iovec vector = { buffer, length };
     ssize_t count = preadv2(fd, &vector, 1, offset, RWF_NOWAIT);
     return count < 0 ? -errno : count;
+}
+
+long stampede_file_system_type(int fd)
+{
+    struct statfs system;
+    return fstatfs(fd, &system) == 0 ? (long)system.f_type : -errno;
 }
 
 int stampede_populate(int fd, off_t offset, size_t length)

@@ -143,6 +143,24 @@ public struct AccessPolicy: Sendable {
         return OpenFile(descriptor: file, info: info)
     }
 
+    /// The file looked at, opened from the kernel's caches alone (openat2's RESOLVE_CACHED), for
+    /// a loop on a file system whose opens ask nothing of a server (`FileService.opensLocally`):
+    /// nil when the caches cannot resolve it now, or on a kernel without RESOLVE_CACHED.
+    func openInMemory(_ sighting: borrowing Sighting) throws(FileRefusal) -> OpenFile? {
+        guard Self.resolvesCached.load(ordering: .relaxed) else { return nil }
+        let fd = withCPath(sighting.path) { stampede_open_beneath_cached(root, $0, O_RDONLY | O_NONBLOCK | O_NOCTTY, virtualRoot ? 1 : 0) }
+        if let error = Errno(result: fd) {
+            if error.rawValue == EAGAIN || error.rawValue == EINVAL { return nil }
+            throw error.fileRefusal
+        }
+        let file = Descriptor(owning: fd)
+        var info = stat()
+        guard fstat(file.raw, &info) == 0, info.st_dev == sighting.info.st_dev, info.st_ino == sighting.info.st_ino else {
+            throw FileRefusal(.denied, "Not a regular file")
+        }
+        return OpenFile(descriptor: file, info: info)
+    }
+
     /// Whether a read of `filename` would be allowed, from the kernel's caches alone (the `E`
     /// probe on an event loop): true when the look from memory finds a file this policy serves,
     /// false when it finds none (a name cached as missing, a directory, no read permission), nil

@@ -29,6 +29,8 @@ public final class FileService: Sendable {
     /// Names being looked at on a disk thread, and who waits for each: one look per name, however
     /// many requests ask for it while the kernel's caches cannot say.
     private let looking = Mutex<[[UInt8]: [LoadWaiter]]>([:])
+    /// Devices seen, and whether their file systems open without waiting (`opensLocally`).
+    private let localDevices = Mutex<[UInt64: Bool]>([:])
 
     public init(policy: AccessPolicy, remapRules: RemapRuleSet?, cache: FileCache, disk: DiskWork) {
         self.policy = policy
@@ -137,7 +139,17 @@ public final class FileService: Sendable {
         }
         if key.size > cache.limits.fileLimit || streaming {
             guard !netascii else { return .refused(FileRefusal(.failed, "File too large for netascii")) }
-            return openOnDisk(name, waiter)
+            // On a local file system an open from the kernel's caches waits for nothing: made
+            // here. Elsewhere (FUSE, NFS: the open asks the server) on a disk thread.
+            guard opensLocally(sighting) else { return openOnDisk(name, waiter) }
+            do throws(FileRefusal) {
+                guard let file = try policy.openInMemory(sighting) else { return openOnDisk(name, waiter) }
+                let version = FileKey(file.info, netascii: false)
+                return .ready(FileLease(.stream(StreamedFile(file.descriptor, size: version.size, version: version)),
+                                        version: version, cache: nil))
+            } catch {
+                return .refused(error)
+            }
         }
         // Someone reads it already: wait for that read.
         let first = loading.withLock { loading in
@@ -206,6 +218,22 @@ public final class FileService: Sendable {
         return .loading
     }
 
+
+    /// File systems whose opens of a cached name wait for nothing (no server asked, no page
+    /// waited for: FUSE's open waits for the pages another read holds, NFS's asks its server),
+    /// by `statfs`'s magic: ext2/3/4, XFS, Btrfs, F2FS, tmpfs, ramfs, overlayfs, squashfs, ZFS.
+    static let localFileSystems: Set<Int> = [0xEF53, 0x5846_5342, 0x9123_683E, 0xF2F5_2010, 0x0102_1994, 0x8584_58F6,
+                                             0x794C_7630, 0x7371_7368, 0x2FC1_2FC1]
+
+    /// Whether the file looked at is on a local file system (`localFileSystems`): asked of the
+    /// kernel once per device.
+    private func opensLocally(_ sighting: borrowing AccessPolicy.Sighting) -> Bool {
+        let device = UInt64(sighting.info.st_dev)
+        if let known = localDevices.withLock({ $0[device] }) { return known }
+        let local = Self.localFileSystems.contains(stampede_file_system_type(sighting.named.raw))
+        localDevices.withLock { $0[device] = local }
+        return local
+    }
 
     /// A file to stream, opened on a disk thread (an open asks the file system: a FUSE or network
     /// file system's server; FUSE's waits for pages another read holds): the request hears

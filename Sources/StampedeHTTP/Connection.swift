@@ -111,6 +111,11 @@ final class Connection {
         case .none: return nil
         }
     }
+    /// The head just parsed, and when it began: what the loop answers next (`.answer`).
+    var answering: (head: RequestHead, started: Nanoseconds)? {
+        get { exchange?.answering }
+        _modify { yield &work.answering }
+    }
     /// The head whose file the disk thread reads (its outcome comes under the connection's tag):
     /// when the head began, and how many reads it has waited for.
     var waiting: (head: RequestHead, started: Nanoseconds, reads: Int)? {
@@ -130,12 +135,13 @@ final class Exchange {
     var name: [UInt8] = []
     var lease: FileLease?
     var waiting: (head: RequestHead, started: Nanoseconds, reads: Int)?
+    var answering: (head: RequestHead, started: Nanoseconds)?
 
     init(limits: RequestHead.Limits) {
         parser = HeadParser(limits: limits)
     }
 
-    var isIdle: Bool { input.isEmpty && response == nil && lease == nil && waiting == nil }
+    var isIdle: Bool { input.isEmpty && response == nil && lease == nil && waiting == nil && answering == nil }
 
     /// Made ready for another connection's request: what was in progress dropped, the memory kept
     /// unless a read grew it past `keptInput`.
@@ -145,6 +151,7 @@ final class Exchange {
         response = nil
         lease = nil
         waiting = nil
+        answering = nil
     }
 }
 

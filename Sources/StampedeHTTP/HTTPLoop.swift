@@ -353,8 +353,11 @@ public final class HTTPLoop: @unchecked Sendable {
             case .parseNext:
                 action = parse(connection, now: now)
             case .answer:
-                // Only with a head: `parse` asks the responder itself.
-                return
+                // The head `parse` put down: the responder answers it now, or once its file is read.
+                guard let (head, started) = connection.answering else { return }
+                connection.answering = nil
+                let ready = responder.answer(head, on: connection, started: started)
+                action = connection.state.handle(ready ? .answerReady : .fileLoading, now: now)
             case .write:
                 switch write(slot, connection, now: now) {
                 case .blocked, .abandoned:
@@ -421,11 +424,10 @@ public final class HTTPLoop: @unchecked Sendable {
         case .success(.complete(let head, let length)):
             connection.input.removeFirst(length)
             connection.parser.reset()
-            // The state decides first whether the answer is the connection's last (it says so).
-            let next = connection.state.handle(.headParsed(keepAlive: head.keepAlive), now: now)
-            guard next == .answer else { return next }
-            let ready = responder.answer(head, on: connection, started: started)
-            return connection.state.handle(ready ? .answerReady : .fileLoading, now: now)
+            // The state decides first whether the answer is the connection's last (it says so),
+            // then the loop answers it (`.answer`).
+            connection.answering = (head, started)
+            return connection.state.handle(.headParsed(keepAlive: head.keepAlive), now: now)
         case .failure(let refusal):
             connection.input = []
             connection.parser.reset()

@@ -48,3 +48,26 @@ import Testing
         #expect(throws: Errno(EISDIR)) { try file.read(0..<512, into: buffer) }
     }
 }
+
+/// A file to stream is opened where its open waits for nothing: on a local file system, from the
+/// kernel's caches on the loop (no disk thread, no wait); on FUSE and NFS, whose opens ask their
+/// servers, on a disk thread (Tests/interop/test_disk.py).
+@Suite struct StreamedFilesOpenedWhereTheyWaitForNothing {
+    @Test func aLocalFileIsOpenedAtOnce() throws {
+        let dir = ScratchDirectory()
+        dir.write("big.img", Array(repeating: 3, count: 5000))
+        let disk = DiskWork(threads: 1)
+        let files = FileService(policy: AccessPolicy(root: dir.fd), remapRules: nil,
+                                cache: FileCache(limits: .init(budget: 1 << 20, fileLimit: 1000)), disk: disk)
+        let mailbox = LoadMailbox()
+        #expect(FileService.localFileSystems.contains(stampede_file_system_type(dir.fd)), "the scratch directory is not on a local file system")
+        switch files.read(Array("big.img".utf8), netascii: false, waiter: LoadWaiter(mailbox: mailbox, ticket: 1)) {
+        case .ready(let lease):
+            guard case .stream(let file) = lease.source else { Issue.record("not streamed"); return }
+            #expect(file.size == 5000)
+        case .loading: Issue.record("a local file's open went to a disk thread")
+        case .refused(let refusal): Issue.record("refused: \(refusal)")
+        }
+        #expect(!mailbox.isAwaiting)
+    }
+}

@@ -159,6 +159,8 @@ int stampede_range_cached(int fd, off_t offset, size_t length);
  * stop), 0 at the end of the file, -EAGAIN when the first byte is on the disk, -EOPNOTSUPP where
  * the file system cannot read without waiting, or -errno. */
 ssize_t stampede_pread_cached(int fd, void *buffer, size_t length, off_t offset);
+/* The magic of the file system `fd` is on (fstatfs's f_type), or -errno. */
+long stampede_file_system_type(int fd);
 
 /* epoll with the 64-bit user data as a plain tag; the packed epoll_event stays in C. */
 int stampede_epoll_create(void);
