@@ -213,12 +213,20 @@ def test_a_stuck_http_loop_stops_the_watchdog_pings(tmp_path):
         assert "READY=1" in listener.recv(4096).decode()
         pings = []
         started = time.time()
-        holder = threading.Thread(target=hold_thread, args=(server.pid, "http-0", 4.0))
+        held = []  # what the holder says: None when it held the thread, else its failure
+        def hold():
+            try:
+                hold_thread(server.pid, "http-0", 4.0)
+                held.append(None)
+            except BaseException as failure:
+                held.append(failure)
+        holder = threading.Thread(target=hold)
         holder.start()
         while time.time() - started < 6:
             if listener.recv(4096) == b"WATCHDOG=1":
                 pings.append(time.time() - started)
         holder.join()
+        assert held == [None], held
         gaps = [b - a for a, b in zip([0.0] + pings, pings + [6.0])]
         assert max(gaps) > 1.5, pings  # the pings stopped while the loop was held
         assert pings and pings[-1] > 5.0, pings  # and came back when it went on

@@ -7,7 +7,7 @@ import pytest
 
 import tftpy
 
-from conftest import run
+from conftest import run, upload_temporaries
 from tftpwire import RawClient, data, request
 
 
@@ -125,6 +125,7 @@ def test_a_silent_uploader_times_out_and_leaves_nothing_behind(serve, root):
     s = serve("-c", "-T", "100000", "--retries", "2")
     c = start_upload(s, "half.bin")
     assert s.log_lines("timed out", timeout=5)
+    assert upload_temporaries(root) == []  # removed on the disk thread
     assert sorted(os.listdir(root)) == ORIGINAL
     c.close()
 
@@ -178,6 +179,7 @@ def test_disk_full_is_error_3_and_nothing_is_left(serve, root, tmp_path):
                 break
             block += 1
             assert block < 10000
+        assert upload_temporaries(small) == []  # removed on the disk thread
         assert os.listdir(small) == []
         assert "error 3" in s.log_text()
         # The space the failed uploads held is free again: a smaller upload now succeeds.
