@@ -135,7 +135,12 @@ public struct AccessPolicy: Sendable {
     public func open(_ sighting: borrowing Sighting) throws(FileRefusal) -> OpenFile {
         // O_NONBLOCK and O_NOCTTY should the name have been replaced in between; then the file
         // opened is not the one looked at, and is refused.
-        let file = try open(sighting.path, flags: O_RDONLY | O_NONBLOCK | O_NOCTTY)
+        try opened(try open(sighting.path, flags: O_RDONLY | O_NONBLOCK | O_NOCTTY), as: sighting)
+    }
+
+    /// `file`, opened by the name `sighting` looked at, if it is the file looked at (a name
+    /// replaced in between opens another, which is refused).
+    private func opened(_ file: consuming Descriptor, as sighting: borrowing Sighting) throws(FileRefusal) -> OpenFile {
         var info = stat()
         guard fstat(file.raw, &info) == 0, info.st_dev == sighting.info.st_dev, info.st_ino == sighting.info.st_ino else {
             throw FileRefusal(.denied, "Not a regular file")
@@ -153,12 +158,7 @@ public struct AccessPolicy: Sendable {
             if error.rawValue == EAGAIN || error.rawValue == EINVAL { return nil }
             throw error.fileRefusal
         }
-        let file = Descriptor(owning: fd)
-        var info = stat()
-        guard fstat(file.raw, &info) == 0, info.st_dev == sighting.info.st_dev, info.st_ino == sighting.info.st_ino else {
-            throw FileRefusal(.denied, "Not a regular file")
-        }
-        return OpenFile(descriptor: file, info: info)
+        return try opened(Descriptor(owning: fd), as: sighting)
     }
 
     /// Whether a read of `filename` would be allowed, from the kernel's caches alone (the `E`
