@@ -135,6 +135,7 @@ def test_a_vanished_uploader_leaves_nothing_behind(serve, root):
     start_upload(s, "half.bin").close()
     # The next retransmission meets a closed port (ICMP): the transfer ends at once.
     assert s.log_lines("client port unreachable", timeout=5)
+    assert upload_temporaries(root) == []  # removed on the disk thread
     assert sorted(os.listdir(root)) == ORIGINAL
 
 
