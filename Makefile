@@ -301,7 +301,7 @@ interop: deb deps package-deps boot-kernel
 # first run spends minutes on each). The fuzz harnesses build after it, not beside it: two
 # Swift builds at once on 2 cores took longer than one after the other (clean clone: 861 s to
 # the end of the unit tests with them side by side, about 600 s without).
-test-prepare: deps parity-deps package-deps boot-kernel deb sanitize
+test-prepare: deps parity-deps package-deps boot-kernel deb sanitize .build/floor-lockstep
 
 test:
 	$(MAKE) -j4 --output-sync=target test-prepare

@@ -14,7 +14,8 @@ Before the servers, the kernel floor (Benchmarks/Floor/floor.c, built as .build/
 sender's CPU per GB for the same datagrams with sendmmsg and with GSO, no TFTP at all; and the
 kernel's price for lockstep (Benchmarks/Floor/lockstep.c, .build/floor-lockstep): a datagram out
 and its ACK in per block over as many socket pairs as a lockstep scenario has clients at once,
-served by io_uring and by epoll. Each scenario's row says how far the server is from the floor
+served by io_uring and by epoll, and, for the storm of small transfers, the same with a socket of
+its own opened, bound, connected and closed for each transfer and its request and OACK. Each scenario's row says how far the server is from the floor
 for its kind of transfer.
 
 The peers are those operators run now, tftp-hpa 7.3's in.tftpd and dnsmasq 2.93, run from the
@@ -345,12 +346,16 @@ def median_rounds(rounds):
     return sorted(rows, key=lambda r: (scenario_order[r["scenario"]], order[r["server"]]))
 
 
-# The floor figure a scenario compares with: ("lockstep", pairs) of Benchmarks/Floor/lockstep.c
-# served by io_uring, or (window, mode) of Benchmarks/Floor/floor.c. scale's 10,000 clients at
+# The floor figure a scenario compares with: ("lockstep", (pairs, transfer KiB)) of
+# Benchmarks/Floor/lockstep.c served by io_uring (0 KiB: the pairs are kept; the storm's: a socket
+# per 32 KiB transfer), or (window, mode) of Benchmarks/Floor/floor.c. scale's 10,000 clients at
 # once would take 40,000 descriptors in the lockstep floor: it keeps the floor of its sends.
-FLOOR_OF = {"rack-boot": ("lockstep", 1000), "initrd": (16, "gso"), "uefi": (4, "gso"), "storm": ("lockstep", 400),
-            "scale": (1, "sendmmsg")}
-LOCKSTEP_PAIRS = sorted({pairs for kind, pairs in FLOOR_OF.values() if kind == "lockstep"})
+FLOOR_OF = {"rack-boot": ("lockstep", (1000, 0)), "initrd": (16, "gso"), "uefi": (4, "gso"),
+            "storm": ("lockstep", (400, 32)), "scale": (1, "sendmmsg")}
+# The lockstep floors run: the scenarios', and the storm's clients on kept pairs beside its
+# transfers (what a socket per transfer costs the kernel).
+LOCKSTEP_RUNS = sorted({detail for kind, detail in FLOOR_OF.values() if kind == "lockstep"} | {(400, 0)},
+                       key=lambda run: (-run[0], run[1]))
 
 
 def run_floor_program(program, arguments, what):
@@ -375,9 +380,11 @@ def run_floor():
     if floor is None:
         return None
     floor["lockstep"] = []
-    for pairs in LOCKSTEP_PAIRS:
-        lockstep = run_floor_program(FLOOR_LOCKSTEP, ["--rounds", "5", "--megabytes", megabytes, "--pairs", str(pairs)],
-                                     f"kernel floor for lockstep, {pairs} pairs (io_uring vs epoll; no TFTP)")
+    for pairs, kib in LOCKSTEP_RUNS:
+        lockstep = run_floor_program(FLOOR_LOCKSTEP, ["--rounds", "5", "--megabytes", megabytes, "--pairs", str(pairs),
+                                                      "--transfer-kib", str(kib)],
+                                     f"kernel floor for lockstep, {pairs} " + (f"clients, a socket per {kib} KiB transfer"
+                                     if kib else "pairs") + " (io_uring vs epoll; no TFTP)")
         if lockstep:
             floor["lockstep"].append(lockstep)
     return floor
@@ -389,7 +396,7 @@ def floor_figure(floor, scenario):
     kind, detail = FLOOR_OF[scenario]
     if kind == "lockstep":
         for run in floor.get("lockstep", []):
-            if run["pairs"] == detail:
+            if (run["pairs"], run.get("transfer_kib", 0)) == detail:
                 return next(f["median"] for f in run["cpu_s_per_gb"] if f["mode"] == "uring")
         return None
     for f in floor["cpu_s_per_gb"]:
@@ -464,19 +471,25 @@ def floor_markdown(floor):
 def lockstep_markdown(runs):
     if not runs:
         return ""
-    lines = ["| socket pairs | io_uring | epoll | epoll ÷ io_uring |", "|---|---|---|---|"]
+    lines = ["| clients | sockets | io_uring | epoll | epoll ÷ io_uring |", "|---|---|---|---|---|"]
     for run in runs:
         cells = {f["mode"]: f for f in run["cpu_s_per_gb"]}
         uring, epoll = cells["uring"], cells["epoll"]
-        lines.append(f"| {run['pairs']:,} | {uring['median']:.2f} ({uring['low']:.2f}–{uring['high']:.2f}) "
+        kib = run.get("transfer_kib", 0)
+        sockets = f"one per {kib} KiB transfer" if kib else "a pair each, kept"
+        lines.append(f"| {run['pairs']:,} | {sockets} | {uring['median']:.2f} ({uring['low']:.2f}–{uring['high']:.2f}) "
                      f"| {epoll['median']:.2f} ({epoll['low']:.2f}–{epoll['high']:.2f}) "
                      f"| {epoll['median'] / uring['median']:.2f} |")
     first = runs[0]
-    failures = {run["pairs"]: run["failures"] for run in runs}
+    failures = {f"{run['pairs']}" + (f" ({run['transfer_kib']} KiB transfers)" if run.get("transfer_kib") else ""):
+                run["failures"] for run in runs}
     return ("\n\nLockstep, the kernel's price per block with no TFTP: each pair of connected loopback sockets "
             f"carries a DATA of {first['datagram_bytes']} bytes out and its 4-byte ACK back before the next, a "
             "client thread answering; the serving thread's CPU-s per GB, io_uring (a multishot receive per "
-            "socket, a SENDMSG per block, one submit per batch) and epoll (recv and sendmsg per block). Median of "
+            "socket, a SENDMSG per block, one submit per batch) and epoll (recv and sendmsg per block). With a socket "
+            "per transfer, each client asks a listener, and the server opens a socket (a fresh port, connected to the "
+            "client), sends a 15-byte OACK, the transfer's blocks on its ACK 0 (the last one short) and closes it on "
+            "the last ACK. Median of "
             f"{first['rounds']} interleaved rounds of {first['megabytes_per_measurement']} MB, spread in brackets; "
             f"ACKs that never came {failures}.\n\n" + "\n".join(lines))
 
@@ -641,8 +654,8 @@ def main():
         f"dnsmasq (spread of server CPU per GB in brackets), one round for the other peers. "
         f"Peers: {'; '.join(f'{name}: {version}' for name, version in versions.items())}. "
         f"`-nogso`: the same server with --no-gso. × floor: the server's CPU per GB over the kernel floor's for "
-        f"its kind of transfer (rack-boot and storm: lockstep's, as many pairs as clients at once; initrd: GSO "
-        f"sends of 16; uefi: GSO sends of 4; scale: one datagram per send).\n\n"
+        f"its kind of transfer (rack-boot: lockstep's, as many pairs as clients at once; storm: lockstep's with a "
+        f"socket per 32 KiB transfer, 400 clients; initrd: GSO sends of 16; uefi: GSO sends of 4; scale: one datagram per send).\n\n"
         f"{scenario_lines}\n\n{table}\n\n{baseline_section}{rack_section}"
         f"### The kernel floor\n\n{floor_markdown(floor)}\n")
     (RESULTS / f"{OUTPUT}.svg").write_text(svg(rows))

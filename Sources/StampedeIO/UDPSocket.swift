@@ -32,7 +32,7 @@ public enum UDPSocket {
         var localStorage = local.storage
         var peerStorage = peer.storage
         let socket = try owned(stampede_transfer_socket(&localStorage, &peerStorage, ports?.lowerBound ?? 0, ports?.upperBound ?? 0,
-                                                        UInt32.random(in: 0...UInt32.max)))
+                                                        portSeed(ports)))
         buffers.grow(socket.raw)
         return socket
     }
@@ -43,7 +43,13 @@ public enum UDPSocket {
     public static func sharedTransfer(local: SocketAddress, ports: ClosedRange<UInt16>?) throws(Errno) -> Descriptor {
         var localStorage = local.storage
         return try owned(stampede_transfer_socket(&localStorage, nil, ports?.lowerBound ?? 0, ports?.upperBound ?? 0,
-                                                  UInt32.random(in: 0...UInt32.max)))
+                                                  portSeed(ports)))
+    }
+
+    /// Where the search of `-R`'s range starts: random (a getrandom call, so only with a range;
+    /// without one the kernel picks the port).
+    private static func portSeed(_ ports: ClosedRange<UInt16>?) -> UInt32 {
+        ports == nil ? 0 : UInt32.random(in: 0...UInt32.max)
     }
 
     /// A client socket: bound to `local` (port 0: an ephemeral port of its own, never shared as
