@@ -7,9 +7,12 @@ import StampedeIO
 /// (`ReplacingFile`), renamed over the target only when the last block has arrived. A failed or
 /// interrupted upload leaves the old file as it was and no partial file under its name.
 ///
-/// One thread uses it at a time: its worker's, and while it commits, the disk thread's
-/// (`DiskWork`), to which the worker hands it over and from which it hears the outcome; hence
-/// `@unchecked Sendable`. (Its file is made on a disk thread too, and handed to the worker:
+/// Its file is touched on a disk thread alone (`DiskWork`), never on the worker's loop: the worker
+/// gathers the blocks it takes (`append`) and, a window or 64 KiB at a time, hands them to the
+/// disk thread to write (`beginWrite`, then `writeStaged` there) while it gathers the next ones
+/// in a second buffer; the commit writes the rest. The worker and the disk thread each touch only
+/// their own buffer, and the worker swaps them only when it has heard that the write is done;
+/// hence `@unchecked Sendable`. (Its file is made on a disk thread too, and handed to the worker:
 /// `LoadOutcome.created`.) Equal only to itself.
 public final class Upload: @unchecked Sendable, Equatable {
     public static func == (a: Upload, b: Upload) -> Bool { a === b }
@@ -19,17 +22,38 @@ public final class Upload: @unchecked Sendable, Equatable {
 
     private let file: ReplacingFile
     private var decoder: NetasciiDecoder?
-    /// The size the WRQ announced (tsize), reserved when the first block arrives.
+    /// The size the WRQ announced (tsize), reserved by the first write.
     private var announced: Int?
+    /// What the file system could give when the file was made (on the disk thread): what an
+    /// announced size is measured against, with no call on the worker's loop.
+    private let roomAtCreation: Result<Int, Errno>
+
+    /// The blocks taken and not yet handed to the disk thread (the worker's), and those handed
+    /// over (the disk thread's while `writeInFlight`).
+    private var gathered: [UInt8] = []
+    private var handedOver: [UInt8] = []
+    /// Bytes gathered before they are written: a window, at least 64 KiB (`stage`); at most a
+    /// window more gathers while a write runs.
+    private var writeMark = 64 << 10
+    private var window = 0
+    /// Handed over and not yet heard of (the worker's flag).
+    public private(set) var writeInFlight = false
+    /// An announced size waits to be reserved: the first block is handed over at once, so that
+    /// a full disk is found before the rest moves (the worker's flag).
+    private var reservationDue = false
+    /// A write's failure, kept on the disk thread for the commit that follows it.
+    private var writeFailure: Errno?
 
     init(directory: consuming Descriptor, name: [UInt8], mode: mode_t, owner: (uid_t, gid_t)?) throws(Errno) {
         file = try ReplacingFile(in: directory, replacing: name, temporaryPrefix: Array(Self.temporaryPrefix.utf8),
                                  mode: mode, owner: owner)
         // The lock says "a live upload owns this file"; a later start removes only unlocked ones.
         flock(file.fd, LOCK_EX | LOCK_NB)
+        roomAtCreation = Self.reservableSpace(file.fd)
     }
 
-    public var bytesWritten: Int { file.bytesWritten }
+    /// The file's bytes taken so far (netascii decoded): written, or waiting to be.
+    public private(set) var bytesTaken = 0
 
     /// Its temporary file is still there: neither committed nor dropped.
     public var holdsTemporaryFile: Bool { file.fd >= 0 }
@@ -49,63 +73,109 @@ public final class Upload: @unchecked Sendable, Equatable {
 
     public func useNetascii() { decoder = NetasciiDecoder() }
 
-    /// The size a WRQ announced (tsize). Larger than the free space less a margin, it is refused
-    /// (ENOSPC: ERROR 3 before any data moves). Otherwise it is reserved when the first block
-    /// arrives, so a WRQ from a spoofed address, which sends no DATA, holds no disk.
+    /// The size a WRQ announced (tsize). Larger than the free space less a margin (measured
+    /// when the file was made), it is refused (ENOSPC: ERROR 3 before any data moves). Otherwise
+    /// it is reserved by the first write, so a WRQ from a spoofed address, which sends no DATA,
+    /// holds no disk.
     public func announce(_ size: Int) throws(Errno) {
         guard size > 0 else { return }
-        let room = try reservableSpace()
-        guard size <= room else { throw Errno(ENOSPC) }
+        guard size <= (try roomAtCreation.get()) else { throw Errno(ENOSPC) }
         announced = size
+        reservationDue = true
     }
 
     /// Free space the filesystem gives us, less a margin (5 % of its size, at most 64 MiB) that
     /// an announced size never takes.
-    private func reservableSpace() throws(Errno) -> Int {
+    private static func reservableSpace(_ fd: Int32) -> Result<Int, Errno> {
         var info = statvfs()
-        guard fstatvfs(file.fd, &info) == 0 else { throw Errno.current }
+        guard fstatvfs(fd, &info) == 0 else { return .failure(Errno.current) }
         let unit = Int(info.f_frsize)
-        return Int(info.f_bavail) * unit - min(64 << 20, Int(info.f_blocks) * unit / 20)
+        return .success(Int(info.f_bavail) * unit - min(64 << 20, Int(info.f_blocks) * unit / 20))
     }
 
-    /// Appends one block's payload, decoding netascii through `scratch` (≥ payload + 1 bytes).
-    public func write(_ payload: UnsafeRawBufferPointer, scratch: UnsafeMutableRawBufferPointer) throws(Errno) {
+    /// Gathers a window of `windowBytes` before each write (at least 64 KiB): the worker holds its
+    /// ACK while one write runs and the next window has gathered, so at most two windows wait.
+    public func stage(windowBytes: Int) {
+        writeMark = max(64 << 10, windowBytes)
+        window = windowBytes
+    }
+
+    /// Takes one block's payload, decoding netascii through `scratch` (≥ payload + 1 bytes), or
+    /// the decoder's held byte after the last block (`payload` nil). True when a write is due.
+    @discardableResult
+    public func append(_ payload: UnsafeRawBufferPointer?, scratch: UnsafeMutableRawBufferPointer) -> Bool {
+        if gathered.capacity == 0 { gathered.reserveCapacity(writeMark + window) }
+        if decoder != nil {
+            let n = payload.map { decoder!.decode($0, into: scratch) } ?? decoder!.finish(into: scratch)
+            gathered.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[..<n]))
+            bytesTaken += n
+        } else if let payload {
+            gathered.append(contentsOf: payload)
+            bytesTaken += payload.count
+        }
+        return writeIsDue
+    }
+
+    /// A window or more has gathered, or the first block of an announced size.
+    public var writeIsDue: Bool { gathered.count >= writeMark || (reservationDue && !gathered.isEmpty) }
+
+    /// Hands what gathered to the disk thread (which then runs `writeStaged`); false when a write
+    /// is still in flight, or nothing gathered. The worker's.
+    public func beginWrite() -> Bool {
+        guard !writeInFlight, !gathered.isEmpty else { return false }
+        swap(&gathered, &handedOver)
+        writeInFlight = true
+        reservationDue = false
+        return true
+    }
+
+    /// The worker heard that the write it handed over is done.
+    public func wrote() { writeInFlight = false }
+
+    /// On the disk thread: writes what `beginWrite` handed over, the announced size reserved first.
+    public func writeStaged() throws(Errno) {
+        defer { handedOver.removeAll(keepingCapacity: true) }
+        do throws(Errno) {
+            try writeOut(handedOver)
+        } catch {
+            writeFailure = error
+            throw error
+        }
+    }
+
+    private func writeOut(_ bytes: [UInt8]) throws(Errno) {
+        if let failure = writeFailure { throw failure }
         if let size = announced {
             // The client exists: reserve now, so a full disk is found before the rest moves.
             announced = nil
-            let room = try reservableSpace()
-            let reserve = min(size, room)
+            let reserve = min(size, (try? Self.reservableSpace(file.fd).get()) ?? 0)
             // fallocate(2) itself, not posix_fallocate: where the file system cannot reserve
             // (EOPNOTSUPP: FAT, some FUSE, NFS before 4.2) glibc's fallback writes a byte into
-            // every block, on the worker's loop. No reservation there; the writes find a full disk.
+            // every block. No reservation there; the writes find a full disk.
             let result = reserve > 0 ? -stampede_fallocate(file.fd, Int64(reserve)) : 0
             if result == ENOSPC || result == EDQUOT || result == EFBIG { throw Errno(result) }
         }
-        if decoder != nil {
-            let n = decoder!.decode(payload, into: scratch)
-            try file.write(UnsafeRawBufferPointer(rebasing: scratch[..<n]))
-        } else {
-            try file.write(payload)
+        guard !bytes.isEmpty else { return }
+        let failure = bytes.withUnsafeBytes { raw -> Errno? in
+            do throws(Errno) { try file.write(raw) } catch { return error }
+            return nil
         }
+        if let failure { throw failure }
     }
 
-    /// The last bytes written: the netascii decoder's held byte, if any. On the worker's loop.
-    public func finishWriting(scratch: UnsafeMutableRawBufferPointer) throws(Errno) {
-        if decoder != nil {
-            let n = decoder!.finish(into: scratch)
-            try file.write(UnsafeRawBufferPointer(rebasing: scratch[..<n]))
-        }
-    }
-
-    /// Makes the upload the file: trim, fsync, rename, the directory's fsync. Blocks as long as
-    /// the disk likes: the server runs it on its disk thread.
+    /// Makes the upload the file: what gathered since the last write written (after that write,
+    /// on the same disk thread; its failure is this one's), then trim, fsync, rename, the
+    /// directory's fsync. Blocks as long as the disk likes: the server runs it on its disk thread,
+    /// the last block taken (`append(nil, ...)` for netascii's held byte).
     public func commitFile() throws(Errno) {
+        try writeOut(gathered)
+        gathered = []
         try file.commit()
     }
 
-    /// Both steps at once (a caller with no loop to keep moving).
+    /// The last block taken and the commit, at once (a caller with no loop to keep moving).
     public func commit(scratch: UnsafeMutableRawBufferPointer) throws(Errno) {
-        try finishWriting(scratch: scratch)
+        append(nil, scratch: scratch)
         try commitFile()
     }
 

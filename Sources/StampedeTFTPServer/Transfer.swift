@@ -33,6 +33,9 @@ struct Transfer: ~Copyable {
     /// A streamed file's block that could not go because its bytes were still on the disk: it and
     /// the rest of its window go when a disk thread has read them ahead (`Worker.readAhead`).
     var unsentBlock: Int?
+    /// An upload's ACK withheld while the disk thread writes its blocks and the next window has
+    /// gathered (`Worker+Disk.swift`): no ACK goes out, not even a repeat, until that write is done.
+    var ackHeld = false
     var record = TransferRecord()
 
     /// What the download's blocks are read from.

@@ -428,6 +428,7 @@ extension Worker {
             transfer.phase = .receiving
             transfer.receiver = DataReceiver(blockSize: options.blockSize, windowSize: options.windowSize, numbering: options.numbering,
                                              sendsOptionAck: !transfer.optionAck.isEmpty, timer: timer)
+            transfer.upload?.stage(windowBytes: options.blockSize * options.windowSize)
         } else {
             transfer.phase = .sending
             transfer.sender = DataSender(totalBytes: transfer.source.map(\.size) ?? 0, blockSize: options.blockSize,

@@ -80,22 +80,19 @@ extension Worker {
                 finish(slot, .serverError(refusal), now: now)
                 return
             }
-            do {
-                try upload.write(payload, scratch: scratch)
-                if receipt.finished { try upload.finishWriting(scratch: scratch) }
-            } catch {
-                // Disk full or I/O error: ERROR 3 (or the errno's), and the temp file goes away.
-                sendError(slot, error.tftpError)
-                finish(slot, .serverError(error.tftpError), now: now)
-                return
+            // Gathered here, written on the disk thread (`Worker+Disk.swift`); with a write
+            // running and a window gathered besides, the ACK waits for that write.
+            if upload.append(payload, scratch: scratch) && !receipt.finished && !writeGathered(slot, upload) {
+                table[slot].ackHeld = true
             }
+            if receipt.finished { upload.append(nil, scratch: scratch) }
         }
         if receipt.finished {
             // The last ACK says the file is there: it waits for the commit, off the loop.
             commit(slot, now: now)
             return
         }
-        sendReply(slot, receipt.reply)
+        if !table[slot].ackHeld { sendReply(slot, receipt.reply) }
         scheduleTimer(slot)
     }
 
@@ -124,8 +121,11 @@ extension Worker {
                 finish(slot, .timedOut, now: now)
                 return
             }
-            metrics.add(.retransmissions, table[slot].receiver!.retransmits - resends)
-            sendReply(slot, reply)
+            // A held ACK stays held: the client's patience, and ours, run as if it were lost.
+            if !table[slot].ackHeld {
+                metrics.add(.retransmissions, table[slot].receiver!.retransmits - resends)
+                sendReply(slot, reply)
+            }
             scheduleTimer(slot)
         case .dallying:
             finish(slot, .completed, now: now)

@@ -41,11 +41,11 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     /// What this worker counts for the metrics, published once per turn.
     public let metrics = WorkerMetrics(.tftp)
     /// Shared by every worker of a server: the disk thread, for work that may block
-    /// (`Worker+Disk.swift`); the commits this worker handed over and has not heard back from,
-    /// and the outcomes the disk thread posts.
+    /// (`Worker+Disk.swift`); the uploads' writes and commits this worker handed over and has not
+    /// heard back from, and the outcomes the disk thread posts.
     public let disk: DiskWork
     var diskPending = 0
-    let diskOutcomes = Mutex<[(tag: Tag, failure: Errno?)]>([])
+    let diskOutcomes = Mutex<[(tag: Tag, work: UploadWork, failure: Errno?)]>([])
     /// Shared by every worker of a server: the file labels of the duration histogram; served
     /// transfers' durations go to the histogram under their file's label through the recorder.
     let fileLabels: FileLabels
@@ -372,7 +372,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         table[slot].record.logged = true
         let (record, peer, sender, receiver, upload) = (table[slot].record, table[slot].peer, table[slot].sender,
                                                         table[slot].receiver, table[slot].upload)
-        let bytes = sender?.bytesAcknowledged ?? upload?.bytesWritten ?? receiver?.bytesReceived ?? 0
+        let bytes = sender?.bytesAcknowledged ?? upload?.bytesTaken ?? receiver?.bytesReceived ?? 0
         let retransmits = (sender?.retransmits ?? 0) + (receiver?.retransmits ?? 0)
         let duration = now - record.started
         let seconds = Double(duration) / 1e9

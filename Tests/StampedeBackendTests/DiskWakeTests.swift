@@ -107,6 +107,58 @@ import Testing
     }
 
     @Test(arguments: BackendKind.allCases)
+    func anUploadsBlocksAreWrittenOnTheDiskThreadAndItsACKWaitsForIt(kind: BackendKind) throws {
+        switch kind {
+        case .glibc: try uploadWindows(GlibcBackend())
+        case .uring: try uploadWindows(URingBackend())
+        }
+    }
+
+    /// Item 4 for uploads: the worker gathers an upload's blocks and the disk thread writes them,
+    /// 64 KiB at a time. With the disk busy, the first 64 KiB wait there and the next 64 KiB are
+    /// gathered and ACKed; then the ACK waits until the disk has written the first, and nothing of
+    /// the file was written on the worker meanwhile.
+    func uploadWindows<Backend: DatagramBackend>(_ backend: Backend) throws {
+        let dir = ScratchDirectory()
+        let disk = DiskWork(threads: 1)
+        let (worker, bound) = try rig(backend, dir, disk: disk)
+        let client = LoopbackClient()
+        _ = fcntl(client.fd, F_SETFL, O_NONBLOCK)
+        client.send(Request(isWrite: true, filename: Array("up.bin".utf8), mode: "octet", options: []).encoded(), to: bound)
+        var reply: (bytes: [UInt8], from: SocketAddress)?
+        func answer(limit: Int) -> [UInt8]? {
+            reply = nil
+            _ = turns(worker, limit: limit) {
+                reply = client.receive()
+                return reply != nil
+            }
+            return reply?.bytes
+        }
+        #expect(answer(limit: 3) == [0, 4, 0, 0])
+        let port = reply!.from
+        let block = { (n: Int) in (0..<512).map { UInt8(truncatingIfNeeded: $0 &+ n &* 7) } }
+        disk.submit { hold(microseconds: Self.busy * 2) }
+        for n in 1...255 {
+            client.send([0, 3, UInt8(n >> 8), UInt8(n & 0xff)] + block(n), to: port)
+            let ack = answer(limit: 2)
+            #expect(ack == [0, 4, UInt8(n >> 8), UInt8(n & 0xff)], "block \(n)")
+            if ack == nil { return }
+        }
+        #expect(dir.read(dir.entries().first { $0.hasPrefix(".stampede-upload-") } ?? "") == [],
+                "the upload's blocks were written on the worker while the disk thread was busy")
+        // Block 256 fills the second 64 KiB while the first is still being written: no ACK yet.
+        let started = stampede_monotonic_ns()
+        client.send([0, 3, 1, 0] + block(256), to: port)
+        worker.turn(now: stampede_monotonic_ns(), maxWait: 0)
+        #expect(client.receive() == nil, "block 256 was ACKed with two windows waiting for the disk")
+        #expect(answer(limit: 4) == [0, 4, 1, 0])
+        #expect(stampede_monotonic_ns() - started < Nanoseconds(Self.busy) * 1000 * 2)
+        client.send([0, 3, 1, 1] + Array("end".utf8), to: port)
+        #expect(answer(limit: 4) == [0, 4, 1, 1])
+        #expect(dir.read("up.bin") == (1...256).flatMap(block) + Array("end".utf8))
+    }
+
+    @Test(arguments: BackendKind.allCases)
     func aStreamedFilesBlocksOnTheDiskGoWhenReadAhead(kind: BackendKind) throws {
         switch kind {
         case .glibc: try streamed(GlibcBackend())

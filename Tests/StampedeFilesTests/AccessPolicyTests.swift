@@ -155,7 +155,7 @@ import Testing
         let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 1024, alignment: 8)
         defer { scratch.deallocate() }
         let u = try upload("new.bin")
-        try [UInt8]("hello").withUnsafeBytes { try u.write($0, scratch: scratch) }
+        [UInt8]("hello").withUnsafeBytes { _ = u.append($0, scratch: scratch) }
         #expect(dir.read("new.bin") == nil)
         try u.commit(scratch: scratch)
         #expect(dir.read("new.bin") == [UInt8]("hello"))
@@ -181,7 +181,7 @@ import Testing
         // The live upload's temporary survived and still commits.
         let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 64, alignment: 8)
         defer { scratch.deallocate() }
-        try [UInt8]("ok").withUnsafeBytes { try live.write($0, scratch: scratch) }
+        [UInt8]("ok").withUnsafeBytes { _ = live.append($0, scratch: scratch) }
         try live.commit(scratch: scratch)
         #expect(dir.read("boot/live.bin") == [UInt8]("ok"))
         #expect(dir.read("boot/efi/grubx64.efi") == [5])
@@ -193,7 +193,10 @@ import Testing
         let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 1024, alignment: 8)
         defer { scratch.deallocate() }
         let u = try upload("f")
-        try [UInt8]("new data").withUnsafeBytes { try u.write($0, scratch: scratch) }
+        [UInt8]("new data").withUnsafeBytes { _ = u.append($0, scratch: scratch) }
+        #expect(u.beginWrite())
+        try u.writeStaged()
+        u.wrote()
         u.abort()
         #expect(dir.read("f") == [UInt8]("old"))
         #expect(dir.entries() == ["f"])
@@ -211,14 +214,55 @@ import Testing
         #expect(dir.read("f") == [])
     }
 
-    @Test func netasciiUploadsAreDecodedAcrossBlocks() throws {
+    /// A CR at the end of a block that is written before the next block comes: decoded with it.
+    @Test func netasciiUploadsAreDecodedAcrossBlocksAndWrites() throws {
         let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 1024, alignment: 8)
         defer { scratch.deallocate() }
         let u = try upload("t.txt")
         u.useNetascii()
-        for block: [UInt8] in [[0x61, 0x0D], [0x0A, 0x62, 0x0D]] { try block.withUnsafeBytes { try u.write($0, scratch: scratch) } }
+        [UInt8]([0x61, 0x0D]).withUnsafeBytes { _ = u.append($0, scratch: scratch) }
+        #expect(u.beginWrite())
+        try u.writeStaged()
+        u.wrote()
+        [UInt8]([0x0A, 0x62, 0x0D]).withUnsafeBytes { _ = u.append($0, scratch: scratch) }
         try u.commit(scratch: scratch)
         #expect(dir.read("t.txt") == [0x61, 0x0A, 0x62, 0x0D])
+        #expect(u.bytesTaken == 4)
+    }
+
+    /// The worker gathers, the disk thread writes: a window is handed over at the mark (or at
+    /// once for an announced size, to reserve it), never while a write is in flight, and the
+    /// commit writes the rest after it.
+    @Test func blocksAreHandedOverAWindowAtATimeAndOneWriteAtATime() throws {
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 2048, alignment: 8)
+        defer { scratch.deallocate() }
+        let u = try upload("w.bin")
+        u.stage(windowBytes: 1024)  // at least 64 KiB
+        let block = [UInt8](repeating: 7, count: 1024)
+        var due = false
+        for _ in 0..<63 { due = block.withUnsafeBytes { u.append($0, scratch: scratch) } }
+        #expect(!due, "63 KiB: under the mark")
+        due = block.withUnsafeBytes { u.append($0, scratch: scratch) }
+        #expect(due && u.beginWrite())
+        #expect(!u.beginWrite(), "a second write was handed over while one was in flight")
+        block.withUnsafeBytes { _ = u.append($0, scratch: scratch) }  // gathered meanwhile
+        #expect(dir.entries().count == 1 && dir.read(dir.entries()[0]) == [], "written before the disk thread's turn")
+        try u.writeStaged()
+        u.wrote()
+        #expect(dir.read(dir.entries()[0])?.count == 64 * 1024)
+        try u.commitFile()
+        #expect(dir.read("w.bin") == [UInt8](repeating: 7, count: 65 * 1024))
+
+        let announced = try upload("a.bin")
+        try announced.announce(4096)
+        #expect(!announced.writeIsDue)
+        block.withUnsafeBytes { _ = announced.append($0, scratch: scratch) }
+        #expect(announced.writeIsDue, "the first block of an announced size is not handed over to reserve it")
+        #expect(announced.beginWrite())
+        try announced.writeStaged()
+        announced.wrote()
+        #expect(!announced.writeIsDue)
+        announced.abort()
     }
 }
 

@@ -1,10 +1,10 @@
 """A slow disk for the tests: a FUSE file system that mirrors a directory and takes its time where
-a real disk under load does (fsync, directory reads, and, for a name that begins with "slow",
-looking it up, a cold directory on a busy disk, opening it, and reading its first bytes, a cold
-file).
+a real disk under load does (fsync, directory reads, every write, and, for a name that begins
+with "slow", looking it up, a cold directory on a busy disk, opening it, and reading its first
+bytes, a cold file).
 Run as a process of its own:
 
-    python slowdisk.py BACKING MOUNTPOINT --fsync 2 --readdir 0.5 --lookup 3 --read 3 --open 3
+    python slowdisk.py BACKING MOUNTPOINT --fsync 2 --readdir 0.5 --lookup 3 --read 3 --open 3 --write 0.2
 
 It cannot reserve space (no fallocate: FAT, many FUSE and older NFS file systems cannot), so a
 server that falls back to writing every block of a reservation does so through it, slowly."""
@@ -16,8 +16,10 @@ from fuse import FUSE, Operations
 
 
 class SlowDisk(Operations):
-    def __init__(self, backing, fsync_delay, readdir_delay, lookup_delay=0.0, read_delay=0.0, open_delay=0.0):
+    def __init__(self, backing, fsync_delay, readdir_delay, lookup_delay=0.0, read_delay=0.0, open_delay=0.0,
+                 write_delay=0.0):
         self.backing = backing
+        self.write_delay = write_delay
         self.fsync_delay = fsync_delay
         self.readdir_delay = readdir_delay
         self.lookup_delay = lookup_delay
@@ -83,6 +85,7 @@ class SlowDisk(Operations):
         return os.pread(fh, size, offset)
 
     def write(self, path, data, offset, fh):
+        time.sleep(self.write_delay)
         return os.pwrite(fh, data, offset)
 
     def truncate(self, path, length, fh=None):
@@ -114,7 +117,9 @@ if __name__ == "__main__":
     parser.add_argument("--lookup", type=float, default=0)
     parser.add_argument("--read", type=float, default=0)
     parser.add_argument("--open", type=float, default=0)
+    parser.add_argument("--write", type=float, default=0)
     options = parser.parse_args()
-    FUSE(SlowDisk(os.path.abspath(options.backing), options.fsync, options.readdir, options.lookup, options.read, options.open),
+    FUSE(SlowDisk(os.path.abspath(options.backing), options.fsync, options.readdir, options.lookup, options.read, options.open,
+                  options.write),
          options.mountpoint,
          foreground=True, allow_other=True, default_permissions=True, nothreads=False)

@@ -19,21 +19,21 @@ HERE = Path(__file__).parent
 
 @pytest.fixture
 def slow_disk(tmp_path):
-    """slow_disk(fsync=seconds, readdir=seconds, lookup=seconds, read=seconds, open=seconds) -> a
-    mounted directory whose files live in a backing directory of the test's (`lookup`, `read`,
+    """slow_disk(fsync=seconds, readdir=seconds, lookup=seconds, read=seconds, open=seconds,
+    write=seconds) -> a mounted directory whose files live in a backing directory of the test's (`lookup`, `read`,
     `open`: names beginning with "slow")."""
     if os.geteuid() != 0:
         pytest.skip("LOUD SKIP: mounting a FUSE file system needs root")
     mounted = []
 
-    def make(fsync=0.0, readdir=0.0, lookup=0.0, read=0.0, open=0.0):
+    def make(fsync=0.0, readdir=0.0, lookup=0.0, read=0.0, open=0.0, write=0.0):
         backing, mount = tmp_path / f"backing{len(mounted)}", tmp_path / f"disk{len(mounted)}"
         backing.mkdir()
         mount.mkdir()
         backing.chmod(0o777)
         process = subprocess.Popen([sys.executable, str(HERE / "slowdisk.py"), str(backing), str(mount),
                                     "--fsync", str(fsync), "--readdir", str(readdir), "--lookup", str(lookup),
-                                    "--read", str(read), "--open", str(open)],
+                                    "--read", str(read), "--open", str(open), "--write", str(write)],
                                    stderr=subprocess.PIPE)
         deadline = time.time() + 10
         while not os.path.ismount(mount):
@@ -92,9 +92,9 @@ def serve_on(directory, backend, *args):
     return Server(directory, ("--workers", "1", *args), backend=backend)
 
 
-def beating_server(slow_disk, backend, fsync=0.0):
+def beating_server(slow_disk, backend, fsync=0.0, write=0.0):
     """A server taking uploads on a slow disk, and a heartbeat already reading from it."""
-    backing, disk = slow_disk(fsync=fsync)
+    backing, disk = slow_disk(fsync=fsync, write=write)
     (backing / "big.bin").write_bytes(os.urandom(8 << 20))
     (backing / "big.bin").chmod(0o644)
     s = serve_on(disk, backend, "-c")
@@ -122,6 +122,31 @@ def test_a_slow_commit_never_stalls_the_other_transfers(slow_disk, backend, tmp_
     assert len(during) > 100, f"{len(during)} blocks read during the upload"
     assert max(during) < 0.5, f"a transfer waited {max(during):.2f} s for the server while it committed"
     report(f"a 2 s fsync during an upload ({backend}): the other transfer's longest wait {max(during) * 1000:.0f} ms")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_upload_onto_a_slow_disk_slows_that_upload_alone(slow_disk, backend, tmp_path, report):
+    """Every write takes 0.2 s: the upload's blocks are written on the disk thread, 64 KiB at a
+    time, while its ACKs wait for the disk; the other transfer on the same loop never does."""
+    backing, s, beat = beating_server(slow_disk, backend, write=0.2)
+    try:
+        upload = tmp_path / "up.bin"
+        upload.write_bytes(os.urandom(1 << 20))
+        started = time.monotonic()
+        r = run([str(BINARY), "put", f"127.0.0.1:{s.port}", str(upload), "up.bin", "--blksize", "1468"], timeout=60)
+        took = time.monotonic() - started
+        gaps = beat.finish()
+    finally:
+        s.stop()
+    assert r.returncode == 0, r.stderr
+    assert (backing / "up.bin").read_bytes() == upload.read_bytes()
+    # 16 writes of 64 KiB at 0.2 s each, and the commit's: the upload waited for the disk.
+    assert took >= 2.0, f"the put took {took:.2f} s: the disk was not slow"
+    during = [gap for at, gap in gaps if started <= at <= started + took]
+    assert len(during) > 100, f"{len(during)} blocks read during the upload"
+    assert max(during) < 0.5, f"a transfer waited {max(during):.2f} s for the server while it wrote an upload"
+    report(f"0.2 s per write during a 1 MiB upload ({backend}): it took {took:.1f} s, "
+           f"the other transfer's longest wait {max(during) * 1000:.0f} ms")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -154,7 +154,8 @@ def test_disk_full_is_error_3_and_nothing_is_left(serve, root, tmp_path):
         reply, _ = c.exchange(request("small/big.bin", options=[("tsize", 4 << 20)], write=True))
         assert reply[0] == "ERROR" and reply[1][0] == 3
         # An announced size that fits is reserved only once DATA 1 comes (a spoofed WRQ sends
-        # none), and never past the free space less a margin (5 % here): all of it is refused.
+        # none; the disk thread reserves it), and never past the free space less a margin (5 %
+        # here): all of it is refused.
         free = os.statvfs(small).f_bavail * os.statvfs(small).f_frsize
         assert c.exchange(request("small/all.bin", options=[("tsize", free)], write=True))[0][1][0] == 3
         reply, tid = c.exchange(request("small/half.bin", options=[("tsize", 512 << 10)], write=True))
@@ -163,6 +164,9 @@ def test_disk_full_is_error_3_and_nothing_is_left(serve, root, tmp_path):
         assert os.statvfs(small).f_bavail * os.statvfs(small).f_frsize == free
         c.send(data(1, b"h" * 512), tid)
         assert c.receive()[0] == ("ACK", (1, b""))
+        deadline = time.time() + 2
+        while free - os.statvfs(small).f_bavail * os.statvfs(small).f_frsize < 512 << 10 and time.time() < deadline:
+            time.sleep(0.02)
         assert free - os.statvfs(small).f_bavail * os.statvfs(small).f_frsize >= 512 << 10
         c.send(data(2, b""), tid)
         assert c.receive()[0] == ("ACK", (2, b""))
@@ -224,7 +228,8 @@ def test_kill_9_mid_upload_keeps_the_old_file_and_the_next_start_cleans_up(serve
     # The old file is whole; the partial upload is only a hidden temporary, never the served name.
     assert (root / "hello.txt").read_text() == "hello, rack\n"
     leftovers = [p for p in os.listdir(root) if p.startswith(".stampede-upload-")]
-    assert len(leftovers) == 1 and (root / leftovers[0]).stat().st_size == 512
+    # (Its block may have been written or still gathered in memory when the server died.)
+    assert len(leftovers) == 1 and (root / leftovers[0]).stat().st_size <= 512
     # The next start removes it...
     other = serve("-c")
     assert other.log_lines("removed 1 temporary files of interrupted uploads", timeout=5)
