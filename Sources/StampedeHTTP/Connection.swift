@@ -111,17 +111,6 @@ final class Connection {
         case .none: return nil
         }
     }
-    /// The head just parsed, and when it began: what the loop answers next (`.answer`).
-    var answering: (head: RequestHead, started: Nanoseconds)? {
-        get { exchange?.answering }
-        _modify { yield &work.answering }
-    }
-    /// The head whose file the disk thread reads (its outcome comes under the connection's tag):
-    /// when the head began, and how many reads it has waited for.
-    var waiting: (head: RequestHead, started: Nanoseconds, reads: Int)? {
-        get { exchange?.waiting }
-        _modify { yield &work.waiting }
-    }
 }
 
 /// What a request in progress holds, apart from its connection: taken from the loop's pool when
@@ -134,14 +123,12 @@ final class Exchange {
     var headMemory: [UInt8] = []
     var name: [UInt8] = []
     var lease: FileLease?
-    var waiting: (head: RequestHead, started: Nanoseconds, reads: Int)?
-    var answering: (head: RequestHead, started: Nanoseconds)?
 
     init(limits: RequestHead.Limits) {
         parser = HeadParser(limits: limits)
     }
 
-    var isIdle: Bool { input.isEmpty && response == nil && lease == nil && waiting == nil && answering == nil }
+    var isIdle: Bool { input.isEmpty && response == nil && lease == nil }
 
     /// Made ready for another connection's request: what was in progress dropped, the memory kept
     /// unless a read grew it past `keptInput`.
@@ -150,8 +137,6 @@ final class Exchange {
         parser.reset()
         response = nil
         lease = nil
-        waiting = nil
-        answering = nil
     }
 }
 

@@ -1,9 +1,12 @@
 import StampedeBase
+import StampedeHTTPWire
 
 /// The life of one HTTP connection as named states and the events that move them, apart from
 /// its socket (as swift-nio's HTTPServerPipelineHandler keeps its state, and nginx a handler per
 /// phase): the loop reads and writes (`HTTPLoop`), this says what comes next and when the
-/// connection must go. Every transition is a function of the state, the event and `now`.
+/// connection must go, and its phases hold what they are about (the head being answered, the
+/// reads its file took); the bytes and the answer being written are the exchange's (`Connection`).
+/// Every transition is a function of the state, the event and `now`.
 struct ConnectionState: Equatable {
     struct Limits: Equatable, Sendable {
         /// From a head's first byte to its end: past it, 408 and the connection closes.
@@ -28,10 +31,13 @@ struct ConnectionState: Equatable {
         case idle(since: Nanoseconds)
         /// A head has begun (or the next of a pipeline is buffered): since its first byte.
         case readingHead(since: Nanoseconds)
-        /// A head was parsed and is being answered (its answer not ready yet).
-        case answering
-        /// The answer waits for its file, which the disk thread loads.
-        case waitingForFile(since: Nanoseconds)
+        /// A head was parsed and is being answered (its answer not ready yet); its first byte
+        /// came at `started`.
+        case answering(RequestHead, started: Nanoseconds)
+        /// The answer to the head waits for its file, which a disk thread reads (since then);
+        /// `reads`: the reads of it done before this one (a file that changes while it is read is
+        /// read again, a few times at most).
+        case waitingForFile(RequestHead, started: Nanoseconds, since: Nanoseconds, reads: Int)
         /// The answer goes out; the last write that moved bytes was then.
         case writing(lastProgress: Nanoseconds)
         case closed
@@ -49,13 +55,14 @@ struct ConnectionState: Equatable {
         case bytesRead
         /// What was read is not a whole head yet.
         case headIncomplete
-        /// A whole head was parsed; it asked to keep the connection (`keepAlive`) or not.
-        case headParsed(keepAlive: Bool)
+        /// A whole head was parsed (its first byte came at `started`); it asked to keep the
+        /// connection (`RequestHead.keepAlive`) or not.
+        case headParsed(RequestHead, started: Nanoseconds)
         /// The head could not be parsed: its refusal is the answer, and the last.
         case headRefused
         /// The answer (head and body) is ready to write.
         case answerReady
-        /// The answer waits for its file.
+        /// The answer waits for its file (again, when it was read and must be read once more).
         case fileLoading
         /// Bytes of the answer went out.
         case wrote(Int)
@@ -78,7 +85,7 @@ struct ConnectionState: Equatable {
         case read
         /// Parse the head in what was read (a new one, or the next of a pipeline).
         case parseNext
-        /// Ask the responder for the answer to the head just parsed.
+        /// Ask the responder for the answer to the head just parsed (the phase holds it).
         case answer
         case write
         /// The turn's budget is spent: go on writing at the next turn.
@@ -142,18 +149,25 @@ struct ConnectionState: Equatable {
             return .parseNext
         case .headIncomplete:
             return .read
-        case .headParsed(let keepAlive):
+        case .headParsed(let head, let started):
             // A stopping server, or a connection past its lifetime, answers this one and closes.
             let aged = limits.lifetime.map { now - opened >= $0 } ?? false
-            lastAnswer = !keepAlive || stopping || aged
-            phase = .answering
+            lastAnswer = !head.keepAlive || stopping || aged
+            phase = .answering(head, started: started)
             return .answer
         case .headRefused:
             lastAnswer = true
             phase = .writing(lastProgress: now)
             return .write
         case .fileLoading:
-            phase = .waitingForFile(since: now)
+            switch phase {
+            case .answering(let head, let started):
+                phase = .waitingForFile(head, started: started, since: now, reads: 0)
+            case .waitingForFile(let head, let started, _, let reads):
+                phase = .waitingForFile(head, started: started, since: now, reads: reads + 1)
+            default:
+                break
+            }
             return .none
         case .answerReady:
             phase = .writing(lastProgress: now)

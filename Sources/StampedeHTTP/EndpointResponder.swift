@@ -36,7 +36,9 @@ final class EndpointResponder: HTTPResponder {
         return true
     }
 
-    func resume(_ connection: Connection, after outcome: LoadOutcome) -> Bool { true }
+    func resume(_ head: RequestHead, started: Nanoseconds, reads: Int, on connection: Connection, after outcome: LoadOutcome) -> Bool {
+        true
+    }
 
     /// Its answers are its own bytes: no file is streamed.
     func readAhead(_ file: StreamedFile, from offset: Int, for connection: Connection) -> Bool { false }

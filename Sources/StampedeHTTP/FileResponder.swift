@@ -35,13 +35,11 @@ final class FileResponder: HTTPResponder {
     }
 
     func answer(_ head: RequestHead, on connection: Connection, started: Nanoseconds) -> Bool {
-        answer(head, on: connection, started: started, reads: 0, after: nil)
+        answer(head, on: connection, started: started, after: nil)
     }
 
-    /// `reads`: how many times the disk thread has read the file for this head already, the last
-    /// time with `outcome`.
-    private func answer(_ head: RequestHead, on connection: Connection, started: Nanoseconds, reads: Int,
-                        after outcome: LoadOutcome?) -> Bool {
+    /// `outcome`: what the disk thread's last read for this head came to, if it waited for one.
+    private func answer(_ head: RequestHead, on connection: Connection, started: Nanoseconds, after outcome: LoadOutcome?) -> Bool {
         let kind: WorkerMetrics.Kind
         switch head.method {
         case .get: kind = .get
@@ -57,8 +55,10 @@ final class FileResponder: HTTPResponder {
         // The name through the rules, kept in the connection's memory for names (the last
         // answer's name let it go) while the answer waits for the disk.
         if outcome == nil || outcome?.isRemapped == true {
-            guard name(head, on: connection, kind: kind, started: started, reads: reads, ticket: ticket, after: outcome) else {
-                return connection.waiting == nil
+            switch name(head, on: connection, kind: kind, started: started, ticket: ticket, after: outcome) {
+            case .named: break
+            case .waiting: return false
+            case .answered: return true
             }
         }
         let name = connection.name
@@ -70,7 +70,6 @@ final class FileResponder: HTTPResponder {
         case .ready(let ready):
             lease = ready
         case .loading:
-            connection.waiting = (head, started, reads)
             return false
         case .refused(let refusal):
             plain(connection, Status(refusal), to: head, kind: kind, method: head.method.name, file: name, detail: refusal.message,
@@ -80,12 +79,19 @@ final class FileResponder: HTTPResponder {
         return answer(head, from: lease, name: name, kind: kind, on: connection, started: started)
     }
 
+    private enum Naming {
+        /// The name is in `connection.name`.
+        case named
+        /// Rules that probe the file system run on a disk thread: the answer waits.
+        case waiting
+        /// Refused: the refusal is the answer.
+        case answered
+    }
+
     /// The path without its leading "/" (the name, as a TFTP client would send it) through the
-    /// remap rules into `connection.name`: true when it is there. False when the answer waits
-    /// (`connection.waiting`) while rules that probe the file system run on a disk thread, or
-    /// was refused (and `connection.waiting` is nil).
-    private func name(_ head: RequestHead, on connection: Connection, kind: WorkerMetrics.Kind, started: Nanoseconds, reads: Int,
-                      ticket: UInt64, after outcome: LoadOutcome?) -> Bool {
+    /// remap rules into `connection.name`.
+    private func name(_ head: RequestHead, on connection: Connection, kind: WorkerMetrics.Kind, started: Nanoseconds,
+                      ticket: UInt64, after outcome: LoadOutcome?) -> Naming {
         connection.name.removeAll(keepingCapacity: true)
         connection.name.append(contentsOf: head.name)
         switch files.remap(connection.name, isWrite: false, client: connection.peer, logger: logger,
@@ -96,14 +102,13 @@ final class FileResponder: HTTPResponder {
                 connection.name.removeAll(keepingCapacity: true)
                 connection.name.append(contentsOf: mapped)
             }
-            return true
+            return .named
         case .loading:
-            connection.waiting = (head, started, reads)
-            return false
+            return .waiting
         case .refused(let refusal):
             plain(connection, Status(refusal), to: head, kind: kind, method: head.method.name, file: connection.name,
                   detail: refusal.message, started: started)
-            return false
+            return .answered
         }
     }
 
@@ -149,9 +154,7 @@ final class FileResponder: HTTPResponder {
         return true
     }
 
-    func resume(_ connection: Connection, after outcome: LoadOutcome) -> Bool {
-        guard let (head, started, reads) = connection.waiting else { return true }
-        connection.waiting = nil
+    func resume(_ head: RequestHead, started: Nanoseconds, reads: Int, on connection: Connection, after outcome: LoadOutcome) -> Bool {
         switch outcome {
         case .refused(let refusal):
             plain(connection, Status(refusal), to: head, kind: head.method == .head ? .head : .get, method: head.method.name,
@@ -163,7 +166,7 @@ final class FileResponder: HTTPResponder {
                   file: Array(head.name), detail: busy.message, started: started)
             return true
         case .loaded, .stream, .opened, .created, .remapped, .looked, .readAhead:
-            return answer(head, on: connection, started: started, reads: reads + 1, after: outcome)
+            return answer(head, on: connection, started: started, after: outcome)
         }
     }
 

@@ -107,7 +107,7 @@ extension HTTPLoop {
     func streamed(_ file: StreamedFile, _ response: Response, _ connection: Connection, _ transport: Transport, count: Int) -> Step {
         if file.readyThrough < response.end && file.readyThrough - response.offset < FileService.readAheadBytes / 2 {
             // Bytes the page cache holds are ready at once; others are read on a disk thread.
-            responder.readAhead(file, from: max(file.readyThrough, response.offset), for: connection)
+            _ = responder.readAhead(file, from: max(file.readyThrough, response.offset), for: connection)
         }
         let ready = file.readyThrough
         // No read-ahead could be asked (no descriptor left for it): the bytes are sent as read.

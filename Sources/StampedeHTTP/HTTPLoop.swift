@@ -353,9 +353,8 @@ public final class HTTPLoop: @unchecked Sendable {
             case .parseNext:
                 action = parse(connection, now: now)
             case .answer:
-                // The head `parse` put down: the responder answers it now, or once its file is read.
-                guard let (head, started) = connection.answering else { return }
-                connection.answering = nil
+                // The head the state holds: the responder answers it now, or once its file is read.
+                guard case .answering(let head, let started) = connection.state.phase else { return }
                 let ready = responder.answer(head, on: connection, started: started)
                 action = connection.state.handle(ready ? .answerReady : .fileLoading, now: now)
             case .write:
@@ -426,8 +425,7 @@ public final class HTTPLoop: @unchecked Sendable {
             connection.parser.reset()
             // The state decides first whether the answer is the connection's last (it says so),
             // then the loop answers it (`.answer`).
-            connection.answering = (head, started)
-            return connection.state.handle(.headParsed(keepAlive: head.keepAlive), now: now)
+            return connection.state.handle(.headParsed(head, started: started), now: now)
         case .failure(let refusal):
             connection.input = []
             connection.parser.reset()
@@ -453,9 +451,9 @@ public final class HTTPLoop: @unchecked Sendable {
                 service(slot, now: now)
                 continue
             }
-            guard connection.waiting != nil else { continue }
-            guard responder.resume(connection, after: outcome) else { continue }
-            perform(connection.state.handle(.answerReady, now: now), slot, connection, now: now)
+            guard case .waitingForFile(let head, let started, _, let reads) = connection.state.phase else { continue }
+            let ready = responder.resume(head, started: started, reads: reads, on: connection, after: outcome)
+            perform(connection.state.handle(ready ? .answerReady : .fileLoading, now: now), slot, connection, now: now)
         }
     }
 

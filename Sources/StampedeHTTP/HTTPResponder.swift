@@ -9,13 +9,14 @@ import StampedeServing
 protocol HTTPResponder: AnyObject {
     /// Answers `head` on `connection` (whose state says whether the answer is its last): sets
     /// `connection.response` (and lends it the file, `connection.lend`) and returns true, or returns false when the
-    /// answer waits for a file the disk thread reads (`connection.waiting` says which), to be
-    /// made by `resume` when it is read. `started`: when the head's first byte came.
+    /// answer waits for a file a disk thread reads (the connection's state then holds the head:
+    /// `.waitingForFile`), to be made by `resume` when it is read. `started`: when the head's
+    /// first byte came.
     func answer(_ head: RequestHead, on connection: Connection, started: Nanoseconds) -> Bool
 
-    /// Answers a head that waited for its file, now that the disk thread has read it (or not).
-    /// Returns false if it must wait again.
-    func resume(_ connection: Connection, after outcome: LoadOutcome) -> Bool
+    /// Answers a head that waited for its file, now that the disk thread has read it (or not);
+    /// `reads`: the reads of it before this one. Returns false if it must wait again.
+    func resume(_ head: RequestHead, started: Nanoseconds, reads: Int, on connection: Connection, after outcome: LoadOutcome) -> Bool
 
     /// The answer to a head that could not be read or came too slowly: its status, with a short
     /// text saying it unless the request was a HEAD (`withBody`).

@@ -1,4 +1,5 @@
 import StampedeBase
+import StampedeHTTPWire
 import Testing
 @testable import StampedeHTTP
 
@@ -13,14 +14,25 @@ import Testing
         ConnectionState(limits: limits ?? self.limits, opened: time)
     }
 
+    /// A head as a client sends it: asking to keep the connection, or to close it after.
+    static func head(keepAlive: Bool = true, path: String = "/boot.ipxe") -> RequestHead {
+        var parser = HeadParser()
+        let text = "GET \(path) HTTP/1.1\r\nHost: rack\r\n" + (keepAlive ? "" : "Connection: close\r\n") + "\r\n"
+        let parsed = Array(text.utf8).withUnsafeBytes { bytes in try? parser.parse(bytes) }
+        guard case .complete(let head, _)? = parsed else { fatalError("the test's head did not parse") }
+        return head
+    }
+
+    static let keptAlive = head()
+
     @Test func aRequestIsReadAnsweredAndTheConnectionWaitsForTheNext() {
         var state = opened()
         #expect(state.handle(.serviceBegins(inputLeft: false), now: 1) == .read)
         #expect(state.handle(.bytesRead, now: 1) == .parseNext)
         #expect(state.phase == .readingHead(since: 1))
         #expect(state.handle(.headIncomplete, now: 1) == .read)
-        #expect(state.handle(.headParsed(keepAlive: true), now: 2) == .answer)
-        #expect(state.phase == .answering && !state.lastAnswer)
+        #expect(state.handle(.headParsed(Self.keptAlive, started: 1), now: 2) == .answer)
+        #expect(state.phase == .answering(Self.keptAlive, started: 1) && !state.lastAnswer)
         #expect(state.handle(.answerReady, now: 2) == .write)
         #expect(state.handle(.wrote(100), now: 3) == .write)
         #expect(state.handle(.answerWritten(inputLeft: false), now: 4) == .read)
@@ -60,7 +72,7 @@ import Testing
         var state = opened()
         #expect(state.handle(.serviceBegins(inputLeft: true), now: 1) == .parseNext)
         #expect(state.handle(.bytesRead, now: 1) == .parseNext)
-        #expect(state.handle(.headParsed(keepAlive: true), now: 1) == .answer)
+        #expect(state.handle(.headParsed(Self.keptAlive, started: 1), now: 1) == .answer)
         #expect(state.handle(.serviceBegins(inputLeft: false), now: 1) == .none)
         #expect(state.handle(.fileLoading, now: 1) == .none)
         #expect(state.handle(.serviceBegins(inputLeft: false), now: 2) == .none)
@@ -75,11 +87,11 @@ import Testing
     @Test func pipelinedRequestsAreParsedFromWhatIsAlreadyRead() {
         var state = opened()
         _ = state.handle(.bytesRead, now: 1)
-        _ = state.handle(.headParsed(keepAlive: true), now: 1)
+        _ = state.handle(.headParsed(Self.keptAlive, started: 1), now: 1)
         _ = state.handle(.answerReady, now: 1)
         #expect(state.handle(.answerWritten(inputLeft: true), now: 5) == .parseNext)
         #expect(state.phase == .readingHead(since: 5))
-        _ = state.handle(.headParsed(keepAlive: false), now: 6)
+        _ = state.handle(.headParsed(Self.head(keepAlive: false), started: 6), now: 6)
         _ = state.handle(.answerReady, now: 6)
         // The second asked to close: its answer is the last, whatever else was read.
         #expect(state.lastAnswer)
@@ -102,7 +114,7 @@ import Testing
         #expect(state.handle(.tick, now: 60 * Self.second + 1) == .close(.idle))
         // The clock starts again after each answer.
         var served = opened(at: 0)
-        _ = served.handle(.headParsed(keepAlive: true), now: 50 * Self.second)
+        _ = served.handle(.headParsed(Self.keptAlive, started: 50 * Self.second), now: 50 * Self.second)
         _ = served.handle(.answerReady, now: 50 * Self.second)
         _ = served.handle(.answerWritten(inputLeft: false), now: 55 * Self.second)
         #expect(served.handle(.tick, now: 100 * Self.second) == .none)
@@ -111,7 +123,7 @@ import Testing
 
     @Test func anAnswerTheClientStopsTakingIsAbandonedAfterTheSendTimeout() {
         var state = opened()
-        _ = state.handle(.headParsed(keepAlive: true), now: 0)
+        _ = state.handle(.headParsed(Self.keptAlive, started: 0), now: 0)
         _ = state.handle(.answerReady, now: 0)
         _ = state.handle(.wrote(1000), now: 30 * Self.second)
         #expect(state.handle(.tick, now: 90 * Self.second) == .none)  // progress at 30 s
@@ -124,7 +136,7 @@ import Testing
         var small = limits
         small.writeBudget = 1000
         var state = opened(limits: small)
-        _ = state.handle(.headParsed(keepAlive: true), now: 0)
+        _ = state.handle(.headParsed(Self.keptAlive, started: 0), now: 0)
         _ = state.handle(.answerReady, now: 0)
         #expect(state.handle(.serviceBegins(inputLeft: false), now: 0) == .write)
         #expect(state.handle(.wrote(600), now: 0) == .write)
@@ -138,11 +150,11 @@ import Testing
     /// after the drain timeout, counted from the stop.
     @Test func aStopDrainsEachConnectionAfterOneMoreAnswer() {
         var writing = opened()
-        _ = writing.handle(.headParsed(keepAlive: true), now: 0)
+        _ = writing.handle(.headParsed(Self.keptAlive, started: 0), now: 0)
         _ = writing.handle(.answerReady, now: 0)
         _ = writing.handle(.stop, now: 10)
         #expect(writing.handle(.answerWritten(inputLeft: false), now: 20) == .read)  // not the last: it said keep-alive
-        _ = writing.handle(.headParsed(keepAlive: true), now: 30)
+        _ = writing.handle(.headParsed(Self.keptAlive, started: 30), now: 30)
         #expect(writing.lastAnswer)
         _ = writing.handle(.answerReady, now: 30)
         #expect(writing.handle(.answerWritten(inputLeft: false), now: 40) == .close(.answeredLast))
@@ -155,7 +167,7 @@ import Testing
         var asking = opened()
         _ = asking.handle(.bytesRead, now: 0)
         _ = asking.handle(.stop, now: 1)
-        _ = asking.handle(.headParsed(keepAlive: true), now: 2)
+        _ = asking.handle(.headParsed(Self.keptAlive, started: 1), now: 2)
         #expect(asking.lastAnswer)
     }
 
@@ -167,13 +179,34 @@ import Testing
         #expect(state.handle(.answerWritten(inputLeft: true), now: 2) == .close(.answeredLast))
     }
 
+    /// The head waits with the state, which counts the reads of its file: the loop asks the
+    /// responder again with both when a read is done.
     @Test func anAnswerWaitingForItsFileHasNoDeadlineAndWritesWhenItComes() {
         var state = opened()
-        _ = state.handle(.headParsed(keepAlive: true), now: 0)
+        _ = state.handle(.headParsed(Self.keptAlive, started: 0), now: 0)
         _ = state.handle(.fileLoading, now: 0)
-        #expect(state.phase == .waitingForFile(since: 0))
+        #expect(state.phase == .waitingForFile(Self.keptAlive, started: 0, since: 0, reads: 0))
         #expect(state.handle(.tick, now: 600 * Self.second) == .none)
+        // Read, and changed while it was read: read again.
+        #expect(state.handle(.fileLoading, now: 600 * Self.second) == .none)
+        #expect(state.phase == .waitingForFile(Self.keptAlive, started: 0, since: 600 * Self.second, reads: 1))
         #expect(state.handle(.answerReady, now: 601 * Self.second) == .write)
+        #expect(state.phase == .writing(lastProgress: 601 * Self.second))
+    }
+
+    /// Each head is answered as asked: the one the state holds is the last parsed, and whether it
+    /// closes the connection is its own.
+    @Test func thePhaseHoldsTheHeadBeingAnswered() {
+        var state = opened()
+        let first = Self.head(path: "/first"), last = Self.head(keepAlive: false, path: "/last")
+        _ = state.handle(.bytesRead, now: 1)
+        #expect(state.handle(.headParsed(first, started: 1), now: 2) == .answer)
+        guard case .answering(let held, let started) = state.phase else { Issue.record("not answering"); return }
+        #expect(held.path == first.path && started == 1 && !state.lastAnswer)
+        _ = state.handle(.answerReady, now: 2)
+        _ = state.handle(.answerWritten(inputLeft: true), now: 3)
+        #expect(state.handle(.headParsed(last, started: 3), now: 3) == .answer)
+        #expect(state.phase == .answering(last, started: 3) && state.lastAnswer)
     }
 
     /// The metrics endpoint's connections live a minute at most: the answer after that says close.
@@ -181,11 +214,11 @@ import Testing
         var aged = limits
         aged.lifetime = 60 * Self.second
         var state = opened(at: 0, limits: aged)
-        _ = state.handle(.headParsed(keepAlive: true), now: 59 * Self.second)
+        _ = state.handle(.headParsed(Self.keptAlive, started: 59 * Self.second), now: 59 * Self.second)
         #expect(!state.lastAnswer)
         _ = state.handle(.answerReady, now: 59 * Self.second)
         _ = state.handle(.answerWritten(inputLeft: false), now: 59 * Self.second)
-        _ = state.handle(.headParsed(keepAlive: true), now: 60 * Self.second)
+        _ = state.handle(.headParsed(Self.keptAlive, started: 60 * Self.second), now: 60 * Self.second)
         #expect(state.lastAnswer)
     }
 
