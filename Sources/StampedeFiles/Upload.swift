@@ -116,6 +116,14 @@ public final class Upload: @unchecked Sendable, Equatable {
         return writeIsDue
     }
 
+    /// Whether a block of `count` bytes may be gathered: while a write runs and its ACK is held,
+    /// a client may send the rest of the window it was given, no more; one that sends on past it
+    /// has its blocks dropped (as if lost: it sends them again), so that the blocks waiting in
+    /// memory stay within two windows and the write mark.
+    public func hasRoom(for count: Int) -> Bool {
+        gathered.count + count <= writeMark + 2 * window + 1
+    }
+
     /// A window or more has gathered, or the first block of an announced size.
     public var writeIsDue: Bool { gathered.count >= writeMark || (reservationDue && !gathered.isEmpty) }
 

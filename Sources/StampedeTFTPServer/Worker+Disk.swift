@@ -16,8 +16,8 @@ enum UploadWork: Sendable {
 /// a worker's loop never writes an upload's file nor waits for the disk to fsync it. The worker
 /// gathers an upload's blocks and hands them over a window (at least 64 KiB) at a time; while that
 /// write runs it gathers the next window, and if that one is full too it holds the client's ACK
-/// (`Transfer.ackHeld`) until the write is done, so a slow disk slows that upload alone, and at
-/// most two windows of it wait in memory. Its last block taken, the transfer is `.committing`:
+/// (`Transfer.ackHeld`) until the write is done, so a slow disk slows that upload alone (blocks
+/// sent past the window meanwhile are dropped: `Upload.hasRoom`). Its last block taken, the transfer is `.committing`:
 /// the disk thread writes the rest and commits, after any write still running; the outcome is
 /// posted here and wakes the loop through its mailbox (`loads.wake`), and that turn sends the last
 /// ACK (or the ERROR).

@@ -60,6 +60,8 @@ extension Worker {
             finish(slot, .serverError(TFTPError(.illegalOperation, "oversized DATA")), now: now)
             return
         }
+        // Past what a client held back by its ACK may send: dropped, as if lost (`Upload.hasRoom`).
+        if let upload = table[slot].upload, !upload.hasRoom(for: payload.count) { return }
         let resends = table[slot].receiver!.retransmits
         let receipt = table[slot].receiver!.receiveData(block, length: payload.count, now: now)
         metrics.add(.retransmissions, table[slot].receiver!.retransmits - resends)
