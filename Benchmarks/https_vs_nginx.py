@@ -15,7 +15,8 @@ workers all count), and plays:
   curves negotiates): new connections per server CPU-second.
 
 Rounds (BENCH_ROUNDS, default 3) interleave the servers, each round starting with the next; the
-table shows the median round, the spread, and Stampede ÷ nginx.
+table shows the median round, the spread, and Stampede ÷ nginx. BENCH_BASELINE=PATH adds another
+build (an older one) as "stampede-baseline" in the same rounds, and a column of this ÷ it.
 
 Then the rack over HTTPS: BENCH_RACK_MACHINES (default 2,000) machines powering on over 3 s, each
 playing `storm --profile uefi-ipxe --https` in two storm processes of half the rack each (ipxe.efi over TFTP, then the script, a 16 MiB kernel
@@ -50,7 +51,8 @@ HANDSHAKES = {"TLS 1.3": ["-tls1_3"], "TLS 1.2 ECDHE-RSA-AES128-GCM": ["-tls1_2"
               "TLS 1.2 DHE-RSA-AES128-GCM": ["-tls1_2", "-cipher", "DHE-RSA-AES128-GCM-SHA256"]}
 # "stampede-sid" is the same binary run from the unstable tree nginx runs from, so that it links
 # the same OpenSSL as nginx: the two Stampede rows apart show what the library's version does.
-SERVERS = ["stampede", "stampede-sid", "nginx"]
+BASELINE = os.environ.get("BENCH_BASELINE")
+SERVERS = ["stampede", "stampede-sid", "nginx"] + (["stampede-baseline"] if BASELINE else [])
 RACK = ROOT / "https-rack"
 RACK_FILES = {"ipxe.efi": 1 << 20, "vmlinuz": 16 << 20, "initrd.img": 64 << 20}
 RACK_MACHINES = int(os.environ.get("BENCH_RACK_MACHINES", "2000"))
@@ -86,7 +88,8 @@ def start(server, port, group, pair, suites):
     prepare = in_group(group)
     log = ROOT / f"https-{server}.log"
     if server.startswith("stampede"):
-        argv = [str(SID_BINARY if server == "stampede-sid" else STAMPEDE), "-L", "-a", "127.0.0.1:0", "--verbosity", "1", "--stderr", "-u", "root",
+        binary = {"stampede-sid": SID_BINARY, "stampede-baseline": BASELINE}.get(server, STAMPEDE)
+        argv = [str(binary), "-L", "-a", "127.0.0.1:0", "--verbosity", "1", "--stderr", "-u", "root",
                 "--https", f"127.0.0.1:{port}", "--tls-certificate", str(pair[0]), "--tls-key", str(pair[1]),
                 "--http-max-connections", "9000", str(WEB)]
         if server == "stampede-sid":
@@ -219,14 +222,22 @@ def main():
             summary[key] = {server: row[server][0] for server in SERVERS}
             summary[key]["ratio"], summary[key]["sid_ratio"] = round(row["stampede"][0] / n, 2), round(row["stampede-sid"][0] / n, 2)
             cells = " | ".join(with_spread(*row[server]) for server in SERVERS)
-            lines.append(f"| {key} | {cells} | {summary[key]['ratio']:.2f} | {summary[key]['sid_ratio']:.2f} "
-                         f"| {', '.join(str(rates[server]) for server in SERVERS)} |")
+            against = ""
+            if BASELINE:
+                summary[key]["baseline_ratio"] = round(row["stampede"][0] / row["stampede-baseline"][0], 2)
+                against = f" {summary[key]['baseline_ratio']:.2f} |"
+            lines.append(f"| {key} | {cells} | {summary[key]['ratio']:.2f} | {summary[key]['sid_ratio']:.2f} |{against}"
+                         f" {', '.join(str(rates[server]) for server in SERVERS)} |")
         return lines
-    table = ["| bulk, keep-alive (wrk): CPU-s/GB | Stampede (spread) | Stampede, unstable's OpenSSL | nginx | Stampede ÷ nginx "
-             "| same OpenSSL ÷ nginx | GB/s (same order) |", "|---|---|---|---|---|---|---|",
+
+    def header(what):
+        baseline = (" baseline (spread) |", " this ÷ baseline |", "---|---|") if BASELINE else ("", "", "")
+        return [f"| {what} | Stampede (spread) | Stampede, unstable's OpenSSL | nginx |{baseline[0]} Stampede ÷ nginx "
+                f"| same OpenSSL ÷ nginx |{baseline[1]} {'per s' if 'per CPU-s' in what else 'GB/s'} (same order) |",
+                "|---|---|---|---|---|---|---|" + baseline[2]]
+    table = [*header("bulk, keep-alive (wrk): CPU-s/GB"),
              *rows([f"{name} x{connections}" for name, connections in BULK], "cpu_per_gb", "gb_per_s"),
-             "", "| new connections (openssl s_time -new, 2 clients): per CPU-s | Stampede (spread) | Stampede, unstable's OpenSSL "
-             "| nginx | Stampede ÷ nginx | same OpenSSL ÷ nginx | per s (same order) |", "|---|---|---|---|---|---|---|",
+             "", *header("new connections (openssl s_time -new, 2 clients): per CPU-s"),
              *rows(list(HANDSHAKES), "per_cpu_s", "per_s")]
     rack_rounds = {"stampede": [], "dnsmasq+nginx": []}
     if RACK_ROUNDS:
@@ -248,8 +259,9 @@ def main():
             table.append(f"| {servers} | {r['ok']} / {r['failed']} | {r['p50_s']} | {r['p99_s']} | {r['handshake_p50_ms']} / "
                          f"{r['handshake_p99_ms']} | {r['server_cpu_s']} | {r['storm_cpu_s']} | {round(r['seconds'], 1)} |")
     start_line = rounds["stampede"][-1].get("start", [""])
+    baseline_line = f"; the baseline: {BASELINE}" if BASELINE else ""
     text = "\n".join([f"Stampede --https (Debian 12's {ours}; and from the unstable tree, {sid_openssl}) vs {nginx_line} "
-                      "(sendfile on, the same certificate and TLS 1.2 suites), "
+                      f"(sendfile on, the same certificate and TLS 1.2 suites){baseline_line}, "
                       f"{ROUNDS} interleaved rounds of {SECONDS} s, median (spread):", "", *table, "",
                       f"Stampede said at start: {start_line[0].split('with ', 1)[-1] if start_line else '?'}"])
     write_results(os.environ.get("BENCH_OUTPUT", "bench-https"), {"nginx": nginx_line, "openssl": ours, "sid_openssl": sid_openssl, "seconds": SECONDS, "rounds": rounds,
