@@ -81,11 +81,18 @@ static double thread_seconds(void)
     return t.tv_sec + t.tv_nsec / 1e9;
 }
 
-/* The pair's next DATA, laid out in its own message (it stays valid until the ACK comes back). */
-static struct msghdr *next_data(struct pair *p)
+/* The pair's message of its first `vectors` iovecs (it stays valid until the ACK comes back). */
+static struct msghdr *message_of(struct pair *p, int vectors)
 {
-    if (p->offset + BLOCK > image_size)
-        p->offset = 0;
+    memset(&p->message, 0, sizeof(p->message));
+    p->message.msg_iov = p->vectors;
+    p->message.msg_iovlen = (size_t)vectors;
+    return &p->message;
+}
+
+/* The pair's next DATA: its header and `length` bytes of the image from the pair's offset. */
+static struct msghdr *data_of(struct pair *p, size_t length)
+{
     p->block++;
     p->header[0] = 0;
     p->header[1] = 3;
@@ -94,13 +101,18 @@ static struct msghdr *next_data(struct pair *p)
     p->vectors[0].iov_base = p->header;
     p->vectors[0].iov_len = 4;
     p->vectors[1].iov_base = (void *)(image + p->offset);
-    p->vectors[1].iov_len = BLOCK;
-    p->offset += BLOCK;
+    p->vectors[1].iov_len = length;
+    p->offset += length;
+    return message_of(p, 2);
+}
+
+/* A kept pair's next DATA, a whole block (the image read round and round). */
+static struct msghdr *next_data(struct pair *p)
+{
+    if (p->offset + BLOCK > image_size)
+        p->offset = 0;
     p->remaining--;
-    memset(&p->message, 0, sizeof(p->message));
-    p->message.msg_iov = p->vectors;
-    p->message.msg_iovlen = 2;
-    return &p->message;
+    return data_of(p, BLOCK);
 }
 
 /* Shares `blocks` among the pairs. */
@@ -176,21 +188,34 @@ static int ring_setup(int pairs)
     return 0;
 }
 
-static void arm_receive(int index, int fd)
+/* A submission entry, the queue submitted first if it is full. */
+static struct io_uring_sqe *next_sqe(void)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+    if (!sqe) {
+        io_uring_submit(&ring);
+        sqe = io_uring_get_sqe(&ring);
+    }
+    return sqe;
+}
+
+/* A multishot receive on `fd` into the provided buffers; its completions say `tag`. */
+static void arm_receive(int fd, uint64_t tag)
+{
+    struct io_uring_sqe *sqe = next_sqe();
     io_uring_prep_recv_multishot(sqe, fd, NULL, 0, 0);
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = GROUP;
-    io_uring_sqe_set_data64(sqe, (uint64_t)index << 1);
+    io_uring_sqe_set_data64(sqe, tag);
 }
 
-static void queue_send(int index, struct pair *p)
+/* A SENDMSG of `message` whose completion comes only when it fails, saying `tag`. */
+static void queue_send(int fd, struct msghdr *message, uint64_t tag)
 {
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-    io_uring_prep_sendmsg(sqe, p->fd, next_data(p), MSG_DONTWAIT);
+    struct io_uring_sqe *sqe = next_sqe();
+    io_uring_prep_sendmsg(sqe, fd, message, MSG_DONTWAIT);
     sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-    io_uring_sqe_set_data64(sqe, (uint64_t)index << 1 | 1);
+    io_uring_sqe_set_data64(sqe, tag);
 }
 
 /* The receives stay armed from one measurement to the next (the pairs are this mode's alone). */
@@ -202,12 +227,12 @@ static double serve_uring(struct side *side, long blocks)
     double start;
     share(side, blocks);
     for (i = 0; i < side->count && !armed; i++)
-        arm_receive(i, side->pairs[i].fd);
+        arm_receive(side->pairs[i].fd, (uint64_t)i << 1);
     armed = 1;
     start = thread_seconds();
     for (i = 0; i < side->count; i++)
         if (side->pairs[i].remaining) {
-            queue_send(i, &side->pairs[i]);
+            queue_send(side->pairs[i].fd, next_data(&side->pairs[i]), (uint64_t)i << 1 | 1);
             waiting++;
         }
     while (waiting > 0) {
@@ -233,12 +258,12 @@ static double serve_uring(struct side *side, long blocks)
                 give_back(cqe->flags >> IORING_CQE_BUFFER_SHIFT, (int)returned++);
                 waiting--;
                 if (p->remaining) {
-                    queue_send(index, p);
+                    queue_send(p->fd, next_data(p), (uint64_t)index << 1 | 1);
                     waiting++;
                 }
             }
             if (!(cqe->flags & IORING_CQE_F_MORE))
-                arm_receive(index, p->fd);
+                arm_receive(p->fd, (uint64_t)index << 1);
         }
         io_uring_buf_ring_advance(buffer_ring, (int)returned);
         io_uring_cq_advance(&ring, seen);
@@ -344,31 +369,15 @@ static void *play_transfer_clients(void *argument)
 static struct msghdr *next_block(struct pair *p)
 {
     size_t left = transfer_bytes - p->offset, length = left < BLOCK ? left : BLOCK;
-    p->block++;
-    p->header[0] = 0;
-    p->header[1] = 3;
-    p->header[2] = (unsigned char)(p->block >> 8);
-    p->header[3] = (unsigned char)p->block;
-    p->vectors[0].iov_base = p->header;
-    p->vectors[0].iov_len = 4;
-    p->vectors[1].iov_base = (void *)(image + p->offset);
-    p->vectors[1].iov_len = length;
-    p->offset += length;
     p->last_short = length < BLOCK;
-    memset(&p->message, 0, sizeof(p->message));
-    p->message.msg_iov = p->vectors;
-    p->message.msg_iovlen = 2;
-    return &p->message;
+    return data_of(p, length);
 }
 
 static struct msghdr *oack(struct pair *p)
 {
     p->vectors[0].iov_base = (void *)option_ack;
     p->vectors[0].iov_len = sizeof(option_ack);
-    memset(&p->message, 0, sizeof(p->message));
-    p->message.msg_iov = p->vectors;
-    p->message.msg_iovlen = 1;
-    return &p->message;
+    return message_of(p, 1);
 }
 
 static uint64_t transfer_tag(int index, const struct pair *p, int kind)
@@ -376,31 +385,14 @@ static uint64_t transfer_tag(int index, const struct pair *p, int kind)
     return (uint64_t)p->generation << 32 | (uint64_t)index << 2 | (uint64_t)kind;
 }
 
-static struct io_uring_sqe *next_sqe(void)
-{
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-    if (!sqe) {
-        io_uring_submit(&ring);
-        sqe = io_uring_get_sqe(&ring);
-    }
-    return sqe;
-}
-
 static void send_in_ring(int index, struct pair *p, struct msghdr *message)
 {
-    struct io_uring_sqe *sqe = next_sqe();
-    io_uring_prep_sendmsg(sqe, p->fd, message, MSG_DONTWAIT);
-    sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-    io_uring_sqe_set_data64(sqe, transfer_tag(index, p, KIND_SEND));
+    queue_send(p->fd, message, transfer_tag(index, p, KIND_SEND));
 }
 
 static void arm_transfer_receive(int index, struct pair *p)
 {
-    struct io_uring_sqe *sqe = next_sqe();
-    io_uring_prep_recv_multishot(sqe, p->fd, NULL, 0, 0);
-    sqe->flags |= IOSQE_BUFFER_SELECT;
-    sqe->buf_group = GROUP;
-    io_uring_sqe_set_data64(sqe, transfer_tag(index, p, KIND_RECEIVE));
+    arm_receive(p->fd, transfer_tag(index, p, KIND_RECEIVE));
 }
 
 static void arm_listener(void)

@@ -37,7 +37,7 @@ public final class Upload: @unchecked Sendable, Equatable {
     private var writeMark = 64 << 10
     private var window = 0
     /// Handed over and not yet heard of (the worker's flag).
-    public private(set) var writeInFlight = false
+    private var writeInFlight = false
     /// An announced size waits to be reserved: the first block is handed over at once, so that
     /// a full disk is found before the rest moves (the worker's flag).
     private var reservationDue = false
@@ -179,12 +179,6 @@ public final class Upload: @unchecked Sendable, Equatable {
         try writeOut(gathered)
         gathered = []
         try file.commit()
-    }
-
-    /// The last block taken and the commit, at once (a caller with no loop to keep moving).
-    public func commit(scratch: UnsafeMutableRawBufferPointer) throws(Errno) {
-        append(nil, scratch: scratch)
-        try commitFile()
     }
 
     /// Drops the temporary file; the target is untouched.

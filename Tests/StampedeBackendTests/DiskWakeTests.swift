@@ -53,6 +53,18 @@ import Testing
         return count
     }
 
+    /// Turns the worker until `client` hears a datagram (at most `limit` turns): it, if one came,
+    /// and the turns taken.
+    func reply<Backend: DatagramBackend>(_ worker: Worker<Backend>, to client: LoopbackClient,
+                                         limit: Int) -> (datagram: (bytes: [UInt8], from: SocketAddress)?, turns: Int) {
+        var heard: (bytes: [UInt8], from: SocketAddress)?
+        let taken = turns(worker, limit: limit) {
+            heard = client.receive()
+            return heard != nil
+        }
+        return (heard, taken)
+    }
+
     func read<Backend: DatagramBackend>(_ backend: Backend) throws {
         let dir = ScratchDirectory()
         dir.write("image.bin", (0..<5000).map { UInt8(truncatingIfNeeded: $0) })
@@ -84,22 +96,13 @@ import Testing
         client.send(Request(isWrite: true, filename: Array("new.bin".utf8), mode: "octet", options: []).encoded(), to: bound)
         _ = turns(worker, limit: 1) { true }
         #expect(worker.requestsWaitingForFiles == 1 && client.receive() == nil, "the upload's file was made on the worker")
-        var ack: (bytes: [UInt8], from: SocketAddress)?
-        _ = turns(worker, limit: 3) {
-            ack = client.receive()
-            return ack != nil
-        }
-        let first = try #require(ack)
+        let first = try #require(reply(worker, to: client, limit: 3).datagram)
         #expect(first.bytes == [0, 4, 0, 0])
         // The disk is busy when the last (and only) block arrives: the commit waits for it.
         disk.submit { hold(microseconds: Self.busy) }
         client.send([0, 3, 0, 1] + Array("written".utf8), to: first.from)
         let calls = backend.statistics.systemCalls
-        ack = nil
-        let taken = turns(worker, limit: 6) {
-            ack = client.receive()
-            return ack != nil
-        }
+        let (ack, taken) = reply(worker, to: client, limit: 6)
         #expect(ack?.bytes == [0, 4, 0, 1], "no ACK of the last block after \(taken) turns")
         #expect(taken <= 4, "the worker took \(taken) turns to hear of one commit")
         #expect(backend.statistics.systemCalls - calls < 20)
@@ -125,17 +128,10 @@ import Testing
         let client = LoopbackClient()
         _ = fcntl(client.fd, F_SETFL, O_NONBLOCK)
         client.send(Request(isWrite: true, filename: Array("up.bin".utf8), mode: "octet", options: []).encoded(), to: bound)
-        var reply: (bytes: [UInt8], from: SocketAddress)?
-        func answer(limit: Int) -> [UInt8]? {
-            reply = nil
-            _ = turns(worker, limit: limit) {
-                reply = client.receive()
-                return reply != nil
-            }
-            return reply?.bytes
-        }
-        #expect(answer(limit: 3) == [0, 4, 0, 0])
-        let port = reply!.from
+        func answer(limit: Int) -> [UInt8]? { reply(worker, to: client, limit: limit).datagram?.bytes }
+        let first = try #require(reply(worker, to: client, limit: 3).datagram)
+        #expect(first.bytes == [0, 4, 0, 0])
+        let port = first.from
         let block = { (n: Int) in (0..<512).map { UInt8(truncatingIfNeeded: $0 &+ n &* 7) } }
         disk.submit { hold(microseconds: Self.busy * 2) }
         for n in 1...255 {
@@ -205,12 +201,7 @@ import Testing
         client.send(Request(isWrite: false, filename: Array("big.img".utf8), mode: "octet",
                             options: [("blksize", "1468"), ("windowsize", "8")]).encoded(), to: bound)
         // Opened on the disk thread, then answered.
-        var reply: (bytes: [UInt8], from: SocketAddress)?
-        _ = turns(worker, limit: 3) {
-            reply = client.receive()
-            return reply != nil
-        }
-        let optionAck = try #require(reply)
+        let optionAck = try #require(reply(worker, to: client, limit: 3).datagram)
         #expect(optionAck.bytes.prefix(2) == [0, 6])
         disk.submit { hold(microseconds: Self.busy) }
         let started = stampede_monotonic_ns()
@@ -224,11 +215,7 @@ import Testing
         // A cached file is served meanwhile.
         _ = fcntl(other.fd, F_SETFL, O_NONBLOCK)
         other.send(Request(isWrite: false, filename: Array("small.txt".utf8), mode: "octet", options: []).encoded(), to: bound)
-        var small: (bytes: [UInt8], from: SocketAddress)?
-        _ = turns(worker, limit: 3) {
-            small = other.receive()
-            return small != nil
-        }
+        let small = reply(worker, to: other, limit: 3).datagram
         #expect(small?.bytes == [0, 3, 0, 1] + Array("small and cached".utf8))
         #expect(stampede_monotonic_ns() - started < Nanoseconds(Self.busy) * 1000, "the cached file waited behind the disk")
 

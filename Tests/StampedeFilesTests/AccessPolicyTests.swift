@@ -157,7 +157,8 @@ import Testing
         let u = try upload("new.bin")
         [UInt8]("hello").withUnsafeBytes { _ = u.append($0, scratch: scratch) }
         #expect(dir.read("new.bin") == nil)
-        try u.commit(scratch: scratch)
+        u.append(nil, scratch: scratch)
+        try u.commitFile()
         #expect(dir.read("new.bin") == [UInt8]("hello"))
         #expect(dir.entries() == ["new.bin"])
     }
@@ -182,7 +183,8 @@ import Testing
         let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 64, alignment: 8)
         defer { scratch.deallocate() }
         [UInt8]("ok").withUnsafeBytes { _ = live.append($0, scratch: scratch) }
-        try live.commit(scratch: scratch)
+        live.append(nil, scratch: scratch)
+        try live.commitFile()
         #expect(dir.read("boot/live.bin") == [UInt8]("ok"))
         #expect(dir.read("boot/efi/grubx64.efi") == [5])
         #expect(Upload.removeStale(beneath: dir.fd, changedBefore: FileCache.realTime()) == 0)
@@ -207,7 +209,8 @@ import Testing
         let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 1024, alignment: 8)
         defer { scratch.deallocate() }
         let u = try upload("f")
-        try u.commit(scratch: scratch)
+        u.append(nil, scratch: scratch)
+        try u.commitFile()
         var info = stat()
         stat(dir.path + "/f", &info)
         #expect(info.st_mode & 0o777 == 0o666)
@@ -225,7 +228,8 @@ import Testing
         try u.writeStaged()
         u.wrote()
         [UInt8]([0x0A, 0x62, 0x0D]).withUnsafeBytes { _ = u.append($0, scratch: scratch) }
-        try u.commit(scratch: scratch)
+        u.append(nil, scratch: scratch)
+        try u.commitFile()
         #expect(dir.read("t.txt") == [0x61, 0x0A, 0x62, 0x0D])
         #expect(u.bytesTaken == 4)
     }
