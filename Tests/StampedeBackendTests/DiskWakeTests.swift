@@ -35,8 +35,11 @@ import Testing
     }
 
     func rig<Backend: DatagramBackend>(_ backend: Backend, _ dir: ScratchDirectory, disk: DiskWork) throws -> (Worker<Backend>, SocketAddress) {
-        let configuration = ServerConfiguration(listenAddresses: [loopbackAny], policy: AccessPolicy(root: dir.fd, allowCreate: true),
+        var configuration = ServerConfiguration(listenAddresses: [loopbackAny], policy: AccessPolicy(root: dir.fd, allowCreate: true),
                                                 logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        // Nothing here is lost: a test stalled past the 1 s default (a busy CI machine) would hear
+        // a repeated ACK before the one it waits for.
+        configuration.retransmitTimeout = 60 * nanosecondsPerSecond
         let worker = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0, disk: disk)
         return (worker, try worker.bindListeners([loopbackAny])[0])
     }
