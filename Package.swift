@@ -77,7 +77,8 @@ let package = Package(
                                                      "CStampedeSys", log, .product(name: "Atomics", package: "swift-atomics")]),
         .target(name: "StampedeHTTPWire"),
         .target(name: "StampedeDHCP"),
-        .target(name: "StampedeProxyDHCP", dependencies: ["StampedeDHCP", "StampedeServing", "StampedeIO", "StampedeBase",
+        .target(name: "StampedeMachines", dependencies: ["StampedeDHCP", "StampedeIO"]),
+        .target(name: "StampedeProxyDHCP", dependencies: ["StampedeDHCP", "StampedeMachines", "StampedeServing", "StampedeIO", "StampedeBase",
                                                         "CStampedeSys", log]),
         .target(name: "StampedeHTTP", dependencies: ["StampedeHTTPWire", "StampedeTLS", "StampedeFiles", "StampedeServing", "StampedeIO",
                                                    "StampedeBase", "CStampedeSys", log, .product(name: "Atomics", package: "swift-atomics")]),
@@ -91,7 +92,7 @@ let package = Package(
                                                      "CStampedeSys"]),
         .executableTarget(
             name: "stampede",
-            dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeFiles", "StampedeServing", "StampedeTFTPServer", "StampedeDHCP", "StampedeProxyDHCP", "StampedeGlibc", "StampedeURing",
+            dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeFiles", "StampedeServing", "StampedeTFTPServer", "StampedeDHCP", "StampedeProxyDHCP", "StampedeMachines", "StampedeGlibc", "StampedeURing",
                            "StampedeStorm", "StampedeMetrics", "StampedeHTTP", "StampedeTLS", "CStampedeSys", log,
                            .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
@@ -124,6 +125,7 @@ let package = Package(
                     dependencies: ["stampede", "StampedeFiles", "StampedeServing", "StampedeTFTPServer", "StampedeDHCP", "StampedeIO", "StampedeBase", "StampedeProtocol", "CMallocCounter", log]),
         .testTarget(name: "StampedeHTTPWireTests", dependencies: ["StampedeHTTPWire"]),
         .testTarget(name: "StampedeDHCPTests", dependencies: ["StampedeDHCP"]),
+        .testTarget(name: "StampedeMachinesTests", dependencies: ["StampedeMachines", "StampedeDHCP", "StampedeTestSupport"]),
         .testTarget(name: "StampedeProxyDHCPTests", dependencies: ["StampedeProxyDHCP", "StampedeDHCP", "StampedeBase", "StampedeProtocol"]),
         .testTarget(name: "StampedeTLSTests", dependencies: ["StampedeTLS", "StampedeTestSupport"]),
         .testTarget(name: "StampedeHTTPTests",

@@ -2,6 +2,7 @@
 public enum BootIgnored: Int, CaseIterable, Sendable {
     case malformed, notBootClient, notForProxy, addressRequest, unknownArchitecture, noBootFile, tooManyHops, repeated
     case otherServer, otherBootServerType, bootIntegrityServices, bootFileTooLong
+    case machineIgnored, machineLocal, unknownMachine
 
     public init(_ silence: ProxyAnswer.Silence) {
         switch silence {
@@ -15,6 +16,9 @@ public enum BootIgnored: Int, CaseIterable, Sendable {
         case .otherBootServerType: self = .otherBootServerType
         case .bootIntegrityServices: self = .bootIntegrityServices
         case .bootFileTooLong: self = .bootFileTooLong
+        case .leftAlone(.ignored): self = .machineIgnored
+        case .leftAlone(.local): self = .machineLocal
+        case .leftAlone(.unknown): self = .unknownMachine
         }
     }
 
@@ -32,6 +36,9 @@ public enum BootIgnored: Int, CaseIterable, Sendable {
         case .otherBootServerType: "other_boot_server_type"
         case .bootIntegrityServices: "boot_integrity_services"
         case .bootFileTooLong: "boot_file_too_long"
+        case .machineIgnored: "machine_ignored"
+        case .machineLocal: "machine_local"
+        case .unknownMachine: "unknown_machine"
         }
     }
 }

@@ -64,6 +64,8 @@ public struct ProxyAnswer: Equatable, Sendable {
         /// The boot file, written for this machine, is longer than the reply holds (a file name
         /// over 127 bytes, `file`'s room; a URL over 254, option 67's).
         case bootFileTooLong(BootSelector, Int)
+        /// The machine records leave this machine alone.
+        case leftAlone(LeftAlone)
 
         public var description: String {
             switch self {
@@ -78,6 +80,7 @@ public struct ProxyAnswer: Equatable, Sendable {
             case .bootIntegrityServices: "a request for Boot Integrity Services (BIS), which this proxy does not offer"
             case .bootFileTooLong(let selector, let length):
                 "the boot file for \(selector.rawValue) is \(length) bytes for this machine, more than the reply holds"
+            case .leftAlone(let why): "\(why)"
             }
         }
     }
@@ -89,9 +92,16 @@ public struct ProxyAnswer: Equatable, Sendable {
     public var target: BootTarget
 
     /// The answer to `request`, which arrived on `port` from `source` (its address and port), for
-    /// a server at `server` booting machines by `menu`; or why there is none.
+    /// a server at `server` booting every machine by `menu`; or why there is none.
     public static func to(_ request: DHCPMessage, on port: Port, from source: (address: IPv4, port: UInt16),
                           server: IPv4, menu: BootMenu) -> Result<ProxyAnswer, Silence> {
+        to(request, on: port, from: source, server: server) { _ in .boot(menu) }
+    }
+
+    /// The answer to `request`, with what each machine boots, or that it is left alone, as
+    /// `choose` says (the machine records): asked only of a request this proxy would answer.
+    public static func to(_ request: DHCPMessage, on port: Port, from source: (address: IPv4, port: UInt16),
+                          server: IPv4, choose: (MachineIdentity) -> MachineChoice) -> Result<ProxyAnswer, Silence> {
         guard request.operation == .request, let type = request.type else { return .failure(.notForProxy) }
         guard request.hops <= 16 else { return .failure(.tooManyHops(request.hops)) }
         guard let client = BootClient(request) else { return .failure(.notBootClient) }
@@ -117,6 +127,11 @@ public struct ProxyAnswer: Equatable, Sendable {
             let itemType = UInt16(bootItem[0]) << 8 | UInt16(bootItem[1])
             if bootItem[2] & 0x80 != 0 { return .failure(.bootIntegrityServices) }
             guard itemType == PXEOption.bootstrapServer else { return .failure(.otherBootServerType(itemType)) }
+        }
+        let menu: BootMenu
+        switch choose(MachineIdentity(request, client)) {
+        case .boot(let chosen): menu = chosen
+        case .leaveAlone(let why): return .failure(.leftAlone(why))
         }
         guard let selector = BootSelector(client) else { return .failure(.unknownArchitecture(client.architecture)) }
         guard let chosen = menu.target(for: selector) else { return .failure(.noBootFile(selector)) }

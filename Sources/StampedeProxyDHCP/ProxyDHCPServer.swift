@@ -4,6 +4,7 @@ import Logging
 import StampedeBase
 import StampedeDHCP
 import StampedeIO
+import StampedeMachines
 import StampedeServing
 
 /// The proxyDHCP responder (`--proxy-dhcp`), on a thread of its own: a machine's first DHCP
@@ -56,6 +57,9 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     }
 
     public let networks: [BootNetwork]
+    /// `--machines`: which machines boot, and what; nil: every network-boot machine, by its
+    /// network's menu.
+    public let machines: MachineBook?
     public let ports: Ports
     /// Its answers by selector and its silences by reason, and its heartbeat (`lastTurn`).
     public let metrics = WorkerMetrics.dhcp()
@@ -74,9 +78,11 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     static let batch = 1024
 
     /// Opens the sockets (as the starting user: before privileges drop) for `networks`.
-    public init(networks: [BootNetwork], ports: Ports = Ports(), receiveBuffer: Int, logger: Logger, json: Bool) throws(StartFailure) {
+    public init(networks: [BootNetwork], machines: MachineBook? = nil, ports: Ports = Ports(), receiveBuffer: Int,
+                logger: Logger, json: Bool) throws(StartFailure) {
         guard networks.count <= Int(STAMPEDE_MAX_BOOT_NETWORKS) else { throw .tooManyNetworks(networks.count) }
         self.networks = networks
+        self.machines = machines
         self.ports = ports
         self.logger = logger
         self.json = json
@@ -188,15 +194,23 @@ public final class ProxyDHCPServer: @unchecked Sendable {
             return
         }
         let what = "DHCP \(message.type.map { "\($0)".uppercased() } ?? "message") \(message.hardwareAddress()) on \(network.interface.name)"
-        switch ProxyAnswer.to(message, on: port, from: source, server: network.address, menu: network.menu) {
+        let answer = ProxyAnswer.to(message, on: port, from: source, server: network.address) { machine in
+            machines?.choice(for: machine, over: network.menu) ?? .boot(network.menu)
+        }
+        switch answer {
         case .failure(let silence):
             metrics.countBoot(ignored: BootIgnored(silence))
             switch silence {
-            case .unknownArchitecture, .noBootFile, .bootFileTooLong:
-                // The operator can fix these: said, once a minute per machine.
+            case .unknownArchitecture, .noBootFile, .bootFileTooLong, .leftAlone:
+                // The operator can act on these: said, once a minute per machine (a machine left
+                // alone as its record says, as information).
                 guard let unsaid = notices.tell(message.machine, "\(silence)", now: now) else { return }
                 let since = unsaid > 0 ? " (\(unsaid) more of its requests since the last time this was said)" : ""
-                logger.warning("\(what): not answered: \(silence)\(since)")
+                if case .leftAlone = silence {
+                    logger.info("\(what): left alone: \(silence)\(since)")
+                } else {
+                    logger.warning("\(what): not answered: \(silence)\(since)")
+                }
             default:
                 logger.debug("\(what): not answered: \(silence)")
             }

@@ -375,3 +375,30 @@ def boot_link(network_namespace):
             r = namespace.run_inside(argv)
             assert r.returncode == 0, r.stderr
     return server, client
+
+
+@pytest.fixture(params=BACKENDS)
+def proxy(request, boot_link, root):
+    """start(*flags) -> a Server on the server namespace, TFTP on 10.78.0.1 and --proxy-dhcp there."""
+    from dhcpwire import SERVER
+    server_ns, _ = boot_link
+    started = []
+
+    def start(*flags, http=True):
+        extra = ["--http", f"{SERVER}:8080"] if http else []
+        s = Server(root, ["--proxy-dhcp", SERVER, *extra, *flags], host=SERVER, backend=request.param, prefix=server_ns.inside)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def machine(boot_link):
+    """A machine on the boot link's client side (dhcpwire.Machine): asks and hears DHCP."""
+    import dhcpwire
+    m = dhcpwire.Machine(boot_link[1])
+    yield m
+    m.close()

@@ -43,6 +43,7 @@ OTHER = {
               "--max-upload",  # a size with k, M, G...: test_parity_uploads.py
               "--http",  # ADDR:PORT: test_http.py, and below
               "--proxy-dhcp", "--boot-file",  # an IPv4 address, SELECTOR=NAME: test_proxy_dhcp.py
+              "--machines", "--unknown-machines",  # a directory, a choice: test_machines.py
               "--https", "--tls-certificate", "--tls-key", "--tls-profile"},  # ADDR:PORT, files, a choice: test_https.py
     "get": {"--mode", "--option"},  # NAME=VALUE of the option table: test_parity_options.py, test_cli.py
     "put": {"--mode", "--option"},

@@ -18,30 +18,6 @@ from conftest import BACKENDS, BINARY, REPO, SERVER_BINARY, Server, free_tcp_por
 from dhcpwire import CLIENT, MAC, SERVER, Machine
 
 
-@pytest.fixture(params=BACKENDS)
-def proxy(request, boot_link, root):
-    """start(*flags) -> a Server on the server namespace, TFTP on 10.78.0.1 and --proxy-dhcp there."""
-    server_ns, _ = boot_link
-    started = []
-
-    def start(*flags, http=True):
-        extra = ["--http", f"{SERVER}:8080"] if http else []
-        s = Server(root, ["--proxy-dhcp", SERVER, *extra, *flags], host=SERVER, backend=request.param, prefix=server_ns.inside)
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        s.stop()
-
-
-@pytest.fixture
-def machine(boot_link):
-    m = Machine(boot_link[1])
-    yield m
-    m.close()
-
-
 def test_uefi_pxe_is_offered_ipxe_with_the_bypass(proxy, machine):
     s = proxy()
     reply = machine.ask(dhcpwire.message(MAC, arch=7))

@@ -3,6 +3,7 @@ import Glibc
 import StampedeDHCP
 import StampedeFiles
 import StampedeIO
+import StampedeMachines
 import StampedeServing
 import StampedeTFTPServer
 import StampedeTLS
@@ -176,35 +177,12 @@ extension IPv4 {
     }
 }
 
-/// `--boot-file SELECTOR=NAME`: what one kind of machine boots, a file name or (UEFI HTTP Boot,
-/// iPXE) a URL.
-struct BootFileChoice: Equatable {
-    let selector: BootSelector
-    let target: BootTarget
-
+extension BootFileChoice {
+    /// `--boot-file SELECTOR=NAME` (the grammar is StampedeDHCP's, shared with machine records).
     static func parse(_ text: String) throws -> BootFileChoice {
-        let selectors = BootSelector.allCases.map(\.rawValue).joined(separator: ", ")
-        guard let equals = text.firstIndex(of: "="), let selector = BootSelector(rawValue: String(text[..<equals])) else {
-            throw ValidationError("--boot-file \(text): not SELECTOR=NAME with a selector of \(selectors).")
-        }
-        let name = String(text[text.index(after: equals)...])
-        guard !name.isEmpty, name.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x7f }) else {
-            throw ValidationError("--boot-file \(text): NAME is empty or holds a control character.")
-        }
-        let target = BootTarget(name)
-        guard target.longestExpansion <= target.longest else {
-            let what = if case .url = target { "option 67 holds" } else { "a reply's file field holds" }
-            throw ValidationError("--boot-file \(text): \(target.longestExpansion) bytes for a machine, more than \(what) (\(target.longest)).")
-        }
-        switch (selector, target) {
-        case (.httpX64, .file), (.httpArm64, .file):
-            throw ValidationError("--boot-file \(text): UEFI HTTP Boot loads a URL (http://...), not a file name.")
-        case (.bios, .url), (.efiX86, .url), (.efiX64, .url), (.efiArm64, .url):
-            throw ValidationError("--boot-file \(text): a PXE firmware loads a file over TFTP, not a URL: name the file.")
-        default:
-            return BootFileChoice(selector: selector, target: target)
-        }
+        do { return try BootFileChoice(parsing: text) } catch { throw ValidationError("--boot-file \(text): \(error).") }
     }
 }
 
 extension TLSProfile: ExpressibleByArgument {}
+extension MachineBook.UnknownMachines: ExpressibleByArgument {}

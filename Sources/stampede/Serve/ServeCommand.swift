@@ -5,6 +5,7 @@ import Logging
 import StampedeFiles
 import StampedeGlibc
 import StampedeIO
+import StampedeMachines
 import StampedeMetrics
 import StampedeProtocol
 import StampedeProxyDHCP
@@ -28,6 +29,7 @@ struct ServeCommand: ParsableCommand {
             return
         }
         let rules = try options.mapFile.map(loadRules)
+        let machines = try options.machines.map(loadMachines)
         if let mapTest = options.mapTest { return try MapTest(options: options, rules: rules?.current).run(mapTest) }
         let mode = try ServingMode.of(options)
         for (flag, given) in [("--http", !options.http.isEmpty), ("--https", !options.https.isEmpty),
@@ -80,7 +82,7 @@ struct ServeCommand: ParsableCommand {
         configuration.onHangup = hangup(destination, tls, logger)
         let startup = ServerStartup(plan: plan, configuration: configuration, cache: FileCache(limits: plan.cacheLimits),
                                     account: account, root: root, detached: detached, processFigures: processFigures,
-                                    notifier: notifier, tls: tls)
+                                    notifier: notifier, tls: tls, machines: machines)
         let segmentation = !options.noSegmentation
         if plan.useURing {
             var ring = URingBackend.Configuration()
@@ -176,6 +178,17 @@ struct ServeCommand: ParsableCommand {
             throw ExitCode(78)
         } catch {
             throw serveFailure("-m \(path): \(error)")
+        }
+    }
+
+    /// `--machines DIR`, read before anything serves: a bad record is refused with every fault,
+    /// each with its file and line (EX_CONFIG, as a bad -m file).
+    func loadMachines(_ path: String) throws -> MachineBook {
+        do {
+            return try MachineDirectory.read(path, unknown: options.unknownMachines ?? .ignore)
+        } catch {
+            writeToStandardError(error.errors.map { "stampede: --machines: \($0)\n" }.joined())
+            throw ExitCode(78)
         }
     }
 

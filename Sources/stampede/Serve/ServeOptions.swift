@@ -2,6 +2,7 @@ import ArgumentParser
 import StampedeDHCP
 import StampedeFiles
 import StampedeIO
+import StampedeMachines
 import StampedeProtocol
 import StampedeServing
 import StampedeTFTPServer
@@ -236,6 +237,13 @@ struct ServeOptions: ParsableArguments {
                                valueName: "SELECTOR=NAME"),
             transform: BootFileChoice.parse)
     var bootFile: [BootFileChoice] = []
+    @Option(name: .customLong("machines"),
+            help: ArgumentHelp("Machine records: a directory of files, one per machine (or a default), each saying which machines it selects (mac, uuid, arch) and whether --proxy-dhcp boots them, leaves them to boot from disk, or ignores them; Ironic's dhcp-hostsdir files (MAC, MAC,ignore) are read as they are. A machine no record selects is left alone (--unknown-machines). A bad file at start is refused with its file and line (exit 78). Off by default: every network-boot machine is answered.",
+                               valueName: "DIR"))
+    var machines: String?
+    @Option(name: .customLong("unknown-machines"),
+            help: "With --machines: what a machine no record selects gets, ignore (silence, the default) or boot (the network's boot, as without records).")
+    var unknownMachines: MachineBook.UnknownMachines?
     @Option(name: .customLong("http-max-connections"),
             help: "HTTP connections open at once (default: 16384, or fewer as the open-file limit holds at two descriptors each, a socket and a streamed file); more are closed as they arrive. One the limit cannot hold is lowered, with a warning.")
     var httpMaxConnections: Int?
@@ -291,6 +299,7 @@ struct ServeOptions: ParsableArguments {
         try FlagRange.check(windowsize, 0...Int.max, "-W", "blocks")
         try FlagRange.check(windowBytes, 0...Int.max, "--window-bytes", "bytes")
         if ipv4 && ipv6 { throw ValidationError("-4 and -6 exclude each other.") }
+        if unknownMachines != nil && machines == nil { throw ValidationError("--unknown-machines is for --machines.") }
         if !https.isEmpty && (tlsCertificate == nil || tlsKey == nil) {
             throw ValidationError("--https needs --tls-certificate and --tls-key.")
         }

@@ -99,6 +99,7 @@ struct ServePlan {
                 """)
         }
         if !options.bootFile.isEmpty && options.proxyDHCP.isEmpty { warnings.append("--boot-file without --proxy-dhcp: nothing offers it") }
+        if options.machines != nil && options.proxyDHCP.isEmpty { warnings.append("--machines without --proxy-dhcp: nothing asks the records") }
         if !options.proxyDHCP.isEmpty, let idle = options.idleTimeout, idle > 0 {
             warnings.append("-t \(idle) with --proxy-dhcp: once the server exits for being idle, no machine's DHCP is answered until it is started again")
         }

@@ -6,6 +6,7 @@ import StampedeDHCP
 import StampedeFiles
 import StampedeHTTP
 import StampedeIO
+import StampedeMachines
 import StampedeMetrics
 import StampedeProtocol
 import StampedeProxyDHCP
@@ -34,6 +35,8 @@ struct ServerStartup {
     let notifier: SystemdNotifier?
     /// `--https`'s certificate and key, loaded.
     let tls: TLSIdentity?
+    /// `--machines`, read.
+    let machines: MachineBook?
 
     /// Makes every server of the plan (each binds as the starting user), becomes the serving
     /// user, says what serves, and serves until SIGTERM.
@@ -95,7 +98,7 @@ struct ServerStartup {
     private func proxyDHCP() throws -> ProxyDHCPServer? {
         guard !plan.bootNetworks.isEmpty else { return nil }
         do {
-            return try ProxyDHCPServer(networks: plan.bootNetworks, receiveBuffer: configuration.listenerReceiveBuffer,
+            return try ProxyDHCPServer(networks: plan.bootNetworks, machines: machines, receiveBuffer: configuration.listenerReceiveBuffer,
                                        logger: configuration.logger, json: configuration.logFormat == .json)
         } catch {
             throw serveFailure("--proxy-dhcp: \(error)")

@@ -1,0 +1,68 @@
+import StampedeDHCP
+
+/// The machine records in force, indexed by what they select: which record a machine is, and so
+/// what it boots. A machine is its record by hardware address first, then by UUID, then by
+/// architecture (a number before a firmware selector), then the default record's; a machine no
+/// record selects is an unknown machine, left alone or booted as `--unknown-machines` says.
+/// Made whole or not at all: two records selecting the same thing are refused, both named.
+public struct MachineBook: Sendable {
+    /// What a machine no record selects gets (`--unknown-machines`).
+    public enum UnknownMachines: String, CaseIterable, Sendable {
+        /// Silence (the default with `--machines`): nothing boots that nobody listed.
+        case ignore
+        /// The network's boot, as without records.
+        case boot
+    }
+
+    public let records: [MachineRecord]
+    public let unknown: UnknownMachines
+    private let index: [MachineRecord.Selector: Int]
+
+    public init(_ records: [MachineRecord], unknown: UnknownMachines = .ignore) throws(RecordFaults) {
+        var index: [MachineRecord.Selector: Int] = [:]
+        var errors: [RecordError] = []
+        for (number, record) in records.enumerated() {
+            for (selector, line) in record.selectors {
+                if let earlier = index[selector] {
+                    guard earlier != number else { continue }  // a record may say a thing twice
+                    let other = records[earlier]
+                    let otherLine = other.selectors.first { $0.selector == selector }?.line ?? 0
+                    errors.append(RecordError(file: record.name, line: line,
+                                              "\(selector) is selected by \(other.name)\(otherLine > 0 ? ":\(otherLine)" : "") too"))
+                    continue
+                }
+                index[selector] = number
+            }
+        }
+        guard errors.isEmpty else { throw RecordFaults(errors) }
+        self.records = records
+        self.unknown = unknown
+        self.index = index
+    }
+
+    /// The record that selects `machine`, if any.
+    public func record(for machine: MachineIdentity) -> MachineRecord? {
+        var selectors: [MachineRecord.Selector] = [.hardwareAddress(machine.hardwareAddress)]
+        if let uuid = machine.uuid { selectors.append(.uuid(uuid)) }
+        selectors.append(.architecture(machine.architecture))
+        if let firmware = machine.firmware { selectors.append(.firmware(firmware)) }
+        selectors.append(.everyMachine)
+        return selectors.lazy.compactMap { index[$0] }.first.map { records[$0] }
+    }
+
+    /// What `machine` gets, over the network's `menu`.
+    public func choice(for machine: MachineIdentity, over menu: BootMenu) -> MachineChoice {
+        if let record = record(for: machine) { return record.choice(over: menu) }
+        return unknown == .boot ? .boot(menu) : .leaveAlone(.unknown)
+    }
+}
+
+/// Faults in records (a file's, or two files selecting one thing): every one, each with its file
+/// and line.
+public struct RecordFaults: Error, Equatable, Sendable, CustomStringConvertible {
+    public var errors: [RecordError]
+
+    public init(_ errors: [RecordError]) { self.errors = errors }
+
+    public var description: String { errors.map(\.description).joined(separator: "\n") }
+}

@@ -1,0 +1,71 @@
+import StampedeDHCP
+
+/// One machine record (a file in `--machines DIR`): which machines it selects, and what they do
+/// when they ask to boot. Read by `MachineRecord.parse`; chosen among by `MachineBook`.
+public struct MachineRecord: Equatable, Sendable {
+    /// What a selected machine's DHCP request gets.
+    public enum Action: String, CaseIterable, Sendable {
+        /// An offer of its boot: the record's boot files over the network's.
+        case boot
+        /// Silence: it boots from its own disk (its firmware moves on to its next boot device).
+        case local
+        /// Silence: this server does not boot it.
+        case ignore
+    }
+
+    /// What selects a machine, most particular first: a hardware address, a UUID (option 97), an
+    /// architecture (a number, or a firmware selector's name), or every machine (the default).
+    public enum Selector: Hashable, Sendable, CustomStringConvertible {
+        case hardwareAddress([UInt8])
+        case uuid(String)
+        case architecture(UInt16)
+        case firmware(BootSelector)
+        case everyMachine
+
+        public var description: String {
+            switch self {
+            case .hardwareAddress(let address): "mac \(address.hexadecimal(separator: ":"))"
+            case .uuid(let uuid): "uuid \(uuid)"
+            case .architecture(let number): "arch \(number)"
+            case .firmware(let selector): "arch \(selector.rawValue)"
+            case .everyMachine: "default"
+            }
+        }
+    }
+
+    /// Its file's name: how logs and errors name it.
+    public var name: String
+    /// What it selects, each with the line that says so.
+    public var selectors: [(selector: Selector, line: Int)]
+    public var action: Action
+    /// `boot-file SELECTOR=NAME`s, over the network's menu (`--boot-file`, the defaults).
+    public var bootFiles: [BootSelector: BootTarget]
+
+    public init(name: String, selectors: [(selector: Selector, line: Int)], action: Action = .boot, bootFiles: [BootSelector: BootTarget] = [:]) {
+        self.name = name
+        self.selectors = selectors
+        self.action = action
+        self.bootFiles = bootFiles
+    }
+
+    public static func == (a: MachineRecord, b: MachineRecord) -> Bool {
+        a.name == b.name && a.action == b.action && a.bootFiles == b.bootFiles
+            && a.selectors.map(\.selector) == b.selectors.map(\.selector) && a.selectors.map(\.line) == b.selectors.map(\.line)
+    }
+
+    /// What a machine it selects gets, over the network's `menu`.
+    public func choice(over menu: BootMenu) -> MachineChoice {
+        switch action {
+        case .boot: .boot(BootMenu(menu.targets.merging(bootFiles) { _, ours in ours }))
+        case .local: .leaveAlone(.local(record: name))
+        case .ignore: .leaveAlone(.ignored(record: name))
+        }
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// `52:54:00:12:34:56`: lower-case hex pairs with `separator` between.
+    func hexadecimal(separator: String) -> String {
+        map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined(separator: separator)
+    }
+}
