@@ -1,17 +1,31 @@
 import Glibc
 import StampedeIO
 
-/// `--machines DIR`: every record file in the directory, read into a `MachineBook`. A file
-/// whose name starts with `.` or ends with `~` (an editor's) is passed over, as is anything but
-/// a regular file. Every fault of every file is told, each with its file and line; a set with one
-/// is not used.
-public enum MachineDirectory {
+/// `--machines DIR`, held open (`-s` may chroot away from it) and read whole into a
+/// `MachineBook`, at start and at every change. A file whose name starts with `.` or ends with
+/// `~` (an editor's) is passed over, as is anything but a regular file. Every fault of every file
+/// is told, each with its file and line; a set with one is not used.
+public final class MachineDirectory: Sendable {
     /// A record file larger than this is refused (a record is a few lines).
     public static let largestFile = 64 << 10
 
-    public static func read(_ path: String, unknown: MachineBook.UnknownMachines) throws(RecordFaults) -> MachineBook {
+    public let path: String
+    /// The directory, opened once: every read is relative to it.
+    let fd: Int32
+
+    public init(_ path: String) throws(RecordFaults) {
+        self.path = path
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw RecordFaults([RecordError(file: path, line: 0, "cannot read the directory: \(Errno.current)")]) }
+        self.fd = fd
+    }
+
+    deinit { close(fd) }
+
+    /// Every record in it now, or every fault.
+    public func read(unknown: MachineBook.UnknownMachines) throws(RecordFaults) -> MachineBook {
         let names: [String]
-        do { names = try entries(path) } catch {
+        do { names = try entries() } catch {
             throw RecordFaults([RecordError(file: path, line: 0, "cannot read the directory: \(error)")])
         }
         var records: [MachineRecord] = []
@@ -19,14 +33,16 @@ public enum MachineDirectory {
         for name in names.sorted() where !name.hasPrefix(".") && !name.hasSuffix("~") {
             let file = path.hasSuffix("/") ? path + name : path + "/" + name
             var info = stat()
-            guard stat(file, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }
-            guard info.st_size <= off_t(largestFile) else {
-                errors.append(RecordError(file: file, line: 0, "\(info.st_size) bytes: a record file holds at most \(largestFile)"))
+            guard fstatat(fd, name, &info, 0) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }
+            guard info.st_size <= off_t(Self.largestFile) else {
+                errors.append(RecordError(file: file, line: 0, "\(info.st_size) bytes: a record file holds at most \(Self.largestFile)"))
                 continue
             }
             let text: [UInt8]
-            do { text = try readWholeFile(file) } catch {
-                errors.append(RecordError(file: file, line: 0, "cannot read: \(error)"))
+            do { text = try readWholeFile(name, relativeTo: fd) } catch {
+                // On a change the server is the -u user: the files must let it read.
+                let who = error.rawValue == EACCES && getuid() != 0 ? " (as uid \(getuid()), the -u user)" : ""
+                errors.append(RecordError(file: file, line: 0, "cannot read: \(error)\(who)"))
                 continue
             }
             do {
@@ -39,10 +55,18 @@ public enum MachineDirectory {
         return try MachineBook(records, unknown: unknown)
     }
 
-    /// The names in a directory.
-    static func entries(_ path: String) throws(Errno) -> [String] {
-        guard let directory = opendir(path) else { throw Errno.current }
+    /// The names in the directory now.
+    func entries() throws(Errno) -> [String] {
+        let copy = dup(fd)
+        guard copy >= 0 else { throw Errno.current }
+        guard let directory = fdopendir(copy) else {
+            let error = Errno.current
+            close(copy)
+            throw error
+        }
         defer { closedir(directory) }
+        // A duplicate shares the offset: start from the first entry whatever the last read left.
+        rewinddir(directory)
         var names: [String] = []
         while let entry = readdir(directory) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }

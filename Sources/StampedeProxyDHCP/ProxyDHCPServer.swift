@@ -57,9 +57,9 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     }
 
     public let networks: [BootNetwork]
-    /// `--machines`: which machines boot, and what; nil: every network-boot machine, by its
-    /// network's menu.
-    public let machines: MachineBook?
+    /// `--machines`: which machines boot, and what (as the directory says now); nil: every
+    /// network-boot machine, by its network's menu.
+    public let machines: MachineRecords?
     public let ports: Ports
     /// Its answers by selector and its silences by reason, and its heartbeat (`lastTurn`).
     public let metrics = WorkerMetrics.dhcp()
@@ -78,7 +78,7 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     static let batch = 1024
 
     /// Opens the sockets (as the starting user: before privileges drop) for `networks`.
-    public init(networks: [BootNetwork], machines: MachineBook? = nil, ports: Ports = Ports(), receiveBuffer: Int,
+    public init(networks: [BootNetwork], machines: MachineRecords? = nil, ports: Ports = Ports(), receiveBuffer: Int,
                 logger: Logger, json: Bool) throws(StartFailure) {
         guard networks.count <= Int(STAMPEDE_MAX_BOOT_NETWORKS) else { throw .tooManyNetworks(networks.count) }
         self.networks = networks
@@ -195,7 +195,7 @@ public final class ProxyDHCPServer: @unchecked Sendable {
         }
         let what = "DHCP \(message.type.map { "\($0)".uppercased() } ?? "message") \(message.hardwareAddress()) on \(network.interface.name)"
         let answer = ProxyAnswer.to(message, on: port, from: source, server: network.address) { machine in
-            machines?.choice(for: machine, over: network.menu) ?? .boot(network.menu)
+            machines?.current.choice(for: machine, over: network.menu) ?? .boot(network.menu)
         }
         switch answer {
         case .failure(let silence):

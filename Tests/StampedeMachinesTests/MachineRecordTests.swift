@@ -1,5 +1,7 @@
 import StampedeDHCP
 import StampedeTestSupport
+import Glibc
+import Synchronization
 import Testing
 @testable import StampedeMachines
 
@@ -151,7 +153,7 @@ import Testing
         _ = dir.write("de-ad-be-ef-de-ad", Array("de:ad:be:ef:de:ad,ignore\n".utf8))
         _ = dir.write("node07~", Array("not a record\n".utf8))
         _ = dir.write(".node07.swp", Array("not a record\n".utf8))
-        let book = try MachineDirectory.read(dir.path, unknown: .ignore)
+        let book = try MachineDirectory(dir.path).read(unknown: .ignore)
         #expect(book.records.map(\.name) == [dir.path + "/de-ad-be-ef-de-ad", dir.path + "/node07"])
         #expect(book.choice(for: machine([0xde, 0xad, 0xbe, 0xef, 0xde, 0xad]), over: network) == .leaveAlone(.ignored(record: dir.path + "/de-ad-be-ef-de-ad")))
 
@@ -159,10 +161,61 @@ import Testing
         _ = dir.write("node09", Array("mac = 52:54:00:12:34:5\n".utf8))
         #expect(throws: RecordFaults([RecordError(file: dir.path + "/node08", line: 2, "unknown key \"size\" (a record takes mac, uuid, arch, default, action, boot-file)"),
                                                   RecordError(file: dir.path + "/node09", line: 1, "mac 52:54:00:12:34:5: not a hardware address like 52:54:00:12:34:56")])) {
-            try MachineDirectory.read(dir.path, unknown: .ignore)
+            try MachineDirectory(dir.path).read(unknown: .ignore)
         }
         #expect(throws: RecordFaults([RecordError(file: "/nonexistent", line: 0, "cannot read the directory: No such file or directory")])) {
-            try MachineDirectory.read("/nonexistent", unknown: .ignore)
+            try MachineDirectory("/nonexistent")
         }
+    }
+}
+
+/// The directory watched while serving: a change is read within moments, a bad one refused whole
+/// with the set before kept, a removed record's machine unknown again.
+@Suite struct RecordsWatched {
+    final class Outcomes: @unchecked Sendable {
+        private let lock = Mutex<[Result<MachineBook, RecordFaults>]>([])
+        func add(_ outcome: Result<MachineBook, RecordFaults>) { lock.withLock { $0.append(outcome) } }
+        var all: [Result<MachineBook, RecordFaults>] { lock.withLock { $0 } }
+
+        /// Waits up to 5 s for the `count`th outcome.
+        func await(_ count: Int) -> Result<MachineBook, RecordFaults>? {
+            for _ in 0..<500 where all.count < count { usleep(10_000) }
+            return all.count >= count ? all[count - 1] : nil
+        }
+    }
+
+    @Test func aChangeIsReadWhileServingAndABadOneRefusedWhole() throws {
+        let dir = ScratchDirectory()
+        let node07: [UInt8] = [0x52, 0x54, 0, 0x12, 0x34, 0x07]
+        let node08: [UInt8] = [0x52, 0x54, 0, 0x12, 0x34, 0x08]
+        _ = dir.write("node07", Array("mac = 52:54:00:12:34:07\n".utf8))
+        let records = try MachineRecords(try MachineDirectory(dir.path), unknown: .ignore)
+        let watch = try RecordWatch(records)
+        let outcomes = Outcomes()
+        let stop = Atomic<Bool>(false)
+        let thread = watch.start(stopping: { stop.load(ordering: .relaxed) }, report: outcomes.add)
+        defer {
+            stop.store(true, ordering: .relaxed)
+            thread.join()
+        }
+        let who = { (mac: [UInt8]) in records.current.record(for: MachineIdentity(hardwareAddress: mac))?.name }
+        #expect(who(node07) == dir.path + "/node07" && who(node08) == nil)
+
+        _ = dir.write("node08", Array("mac = 52:54:00:12:34:08\naction = local\n".utf8))
+        #expect(try outcomes.await(1)?.get().records.count == 2)
+        #expect(who(node08) == dir.path + "/node08")
+
+        _ = dir.write("node09", Array("mac = 52:54:00:12:34:07\n".utf8))
+        guard case .failure(let faults) = outcomes.await(2) else {
+            Issue.record("a second record for node07 was taken: \(outcomes.all)")
+            return
+        }
+        #expect(faults.errors == [RecordError(file: dir.path + "/node09", line: 1, "mac 52:54:00:12:34:07 is selected by \(dir.path)/node07:1 too")])
+        #expect(who(node07) == dir.path + "/node07" && who(node08) == dir.path + "/node08", "the set before was not kept")
+
+        unlink(dir.path + "/node09")
+        unlink(dir.path + "/node08")
+        #expect(try outcomes.await(3)?.get().records.count == 1)
+        #expect(who(node08) == nil)
     }
 }

@@ -1,7 +1,11 @@
 """Machine records (`--machines DIR`): which machines the proxy boots, and what, on the boot link
 of test_proxy_dhcp.py. A listed machine gets its record's boot file; one its record or an
 Ironic hosts file says to ignore, one that boots from its disk and one nobody listed hear
-nothing, each said in the log and counted; bad records are refused at start with file and line."""
+nothing, each said in the log and counted; bad records are refused at start with file and line,
+and while serving a change is read and a bad one refused with the records before kept."""
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -79,3 +83,61 @@ def test_bad_records_are_refused_at_start_each_with_its_file_and_line(root, reco
     assert r.returncode == 78 and f"{records}/node11:1: mac {colons(NODE07)} is selected by {records}/node07:2 too" in r.stderr.decode(), r
     r = run([str(BINARY), "-L", "-a", "127.0.0.1:0", "--unknown-machines", "boot", str(root)], timeout=20)
     assert r.returncode == 64 and "--unknown-machines is for --machines" in r.stderr.decode(), r
+
+
+# An HTTP GET read 64 KiB at a time, a fifth of a second apart (curl 7.88's --limit-rate lets a
+# few megabytes through at once), its body written to a file: a download that lasts.
+SLOW_GET = """
+import socket, sys, time
+host, port, path, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+s = socket.create_connection((host, port))
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+s.sendall(f"GET {path} HTTP/1.1\\r\\nHost: {host}\\r\\nConnection: close\\r\\n\\r\\n".encode())
+data = b""
+while chunk := s.recv(65536):
+    data += chunk
+    time.sleep(0.2)
+head, _, body = data.partition(b"\\r\\n\\r\\n")
+assert head.startswith(b"HTTP/1.1 200"), head
+open(out, "wb").write(body)
+"""
+
+
+def ask_until(machine, mac, answered, timeout=5.0):
+    """Asks as `mac` every 0.6 s (past the proxy's half second per machine) until it is answered
+    (or, `answered` false, left alone); the last reply."""
+    deadline, xid = time.time() + timeout, 100
+    while True:
+        xid += 1
+        reply = machine.ask(dhcpwire.message(mac, arch=7, xid=xid), timeout=0.6)
+        if bool(reply) == answered or time.time() > deadline:
+            return reply
+        time.sleep(0.1)
+
+
+def test_a_change_is_read_while_serving_and_a_bad_one_refused_with_the_records_before_kept(proxy, machine, records, root, boot_link):
+    (root / "big.img").write_bytes(os.urandom(3 << 20))
+    # Chrooted away from the directory, and as nobody: it is read through the descriptor held.
+    s = proxy("--machines", str(records), "-s", "-u", "nobody")
+    # A download that lasts through every change: nothing restarts.
+    download = subprocess.Popen([*boot_link[1].inside, sys.executable, "-c", SLOW_GET, dhcpwire.SERVER, "8080", "/big.img",
+                                 str(root.parent / "got.img")])
+    assert machine.ask(dhcpwire.message(STRANGER, arch=7), timeout=0.5) is None
+    (records / "stranger").write_text(f"mac = {colons(STRANGER)}\nboot-file = efi-x64=welcome.efi\n")
+    reply = ask_until(machine, STRANGER, answered=True)
+    assert reply and reply["file"] == "welcome.efi", s.log_text()
+    assert s.log_lines(f"--machines {records}: 4 records read again")
+
+    (records / "typo").write_text(f"mac = {colons(NODE07)}\nacton = boot\n")
+    assert s.log_lines(f"--machines: {records}/typo:2: unknown key \"acton\"")
+    assert s.log_lines(f"--machines {records}: changed records refused, those before kept")
+    time.sleep(0.6)
+    assert machine.ask(dhcpwire.message(STRANGER, arch=7, xid=9))["file"] == "welcome.efi"
+
+    (records / "typo").unlink()
+    (records / "stranger").unlink()
+    assert ask_until(machine, STRANGER, answered=False) is None, s.log_text()
+    assert download.poll() is None, "the download did not last through the changes"
+    assert download.wait(timeout=30) == 0
+    assert (root.parent / "got.img").read_bytes() == (root / "big.img").read_bytes()
+    assert s.process.poll() is None

@@ -181,15 +181,18 @@ struct ServeCommand: ParsableCommand {
         }
     }
 
-    /// `--machines DIR`, read before anything serves: a bad record is refused with every fault,
-    /// each with its file and line (EX_CONFIG, as a bad -m file).
-    func loadMachines(_ path: String) throws -> MachineBook {
+    /// `--machines DIR`, read before anything serves and watched from now on (the path may be
+    /// outside a chroot): a bad record is refused with every fault, each with its file and line
+    /// (EX_CONFIG, as a bad -m file).
+    func loadMachines(_ path: String) throws -> (MachineRecords, RecordWatch) {
+        let records: MachineRecords
         do {
-            return try MachineDirectory.read(path, unknown: options.unknownMachines ?? .ignore)
+            records = try MachineRecords(try MachineDirectory(path), unknown: options.unknownMachines ?? .ignore)
         } catch {
             writeToStandardError(error.errors.map { "stampede: --machines: \($0)\n" }.joined())
             throw ExitCode(78)
         }
+        do { return (records, try RecordWatch(records)) } catch { throw serveFailure("--machines \(path): cannot watch for changes: \(error)") }
     }
 
     /// The directory served: `--path-prefix` joined to the one named (in.tftpd 7.3's rules: the

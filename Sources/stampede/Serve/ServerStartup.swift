@@ -35,8 +35,8 @@ struct ServerStartup {
     let notifier: SystemdNotifier?
     /// `--https`'s certificate and key, loaded.
     let tls: TLSIdentity?
-    /// `--machines`, read.
-    let machines: MachineBook?
+    /// `--machines`, read, and its watch.
+    let machines: (records: MachineRecords, watch: RecordWatch)?
 
     /// Makes every server of the plan (each binds as the starting user), becomes the serving
     /// user, says what serves, and serves until SIGTERM.
@@ -53,7 +53,7 @@ struct ServerStartup {
         stampede_install_stop_signals()
         if let detached { stampede_detach_done(detached.ready, detached.null) }
         announce(server, web: web, secure: secure, proxy: proxy, metrics: listener)
-        let threads = webServers.flatMap { $0.start() } + (proxy.map { [$0.start()] } ?? [])
+        let threads = webServers.flatMap { $0.start() } + (proxy.map { [$0.start()] } ?? []) + (machines.map { [watch($0.watch)] } ?? [])
         defer { for thread in threads { thread.join() } }
         let summary = serve(server, web: web, secure: secure, proxy: proxy)
         configuration.logger.notice("\(stopped(summary))")
@@ -94,11 +94,26 @@ struct ServerStartup {
         return (try serve(plan.http, "HTTP"), try serve(https, "HTTPS"))
     }
 
+    /// `--machines DIR` reloaded as it changes: said, and a set with a fault refused whole.
+    private func watch(_ watch: RecordWatch) -> SystemThread {
+        let logger = configuration.logger
+        let path = plan.options.machines ?? ""
+        return watch.start(stopping: { stampede_stop_requested() != 0 }) { outcome in
+            switch outcome {
+            case .success(let book):
+                logger.notice("--machines \(path): \(book.records.count) records read again")
+            case .failure(let faults):
+                for fault in faults.errors { logger.error("--machines: \(fault)") }
+                logger.error("--machines \(path): changed records refused, those before kept")
+            }
+        }
+    }
+
     /// Its packet and raw sockets need CAP_NET_RAW: made before -u drops it.
     private func proxyDHCP() throws -> ProxyDHCPServer? {
         guard !plan.bootNetworks.isEmpty else { return nil }
         do {
-            return try ProxyDHCPServer(networks: plan.bootNetworks, machines: machines, receiveBuffer: configuration.listenerReceiveBuffer,
+            return try ProxyDHCPServer(networks: plan.bootNetworks, machines: machines?.records, receiveBuffer: configuration.listenerReceiveBuffer,
                                        logger: configuration.logger, json: configuration.logFormat == .json)
         } catch {
             throw serveFailure("--proxy-dhcp: \(error)")
