@@ -18,7 +18,7 @@ public enum BootIgnored: Int, CaseIterable, Sendable {
         case .bootFileTooLong: self = .bootFileTooLong
         case .leftAlone(.ignored): self = .machineIgnored
         case .leftAlone(.local): self = .machineLocal
-        case .leftAlone(.unknown): self = .unknownMachine
+        case .leftAlone(.unknown), .leftAlone(.discovered): self = .unknownMachine
         }
     }
 

@@ -43,12 +43,15 @@ public enum LeftAlone: Equatable, Sendable, CustomStringConvertible {
     case local(record: String)
     /// No record selects it, and machines no record selects are left alone.
     case unknown
+    /// No record selects it: left alone, and a record that ignores it written for the operator.
+    case discovered
 
     public var description: String {
         switch self {
         case .ignored(let record): "its machine record \(record) says ignore"
         case .local(let record): "its machine record \(record) says local (it boots from its disk)"
         case .unknown: "no machine record selects it (--unknown-machines ignore)"
+        case .discovered: "no machine record selects it (--unknown-machines record: one that ignores it is written)"
         }
     }
 }

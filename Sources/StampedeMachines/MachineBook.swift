@@ -12,6 +12,9 @@ public struct MachineBook: Sendable {
         case ignore
         /// The network's boot, as without records.
         case boot
+        /// Silence, and a record that ignores it written into the directory (`DiscoveredMachine`)
+        /// for the operator to change.
+        case record
     }
 
     public let records: [MachineRecord]
@@ -53,7 +56,11 @@ public struct MachineBook: Sendable {
     /// What `machine` gets, over the network's `menu`.
     public func choice(for machine: MachineIdentity, over menu: BootMenu) -> MachineChoice {
         if let record = record(for: machine) { return record.choice(over: menu) }
-        return unknown == .boot ? .boot(menu) : .leaveAlone(.unknown)
+        switch unknown {
+        case .ignore: return .leaveAlone(.unknown)
+        case .boot: return .boot(menu)
+        case .record: return .leaveAlone(.discovered)
+        }
     }
 }
 

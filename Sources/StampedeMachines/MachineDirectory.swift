@@ -55,6 +55,26 @@ public final class MachineDirectory: Sendable {
         return try MachineBook(records, unknown: unknown)
     }
 
+    /// Writes `text` as the file `name` unless a file of that name is there (an operator's is
+    /// never replaced): a hidden temporary first, then linked in whole. The path, or nil when
+    /// one was there.
+    public func create(_ name: String, _ text: String) throws(Errno) -> String? {
+        let temporary = ".\(name).\(getpid()).tmp"
+        let file = openat(fd, temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard file >= 0 else { throw Errno.current }
+        defer { unlinkat(fd, temporary, 0) }
+        let written = Array(text.utf8).withUnsafeBytes { bytes in Result { () throws(Errno) in try writeFully(file, bytes) } }
+        var failure: Errno?
+        if case .failure(let error) = written { failure = error } else if fsync(file) != 0 { failure = Errno.current }
+        close(file)
+        if let failure { throw failure }
+        guard linkat(fd, temporary, fd, name, 0) == 0 else {
+            if errno == EEXIST { return nil }
+            throw Errno.current
+        }
+        return path.hasSuffix("/") ? path + name : path + "/" + name
+    }
+
     /// The names in the directory now.
     func entries() throws(Errno) -> [String] {
         let copy = dup(fd)

@@ -3,10 +3,20 @@ import StampedeIO
 
 /// Watches `--machines DIR` (inotify: a file made, written, moved in or out, removed) and reloads
 /// the records once the directory has been quiet for `settle` (an editor's save, or Ironic's
-/// truncate-then-write, is one reload), on a thread of its own: no transfer and no DHCP answer
-/// waits for it. Each reload's outcome goes to `report`.
+/// truncate-then-write, is one reload), and writes the discovered machines the proxy enlists, on
+/// a thread of its own: no transfer and no DHCP answer waits for the disk. What it did goes to
+/// `report`.
 public final class RecordWatch: Sendable {
-    /// How long the directory must be quiet before a reload.
+    /// What the watch did.
+    public enum Event: Sendable {
+        /// The directory read again, or refused with its faults (the records before kept).
+        case reloaded(Result<MachineBook, RecordFaults>)
+        /// A discovered machine's record written (its path), or found there already (nil).
+        case enlisted(DiscoveredMachine, path: String?)
+        case enlistFailed(DiscoveredMachine, Errno)
+    }
+
+    /// How long the directory must be quiet before a reload, in milliseconds.
     public static let settle: Int32 = 100
     private let records: MachineRecords
     private let inotify: Int32
@@ -29,25 +39,44 @@ public final class RecordWatch: Sendable {
     deinit { close(inotify) }
 
     /// Watches until `stopping` says so (asked at least every 250 ms).
-    public func start(stopping: @escaping @Sendable () -> Bool,
-                      report: @escaping @Sendable (Result<MachineBook, RecordFaults>) -> Void) -> SystemThread {
+    public func start(stopping: @escaping @Sendable () -> Bool, report: @escaping @Sendable (Event) -> Void) -> SystemThread {
         SystemThread(named: "machine-records") {
             while !stopping() {
-                guard self.wait(milliseconds: 250) else { continue }
-                // Quiet for `settle` before reading: the rest of a burst of changes is drained.
-                while self.wait(milliseconds: Self.settle), !stopping() {}
-                report(Result { () throws(RecordFaults) in try self.records.reload() })
+                let (changed, enlisted) = self.wait(milliseconds: 250)
+                if enlisted { self.write(report) }
+                guard changed else { continue }
+                // Quiet for `settle` before reading: the rest of a burst of changes is drained
+                // (and the machines enlisted meanwhile written, which is such a change).
+                while !stopping() {
+                    let (more, enlisted) = self.wait(milliseconds: Self.settle)
+                    if enlisted { self.write(report) }
+                    if !more && !enlisted { break }
+                }
+                report(.reloaded(Result { () throws(RecordFaults) in try self.records.reload() }))
             }
         }
     }
 
-    /// Whether a change came within `milliseconds` (its events drained).
-    private func wait(milliseconds: Int32) -> Bool {
-        var watched = pollfd(fd: inotify, events: Int16(POLLIN), revents: 0)
-        guard poll(&watched, 1, milliseconds) > 0 else { return false }
-        var buffer = [UInt8](repeating: 0, count: 4096)
+    private func write(_ report: @Sendable (Event) -> Void) {
+        for machine in records.takeEnlisted() {
+            do {
+                report(.enlisted(machine, path: try records.directory.create(machine.fileName, machine.text)))
+            } catch {
+                report(.enlistFailed(machine, error))
+            }
+        }
+    }
+
+    /// Whether the directory changed (its events drained) and whether a machine was enlisted,
+    /// within `milliseconds`.
+    private func wait(milliseconds: Int32) -> (changed: Bool, enlisted: Bool) {
+        var watched = [pollfd(fd: inotify, events: Int16(POLLIN), revents: 0), pollfd(fd: records.wake, events: Int16(POLLIN), revents: 0)]
+        guard poll(&watched, 2, milliseconds) > 0 else { return (false, false) }
         var changed = false
-        while buffer.withUnsafeMutableBytes({ read(inotify, $0.baseAddress, $0.count) }) > 0 { changed = true }
-        return changed
+        if watched[0].revents != 0 {
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while buffer.withUnsafeMutableBytes({ read(inotify, $0.baseAddress, $0.count) }) > 0 { changed = true }
+        }
+        return (changed, watched[1].revents != 0)
     }
 }

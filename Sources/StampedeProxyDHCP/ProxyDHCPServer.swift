@@ -194,12 +194,20 @@ public final class ProxyDHCPServer: @unchecked Sendable {
             return
         }
         let what = "DHCP \(message.type.map { "\($0)".uppercased() } ?? "message") \(message.hardwareAddress()) on \(network.interface.name)"
+        var asked: MachineIdentity?
         let answer = ProxyAnswer.to(message, on: port, from: source, server: network.address) { machine in
-            machines?.current.choice(for: machine, over: network.menu) ?? .boot(network.menu)
+            asked = machine
+            return machines?.current.choice(for: machine, over: network.menu) ?? .boot(network.menu)
         }
         switch answer {
         case .failure(let silence):
             metrics.countBoot(ignored: BootIgnored(silence))
+            if case .leftAlone(.discovered) = silence, let asked, let machines {
+                // Written by the records' watch, once per machine.
+                let vendor = sanitizedForLog(message.options[.vendorClass] ?? [], limit: 64)
+                _ = machines.enlist(DiscoveredMachine(identity: asked, said: "\(message.type.map { "\($0)".uppercased() } ?? "a request") on \(network.interface.name), vendor class \(vendor)",
+                                                      seen: time(nil)))
+            }
             switch silence {
             case .unknownArchitecture, .noBootFile, .bootFileTooLong, .leftAlone:
                 // The operator can act on these: said, once a minute per machine (a machine left

@@ -174,8 +174,16 @@ import Testing
 @Suite struct RecordsWatched {
     final class Outcomes: @unchecked Sendable {
         private let lock = Mutex<[Result<MachineBook, RecordFaults>]>([])
-        func add(_ outcome: Result<MachineBook, RecordFaults>) { lock.withLock { $0.append(outcome) } }
+        private let written = Mutex<[String?]>([])
+        func add(_ event: RecordWatch.Event) {
+            switch event {
+            case .reloaded(let outcome): lock.withLock { $0.append(outcome) }
+            case .enlisted(_, let path): written.withLock { $0.append(path) }
+            case .enlistFailed(let machine, let error): Issue.record("\(machine.fileName): \(error)")
+            }
+        }
         var all: [Result<MachineBook, RecordFaults>] { lock.withLock { $0 } }
+        var paths: [String?] { written.withLock { $0 } }
 
         /// Waits up to 5 s for the `count`th outcome.
         func await(_ count: Int) -> Result<MachineBook, RecordFaults>? {
@@ -217,5 +225,61 @@ import Testing
         unlink(dir.path + "/node08")
         #expect(try outcomes.await(3)?.get().records.count == 1)
         #expect(who(node08) == nil)
+    }
+}
+
+@Suite struct DiscoveredMachines {
+    let stranger = MachineIdentity(hardwareAddress: [0x52, 0x54, 0, 0x12, 0x34, 0x99], uuid: "01020304-0506-0708-090a-0b0c0d0e0f10",
+                                   firmware: .efiX64, architecture: 7)
+
+    /// The record written is one the grammar reads back: it ignores the machine, by its MAC and UUID.
+    @Test func aDiscoveredMachinesRecordIgnoresItAndReadsBack() throws {
+        let found = DiscoveredMachine(identity: stranger, said: "DISCOVER on eth1, vendor class PXEClient:Arch:00007\nmac = 00:00:00:00:00:00", seen: 1_795_000_000)
+        #expect(found.fileName == "discovered-52-54-00-12-34-99")
+        #expect(found.text == """
+            # Discovered 2026-11-18T11:06:40Z: no record selected this machine when it asked to boot.
+            # Its request: DISCOVER on eth1, vendor class PXEClient:Arch:00007mac = 00:00:00:00:00:00, architecture 7 (efi-x64).
+            # It is left alone: say action = boot (or local) to let it boot.
+            mac = 52:54:00:12:34:99
+            uuid = 01020304-0506-0708-090a-0b0c0d0e0f10
+            action = ignore
+
+            """)
+        let record = try #require(try MachineRecord.parse(Array(found.text.utf8), file: found.fileName))
+        #expect(record.action == .ignore)
+        #expect(record.selectors.map(\.selector) == [.hardwareAddress(stranger.hardwareAddress), .uuid("01020304-0506-0708-090a-0b0c0d0e0f10")])
+    }
+
+    /// Enlisted once per machine, written by the watch's thread, and an operator's file of the
+    /// same name never replaced; the directory read again holds it.
+    @Test func aMachineIsWrittenOnceAndNothingIsReplaced() throws {
+        let dir = ScratchDirectory()
+        let records = try MachineRecords(try MachineDirectory(dir.path), unknown: .record)
+        #expect(records.current.choice(for: stranger, over: BootMenu([:])) == .leaveAlone(.discovered))
+        let watch = try RecordWatch(records)
+        let outcomes = RecordsWatched.Outcomes()
+        let stop = Atomic<Bool>(false)
+        let thread = watch.start(stopping: { stop.load(ordering: .relaxed) }, report: outcomes.add)
+        defer {
+            stop.store(true, ordering: .relaxed)
+            thread.join()
+        }
+        let found = DiscoveredMachine(identity: stranger, said: "DISCOVER on eth1", seen: 0)
+        #expect(records.enlist(found))
+        #expect(!records.enlist(found), "enlisted twice")
+        #expect(try outcomes.await(1)?.get().records.map(\.name) == [dir.path + "/discovered-52-54-00-12-34-99"])
+        #expect(outcomes.paths == [dir.path + "/discovered-52-54-00-12-34-99"])
+        #expect(records.current.choice(for: stranger, over: BootMenu([:])) == .leaveAlone(.ignored(record: dir.path + "/discovered-52-54-00-12-34-99")))
+        #expect(dir.entries().sorted() == ["discovered-52-54-00-12-34-99"], "a temporary file was left")
+
+        // An operator's file of that name is never replaced.
+        let other = MachineIdentity(hardwareAddress: [0x52, 0x54, 0, 0x12, 0x34, 0x98])
+        let mine = Array("mac = 52:54:00:12:34:98\naction = boot\n".utf8)
+        _ = dir.write("discovered-52-54-00-12-34-98", mine)
+        _ = outcomes.await(2)
+        #expect(records.enlist(DiscoveredMachine(identity: other, said: "DISCOVER on eth1", seen: 0)))
+        for _ in 0..<500 where outcomes.paths.count < 2 { usleep(10_000) }
+        #expect(outcomes.paths.last == .some(nil))
+        #expect(dir.read("discovered-52-54-00-12-34-98") == mine)
     }
 }

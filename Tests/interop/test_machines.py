@@ -4,6 +4,7 @@ Ironic hosts file says to ignore, one that boots from its disk and one nobody li
 nothing, each said in the log and counted; bad records are refused at start with file and line,
 and while serving a change is read and a bad one refused with the records before kept."""
 import os
+import pwd
 import subprocess
 import sys
 import time
@@ -141,3 +142,25 @@ def test_a_change_is_read_while_serving_and_a_bad_one_refused_with_the_records_b
     assert download.wait(timeout=30) == 0
     assert (root.parent / "got.img").read_bytes() == (root / "big.img").read_bytes()
     assert s.process.poll() is None
+
+
+def test_a_machine_nobody_listed_is_enlisted_for_the_operator_to_boot(proxy, machine, records):
+    """--unknown-machines record: the stranger is left alone and its record written once, with
+    what its DHCP said; the operator changes `ignore` to `boot` and it boots. The directory is
+    the serving user's (nobody, in.tftpd's default -u) to write in."""
+    os.chown(records, pwd.getpwnam("nobody").pw_uid, -1)
+    s = proxy("--machines", str(records), "--unknown-machines", "record")
+    assert machine.ask(dhcpwire.message(STRANGER, arch=7), timeout=1) is None
+    written = records / "discovered-52-54-00-12-34-99"
+    assert s.log_lines(f"--machines: machine {colons(STRANGER)} discovered: its record, which ignores it, written to {written}"), s.log_text()
+    text = written.read_text()
+    assert f"mac = {colons(STRANGER)}\nuuid = 01020304-0506-0708-090a-0b0c0d0e0f10\naction = ignore\n" in text, text
+    assert "# Its request: DISCOVER on veth-s, vendor class PXEClient:Arch:00007:UNDI:003000, architecture 7 (efi-x64)." in text, text
+    assert s.log_lines(f"--machines {records}: 4 records read again")
+    # Known now, by the record written: its later requests write nothing more.
+    assert ask_until(machine, STRANGER, answered=True, timeout=1.5) is None
+    assert s.log_lines(f"DHCP DISCOVER {colons(STRANGER)} on veth-s: left alone: its machine record {written} says ignore")
+    assert len(s.log_lines("discovered: its record")) == 1
+    written.write_text(text.replace("action = ignore", "action = boot"))
+    reply = ask_until(machine, STRANGER, answered=True)
+    assert reply and reply["file"] == "ipxe.efi", s.log_text()

@@ -242,7 +242,7 @@ struct ServeOptions: ParsableArguments {
                                valueName: "DIR"))
     var machines: String?
     @Option(name: .customLong("unknown-machines"),
-            help: "With --machines: what a machine no record selects gets, ignore (silence, the default) or boot (the network's boot, as without records).")
+            help: "With --machines: what a machine no record selects gets: ignore (silence, the default), boot (the network's boot, as without records), or record (silence, and a record that ignores it written into DIR with what its DHCP request said, for the operator to change: enlistment).")
     var unknownMachines: MachineBook.UnknownMachines?
     @Option(name: .customLong("http-max-connections"),
             help: "HTTP connections open at once (default: 16384, or fewer as the open-file limit holds at two descriptors each, a socket and a streamed file); more are closed as they arrive. One the limit cannot hold is lowered, with a warning.")

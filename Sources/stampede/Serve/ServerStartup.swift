@@ -98,13 +98,19 @@ struct ServerStartup {
     private func watch(_ watch: RecordWatch) -> SystemThread {
         let logger = configuration.logger
         let path = plan.options.machines ?? ""
-        return watch.start(stopping: { stampede_stop_requested() != 0 }) { outcome in
-            switch outcome {
-            case .success(let book):
+        return watch.start(stopping: { stampede_stop_requested() != 0 }) { event in
+            switch event {
+            case .reloaded(.success(let book)):
                 logger.notice("--machines \(path): \(book.records.count) records read again")
-            case .failure(let faults):
+            case .reloaded(.failure(let faults)):
                 for fault in faults.errors { logger.error("--machines: \(fault)") }
                 logger.error("--machines \(path): changed records refused, those before kept")
+            case .enlisted(let machine, let written):
+                let mac = machine.identity.hardwareAddress.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined(separator: ":")
+                if let written { logger.notice("--machines: machine \(mac) discovered: its record, which ignores it, written to \(written)") }
+            case .enlistFailed(let machine, let error):
+                let who = error.rawValue == EACCES && getuid() != 0 ? " (as uid \(getuid()), the -u user: give it the directory)" : ""
+                logger.error("--machines \(path): cannot write \(machine.fileName) for a discovered machine: \(error)\(who)")
             }
         }
     }
