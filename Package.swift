@@ -77,7 +77,7 @@ let package = Package(
                                                      "CStampedeSys", log, .product(name: "Atomics", package: "swift-atomics")]),
         .target(name: "StampedeHTTPWire"),
         .target(name: "StampedeDHCP"),
-        .target(name: "StampedeMachines", dependencies: ["StampedeDHCP", "StampedeIO", "StampedeBase", "CStampedeSys"]),
+        .target(name: "StampedeMachines", dependencies: ["StampedeDHCP", "StampedeFiles", "StampedeIO", "StampedeBase", "CStampedeSys"]),
         .target(name: "StampedeProxyDHCP", dependencies: ["StampedeDHCP", "StampedeMachines", "StampedeServing", "StampedeIO", "StampedeBase",
                                                         "CStampedeSys", log]),
         .target(name: "StampedeHTTP", dependencies: ["StampedeHTTPWire", "StampedeTLS", "StampedeFiles", "StampedeServing", "StampedeIO",

@@ -18,7 +18,7 @@ public struct MachineIdentity: Equatable, Sendable {
         self.architecture = architecture
     }
 
-    init(_ message: DHCPMessage, _ client: BootClient) {
+    public init(_ message: DHCPMessage, _ client: BootClient) {
         var firmware = client
         firmware.isIPXE = false
         self.init(hardwareAddress: Array(message.clientHardwareAddress.prefix(Int(message.hardwareLength))), uuid: client.uuid,

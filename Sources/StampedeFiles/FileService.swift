@@ -22,6 +22,8 @@ public final class FileService: Sendable {
     public let policy: AccessPolicy
     public let remapRules: RemapRuleSet?
     public let cache: FileCache
+    /// Files made for the machine that asks (`--machines`), before the root.
+    public let generated: (any GeneratedFiles)?
     let disk: DiskWork
     /// Versions being read on the disk thread, and who waits for each: one read per version,
     /// however many requests want it at once (a rack asking for ipxe.efi).
@@ -32,10 +34,11 @@ public final class FileService: Sendable {
     /// Devices seen, and whether their file systems open without waiting (`opensLocally`).
     private let localDevices = Mutex<[UInt64: Bool]>([:])
 
-    public init(policy: AccessPolicy, remapRules: RemapRuleSet?, cache: FileCache, disk: DiskWork) {
+    public init(policy: AccessPolicy, remapRules: RemapRuleSet?, cache: FileCache, disk: DiskWork, generated: (any GeneratedFiles)? = nil) {
         self.policy = policy
         self.remapRules = remapRules
         self.cache = cache
+        self.generated = generated
         self.disk = disk
     }
 
@@ -119,9 +122,17 @@ public final class FileService: Sendable {
     /// disk thread while the request waits (`.loading`). Every file problem is found before
     /// anything is sent (EFI clients cannot take an ERROR after an OACK).
     /// `after`: the outcome of a read this request waited for (nil: its first ask).
-    public func read(_ name: [UInt8], netascii: Bool, waiter: LoadWaiter, after outcome: LoadOutcome? = nil) -> Reading {
+    public func read(_ name: [UInt8], netascii: Bool, client: SocketAddress, waiter: LoadWaiter, after outcome: LoadOutcome? = nil) -> Reading {
         if case .opened(let file) = outcome {
             return .ready(FileLease(.stream(file), version: file.version, cache: nil))
+        }
+        if outcome == nil, let made = generated?.contents(of: name, for: client) {
+            do {
+                let image = try FileImage.holding(made, netascii: netascii)
+                return .ready(FileLease(.image(image), version: image.key, cache: nil))
+            } catch {
+                return .refused(FileRefusal(.busy, "Cannot make the file: \(error)"))
+            }
         }
         let streaming = outcome == .stream
         // The request whose miss started the read was counted a miss; those that joined it, hits.

@@ -66,7 +66,7 @@ final class FileResponder: HTTPResponder {
         // bytes a GET sends (a HEAD's read fills the cache for the GET that follows, as EDK2 sends).
         let lease: FileLease
         let asked = outcome?.isRemapped == true ? nil : outcome
-        switch files.read(name, netascii: false, waiter: LoadWaiter(mailbox: loads!, ticket: ticket), after: asked) {
+        switch files.read(name, netascii: false, client: connection.peer, waiter: LoadWaiter(mailbox: loads!, ticket: ticket), after: asked) {
         case .ready(let ready):
             lease = ready
         case .loading:

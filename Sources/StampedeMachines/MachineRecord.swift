@@ -40,16 +40,24 @@ public struct MachineRecord: Equatable, Sendable {
     public var action: Action
     /// `boot-file SELECTOR=NAME`s, over the network's menu (`--boot-file`, the defaults).
     public var bootFiles: [BootSelector: BootTarget]
+    /// `kernel`, `initrd`, `cmdline`: the boot Stampede writes for the loader that asks (nil: the
+    /// root's files, as without records).
+    public var boot: RenderedBoot?
+    /// `var NAME = VALUE`: what its command line may name.
+    public var variables: [String: String]
 
-    public init(name: String, selectors: [(selector: Selector, line: Int)], action: Action = .boot, bootFiles: [BootSelector: BootTarget] = [:]) {
+    public init(name: String, selectors: [(selector: Selector, line: Int)], action: Action = .boot, bootFiles: [BootSelector: BootTarget] = [:],
+                boot: RenderedBoot? = nil, variables: [String: String] = [:]) {
         self.name = name
         self.selectors = selectors
         self.action = action
         self.bootFiles = bootFiles
+        self.boot = boot
+        self.variables = variables
     }
 
     public static func == (a: MachineRecord, b: MachineRecord) -> Bool {
-        a.name == b.name && a.action == b.action && a.bootFiles == b.bootFiles
+        a.name == b.name && a.action == b.action && a.bootFiles == b.bootFiles && a.boot == b.boot && a.variables == b.variables
             && a.selectors.map(\.selector) == b.selectors.map(\.selector) && a.selectors.map(\.line) == b.selectors.map(\.line)
     }
 

@@ -18,7 +18,7 @@ public struct RecordError: Error, Equatable, Sendable, CustomStringConvertible {
 
 extension MachineRecord {
     /// The keys a record file takes; `mac`, `uuid`, `arch` and `boot-file` may repeat.
-    static let keys = ["mac", "uuid", "arch", "default", "action", "boot-file"]
+    static let keys = ["mac", "uuid", "arch", "default", "action", "boot-file", "kernel", "initrd", "cmdline", "var NAME"]
 
     /// A record file's text, `file` its name. Two forms:
     ///
@@ -26,7 +26,9 @@ extension MachineRecord {
     ///   `mac = 52:54:00:12:34:56`, `uuid = 8-4-4-4-12 hex`, `arch = efi-arm64` (a selector of
     ///   `--boot-file` but ipxe, or an architecture number), `default = yes` (machines no other
     ///   record selects), `action = boot|local|ignore` (boot when not said), `boot-file =
-    ///   SELECTOR=NAME` as `--boot-file` takes it;
+    ///   SELECTOR=NAME` as `--boot-file` takes it; `kernel = LOCATION`, `initrd = LOCATION`
+    ///   (repeatable), `cmdline = ...` (a boot Stampede writes for iPXE, GRUB and PXELINUX:
+    ///   `RenderedBoot`), `var NAME = VALUE` (what the command line may name as `${NAME}`);
     /// - an Ironic (dnsmasq `dhcp-hostsdir`) hosts file: one line, `MAC` or `MAC,ignore`, with
     ///   `*:*:*:*:*:*` for every machine no other file names.
     ///
@@ -45,14 +47,26 @@ extension MachineRecord {
         var errors: [RecordError] = []
         var record = MachineRecord(name: file, selectors: [])
         var said: [String: Int] = [:]
+        var kernel: String?
+        var initrds: [String] = []
+        var commandLine: (text: String, line: Int)?
         for (number, text) in lines {
             func fault(_ message: String) { errors.append(RecordError(file: file, line: number, message)) }
             guard let equals = text.firstIndex(of: "=") else {
                 fault("not key = value")
                 continue
             }
-            let key = String(text[..<equals].trimmingSpaces)
+            var key = String(text[..<equals].trimmingSpaces)
             let value = String(text[text.index(after: equals)...].trimmingSpaces)
+            var variable = ""
+            if key.hasPrefix("var ") || key.hasPrefix("var\t") {
+                variable = String(key.dropFirst(4).trimmingSpaces)
+                key = "var NAME"
+                if let bad = RenderedBoot.checkVariableName(variable) {
+                    fault("var \(variable): \(bad)")
+                    continue
+                }
+            }
             guard keys.contains(key) else {
                 fault("unknown key \"\(key)\" (a record takes \(keys.joined(separator: ", ")))")
                 continue
@@ -61,7 +75,7 @@ extension MachineRecord {
                 fault("\(key): the value is empty or holds a control character")
                 continue
             }
-            if ["default", "action"].contains(key), let earlier = said[key] {
+            if ["default", "action", "kernel", "cmdline"].contains(key), let earlier = said[key] {
                 fault("\(key) said again (first on line \(earlier))")
                 continue
             }
@@ -100,6 +114,21 @@ extension MachineRecord {
                     continue
                 }
                 record.action = action
+            case "kernel", "initrd":
+                if let bad = RenderedBoot.checkLocation(value) {
+                    fault("\(key) \(value): \(bad)")
+                    continue
+                }
+                if key == "kernel" { kernel = value } else { initrds.append(value) }
+            case "cmdline":
+                commandLine = (value, number)
+            case "var NAME":
+                if let bad = RenderedBoot.checkVariableValue(value) {
+                    fault("var \(variable) = \(value): \(bad)")
+                    continue
+                }
+                if record.variables[variable] != nil { fault("var \(variable) said twice") }
+                record.variables[variable] = value
             default:  // boot-file
                 do {
                     let choice = try BootFileChoice(parsing: value)
@@ -109,6 +138,17 @@ extension MachineRecord {
                     fault("boot-file \(value): \(error)")
                 }
             }
+        }
+        if let (text, line) = commandLine, let bad = RenderedBoot.checkCommandLine(text, known: Set(record.variables.keys)) {
+            errors.append(RecordError(file: file, line: line, "cmdline: \(bad)"))
+        }
+        if let kernel {
+            record.boot = RenderedBoot(kernel: kernel, initrds: initrds, commandLine: commandLine?.text ?? "")
+        } else if let line = said["initrd"] ?? said["cmdline"] {
+            errors.append(RecordError(file: file, line: line, "initrd and cmdline go with a kernel"))
+        }
+        if errors.isEmpty, record.boot != nil, record.action != .boot, let line = said["kernel"] {
+            errors.append(RecordError(file: file, line: line, "kernel in a record whose action is \(record.action.rawValue): nothing would boot it"))
         }
         if errors.isEmpty && record.selectors.isEmpty {
             errors.append(RecordError(file: file, line: 0, "selects no machine: give it a mac, uuid or arch, or default = yes"))

@@ -60,6 +60,9 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     /// `--machines`: which machines boot, and what (as the directory says now); nil: every
     /// network-boot machine, by its network's menu.
     public let machines: MachineRecords?
+    /// Which machine holds which address, learned from every boot client's request (the records'
+    /// files for a TFTP or HTTP request are its machine's).
+    public let bindings: MachineBindings?
     public let ports: Ports
     /// Its answers by selector and its silences by reason, and its heartbeat (`lastTurn`).
     public let metrics = WorkerMetrics.dhcp()
@@ -78,11 +81,12 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     static let batch = 1024
 
     /// Opens the sockets (as the starting user: before privileges drop) for `networks`.
-    public init(networks: [BootNetwork], machines: MachineRecords? = nil, ports: Ports = Ports(), receiveBuffer: Int,
-                logger: Logger, json: Bool) throws(StartFailure) {
+    public init(networks: [BootNetwork], machines: MachineRecords? = nil, bindings: MachineBindings? = nil, ports: Ports = Ports(),
+                receiveBuffer: Int, logger: Logger, json: Bool) throws(StartFailure) {
         guard networks.count <= Int(STAMPEDE_MAX_BOOT_NETWORKS) else { throw .tooManyNetworks(networks.count) }
         self.networks = networks
         self.machines = machines
+        self.bindings = bindings
         self.ports = ports
         self.logger = logger
         self.json = json
@@ -194,6 +198,8 @@ public final class ProxyDHCPServer: @unchecked Sendable {
             return
         }
         let what = "DHCP \(message.type.map { "\($0)".uppercased() } ?? "message") \(message.hardwareAddress()) on \(network.interface.name)"
+        // Answered or not (a REQUEST to the site's server too): the address it holds or asks for.
+        bindings?.learn(from: message)
         var asked: MachineIdentity?
         let answer = ProxyAnswer.to(message, on: port, from: source, server: network.address) { machine in
             asked = machine

@@ -59,7 +59,8 @@ public final class Server<Backend: DatagramBackend> {
         // (bench-disk: storm p99 1.0 s → 2.8 s when they shared one). Several, so that a file
         // whose disk is stuck holds no other file's read.
         let reads = DiskWork(threads: FileService.diskThreads)
-        let files = FileService(policy: configuration.policy, remapRules: configuration.remapRules, cache: cache, disk: reads)
+        let files = FileService(policy: configuration.policy, remapRules: configuration.remapRules, cache: cache, disk: reads,
+                                generated: configuration.generatedFiles)
         let needed = 4 + (configuration.optionLimits.maxBlockSize ?? TFTPOption.blksize.range.upperBound)
         for index in 0..<max(1, workerCount) {
             let backend: Backend

@@ -55,6 +55,9 @@ public struct ServerConfiguration: Sendable {
     public var ownTransferSocketsPerWorker = Int.max
     /// `-m`: tftpd-hpa's filename remapping, applied to every request before the access checks.
     public var remapRules: RemapRuleSet?
+    /// Files made for the machine that asks (`--machines`: its boot script, its loader's
+    /// configuration), before the root; TFTP's and HTTP's.
+    public var generatedFiles: (any GeneratedFiles)?
     /// `--log-format`: how a finished transfer's log line is written.
     public var logFormat = LogFormat.text
     /// Requested listener receive buffer (bursts of thousands of RRQs).

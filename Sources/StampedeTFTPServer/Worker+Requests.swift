@@ -114,7 +114,7 @@ extension Worker {
             if incoming.mode == .netascii { transfer.upload!.useNetascii() }
         } else {
             let ticket = loads.nextTicket()
-            switch files.read(incoming.filename, netascii: incoming.mode == .netascii,
+            switch files.read(incoming.filename, netascii: incoming.mode == .netascii, client: incoming.peer,
                               waiter: LoadWaiter(mailbox: loads, ticket: ticket), after: outcome) {
             case .ready(let lease):
                 transfer.lease = consume lease

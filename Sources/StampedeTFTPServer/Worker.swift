@@ -91,7 +91,8 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         // A worker made alone (a test's) reads and commits on one disk thread; `Server` gives its
         // workers two (reads apart from commits).
         let disk = disk ?? DiskWork()
-        self.files = files ?? FileService(policy: configuration.policy, remapRules: configuration.remapRules, cache: cache, disk: disk)
+        self.files = files ?? FileService(policy: configuration.policy, remapRules: configuration.remapRules, cache: cache, disk: disk,
+                                         generated: configuration.generatedFiles)
         self.admission = admission ?? Admission(configuration)
         self.fileLabels = fileLabels ?? FileLabels()
         self.durationRecorder = DurationRecorder(metrics: metrics, fileLabels: self.fileLabels)

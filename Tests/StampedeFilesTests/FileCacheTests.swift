@@ -270,7 +270,7 @@ import Testing
         let mailbox = LoadMailbox()
         var outcome: LoadOutcome?
         while true {
-            switch files.read(Array(name.utf8), netascii: false, waiter: LoadWaiter(mailbox: mailbox, ticket: 1), after: outcome) {
+            switch files.read(Array(name.utf8), netascii: false, client: aClient, waiter: LoadWaiter(mailbox: mailbox, ticket: 1), after: outcome) {
             case .ready(let lease):
                 return lease
             case .loading:

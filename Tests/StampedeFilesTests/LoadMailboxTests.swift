@@ -26,7 +26,7 @@ import Testing
 
         // Two requests of the loop wait for the one read of the file.
         for ticket: UInt64 in [41, 42] {
-            guard case .loading = files.read(Array("vmlinuz".utf8), netascii: false,
+            guard case .loading = files.read(Array("vmlinuz".utf8), netascii: false, client: aClient,
                                              waiter: LoadWaiter(mailbox: mailbox, ticket: ticket)) else {
                 Issue.record("a file not in the cache was not read on the disk thread")
                 return
@@ -61,7 +61,7 @@ import Testing
         disk.submit { held.wait() }
         let absent = Array("absent-\(UInt64.random(in: 0...UInt64.max))".utf8)
         for ticket: UInt64 in [1, 2] {
-            guard case .loading = files.read(absent, netascii: false, waiter: LoadWaiter(mailbox: mailbox, ticket: ticket)) else {
+            guard case .loading = files.read(absent, netascii: false, client: aClient, waiter: LoadWaiter(mailbox: mailbox, ticket: ticket)) else {
                 Issue.record("a name never looked up was answered from memory")
                 return
             }

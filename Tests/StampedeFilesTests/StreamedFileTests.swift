@@ -61,7 +61,7 @@ import Testing
                                 cache: FileCache(limits: .init(budget: 1 << 20, fileLimit: 1000)), disk: disk)
         let mailbox = LoadMailbox()
         #expect(FileService.localFileSystems.contains(stampede_file_system_type(dir.fd)), "the scratch directory is not on a local file system")
-        switch files.read(Array("big.img".utf8), netascii: false, waiter: LoadWaiter(mailbox: mailbox, ticket: 1)) {
+        switch files.read(Array("big.img".utf8), netascii: false, client: aClient, waiter: LoadWaiter(mailbox: mailbox, ticket: 1)) {
         case .ready(let lease):
             guard case .stream(let file) = lease.source else { Issue.record("not streamed"); return }
             #expect(file.size == 5000)

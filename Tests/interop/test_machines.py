@@ -5,6 +5,7 @@ nothing, each said in the log and counted; bad records are refused at start with
 and while serving a change is read and a bad one refused with the records before kept."""
 import os
 import pwd
+import socket
 import subprocess
 import sys
 import time
@@ -164,3 +165,62 @@ def test_a_machine_nobody_listed_is_enlisted_for_the_operator_to_boot(proxy, mac
     written.write_text(text.replace("action = ignore", "action = boot"))
     reply = ask_until(machine, STRANGER, answered=True)
     assert reply and reply["file"] == "ipxe.efi", s.log_text()
+
+
+RENDERED = {
+    "node07": f"mac = {colons(NODE07)}\nvar hostname = node07\nkernel = linux/vmlinuz\ninitrd = linux/initrd.img\n"
+              "cmdline = console=ttyS0 hostname=${hostname} BOOTIF=01-${mac:hexhyp}\n",
+    "node09": f"mac = {colons(LOCAL)}\naction = local\n",
+}
+
+
+def test_a_machines_loader_files_are_rendered_from_its_record_over_http_and_tftp(proxy, machine, records, boot_link, tmp_path):
+    """The address a machine's DHCP REQUEST asks the site's server for is that machine's: its
+    iPXE script over HTTP and TFTP, its GRUB and PXELINUX files, rendered from its record; a
+    machine whose record says local is told to exit; an address DHCP never bound gets the
+    default (here: none, so back to the firmware)."""
+    for name, text in RENDERED.items():
+        (records / name).write_text(text)
+    s = proxy("--machines", str(records))
+    client_ns = boot_link[1]
+
+    def http(name):
+        r = client_ns.run_inside(["curl", "-sf", f"http://{dhcpwire.SERVER}:8080/{name}"])
+        assert r.returncode == 0, (name, r.stderr, s.log_text()[-2000:])
+        return r.stdout.decode()
+
+    def tftp(name):
+        out = tmp_path / name.replace("/", "_")
+        r = client_ns.run_inside(["tftp", "-m", "binary", dhcpwire.SERVER, str(s.port), "-c", "get", name, str(out)])
+        assert r.returncode == 0 and out.exists(), (name, r.stdout, r.stderr, s.log_text()[-2000:])
+        return out.read_text()
+
+    # Before its DHCP, the client's address is nobody's: told to go back to the firmware.
+    assert http("boot.ipxe") == "#!ipxe\n# a_machine_no_record_selects: not booted from the network here\nexit\n"
+    # node07's broadcast REQUEST to the site's server (option 50: the address it takes).
+    request = dhcpwire.message(NODE07, kind=dhcpwire.REQUEST, extra=dhcpwire.option(50, socket.inet_aton(dhcpwire.CLIENT))
+                               + dhcpwire.option(54, socket.inet_aton("10.78.0.2")))
+    assert machine.ask(request, timeout=0.5) is None  # the site's server answers that, not the proxy
+    script = f"""#!ipxe
+# {records}/node07
+kernel linux/vmlinuz initrd=initrd.img console=ttyS0 hostname=node07 BOOTIF=01-52-54-00-12-34-07
+initrd linux/initrd.img
+boot
+"""
+    deadline = time.time() + 5
+    while http("boot.ipxe") != script and time.time() < deadline:
+        time.sleep(0.1)
+    assert http("boot.ipxe") == script
+    assert http("efi/autoexec.ipxe") == script
+    assert tftp("boot.ipxe") == script
+    assert "linux /linux/vmlinuz console=ttyS0 hostname=node07" in tftp("grub/grub.cfg-01-52-54-00-12-34-07")
+    assert tftp("pxelinux.cfg/01-52-54-00-12-34-09").endswith("LOCALBOOT 0\n")
+    # The root's files are still the root's.
+    assert http("hello.txt") == "hello, rack\n"
+    # The address is node09's now: it boots from its disk.
+    request = dhcpwire.message(LOCAL, kind=dhcpwire.REQUEST, extra=dhcpwire.option(50, socket.inet_aton(dhcpwire.CLIENT)))
+    machine.ask(request, timeout=0.5)
+    deadline = time.time() + 5
+    while not http("boot.ipxe").endswith("exit\n") and time.time() < deadline:
+        time.sleep(0.1)
+    assert http("boot.ipxe") == f"#!ipxe\n# {records}/node09: not booted from the network here\nexit\n"

@@ -79,10 +79,12 @@ struct ServeCommand: ParsableCommand {
         var configuration = ServerConfiguration(listenAddresses: [], policy: plan.policy(root: rootFD), logger: logger)
         plan.configure(&configuration)
         configuration.remapRules = rules
+        let bindings = machines.map { _ in MachineBindings() }
+        if let machines, let bindings { configuration.generatedFiles = MachineBoot(records: machines.0, bindings: bindings) }
         configuration.onHangup = hangup(destination, tls, logger)
         let startup = ServerStartup(plan: plan, configuration: configuration, cache: FileCache(limits: plan.cacheLimits),
                                     account: account, root: root, detached: detached, processFigures: processFigures,
-                                    notifier: notifier, tls: tls, machines: machines)
+                                    notifier: notifier, tls: tls, machines: machines, bindings: bindings)
         let segmentation = !options.noSegmentation
         if plan.useURing {
             var ring = URingBackend.Configuration()

@@ -37,6 +37,8 @@ struct ServerStartup {
     let tls: TLSIdentity?
     /// `--machines`, read, and its watch.
     let machines: (records: MachineRecords, watch: RecordWatch)?
+    /// Which machine holds which address, learned by the proxy (with `--machines`).
+    let bindings: MachineBindings?
 
     /// Makes every server of the plan (each binds as the starting user), becomes the serving
     /// user, says what serves, and serves until SIGTERM.
@@ -119,7 +121,7 @@ struct ServerStartup {
     private func proxyDHCP() throws -> ProxyDHCPServer? {
         guard !plan.bootNetworks.isEmpty else { return nil }
         do {
-            return try ProxyDHCPServer(networks: plan.bootNetworks, machines: machines?.records, receiveBuffer: configuration.listenerReceiveBuffer,
+            return try ProxyDHCPServer(networks: plan.bootNetworks, machines: machines?.records, bindings: bindings, receiveBuffer: configuration.listenerReceiveBuffer,
                                        logger: configuration.logger, json: configuration.logFormat == .json)
         } catch {
             throw serveFailure("--proxy-dhcp: \(error)")

@@ -1,0 +1,35 @@
+import Glibc
+import StampedeBase
+import StampedeIO
+
+/// Files made for the client that asks rather than read beneath the root: a machine's boot script
+/// or its loader's configuration, rendered from its record (`--machines`). The file service asks
+/// before every read, TFTP's and HTTP's alike; nil is the file beneath the root. Asked on the
+/// event loop: an answer is made from memory, never from the disk.
+public protocol GeneratedFiles: Sendable {
+    /// The bytes of `name` (as asked, remapped) for the client at `client`, or nil.
+    func contents(of name: [UInt8], for client: SocketAddress) -> [UInt8]?
+}
+
+extension FileImage {
+    /// An image of bytes made in memory (a generated file): its version is its content's hash and
+    /// length, and now.
+    static func holding(_ bytes: [UInt8], netascii: Bool) throws(Errno) -> FileImage {
+        let content = netascii ? Netascii.encode(bytes) : bytes
+        let memory = try allocate(content.count)
+        if !content.isEmpty { memory.buffer.copyMemory(from: UnsafeRawBufferPointer(start: content, count: content.count)) }
+        seal(memory)
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let time = Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+        // FNV-1a: a different script is a different version (its ETag), whatever its length.
+        let hash = content.reduce(UInt64(0xcbf2_9ce4_8422_2325)) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
+        var info = stat()
+        info.st_size = off_t(content.count)
+        var key = FileKey(info, netascii: netascii)
+        key.inode = hash
+        key.modified = time
+        key.changed = time
+        return FileImage(memory, key: key)
+    }
+}

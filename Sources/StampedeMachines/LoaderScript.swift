@@ -1,0 +1,57 @@
+/// What each loader reads, written for one machine from its record's `RenderedBoot` (its values
+/// checked when the record was read), or, for a machine to boot from its disk or not from here,
+/// what tells the loader to go back to the firmware's next boot device.
+public enum LoaderScript {
+    /// iPXE's script (`boot.ipxe`, `autoexec.ipxe`): relative locations are taken from where the
+    /// script came from, as iPXE resolves them. Each initrd is named on the kernel's command line
+    /// (`initrd=NAME`), as UEFI kernels loaded by iPXE need.
+    public static func iPXE(_ boot: RenderedBoot?, for name: String) -> String {
+        let record = safe(name)
+        guard let boot else { return "#!ipxe\n# \(record): not booted from the network here\nexit\n" }
+        let names = boot.initrds.map { "initrd=" + ($0.split(separator: "/").last.map(String.init) ?? $0) }
+        let line = ([boot.kernel] + names + (boot.commandLine.isEmpty ? [] : [boot.commandLine])).joined(separator: " ")
+        return "#!ipxe\n# \(record)\nkernel \(line)\n" + boot.initrds.map { "initrd \($0)\n" }.joined() + "boot\n"
+    }
+
+    /// GRUB's configuration (`grub.cfg-01-<mac>`): a path from the boot server's root, a URL as
+    /// GRUB's network device names it (`(http,host:port)/path`).
+    public static func grub(_ boot: RenderedBoot?, for name: String) -> String {
+        let record = safe(name)
+        guard let boot else { return "# \(record): not booted from the network here\nexit\n" }
+        return """
+            # \(record)
+            set timeout=0
+            menuentry "\(record.split(separator: "/").last.map(String.init) ?? record)" {
+                linux \(grubPath(boot.kernel))\(boot.commandLine.isEmpty ? "" : " " + boot.commandLine)
+            \(boot.initrds.isEmpty ? "" : "    initrd " + boot.initrds.map(grubPath).joined(separator: " ") + "\n")}
+
+            """
+    }
+
+    /// PXELINUX's configuration (`pxelinux.cfg/01-<mac>`).
+    public static func pxelinux(_ boot: RenderedBoot?, for name: String) -> String {
+        let record = safe(name)
+        guard let boot else { return "# \(record): not booted from the network here\nDEFAULT local\nLABEL local\n  LOCALBOOT 0\n" }
+        return "# \(record)\nDEFAULT stampede\nLABEL stampede\n  KERNEL \(boot.kernel)\n"
+            + (boot.initrds.isEmpty ? "" : "  INITRD \(boot.initrds.joined(separator: ","))\n")
+            + (boot.commandLine.isEmpty ? "" : "  APPEND \(boot.commandLine)\n")
+    }
+
+    /// A record's name as a script may hold it: letters, digits and `-._/`, the rest `_` (a file's
+    /// name may hold anything, a newline too).
+    static func safe(_ name: String) -> String {
+        String(name.map { $0.isASCII && ($0.isLetter || $0.isNumber || "-._/".contains($0)) ? $0 : "_" })
+    }
+
+    /// `http://host:port/path` → `(http,host:port)/path`; a path → `/path`.
+    static func grubPath(_ location: String) -> String {
+        for scheme in ["http", "tftp"] {
+            let prefix = scheme + "://"
+            guard location.lowercased().hasPrefix(prefix) else { continue }
+            let rest = location.dropFirst(prefix.count)
+            let slash = rest.firstIndex(of: "/") ?? rest.endIndex
+            return "(\(scheme),\(rest[..<slash]))" + (slash == rest.endIndex ? "/" : String(rest[slash...]))
+        }
+        return location.hasPrefix("/") ? location : "/" + location
+    }
+}

@@ -1,0 +1,48 @@
+import StampedeDHCP
+import Synchronization
+
+/// Which machine holds which address, learned from its DHCP: the address a broadcast REQUEST
+/// asks the site's server for (option 50), the one a boot server REQUEST comes from (ciaddr),
+/// iPXE's own DHCP alike. A TFTP or HTTP request carries only its address: through this it is
+/// the machine's, and gets what its record renders. The proxy learns, the file service asks.
+public final class MachineBindings: Sendable {
+    /// Addresses remembered at most: past it, the half learned longest ago is forgotten.
+    public static let capacity = 65_536
+
+    private let table = Mutex<(machines: [IPv4: MachineIdentity], learned: [IPv4: UInt64], clock: UInt64)>(([:], [:], 0))
+
+    public init() {}
+
+    /// `machine` holds `address` from now on (the latest DHCP says so).
+    public func learn(_ address: IPv4, is machine: MachineIdentity) {
+        guard !address.isAny else { return }
+        table.withLock { table in
+            if table.machines[address] == nil && table.machines.count >= Self.capacity {
+                let cut = table.learned.values.sorted()[Self.capacity / 2]
+                table.learned = table.learned.filter { $0.value >= cut }
+                table.machines = table.machines.filter { table.learned[$0.key] != nil }
+            }
+            table.clock += 1
+            table.machines[address] = machine
+            table.learned[address] = table.clock
+        }
+    }
+
+    /// The machine at `address`, if DHCP said.
+    public func machine(at address: IPv4) -> MachineIdentity? { table.withLock { $0.machines[address] } }
+
+    public var count: Int { table.withLock { $0.machines.count } }
+}
+
+extension MachineBindings {
+    /// What `message` (from a network-boot client) says of the address it holds or asks for.
+    public func learn(from message: DHCPMessage) {
+        guard let client = BootClient(message) else { return }
+        let machine = MachineIdentity(message, client)
+        if !message.clientAddress.isAny {
+            learn(message.clientAddress, is: machine)
+        } else if message.type == .request, let asked = message.options[.requestedAddress].flatMap(IPv4.init) {
+            learn(asked, is: machine)
+        }
+    }
+}

@@ -1,0 +1,95 @@
+import StampedeDHCP
+
+/// A record's boot that Stampede writes for the loader that asks (iPXE, GRUB, PXELINUX:
+/// `LoaderScript`): a kernel, its initrds and its command line. A location is a path beneath the
+/// root or a URL; the command line may name the record's variables and the machine's (`${mac}`,
+/// `${mac:hexhyp}`, `${uuid}`, `${arch}`). Everything in it is data: what could end a loader's
+/// command, start another or expand in it is refused when the record is read.
+public struct RenderedBoot: Equatable, Sendable {
+    public var kernel: String
+    public var initrds: [String]
+    /// As written, its `${name}`s not yet replaced.
+    public var commandLine: String
+
+    public init(kernel: String, initrds: [String] = [], commandLine: String = "") {
+        self.kernel = kernel
+        self.initrds = initrds
+        self.commandLine = commandLine
+    }
+
+    /// The variables every machine has.
+    static let machineVariables = ["mac", "mac:hexhyp", "uuid", "arch"]
+
+    /// The boot for one machine: its command line with every `${name}` replaced.
+    public func rendered(for machine: MachineIdentity, variables: [String: String]) -> RenderedBoot {
+        var values = variables
+        values["mac"] = machine.hardwareAddress.hexadecimal(separator: ":")
+        values["mac:hexhyp"] = machine.hardwareAddress.hexadecimal(separator: "-")
+        values["uuid"] = machine.uuid ?? ""
+        values["arch"] = machine.firmware?.rawValue ?? String(machine.architecture)
+        var line = ""
+        var rest = Substring(commandLine)
+        while let start = rest.firstRange(of: "${"), let end = rest[start.upperBound...].firstIndex(of: "}") {
+            line += rest[..<start.lowerBound]
+            line += values[String(rest[start.upperBound..<end])] ?? ""
+            rest = rest[rest.index(after: end)...]
+        }
+        return RenderedBoot(kernel: kernel, initrds: initrds, commandLine: line + rest)
+    }
+
+    // MARK: What a record may say
+
+    /// A location: letters, digits and `-._~:/?#[]@!*+,=%` (a URL's characters, without those a
+    /// loader's script reads: quotes, `$`, `;`, `&`, `|`, braces, spaces, backslashes).
+    static func checkLocation(_ text: String) -> String? {
+        let allowed = Set("-._~:/?#[]@!*+,=%")
+        guard text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || allowed.contains($0)) }) else {
+            return "holds a character a loader's script would read (a location takes letters, digits and -._~:/?#[]@!*+,=%)"
+        }
+        return nil
+    }
+
+    /// A variable's name: a lower-case letter, then lower-case letters, digits, `-` and `_`.
+    static func checkVariableName(_ name: String) -> String? {
+        guard let first = name.first, first.isASCII, first.isLowercase,
+              name.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "-" || $0 == "_") }) else {
+            return "a variable's name is a lower-case letter, then lower-case letters, digits, - and _"
+        }
+        return RenderedBoot.machineVariables.contains(name) ? "\(name) is the machine's own variable" : nil
+    }
+
+    /// A variable's value: letters, digits and `-._:,+@/=` (a hostname, a role, a disk).
+    static func checkVariableValue(_ value: String) -> String? {
+        let allowed = Set("-._:,+@/=")
+        guard value.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || allowed.contains($0)) }) else {
+            return "a variable's value takes letters, digits and -._:,+@/= (it is data in a command line, never code)"
+        }
+        return nil
+    }
+
+    /// A command line: printable ASCII without what a loader's script reads (quotes, backslashes,
+    /// `;`, `|`, `&&`, `#`, braces but a variable's), each `${name}` a variable of `known` or the
+    /// machine's.
+    static func checkCommandLine(_ text: String, known: Set<String>) -> String? {
+        let refused = Set("\"'`\\;|#<>")
+        var rest = Substring(text)
+        while let start = rest.firstRange(of: "${") {
+            guard let end = rest[start.upperBound...].firstIndex(of: "}") else { return "${ without its }" }
+            let name = String(rest[start.upperBound..<end])
+            guard known.contains(name) || machineVariables.contains(name) else {
+                return "${\(name)}: no such variable (var \(name) = VALUE makes one; the machine's are \(machineVariables.joined(separator: ", ")))"
+            }
+            if let bad = plain(rest[..<start.lowerBound], refused) { return bad }
+            rest = rest[rest.index(after: end)...]
+        }
+        return plain(rest, refused)
+    }
+
+    private static func plain(_ text: Substring, _ refused: Set<Character>) -> String? {
+        guard text.allSatisfy({ $0.isASCII && $0.asciiValue! >= 0x20 && $0.asciiValue! < 0x7f && !refused.contains($0) }),
+              !text.contains("$"), !text.contains("{"), !text.contains("}"), !text.contains("&&") else {
+            return "holds what a loader's script reads (quotes, backslashes, ;, |, &&, #, <, >, $ or braces but a ${variable}'s)"
+        }
+        return nil
+    }
+}
