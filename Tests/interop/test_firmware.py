@@ -150,16 +150,16 @@ def start_server(lab, backend, server_args=()):
     return log_path
 
 
-def power_on(lab, qemu_args):
-    """The machine, on the tap; its console is console.log in the test's directory."""
+def power_on(lab, qemu_args, tap="tap0", console_name="console.log"):
+    """The machine, on the tap; its console is console.log (`console_name`) in the test's directory."""
     inside, root, tmp, processes = lab
-    console = tmp / "console.log"
+    console = tmp / console_name
     # Software emulation: the same on every machine (KVM under a hypervisor is not always sound).
     qemu = inside(["qemu-system-x86_64", "-machine", "q35", "-accel", "tcg", "-nodefaults", "-m", "256",
                    "-display", "none", "-monitor", "none",
                    "-serial", f"file:{console}", "-no-reboot",
-                   "-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no", *qemu_args],
-                  stdout=open(tmp / "qemu.log", "w"), stderr=subprocess.STDOUT)
+                   "-netdev", f"tap,id=n0,ifname={tap},script=no,downscript=no", *qemu_args],
+                  stdout=open(tmp / f"qemu-{tap}.log", "w"), stderr=subprocess.STDOUT)
     processes.append(qemu)
     return qemu, console
 
@@ -179,7 +179,7 @@ def boot(lab, backend, qemu_args, deadline_s=110, server_args=(), booted=None):
                 return text
         elif any(done in line and line.endswith(": ok") for line in text.splitlines()):
             return text
-        assert qemu.poll() is None, f"qemu exited {qemu.returncode}: {(tmp / 'qemu.log').read_text()[-2000:]}"
+        assert qemu.poll() is None, f"qemu exited {qemu.returncode}: {(tmp / 'qemu-tap0.log').read_text()[-2000:]}"
         time.sleep(0.25)
     pytest.fail(f"no boot in {deadline_s} s.\nserver:\n{log_path.read_text()[-3000:]}\n"
                 f"console:\n{console.read_text(errors='replace')[-3000:] if console.exists() else ''}\n"
@@ -213,6 +213,21 @@ def newc(entries) -> bytes:
     return bytes(out)
 
 
+def install_linux(root, ballast=4 << 20):
+    """linux/vmlinuz and linux/initrd.img in the root: Debian's kernel, and an initramfs of the
+    test's init (which says its command line on the console) and `ballast` bytes the kernel
+    unpacks too (an initrd is mostly payload)."""
+    for needed in (KERNEL, INIT):
+        assert needed.exists(), f"{needed} missing: `make boot-kernel` (a prerequisite of `make test`) makes it"
+    (root / "linux").mkdir()
+    shutil.copy(KERNEL, root / "linux" / "vmlinuz")
+    (root / "linux" / "initrd.img").write_bytes(newc([("dev", 0o040755, b""), ("init", 0o100755, INIT.read_bytes()),
+                                                      ("ballast", 0o100644, os.urandom(ballast))]))
+    for f in (root / "linux").iterdir():
+        f.chmod(0o644)
+    (root / "linux").chmod(0o755)
+
+
 def served_over_http(name):
     """booted(): the server's log says `name` was sent whole over HTTP."""
     return lambda server, console: any(f'"{name}" http 200 ' in line and line.endswith(": served") for line in server.splitlines())
@@ -224,18 +239,10 @@ def test_uefi_pxe_boots_linux_through_stampedes_proxy_dhcp_beside_a_site_dhcp_se
     Stampede's proxy offer (the bypass) names ipxe.efi, which OVMF's PXE reads over TFTP as EDK2
     does; iPXE's own DHCP gets the script's URL, and the script, the kernel and the initrd come
     over HTTP: the initrd's init runs with the command line iPXE gave the kernel."""
-    for needed in (KERNEL, INIT):
-        assert needed.exists(), f"{needed} missing: `make boot-kernel` (a prerequisite of `make test`) makes it"
     inside, root, tmp, processes = lab
     (root / "boot.ipxe").write_text(LINUX_SCRIPT)
-    (root / "linux").mkdir()
-    shutil.copy(KERNEL, root / "linux" / "vmlinuz")
-    # The init, and 4 MiB of ballast that the kernel unpacks too: an initrd is mostly payload.
-    (root / "linux" / "initrd.img").write_bytes(newc([("dev", 0o040755, b""), ("init", 0o100755, INIT.read_bytes()),
-                                                      ("ballast", 0o100644, os.urandom(4 << 20))]))
-    for f in [root / "boot.ipxe", *(root / "linux").iterdir()]:
-        f.chmod(0o644)
-    (root / "linux").chmod(0o755)
+    (root / "boot.ipxe").chmod(0o644)
+    install_linux(root)
     started = time.time()
     log = boot(lab, "uring", ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n"],
                deadline_s=150, server_args=("--http", f"{SERVER_IP}:{HTTP_PORT}", "--proxy-dhcp", SERVER_IP),
@@ -259,6 +266,61 @@ def test_uefi_pxe_boots_linux_through_stampedes_proxy_dhcp_beside_a_site_dhcp_se
         assert served and f"bytes={path.stat().st_size} " in served[-1], (name, log)
     report(f"UEFI (OVMF) PXE via Stampede's proxyDHCP -> ipxe.efi (TFTP) -> boot.ipxe, kernel, initrd (HTTP) -> Linux init: "
            f"{time.time() - started:.0f} s")
+
+
+@pytest.mark.parametrize("lab", [PROXY], indirect=True)
+def test_two_uefi_machines_boot_their_own_records_and_one_nobody_listed_gets_no_offer(lab, report):
+    """--machines: two OVMF machines with different MACs power on at once beside the site's DHCP
+    server; each is offered iPXE, and the boot.ipxe its iPXE fetches is written from its own
+    record (its kernel, initrd and command line): each init says its own command line. A third
+    MAC nobody listed is left alone: its firmware hears no offer and never loads iPXE."""
+    inside, root, tmp, processes = lab
+    install_linux(root, ballast=1 << 20)
+    machines = tmp / "machines"
+    machines.mkdir()
+    own = {"alpha": "52:54:00:5e:a7:0a", "beta": "52:54:00:5e:a7:0b"}
+    for name, mac in own.items():
+        (machines / name).write_text(f"mac = {mac}\nvar hostname = {name}\nkernel = linux/vmlinuz\ninitrd = linux/initrd.img\n"
+                                     "cmdline = console=ttyS0 panic=-1 quiet hostname=${hostname} BOOTIF=01-${mac:hexhyp}\n")
+    for command in (["ip", "tuntap", "add", "dev", "tap1", "mode", "tap"], ["ip", "link", "set", "tap1", "master", "br0"],
+                    ["ip", "link", "set", "tap1", "up"]):
+        assert inside(command).wait() == 0
+    started = time.time()
+    log_path = start_server(lab, "uring", ("--http", f"{SERVER_IP}:{HTTP_PORT}", "--proxy-dhcp", SERVER_IP, "--machines", machines))
+    consoles = {}
+    for (name, mac), tap in zip(own.items(), ("tap0", "tap1")):
+        qemu, consoles[name] = power_on(lab, ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=", "-boot", "n"],
+                                        tap=tap, console_name=f"console-{name}.log")
+    said = {}
+    while time.time() - started < 240 and len(said) < 2:
+        for name, console in consoles.items():
+            text = console.read_text(errors="replace") if console.exists() else ""
+            found = re.search(r"stampede-initrd: init runs, cmdline: (.*)", text)
+            if found:
+                said[name] = found.group(1)
+        time.sleep(0.5)
+    log = log_path.read_text()
+    assert len(said) == 2, f"booted: {said}\nserver:\n{log[-3000:]}"
+    for name, mac in own.items():
+        assert f"hostname={name} BOOTIF=01-{mac.replace(':', '-')}" in said[name], said
+        assert "initrd=initrd.img console=ttyS0 panic=-1" in said[name], said
+    report(f"two UEFI machines, each its own record's kernel command line through --machines: {time.time() - started:.0f} s")
+
+    for process in processes[-2:]:
+        process.terminate()
+        process.wait()
+    stranger = "52:54:00:5e:a7:0c"
+    requests_before = log_path.read_text().count("ipxe.efi")
+    qemu, console = power_on(lab, ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={stranger},romfile=", "-boot", "n"],
+                             console_name="console-stranger.log")
+    deadline = time.time() + 120
+    gave_up = lambda: re.search(r"PXE-E16: No valid offer received", console.read_text(errors="replace") if console.exists() else "")
+    while time.time() < deadline and not gave_up():
+        time.sleep(0.5)
+    log = log_path.read_text()
+    assert f"DHCP DISCOVER {stranger} on br0: left alone: no machine record selects it" in log, log[-3000:]
+    assert gave_up(), console.read_text(errors="replace")[-2000:]
+    assert log.count("ipxe.efi") == requests_before and "iPXE" not in console.read_text(errors="replace"), log[-2000:]
 
 
 @pytest.mark.parametrize("lab", [PROXY], indirect=True)
