@@ -125,7 +125,7 @@ let package = Package(
                     dependencies: ["stampede", "StampedeFiles", "StampedeServing", "StampedeTFTPServer", "StampedeDHCP", "StampedeIO", "StampedeBase", "StampedeProtocol", "CMallocCounter", log]),
         .testTarget(name: "StampedeHTTPWireTests", dependencies: ["StampedeHTTPWire"]),
         .testTarget(name: "StampedeDHCPTests", dependencies: ["StampedeDHCP"]),
-        .testTarget(name: "StampedeMachinesTests", dependencies: ["StampedeMachines", "StampedeDHCP", "StampedeTestSupport"]),
+        .testTarget(name: "StampedeMachinesTests", dependencies: ["StampedeMachines", "StampedeDHCP", "StampedeFiles", "StampedeIO", "StampedeTestSupport"]),
         .testTarget(name: "StampedeProxyDHCPTests", dependencies: ["StampedeProxyDHCP", "StampedeDHCP", "StampedeBase", "StampedeProtocol"]),
         .testTarget(name: "StampedeTLSTests", dependencies: ["StampedeTLS", "StampedeTestSupport"]),
         .testTarget(name: "StampedeHTTPTests",

@@ -39,7 +39,8 @@ REGION = re.compile(r'^\.\\" OPTIONS ([^\n]+)\n.*?^\.\\" END OPTIONS\n', re.MULT
 
 
 def dump(binary, command):
-    out = subprocess.run([binary, command, "--experimental-dump-help"], capture_output=True, check=True).stdout
+    """`command`'s options; a subcommand's is named with a slash (`machines/done`)."""
+    out = subprocess.run([binary, *command.split("/"), "--experimental-dump-help"], capture_output=True, check=True).stdout
     return [a for a in json.loads(out)["command"]["arguments"]
             if a["kind"] != "positional" and a.get("shouldDisplay", True) and key(a) != "help"]
 

@@ -2,7 +2,7 @@
 public enum BootIgnored: Int, CaseIterable, Sendable {
     case malformed, notBootClient, notForProxy, addressRequest, unknownArchitecture, noBootFile, tooManyHops, repeated
     case otherServer, otherBootServerType, bootIntegrityServices, bootFileTooLong
-    case machineIgnored, machineLocal, unknownMachine
+    case machineIgnored, machineLocal, unknownMachine, machineDone
 
     public init(_ silence: ProxyAnswer.Silence) {
         switch silence {
@@ -18,6 +18,7 @@ public enum BootIgnored: Int, CaseIterable, Sendable {
         case .bootFileTooLong: self = .bootFileTooLong
         case .leftAlone(.ignored): self = .machineIgnored
         case .leftAlone(.local): self = .machineLocal
+        case .leftAlone(.done): self = .machineDone
         case .leftAlone(.unknown), .leftAlone(.discovered): self = .unknownMachine
         }
     }
@@ -39,6 +40,7 @@ public enum BootIgnored: Int, CaseIterable, Sendable {
         case .machineIgnored: "machine_ignored"
         case .machineLocal: "machine_local"
         case .unknownMachine: "unknown_machine"
+        case .machineDone: "machine_done"
         }
     }
 }

@@ -8,10 +8,11 @@ public struct MachineIdentity: Equatable, Sendable {
     /// the iPXE stage set aside (an iPXE on x64 UEFI is `efi-x64` here); nil for an architecture
     /// no selector names.
     public var firmware: BootSelector?
-    /// RFC 4578's architecture type it sent.
-    public var architecture: UInt16
+    /// RFC 4578's architecture type it sent (nil: a machine known by its address alone, as a
+    /// file's name or a report names it).
+    public var architecture: UInt16?
 
-    public init(hardwareAddress: [UInt8], uuid: String? = nil, firmware: BootSelector? = nil, architecture: UInt16 = 0) {
+    public init(hardwareAddress: [UInt8], uuid: String? = nil, firmware: BootSelector? = nil, architecture: UInt16? = nil) {
         self.hardwareAddress = hardwareAddress
         self.uuid = uuid
         self.firmware = firmware
@@ -41,6 +42,8 @@ public enum LeftAlone: Equatable, Sendable, CustomStringConvertible {
     case ignored(record: String)
     /// Its record says `local`: it boots from its own disk.
     case local(record: String)
+    /// Its record says `once`, and its boot is done: it boots from its own disk.
+    case done(record: String)
     /// No record selects it, and machines no record selects are left alone.
     case unknown
     /// No record selects it: left alone, and a record that ignores it written for the operator.
@@ -50,6 +53,7 @@ public enum LeftAlone: Equatable, Sendable, CustomStringConvertible {
         switch self {
         case .ignored(let record): "its machine record \(record) says ignore"
         case .local(let record): "its machine record \(record) says local (it boots from its disk)"
+        case .done(let record): "its machine record \(record) says once, and its boot is done (it boots from its disk)"
         case .unknown: "no machine record selects it (--unknown-machines ignore)"
         case .discovered: "no machine record selects it (--unknown-machines record: one that ignores it is written)"
         }

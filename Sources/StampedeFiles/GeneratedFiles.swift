@@ -9,6 +9,14 @@ import StampedeIO
 public protocol GeneratedFiles: Sendable {
     /// The bytes of `name` (as asked, remapped) for the client at `client`, or nil.
     func contents(of name: [UInt8], for client: SocketAddress) -> [UInt8]?
+
+    /// A client's report to `name` (an HTTP POST with no body: a machine saying its boot is
+    /// done): accepted (what to log), refused, or nil when `name` is none of its.
+    func report(to name: [UInt8], from client: SocketAddress) -> Result<String, FileRefusal>?
+}
+
+extension GeneratedFiles {
+    public func report(to name: [UInt8], from client: SocketAddress) -> Result<String, FileRefusal>? { nil }
 }
 
 extension FileImage {

@@ -45,6 +45,17 @@ final class FileResponder: HTTPResponder {
         case .get: kind = .get
         case .head: kind = .head
         case .other(let name):
+            // A machine's report (its boot done) is a POST with no body to a name the generated
+            // files know; any other is not allowed.
+            if name == "POST", let report = files.generated?.report(to: Array(head.path.drop { $0 == UInt8(ascii: "/") }), from: connection.peer) {
+                switch report {
+                case .success(let said):
+                    plain(connection, .ok, to: head, kind: .post, method: name, file: head.path, detail: said, started: started)
+                case .failure(let refusal):
+                    plain(connection, Status(refusal), to: head, kind: .post, method: name, file: head.path, detail: refusal.message, started: started)
+                }
+                return true
+            }
             plain(connection, .methodNotAllowed, also: ("Allow", "GET, HEAD"), to: head, kind: .invalid, method: name, file: head.target,
                   detail: "method \(name) not allowed", started: started)
             return true

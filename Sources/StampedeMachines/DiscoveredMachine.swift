@@ -32,7 +32,7 @@ public struct DiscoveredMachine: Equatable, Sendable {
         let firmware = identity.firmware.map { " (\($0.rawValue))" } ?? ""
         var lines = [
             "# Discovered \(when): no record selected this machine when it asked to boot.",
-            "# Its request: \(said.filter { $0 != "\n" && $0 != "\r" }), architecture \(identity.architecture)\(firmware).",
+            "# Its request: \(said.filter { $0 != "\n" && $0 != "\r" }), architecture \(identity.architecture.map(String.init) ?? "unknown")\(firmware).",
             "# It is left alone: say action = boot (or local) to let it boot.",
             "mac = \(identity.hardwareAddress.hexadecimal(separator: ":"))",
         ]

@@ -19,9 +19,11 @@ public struct MachineBook: Sendable {
 
     public let records: [MachineRecord]
     public let unknown: UnknownMachines
+    /// The machines whose `once` boot is done (`.done-<mac>` files in the directory).
+    public internal(set) var done: Set<[UInt8]>
     private let index: [MachineRecord.Selector: Int]
 
-    public init(_ records: [MachineRecord], unknown: UnknownMachines = .ignore) throws(RecordFaults) {
+    public init(_ records: [MachineRecord], unknown: UnknownMachines = .ignore, done: Set<[UInt8]> = []) throws(RecordFaults) {
         var index: [MachineRecord.Selector: Int] = [:]
         var errors: [RecordError] = []
         for (number, record) in records.enumerated() {
@@ -40,6 +42,7 @@ public struct MachineBook: Sendable {
         guard errors.isEmpty else { throw RecordFaults(errors) }
         self.records = records
         self.unknown = unknown
+        self.done = done
         self.index = index
     }
 
@@ -47,7 +50,7 @@ public struct MachineBook: Sendable {
     public func record(for machine: MachineIdentity) -> MachineRecord? {
         var selectors: [MachineRecord.Selector] = [.hardwareAddress(machine.hardwareAddress)]
         if let uuid = machine.uuid { selectors.append(.uuid(uuid)) }
-        selectors.append(.architecture(machine.architecture))
+        if let architecture = machine.architecture { selectors.append(.architecture(architecture)) }
         if let firmware = machine.firmware { selectors.append(.firmware(firmware)) }
         selectors.append(.everyMachine)
         return selectors.lazy.compactMap { index[$0] }.first.map { records[$0] }
@@ -55,12 +58,22 @@ public struct MachineBook: Sendable {
 
     /// What `machine` gets, over the network's `menu`.
     public func choice(for machine: MachineIdentity, over menu: BootMenu) -> MachineChoice {
-        if let record = record(for: machine) { return record.choice(over: menu) }
+        if let record = record(for: machine) {
+            if isDone(record, machine) { return .leaveAlone(.done(record: record.name)) }
+            return record.choice(over: menu)
+        }
         switch unknown {
         case .ignore: return .leaveAlone(.unknown)
         case .boot: return .boot(menu)
         case .record: return .leaveAlone(.discovered)
         }
+    }
+}
+
+extension MachineBook {
+    /// Whether `machine`'s boot by `record` is done: it said so, and the record boots it once.
+    public func isDone(_ record: MachineRecord, _ machine: MachineIdentity) -> Bool {
+        record.once && done.contains(machine.hardwareAddress)
     }
 }
 

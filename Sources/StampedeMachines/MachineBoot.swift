@@ -1,3 +1,4 @@
+import Glibc
 import StampedeDHCP
 import StampedeFiles
 import StampedeIO
@@ -15,13 +16,47 @@ import StampedeIO
 /// record selects while unknown machines are not booted, are told to go back to the firmware
 /// (iPXE `exit`, GRUB `exit`, PXELINUX `LOCALBOOT 0`). Every other file, and these for a record
 /// that boots the root's files, come from the root.
+///
+/// A `once` machine reports its boot done by a POST to its done URL (`${done-url}`:
+/// `<http base>.stampede/done/<mac>/<token>`); from then on it gets what a `local` record gives.
 public struct MachineBoot: GeneratedFiles {
     public let records: MachineRecords
     public let bindings: MachineBindings
+    /// `http://ADDR:PORT/`: where this server's HTTP listener is reached (nil: no HTTP, no done
+    /// URL).
+    public let httpBase: String?
+    /// Its done URLs' path, beneath the base.
+    static let donePath = ".stampede/done/"
+    /// The clock, in seconds since the epoch (tests set it).
+    let now: @Sendable () -> Int
 
-    public init(records: MachineRecords, bindings: MachineBindings) {
+    public init(records: MachineRecords, bindings: MachineBindings, httpBase: String? = nil,
+                now: @escaping @Sendable () -> Int = { Int(time(nil)) }) {
         self.records = records
         self.bindings = bindings
+        self.httpBase = httpBase
+        self.now = now
+    }
+
+    /// `machine`'s done URL; empty without HTTP.
+    public func doneURL(for mac: [UInt8]) -> String {
+        guard let httpBase else { return "" }
+        return httpBase + Self.donePath + mac.hexadecimal(separator: "-") + "/" + records.directory.tokens.token(for: mac)
+    }
+
+    public func report(to name: [UInt8], from client: SocketAddress) -> Result<String, FileRefusal>? {
+        let path = String(decoding: name, as: UTF8.self)
+        guard path.hasPrefix(Self.donePath) else { return nil }
+        let parts = path.dropFirst(Self.donePath.count).split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2, let mac = MachineRecord.hardwareAddress(parts[0]) else {
+            return .failure(FileRefusal(.notFound, "not a done URL"))
+        }
+        let bound = client.ipv4.flatMap(bindings.machine(at:))
+        switch records.done(named(mac, bound), token: String(parts[1]), now: now()) {
+        case .accepted(let record): return .success("machine \(mac.hexadecimal(separator: ":")) done (\(record)): its next boot is from its disk")
+        case .wrongToken: return .failure(FileRefusal(.denied, "not this machine's done URL"))
+        case .notOnce: return .failure(FileRefusal(.notFound, "no record boots \(mac.hexadecimal(separator: ":")) once"))
+        }
     }
 
     public func contents(of name: [UInt8], for client: SocketAddress) -> [UInt8]? {
@@ -53,10 +88,13 @@ public struct MachineBoot: GeneratedFiles {
             // Nobody listed it: back to the firmware, unless unknown machines boot as the network says.
             return book.unknown == .boot ? nil : Array(script(nil, "a machine no record selects").utf8)
         }
+        if book.isDone(record, machine) { return Array(script(nil, record.name).utf8) }
         switch record.action {
         case .boot:
             guard let boot = record.boot else { return nil }
-            return Array(script(boot.rendered(for: machine, variables: record.variables), record.name).utf8)
+            var variables = record.variables
+            variables["done-url"] = doneURL(for: machine.hardwareAddress)
+            return Array(script(boot.rendered(for: machine, variables: variables), record.name).utf8)
         case .local, .ignore:
             return Array(script(nil, record.name).utf8)
         }

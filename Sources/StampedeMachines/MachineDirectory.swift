@@ -12,13 +12,27 @@ public final class MachineDirectory: Sendable {
     public let path: String
     /// The directory, opened once: every read is relative to it.
     let fd: Int32
+    /// Its key for machines' done URLs (made now if it has none).
+    public let tokens: DoneTokens
+
+    /// A machine's done boot is a hidden file (never a record): `.done-52-54-00-12-34-56`.
+    static let donePrefix = ".done-"
 
     public init(_ path: String) throws(RecordFaults) {
         self.path = path
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw RecordFaults([RecordError(file: path, line: 0, "cannot read the directory: \(Errno.current)")]) }
+        do { tokens = try DoneTokens.load(in: fd) } catch {
+            close(fd)
+            throw RecordFaults([RecordError(file: Self.join(path, DoneTokens.keyFile), line: 0, "cannot read or make the key of done URLs: \(error)")])
+        }
         self.fd = fd
     }
+
+    static func join(_ path: String, _ name: String) -> String { path.hasSuffix("/") ? path + name : path + "/" + name }
+
+    /// The file that says `mac`'s boot is done.
+    public static func doneFile(for mac: [UInt8]) -> String { donePrefix + mac.hexadecimal(separator: "-") }
 
     deinit { close(fd) }
 
@@ -30,8 +44,11 @@ public final class MachineDirectory: Sendable {
         }
         var records: [MachineRecord] = []
         var errors: [RecordError] = []
+        let done = Set(names.compactMap { name in
+            name.hasPrefix(Self.donePrefix) ? MachineRecord.hardwareAddress(name.dropFirst(Self.donePrefix.count)) : nil
+        })
         for name in names.sorted() where !name.hasPrefix(".") && !name.hasSuffix("~") {
-            let file = path.hasSuffix("/") ? path + name : path + "/" + name
+            let file = Self.join(path, name)
             var info = stat()
             guard fstatat(fd, name, &info, 0) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }
             guard info.st_size <= off_t(Self.largestFile) else {
@@ -52,27 +69,45 @@ public final class MachineDirectory: Sendable {
             }
         }
         guard errors.isEmpty else { throw RecordFaults(errors) }
-        return try MachineBook(records, unknown: unknown)
+        return try MachineBook(records, unknown: unknown, done: done)
+    }
+
+    /// Writes `text` as the file `name`, in place of any there: a hidden temporary first, then
+    /// renamed over it whole. Its path.
+    public func replace(_ name: String, _ text: String) throws(Errno) -> String {
+        let temporary = try write(text, beside: name)
+        defer { unlinkat(fd, temporary, 0) }
+        guard renameat(fd, temporary, fd, name) == 0 else { throw Errno.current }
+        return Self.join(path, name)
+    }
+
+    /// A hidden temporary file holding `text`, written through to the disk: its name.
+    private func write(_ text: String, beside name: String) throws(Errno) -> String {
+        let temporary = ".\(name).\(getpid()).tmp"
+        let file = openat(fd, temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard file >= 0 else { throw Errno.current }
+        let written = Array(text.utf8).withUnsafeBytes { bytes in Result { () throws(Errno) in try writeFully(file, bytes) } }
+        var failure: Errno?
+        if case .failure(let error) = written { failure = error } else if fsync(file) != 0 { failure = Errno.current }
+        close(file)
+        if let failure {
+            unlinkat(fd, temporary, 0)
+            throw failure
+        }
+        return temporary
     }
 
     /// Writes `text` as the file `name` unless a file of that name is there (an operator's is
     /// never replaced): a hidden temporary first, then linked in whole. The path, or nil when
     /// one was there.
     public func create(_ name: String, _ text: String) throws(Errno) -> String? {
-        let temporary = ".\(name).\(getpid()).tmp"
-        let file = openat(fd, temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard file >= 0 else { throw Errno.current }
+        let temporary = try write(text, beside: name)
         defer { unlinkat(fd, temporary, 0) }
-        let written = Array(text.utf8).withUnsafeBytes { bytes in Result { () throws(Errno) in try writeFully(file, bytes) } }
-        var failure: Errno?
-        if case .failure(let error) = written { failure = error } else if fsync(file) != 0 { failure = Errno.current }
-        close(file)
-        if let failure { throw failure }
         guard linkat(fd, temporary, fd, name, 0) == 0 else {
             if errno == EEXIST { return nil }
             throw Errno.current
         }
-        return path.hasSuffix("/") ? path + name : path + "/" + name
+        return Self.join(path, name)
     }
 
     /// The names in the directory now.

@@ -45,6 +45,9 @@ public struct MachineRecord: Equatable, Sendable {
     public var boot: RenderedBoot?
     /// `var NAME = VALUE`: what its command line may name.
     public var variables: [String: String]
+    /// `once = yes`: a machine it selects boots until it says its boot is done (its done URL, or
+    /// `stampede machines done MAC`), and from its disk after, as if its record said `local`.
+    public var once = false
 
     public init(name: String, selectors: [(selector: Selector, line: Int)], action: Action = .boot, bootFiles: [BootSelector: BootTarget] = [:],
                 boot: RenderedBoot? = nil, variables: [String: String] = [:]) {
@@ -57,7 +60,7 @@ public struct MachineRecord: Equatable, Sendable {
     }
 
     public static func == (a: MachineRecord, b: MachineRecord) -> Bool {
-        a.name == b.name && a.action == b.action && a.bootFiles == b.bootFiles && a.boot == b.boot && a.variables == b.variables
+        a.name == b.name && a.action == b.action && a.bootFiles == b.bootFiles && a.boot == b.boot && a.variables == b.variables && a.once == b.once
             && a.selectors.map(\.selector) == b.selectors.map(\.selector) && a.selectors.map(\.line) == b.selectors.map(\.line)
     }
 

@@ -1,5 +1,6 @@
 import CStampedeSys
 import Glibc
+import StampedeDHCP
 import StampedeIO
 import Synchronization
 
@@ -15,8 +16,16 @@ public final class MachineRecords: Sendable {
     public let directory: MachineDirectory
     public let unknown: MachineBook.UnknownMachines
     private let book: Mutex<MachineBook>
-    private let enlisting = Mutex<(waiting: [DiscoveredMachine], taken: Set<[UInt8]>)>(([], []))
-    /// An eventfd the watch's thread waits on: a machine is waiting to be written.
+    /// What the watch's thread is to write into the directory.
+    enum Write: Sendable {
+        /// A discovered machine's record.
+        case enlist(DiscoveredMachine)
+        /// That a machine's `once` boot is done (`.done-<mac>`), and when.
+        case done([UInt8], at: Int)
+    }
+
+    private let enlisting = Mutex<(waiting: [Write], taken: Set<[UInt8]>)>(([], []))
+    /// An eventfd the watch's thread waits on: something is waiting to be written.
     let wake: Int32
 
     /// Reads the directory (at start: a fault is the caller's to refuse).
@@ -47,18 +56,46 @@ public final class MachineRecords: Sendable {
     public func enlist(_ machine: DiscoveredMachine) -> Bool {
         let queued = enlisting.withLock { state in
             guard state.taken.count < Self.enlistLimit, state.taken.insert(machine.identity.hardwareAddress).inserted else { return false }
-            state.waiting.append(machine)
+            state.waiting.append(.enlist(machine))
             return true
         }
-        if queued {
-            var one: UInt64 = 1
-            _ = write(wake, &one, 8)  // EAGAIN only when the counter is full: readable anyway
-        }
+        if queued { wakeTheWatch() }
         return queued
     }
 
-    /// The machines waiting to be written, taken.
-    func takeEnlisted() -> [DiscoveredMachine] {
+    /// What a machine's report that its boot is done comes to.
+    public enum DoneReport: Equatable, Sendable {
+        /// Done from now on (written on the watch's thread): its next boot is from its disk.
+        case accepted(record: String)
+        /// Not its token.
+        case wrongToken
+        /// No record that boots it once selects it.
+        case notOnce
+    }
+
+    /// `machine` says its boot is done, with `token` (its done URL's): from now on it is left
+    /// alone, and the directory says so for the next start.
+    public func done(_ machine: MachineIdentity, token: String, now: Int) -> DoneReport {
+        let mac = machine.hardwareAddress
+        guard directory.tokens.accepts(token, for: mac) else { return .wrongToken }
+        let marked: String? = book.withLock { book in
+            guard let record = book.record(for: machine), record.once else { return nil }
+            book.done.insert(mac)
+            return record.name
+        }
+        guard let marked else { return .notOnce }
+        enlisting.withLock { $0.waiting.append(.done(mac, at: now)) }
+        wakeTheWatch()
+        return .accepted(record: marked)
+    }
+
+    private func wakeTheWatch() {
+        var one: UInt64 = 1
+        _ = write(wake, &one, 8)  // EAGAIN only when the counter is full: readable anyway
+    }
+
+    /// What waits to be written, taken.
+    func takeWrites() -> [Write] {
         var count: UInt64 = 0
         _ = read(wake, &count, 8)
         return enlisting.withLock { state in

@@ -18,7 +18,7 @@ public struct RecordError: Error, Equatable, Sendable, CustomStringConvertible {
 
 extension MachineRecord {
     /// The keys a record file takes; `mac`, `uuid`, `arch` and `boot-file` may repeat.
-    static let keys = ["mac", "uuid", "arch", "default", "action", "boot-file", "kernel", "initrd", "cmdline", "var NAME"]
+    static let keys = ["mac", "uuid", "arch", "default", "action", "once", "boot-file", "kernel", "initrd", "cmdline", "var NAME"]
 
     /// A record file's text, `file` its name. Two forms:
     ///
@@ -28,7 +28,8 @@ extension MachineRecord {
     ///   record selects), `action = boot|local|ignore` (boot when not said), `boot-file =
     ///   SELECTOR=NAME` as `--boot-file` takes it; `kernel = LOCATION`, `initrd = LOCATION`
     ///   (repeatable), `cmdline = ...` (a boot Stampede writes for iPXE, GRUB and PXELINUX:
-    ///   `RenderedBoot`), `var NAME = VALUE` (what the command line may name as `${NAME}`);
+    ///   `RenderedBoot`), `var NAME = VALUE` (what the command line may name as `${NAME}`),
+    ///   `once = yes` (booted until its boot is done, from its disk after);
     /// - an Ironic (dnsmasq `dhcp-hostsdir`) hosts file: one line, `MAC` or `MAC,ignore`, with
     ///   `*:*:*:*:*:*` for every machine no other file names.
     ///
@@ -75,7 +76,7 @@ extension MachineRecord {
                 fault("\(key): the value is empty or holds a control character")
                 continue
             }
-            if ["default", "action", "kernel", "cmdline"].contains(key), let earlier = said[key] {
+            if ["default", "action", "once", "kernel", "cmdline"].contains(key), let earlier = said[key] {
                 fault("\(key) said again (first on line \(earlier))")
                 continue
             }
@@ -114,6 +115,12 @@ extension MachineRecord {
                     continue
                 }
                 record.action = action
+            case "once":
+                switch value {
+                case "yes": record.once = true
+                case "no": break
+                default: fault("once \(value): yes or no")
+                }
             case "kernel", "initrd":
                 if let bad = RenderedBoot.checkLocation(value) {
                     fault("\(key) \(value): \(bad)")
@@ -150,6 +157,9 @@ extension MachineRecord {
         if errors.isEmpty, record.boot != nil, record.action != .boot, let line = said["kernel"] {
             errors.append(RecordError(file: file, line: line, "kernel in a record whose action is \(record.action.rawValue): nothing would boot it"))
         }
+        if errors.isEmpty, record.once, record.action != .boot, let line = said["once"] {
+            errors.append(RecordError(file: file, line: line, "once in a record whose action is \(record.action.rawValue): it boots nothing to be done with"))
+        }
         if errors.isEmpty && record.selectors.isEmpty {
             errors.append(RecordError(file: file, line: 0, "selects no machine: give it a mac, uuid or arch, or default = yes"))
         }
@@ -185,7 +195,7 @@ extension MachineRecord {
     }
 
     /// Six hex pairs split by `:` or `-`.
-    static func hardwareAddress<Text: StringProtocol>(_ text: Text) -> [UInt8]? {
+    public static func hardwareAddress<Text: StringProtocol>(_ text: Text) -> [UInt8]? {
         let pairs = text.split(omittingEmptySubsequences: false) { $0 == ":" || $0 == "-" }
         guard pairs.count == 6 else { return nil }
         let bytes = pairs.compactMap { $0.count == 2 ? UInt8($0, radix: 16) : nil }

@@ -14,6 +14,8 @@ public final class RecordWatch: Sendable {
         /// A discovered machine's record written (its path), or found there already (nil).
         case enlisted(DiscoveredMachine, path: String?)
         case enlistFailed(DiscoveredMachine, Errno)
+        /// That a machine's boot is done, written (its path), or not.
+        case markedDone([UInt8], Result<String, Errno>)
     }
 
     /// How long the directory must be quiet before a reload, in milliseconds.
@@ -58,11 +60,18 @@ public final class RecordWatch: Sendable {
     }
 
     private func write(_ report: @Sendable (Event) -> Void) {
-        for machine in records.takeEnlisted() {
-            do {
-                report(.enlisted(machine, path: try records.directory.create(machine.fileName, machine.text)))
-            } catch {
-                report(.enlistFailed(machine, error))
+        for write in records.takeWrites() {
+            switch write {
+            case .enlist(let machine):
+                do {
+                    report(.enlisted(machine, path: try records.directory.create(machine.fileName, machine.text)))
+                } catch {
+                    report(.enlistFailed(machine, error))
+                }
+            case .done(let mac, let time):
+                report(.markedDone(mac, Result { () throws(Errno) in
+                    try records.directory.replace(MachineDirectory.doneFile(for: mac), "done \(time)\n")
+                }))
             }
         }
     }

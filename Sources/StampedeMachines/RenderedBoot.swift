@@ -18,7 +18,7 @@ public struct RenderedBoot: Equatable, Sendable {
     }
 
     /// The variables every machine has.
-    static let machineVariables = ["mac", "mac:hexhyp", "uuid", "arch"]
+    static let machineVariables = ["mac", "mac:hexhyp", "uuid", "arch", "done-url"]
 
     /// The boot for one machine: its command line with every `${name}` replaced.
     public func rendered(for machine: MachineIdentity, variables: [String: String]) -> RenderedBoot {
@@ -26,7 +26,7 @@ public struct RenderedBoot: Equatable, Sendable {
         values["mac"] = machine.hardwareAddress.hexadecimal(separator: ":")
         values["mac:hexhyp"] = machine.hardwareAddress.hexadecimal(separator: "-")
         values["uuid"] = machine.uuid ?? ""
-        values["arch"] = machine.firmware?.rawValue ?? String(machine.architecture)
+        values["arch"] = machine.firmware?.rawValue ?? machine.architecture.map(String.init) ?? ""
         var line = ""
         var rest = Substring(commandLine)
         while let start = rest.firstRange(of: "${"), let end = rest[start.upperBound...].firstIndex(of: "}") {

@@ -65,6 +65,8 @@ public final class WorkerMetrics: @unchecked Sendable {
     /// What a request asked for: an RRQ or a WRQ over TFTP, a GET or a HEAD over HTTP.
     public enum Kind: Int, CaseIterable, Sendable {
         case read, write, get, head
+        /// An HTTP POST a generated file takes (a machine saying its boot is done).
+        case post
         /// Not a request that could be served: a malformed one, an unknown opcode, an HTTP method
         /// other than GET and HEAD, a head too large or too slow.
         case invalid
@@ -75,6 +77,7 @@ public final class WorkerMetrics: @unchecked Sendable {
             case .write: "wrq"
             case .get: "get"
             case .head: "head"
+            case .post: "post"
             case .invalid: "invalid"
             }
         }

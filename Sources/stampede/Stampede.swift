@@ -15,7 +15,7 @@ struct Stampede: ParsableCommand {
             list UEFI HTTPS Boot trusts (tls-ca).
             Installed (or linked) as in.tftpd, it is the server alone, as tftpd-hpa's is.
             """,
-        subcommands: [ServeCommand.self, Get.self, Put.self, Storm.self, TLSCA.self],
+        subcommands: [ServeCommand.self, Get.self, Put.self, Storm.self, TLSCA.self, Machines.self],
         defaultSubcommand: ServeCommand.self
     )
 

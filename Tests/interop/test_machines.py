@@ -5,6 +5,7 @@ nothing, each said in the log and counted; bad records are refused at start with
 and while serving a change is read and a bad one refused with the records before kept."""
 import os
 import pwd
+import re
 import socket
 import subprocess
 import sys
@@ -224,3 +225,52 @@ boot
     while not http("boot.ipxe").endswith("exit\n") and time.time() < deadline:
         time.sleep(0.1)
     assert http("boot.ipxe") == f"#!ipxe\n# {records}/node09: not booted from the network here\nexit\n"
+
+
+def test_a_once_machine_that_says_it_is_done_is_left_alone_after_and_after_a_restart(proxy, machine, records, boot_link):
+    """once = yes: its command line carries its done URL; a POST there (as its installer's last
+    command would) is taken, a wrong token refused; from then on its DHCP is left alone and its
+    iPXE told to exit, after a restart too; `stampede machines done` does the same by hand."""
+    (records / "node07").write_text(f"mac = {colons(NODE07)}\nonce = yes\nkernel = vmlinuz\ncmdline = stampede.done=${{done-url}}\n")
+    (records / "node09").write_text(f"mac = {colons(LOCAL)}\nonce = yes\nkernel = vmlinuz\n")
+    os.chown(records, pwd.getpwnam("nobody").pw_uid, -1)
+    s = proxy("--machines", str(records))
+    client_ns = boot_link[1]
+    request = dhcpwire.message(NODE07, kind=dhcpwire.REQUEST, extra=dhcpwire.option(50, socket.inet_aton(dhcpwire.CLIENT)))
+    machine.ask(request, timeout=0.3)
+    script = ""
+    for _ in range(50):
+        script = client_ns.run_inside(["curl", "-sf", f"http://{dhcpwire.SERVER}:8080/boot.ipxe"]).stdout.decode()
+        if "stampede.done=" in script:
+            break
+        time.sleep(0.1)
+    url = re.search(r"stampede\.done=(\S+)", script).group(1)
+    assert re.fullmatch(rf"http://{dhcpwire.SERVER}:8080/\.stampede/done/52-54-00-12-34-07/[0-9a-f]{{32}}", url), script
+
+    def post(target):
+        return client_ns.run_inside(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", target]).stdout.decode()
+
+    assert post(url[:-1] + ("0" if url[-1] != "0" else "1")) == "403"
+    assert machine.ask(dhcpwire.message(NODE07, arch=7, xid=5), timeout=1)["file"] == "ipxe.efi"
+    assert post(url) == "200"
+    assert s.log_lines(f"--machines: machine {colons(NODE07)} done: its next boot is from its disk ({records}/.done-52-54-00-12-34-07)")
+    time.sleep(0.6)
+    assert machine.ask(dhcpwire.message(NODE07, arch=7, xid=6), timeout=1) is None
+    assert s.log_lines(f"left alone: its machine record {records}/node07 says once, and its boot is done")
+    assert client_ns.run_inside(["curl", "-sf", f"http://{dhcpwire.SERVER}:8080/boot.ipxe"]).stdout.decode().endswith("exit\n")
+
+    # By hand, while serving: the server reads it at once.
+    r = run([str(BINARY), "machines", "done", colons(LOCAL), "--machines", str(records)])
+    assert r.returncode == 0 and f"({records}/.done-52-54-00-12-34-09)" in r.stdout.decode(), r
+    assert ask_until(machine, LOCAL, answered=False) is None
+    r = run([str(BINARY), "machines", "done", colons(STRANGER), "--machines", str(records)])
+    assert r.returncode == 65 and "no record in" in r.stderr.decode(), r
+    r = run([str(BINARY), "machines", "done", "52:54", "--machines", str(records)])
+    assert r.returncode == 64, r
+
+    # A restart keeps it; removing the file boots the machine again.
+    s.stop()
+    s = proxy("--machines", str(records))
+    assert machine.ask(dhcpwire.message(NODE07, arch=7, xid=7), timeout=1) is None
+    (records / ".done-52-54-00-12-34-07").unlink()
+    assert ask_until(machine, NODE07, answered=True)["file"] == "ipxe.efi"

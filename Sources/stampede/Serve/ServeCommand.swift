@@ -80,7 +80,11 @@ struct ServeCommand: ParsableCommand {
         plan.configure(&configuration)
         configuration.remapRules = rules
         let bindings = machines.map { _ in MachineBindings() }
-        if let machines, let bindings { configuration.generatedFiles = MachineBoot(records: machines.0, bindings: bindings) }
+        if let machines, let bindings {
+            // Done URLs name the first boot network's HTTP (docs/machines.md).
+            let base = options.proxyDHCP.first.flatMap { ServePlan.httpBase($0, options) }
+            configuration.generatedFiles = MachineBoot(records: machines.0, bindings: bindings, httpBase: base)
+        }
         configuration.onHangup = hangup(destination, tls, logger)
         let startup = ServerStartup(plan: plan, configuration: configuration, cache: FileCache(limits: plan.cacheLimits),
                                     account: account, root: root, detached: detached, processFigures: processFigures,

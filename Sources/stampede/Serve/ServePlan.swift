@@ -126,15 +126,19 @@ struct ServePlan {
     static func bootNetworks(_ options: ServeOptions, _ interfaces: [NetworkInterface]) -> [BootNetwork] {
         let choices = Dictionary(options.bootFile.map { ($0.selector, $0.target) }, uniquingKeysWith: { _, last in last })
         return zip(options.proxyDHCP, interfaces).map { address, interface in
-            // Plain HTTP where it serves the address (firmware trusts it with no CA enrolled),
-            // else HTTPS (whose certificate must name the address, and its CA be enrolled).
-            func serving(_ addresses: [TCPAddress]) -> TCPAddress? {
-                addresses.first { $0.host == "0.0.0.0" || $0.host == address.description }
-            }
-            let base = serving(options.http).map { "http://\(address)\($0.port == 80 ? "" : ":\($0.port)")/" }
-                ?? serving(options.https).map { "https://\(address)\($0.port == 443 ? "" : ":\($0.port)")/" }
-            return BootNetwork(address: address, interface: interface, menu: BootMenu.withDefaults(choices, httpBase: base))
+            BootNetwork(address: address, interface: interface, menu: BootMenu.withDefaults(choices, httpBase: httpBase(address, options)))
         }
+    }
+
+    /// Where machines on the network of `address` reach this server's HTTP: plain HTTP where it
+    /// serves the address (firmware trusts it with no CA enrolled), else HTTPS (whose certificate
+    /// must name the address, and its CA be enrolled); nil: neither does.
+    static func httpBase(_ address: IPv4, _ options: ServeOptions) -> String? {
+        func serving(_ addresses: [TCPAddress]) -> TCPAddress? {
+            addresses.first { $0.host == "0.0.0.0" || $0.host == address.description }
+        }
+        return serving(options.http).map { "http://\(address)\($0.port == 80 ? "" : ":\($0.port)")/" }
+            ?? serving(options.https).map { "https://\(address)\($0.port == 443 ? "" : ":\($0.port)")/" }
     }
 
     /// --backend: auto takes io_uring when the probe (ENOSYS, EPERM from seccomp,

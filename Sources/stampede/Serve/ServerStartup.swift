@@ -110,6 +110,10 @@ struct ServerStartup {
             case .enlisted(let machine, let written):
                 let mac = machine.identity.hardwareAddress.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined(separator: ":")
                 if let written { logger.notice("--machines: machine \(mac) discovered: its record, which ignores it, written to \(written)") }
+            case .markedDone(let mac, .success(let written)):
+                logger.notice("--machines: machine \(mac.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined(separator: ":")) done: its next boot is from its disk (\(written))")
+            case .markedDone(let mac, .failure(let error)):
+                logger.error("--machines \(path): cannot write \(MachineDirectory.doneFile(for: mac)): \(error): the machine is done until the server stops")
             case .enlistFailed(let machine, let error):
                 let who = error.rawValue == EACCES && getuid() != 0 ? " (as uid \(getuid()), the -u user: give it the directory)" : ""
                 logger.error("--machines \(path): cannot write \(machine.fileName) for a discovered machine: \(error)\(who)")
