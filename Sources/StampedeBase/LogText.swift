@@ -109,3 +109,23 @@ public func writeSignedDigits(_ value: Int64, into out: UnsafeMutableBufferPoint
     out[0] = UInt8(ascii: "-")
     return 1 + writeDigits(value.magnitude, minimumCount: 1, into: UnsafeMutableBufferPointer(rebasing: out[1...]))
 }
+
+/// `text` as a JSON string (RFC 8259): quotes, backslashes and control characters escaped. The
+/// JSON log lines' and the `/machines` view's.
+public func jsonString(_ text: String) -> String {
+    var out = "\""
+    for scalar in text.unicodeScalars {
+        switch scalar {
+        case "\"": out += "\\\""
+        case "\\": out += "\\\\"
+        case "\n": out += "\\n"
+        case "\r": out += "\\r"
+        case "\t": out += "\\t"
+        case _ where scalar.value < 0x20:
+            let hex = String(scalar.value, radix: 16)
+            out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+        default: out.unicodeScalars.append(scalar)
+        }
+    }
+    return out + "\""
+}

@@ -4,33 +4,30 @@ import StampedeFiles
 import StampedeHTTPWire
 import StampedeServing
 
-/// The answers of an endpoint that serves one path with bytes made at each request (the metrics'
-/// exposition): GET and HEAD of `path` (a query ignored), 404 for any other path, 405 for any
-/// other method, and the engine's refusals (400, 408, 414, 431, 505), each saying itself in a
-/// line of text. Nothing is logged: a scraper every few seconds is no event.
+/// The answers of endpoints that serve paths with bytes made at each request (the metrics'
+/// exposition, `/machines`): GET and HEAD of a path (a query ignored), 404 for any other path, 405
+/// for any other method, and the engine's refusals (400, 408, 414, 431, 505), each saying itself
+/// in a line of text. Nothing is logged: a scraper every few seconds is no event.
 final class EndpointResponder: HTTPResponder {
-    let path: String
-    let contentType: String
-    let body: @Sendable () -> [UInt8]
+    let endpoints: [Endpoint]
     let loads: LoadMailbox? = nil
 
-    init(path: String, contentType: String, body: @escaping @Sendable () -> [UInt8]) {
-        self.path = path
-        self.contentType = contentType
-        self.body = body
+    init(_ endpoints: [Endpoint]) {
+        self.endpoints = endpoints
     }
 
     func answer(_ head: RequestHead, on connection: Connection, started: Nanoseconds) -> Bool {
+        let paths = endpoints.map(\.path).joined(separator: ", ")
         switch head.method {
         case .other:
             var response = ResponseHead(.methodNotAllowed)
             response.add("Allow", "GET, HEAD")
-            respond(connection, response, Array("GET \(path)\n".utf8), to: head, started: started)
+            respond(connection, response, Array("GET \(paths)\n".utf8), to: head, started: started)
         case .get, .head:
-            if head.path.elementsEqual(path.utf8) {
-                respond(connection, ResponseHead(.ok), body(), type: contentType, to: head, started: started)
+            if let endpoint = endpoints.first(where: { head.path.elementsEqual($0.path.utf8) }) {
+                respond(connection, ResponseHead(.ok), endpoint.body(), type: endpoint.contentType, to: head, started: started)
             } else {
-                respond(connection, ResponseHead(.notFound), Array("stampede serves its metrics at \(path)\n".utf8), to: head, started: started)
+                respond(connection, ResponseHead(.notFound), Array("stampede serves \(paths)\n".utf8), to: head, started: started)
             }
         }
         return true
@@ -64,7 +61,7 @@ final class EndpointResponder: HTTPResponder {
         let sends = withBody ?? (request?.method != .head)
         connection.response = Response(
             head: head.end(), body: sends ? .bytes(text) : .none, range: sends ? 0..<text.count : 0..<0,
-            record: .init(kind: .invalid, method: request?.method.name ?? "-", file: Array(path.utf8), status: head.status,
+            record: .init(kind: .invalid, method: request?.method.name ?? "-", file: request?.path ?? [], status: head.status,
                           result: head.status == .ok ? .served : .protocolError, started: started))
     }
 }

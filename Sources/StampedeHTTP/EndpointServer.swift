@@ -6,8 +6,21 @@ import StampedeHTTPWire
 import StampedeIO
 import StampedeServing
 
-/// One path answered with bytes made at each request (the metrics' exposition) by the HTTP
-/// engine: one event loop of its own, on a thread of its own, never a worker's, with limits of
+/// A path answered with bytes made at each request (the metrics' exposition).
+public struct Endpoint: Sendable {
+    public var path: String
+    public var contentType: String
+    public var body: @Sendable () -> [UInt8]
+
+    public init(path: String, contentType: String, body: @escaping @Sendable () -> [UInt8]) {
+        self.path = path
+        self.contentType = contentType
+        self.body = body
+    }
+}
+
+/// Paths answered with bytes made at each request (the metrics' exposition, `/machines`) by the
+/// HTTP engine: one event loop of its own, on a thread of its own, never a worker's, with limits of
 /// its own, so that a scraper cannot hold or grow the server. `everySecond` runs on that thread
 /// between turns (the metrics move the workers' durations then).
 public final class EndpointServer: Sendable {
@@ -31,8 +44,8 @@ public final class EndpointServer: Sendable {
         }
     }
 
-    public init(address: SocketAddress, path: String, contentType: String, limits: Limits, logger: Logger,
-                body: @escaping @Sendable () -> [UInt8], everySecond: @escaping @Sendable () -> Void) throws(Errno) {
+    public init(address: SocketAddress, endpoints: [Endpoint], limits: Limits, logger: Logger,
+                everySecond: @escaping @Sendable () -> Void) throws(Errno) {
         var http = HTTPConfiguration(listenAddresses: [])
         http.maxConnections = limits.maxConnections
         http.idleTimeout = limits.requestDeadline
@@ -42,7 +55,7 @@ public final class EndpointServer: Sendable {
         http.backlog = 64
         http.limits.headBytes = 8192
         http.limits.lineBytes = 4096
-        let loop = try HTTPLoop(http: http, responder: EndpointResponder(path: path, contentType: contentType, body: body),
+        let loop = try HTTPLoop(http: http, responder: EndpointResponder(endpoints),
                                 metrics: WorkerMetrics(.http), open: ManagedAtomic(0), admission: nil, logger: logger, shutdownGrace: 0)
         // One server per address, as the others (`claimExclusively`).
         boundAddress = try loop.bind(claimExclusively([address], stream: true))[0]

@@ -27,14 +27,17 @@ public struct MachineBoot: GeneratedFiles {
     public let httpBase: String?
     /// Its done URLs' path, beneath the base.
     static let donePath = ".stampede/done/"
+    /// How far each machine's boot got: told of each file a bound machine asks for.
+    public let progress: MachineProgress?
     /// The clock, in seconds since the epoch (tests set it).
     let now: @Sendable () -> Int
 
-    public init(records: MachineRecords, bindings: MachineBindings, httpBase: String? = nil,
+    public init(records: MachineRecords, bindings: MachineBindings, httpBase: String? = nil, progress: MachineProgress? = nil,
                 now: @escaping @Sendable () -> Int = { Int(time(nil)) }) {
         self.records = records
         self.bindings = bindings
         self.httpBase = httpBase
+        self.progress = progress
         self.now = now
     }
 
@@ -53,7 +56,9 @@ public struct MachineBoot: GeneratedFiles {
         }
         let bound = client.ipv4.flatMap(bindings.machine(at:))
         switch records.done(named(mac, bound), token: String(parts[1]), now: now()) {
-        case .accepted(let record): return .success("machine \(mac.hexadecimal(separator: ":")) done (\(record)): its next boot is from its disk")
+        case .accepted(let record):
+            progress?.note(mac, .done, record: record, address: client.ipv4, now: now())
+            return .success("machine \(mac.hexadecimal(separator: ":")) done (\(record)): its next boot is from its disk")
         case .wrongToken: return .failure(FileRefusal(.denied, "not this machine's done URL"))
         case .notOnce: return .failure(FileRefusal(.notFound, "no record boots \(mac.hexadecimal(separator: ":")) once"))
         }
@@ -63,6 +68,7 @@ public struct MachineBoot: GeneratedFiles {
         let path = String(decoding: name, as: UTF8.self)
         let base = path.split(separator: "/", omittingEmptySubsequences: false).last.map(String.init) ?? path
         let bound = client.ipv4.flatMap(bindings.machine(at:))
+        if let progress, let bound { follow(bound, asking: path, base: base, at: client.ipv4, progress) }
         if base == "boot.ipxe" || base == "autoexec.ipxe" {
             return render(bound ?? MachineIdentity(hardwareAddress: []), unbound: bound == nil, LoaderScript.iPXE)
         }
@@ -74,6 +80,39 @@ public struct MachineBoot: GeneratedFiles {
             return render(named(mac, bound), unbound: false, LoaderScript.pxelinux)
         }
         return nil
+    }
+
+    /// The stage a machine's request for `path` says its boot is at: its offered boot file, its
+    /// script, its record's kernel or first initrd.
+    private func follow(_ machine: MachineIdentity, asking path: String, base: String, at address: IPv4?, _ progress: MachineProgress) {
+        let mac = machine.hardwareAddress
+        let stage: MachineProgress.Stage
+        if base == "boot.ipxe" || base == "autoexec.ipxe" || base.hasPrefix("grub.cfg") || path.contains("pxelinux.cfg/") {
+            stage = .script
+        } else if let offered = progress.entry(mac)?.offered, Self.path(of: offered) == path {
+            stage = .bootFile
+        } else if let boot = records.current.record(for: machine)?.boot {
+            if Self.path(of: boot.kernel) == path {
+                stage = .kernel
+            } else if let first = boot.initrds.first, Self.path(of: first) == path {
+                stage = .initrd
+            } else {
+                return
+            }
+        } else {
+            return
+        }
+        progress.note(mac, stage, address: address, now: now())
+    }
+
+    /// A location as a request names it: a URL's path, without the leading "/".
+    static func path(of location: String) -> String {
+        var rest = Substring(location)
+        if let scheme = rest.firstRange(of: "://") {
+            rest = rest[scheme.upperBound...]
+            rest = rest[(rest.firstIndex(of: "/") ?? rest.endIndex)...]
+        }
+        return String(rest.drop { $0 == "/" })
     }
 
     /// The machine a name's MAC names: what DHCP said of it when the asking address is its.

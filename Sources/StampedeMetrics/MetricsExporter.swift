@@ -41,7 +41,22 @@ public final class MetricsExporter: Sendable {
         var cpu: Counter
         var cpuSeconds = 0.0
         var process: (resident: Gauge, openDescriptors: Gauge, maxDescriptors: Gauge)
+        /// `stampede_machines{stage}`, with `--machines`.
+        var machines: [(stage: String, gauge: Gauge)] = []
     }
+
+    /// Machines per stage of their boot (`--machines`): the stages, and the count at each now.
+    public struct MachineStages: Sendable {
+        public var stages: [String]
+        public var counts: @Sendable () -> [String: Int]
+
+        public init(stages: [String], counts: @escaping @Sendable () -> [String: Int]) {
+            self.stages = stages
+            self.counts = counts
+        }
+    }
+
+    private let machines: MachineStages?
 
     /// Bucket bounds of the transfer-duration histogram: a boot file on a LAN takes milliseconds
     /// alone, seconds in a storm, a minute when something is wrong.
@@ -50,9 +65,10 @@ public final class MetricsExporter: Sendable {
 
     /// `process`: opened before `-s` and `-u` (`ProcessFigures`); `tls`: `--https`'s identity.
     public init(workers: [WorkerMetrics], cache: FileCache, fileLabels: FileLabels, build: BuildInfo,
-                process: ProcessFigures = ProcessFigures(), tls: TLSIdentity? = nil) {
+                process: ProcessFigures = ProcessFigures(), tls: TLSIdentity? = nil, machines: MachineStages? = nil) {
         let registry = PrometheusCollectorRegistry()
         self.registry = registry
+        self.machines = machines
         self.workers = workers
         self.cache = cache
         self.fileLabels = fileLabels
@@ -70,7 +86,11 @@ public final class MetricsExporter: Sendable {
             cpu: registry.makeCounter(descriptor: described("process_cpu_seconds_total", "User and system CPU time spent, in seconds.")),
             process: (registry.makeGauge(descriptor: described("process_resident_memory_bytes", "Resident memory size in bytes.")),
                       registry.makeGauge(descriptor: described("process_open_fds", "Open file descriptors.")),
-                      registry.makeGauge(descriptor: described("process_max_fds", "The limit on open file descriptors.")))))
+                      registry.makeGauge(descriptor: described("process_max_fds", "The limit on open file descriptors."))),
+            machines: (machines?.stages ?? []).map { stage in
+                (stage, registry.makeGauge(descriptor: described("stampede_machines", "Machines (--machines) by how far their boot got: left alone, DHCP answered, boot file, script, kernel, initrd, done."),
+                                           labels: [("stage", stage)]))
+            }))
     }
 
     /// Makes swift-metrics report into this registry, so that a library instrumented with
@@ -112,6 +132,9 @@ public final class MetricsExporter: Sendable {
             var limit = rlimit()
             getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
             state.process.maxDescriptors.set(Int64(clamping: limit.rlim_cur))
+            if let counts = machines?.counts() {
+                for (stage, gauge) in state.machines { gauge.set(Int64(counts[stage] ?? 0)) }
+            }
         }
     }
 

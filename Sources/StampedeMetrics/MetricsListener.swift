@@ -25,13 +25,15 @@ public final class MetricsListener: Sendable {
     private let server: EndpointServer
 
     /// `lifetime`: how long a connection may live (`connectionLifetime`; shorter in tests).
-    public init(host: String, port: Int, exporter: MetricsExporter, lifetime: Nanoseconds = connectionLifetime,
-                logger: Logger = Logger(label: "stampede.metrics")) throws(Errno) {
+    /// `machines`: `/machines`, the JSON view of each machine's boot (with `--machines`).
+    public init(host: String, port: Int, exporter: MetricsExporter, machines: (@Sendable () -> [UInt8])? = nil,
+                lifetime: Nanoseconds = connectionLifetime, logger: Logger = Logger(label: "stampede.metrics")) throws(Errno) {
         guard let address = SocketAddress(numericHost: host, port: UInt16(port)) else { throw Errno(EINVAL) }
+        let metrics = Endpoint(path: "/metrics", contentType: "text/plain; version=0.0.4; charset=utf-8", body: { exporter.scrape() })
         server = try EndpointServer(
-            address: address, path: "/metrics", contentType: "text/plain; version=0.0.4; charset=utf-8",
+            address: address, endpoints: [metrics] + (machines.map { [Endpoint(path: "/machines", contentType: "application/json", body: $0)] } ?? []),
             limits: .init(maxConnections: Self.maxConnections, requestDeadline: Self.requestDeadline, lifetime: lifetime),
-            logger: logger, body: { exporter.scrape() },
+            logger: logger,
             // Served transfers' durations wait in small logs per worker: empty them every second.
             everySecond: { exporter.drainDurations() })
         self.address = server.boundAddress.description

@@ -63,6 +63,8 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     /// Which machine holds which address, learned from every boot client's request (the records'
     /// files for a TFTP or HTTP request are its machine's).
     public let bindings: MachineBindings?
+    /// How far each machine's boot got (with `--machines`).
+    public let progress: MachineProgress?
     public let ports: Ports
     /// Its answers by selector and its silences by reason, and its heartbeat (`lastTurn`).
     public let metrics = WorkerMetrics.dhcp()
@@ -81,12 +83,13 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     static let batch = 1024
 
     /// Opens the sockets (as the starting user: before privileges drop) for `networks`.
-    public init(networks: [BootNetwork], machines: MachineRecords? = nil, bindings: MachineBindings? = nil, ports: Ports = Ports(),
-                receiveBuffer: Int, logger: Logger, json: Bool) throws(StartFailure) {
+    public init(networks: [BootNetwork], machines: MachineRecords? = nil, bindings: MachineBindings? = nil, progress: MachineProgress? = nil,
+                ports: Ports = Ports(), receiveBuffer: Int, logger: Logger, json: Bool) throws(StartFailure) {
         guard networks.count <= Int(STAMPEDE_MAX_BOOT_NETWORKS) else { throw .tooManyNetworks(networks.count) }
         self.networks = networks
         self.machines = machines
         self.bindings = bindings
+        self.progress = progress
         self.ports = ports
         self.logger = logger
         self.json = json
@@ -208,6 +211,10 @@ public final class ProxyDHCPServer: @unchecked Sendable {
         switch answer {
         case .failure(let silence):
             metrics.countBoot(ignored: BootIgnored(silence))
+            if case .leftAlone = silence, let asked, let progress {
+                progress.note(asked.hardwareAddress, .leftAlone, record: machines?.current.record(for: asked)?.name, why: "\(silence)",
+                              now: time(nil))
+            }
             if case .leftAlone(.discovered) = silence, let asked, let machines {
                 // Written by the records' watch, once per machine.
                 let vendor = sanitizedForLog(message.options[.vendorClass] ?? [], limit: 64)
@@ -236,6 +243,10 @@ public final class ProxyDHCPServer: @unchecked Sendable {
                 return
             }
             guard send(answer, network: number, arrivedOn: port, now: now) else { return }
+            if let progress, let asked {
+                progress.note(asked.hardwareAddress, .dhcp, record: machines?.current.record(for: asked)?.name,
+                              offered: answer.target.description, now: time(nil))
+            }
             let offer = answer.reply.type == .offer
             metrics.countBoot(answer.selector, offer: offer)
             log(answer, for: message, what, offer: offer)

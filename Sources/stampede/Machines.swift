@@ -3,12 +3,50 @@ import Glibc
 import StampedeDHCP
 import StampedeIO
 import StampedeMachines
+import StampedeStorm
 
 /// `stampede machines`: what the machine records (`serve --machines DIR`) say and do, from the
 /// command line.
 struct Machines: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "machines", abstract: "Act on the machine records of serve --machines DIR.", subcommands: [Done.self])
+        commandName: "machines", abstract: "Show the machines a server boots by its records (serve --machines DIR), or say one is done.",
+        subcommands: [List.self, Done.self], defaultSubcommand: List.self)
+
+    /// `stampede machines [list] --metrics HOST:PORT`: the server's `/machines` as a table.
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "list",
+            abstract: "Print how far each machine's boot got, from a server's metrics listener (GET /machines).",
+            discussion: """
+                A machine a line: its MAC, its record, its stage (left_alone, dhcp, boot_file, script, kernel, initrd, done),
+                its address, when it was last heard of, and why it was left alone; then how many machines are at each stage.
+                  stampede machines --metrics 10.0.0.1:9469 --stage dhcp
+                """)
+
+        @Option(name: .customLong("metrics"), help: ArgumentHelp("The server's --metrics listener (default: 127.0.0.1:9469).", valueName: "HOST:PORT"))
+        var metrics = "127.0.0.1:9469"
+        @Option(name: .customLong("stage"), help: ArgumentHelp("Only the machines at this stage.", valueName: "STAGE"))
+        var stage: String?
+
+        func validate() throws {
+            let stages = MachineProgress.Stage.allCases.map(\.label)
+            if let stage, !stages.contains(stage) { throw ValidationError("--stage \(stage): one of \(stages.joined(separator: ", ")).") }
+        }
+
+        func run() throws {
+            let url = "http://\(metrics)/machines"
+            do {
+                let rows = try ProgressTable.rows(try HTTPGet.body(url))
+                print(ProgressTable.table(rows, now: Int(time(nil)), stage: stage), terminator: "")
+            } catch let failure as HTTPGet.Failure {
+                writeToStandardError("stampede machines: \(failure)\n")
+                throw ExitCode(69)
+            } catch {
+                writeToStandardError("stampede machines: \(url): \(error)\n")
+                throw ExitCode(76)
+            }
+        }
+    }
 
     /// `stampede machines done MAC --machines DIR`: what a machine's done URL does, by hand.
     struct Done: ParsableCommand {

@@ -2,6 +2,7 @@ import ArgumentParser
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeBase
 import StampedeIO
 import StampedeServing
 
@@ -253,24 +254,8 @@ struct JSONLogHandler: MetadataLogHandler {
         }
     }
 
-    /// A JSON string: quotes, backslashes and control characters escaped.
-    static func quoted(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
-    }
+    /// A JSON string (`jsonString`).
+    static func quoted(_ text: String) -> String { jsonString(text) }
 
     /// UTC, ISO 8601, milliseconds.
     static func timestamp() -> String {

@@ -3,6 +3,7 @@ of test_proxy_dhcp.py. A listed machine gets its record's boot file; one its rec
 Ironic hosts file says to ignore, one that boots from its disk and one nobody listed hear
 nothing, each said in the log and counted; bad records are refused at start with file and line,
 and while serving a change is read and a bad one refused with the records before kept."""
+import json
 import os
 import pwd
 import re
@@ -274,3 +275,45 @@ def test_a_once_machine_that_says_it_is_done_is_left_alone_after_and_after_a_res
     assert machine.ask(dhcpwire.message(NODE07, arch=7, xid=7), timeout=1) is None
     (records / ".done-52-54-00-12-34-07").unlink()
     assert ask_until(machine, NODE07, answered=True)["file"] == "ipxe.efi"
+
+
+def test_the_racks_progress_machine_by_machine_in_events_metrics_the_view_and_the_table(proxy, machine, records, boot_link, root):
+    """Each machine's stage as JSON events, machines per stage in the metrics, /machines on the
+    metrics listener, and `stampede machines` printing it: node07 answered, bound, its script and
+    kernel asked for; the stranger left alone, and why."""
+    (records / "node07").write_text(f"mac = {colons(NODE07)}\nkernel = linux/vmlinuz\ncmdline = quiet\n")
+    (root / "linux").mkdir()
+    (root / "linux" / "vmlinuz").write_bytes(b"a kernel" * 1000)
+    port = free_tcp_port()
+    s = proxy("--machines", str(records), "--metrics", f"127.0.0.1:{port}", "--log-format", "json")
+    assert machine.ask(dhcpwire.message(NODE07, arch=7))["file"] == "ipxe.efi"
+    machine.ask(dhcpwire.message(NODE07, kind=dhcpwire.REQUEST, extra=dhcpwire.option(50, socket.inet_aton(dhcpwire.CLIENT))), timeout=0.3)
+    assert machine.ask(dhcpwire.message(STRANGER, arch=7), timeout=0.5) is None
+    client_ns = boot_link[1]
+    for name in ("boot.ipxe", "linux/vmlinuz"):
+        assert client_ns.run_inside(["curl", "-sf", "-o", "/dev/null", f"http://{dhcpwire.SERVER}:8080/{name}"]).returncode == 0
+    inside = s.argv[:4]
+    view = json.loads(run([*inside, "curl", "-sf", f"http://127.0.0.1:{port}/machines"]).stdout)
+    by_mac = {m["mac"]: m for m in view["machines"]}
+    assert by_mac[colons(NODE07)]["stage"] == "kernel" and by_mac[colons(NODE07)]["address"] == dhcpwire.CLIENT, view
+    assert by_mac[colons(NODE07)]["record"] == f"{records}/node07"
+    assert by_mac[colons(STRANGER)]["stage"] == "left_alone", view
+    assert by_mac[colons(STRANGER)]["why"] == "no machine record selects it (--unknown-machines ignore)"
+    text = run([*inside, "curl", "-sf", f"http://127.0.0.1:{port}/metrics"]).stdout.decode()
+    for stage, count in (("kernel", 1), ("left_alone", 1), ("dhcp", 0), ("done", 0)):
+        assert f'stampede_machines{{stage="{stage}"}} {count}' in text, text
+    events = [json.loads(line[line.index("{"):]) for line in s.log_text().splitlines() if '"event":"machine"' in line]
+    stages = [e["stage"] for e in events if e["client"] == colons(NODE07)]
+    assert stages == ["dhcp", "script", "kernel"], events
+    table = run([*inside, str(BINARY), "machines", "--metrics", f"127.0.0.1:{port}"])
+    assert table.returncode == 0, table
+    lines = table.stdout.decode().splitlines()
+    assert lines[0].split() == ["MAC", "RECORD", "STAGE", "ADDRESS", "LAST", "SEEN", "WHY"], lines
+    assert lines[1].split()[:4] == [colons(NODE07), "node07", "kernel", dhcpwire.CLIENT], lines
+    assert lines[-1] == "2 machines: 1 left_alone, 1 kernel", lines
+    only = run([*inside, str(BINARY), "machines", "list", "--metrics", f"127.0.0.1:{port}", "--stage", "left_alone"]).stdout.decode()
+    assert colons(STRANGER) in only and colons(NODE07) not in only.splitlines()[1], only
+    bad = run([str(BINARY), "machines", "--stage", "booted"])
+    assert bad.returncode == 64 and "--stage booted: one of left_alone, dhcp" in bad.stderr.decode(), bad
+    down = run([str(BINARY), "machines", "--metrics", f"127.0.0.1:{free_tcp_port()}"])
+    assert down.returncode == 69 and "cannot connect" in down.stderr.decode(), down

@@ -9,7 +9,7 @@ import pytest
 from conftest import BINARY, REPO, run
 
 PAGE = REPO / "docs" / "stampede.8"
-COMMANDS = ["serve", "get", "put", "storm", "tls-ca", "machines/done"]
+COMMANDS = ["serve", "get", "put", "storm", "tls-ca", "machines/list", "machines/done"]
 
 
 def test_the_page_is_what_the_binarys_flags_make_of_it():

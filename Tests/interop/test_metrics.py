@@ -334,14 +334,15 @@ def test_the_shipped_units_use_notify_and_systemd_reads_them_without_a_word(tmp_
 
 
 def test_the_grafana_dashboard_asks_only_for_metrics_the_server_exposes(serve, root, tmp_path):
-    s = serve("--metrics", "127.0.0.1:0")
+    (tmp_path / "machines").mkdir()
+    s = serve("--metrics", "127.0.0.1:0", "--machines", str(tmp_path / "machines"))
     assert curl(s.port, "hello.txt", tmp_path / "got") == 0
     time.sleep(0.3)
     exposed = set(re.findall(r"^# TYPE (\S+)", scrape(metrics_url(s)), re.MULTILINE))
     dashboard = json.loads((REPO / "contrib" / "grafana" / "stampede-rack-boot.json").read_text())
     expressions = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
     titles = " ".join(panel["title"].lower() for panel in dashboard["panels"])
-    for wanted in ("transfers running", "throughput", "failures", "p99", "dhcp"):
+    for wanted in ("transfers running", "throughput", "failures", "p99", "dhcp", "machines by stage"):
         assert wanted in titles
     names = {re.sub(r"_(bucket|sum|count)$", "", n) for e in expressions for n in re.findall(r"\b((?:stampede|process)_\w+)", e)}
     assert names and names <= exposed, names - exposed

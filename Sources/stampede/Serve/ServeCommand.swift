@@ -79,16 +79,16 @@ struct ServeCommand: ParsableCommand {
         var configuration = ServerConfiguration(listenAddresses: [], policy: plan.policy(root: rootFD), logger: logger)
         plan.configure(&configuration)
         configuration.remapRules = rules
-        let bindings = machines.map { _ in MachineBindings() }
-        if let machines, let bindings {
-            // Done URLs name the first boot network's HTTP (docs/machines.md).
-            let base = options.proxyDHCP.first.flatMap { ServePlan.httpBase($0, options) }
-            configuration.generatedFiles = MachineBoot(records: machines.0, bindings: bindings, httpBase: base)
+        // Done URLs name the first boot network's HTTP (docs/machines.md).
+        let serving = machines.map { records, watch in
+            MachineServing(records: records, watch: watch, httpBase: options.proxyDHCP.first.flatMap { ServePlan.httpBase($0, options) },
+                           logger: logger, json: options.logFormat == .json)
         }
+        configuration.generatedFiles = serving?.boot
         configuration.onHangup = hangup(destination, tls, logger)
         let startup = ServerStartup(plan: plan, configuration: configuration, cache: FileCache(limits: plan.cacheLimits),
                                     account: account, root: root, detached: detached, processFigures: processFigures,
-                                    notifier: notifier, tls: tls, machines: machines, bindings: bindings)
+                                    notifier: notifier, tls: tls, machines: serving)
         let segmentation = !options.noSegmentation
         if plan.useURing {
             var ring = URingBackend.Configuration()

@@ -35,10 +35,8 @@ struct ServerStartup {
     let notifier: SystemdNotifier?
     /// `--https`'s certificate and key, loaded.
     let tls: TLSIdentity?
-    /// `--machines`, read, and its watch.
-    let machines: (records: MachineRecords, watch: RecordWatch)?
-    /// Which machine holds which address, learned by the proxy (with `--machines`).
-    let bindings: MachineBindings?
+    /// `--machines`: the records, their watch, the bindings, the progress.
+    let machines: MachineServing?
 
     /// Makes every server of the plan (each binds as the starting user), becomes the serving
     /// user, says what serves, and serves until SIGTERM.
@@ -125,7 +123,8 @@ struct ServerStartup {
     private func proxyDHCP() throws -> ProxyDHCPServer? {
         guard !plan.bootNetworks.isEmpty else { return nil }
         do {
-            return try ProxyDHCPServer(networks: plan.bootNetworks, machines: machines?.records, bindings: bindings, receiveBuffer: configuration.listenerReceiveBuffer,
+            return try ProxyDHCPServer(networks: plan.bootNetworks, machines: machines?.records, bindings: machines?.bindings, progress: machines?.progress,
+                                       receiveBuffer: configuration.listenerReceiveBuffer,
                                        logger: configuration.logger, json: configuration.logFormat == .json)
         } catch {
             throw serveFailure("--proxy-dhcp: \(error)")
@@ -140,12 +139,23 @@ struct ServerStartup {
                                            cache: cache,
                                            fileLabels: server.fileLabels,
                                            build: buildInfo(backendName, server.workers[0].backend),
-                                           process: processFigures ?? ProcessFigures(), tls: tls)
+                                           process: processFigures ?? ProcessFigures(), tls: tls, machines: machineStages)
             exporter.bootstrapMetricsSystem()
             do {
-                return try MetricsListener(host: address.host, port: address.port, exporter: exporter, logger: configuration.logger)
+                var view: (@Sendable () -> [UInt8])?
+                if let progress = machines?.progress { view = { progress.json() } }
+                return try MetricsListener(host: address.host, port: address.port, exporter: exporter, machines: view, logger: configuration.logger)
             } catch {
                 throw serveFailure("cannot serve metrics on \(address): \(error)")
+            }
+        }
+    }
+
+    /// `stampede_machines{stage}`, with `--machines`.
+    private var machineStages: MetricsExporter.MachineStages? {
+        machines.map { serving in
+            MetricsExporter.MachineStages(stages: MachineProgress.Stage.allCases.map(\.label)) {
+                Dictionary(uniqueKeysWithValues: serving.progress.counts.map { ($0.key.label, $0.value) })
             }
         }
     }

@@ -1,0 +1,120 @@
+import StampedeBase
+import StampedeDHCP
+import Synchronization
+
+/// The rack's progress, machine by machine: how far each machine's boot got (DHCP answered or
+/// left alone and why, its boot file, its script, its kernel, its initrd, done), with its record,
+/// its address and when it was last heard of. The proxy and the file service tell it; the
+/// metrics listener shows it (`/machines`, and the machines per stage).
+public final class MachineProgress: Sendable {
+    /// A boot's stages, in the order a boot goes through them.
+    public enum Stage: Int, CaseIterable, Comparable, Sendable {
+        /// Its DHCP left alone (`Entry.why` says why).
+        case leftAlone
+        /// Its DHCP answered: a boot file offered.
+        case dhcp
+        /// It asked for the boot file it was offered.
+        case bootFile
+        /// Its loader asked for its script (`boot.ipxe`, `autoexec.ipxe`, GRUB's, PXELINUX's).
+        case script
+        /// It asked for its record's kernel.
+        case kernel
+        /// It asked for its record's initrd (the first).
+        case initrd
+        /// It said its boot is done.
+        case done
+
+        public var label: String {
+            switch self {
+            case .leftAlone: "left_alone"
+            case .dhcp: "dhcp"
+            case .bootFile: "boot_file"
+            case .script: "script"
+            case .kernel: "kernel"
+            case .initrd: "initrd"
+            case .done: "done"
+            }
+        }
+
+        public static func < (a: Stage, b: Stage) -> Bool { a.rawValue < b.rawValue }
+    }
+
+    public struct Entry: Equatable, Sendable {
+        public var mac: [UInt8]
+        public var record: String?
+        public var stage: Stage
+        /// Why it was left alone.
+        public var why: String?
+        /// The boot file it was offered.
+        public var offered: String?
+        public var address: IPv4?
+        /// Seconds since the epoch.
+        public var lastSeen: Int
+    }
+
+    /// Machines followed at most: past it, the half heard of longest ago is forgotten.
+    public static let capacity = 65_536
+    private let table = Mutex<[[UInt8]: Entry]>([:])
+    /// Told of every change of a machine's stage (the JSON events), on the thread that made it.
+    private let changed: @Sendable (Entry) -> Void
+
+    public init(changed: @escaping @Sendable (Entry) -> Void = { _ in }) { self.changed = changed }
+
+    /// What happened to `mac` now; true when its stage changed. A stage is the furthest its boot
+    /// got: a later event of an earlier stage is the same boot going on (iPXE's own DHCP after
+    /// its file), except DHCP after its kernel, its initrd or its end (a new boot), and being left
+    /// alone, which is said whenever it happens.
+    @discardableResult
+    public func note(_ mac: [UInt8], _ stage: Stage, record: String? = nil, why: String? = nil, offered: String? = nil,
+                     address: IPv4? = nil, now: Int) -> Bool {
+        let (moved, entry) = table.withLock { table in
+            if table[mac] == nil && table.count >= Self.capacity {
+                let cut = table.values.map(\.lastSeen).sorted()[Self.capacity / 2]
+                table = table.filter { $0.value.lastSeen > cut }
+            }
+            var entry = table[mac] ?? Entry(mac: mac, stage: stage, lastSeen: now)
+            let before = table[mac]?.stage
+            let newBoot = stage == .dhcp && (before.map { $0 >= .kernel || $0 == .leftAlone } ?? true)
+            if stage == .leftAlone || newBoot || before.map({ stage > $0 }) ?? true {
+                entry.stage = stage
+                entry.why = stage == .leftAlone ? why : nil
+            }
+            if let record { entry.record = record }
+            if let offered { entry.offered = offered }
+            if let address { entry.address = address }
+            entry.lastSeen = now
+            table[mac] = entry
+            return (before != entry.stage, entry)
+        }
+        if moved { changed(entry) }
+        return moved
+    }
+
+    public func entry(_ mac: [UInt8]) -> Entry? { table.withLock { $0[mac] } }
+
+    /// Every machine followed, by MAC.
+    public var entries: [Entry] { table.withLock { Array($0.values) }.sorted { $0.mac.lexicographicallyPrecedes($1.mac) } }
+
+    /// Machines now at each stage.
+    public var counts: [Stage: Int] {
+        table.withLock { table in
+            var counts = Dictionary(uniqueKeysWithValues: Stage.allCases.map { ($0, 0) })
+            for entry in table.values { counts[entry.stage, default: 0] += 1 }
+            return counts
+        }
+    }
+
+    /// `/machines`: `{"machines":[{"mac":...,"record":...,"stage":...,"why":...,"address":...,"last_seen":...},...]}`.
+    public func json() -> [UInt8] {
+        var out = "{\"machines\":["
+        for (i, entry) in entries.enumerated() {
+            if i > 0 { out += "," }
+            out += "{\"mac\":\(Self.quoted(entry.mac.hexadecimal(separator: ":"))),\"record\":\(entry.record.map(Self.quoted) ?? "null")"
+            out += ",\"stage\":\(Self.quoted(entry.stage.label)),\"why\":\(entry.why.map(Self.quoted) ?? "null")"
+            out += ",\"address\":\(entry.address.map { Self.quoted($0.description) } ?? "null"),\"last_seen\":\(entry.lastSeen)}"
+        }
+        return Array((out + "]}\n").utf8)
+    }
+
+    static func quoted(_ text: String) -> String { jsonString(text) }
+}

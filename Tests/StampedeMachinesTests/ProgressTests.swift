@@ -1,0 +1,64 @@
+import StampedeDHCP
+import Synchronization
+import Testing
+@testable import StampedeMachines
+
+@Suite struct RackProgress {
+    let a: [UInt8] = [0x52, 0x54, 0, 0x12, 0x34, 0x07]
+    let b: [UInt8] = [0x52, 0x54, 0, 0x12, 0x34, 0x08]
+
+    /// A stage is the furthest a boot got: iPXE's own DHCP after the boot file keeps it; DHCP
+    /// after the kernel is a new boot; being left alone is said whenever it happens.
+    @Test func aMachinesStageIsTheFurthestItsBootGot() {
+        let changes = Mutex<[String]>([])
+        let progress = MachineProgress { entry in changes.withLock { $0.append(entry.stage.label) } }
+        #expect(progress.note(a, .dhcp, record: "node07", offered: "ipxe.efi", now: 1))
+        #expect(progress.note(a, .bootFile, address: IPv4(10, 0, 0, 57), now: 2))
+        #expect(!progress.note(a, .dhcp, offered: "http://10.0.0.1/boot.ipxe", now: 3), "iPXE's DHCP went back a stage")
+        #expect(progress.note(a, .script, now: 4) && progress.note(a, .kernel, now: 5) && progress.note(a, .initrd, now: 6))
+        #expect(progress.entry(a) == MachineProgress.Entry(mac: a, record: "node07", stage: .initrd, why: nil, offered: "http://10.0.0.1/boot.ipxe",
+                                                           address: IPv4(10, 0, 0, 57), lastSeen: 6))
+        #expect(progress.note(a, .dhcp, now: 7), "a new boot")
+        #expect(progress.note(b, .leftAlone, why: "no machine record selects it", now: 8))
+        #expect(!progress.note(b, .leftAlone, why: "no machine record selects it", now: 9))
+        #expect(changes.withLock { $0 } == ["dhcp", "boot_file", "script", "kernel", "initrd", "dhcp", "left_alone"])
+        #expect(progress.counts[.dhcp] == 1 && progress.counts[.leftAlone] == 1 && progress.counts[.done] == 0)
+    }
+
+    /// The /machines view, read back and printed: every field, a machine a line, the stages counted.
+    @Test func theViewIsReadBackAndPrintedAsATable() throws {
+        let progress = MachineProgress()
+        progress.note(a, .kernel, record: "/etc/stampede/machines/node07", address: IPv4(10, 0, 0, 57), now: 100)
+        progress.note(b, .leftAlone, why: "its \"record\" says\nignore", now: 90)
+        let json = progress.json()
+        #expect(String(decoding: json, as: UTF8.self) == """
+            {"machines":[{"mac":"52:54:00:12:34:07","record":"/etc/stampede/machines/node07","stage":"kernel","why":null,"address":"10.0.0.57","last_seen":100},\
+            {"mac":"52:54:00:12:34:08","record":null,"stage":"left_alone","why":"its \\"record\\" says\\nignore","address":null,"last_seen":90}]}
+
+            """)
+        let rows = try ProgressTable.rows(json)
+        #expect(rows == [ProgressTable.Row(mac: "52:54:00:12:34:07", record: "/etc/stampede/machines/node07", stage: "kernel", why: nil,
+                                           address: "10.0.0.57", lastSeen: 100),
+                         ProgressTable.Row(mac: "52:54:00:12:34:08", record: nil, stage: "left_alone", why: "its \"record\" says\nignore",
+                                           address: nil, lastSeen: 90)])
+        #expect(ProgressTable.table(rows, now: 110) == """
+            MAC                RECORD  STAGE       ADDRESS    LAST SEEN  WHY
+            52:54:00:12:34:07  node07  kernel      10.0.0.57  10 s ago
+            52:54:00:12:34:08  -       left_alone  -          20 s ago   its "record" says?ignore
+            2 machines: 1 left_alone, 1 kernel
+
+            """)
+        #expect(ProgressTable.table(rows, now: 110, stage: "kernel").split(separator: "\n").count == 3)
+        #expect(throws: ProgressTable.Unreadable.self) { try ProgressTable.rows(Array("{\"machines\":[".utf8)) }
+        #expect(throws: ProgressTable.Unreadable.self) { try ProgressTable.rows(Array("[1,2]".utf8)) }
+    }
+
+    @Test func theJSONReaderReadsEscapesAndRefusesWhatIsNotJSON() throws {
+        var reader = JSONReader(bytes: Array(#"{"a":["\u00e9\ud83d\ude00\t",-1.5e2,true,null,{}]}"#.utf8))
+        #expect(try reader.value() == .object(["a": .array([.string("é😀\t"), .number(-150), .bool(true), .null, .object([:])])]))
+        for bad in ["{\"a\" 1}", "\"open", "[1,", "{\"a\":\"\\q\"}", String(repeating: "[", count: 100)] {
+            var reader = JSONReader(bytes: Array(bad.utf8))
+            #expect(throws: ProgressTable.Unreadable.self, "\(bad)") { try reader.value() }
+        }
+    }
+}
