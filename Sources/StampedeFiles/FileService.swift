@@ -117,22 +117,29 @@ public final class FileService: Sendable {
     }
 
     /// The file `name` (already remapped) for a download: looked at beneath the root and judged by
-    /// the policy, then its version from the cache without opening it, or opened and streamed (over
+    /// the policy (a generated file first: made for the client, or another of the root's), then its
+    /// version from the cache without opening it, or opened and streamed (over
     /// `--cache-file-limit`, or `streaming`: the cache said so), or read into the cache on the
     /// disk thread while the request waits (`.loading`). Every file problem is found before
     /// anything is sent (EFI clients cannot take an ERROR after an OACK).
     /// `after`: the outcome of a read this request waited for (nil: its first ask).
-    public func read(_ name: [UInt8], netascii: Bool, client: SocketAddress, waiter: LoadWaiter, after outcome: LoadOutcome? = nil) -> Reading {
+    public func read(_ asked: [UInt8], netascii: Bool, client: SocketAddress, waiter: LoadWaiter, after outcome: LoadOutcome? = nil) -> Reading {
         if case .opened(let file) = outcome {
             return .ready(FileLease(.stream(file), version: file.version, cache: nil))
         }
-        if outcome == nil, let made = generated?.contents(of: name, for: client) {
+        let name: [UInt8]
+        switch generated?.file(asked, for: client) {
+        case .made(let made)?:
             do {
                 let image = try FileImage.holding(made, netascii: netascii)
                 return .ready(FileLease(.image(image), version: image.key, cache: nil))
             } catch {
                 return .refused(FileRefusal(.busy, "Cannot make the file: \(error)"))
             }
+        case .root(let other)?:
+            name = other
+        case nil:
+            name = asked
         }
         let streaming = outcome == .stream
         // The request whose miss started the read was counted a miss; those that joined it, hits.

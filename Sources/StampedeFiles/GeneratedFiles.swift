@@ -7,12 +7,22 @@ import StampedeIO
 /// before every read, TFTP's and HTTP's alike; nil is the file beneath the root. Asked on the
 /// event loop: an answer is made from memory, never from the disk.
 public protocol GeneratedFiles: Sendable {
-    /// The bytes of `name` (as asked, remapped) for the client at `client`, or nil.
-    func contents(of name: [UInt8], for client: SocketAddress) -> [UInt8]?
+    /// What `name` (as asked, remapped) is for the client at `client`: bytes made for it, another
+    /// file of the root (an operator's script for that machine), or nil: the root's `name`. Asked
+    /// at each ask of a request (a request that waits for the disk asks again).
+    func file(_ name: [UInt8], for client: SocketAddress) -> GeneratedFile?
 
     /// A client's report to `name` (an HTTP POST with no body: a machine saying its boot is
     /// done): accepted (what to log), refused, or nil when `name` is none of its.
     func report(to name: [UInt8], from client: SocketAddress) -> Result<String, FileRefusal>?
+}
+
+/// What a name is for one client.
+public enum GeneratedFile: Equatable, Sendable {
+    /// These bytes.
+    case made([UInt8])
+    /// This file beneath the root.
+    case root([UInt8])
 }
 
 extension GeneratedFiles {

@@ -12,7 +12,8 @@ import StampedeIO
 /// - `grub.cfg-01-<mac>` (in any directory): GRUB's configuration;
 /// - `pxelinux.cfg/01-<mac>`: PXELINUX's.
 ///
-/// A record with a `kernel` gets its boot; one that says `local` or `ignore`, and a machine no
+/// A record with a `kernel` gets its boot, one with a `script` that file of the root as iPXE's
+/// script; one that says `local` or `ignore`, and a machine no
 /// record selects while unknown machines are not booted, are told to go back to the firmware
 /// (iPXE `exit`, GRUB `exit`, PXELINUX `LOCALBOOT 0`). Every other file, and these for a record
 /// that boots the root's files, come from the root.
@@ -64,13 +65,13 @@ public struct MachineBoot: GeneratedFiles {
         }
     }
 
-    public func contents(of name: [UInt8], for client: SocketAddress) -> [UInt8]? {
+    public func file(_ name: [UInt8], for client: SocketAddress) -> GeneratedFile? {
         let path = String(decoding: name, as: UTF8.self)
         let base = path.split(separator: "/", omittingEmptySubsequences: false).last.map(String.init) ?? path
         let bound = client.ipv4.flatMap(bindings.machine(at:))
         if let progress, let bound { follow(bound, asking: path, base: base, at: client.ipv4, progress) }
         if base == "boot.ipxe" || base == "autoexec.ipxe" {
-            return render(bound ?? MachineIdentity(hardwareAddress: []), unbound: bound == nil, LoaderScript.iPXE)
+            return render(bound ?? MachineIdentity(hardwareAddress: []), unbound: bound == nil, LoaderScript.iPXE, iPXE: true)
         }
         if base.hasPrefix("grub.cfg-01-"), let mac = MachineRecord.hardwareAddress(base.dropFirst("grub.cfg-01-".count)) {
             return render(named(mac, bound), unbound: false, LoaderScript.grub)
@@ -120,22 +121,25 @@ public struct MachineBoot: GeneratedFiles {
         bound?.hardwareAddress == mac ? bound! : MachineIdentity(hardwareAddress: mac)
     }
 
-    private func render(_ machine: MachineIdentity, unbound: Bool, _ script: (RenderedBoot?, String) -> String) -> [UInt8]? {
+    /// `iPXE`: the name asked is iPXE's script, which a record's `script` replaces.
+    private func render(_ machine: MachineIdentity, unbound: Bool, _ script: (RenderedBoot?, String) -> String,
+                        iPXE: Bool = false) -> GeneratedFile? {
         let book = records.current
         let record = unbound ? book.records.first { $0.selectors.contains { $0.selector == .everyMachine } } : book.record(for: machine)
         guard let record else {
             // Nobody listed it: back to the firmware, unless unknown machines boot as the network says.
-            return book.unknown == .boot ? nil : Array(script(nil, "a machine no record selects").utf8)
+            return book.unknown == .boot ? nil : .made(Array(script(nil, "a machine no record selects").utf8))
         }
-        if book.isDone(record, machine) { return Array(script(nil, record.name).utf8) }
+        if book.isDone(record, machine) { return .made(Array(script(nil, record.name).utf8)) }
         switch record.action {
         case .boot:
+            if iPXE, let own = record.script { return .root(Array(own.utf8)) }
             guard let boot = record.boot else { return nil }
             var variables = record.variables
             variables["done-url"] = doneURL(for: machine.hardwareAddress)
-            return Array(script(boot.rendered(for: machine, variables: variables), record.name).utf8)
+            return .made(Array(script(boot.rendered(for: machine, variables: variables), record.name).utf8))
         case .local, .ignore:
-            return Array(script(nil, record.name).utf8)
+            return .made(Array(script(nil, record.name).utf8))
         }
     }
 }

@@ -43,6 +43,9 @@ public struct MachineRecord: Equatable, Sendable {
     /// `kernel`, `initrd`, `cmdline`: the boot Stampede writes for the loader that asks (nil: the
     /// root's files, as without records).
     public var boot: RenderedBoot?
+    /// `script = PATH`: the operator's own iPXE script for its machines, a file beneath the root
+    /// served in place of `boot.ipxe` and `autoexec.ipxe`.
+    public var script: String?
     /// `var NAME = VALUE`: what its command line may name.
     public var variables: [String: String]
     /// `once = yes`: a machine it selects boots until it says its boot is done (its done URL, or
@@ -60,7 +63,7 @@ public struct MachineRecord: Equatable, Sendable {
     }
 
     public static func == (a: MachineRecord, b: MachineRecord) -> Bool {
-        a.name == b.name && a.action == b.action && a.bootFiles == b.bootFiles && a.boot == b.boot && a.variables == b.variables && a.once == b.once
+        a.name == b.name && a.action == b.action && a.bootFiles == b.bootFiles && a.boot == b.boot && a.variables == b.variables && a.once == b.once && a.script == b.script
             && a.selectors.map(\.selector) == b.selectors.map(\.selector) && a.selectors.map(\.line) == b.selectors.map(\.line)
     }
 

@@ -18,7 +18,7 @@ public struct RecordError: Error, Equatable, Sendable, CustomStringConvertible {
 
 extension MachineRecord {
     /// The keys a record file takes; `mac`, `uuid`, `arch` and `boot-file` may repeat.
-    static let keys = ["mac", "uuid", "arch", "default", "action", "once", "boot-file", "kernel", "initrd", "cmdline", "var NAME"]
+    static let keys = ["mac", "uuid", "arch", "default", "action", "once", "boot-file", "kernel", "initrd", "cmdline", "script", "var NAME"]
 
     /// A record file's text, `file` its name. Two forms:
     ///
@@ -29,7 +29,8 @@ extension MachineRecord {
     ///   SELECTOR=NAME` as `--boot-file` takes it; `kernel = LOCATION`, `initrd = LOCATION`
     ///   (repeatable), `cmdline = ...` (a boot Stampede writes for iPXE, GRUB and PXELINUX:
     ///   `RenderedBoot`), `var NAME = VALUE` (what the command line may name as `${NAME}`),
-    ///   `once = yes` (booted until its boot is done, from its disk after);
+    ///   `once = yes` (booted until its boot is done, from its disk after), `script = PATH` (the
+    ///   operator's iPXE script beneath the root, for its machines);
     /// - an Ironic (dnsmasq `dhcp-hostsdir`) hosts file: one line, `MAC` or `MAC,ignore`, with
     ///   `*:*:*:*:*:*` for every machine no other file names.
     ///
@@ -76,7 +77,7 @@ extension MachineRecord {
                 fault("\(key): the value is empty or holds a control character")
                 continue
             }
-            if ["default", "action", "once", "kernel", "cmdline"].contains(key), let earlier = said[key] {
+            if ["default", "action", "once", "kernel", "cmdline", "script"].contains(key), let earlier = said[key] {
                 fault("\(key) said again (first on line \(earlier))")
                 continue
             }
@@ -129,6 +130,12 @@ extension MachineRecord {
                 if key == "kernel" { kernel = value } else { initrds.append(value) }
             case "cmdline":
                 commandLine = (value, number)
+            case "script":
+                if let bad = RenderedBoot.checkLocation(value) ?? (value.contains("://") ? "a file beneath the root, not a URL" : nil) {
+                    fault("script \(value): \(bad)")
+                    continue
+                }
+                record.script = String(value.drop { $0 == "/" })
             case "var NAME":
                 if let bad = RenderedBoot.checkVariableValue(value) {
                     fault("var \(variable) = \(value): \(bad)")
@@ -153,6 +160,12 @@ extension MachineRecord {
             record.boot = RenderedBoot(kernel: kernel, initrds: initrds, commandLine: commandLine?.text ?? "")
         } else if let line = said["initrd"] ?? said["cmdline"] {
             errors.append(RecordError(file: file, line: line, "initrd and cmdline go with a kernel"))
+        }
+        if errors.isEmpty, record.script != nil, let line = said["kernel"] {
+            errors.append(RecordError(file: file, line: line, "a kernel and a script: the script boots the machine, say one"))
+        }
+        if errors.isEmpty, record.script != nil, record.action != .boot, let line = said["script"] {
+            errors.append(RecordError(file: file, line: line, "script in a record whose action is \(record.action.rawValue): nothing would run it"))
         }
         if errors.isEmpty, record.boot != nil, record.action != .boot, let line = said["kernel"] {
             errors.append(RecordError(file: file, line: line, "kernel in a record whose action is \(record.action.rawValue): nothing would boot it"))

@@ -11,8 +11,9 @@ let aClient = SocketAddress(parsing: "192.0.2.7:1024", defaultPort: 0)!
 /// client's address; nil is the root's file; the bytes are served as an image of their own.
 @Suite struct GeneratedFilesBeforeTheRoot {
     struct Scripts: GeneratedFiles {
-        func contents(of name: [UInt8], for client: SocketAddress) -> [UInt8]? {
-            name == Array("boot.ipxe".utf8) ? Array("#!ipxe\necho \(client)\n".utf8) : nil
+        func file(_ name: [UInt8], for client: SocketAddress) -> GeneratedFile? {
+            if name == Array("mine.ipxe".utf8) { return .root(Array("other.txt".utf8)) }
+            return name == Array("boot.ipxe".utf8) ? .made(Array("#!ipxe\necho \(client)\n".utf8)) : nil
         }
     }
 
@@ -39,11 +40,23 @@ let aClient = SocketAddress(parsing: "192.0.2.7:1024", defaultPort: 0)!
         let other = SocketAddress(parsing: "192.0.2.8:1024", defaultPort: 0)!
         guard case .ready(let second) = files.read(Array("boot.ipxe".utf8), netascii: false, client: other, waiter: waiter) else { return }
         #expect(second.version != lease.version)
-        // A name it does not make is the root's (not ready at once: read on the disk thread, or from the cache).
-        switch files.read(Array("other.txt".utf8), netascii: false, client: aClient, waiter: waiter) {
-        case .ready(let root): #expect(root.image.map { Array($0.bytes) } == Array("the root's other\n".utf8))
-        case .loading: break
-        case .refused(let refusal): Issue.record("refused: \(refusal)")
+        // A name it does not make is the root's, and one it names another of the root's is that
+        // one, asked again after its read on the disk thread too.
+        for name in ["other.txt", "mine.ipxe"] {
+            var outcome: LoadOutcome?
+            for _ in 0..<3 {
+                switch files.read(Array(name.utf8), netascii: false, client: aClient, waiter: waiter, after: outcome) {
+                case .ready(let root):
+                    #expect(root.image.map { Array($0.bytes) } == Array("the root's other\n".utf8), "\(name)")
+                    outcome = nil
+                case .loading:
+                    files.disk.drain()
+                    outcome = waiter.mailbox.collect().last?.outcome
+                    continue
+                case .refused(let refusal): Issue.record("refused: \(refusal)")
+                }
+                break
+            }
         }
     }
 }

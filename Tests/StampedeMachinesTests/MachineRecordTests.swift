@@ -57,7 +57,7 @@ import Testing
             "/srv/machines/node07:1: mac 52:54:00:12:34: not a hardware address like 52:54:00:12:34:56",
             "/srv/machines/node07:2: uuid not-a-uuid: not a UUID like 4c4c4544-0031-3510-8052-b4c04f4c4e31",
             "/srv/machines/node07:3: arch ipxe: not one of bios, efi-x86, efi-x64, efi-arm64, http-x64, http-arm64, nor an architecture number (0-65535)",
-            "/srv/machines/node07:4: unknown key \"colour\" (a record takes mac, uuid, arch, default, action, once, boot-file, kernel, initrd, cmdline, var NAME)",
+            "/srv/machines/node07:4: unknown key \"colour\" (a record takes mac, uuid, arch, default, action, once, boot-file, kernel, initrd, cmdline, script, var NAME)",
             "/srv/machines/node07:5: action reboot: one of boot, local, ignore",
             "/srv/machines/node07:6: action said again (first on line 5)",
             "/srv/machines/node07:7: boot-file efi-x64=http://10.0.0.1/ipxe.efi: a PXE firmware loads a file over TFTP, not a URL: name the file",
@@ -159,7 +159,7 @@ import Testing
 
         _ = dir.write("node08", Array("mac = 52:54:00:12:34:56\nsize = 3\n".utf8))
         _ = dir.write("node09", Array("mac = 52:54:00:12:34:5\n".utf8))
-        #expect(throws: RecordFaults([RecordError(file: dir.path + "/node08", line: 2, "unknown key \"size\" (a record takes mac, uuid, arch, default, action, once, boot-file, kernel, initrd, cmdline, var NAME)"),
+        #expect(throws: RecordFaults([RecordError(file: dir.path + "/node08", line: 2, "unknown key \"size\" (a record takes mac, uuid, arch, default, action, once, boot-file, kernel, initrd, cmdline, script, var NAME)"),
                                                   RecordError(file: dir.path + "/node09", line: 1, "mac 52:54:00:12:34:5: not a hardware address like 52:54:00:12:34:56")])) {
             try MachineDirectory(dir.path).read(unknown: .ignore)
         }

@@ -179,3 +179,38 @@ import Testing
         #expect(many.machine(at: IPv4(10, 1, 0, 0)) != nil && many.machine(at: IPv4(10, 0, 0, 0)) == nil)
     }
 }
+
+extension MachineBoot {
+    /// The bytes made for `name`, if any (nil: the root's file, this or another).
+    func contents(of name: [UInt8], for client: SocketAddress) -> [UInt8]? {
+        if case .made(let bytes)? = file(name, for: client) { return bytes }
+        return nil
+    }
+}
+
+/// `script = PATH`: the operator's own iPXE script, a file of the root, in place of boot.ipxe.
+@Suite struct OperatorsScripts {
+    @Test func aRecordsScriptIsTheRootsFileServedAsItsIPXEScript() throws {
+        let dir = ScratchDirectory()
+        _ = dir.write("node07", Array("mac = 52:54:00:12:34:07\nscript = /scripts/node07.ipxe\n".utf8))
+        let boot = MachineBoot(records: try MachineRecords(try MachineDirectory(dir.path), unknown: .ignore), bindings: MachineBindings())
+        var request = DHCPMessage(operation: .request, transactionID: 1, clientHardwareAddress: [0x52, 0x54, 0, 0x12, 0x34, 7])
+        request.hardwareLength = 6
+        request.clientAddress = IPv4(10, 0, 0, 57)
+        request.options[.vendorClass] = Array("PXEClient".utf8)
+        boot.bindings.learn(from: request)
+        let client = SocketAddress(parsing: "10.0.0.57:2000", defaultPort: 0)!
+        #expect(boot.file(Array("boot.ipxe".utf8), for: client) == .root(Array("scripts/node07.ipxe".utf8)))
+        #expect(boot.file(Array("efi/autoexec.ipxe".utf8), for: client) == .root(Array("scripts/node07.ipxe".utf8)))
+        #expect(boot.file(Array("grub.cfg-01-52-54-00-12-34-07".utf8), for: client) == nil)
+        for (text, fault) in [("script = http://x/s.ipxe\n", "script http://x/s.ipxe: a file beneath the root, not a URL"),
+                              ("script = a b\n", "script a b: holds a character a loader's script would read (a location takes letters, digits and -._~:/?#[]@!*+,=%)")] {
+            #expect(throws: RecordFaults([RecordError(file: "n", line: 2, fault)])) {
+                try MachineRecord.parse(Array(("mac = 52:54:00:12:34:07\n" + text).utf8), file: "n")
+            }
+        }
+        #expect(throws: RecordFaults([RecordError(file: "n", line: 2, "a kernel and a script: the script boots the machine, say one")])) {
+            try MachineRecord.parse(Array("mac = 52:54:00:12:34:07\nkernel = k\nscript = s\n".utf8), file: "n")
+        }
+    }
+}

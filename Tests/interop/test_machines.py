@@ -317,3 +317,21 @@ def test_the_racks_progress_machine_by_machine_in_events_metrics_the_view_and_th
     assert bad.returncode == 64 and "--stage booted: one of left_alone, dhcp" in bad.stderr.decode(), bad
     down = run([str(BINARY), "machines", "--metrics", f"127.0.0.1:{free_tcp_port()}"])
     assert down.returncode == 69 and "cannot connect" in down.stderr.decode(), down
+
+
+def test_a_records_own_script_is_served_as_its_machines_ipxe_script(proxy, machine, records, root, boot_link, tmp_path):
+    (records / "node07").write_text(f"mac = {colons(NODE07)}\nscript = scripts/node07.ipxe\n")
+    (root / "scripts").mkdir()
+    (root / "scripts" / "node07.ipxe").write_text("#!ipxe\necho the operator's own\n")
+    (root / "boot.ipxe").write_text("#!ipxe\necho everyone's\n")
+    s = proxy("--machines", str(records))
+    machine.ask(dhcpwire.message(NODE07, kind=dhcpwire.REQUEST, extra=dhcpwire.option(50, socket.inet_aton(dhcpwire.CLIENT))), timeout=0.3)
+    out = tmp_path / "got.ipxe"
+    for _ in range(50):
+        r = boot_link[1].run_inside(["tftp", "-m", "binary", dhcpwire.SERVER, str(s.port), "-c", "get", "boot.ipxe", str(out)])
+        if r.returncode == 0 and "own" in out.read_text():
+            break
+        time.sleep(0.1)
+    assert out.read_text() == "#!ipxe\necho the operator's own\n", s.log_text()[-2000:]
+    got = boot_link[1].run_inside(["curl", "-sf", f"http://{dhcpwire.SERVER}:8080/boot.ipxe"]).stdout.decode()
+    assert got == "#!ipxe\necho the operator's own\n"
