@@ -15,6 +15,10 @@ public protocol GeneratedFiles: Sendable {
     /// A client's report to `name` (an HTTP POST with no body: a machine saying its boot is
     /// done): accepted (what to log), refused, or nil when `name` is none of its.
     func report(to name: [UInt8], from client: SocketAddress) -> Result<String, FileRefusal>?
+
+    /// A download to `client` ended, `bytes` of it taken: the machine `client` is (its MAC, for
+    /// the log line), if it is one.
+    func took(_ bytes: Int, client: SocketAddress) -> String?
 }
 
 /// What a name is for one client.
@@ -27,6 +31,7 @@ public enum GeneratedFile: Equatable, Sendable {
 
 extension GeneratedFiles {
     public func report(to name: [UInt8], from client: SocketAddress) -> Result<String, FileRefusal>? { nil }
+    public func took(_ bytes: Int, client: SocketAddress) -> String? { nil }
 }
 
 extension FileImage {

@@ -248,6 +248,8 @@ final class FileResponder: HTTPResponder {
         if record.result == .served && record.kind == .get { durations.record(record.file, kind: .get, duration) }
         let seconds = Double(duration) / 1e9
         let failed = record.result != .served && record.result != .notModified
+        // The machine the client is (--machines), told what it took.
+        let machine = files.generated?.took(record.kind == .get ? response.bodyBytes : 0, client: connection.peer)
         if logFormat == .json {
             var fields: Logger.Metadata = [
                 "event": "transfer", "protocol": "\(metrics.served.rawValue)", "client": "\(connection.peerText)", "request": "\(record.kind.label)",
@@ -255,6 +257,7 @@ final class FileResponder: HTTPResponder {
                 "bytes": .stringConvertible(response.bodyBytes), "duration_s": .stringConvertible(seconds),
                 "outcome": "\(record.result.label)",
             ]
+            if let machine { fields["machine"] = "\(machine)" }
             if let detail = record.detail { fields["detail"] = "\(sanitizedForLog(detail.utf8))" }
             logger.log(level: failed ? .warning : .info, "transfer", metadata: fields)
             return
@@ -265,17 +268,23 @@ final class FileResponder: HTTPResponder {
         guard lines.logs(level) else { return }
         // One access to the line for all of it: each append to a class's property on its own
         // would pay an exclusivity check.
-        Self.describe(record, response, client: connection.peerText, served: metrics.served, seconds: seconds, into: &line)
+        Self.describe(record, response, client: connection.peerText, machine: machine, served: metrics.served, seconds: seconds, into: &line)
         lines.log(line, level: level)
     }
 
-    /// An answer's line: `GET 10.0.0.7:4711 "pxelinux.cfg/default" http 200 bytes=512 time=0.000s: served`.
-    static func describe(_ record: Response.Record, _ response: Response, client: String, served: ServedProtocol,
+    /// An answer's line: `GET 10.0.0.7:4711 "pxelinux.cfg/default" http 200 bytes=512 time=0.000s: served`
+    /// (`GET 10.0.0.7:4711 [52:54:00:12:34:56] ...` when the client is a machine of the records).
+    static func describe(_ record: Response.Record, _ response: Response, client: String, machine: String? = nil, served: ServedProtocol,
                          seconds: Double, into line: inout LogLine) {
         line.start()
         line.append(record.method)
         line.append(" ")
         line.append(client)
+        if let machine {
+            line.append(" [")
+            line.append(machine)
+            line.append("]")
+        }
         line.append(" \"")
         line.append(sanitized: record.file)
         line.append("\" ")

@@ -83,6 +83,13 @@ public struct MachineBoot: GeneratedFiles {
         return nil
     }
 
+    /// The machine `client` is, its bytes counted.
+    public func took(_ bytes: Int, client: SocketAddress) -> String? {
+        guard let machine = client.ipv4.flatMap(bindings.machine(at:)) else { return nil }
+        progress?.took(bytes, machine.hardwareAddress)
+        return machine.hardwareAddress.hexadecimal(separator: ":")
+    }
+
     /// The stage a machine's request for `path` says its boot is at: its offered boot file, its
     /// script, its record's kernel or first initrd.
     private func follow(_ machine: MachineIdentity, asking path: String, base: String, at address: IPv4?, _ progress: MachineProgress) {

@@ -50,6 +50,8 @@ public final class MachineProgress: Sendable {
         public var address: IPv4?
         /// Seconds since the epoch.
         public var lastSeen: Int
+        /// What it took of the files it downloaded, since it was first heard of.
+        public var bytes = 0
     }
 
     /// Machines followed at most: past it, the half heard of longest ago is forgotten.
@@ -90,6 +92,11 @@ public final class MachineProgress: Sendable {
         return moved
     }
 
+    /// `mac` took `bytes` of a file (a machine not followed yet is not counted).
+    public func took(_ bytes: Int, _ mac: [UInt8]) {
+        table.withLock { table in table[mac]?.bytes += bytes }
+    }
+
     public func entry(_ mac: [UInt8]) -> Entry? { table.withLock { $0[mac] } }
 
     /// Every machine followed, by MAC.
@@ -104,14 +111,14 @@ public final class MachineProgress: Sendable {
         }
     }
 
-    /// `/machines`: `{"machines":[{"mac":...,"record":...,"stage":...,"why":...,"address":...,"last_seen":...},...]}`.
+    /// `/machines`: `{"machines":[{"mac":...,"record":...,"stage":...,"why":...,"address":...,"last_seen":...,"bytes":...},...]}`.
     public func json() -> [UInt8] {
         var out = "{\"machines\":["
         for (i, entry) in entries.enumerated() {
             if i > 0 { out += "," }
             out += "{\"mac\":\(Self.quoted(entry.mac.hexadecimal(separator: ":"))),\"record\":\(entry.record.map(Self.quoted) ?? "null")"
             out += ",\"stage\":\(Self.quoted(entry.stage.label)),\"why\":\(entry.why.map(Self.quoted) ?? "null")"
-            out += ",\"address\":\(entry.address.map { Self.quoted($0.description) } ?? "null"),\"last_seen\":\(entry.lastSeen)}"
+            out += ",\"address\":\(entry.address.map { Self.quoted($0.description) } ?? "null"),\"last_seen\":\(entry.lastSeen),\"bytes\":\(entry.bytes)}"
         }
         return Array((out + "]}\n").utf8)
     }

@@ -8,6 +8,7 @@ public enum ProgressTable {
         public var why: String?
         public var address: String?
         public var lastSeen: Int
+        public var bytes: Int
     }
 
     /// Why a view cannot be read.
@@ -27,18 +28,20 @@ public enum ProgressTable {
                 throw Unreadable(description: "a machine without its mac, stage or last_seen")
             }
             func text(_ key: String) -> String? { if case .string(let value)? = fields[key] { value } else { nil } }
-            return Row(mac: mac, record: text("record"), stage: stage, why: text("why"), address: text("address"), lastSeen: Int(seen))
+            let bytes = if case .number(let taken)? = fields["bytes"] { Int(taken) } else { 0 }
+            return Row(mac: mac, record: text("record"), stage: stage, why: text("why"), address: text("address"), lastSeen: Int(seen),
+                       bytes: bytes)
         }
     }
 
     /// The table, `stage` alone if given, then how many machines are at each stage.
     public static func table(_ rows: [Row], now: Int, stage: String? = nil) -> String {
         let shown = rows.filter { stage == nil || $0.stage == stage }
-        let header = ["MAC", "RECORD", "STAGE", "ADDRESS", "LAST SEEN", "WHY"]
+        let header = ["MAC", "RECORD", "STAGE", "ADDRESS", "LAST SEEN", "BYTES", "WHY"]
         // What a server sent is text for a terminal: a control character is shown as "?".
         let cells = shown.map { row in
             [row.mac, row.record.map { String($0.split(separator: "/").last ?? "") } ?? "-", row.stage, row.address ?? "-",
-             "\(max(0, now - row.lastSeen)) s ago", row.why ?? ""].map { cell in
+             "\(max(0, now - row.lastSeen)) s ago", "\(row.bytes)", row.why ?? ""].map { cell in
                 String(cell.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7f ? "?" : Character($0) })
             }
         }

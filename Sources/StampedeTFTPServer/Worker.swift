@@ -385,6 +385,8 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         metrics.countRequest(kind, result)
         metrics.add(record.isWrite ? .fileBytesReceived : .fileBytesSent, bytes)
         if result == .served { durationRecorder.record(record.filename, kind: kind, duration) }
+        // The machine the client is (--machines), told what it took.
+        let machine = files.generated?.took(record.isWrite ? 0 : bytes, client: peer)
         if configuration.logFormat == .json {
             var fields: Logger.Metadata = [
                 "event": "transfer", "client": "\(peer)", "request": "\(kind.label)", "file": "\(sanitizedForLog(record.filename))",
@@ -392,13 +394,14 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
                 "duration_s": .stringConvertible(seconds), "retransmits": .stringConvertible(retransmits),
                 "outcome": "\(result.label)",
             ]
+            if let machine { fields["machine"] = "\(machine)" }
             if outcome != .completed { fields["detail"] = "\(outcome.text)" }
             logger.log(level: outcome.isFailure ? .warning : .info, "transfer", metadata: fields)
             return
         }
         // Made only if the level is logged (at -v 0 a served transfer's line is not).
         logger.log(level: outcome.isFailure ? .warning : .info, """
-            \(record.isWrite ? "WRQ" : "RRQ") \(peer) "\(sanitizedForLog(record.filename))" \(record.mode.rawValue)\
+            \(record.isWrite ? "WRQ" : "RRQ") \(peer)\(machine.map { " [\($0)]" } ?? "") "\(sanitizedForLog(record.filename))" \(record.mode.rawValue)\
             \(record.options.isEmpty ? "" : " " + record.options) bytes=\(bytes) \
             time=\(decimalText(seconds, places: 3))s retransmits=\(retransmits): \(outcome.text)
             """)

@@ -16,8 +16,10 @@ import Testing
         #expect(progress.note(a, .bootFile, address: IPv4(10, 0, 0, 57), now: 2))
         #expect(!progress.note(a, .dhcp, offered: "http://10.0.0.1/boot.ipxe", now: 3), "iPXE's DHCP went back a stage")
         #expect(progress.note(a, .script, now: 4) && progress.note(a, .kernel, now: 5) && progress.note(a, .initrd, now: 6))
+        progress.took(1000, a)
+        progress.took(24, a)
         #expect(progress.entry(a) == MachineProgress.Entry(mac: a, record: "node07", stage: .initrd, why: nil, offered: "http://10.0.0.1/boot.ipxe",
-                                                           address: IPv4(10, 0, 0, 57), lastSeen: 6))
+                                                           address: IPv4(10, 0, 0, 57), lastSeen: 6, bytes: 1024))
         #expect(progress.note(a, .dhcp, now: 7), "a new boot")
         #expect(progress.note(b, .leftAlone, why: "no machine record selects it", now: 8))
         #expect(!progress.note(b, .leftAlone, why: "no machine record selects it", now: 9))
@@ -29,22 +31,23 @@ import Testing
     @Test func theViewIsReadBackAndPrintedAsATable() throws {
         let progress = MachineProgress()
         progress.note(a, .kernel, record: "/etc/stampede/machines/node07", address: IPv4(10, 0, 0, 57), now: 100)
+        progress.took(851_968, a)
         progress.note(b, .leftAlone, why: "its \"record\" says\nignore", now: 90)
         let json = progress.json()
         #expect(String(decoding: json, as: UTF8.self) == """
-            {"machines":[{"mac":"52:54:00:12:34:07","record":"/etc/stampede/machines/node07","stage":"kernel","why":null,"address":"10.0.0.57","last_seen":100},\
-            {"mac":"52:54:00:12:34:08","record":null,"stage":"left_alone","why":"its \\"record\\" says\\nignore","address":null,"last_seen":90}]}
+            {"machines":[{"mac":"52:54:00:12:34:07","record":"/etc/stampede/machines/node07","stage":"kernel","why":null,"address":"10.0.0.57","last_seen":100,"bytes":851968},\
+            {"mac":"52:54:00:12:34:08","record":null,"stage":"left_alone","why":"its \\"record\\" says\\nignore","address":null,"last_seen":90,"bytes":0}]}
 
             """)
         let rows = try ProgressTable.rows(json)
         #expect(rows == [ProgressTable.Row(mac: "52:54:00:12:34:07", record: "/etc/stampede/machines/node07", stage: "kernel", why: nil,
-                                           address: "10.0.0.57", lastSeen: 100),
+                                           address: "10.0.0.57", lastSeen: 100, bytes: 851_968),
                          ProgressTable.Row(mac: "52:54:00:12:34:08", record: nil, stage: "left_alone", why: "its \"record\" says\nignore",
-                                           address: nil, lastSeen: 90)])
+                                           address: nil, lastSeen: 90, bytes: 0)])
         #expect(ProgressTable.table(rows, now: 110) == """
-            MAC                RECORD  STAGE       ADDRESS    LAST SEEN  WHY
-            52:54:00:12:34:07  node07  kernel      10.0.0.57  10 s ago
-            52:54:00:12:34:08  -       left_alone  -          20 s ago   its "record" says?ignore
+            MAC                RECORD  STAGE       ADDRESS    LAST SEEN  BYTES   WHY
+            52:54:00:12:34:07  node07  kernel      10.0.0.57  10 s ago   851968
+            52:54:00:12:34:08  -       left_alone  -          20 s ago   0       its "record" says?ignore
             2 machines: 1 left_alone, 1 kernel
 
             """)

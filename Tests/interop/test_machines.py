@@ -293,10 +293,22 @@ def test_the_racks_progress_machine_by_machine_in_events_metrics_the_view_and_th
     for name in ("boot.ipxe", "linux/vmlinuz"):
         assert client_ns.run_inside(["curl", "-sf", "-o", "/dev/null", f"http://{dhcpwire.SERVER}:8080/{name}"]).returncode == 0
     inside = s.argv[:4]
-    view = json.loads(run([*inside, "curl", "-sf", f"http://127.0.0.1:{port}/machines"]).stdout)
-    by_mac = {m["mac"]: m for m in view["machines"]}
+    # What it took: its script and its kernel, each whole (counted as each answer ends, just after
+    # the client has it all).
+    script_bytes = len(f"#!ipxe\n# {records}/node07\nkernel linux/vmlinuz quiet\nboot\n")
+    deadline = time.time() + 5
+    while True:
+        view = json.loads(run([*inside, "curl", "-sf", f"http://127.0.0.1:{port}/machines"]).stdout)
+        by_mac = {m["mac"]: m for m in view["machines"]}
+        if by_mac[colons(NODE07)]["bytes"] == script_bytes + 8000 or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    assert by_mac[colons(NODE07)]["bytes"] == script_bytes + 8000, view
     assert by_mac[colons(NODE07)]["stage"] == "kernel" and by_mac[colons(NODE07)]["address"] == dhcpwire.CLIENT, view
     assert by_mac[colons(NODE07)]["record"] == f"{records}/node07"
+    # Its transfers' log lines carry its MAC.
+    transfers = [json.loads(line[line.index("{"):]) for line in s.log_text().splitlines() if '"event":"transfer"' in line]
+    assert {t["file"]: t.get("machine") for t in transfers} == {"boot.ipxe": colons(NODE07), "linux/vmlinuz": colons(NODE07)}, transfers
     assert by_mac[colons(STRANGER)]["stage"] == "left_alone", view
     assert by_mac[colons(STRANGER)]["why"] == "no machine record selects it (--unknown-machines ignore)"
     text = run([*inside, "curl", "-sf", f"http://127.0.0.1:{port}/metrics"]).stdout.decode()
@@ -308,7 +320,7 @@ def test_the_racks_progress_machine_by_machine_in_events_metrics_the_view_and_th
     table = run([*inside, str(BINARY), "machines", "--metrics", f"127.0.0.1:{port}"])
     assert table.returncode == 0, table
     lines = table.stdout.decode().splitlines()
-    assert lines[0].split() == ["MAC", "RECORD", "STAGE", "ADDRESS", "LAST", "SEEN", "WHY"], lines
+    assert lines[0].split() == ["MAC", "RECORD", "STAGE", "ADDRESS", "LAST", "SEEN", "BYTES", "WHY"], lines
     assert lines[1].split()[:4] == [colons(NODE07), "node07", "kernel", dhcpwire.CLIENT], lines
     assert lines[-1] == "2 machines: 1 left_alone, 1 kernel", lines
     only = run([*inside, str(BINARY), "machines", "list", "--metrics", f"127.0.0.1:{port}", "--stage", "left_alone"]).stdout.decode()
