@@ -136,10 +136,7 @@ public struct DHCPMessage: Equatable, Sendable {
     /// The client's hardware address as written in logs and names: lower-case hex pairs joined
     /// by `separator` (`52-54-00-12-34-56`).
     public func hardwareAddress(separator: String = ":") -> String {
-        clientHardwareAddress.prefix(Int(hardwareLength)).map { byte in
-            let digits = Array("0123456789abcdef")
-            return String([digits[Int(byte >> 4)], digits[Int(byte & 15)]])
-        }.joined(separator: separator)
+        Array(clientHardwareAddress.prefix(Int(hardwareLength))).hardwareAddressText(separator: separator)
     }
 
     /// The message type (option 53), if it carries one.
@@ -232,5 +229,14 @@ extension DHCPMessage {
         if let identifier = options[.clientIdentifier] { return [0xFF] + identifier }
         return [0xFE, UInt8(transactionID >> 24), UInt8(truncatingIfNeeded: transactionID >> 16),
                 UInt8(truncatingIfNeeded: transactionID >> 8), UInt8(truncatingIfNeeded: transactionID)]
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// A hardware address as logs, names and records write it: lower-case hex pairs joined by
+    /// `separator` (`52:54:00:12:34:56`, `52-54-00-12-34-56`).
+    public func hardwareAddressText(separator: String = ":") -> String {
+        let digits = "0123456789abcdef".map { $0 }
+        return map { byte in String([digits[Int(byte >> 4)], digits[Int(byte & 15)]]) }.joined(separator: separator)
     }
 }

@@ -19,7 +19,7 @@ public struct DiscoveredMachine: Equatable, Sendable {
     }
 
     /// `discovered-52-54-00-12-34-56`.
-    public var fileName: String { "discovered-" + identity.hardwareAddress.hexadecimal(separator: "-") }
+    public var fileName: String { "discovered-" + identity.hardwareAddress.hardwareAddressText(separator: "-") }
 
     /// The record, in the grammar `MachineRecord.parse` reads.
     public var text: String {
@@ -34,7 +34,7 @@ public struct DiscoveredMachine: Equatable, Sendable {
             "# Discovered \(when): no record selected this machine when it asked to boot.",
             "# Its request: \(said.filter { $0 != "\n" && $0 != "\r" }), architecture \(identity.architecture.map(String.init) ?? "unknown")\(firmware).",
             "# It is left alone: say action = boot (or local) to let it boot.",
-            "mac = \(identity.hardwareAddress.hexadecimal(separator: ":"))",
+            "mac = \(identity.hardwareAddress.hardwareAddressText(separator: ":"))",
         ]
         if let uuid = identity.uuid { lines.append("uuid = \(uuid)") }
         lines.append("action = ignore")

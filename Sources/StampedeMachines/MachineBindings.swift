@@ -9,7 +9,8 @@ public final class MachineBindings: Sendable {
     /// Addresses remembered at most: past it, the half learned longest ago is forgotten.
     public static let capacity = 65_536
 
-    private let table = Mutex<(machines: [IPv4: MachineIdentity], learned: [IPv4: UInt64], clock: UInt64)>(([:], [:], 0))
+    /// Each address's machine, and when it was learned (a counter: the latest DHCP is the largest).
+    private let table = Mutex<(machines: [IPv4: (machine: MachineIdentity, learned: UInt64)], clock: UInt64)>(([:], 0))
 
     public init() {}
 
@@ -18,18 +19,16 @@ public final class MachineBindings: Sendable {
         guard !address.isAny else { return }
         table.withLock { table in
             if table.machines[address] == nil && table.machines.count >= Self.capacity {
-                let cut = table.learned.values.sorted()[Self.capacity / 2]
-                table.learned = table.learned.filter { $0.value >= cut }
-                table.machines = table.machines.filter { table.learned[$0.key] != nil }
+                let cut = table.machines.values.map(\.learned).sorted()[Self.capacity / 2]
+                table.machines = table.machines.filter { $0.value.learned >= cut }
             }
             table.clock += 1
-            table.machines[address] = machine
-            table.learned[address] = table.clock
+            table.machines[address] = (machine, table.clock)
         }
     }
 
     /// The machine at `address`, if DHCP said.
-    public func machine(at address: IPv4) -> MachineIdentity? { table.withLock { $0.machines[address] } }
+    public func machine(at address: IPv4) -> MachineIdentity? { table.withLock { $0.machines[address]?.machine } }
 
     public var count: Int { table.withLock { $0.machines.count } }
 }

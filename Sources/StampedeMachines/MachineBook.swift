@@ -48,17 +48,22 @@ public struct MachineBook: Sendable {
 
     /// The record that selects `machine`, if any.
     public func record(for machine: MachineIdentity) -> MachineRecord? {
-        var selectors: [MachineRecord.Selector] = [.hardwareAddress(machine.hardwareAddress)]
-        if let uuid = machine.uuid { selectors.append(.uuid(uuid)) }
-        if let architecture = machine.architecture { selectors.append(.architecture(architecture)) }
-        if let firmware = machine.firmware { selectors.append(.firmware(firmware)) }
-        selectors.append(.everyMachine)
-        return selectors.lazy.compactMap { index[$0] }.first.map { records[$0] }
+        let found = index[.hardwareAddress(machine.hardwareAddress)]
+            ?? machine.uuid.flatMap { index[.uuid($0)] }
+            ?? machine.architecture.flatMap { index[.architecture($0)] }
+            ?? machine.firmware.flatMap { index[.firmware($0)] }
+            ?? index[.everyMachine]
+        return found.map { records[$0] }
     }
 
     /// What `machine` gets, over the network's `menu`.
     public func choice(for machine: MachineIdentity, over menu: BootMenu) -> MachineChoice {
-        if let record = record(for: machine) {
+        choice(of: record(for: machine), for: machine, over: menu)
+    }
+
+    /// What `machine`, whose record is `record` (`record(for:)`), gets over the network's `menu`.
+    public func choice(of record: MachineRecord?, for machine: MachineIdentity, over menu: BootMenu) -> MachineChoice {
+        if let record {
             if isDone(record, machine) { return .leaveAlone(.done(record: record.name)) }
             return record.choice(over: menu)
         }

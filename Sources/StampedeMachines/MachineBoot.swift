@@ -45,7 +45,7 @@ public struct MachineBoot: GeneratedFiles {
     /// `machine`'s done URL; empty without HTTP.
     public func doneURL(for mac: [UInt8]) -> String {
         guard let httpBase else { return "" }
-        return httpBase + Self.donePath + mac.hexadecimal(separator: "-") + "/" + records.directory.tokens.token(for: mac)
+        return httpBase + Self.donePath + mac.hardwareAddressText(separator: "-") + "/" + records.directory.tokens.token(for: mac)
     }
 
     public func report(to name: [UInt8], from client: SocketAddress) -> Result<String, FileRefusal>? {
@@ -59,9 +59,9 @@ public struct MachineBoot: GeneratedFiles {
         switch records.done(named(mac, bound), token: String(parts[1]), now: now()) {
         case .accepted(let record):
             progress?.note(mac, .done, record: record, address: client.ipv4, now: now())
-            return .success("machine \(mac.hexadecimal(separator: ":")) done (\(record)): its next boot is from its disk")
+            return .success("machine \(mac.hardwareAddressText(separator: ":")) done (\(record)): its next boot is from its disk")
         case .wrongToken: return .failure(FileRefusal(.denied, "not this machine's done URL"))
-        case .notOnce: return .failure(FileRefusal(.notFound, "no record boots \(mac.hexadecimal(separator: ":")) once"))
+        case .notOnce: return .failure(FileRefusal(.notFound, "no record boots \(mac.hardwareAddressText(separator: ":")) once"))
         }
     }
 
@@ -87,7 +87,7 @@ public struct MachineBoot: GeneratedFiles {
     public func took(_ bytes: Int, client: SocketAddress) -> String? {
         guard let machine = client.ipv4.flatMap(bindings.machine(at:)) else { return nil }
         progress?.took(bytes, machine.hardwareAddress)
-        return machine.hardwareAddress.hexadecimal(separator: ":")
+        return machine.hardwareAddress.hardwareAddressText(separator: ":")
     }
 
     /// The stage a machine's request for `path` says its boot is at: its offered boot file, its

@@ -32,7 +32,7 @@ public final class MachineDirectory: Sendable {
     static func join(_ path: String, _ name: String) -> String { path.hasSuffix("/") ? path + name : path + "/" + name }
 
     /// The file that says `mac`'s boot is done.
-    public static func doneFile(for mac: [UInt8]) -> String { donePrefix + mac.hexadecimal(separator: "-") }
+    public static func doneFile(for mac: [UInt8]) -> String { donePrefix + mac.hardwareAddressText(separator: "-") }
 
     deinit { close(fd) }
 

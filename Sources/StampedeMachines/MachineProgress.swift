@@ -116,12 +116,11 @@ public final class MachineProgress: Sendable {
         var out = "{\"machines\":["
         for (i, entry) in entries.enumerated() {
             if i > 0 { out += "," }
-            out += "{\"mac\":\(Self.quoted(entry.mac.hexadecimal(separator: ":"))),\"record\":\(entry.record.map(Self.quoted) ?? "null")"
-            out += ",\"stage\":\(Self.quoted(entry.stage.label)),\"why\":\(entry.why.map(Self.quoted) ?? "null")"
-            out += ",\"address\":\(entry.address.map { Self.quoted($0.description) } ?? "null"),\"last_seen\":\(entry.lastSeen),\"bytes\":\(entry.bytes)}"
+            out += "{\"mac\":\(jsonString(entry.mac.hardwareAddressText(separator: ":"))),\"record\":\(entry.record.map(jsonString) ?? "null")"
+            out += ",\"stage\":\(jsonString(entry.stage.label)),\"why\":\(entry.why.map(jsonString) ?? "null")"
+            out += ",\"address\":\(entry.address.map { jsonString($0.description) } ?? "null"),\"last_seen\":\(entry.lastSeen),\"bytes\":\(entry.bytes)}"
         }
         return Array((out + "]}\n").utf8)
     }
 
-    static func quoted(_ text: String) -> String { jsonString(text) }
 }

@@ -24,7 +24,7 @@ public struct MachineRecord: Equatable, Sendable {
 
         public var description: String {
             switch self {
-            case .hardwareAddress(let address): "mac \(address.hexadecimal(separator: ":"))"
+            case .hardwareAddress(let address): "mac \(address.hardwareAddressText(separator: ":"))"
             case .uuid(let uuid): "uuid \(uuid)"
             case .architecture(let number): "arch \(number)"
             case .firmware(let selector): "arch \(selector.rawValue)"
@@ -74,12 +74,5 @@ public struct MachineRecord: Equatable, Sendable {
         case .local: .leaveAlone(.local(record: name))
         case .ignore: .leaveAlone(.ignored(record: name))
         }
-    }
-}
-
-extension Array where Element == UInt8 {
-    /// `52:54:00:12:34:56`: lower-case hex pairs with `separator` between.
-    func hexadecimal(separator: String) -> String {
-        map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined(separator: separator)
     }
 }

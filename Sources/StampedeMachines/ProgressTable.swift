@@ -49,7 +49,7 @@ public enum ProgressTable {
         let lines = ([header] + cells).map { line in
             line.enumerated().map { column, cell in
                 column == line.count - 1 ? cell : cell + String(repeating: " ", count: widths[column] - cell.count)
-            }.joined(separator: "  ").trimmingTrailingSpaces
+            }.joined(separator: "  ").trimmingSpaces
         }
         var counts: [String: Int] = [:]
         for row in rows { counts[row.stage, default: 0] += 1 }
@@ -57,10 +57,6 @@ public enum ProgressTable {
         let summary = order.compactMap { key in counts[key].map { "\($0) \(key)" } }.joined(separator: ", ")
         return lines.joined(separator: "\n") + "\n\(rows.count) machines" + (summary.isEmpty ? "" : ": " + summary) + "\n"
     }
-}
-
-extension String {
-    var trimmingTrailingSpaces: String { String(self[..<(lastIndex { $0 != " " }.map { index(after: $0) } ?? startIndex)]) }
 }
 
 /// Enough of JSON (RFC 8259) to read a `/machines` view: objects, arrays, strings (escapes,

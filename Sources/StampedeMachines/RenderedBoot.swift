@@ -23,8 +23,8 @@ public struct RenderedBoot: Equatable, Sendable {
     /// The boot for one machine: its command line with every `${name}` replaced.
     public func rendered(for machine: MachineIdentity, variables: [String: String]) -> RenderedBoot {
         var values = variables
-        values["mac"] = machine.hardwareAddress.hexadecimal(separator: ":")
-        values["mac:hexhyp"] = machine.hardwareAddress.hexadecimal(separator: "-")
+        values["mac"] = machine.hardwareAddress.hardwareAddressText(separator: ":")
+        values["mac:hexhyp"] = machine.hardwareAddress.hardwareAddressText(separator: "-")
         values["uuid"] = machine.uuid ?? ""
         values["arch"] = machine.firmware?.rawValue ?? machine.architecture.map(String.init) ?? ""
         var line = ""

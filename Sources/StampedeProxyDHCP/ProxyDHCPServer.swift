@@ -203,16 +203,20 @@ public final class ProxyDHCPServer: @unchecked Sendable {
         let what = "DHCP \(message.type.map { "\($0)".uppercased() } ?? "message") \(message.hardwareAddress()) on \(network.interface.name)"
         // Answered or not (a REQUEST to the site's server too): the address it holds or asks for.
         bindings?.learn(from: message)
+        // The machine asked about, and its record: one look at the records per request.
         var asked: MachineIdentity?
+        var record: MachineRecord?
         let answer = ProxyAnswer.to(message, on: port, from: source, server: network.address) { machine in
             asked = machine
-            return machines?.current.choice(for: machine, over: network.menu) ?? .boot(network.menu)
+            guard let book = machines?.current else { return .boot(network.menu) }
+            record = book.record(for: machine)
+            return book.choice(of: record, for: machine, over: network.menu)
         }
         switch answer {
         case .failure(let silence):
             metrics.countBoot(ignored: BootIgnored(silence))
             if case .leftAlone = silence, let asked, let progress {
-                progress.note(asked.hardwareAddress, .leftAlone, record: machines?.current.record(for: asked)?.name, why: "\(silence)",
+                progress.note(asked.hardwareAddress, .leftAlone, record: record?.name, why: "\(silence)",
                               now: time(nil))
             }
             if case .leftAlone(.discovered) = silence, let asked, let machines {
@@ -244,7 +248,7 @@ public final class ProxyDHCPServer: @unchecked Sendable {
             }
             guard send(answer, network: number, arrivedOn: port, now: now) else { return }
             if let progress, let asked {
-                progress.note(asked.hardwareAddress, .dhcp, record: machines?.current.record(for: asked)?.name,
+                progress.note(asked.hardwareAddress, .dhcp, record: record?.name,
                               offered: answer.target.description, now: time(nil))
             }
             let offer = answer.reply.type == .offer

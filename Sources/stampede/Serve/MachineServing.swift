@@ -1,5 +1,6 @@
 import Glibc
 import Logging
+import StampedeDHCP
 import StampedeIO
 import StampedeMachines
 
@@ -19,7 +20,7 @@ struct MachineServing {
         self.records = records
         self.watch = watch
         progress = MachineProgress { entry in
-            let mac = entry.mac.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined(separator: ":")
+            let mac = entry.mac.hardwareAddressText()
             if json {
                 logger.info("machine", metadata: [
                     "event": "machine", "client": "\(mac)", "stage": "\(entry.stage.label)", "record": "\(entry.record ?? "")",

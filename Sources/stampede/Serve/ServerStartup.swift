@@ -106,10 +106,10 @@ struct ServerStartup {
                 for fault in faults.errors { logger.error("--machines: \(fault)") }
                 logger.error("--machines \(path): changed records refused, those before kept")
             case .enlisted(let machine, let written):
-                let mac = machine.identity.hardwareAddress.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined(separator: ":")
+                let mac = machine.identity.hardwareAddress.hardwareAddressText()
                 if let written { logger.notice("--machines: machine \(mac) discovered: its record, which ignores it, written to \(written)") }
             case .markedDone(let mac, .success(let written)):
-                logger.notice("--machines: machine \(mac.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined(separator: ":")) done: its next boot is from its disk (\(written))")
+                logger.notice("--machines: machine \(mac.hardwareAddressText()) done: its next boot is from its disk (\(written))")
             case .markedDone(let mac, .failure(let error)):
                 logger.error("--machines \(path): cannot write \(MachineDirectory.doneFile(for: mac)): \(error): the machine is done until the server stops")
             case .enlistFailed(let machine, let error):
