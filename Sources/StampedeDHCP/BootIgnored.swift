@@ -2,7 +2,7 @@
 public enum BootIgnored: Int, CaseIterable, Sendable {
     case malformed, notBootClient, notForProxy, addressRequest, unknownArchitecture, noBootFile, tooManyHops, repeated
     case otherServer, otherBootServerType, bootIntegrityServices, bootFileTooLong
-    case machineIgnored, machineLocal, unknownMachine, machineDone
+    case machineIgnored, machineLocal, unknownMachine, machineDone, machineAPIAsking
 
     public init(_ silence: ProxyAnswer.Silence) {
         switch silence {
@@ -20,6 +20,7 @@ public enum BootIgnored: Int, CaseIterable, Sendable {
         case .leftAlone(.local): self = .machineLocal
         case .leftAlone(.done): self = .machineDone
         case .leftAlone(.unknown), .leftAlone(.discovered): self = .unknownMachine
+        case .leftAlone(.asking): self = .machineAPIAsking
         }
     }
 
@@ -41,6 +42,7 @@ public enum BootIgnored: Int, CaseIterable, Sendable {
         case .machineLocal: "machine_local"
         case .unknownMachine: "unknown_machine"
         case .machineDone: "machine_done"
+        case .machineAPIAsking: "machine_api_asking"
         }
     }
 }

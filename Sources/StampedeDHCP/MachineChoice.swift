@@ -48,6 +48,8 @@ public enum LeftAlone: Equatable, Sendable, CustomStringConvertible {
     case unknown
     /// No record selects it: left alone, and a record that ignores it written for the operator.
     case discovered
+    /// The site's inventory (`--machines-api`) is being asked: answered when it answers.
+    case asking
 
     public var description: String {
         switch self {
@@ -56,6 +58,7 @@ public enum LeftAlone: Equatable, Sendable, CustomStringConvertible {
         case .done(let record): "its machine record \(record) says once, and its boot is done (it boots from its disk)"
         case .unknown: "no machine record selects it (--unknown-machines ignore)"
         case .discovered: "no machine record selects it (--unknown-machines record: one that ignores it is written)"
+        case .asking: "the machine API is being asked what it boots (answered when it answers)"
         }
     }
 }

@@ -10,7 +10,13 @@ public enum LoaderScript {
         guard let boot else { return "#!ipxe\n# \(record): not booted from the network here\nexit\n" }
         let names = boot.initrds.map { "initrd=" + ($0.split(separator: "/").last.map(String.init) ?? $0) }
         let line = ([boot.kernel] + names + (boot.commandLine.isEmpty ? [] : [boot.commandLine])).joined(separator: " ")
-        return "#!ipxe\n# \(record)\nkernel \(line)\n" + boot.initrds.map { "initrd \($0)\n" }.joined() + "boot\n"
+        return "#!ipxe\n# \(record)\n" + (boot.message.map { "echo \($0)\n" } ?? "") + "kernel \(line)\n" + boot.initrds.map { "initrd \($0)\n" }.joined() + "boot\n"
+    }
+
+    /// iPXE's script while the machine API is asked what the machine boots: a second's wait,
+    /// then `name` (the script asked, beside itself) again.
+    public static func iPXEWaiting(again name: String) -> String {
+        "#!ipxe\n# the machine API is being asked what this machine boots\nsleep 1\nchain --replace --autofree \(name)\n"
     }
 
     /// GRUB's configuration (`grub.cfg-01-<mac>`): a path from the boot server's root, a URL as

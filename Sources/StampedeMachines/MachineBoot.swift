@@ -71,7 +71,7 @@ public struct MachineBoot: GeneratedFiles {
         let bound = client.ipv4.flatMap(bindings.machine(at:))
         if let progress, let bound { follow(bound, asking: path, base: base, at: client.ipv4, progress) }
         if base == "boot.ipxe" || base == "autoexec.ipxe" {
-            return render(bound ?? MachineIdentity(hardwareAddress: []), unbound: bound == nil, LoaderScript.iPXE, iPXE: true)
+            return render(bound ?? MachineIdentity(hardwareAddress: []), unbound: bound == nil, LoaderScript.iPXE, iPXE: base)
         }
         if base.hasPrefix("grub.cfg-01-"), let mac = MachineRecord.hardwareAddress(base.dropFirst("grub.cfg-01-".count)) {
             return render(named(mac, bound), unbound: false, LoaderScript.grub)
@@ -99,7 +99,7 @@ public struct MachineBoot: GeneratedFiles {
             stage = .script
         } else if let offered = progress.entry(mac)?.offered, Self.path(of: offered) == path {
             stage = .bootFile
-        } else if let boot = records.current.record(for: machine)?.boot {
+        } else if let boot = records.record(for: machine, asking: nil)?.record?.boot {
             if Self.path(of: boot.kernel) == path {
                 stage = .kernel
             } else if let first = boot.initrds.first, Self.path(of: first) == path {
@@ -128,11 +128,21 @@ public struct MachineBoot: GeneratedFiles {
         bound?.hardwareAddress == mac ? bound! : MachineIdentity(hardwareAddress: mac)
     }
 
-    /// `iPXE`: the name asked is iPXE's script, which a record's `script` replaces.
+    /// `iPXE`: the name asked is iPXE's script, which a record's `script` replaces, and which
+    /// waits a second and asks again while the machine API is asked.
     private func render(_ machine: MachineIdentity, unbound: Bool, _ script: (RenderedBoot?, String) -> String,
-                        iPXE: Bool = false) -> GeneratedFile? {
+                        iPXE: String? = nil) -> GeneratedFile? {
         let book = records.current
-        let record = unbound ? book.records.first { $0.selectors.contains { $0.selector == .everyMachine } } : book.record(for: machine)
+        let record: MachineRecord?
+        if unbound {
+            record = book.records.first { $0.selectors.contains { $0.selector == .everyMachine } }
+        } else if let (found, _) = records.record(for: machine, asking: .script) {
+            record = found
+        } else if let iPXE {
+            return .made(Array(LoaderScript.iPXEWaiting(again: iPXE).utf8))
+        } else {
+            record = book.record(for: machine)  // GRUB and PXELINUX cannot wait: the directory's
+        }
         guard let record else {
             // Nobody listed it: back to the firmware, unless unknown machines boot as the network says.
             return book.unknown == .boot ? nil : .made(Array(script(nil, "a machine no record selects").utf8))
@@ -140,7 +150,7 @@ public struct MachineBoot: GeneratedFiles {
         if book.isDone(record, machine) { return .made(Array(script(nil, record.name).utf8)) }
         switch record.action {
         case .boot:
-            if iPXE, let own = record.script { return .root(Array(own.utf8)) }
+            if iPXE != nil, let own = record.script { return .root(Array(own.utf8)) }
             guard let boot = record.boot else { return nil }
             var variables = record.variables
             variables["done-url"] = doneURL(for: machine.hardwareAddress)

@@ -15,6 +15,8 @@ public final class MachineRecords: Sendable {
 
     public let directory: MachineDirectory
     public let unknown: MachineBook.UnknownMachines
+    /// `--machines-api`: asked first, of every machine; what it does not list is the directory's.
+    public let inventory: MachineInventory?
     private let book: Mutex<MachineBook>
     /// What the watch's thread is to write into the directory.
     enum Write: Sendable {
@@ -29,9 +31,10 @@ public final class MachineRecords: Sendable {
     let wake: Int32
 
     /// Reads the directory (at start: a fault is the caller's to refuse).
-    public init(_ directory: MachineDirectory, unknown: MachineBook.UnknownMachines) throws(RecordFaults) {
+    public init(_ directory: MachineDirectory, unknown: MachineBook.UnknownMachines, inventory: MachineInventory? = nil) throws(RecordFaults) {
         self.directory = directory
         self.unknown = unknown
+        self.inventory = inventory
         book = Mutex(try directory.read(unknown: unknown))
         wake = stampede_eventfd()
         precondition(wake >= 0, "eventfd: \(Errno(-wake))")
@@ -40,6 +43,21 @@ public final class MachineRecords: Sendable {
     deinit { close(wake) }
 
     public var current: MachineBook { book.withLock { $0 } }
+
+    /// The record `machine` is and the book it is chosen by: the inventory's answer when it lists
+    /// the machine (`--machines-api`), else the directory's record (or none). nil: the inventory
+    /// is being asked (its `wake` says when it answered). `stage` nil: what is known now, asking
+    /// nothing.
+    public func record(for machine: MachineIdentity, asking stage: MachineInventory.Stage?, relay: IPv4? = nil)
+        -> (record: MachineRecord?, book: MachineBook)? {
+        let book = current
+        guard let inventory else { return (book.record(for: machine), book) }
+        switch inventory.said(of: machine, stage: stage, relay: relay) {
+        case .record(let record)?: return (record, book)
+        case .notListed?, .unreachable?: return (book.record(for: machine), book)
+        case nil: return stage == nil ? (book.record(for: machine), book) : nil
+        }
+    }
 
     /// Reads the directory again: the new set is in force and returned, or the faults are thrown
     /// and the set before stays.
@@ -78,12 +96,23 @@ public final class MachineRecords: Sendable {
     public func done(_ machine: MachineIdentity, token: String, now: Int) -> DoneReport {
         let mac = machine.hardwareAddress
         guard directory.tokens.accepts(token, for: mac) else { return .wrongToken }
+        if let inventory, case .record(let record)? = inventory.said(of: machine, stage: nil) {
+            // The API's machine: told to the API, which decides its next boot; nothing kept here.
+            inventory.done(mac)
+            return .accepted(record: record.name)
+        }
         let marked: String? = book.withLock { book in
             guard let record = book.record(for: machine), record.once else { return nil }
             book.done.insert(mac)
             return record.name
         }
-        guard let marked else { return .notOnce }
+        guard let marked else {
+            // A done URL of this server's, for a machine the directory does not boot once: the
+            // API's (its answer may have expired during the install).
+            guard let inventory else { return .notOnce }
+            inventory.done(mac)
+            return .accepted(record: InventoryAnswer.recordName)
+        }
         enlisting.withLock { $0.waiting.append(.done(mac, at: now)) }
         wakeTheWatch()
         return .accepted(record: marked)

@@ -10,6 +10,8 @@ public struct RenderedBoot: Equatable, Sendable {
     public var initrds: [String]
     /// As written, its `${name}`s not yet replaced.
     public var commandLine: String
+    /// What iPXE shows before the boot (an inventory's `message`).
+    public var message: String?
 
     public init(kernel: String, initrds: [String] = [], commandLine: String = "") {
         self.kernel = kernel
@@ -34,7 +36,9 @@ public struct RenderedBoot: Equatable, Sendable {
             line += values[String(rest[start.upperBound..<end])] ?? ""
             rest = rest[rest.index(after: end)...]
         }
-        return RenderedBoot(kernel: kernel, initrds: initrds, commandLine: line + rest)
+        var boot = RenderedBoot(kernel: kernel, initrds: initrds, commandLine: line + rest)
+        boot.message = message
+        return boot
     }
 
     // MARK: What a record may say
@@ -63,6 +67,16 @@ public struct RenderedBoot: Equatable, Sendable {
         let allowed = Set("-._:,+@/=")
         guard value.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || allowed.contains($0)) }) else {
             return "a variable's value takes letters, digits and -._:,+@/= (it is data in a command line, never code)"
+        }
+        return nil
+    }
+
+    /// A message to show: letters, digits, spaces and `-._:,+@/=()!?%` (iPXE's `echo` expands
+    /// `${…}`).
+    static func checkMessage(_ text: String) -> String? {
+        let allowed = Set(" -._:,+@/=()!?%")
+        guard text.count <= 200, text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || allowed.contains($0)) }) else {
+            return "a message takes at most 200 letters, digits, spaces and -._:,+@/=()!?%"
         }
         return nil
     }

@@ -43,16 +43,24 @@ public final class MetricsExporter: Sendable {
         var process: (resident: Gauge, openDescriptors: Gauge, maxDescriptors: Gauge)
         /// `stampede_machines{stage}`, with `--machines`.
         var machines: [(stage: String, gauge: Gauge)] = []
+        /// `stampede_machines_api_calls_total{outcome}`, with `--machines-api`.
+        var apiCalls: [(outcome: String, counter: Counter, total: Int)] = []
     }
 
     /// Machines per stage of their boot (`--machines`): the stages, and the count at each now.
     public struct MachineStages: Sendable {
         public var stages: [String]
         public var counts: @Sendable () -> [String: Int]
+        /// With `--machines-api`: its calls' outcomes, and the count of each since the start.
+        public var apiOutcomes: [String]
+        public var apiCalls: @Sendable () -> [String: Int]
 
-        public init(stages: [String], counts: @escaping @Sendable () -> [String: Int]) {
+        public init(stages: [String], counts: @escaping @Sendable () -> [String: Int],
+                    apiOutcomes: [String] = [], apiCalls: @escaping @Sendable () -> [String: Int] = { [:] }) {
             self.stages = stages
             self.counts = counts
+            self.apiOutcomes = apiOutcomes
+            self.apiCalls = apiCalls
         }
     }
 
@@ -90,6 +98,10 @@ public final class MetricsExporter: Sendable {
             machines: (machines?.stages ?? []).map { stage in
                 (stage, registry.makeGauge(descriptor: described("stampede_machines", "Machines (--machines) by how far their boot got: left alone, DHCP answered, boot file, script, kernel, initrd, done."),
                                            labels: [("stage", stage)]))
+            },
+            apiCalls: (machines?.apiOutcomes ?? []).map { outcome in
+                (outcome, registry.makeCounter(descriptor: described("stampede_machines_api_calls_total", "Calls to the machine API (--machines-api) by outcome: listed, not_listed (4xx), refused (an answer not used), unreachable (no answer, a 5xx), overflow (too many machines waiting)."),
+                                               labels: [("outcome", outcome)]), 0)
             }))
     }
 
@@ -134,6 +146,15 @@ public final class MetricsExporter: Sendable {
             state.process.maxDescriptors.set(Int64(clamping: limit.rlim_cur))
             if let counts = machines?.counts() {
                 for (stage, gauge) in state.machines { gauge.set(Int64(counts[stage] ?? 0)) }
+            }
+            if let calls = machines?.apiCalls() {
+                for i in state.apiCalls.indices {
+                    let total = calls[state.apiCalls[i].outcome] ?? 0
+                    if total > state.apiCalls[i].total {
+                        state.apiCalls[i].counter.increment(by: Int64(total - state.apiCalls[i].total))
+                        state.apiCalls[i].total = total
+                    }
+                }
             }
         }
     }

@@ -74,6 +74,19 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     private let sender: Int32
     private let bootServers: [Int32]
     private var answered = BootAnswerLimit()
+    /// Requests waiting for the machine API's answer, by machine: its last request of each, kept
+    /// while a firmware waits for an answer (`waitingFor`), handled again when the answer comes.
+    private var waiting: [[UInt8]: Waiting] = [:]
+    private struct Waiting {
+        var bytes: [UInt8]
+        var network: Int
+        var port: ProxyAnswer.Port
+        var source: (address: IPv4, port: UInt16)
+        var since: Nanoseconds
+    }
+    private var lastSweep: Nanoseconds = 0
+    /// How long a request waits for the API: a firmware has asked again by then (EDK2 after 4 s).
+    static let waitingFor: Nanoseconds = 4 * nanosecondsPerSecond
     private var notices = MachineNotices()
     private var lastSendFailure: Nanoseconds = 0
     private let logger: Logger
@@ -132,7 +145,8 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     public func start() -> SystemThread { SystemThread(named: "proxy-dhcp") { self.run() } }
 
     func run() {
-        var watched = ([listener] + bootServers).map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+        let inventory = machines?.inventory
+        var watched = ([listener] + bootServers + (inventory.map { [$0.wake] } ?? [])).map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
         while stampede_stop_requested() == 0 {
             metrics.set(.lastTurn, Int(stampede_monotonic_ns()))
             metrics.publish()
@@ -140,8 +154,26 @@ public final class ProxyDHCPServer: @unchecked Sendable {
             let now = stampede_monotonic_ns()
             readPort67(now: now)
             for network in bootServers.indices { readBootServer(network, now: now) }
+            if let inventory, watched[watched.count - 1].revents != 0 { answerWaiting(inventory, now: now) }
+            if !waiting.isEmpty && now - lastSweep >= nanosecondsPerSecond {
+                lastSweep = now
+                waiting = waiting.filter { now - $0.value.since <= Self.waitingFor }
+            }
         }
         metrics.publish()
+    }
+
+    /// The requests whose machines the API answered since the last turn, handled again (the
+    /// answer is in memory now); those that waited too long, dropped.
+    private func answerWaiting(_ inventory: MachineInventory, now: Nanoseconds) {
+        var count: UInt64 = 0
+        _ = read(inventory.wake, &count, 8)
+        for mac in inventory.takeAnswered() {
+            guard let request = waiting.removeValue(forKey: mac), now - request.since <= Self.waitingFor else { continue }
+            request.bytes.withUnsafeBytes { bytes in
+                handle(bytes, network: request.network, port: request.port, from: request.source, now: now)
+            }
+        }
     }
 
     /// Port 67's packets, each an IP packet: its envelope says where it came from, and which boot
@@ -208,11 +240,18 @@ public final class ProxyDHCPServer: @unchecked Sendable {
         var record: MachineRecord?
         let answer = ProxyAnswer.to(message, on: port, from: source, server: network.address) { machine in
             asked = machine
-            guard let book = machines?.current else { return .boot(network.menu) }
-            record = book.record(for: machine)
-            return book.choice(of: record, for: machine, over: network.menu)
+            guard let machines else { return .boot(network.menu) }
+            let relay = message.relayAddress.isAny ? nil : message.relayAddress
+            guard let (found, book) = machines.record(for: machine, asking: .dhcp, relay: relay) else { return .leaveAlone(.asking) }
+            record = found
+            return book.choice(of: found, for: machine, over: network.menu)
         }
         switch answer {
+        case .failure(.leftAlone(.asking)):
+            metrics.countBoot(ignored: .machineAPIAsking)
+            guard let asked, waiting.count < MachineInventory.waitingLimit || waiting[asked.hardwareAddress] != nil else { return }
+            waiting[asked.hardwareAddress] = Waiting(bytes: Array(bytes), network: number, port: port, source: source, since: now)
+            logger.debug("\(what): waiting for the machine API's answer")
         case .failure(let silence):
             metrics.countBoot(ignored: BootIgnored(silence))
             if case .leftAlone = silence, let asked, let progress {

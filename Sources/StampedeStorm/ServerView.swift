@@ -25,11 +25,11 @@ public struct MetricsSample: Sendable {
         }
     }
 
-    public typealias Failure = HTTPGet.Failure
+    public typealias Failure = HTTPClient.Failure
 
     /// GET `url` (http://HOST:PORT/PATH), at most `timeout` seconds: the exposition there.
     public static func read(_ url: String, timeout: Int = 5) throws(Failure) -> MetricsSample {
-        MetricsSample(parsing: String(decoding: try HTTPGet.body(url, timeout: timeout), as: UTF8.self))
+        MetricsSample(parsing: String(decoding: try HTTPClient.body(url, timeout: timeout), as: UTF8.self))
     }
 }
 

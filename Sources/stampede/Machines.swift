@@ -3,7 +3,7 @@ import Glibc
 import StampedeDHCP
 import StampedeIO
 import StampedeMachines
-import StampedeStorm
+import StampedeHTTPWire
 
 /// `stampede machines`: what the machine records (`serve --machines DIR`) say and do, from the
 /// command line.
@@ -36,9 +36,9 @@ struct Machines: ParsableCommand {
         func run() throws {
             let url = "http://\(metrics)/machines"
             do {
-                let rows = try ProgressTable.rows(try HTTPGet.body(url))
+                let rows = try ProgressTable.rows(try HTTPClient.body(url))
                 print(ProgressTable.table(rows, now: Int(time(nil)), stage: stage), terminator: "")
-            } catch let failure as HTTPGet.Failure {
+            } catch let failure as HTTPClient.Failure {
                 writeToStandardError("stampede machines: \(failure)\n")
                 throw ExitCode(69)
             } catch {

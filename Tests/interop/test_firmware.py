@@ -14,6 +14,7 @@ network namespace, every file from Stampede.
 The marker, named after the machine's MAC by iPXE itself, read to its last byte, proves the boot
 (and the console, kept in the test's directory, says how far it got when it did not). Needs root
 (namespaces, tap devices); skips loudly otherwise."""
+import json
 import os
 import re
 import shutil
@@ -334,6 +335,50 @@ def test_two_uefi_machines_boot_their_own_records_and_one_nobody_listed_gets_no_
         assert "iPXE" not in console.read_text(errors="replace"), name
     assert log.count("ipxe.efi") == requests_before, log[-2000:]
     report(f"a done once machine and a stranger powered on: both left alone, PXE-E16: {time.time() - started:.0f} s in all")
+
+
+@pytest.mark.parametrize("lab", [PROXY], indirect=True)
+def test_a_uefi_machine_boots_what_the_pixiecore_api_says_and_one_it_answers_404_for_gets_no_offer(lab, report):
+    """--machines-api: pixieapi.py, a server of pixiecore's documented API, answers for one OVMF
+    machine a kernel, initrd and command line (on Stampede's HTTP) and 404 for another, which
+    power on at once beside the site's DHCP server: the first is offered iPXE and its boot.ipxe is
+    the API's boot (its init says the API's command line); the second hears no offer (PXE-E16)."""
+    inside, root, tmp, processes = lab
+    install_linux(root, ballast=1 << 20)
+    (tmp / "machines").mkdir()
+    listed, unlisted = "52:54:00:5e:a7:1a", "52:54:00:5e:a7:1b"
+    base = f"http://{SERVER_IP}:{HTTP_PORT}"
+    (tmp / "answers.json").write_text(json.dumps({listed: {
+        "kernel": f"{base}/linux/vmlinuz", "initrd": [f"{base}/linux/initrd.img"], "message": "Booting from the API",
+        "cmdline": "console=ttyS0 panic=-1 quiet hostname=from-the-api BOOTIF=01-${mac:hexhyp}"}}))
+    api_log = open(tmp / "api.log", "w")
+    processes.append(inside([sys.executable, str(Path(__file__).parent / "pixieapi.py"), "--port", "8081", "--prefix", "/pixiecore",
+                             "--answers", str(tmp / "answers.json"), "--delay", "0.02"], stdout=api_log, stderr=subprocess.STDOUT))
+    for command in (["ip", "tuntap", "add", "dev", "tap1", "mode", "tap"], ["ip", "link", "set", "tap1", "master", "br0"],
+                    ["ip", "link", "set", "tap1", "up"]):
+        assert inside(command).wait() == 0
+    started = time.time()
+    log_path = start_server(lab, "glibc", ("--http", f"{SERVER_IP}:{HTTP_PORT}", "--proxy-dhcp", SERVER_IP, "--machines", tmp / "machines",
+                                           "--machines-api", "http://127.0.0.1:8081/pixiecore"))
+    consoles = {}
+    for (name, mac), tap in zip((("listed", listed), ("unlisted", unlisted)), ("tap0", "tap1")):
+        qemu, consoles[name] = power_on(lab, ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=", "-boot", "n"],
+                                        tap=tap, console_name=f"console-{name}.log")
+    text = lambda name: consoles[name].read_text(errors="replace") if consoles[name].exists() else ""
+    said = None
+    while time.time() - started < 240 and not (said and re.search(r"PXE-E16: No valid offer received", text("unlisted"))):
+        said = said or re.search(r"stampede-initrd: init runs, cmdline: (.*)", text("listed"))
+        time.sleep(0.5)
+    log = log_path.read_text()
+    assert said, f"listed:\n{text('listed')[-2000:]}\nserver:\n{log[-3000:]}\napi:\n{(tmp / 'api.log').read_text()[-2000:]}"
+    assert f"hostname=from-the-api BOOTIF=01-{listed.replace(':', '-')}" in said.group(1), said.group(1)
+    assert "Booting from the API" in text("listed")
+    assert re.search(r"PXE-E16: No valid offer received", text("unlisted")), text("unlisted")[-2000:]
+    assert "iPXE" not in text("unlisted")
+    assert f"DHCP DISCOVER {unlisted} on br0: left alone: no machine record selects it" in log, log[-3000:]
+    asked = (tmp / "api.log").read_text()
+    assert f"GET /pixiecore/v1/boot/{listed}?arch=7" in asked and f"GET /pixiecore/v1/boot/{unlisted}?arch=7" in asked, asked
+    report(f"through the pixiecore API: a listed UEFI machine boots the API's kernel, a 404 one hears no offer: {time.time() - started:.0f} s")
 
 
 @pytest.mark.parametrize("lab", [PROXY], indirect=True)

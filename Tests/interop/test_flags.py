@@ -23,7 +23,7 @@ NUMERIC = {
         "--max-per-prefix": COUNT, "-B": (8, 65464), "-W": (0, 2**63 - 1),
         "--window-bytes": (0, 2**63 - 1), "--map-steps": (1, 2**31 - 1),
         "--http-max-connections": COUNT, "--http-max-per-client": COUNT, "--http-idle-timeout": (1, YEAR),
-        "--http-request-timeout": (1, YEAR),
+        "--http-request-timeout": (1, YEAR), "--machines-api-cache": (1, YEAR),
     },
     "get": {"--blksize": (8, 65464), "--windowsize": (1, 32767), "--timeout": (1, 255), "--retries": RETRIES},
     "put": {"--blksize": (8, 65464), "--windowsize": (1, 32767), "--timeout": (1, 255), "--retries": RETRIES},
@@ -43,7 +43,7 @@ OTHER = {
               "--max-upload",  # a size with k, M, G...: test_parity_uploads.py
               "--http",  # ADDR:PORT: test_http.py, and below
               "--proxy-dhcp", "--boot-file",  # an IPv4 address, SELECTOR=NAME: test_proxy_dhcp.py
-              "--machines", "--unknown-machines",  # a directory, a choice: test_machines.py
+              "--machines", "--unknown-machines", "--machines-api",  # a directory, a choice, a URL: test_machines.py
               "--https", "--tls-certificate", "--tls-key", "--tls-profile"},  # ADDR:PORT, files, a choice: test_https.py
     "get": {"--mode", "--option"},  # NAME=VALUE of the option table: test_parity_options.py, test_cli.py
     "put": {"--mode", "--option"},

@@ -347,3 +347,87 @@ def test_a_records_own_script_is_served_as_its_machines_ipxe_script(proxy, machi
     assert out.read_text() == "#!ipxe\necho the operator's own\n", s.log_text()[-2000:]
     got = boot_link[1].run_inside(["curl", "-sf", f"http://{dhcpwire.SERVER}:8080/boot.ipxe"]).stdout.decode()
     assert got == "#!ipxe\necho the operator's own\n"
+
+
+@pytest.fixture
+def machine_api(boot_link, tmp_path):
+    """start(answers, delay=0) -> (URL, lines): pixieapi.py, a server of pixiecore's documented
+    API, on the server namespace's loopback; `lines()` is what it was asked."""
+    started = []
+
+    def start(answers, delay=0.0):
+        port = free_tcp_port()
+        (tmp_path / "answers.json").write_text(json.dumps(answers))
+        out = open(tmp_path / "api.log", "w+")
+        p = subprocess.Popen([*boot_link[0].inside, sys.executable, os.path.join(os.path.dirname(__file__), "pixieapi.py"),
+                              "--port", str(port), "--prefix", "/pixiecore", "--answers", str(tmp_path / "answers.json"),
+                              "--delay", str(delay)], stdout=out, stderr=subprocess.STDOUT)
+        started.append(p)
+        deadline = time.time() + 10
+        while "ready" not in (tmp_path / "api.log").read_text() and time.time() < deadline:
+            time.sleep(0.05)
+        return f"http://127.0.0.1:{port}/pixiecore", lambda: (tmp_path / "api.log").read_text().splitlines()[1:]
+
+    yield start
+    for p in started:
+        p.kill()
+        p.wait()
+
+
+def test_the_machine_api_decides_what_a_machine_boots_as_pixiecores_api_says(proxy, machine, machine_api, boot_link, tmp_path):
+    """--machines-api: a machine the API answers 200 for is offered its boot when the API answers
+    (its first DISCOVER, however slow the API: the request waits for the answer), and its iPXE
+    script is rendered from the answer; one it answers 404 for is the directory's (here: left
+    alone); an answer that would be code in the script is refused and its machine left alone; the
+    calls are counted."""
+    empty = tmp_path / "machines"
+    empty.mkdir()
+    url, asked = machine_api({
+        colons(NODE07): {"kernel": "/assets/vmlinuz", "initrd": ["/assets/initrd.img"], "cmdline": "role=worker", "message": "Booting node07"},
+        colons(IGNORED): {"kernel": "/assets/vmlinuz", "cmdline": "quiet\nshell"},
+    }, delay=0.5)
+    port = free_tcp_port()
+    s = proxy("--machines", str(empty), "--machines-api", url, "--metrics", f"127.0.0.1:{port}")
+    started = time.time()
+    reply = machine.ask(dhcpwire.message(NODE07, arch=7), timeout=3)
+    assert reply and reply["file"] == "ipxe.efi", s.log_text()
+    assert 0.4 < time.time() - started < 2.5, "answered before the API did, or not at its answer"
+    assert [line for line in asked() if line.startswith(f"GET /pixiecore/v1/boot/{colons(NODE07)}?arch=7&uuid=")
+            and line.endswith("&stage=dhcp")], asked()
+    assert machine.ask(dhcpwire.message(STRANGER, arch=7), timeout=1.5) is None
+    assert s.log_lines(f"DHCP DISCOVER {colons(STRANGER)} on veth-s: left alone: no machine record selects it")
+    assert machine.ask(dhcpwire.message(IGNORED, arch=7), timeout=1.5) is None
+    assert s.log_lines(f"machine {colons(IGNORED)}: the answer of {url} is refused, the machine left alone: cmdline")
+    # Bound by its REQUEST to the site's server: its script is the API's boot.
+    machine.ask(dhcpwire.message(NODE07, kind=dhcpwire.REQUEST, extra=dhcpwire.option(50, socket.inet_aton(dhcpwire.CLIENT))), timeout=0.3)
+    client_ns = boot_link[1]
+    script = (f"#!ipxe\n# machines-api\necho Booting node07\nkernel {url.rsplit('/', 1)[0]}/assets/vmlinuz initrd=initrd.img role=worker\n"
+              f"initrd {url.rsplit('/', 1)[0]}/assets/initrd.img\nboot\n")
+    deadline = time.time() + 5
+    while (got := client_ns.run_inside(["curl", "-sf", f"http://{dhcpwire.SERVER}:8080/boot.ipxe"]).stdout.decode()) != script and time.time() < deadline:
+        time.sleep(0.1)
+    assert got == script
+    text = run([*s.argv[:4], "curl", "-s", f"http://127.0.0.1:{port}/metrics"]).stdout.decode()
+    for outcome, count in (("listed", 1), ("not_listed", 1), ("refused", 1)):
+        assert f'stampede_machines_api_calls_total{{outcome="{outcome}"}} {count}' in text, text
+    assert 'stampede_boot_ignored_total{reason="machine_api_asking"}' in text
+
+
+def test_when_the_machine_api_is_down_a_machine_gets_the_directory_and_it_is_said(proxy, machine, tmp_path):
+    (tmp_path / "machines").mkdir()
+    (tmp_path / "machines" / "default").write_text("default = yes\nboot-file = efi-x64=rescue.efi\n")
+    url = f"http://127.0.0.1:{free_tcp_port()}/pixiecore"
+    s = proxy("--machines", str(tmp_path / "machines"), "--machines-api", url)
+    # Its first request waits for the call, which fails at once: the directory's default.
+    reply = machine.ask(dhcpwire.message(NODE07, arch=7), timeout=3)
+    assert reply and reply["file"] == "rescue.efi", s.log_text()
+    said = s.log_lines(f"the machine API cannot be asked about {colons(NODE07)}: {url}/v1/boot/{colons(NODE07)}?arch=7&uuid=")
+    assert said and "stage=dhcp: cannot connect: Connection refused; a machine keeps its last answer until it expires" in said[0], said
+
+
+def test_machines_api_flags_are_checked(root, tmp_path):
+    for flags, message in ((["--machines-api", "http://127.0.0.1:1/"], "--machines-api needs --machines DIR"),
+                           (["--machines", str(tmp_path), "--machines-api", "https://matchbox/"], "an http:// URL"),
+                           (["--machines", str(tmp_path), "--machines-api", "http://a/", "--machines-api-cache", "0"], "--machines-api-cache")):
+        r = run([str(BINARY), "serve", "-L", *flags, str(root)])
+        assert r.returncode == 64 and message in r.stderr.decode(), (flags, r)

@@ -193,7 +193,8 @@ struct ServeCommand: ParsableCommand {
     func loadMachines(_ path: String) throws -> (MachineRecords, RecordWatch) {
         let records: MachineRecords
         do {
-            records = try MachineRecords(try MachineDirectory(path), unknown: options.unknownMachines ?? .ignore)
+            records = try MachineRecords(try MachineDirectory(path), unknown: options.unknownMachines ?? .ignore,
+                                         inventory: options.machinesAPI.map { MachineInventory(url: $0, lifetime: options.machinesAPICache) })
         } catch {
             writeToStandardError(error.errors.map { "stampede: --machines: \($0)\n" }.joined())
             throw ExitCode(78)

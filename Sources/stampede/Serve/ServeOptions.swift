@@ -244,6 +244,13 @@ struct ServeOptions: ParsableArguments {
     @Option(name: .customLong("unknown-machines"),
             help: "With --machines: what a machine no record selects gets: ignore (silence, the default), boot (the network's boot, as without records), or record (silence, and a record that ignores it written into DIR with what its DHCP request said, for the operator to change: enlistment).")
     var unknownMachines: MachineBook.UnknownMachines?
+    @Option(name: .customLong("machines-api"),
+            help: ArgumentHelp("With --machines: the site's inventory, pixiecore's API (matchbox's /pixiecore, or any server of that API): GET URL/v1/boot/MAC?arch=N&uuid=U&giaddr=A&stage=S is asked what a machine boots, by a few threads of their own; a 200's kernel, initrd and cmdline are its boot, a 4xx leaves it to the records of DIR, then --unknown-machines. When the API cannot be reached a machine keeps its last answer until it expires, then gets DIR's records. Answers that would inject into a loader's script are refused (the machine left alone).",
+                               valueName: "URL"))
+    var machinesAPI: String?
+    @Option(name: .customLong("machines-api-cache"),
+            help: "Seconds an answer of --machines-api is kept (default 60, from 1), a 4xx too; it is asked again after half of them.")
+    var machinesAPICache = 60
     @Option(name: .customLong("http-max-connections"),
             help: "HTTP connections open at once (default: 16384, or fewer as the open-file limit holds at two descriptors each, a socket and a streamed file); more are closed as they arrive. One the limit cannot hold is lowered, with a warning.")
     var httpMaxConnections: Int?
@@ -300,6 +307,15 @@ struct ServeOptions: ParsableArguments {
         try FlagRange.check(windowBytes, 0...Int.max, "--window-bytes", "bytes")
         if ipv4 && ipv6 { throw ValidationError("-4 and -6 exclude each other.") }
         if unknownMachines != nil && machines == nil { throw ValidationError("--unknown-machines is for --machines.") }
+        if let machinesAPI {
+            if machines == nil {
+                throw ValidationError("--machines-api needs --machines DIR (what the API does not list, and the key of done URLs; it may be empty).")
+            }
+            if !machinesAPI.lowercased().hasPrefix("http://") || machinesAPI.count <= "http://".count {
+                throw ValidationError("--machines-api \(machinesAPI): an http:// URL (https is not asked here).")
+            }
+        }
+        try FlagRange.check(machinesAPICache, 1...FlagRange.year, "--machines-api-cache", "seconds")
         if !https.isEmpty && (tlsCertificate == nil || tlsKey == nil) {
             throw ValidationError("--https needs --tls-certificate and --tls-key.")
         }

@@ -53,6 +53,8 @@ struct ServerStartup {
         stampede_install_stop_signals()
         if let detached { stampede_detach_done(detached.ready, detached.null) }
         announce(server, web: web, secure: secure, proxy: proxy, metrics: listener)
+        machines?.records.inventory?.start(logger: configuration.logger)
+        defer { machines?.records.inventory?.stop() }
         let threads = webServers.flatMap { $0.start() } + (proxy.map { [$0.start()] } ?? []) + (machines.map { [watch($0.watch)] } ?? [])
         defer { for thread in threads { thread.join() } }
         let summary = serve(server, web: web, secure: secure, proxy: proxy)
@@ -154,9 +156,11 @@ struct ServerStartup {
     /// `stampede_machines{stage}`, with `--machines`.
     private var machineStages: MetricsExporter.MachineStages? {
         machines.map { serving in
-            MetricsExporter.MachineStages(stages: MachineProgress.Stage.allCases.map(\.label)) {
+            MetricsExporter.MachineStages(stages: MachineProgress.Stage.allCases.map(\.label), counts: {
                 Dictionary(uniqueKeysWithValues: serving.progress.counts.map { ($0.key.label, $0.value) })
-            }
+            }, apiOutcomes: serving.records.inventory == nil ? [] : MachineInventory.Outcome.allCases.map(\.label), apiCalls: {
+                Dictionary(uniqueKeysWithValues: (serving.records.inventory?.counts ?? [:]).map { ($0.key.label, $0.value) })
+            })
         }
     }
 

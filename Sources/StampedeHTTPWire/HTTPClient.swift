@@ -1,18 +1,42 @@
+import CStampedeSys
 import Glibc
-import StampedeHTTPWire
 import StampedeIO
 
-/// One GET over plain HTTP, its body read whole: the storm's reading of a server's metrics, and
-/// `stampede machines list`'s of `/machines`. The answer's head is read with the storm's reader of
-/// answers (`ReceivedResponseHead`).
-public enum HTTPGet {
-    /// Why a GET failed.
+/// Stampede's one HTTP client: a request over plain HTTP, its answer read whole, in at most a
+/// given time. The storm's reading of a server's metrics, `stampede machines list`'s of
+/// `/machines`, and the site's inventory's answers (`--machines-api`). The answer's head is read
+/// with the reader of answers (`ReceivedResponseHead`).
+public enum HTTPClient {
+    /// Why a request got no answer (or, from `body`, not a 200).
     public struct Failure: Error, CustomStringConvertible {
         public let description: String
+
+        public init(description: String) { self.description = description }
     }
 
-    /// GET `url` (http://HOST:PORT/PATH), at most `timeout` seconds.
+    /// An answer: its status and its body.
+    public struct Answer: Sendable {
+        public var status: Int
+        public var body: [UInt8]
+
+        public init(status: Int, body: [UInt8]) {
+            self.status = status
+            self.body = body
+        }
+    }
+
+    /// GET `url` (http://HOST:PORT/PATH), at most `timeout` seconds: its body, when it says 200.
     public static func body(_ url: String, timeout: Int = 5) throws(Failure) -> [UInt8] {
+        let answer = try request(url, timeout: timeout)
+        guard answer.status == 200 else { throw Failure(description: "\(url): the server answered \(answer.status)") }
+        return answer.body
+    }
+
+    /// `method` `url` (http://HOST:PORT/PATH, no body), the whole exchange in at most `timeout`
+    /// seconds (a server that sends its answer a byte at a time is cut off too).
+    public static func request(_ url: String, method: String = "GET", headers: [(String, String)] = [],
+                               timeout: Int = 5) throws(Failure) -> Answer {
+        let deadline = stampede_monotonic_ns() + Int64(timeout) * 1_000_000_000
         guard url.hasPrefix("http://") else { throw Failure(description: "\(url): only http:// URLs") }
         let rest = url.dropFirst("http://".count)
         let authority = rest.prefix { $0 != "/" }
@@ -58,7 +82,8 @@ public enum HTTPGet {
             while result < 0 && errno == EINTR { result = call() }
             return result
         }
-        let request = "GET \(path.isEmpty ? "/" : path) HTTP/1.1\r\nHost: \(authority)\r\nConnection: close\r\n\r\n"
+        let extra = headers.map { "\($0.0): \($0.1)\r\n" }.joined()
+        let request = "\(method) \(path.isEmpty ? "/" : path) HTTP/1.1\r\nHost: \(authority)\r\n\(extra)\(method == "GET" ? "" : "Content-Length: 0\r\n")Connection: close\r\n\r\n"
         let sent = request.utf8CString.withUnsafeBytes { bytes in again { send(fd, bytes.baseAddress, bytes.count - 1, Int32(MSG_NOSIGNAL)) } }
         guard sent == request.utf8.count else { throw Failure(description: "\(url): cannot send the request: \(Errno.current)") }
         // The answer's head is read with the storm's own reader of answers (ReceivedResponseHead);
@@ -68,6 +93,7 @@ public enum HTTPGet {
         var head: (ReceivedResponseHead, length: Int)?
         while true {
             if let (parsed, length) = head, let expected = parsed.contentLength, response.count - length >= expected { break }
+            guard stampede_monotonic_ns() < deadline else { throw Failure(description: "\(url): no whole answer in \(timeout) s") }
             let count = chunk.withUnsafeMutableBytes { bytes in again { recv(fd, bytes.baseAddress, bytes.count, 0) } }
             if count < 0 { throw Failure(description: "\(url): \(Errno.current)") }
             if count == 0 { break }
@@ -82,14 +108,10 @@ public enum HTTPGet {
             }
         }
         guard let (parsed, length) = head else { throw Failure(description: "\(url): not an HTTP answer") }
-        guard parsed.status == 200 else { throw Failure(description: "\(url): the server answered \(parsed.status)") }
         let body = response[length...].prefix(parsed.contentLength ?? Int.max)
         if let expected = parsed.contentLength, body.count < expected {
             throw Failure(description: "\(url): the answer ended after \(body.count) of its \(expected) bytes")
         }
-        return Array(body)
+        return Answer(status: Int(parsed.status), body: Array(body))
     }
 }
-
-/// What a server's own metrics say happened between two readings: the server's view of a storm,
-/// printed beside the storm's.

@@ -1,0 +1,316 @@
+import CStampedeSys
+import Glibc
+import Logging
+import StampedeDHCP
+import StampedeHTTPWire
+import StampedeIO
+import Synchronization
+
+/// The site's inventory (`--machines-api URL`): pixiecore's API, asked what a machine boots —
+/// `GET <api>/v1/boot/<mac>` with what Stampede knows of it as query parameters (`arch`, `uuid`,
+/// `giaddr`, `stage`) — by a few threads of its own, never by an event loop or the proxy's.
+///
+/// - An answer is kept for `lifetime` seconds, a "not listed" (any 4xx) too, and asked again
+///   once half of it has passed, so that a machine that keeps asking is answered from memory.
+/// - A machine asked about while its call is out waits for that call: one call per machine.
+/// - At most `callers` calls at once, each at most `timeout` seconds; at most `waitingLimit`
+///   machines wait for one (more are counted, `overflow`, and asked about at their next request).
+/// - When the API cannot be reached (no connection, no answer in time, a 5xx), a machine keeps
+///   its last answer until that expires; then it is as if the API did not list it (the records'
+///   directory, then `--unknown-machines`), for `retryAfter` seconds before it is asked again.
+///   Counted, and said once every `sayEvery` seconds.
+///
+/// Whoever asks is told when an answer came by `wake` (an eventfd: the proxy polls it).
+public final class MachineInventory: Sendable {
+    /// What the inventory says of a machine.
+    public enum Said: Equatable, Sendable {
+        /// Boot it as this record says (or leave it alone: an answer refused is an `ignore`).
+        case record(MachineRecord)
+        /// It does not list it (404, or another 4xx).
+        case notListed
+        /// Nobody answered.
+        case unreachable
+    }
+
+    /// Who asks: the stage of the machine's boot (the query's `stage`).
+    public enum Stage: String, Sendable {
+        case dhcp, script
+    }
+
+    /// How calls ended, as the metrics count them.
+    public enum Outcome: Int, CaseIterable, Sendable {
+        case listed, notListed, refused, unreachable, overflow
+
+        public var label: String {
+            switch self {
+            case .listed: "listed"
+            case .notListed: "not_listed"
+            case .refused: "refused"
+            case .unreachable: "unreachable"
+            case .overflow: "overflow"
+            }
+        }
+    }
+
+    /// What a call is given to do it: the URL, and at most how many seconds.
+    public typealias Fetch = @Sendable (_ url: String, _ method: String, _ timeout: Int) throws(HTTPClient.Failure) -> HTTPClient.Answer
+
+    public static let callers = 8
+    public static let timeout = 2
+    public static let waitingLimit = 65_536
+    /// Machines whose answers are kept at most (past it, expired answers are dropped; then none kept).
+    public static let keptLimit = 262_144
+    static let retryAfter: Int64 = 5
+    static let sayEvery: Int64 = 10
+
+    /// The API's prefix, without a trailing `/`.
+    public let url: String
+    /// Seconds an answer is kept.
+    public let lifetime: Int
+    /// An eventfd, readable when an answer came since it was last read.
+    public let wake: Int32
+
+    private struct Entry {
+        var said: Said
+        var expires: Int64
+        var refresh: Int64
+    }
+
+    private struct Ask: Sendable {
+        var machine: MachineIdentity
+        var stage: Stage
+        var relay: IPv4?
+    }
+
+    private enum Task: Sendable {
+        case ask(Ask)
+        case done([UInt8])
+        case stop
+    }
+
+    private struct State {
+        var kept: [[UInt8]: Entry] = [:]
+        var asking: Set<[UInt8]> = []
+        var tasks: [Task] = []
+        var taken = 0
+        var counts = [Int](repeating: 0, count: Outcome.allCases.count)
+        var lastSaid: Int64?
+        /// The machines answered since the proxy last took them (at most `waitingLimit`).
+        var answered: [[UInt8]] = []
+    }
+
+    private let state = Mutex(State())
+    nonisolated(unsafe) private let ready: UnsafeMutablePointer<sem_t>
+    private let fetch: Fetch
+    /// Where calls say what went wrong (given at `start`: after the log is set up).
+    private let said = Mutex(Logger(label: "stampede"))
+    private var logger: Logger { said.withLock { $0 } }
+    private let clock: @Sendable () -> Int64
+    private let threads: Mutex<[SystemThread]> = Mutex([])
+
+    /// `clock`: seconds on a monotonic clock (tests set it).
+    public init(url: String, lifetime: Int, fetch: @escaping Fetch = { url, method, timeout throws(HTTPClient.Failure) in
+        try HTTPClient.request(url, method: method, timeout: timeout)
+    }, clock: @escaping @Sendable () -> Int64 = { stampede_monotonic_ns() / 1_000_000_000 }) {
+        self.url = url.hasSuffix("/") ? String(url.dropLast()) : url
+        self.lifetime = max(1, lifetime)
+        self.fetch = fetch
+        self.clock = clock
+        ready = .allocate(capacity: 1)
+        sem_init(ready, 0, 0)
+        wake = stampede_eventfd()
+        precondition(wake >= 0, "eventfd: \(Errno(-wake))")
+    }
+
+    deinit {
+        sem_destroy(ready)
+        ready.deallocate()
+        close(wake)
+    }
+
+    /// Starts the callers (after the server detached: threads do not cross a fork), which log
+    /// to `logger`.
+    public func start(logger: Logger) {
+        said.withLock { $0 = logger }
+        let started = (0..<Self.callers).map { number in SystemThread(named: "machines-api-\(number)") { self.call() } }
+        threads.withLock { $0 += started }
+    }
+
+    /// Lets the callers finish their calls and end.
+    public func stop() {
+        let running = threads.withLock { threads in
+            defer { threads = [] }
+            return threads
+        }
+        state.withLock { state in state.tasks += running.map { _ in .stop } }
+        for _ in running { sem_post(ready) }
+        for thread in running { thread.join() }
+    }
+
+    /// What the inventory says of `machine` now; nil while it is being asked (`wake` says when
+    /// to ask again). `stage` nil: what is known, asking nothing.
+    public func said(of machine: MachineIdentity, stage: Stage?, relay: IPv4? = nil) -> Said? {
+        let mac = machine.hardwareAddress
+        let now = clock()
+        let (said, queued): (Said?, Bool) = state.withLock { state in
+            let entry = state.kept[mac]
+            if let entry, now < entry.expires {
+                // Fresh: answered from memory; past its half-life asked again behind it.
+                guard now >= entry.refresh, let stage, !state.asking.contains(mac) else { return (entry.said, false) }
+                return (entry.said, Self.queue(.ask(Ask(machine: machine, stage: stage, relay: relay)), mac, &state))
+            }
+            guard let stage else { return (nil, false) }
+            if state.asking.contains(mac) { return (nil, false) }
+            return (nil, Self.queue(.ask(Ask(machine: machine, stage: stage, relay: relay)), mac, &state))
+        }
+        if queued { sem_post(ready) }
+        return said
+    }
+
+    private static func queue(_ task: Task, _ mac: [UInt8], _ state: inout State) -> Bool {
+        guard state.tasks.count - state.taken < waitingLimit else {
+            state.counts[Outcome.overflow.rawValue] += 1
+            return false
+        }
+        state.asking.insert(mac)
+        state.tasks.append(task)
+        return true
+    }
+
+    /// The machines answered since the last time this was asked (`wake` said so).
+    public func takeAnswered() -> [[UInt8]] {
+        state.withLock { state in
+            defer { state.answered = [] }
+            return state.answered
+        }
+    }
+
+    /// A machine said its boot is done: told to the API (`POST <api>/v1/done/<mac>`), and its
+    /// answer forgotten, so that its next request asks again.
+    public func done(_ mac: [UInt8]) {
+        state.withLock { state in
+            state.kept[mac] = nil
+            state.tasks.append(.done(mac))
+        }
+        sem_post(ready)
+    }
+
+    /// Calls by outcome, since the start.
+    public var counts: [Outcome: Int] {
+        let counts = state.withLock { $0.counts }
+        return Dictionary(uniqueKeysWithValues: Outcome.allCases.map { ($0, counts[$0.rawValue]) })
+    }
+
+    /// `machine`'s query: `<api>/v1/boot/<mac>?arch=N&uuid=U&giaddr=A&stage=S`.
+    private func query(_ ask: Ask) -> String {
+        var parameters: [String] = []
+        if let architecture = ask.machine.architecture { parameters.append("arch=\(architecture)") }
+        if let uuid = ask.machine.uuid { parameters.append("uuid=\(uuid)") }
+        if let relay = ask.relay { parameters.append("giaddr=\(relay)") }
+        parameters.append("stage=\(ask.stage.rawValue)")
+        return "\(url)/v1/boot/\(ask.machine.hardwareAddress.hardwareAddressText(separator: ":"))?" + parameters.joined(separator: "&")
+    }
+
+    /// A caller's thread: a task at a time, until a stop.
+    private func call() {
+        while true {
+            while sem_wait(ready) != 0 {}
+            let task: Task? = state.withLock { state in
+                guard state.taken < state.tasks.count else { return nil }
+                let task = state.tasks[state.taken]
+                state.taken += 1
+                if state.taken > 1024 && state.taken * 2 > state.tasks.count {
+                    state.tasks.removeFirst(state.taken)
+                    state.taken = 0
+                }
+                return task
+            }
+            switch task {
+            case .ask(let ask)?: answer(ask)
+            case .done(let mac)?: report(mac)
+            case .stop?: return
+            case nil: continue
+            }
+        }
+    }
+
+    private func answer(_ ask: Ask) {
+        let mac = ask.machine.hardwareAddress
+        let name = mac.hardwareAddressText(separator: ":")
+        let outcome: Outcome
+        let said: Said
+        var now: Int64 = 0
+        do {
+            let answer = try fetch(query(ask), "GET", Self.timeout)
+            now = clock()
+            switch answer.status {
+            case 200:
+                switch InventoryAnswer.record(answer.body, mac: mac, api: url) {
+                case .success(let record):
+                    (outcome, said) = (.listed, .record(record))
+                case .failure(let refused):
+                    logger.warning("machine \(name): the answer of \(url) is refused, the machine left alone: \(refused)")
+                    let ignore = MachineRecord(name: InventoryAnswer.recordName, selectors: [(.hardwareAddress(mac), 0)], action: .ignore)
+                    (outcome, said) = (.refused, .record(ignore))
+                }
+            case 400..<500:
+                (outcome, said) = (.notListed, .notListed)
+            default:
+                throw HTTPClient.Failure(description: "\(url) answered \(answer.status)")
+            }
+        } catch {
+            now = clock()
+            (outcome, said) = (.unreachable, .unreachable)
+            let say = state.withLock { state in
+                guard state.lastSaid.map({ now - $0 >= Self.sayEvery }) ?? true else { return false }
+                state.lastSaid = now
+                return true
+            }
+            if say {
+                logger.warning("""
+                    the machine API cannot be asked about \(name): \(error); a machine keeps its last answer until it \
+                    expires, then gets the records' directory and --unknown-machines
+                    """)
+            }
+        }
+        state.withLock { state in
+            state.asking.remove(mac)
+            state.counts[outcome.rawValue] += 1
+            if state.answered.count < Self.waitingLimit { state.answered.append(mac) }
+            if said == .unreachable {
+                // The last answer holds until it expires; after it, "unreachable" for a while.
+                if let kept = state.kept[mac], now < kept.expires {
+                    state.kept[mac]!.refresh = min(kept.expires, now + Self.retryAfter)
+                    return
+                }
+                Self.keep(mac, Entry(said: said, expires: now + Self.retryAfter, refresh: now + Self.retryAfter), now: now, &state)
+                return
+            }
+            Self.keep(mac, Entry(said: said, expires: now + Int64(lifetime), refresh: now + Int64(lifetime + 1) / 2), now: now, &state)
+        }
+        var one: UInt64 = 1
+        _ = write(wake, &one, 8)
+    }
+
+    private static func keep(_ mac: [UInt8], _ entry: Entry, now: Int64, _ state: inout State) {
+        if state.kept.count >= keptLimit && state.kept[mac] == nil {
+            state.kept = state.kept.filter { $0.value.expires > now }
+            guard state.kept.count < keptLimit else { return }
+        }
+        state.kept[mac] = entry
+    }
+
+    private func report(_ mac: [UInt8]) {
+        let name = mac.hardwareAddressText(separator: ":")
+        do {
+            let answer = try fetch("\(url)/v1/done/\(name)", "POST", Self.timeout)
+            guard (200..<300).contains(answer.status) else {
+                logger.warning("machine \(name): its boot is done, and \(url)/v1/done/\(name) answered \(answer.status)")
+                return
+            }
+            logger.info("machine \(name): its boot is done, told to \(url)")
+        } catch {
+            logger.warning("machine \(name): its boot is done, and the machine API could not be told: \(error)")
+        }
+    }
+}
