@@ -12,7 +12,8 @@ public struct DoneTokens: Sendable {
     init(keys: (UInt64, UInt64, UInt64, UInt64)) { self.keys = keys }
 
     /// The directory's key, made now if it has none.
-    static func load(in directory: Int32) throws(Errno) -> DoneTokens {
+    /// `making`: a directory without a key gets one; else the key is made for this process alone.
+    static func load(in directory: Int32, making: Bool = true) throws(Errno) -> DoneTokens {
         var bytes = [UInt8](repeating: 0, count: 32)
         let fd = openat(directory, keyFile, O_RDONLY | O_CLOEXEC)
         if fd >= 0 {
@@ -24,6 +25,7 @@ public struct DoneTokens: Sendable {
             // The standard library's generator: getrandom(2) on Linux.
             var random = SystemRandomNumberGenerator()
             bytes = (0..<4).flatMap { _ in withUnsafeBytes(of: random.next() as UInt64) { Array($0) } }
+            guard making else { return DoneTokens(bytes) }
             let made = openat(directory, keyFile, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             guard made >= 0 else { throw Errno.current }
             defer { close(made) }
@@ -31,8 +33,13 @@ public struct DoneTokens: Sendable {
             try written.get()
             guard fsync(made) == 0 else { throw Errno.current }
         }
+        return DoneTokens(bytes)
+    }
+
+    /// The tokens of a 32-byte key.
+    init(_ bytes: [UInt8]) {
         let words = (0..<4).map { i in bytes[(i * 8)..<(i * 8 + 8)].reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) } }
-        return DoneTokens(keys: (words[0], words[1], words[2], words[3]))
+        self.init(keys: (words[0], words[1], words[2], words[3]))
     }
 
     /// The token for `mac`: 32 hex digits.

@@ -18,11 +18,12 @@ public final class MachineDirectory: Sendable {
     /// A machine's done boot is a hidden file (never a record): `.done-52-54-00-12-34-56`.
     static let donePrefix = ".done-"
 
-    public init(_ path: String) throws(RecordFaults) {
+    /// `reading`: only to read (the storm's): nothing is written, not even a key.
+    public init(_ path: String, reading: Bool = false) throws(RecordFaults) {
         self.path = path
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw RecordFaults([RecordError(file: path, line: 0, "cannot read the directory: \(Errno.current)")]) }
-        do { tokens = try DoneTokens.load(in: fd) } catch {
+        do { tokens = try DoneTokens.load(in: fd, making: !reading) } catch {
             close(fd)
             throw RecordFaults([RecordError(file: Self.join(path, DoneTokens.keyFile), line: 0, "cannot read or make the key of done URLs: \(error)")])
         }

@@ -15,7 +15,9 @@ import StampedeProtocol
 ///     first NAME NAME... [OPTION=VALUE...] each name in turn until one is found (a config search)
 ///     probe NAME [OPTION=VALUE...]       a size probe: the OACK, then ERROR 8, as EDK2 does
 ///     head  BYTES NAME [OPTION=VALUE...] that many bytes, then ERROR 0 "closed", as GRUB does
-///     http  GET NAME|URL                 the whole file over HTTP (iPXE's chain, UEFI HTTP Boot)
+///     http  GET NAME|URL [follow]        the whole file over HTTP (iPXE's chain, UEFI HTTP Boot);
+///                                        follow: an iPXE script, whose kernel, initrds and chain
+///                                        are fetched next, as iPXE runs it
 ///     dhcp  pxe|ipxe|http arch=N         the DHCP exchange that names the boot file (`storm --dhcp`)
 ///     reboot N [after=SECONDS]           a failed boot starts over from the first stage, N times (after 1 s)
 ///
@@ -75,12 +77,15 @@ public struct BootProfile: Sendable, Equatable {
         public var answersBlocksOutOfOrder = false
         /// Over HTTP (an `http GET` line) rather than TFTP.
         public var overHTTP = false
+        /// `http GET NAME follow`: NAME is an iPXE script, whose kernel, initrds and chained
+        /// scripts are fetched next (`IPXEScript`), each compared as any file is.
+        public var follows = false
         /// A `dhcp` line: the DHCP exchange, not a file.
         public var dhcp: DHCPAsk?
 
         /// How the stage reads in a report: `uefi probe ipxe.efi`.
         public var label: String {
-            if overHTTP { return "\(firmware) http GET \(names[0])" }
+            if overHTTP { return "\(firmware) http GET \(names[0])\(follows ? " follow" : "")" }
             if let dhcp { return "\(firmware) dhcp \(dhcp.client.rawValue) arch=\(dhcp.architecture)" }
             let verb: String
             switch action {
@@ -102,6 +107,7 @@ public struct BootProfile: Sendable, Equatable {
                 && a.options.map(\.name) == b.options.map(\.name) && a.options.map(\.value) == b.options.map(\.value)
                 && a.retransmit == b.retransmit && a.retries == b.retries && a.maxBackoff == b.maxBackoff
                 && a.answersBlocksOutOfOrder == b.answersBlocksOutOfOrder && a.overHTTP == b.overHTTP && a.dhcp == b.dhcp
+                && a.follows == b.follows
         }
 
         /// How long the firmware waits for a silent server: its retransmit intervals summed, each
@@ -247,7 +253,9 @@ public struct BootProfile: Sendable, Equatable {
         func fail(_ message: String) -> ParseError { ParseError(line: line, message: message) }
         switch directive {
         case "http":
-            guard rest.count == 2, rest[0] == "GET" else { throw fail("http takes GET and one name or URL (no TFTP options)") }
+            guard rest.count == 2 || (rest.count == 3 && rest[2] == "follow"), rest[0] == "GET" else {
+                throw fail("http takes GET and one name or URL (no TFTP options), then follow for an iPXE script to run")
+            }
             guard MachineIdentity.isValidTemplate(rest[1]) else { throw fail("\(rest[1]): \(unknownTemplate)") }
             if rest[1].hasPrefix("http://") {
                 guard HTTPTarget(MachineIdentity(number: 0).expand(rest[1]), server: nil) != nil else {
@@ -258,6 +266,7 @@ public struct BootProfile: Sendable, Equatable {
             }
             var stage = firmware.stage(.get, names: [rest[1]])
             stage.overHTTP = true
+            stage.follows = rest.count == 3
             return stage
         case "dhcp":
             guard rest.count == 2, let client = DHCPAsk.Client(rawValue: rest[0]), case let (key, value) = split(rest[1]),
@@ -379,10 +388,13 @@ public struct MachineIdentity: Sendable, Equatable {
     public let ipv4: UInt32
     public let uuid: [UInt8]
 
-    public init(number: Int) {
+    public init(number: Int) { self.init(number: number, mac: nil, uuid: nil) }
+
+    /// Machine `number`, with its own MAC and UUID when given (a record's, `storm --machines`).
+    public init(number: Int, mac ownMAC: [UInt8]?, uuid ownUUID: [UInt8]?) {
         self.number = number
         let n = UInt32(truncatingIfNeeded: number + 1) & 0xFF_FFFF
-        mac = [0x52, 0x54, 0x00, UInt8(n >> 16), UInt8((n >> 8) & 0xFF), UInt8(n & 0xFF)]
+        mac = ownMAC ?? [0x52, 0x54, 0x00, UInt8(n >> 16), UInt8((n >> 8) & 0xFF), UInt8(n & 0xFF)]
         ipv4 = 0x0A00_0000 | n
         // Version 4, variant 1, the rest from a mix of the number (splitmix64).
         var bytes: [UInt8] = []
@@ -397,7 +409,7 @@ public struct MachineIdentity: Sendable, Equatable {
         }
         bytes[6] = bytes[6] & 0x0F | 0x40
         bytes[8] = bytes[8] & 0x3F | 0x80
-        uuid = bytes
+        uuid = ownUUID ?? bytes
     }
 
     private static func hex(_ bytes: [UInt8], uppercase: Bool = false) -> [String] {

@@ -6,7 +6,7 @@
 /// and the delay are the storm's (`storm --reboot` plays them): a real machine goes on retrying
 /// as long as it is set to, after a POST much longer than 5 s.
 extension BootProfile {
-    public static let builtInNames = ["uefi", "ipxe", "pxelinux", "grub", "uboot", "uefi-ipxe", "uefi-ipxe-tftp"]
+    public static let builtInNames = ["uefi", "ipxe", "pxelinux", "grub", "uboot", "uefi-ipxe", "uefi-ipxe-follow", "uefi-ipxe-tftp"]
 
     private static let uefiDHCP = """
         # EDK2's PXE DHCP (PxeBcDhcp4Discover): a DISCOVER resent after 4, 8, 16 and 32 s; a proxy's
@@ -36,6 +36,21 @@ extension BootProfile {
         # "unlimited"; upstream OVMF waits at its menu instead). The next try begins with DHCP.
         reboot 3 after=5s
         """
+
+    /// The UEFI PXE loading iPXE over TFTP, and iPXE looking for autoexec.ipxe beside it: where
+    /// the uefi-ipxe chains begin.
+    private static var uefiToIPXE: String {
+        """
+        \(uefiDHCP)
+        \(uefiStages)
+        probe ipxe.efi tsize blksize=1468 windowsize=4
+        get   ipxe.efi blksize=1468 windowsize=4
+        \(ipxeDHCP)
+        dhcp  ipxe arch=7
+        \(ipxeFirmware)
+        try   autoexec.ipxe blksize=1432 tsize
+        """
+    }
 
     private static let ipxeFirmware = """
         # iPXE: blksize min(MTU, 1432) and tsize, no windowsize; its retry timer starts at 1/4 s and
@@ -114,30 +129,25 @@ extension BootProfile {
             # The chain most racks run: the UEFI PXE loads iPXE over TFTP; iPXE looks for
             # autoexec.ipxe on the TFTP server, then fetches the script DHCP named, and what it
             # names, over HTTP (the storm's --http), on one connection it keeps.
-            \(uefiDHCP)
-            \(uefiStages)
-            probe ipxe.efi tsize blksize=1468 windowsize=4
-            get   ipxe.efi blksize=1468 windowsize=4
-            \(ipxeDHCP)
-            dhcp  ipxe arch=7
-            \(ipxeFirmware)
-            try   autoexec.ipxe blksize=1432 tsize
+            \(uefiToIPXE)
             http  GET boot.ipxe
             http  GET vmlinuz
             http  GET initrd.img
             \(uefiReboot)
             """,
+        "uefi-ipxe-follow": """
+            profile uefi-ipxe-follow
+            # The same chain, iPXE running the script it fetched as it is written: the kernel,
+            # initrds and chained scripts it names, fetched in turn (a machine record's boot,
+            # storm --machines: each machine's own).
+            \(uefiToIPXE)
+            http  GET boot.ipxe follow
+            \(uefiReboot)
+            """,
         "uefi-ipxe-tftp": """
             profile uefi-ipxe-tftp
             # The same chain on a site without an HTTP server: iPXE reads everything over TFTP.
-            \(uefiDHCP)
-            \(uefiStages)
-            probe ipxe.efi tsize blksize=1468 windowsize=4
-            get   ipxe.efi blksize=1468 windowsize=4
-            \(ipxeDHCP)
-            dhcp  ipxe arch=7
-            \(ipxeFirmware)
-            try   autoexec.ipxe blksize=1432 tsize
+            \(uefiToIPXE)
             get   boot.ipxe blksize=1432 tsize
             get   vmlinuz blksize=1432 tsize
             get   initrd.img blksize=1432 tsize

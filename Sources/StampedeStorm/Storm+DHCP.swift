@@ -170,7 +170,10 @@ extension Storm {
             let discover = StormDHCP.discover(ask, for: machine.identity)
             let menu = answer.options[.vendorSpecific].flatMap(PXEOption.read)?[PXEOption.bootMenu.rawValue]
             let firstItem = menu.flatMap { $0.count >= 2 ? UInt16($0[0]) << 8 | UInt16($0[1]) : nil }
-            exchange.message = StormDHCP.bootServerRequest(after: discover, from: state.source,
+            // Its ciaddr is the machine's own address when it sends from one (--source-range), as
+            // a machine's is the address its DHCP server gave it: the proxy binds it to the machine.
+            let own = plan.firstSource == nil ? nil : plan.ownSource(of: machine.identity.number).flatMap { IPv4(dotted: $0.host) }
+            exchange.message = StormDHCP.bootServerRequest(after: discover, from: own ?? state.source,
                                                            bootItem: ask.client == .pxe ? firstItem : nil).encoded()
             exchange.destination = SocketAddress(parsing: "\(server):4011", defaultPort: 4011)!
             exchange.atBootServer = true

@@ -105,12 +105,17 @@ extension Storm {
             machineEnded(slot, .failed(.socketError(error)), now: now)
             return false
         }
-        guard let target = HTTPTarget(machine.identity.expand(stage.names[0]), server: plan.httpServer, secureServer: plan.httpSecure) else {
-            machineEnded(slot, .failed(.protocolError("\(stage.names[0]): no HTTP server to ask (storm --http)")), now: now)
+        let name = machine.fetching ?? machine.identity.expand(stage.names[0])
+        if stage.follows && machine.fetching == nil {
+            machines[slot]!.script = []  // the stage's own name is the first script
+            machines[slot]!.scripts = 1
+        }
+        guard let target = HTTPTarget(name, server: plan.httpServer, secureServer: plan.httpSecure) else {
+            machineEnded(slot, .failed(.protocolError("\(name): no HTTP server to ask (storm --http)")), now: now)
             return false
         }
         if target.secure && plan.tls == nil {
-            machineEnded(slot, .failed(.protocolError("\(stage.names[0]): HTTPS needs the CA to trust (storm --tls-ca)")), now: now)
+            machineEnded(slot, .failed(.protocolError("\(name): HTTPS needs the CA to trust (storm --tls-ca)")), now: now)
             return false
         }
         machines[slot]!.expected = expectedBytes(of: target.name)
@@ -355,6 +360,7 @@ extension Storm {
             }
             connections[slot]!.response = response
             connections[slot]!.phase = .body
+            if machines[slot]!.script != nil { machines[slot]!.script = [] }  // a request sent again: its answer from the start
             connections[slot]!.reused = true
             connections[slot]!.head = []
             body = UnsafeRawBufferPointer(rebasing: bytes[(length - before)...])
@@ -371,6 +377,13 @@ extension Storm {
             return
         }
         connections[slot]!.received += body.count
+        if response.status == 200, machines[slot]!.script != nil {
+            guard machines[slot]!.script!.count + body.count <= Self.scriptBytes else {
+                fetchFailed(slot, .protocolError("HTTP: a script over \(Self.scriptBytes) bytes"), now: now)
+                return
+            }
+            machines[slot]!.script!.append(contentsOf: body)
+        }
         guard offset + body.count == length else { return }
         // Whole: the connection waits for the machine's next request, unless the server closes it.
         // Timed now, not at the turn's start: a turn may read for milliseconds.

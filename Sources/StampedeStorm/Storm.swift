@@ -67,6 +67,13 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         /// power on again (the timer wheel holds when).
         var reboots = 0
         var rebooting = false
+        /// A `follow` stage: what its script named and is still to be fetched, what is fetched
+        /// now in the stage's name's place, the script being read (nil: not a script), and how
+        /// many scripts it has run.
+        var following: [IPXEScript.Fetch] = []
+        var fetching: String?
+        var script: [UInt8]?
+        var scripts = 0
     }
 
     /// `booting`: shared by the storms of one run, so that the peak is of them all at once.
@@ -221,7 +228,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
             guard now >= startedAt + plan.powerOn(number) else { return }
             let slot = idle.removeLast()
             launched += 1
-            machines[slot] = Machine(identity: MachineIdentity(number: number), bootStarted: now, stageStarted: now)
+            machines[slot] = Machine(identity: plan.identity(of: number), bootStarted: now, stageStarted: now)
             report.peakActive = max(report.peakActive, booting.started())
             guard startTransfer(slot, now: now) else { return }
         }
@@ -353,10 +360,57 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
             }
             nextStage(slot, now: now)
         case .ok:
+            if stage.follows, follow(slot, now: now) { return }
             nextStage(slot, now: now)
         case .failed:
             machineEnded(slot, end, now: now)
         }
+    }
+
+    /// Scripts a machine runs in one `follow` stage at most (a chain that loops fails).
+    static var scriptLimit: Int { 8 }
+    /// The most of a script read (a script is a few lines).
+    static var scriptBytes: Int { 64 << 10 }
+
+    /// A `follow` stage's fetch ended well: a script is read, and the next file it names (or
+    /// the first of a chained script's) is fetched; true when one is. A script that says `exit`,
+    /// or that names other files than the machine's record (`storm --machines`), fails it.
+    private func follow(_ slot: Int, now: Nanoseconds) -> Bool {
+        let machine = machines[slot]!
+        if let text = machine.script {
+            let location = machine.fetching ?? machine.identity.expand(plan.profile.stages[machine.stage].names[0])
+            let script: IPXEScript
+            do { script = try IPXEScript(text, from: location) } catch {
+                machineEnded(slot, .failed(.protocolError("\(location): \(error)")), now: now)
+                return true
+            }
+            if script.exits {
+                machineEnded(slot, .failed(.protocolError("\(location) says exit: not booted from the network")), now: now)
+                return true
+            }
+            if let failure = plan.machineBoots[machine.identity.mac]?.differs(from: script) {
+                machineEnded(slot, .failed(.protocolError("\(location): \(failure)")), now: now)
+                return true
+            }
+            machines[slot]!.following = script.fetches
+            machines[slot]!.script = nil
+        }
+        guard !machines[slot]!.following.isEmpty else { return false }
+        let next = machines[slot]!.following.removeFirst()
+        switch next {
+        case .kernel(let location), .initrd(let location):
+            machines[slot]!.fetching = location
+        case .chain(let location):
+            guard machine.scripts < Self.scriptLimit else {
+                machineEnded(slot, .failed(.protocolError("\(location): more than \(Self.scriptLimit) scripts chained")), now: now)
+                return true
+            }
+            machines[slot]!.fetching = location
+            machines[slot]!.script = []
+            machines[slot]!.scripts += 1
+        }
+        _ = startTransfer(slot, now: now)
+        return true
     }
 
     /// The machine got through its stage (a `try` that found nothing does): on to the next, or
@@ -372,6 +426,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         machines[slot]!.stage += 1
         machines[slot]!.name = 0
         machines[slot]!.stageStarted = now
+        (machines[slot]!.following, machines[slot]!.fetching, machines[slot]!.script, machines[slot]!.scripts) = ([], nil, nil, 0)
         _ = startTransfer(slot, now: now)
     }
 

@@ -9,6 +9,11 @@ import StampedeTLS
 public struct StormPlan: Sendable {
     /// The server's request port.
     public var server: SocketAddress
+    /// `storm --machines DIR`: machine n is the n-th of these (its MAC and UUID a record's);
+    /// empty: made up from n.
+    public var machineList: [(mac: [UInt8], uuid: [UInt8]?)] = []
+    /// What each machine's record boots, by MAC: its iPXE script must name these files.
+    public var machineBoots: [[UInt8]: PlannedBoot] = [:]
     /// What every machine asks for, stage by stage.
     public var profile: BootProfile
     /// Machines booting at once (each runs the whole profile), across every slice.
@@ -127,5 +132,44 @@ public struct StormPlan: Sendable {
         var plan = self
         plan.slice = (slice.index + part * slice.count, slice.count * parts)
         return plan
+    }
+}
+
+extension StormPlan {
+    /// Machine `number`: its record's MAC and UUID (`machineList`), or made up from the number.
+    func identity(of number: Int) -> MachineIdentity {
+        guard !machineList.isEmpty else { return MachineIdentity(number: number) }
+        let listed = machineList[number % machineList.count]
+        return MachineIdentity(number: number, mac: listed.mac, uuid: listed.uuid)
+    }
+}
+
+/// What a machine's record says it boots (`storm --machines`): the paths its iPXE script must
+/// name, as the server's root names them.
+public struct PlannedBoot: Sendable, Equatable {
+    public var kernel: String
+    public var initrds: [String]
+
+    public init(kernel: String, initrds: [String]) {
+        self.kernel = IPXEScript.path(of: kernel)
+        self.initrds = initrds.map(IPXEScript.path(of:))
+    }
+
+    /// How `script` differs from it (nil: it names this kernel and these initrds; a script that
+    /// names no kernel, a chain's first, is not compared).
+    func differs(from script: IPXEScript) -> String? {
+        var kernels: [String] = [], initrds: [String] = []
+        for fetch in script.fetches {
+            switch fetch {
+            case .kernel(let location): kernels.append(IPXEScript.path(of: location))
+            case .initrd(let location): initrds.append(IPXEScript.path(of: location))
+            case .chain: continue
+            }
+        }
+        guard !kernels.isEmpty else { return nil }
+        guard kernels == [kernel], initrds == self.initrds else {
+            return "names kernel \(kernels.joined(separator: " ")) and initrds [\(initrds.joined(separator: " "))]; its record \(kernel) and [\(self.initrds.joined(separator: " "))]"
+        }
+        return nil
     }
 }

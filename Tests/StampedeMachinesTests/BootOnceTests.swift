@@ -29,6 +29,9 @@ import Testing
         #expect(stat(dir.path + "/.stampede-key", &info) == 0 && info.st_mode & 0o777 == 0o600 && info.st_size == 32)
         // Another directory, another key.
         let other = ScratchDirectory()
+        // Read only (the storm's): no key is written.
+        _ = try MachineDirectory(other.path, reading: true)
+        #expect(other.entries().isEmpty)
         #expect(try MachineDirectory(other.path).tokens.token(for: node07) != first.token(for: node07))
     }
 

@@ -134,6 +134,45 @@ typealias ResponseHead = ReceivedResponseHead
         #expect(report.failureExamples.first?.contains("byte 654321") == true, "\(report.failureExamples)")
     }
 
+    @Test func aFollowStageRunsItsScriptAsIPXEDoesEveryByteCompared() throws {
+        let rig = try Rig(backend: try GlibcBackend(), http: true)
+        let first = Array("#!ipxe\necho hello\nchain --replace scripts/second.ipxe\nkernel never\n".utf8)
+        let second = Array("#!ipxe\n# the machine's\nkernel /linux/vmlinuz initrd=initrd.img quiet\ninitrd initrd.img\nboot\n".utf8)
+        let kernel = randomBytes(300_000), initrd = randomBytes(500_001)
+        for directory in ["scripts", "linux"] { mkdir(rig.dir.path + "/" + directory, 0o755) }
+        rig.dir.write("boot.ipxe", first)
+        rig.dir.write("scripts/second.ipxe", second)
+        rig.dir.write("linux/vmlinuz", kernel)
+        rig.dir.write("scripts/initrd.img", initrd)
+        let profile = try BootProfile(parsing: "profile p\nfirmware f retry=100ms tries=2\nhttp GET boot.ipxe follow")
+        #expect(profile.stages[0].follows && profile.stages[0].label == "f http GET boot.ipxe follow")
+        let report = try run(rig, profile, machines: 4)
+        #expect(report.ok == 4 && report.failed == 0, "\(report.text)")
+        #expect(report.stages[0].bytes == 4 * (first.count + second.count + kernel.count + initrd.count), "\(report.text)")
+        #expect(rig.http!.loops[0].metrics.requests(.get, .served) == 16)
+        // Every byte: a wrong one in the initrd fails the machine.
+        var wrong = initrd
+        wrong[400_000] ^= 1
+        let corrupted = try run(rig, profile, machines: 2) { $0.expected["scripts/initrd.img"] = wrong }
+        #expect(corrupted.failuresByKind == ["corrupted": 2], "\(corrupted.text)")
+        // What its record names (storm --machines): another kernel fails it.
+        let other = try run(rig, profile, machines: 1) { plan in
+            plan.machineBoots[MachineIdentity(number: 0).mac] = PlannedBoot(kernel: "linux/vmlinuz-rescue", initrds: ["scripts/initrd.img"])
+        }
+        #expect(other.failed == 1 && other.failureExamples.first?.contains("names kernel linux/vmlinuz") == true, "\(other.failureExamples)")
+        let same = try run(rig, profile, machines: 1) { plan in
+            plan.machineBoots[MachineIdentity(number: 0).mac] = PlannedBoot(kernel: "http://10.0.0.1/linux/vmlinuz", initrds: ["scripts/initrd.img"])
+        }
+        #expect(same.ok == 1, "\(same.text)")
+        // A script that says exit, and one that chains itself for ever.
+        rig.dir.write("boot.ipxe", Array("#!ipxe\nexit\n".utf8))
+        let exits = try run(rig, profile, machines: 1)
+        #expect(exits.failed == 1 && exits.failureExamples.first?.contains("says exit") == true, "\(exits.failureExamples)")
+        rig.dir.write("boot.ipxe", Array("#!ipxe\nsleep 1\nchain boot.ipxe\n".utf8))
+        let loops = try run(rig, profile, machines: 1)
+        #expect(loops.failed == 1 && loops.failureExamples.first?.contains("more than 8 scripts") == true, "\(loops.failureExamples)")
+    }
+
     @Test func aMissingFileIsTheServers404() throws {
         let rig = try Rig(backend: try GlibcBackend(), http: true)
         rig.dir.write("boot.ipxe", randomBytes(100))

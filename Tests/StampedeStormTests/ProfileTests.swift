@@ -314,3 +314,38 @@ import Testing
         #expect(report.failuresByKind == ["server error 1": 2])
     }
 }
+
+@Suite struct IPXEScriptReading {
+    @Test func theFilesAScriptNamesAreReadAsIPXERunsIt() throws {
+        let script = try IPXEScript(Array("""
+            #!ipxe
+            # a comment
+            :label
+            echo kernel is not this
+            set x y
+            kernel --name k http://10.0.0.2/k.efi initrd=a.img quiet
+            initrd --name a.img a.img
+            imgfetch /abs/b.img
+            module c.img
+            boot
+            kernel after-boot
+            """.utf8), from: "http://10.0.0.1:8080/dir/boot.ipxe")
+        #expect(script.fetches == [.kernel("http://10.0.0.2/k.efi"), .initrd("http://10.0.0.1:8080/dir/a.img"),
+                                   .initrd("http://10.0.0.1:8080/abs/b.img"), .initrd("http://10.0.0.1:8080/dir/c.img")])
+        #expect(!script.exits)
+        let beside = try IPXEScript(Array("#!ipxe\nchain --autofree next.ipxe\nkernel never\n".utf8), from: "efi/boot.ipxe")
+        #expect(beside.fetches == [.chain("efi/next.ipxe")])
+        #expect(try IPXEScript(Array("#!ipxe\nexit\n".utf8), from: "boot.ipxe").exits)
+        #expect(throws: IPXEScript.Unreadable.self) { try IPXEScript(Array("kernel x\n".utf8), from: "boot.ipxe") }
+        #expect(throws: IPXEScript.Unreadable.self) { try IPXEScript(Array("#!ipxe\nkernel --name x\n".utf8), from: "boot.ipxe") }
+        #expect(IPXEScript.path(of: "http://10.0.0.1:8080/linux/vmlinuz") == "linux/vmlinuz" && IPXEScript.path(of: "/a/b") == "a/b")
+    }
+
+    @Test func followIsAnHTTPStagesWord() throws {
+        let profile = try BootProfile(parsing: "profile p\nfirmware f\nhttp GET boot.ipxe follow\nhttp GET x")
+        #expect(profile.stages.map(\.follows) == [true, false])
+        #expect(throws: BootProfile.ParseError.self) { try BootProfile(parsing: "profile p\nfirmware f\nhttp GET boot.ipxe chase") }
+        let builtIn = try #require(BootProfile.builtIn("uefi-ipxe-follow"))
+        #expect(builtIn.stages.last?.label == "ipxe http GET boot.ipxe follow")
+    }
+}

@@ -47,7 +47,7 @@ OTHER = {
               "--https", "--tls-certificate", "--tls-key", "--tls-profile"},  # ADDR:PORT, files, a choice: test_https.py
     "get": {"--mode", "--option"},  # NAME=VALUE of the option table: test_parity_options.py, test_cli.py
     "put": {"--mode", "--option"},
-    "storm": {"--profile", "--profile-file", "--show-profile", "--verify-root", "--slice", "--source-range",
+    "storm": {"--profile", "--profile-file", "--show-profile", "--verify-root", "--slice", "--source-range", "--machines",
               "--verify", "--backend", "--metrics", "--option",
               "--http",  # HOST[:PORT]: test_http.py
               "--dhcp",  # an IPv4 address: test_proxy_dhcp.py

@@ -431,3 +431,39 @@ def test_machines_api_flags_are_checked(root, tmp_path):
                            (["--machines", str(tmp_path), "--machines-api", "http://a/", "--machines-api-cache", "0"], "--machines-api-cache")):
         r = run([str(BINARY), "serve", "-L", *flags, str(root)])
         assert r.returncode == 64 and message in r.stderr.decode(), (flags, r)
+
+
+def test_the_storm_follows_each_machines_own_chain_from_its_record(proxy, boot_link, root, tmp_path):
+    """storm --machines DIR: each of twelve machines has a record's MAC, sends from an address of
+    its own (its 4011 REQUEST's ciaddr, which the proxy binds to it), and runs the boot.ipxe the
+    server writes for it as iPXE would: its own kernel and the shared initrd, every byte compared
+    with the root, and its script's names with its record."""
+    records = tmp_path / "rack"
+    records.mkdir()
+    (root / "kernels").mkdir()
+    for name, size in (("ipxe.efi", 200_000), ("initrd.img", 300_001)):
+        (root / name).write_bytes(os.urandom(size))
+    sizes = {}
+    for n in range(12):
+        mac = f"52:54:00:7a:00:{n:02x}"
+        (records / f"node-{n:02d}").write_text(f"mac = {mac}\nkernel = kernels/node-{n:02d}\ninitrd = initrd.img\ncmdline = hostname=node-{n:02d}\n")
+        sizes[n] = 100_000 + 997 * n
+        (root / "kernels" / f"node-{n:02d}").write_bytes(os.urandom(sizes[n]))
+    for path in root.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    s = proxy("--machines", str(records))
+    _, client_ns = boot_link
+    assert client_ns.run_inside(["ip", "route", "add", "local", "10.78.0.96/27", "dev", "lo"]).returncode == 0
+    r = client_ns.run_inside([str(BINARY), "storm", f"{dhcpwire.SERVER}:{s.port}", "--profile", "uefi-ipxe-follow", "--dhcp", dhcpwire.CLIENT,
+                              "--source-range", "10.78.0.100", "--http", f"{dhcpwire.SERVER}:8080", "--machines", str(records),
+                              "--clients", "12", "--verify-root", str(root), "--json"], timeout=120)
+    assert r.returncode == 0, (r.stderr, s.log_text()[-3000:])
+    result = json.loads(r.stdout)
+    assert result["ok"] == 12 and result["failed"] == 0, result
+    follow = next(stage for stage in result["stages"] if stage["stage"] == "ipxe http GET boot.ipxe follow")
+    scripts = sum(len(f"#!ipxe\n# {records}/node-{n:02d}\nkernel kernels/node-{n:02d} initrd=initrd.img hostname=node-{n:02d}\n"
+                      "initrd initrd.img\nboot\n") for n in range(12))
+    assert follow["ok"] == 12 and follow["bytes"] == scripts + sum(sizes.values()) + 12 * 300_001, follow
+    # The server saw each machine at its own address, its own MAC on its transfers.
+    for n in range(12):
+        assert s.log_lines(f"[52:54:00:7a:00:{n:02x}]"), n
