@@ -50,7 +50,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build build-deps manual run test test-prepare unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-previous bench-http bench-config-search bench-https bench-dhcp bench-rack bench-lockstep fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
+.PHONY: all build build-deps manual run test test-prepare unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-previous bench-http bench-config-search bench-https bench-dhcp bench-machines bench-rack bench-lockstep fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
 
 all: build
 
@@ -181,6 +181,7 @@ bench-deps: deps parity-deps
 bench: build bench-deps .build/floor .build/floor-lockstep
 	python3 Benchmarks/compare.py
 	python3 Benchmarks/proxy_dhcp.py
+	python3 Benchmarks/machines_rack.py
 	python3 Benchmarks/https_vs_nginx.py
 
 # An earlier build beside this one (PREVIOUS: a commit, by default the one before HEAD; built once
@@ -209,6 +210,11 @@ bench-lockstep: build bench-deps .build/floor .build/floor-lockstep
 # nginx, and a DISCOVER storm (root: network namespaces): results/bench-dhcp.{json,md}.
 bench-dhcp: build bench-deps
 	python3 Benchmarks/proxy_dhcp.py
+
+# What knowing each machine costs: a rack following each machine's own script, without records,
+# with a record per machine and with pixiecore's API, both backends (root): results/bench-machines.{json,md}.
+bench-machines: build
+	python3 Benchmarks/machines_rack.py
 
 # PXELINUX's config search (ten names not there per machine), 10,000 machines, both backends
 # beside dnsmasq 2.93: server CPU per request, results/bench-config-search.{json,md}.

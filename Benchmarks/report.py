@@ -58,6 +58,13 @@ SECTIONS = [
             "machine's DHCP as its firmware sends it, with its own MAC and UUID, against Stampede (--proxy-dhcp, TFTP, "
             "--http) and against dnsmasq 2.93 (proxy DHCP and TFTP) with nginx, each in a cgroup of its own, in "
             "interleaved rounds. `make bench` runs it too."),
+    Section("bench-machines", "Knowing each machine: records and the machine API", "make bench-machines",
+            "The lab of bench-dhcp: a rack powering on over 3 s, each machine following the iPXE script the server "
+            "writes for it (storm --profile uefi-ipxe-follow: DHCP, ipxe.efi over TFTP, the script, and the kernel and "
+            "initrd it names over HTTP, every byte compared), without records, with a record per machine (--machines; "
+            "the storm plays the same directory and checks each script against its record) and with pixiecore's API "
+            "answering in 20 ms (--machines-api), on both backends, in interleaved rounds: the server's CPU per machine "
+            "from a cgroup of its own, and its ratio to the rack without records. `make bench` runs it too."),
     Section("bench-static", "The static binary beside the dynamic one", "make bench-static",
             "The shipped binary (Swift runtime linked statically) against the same code linked dynamically, both "
             "backends, interleaved."),

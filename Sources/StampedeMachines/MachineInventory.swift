@@ -13,7 +13,7 @@ import Synchronization
 /// - An answer is kept for `lifetime` seconds, a "not listed" (any 4xx) too, and asked again
 ///   once half of it has passed, so that a machine that keeps asking is answered from memory.
 /// - A machine asked about while its call is out waits for that call: one call per machine.
-/// - At most `callers` calls at once, each at most `timeout` seconds; at most `waitingLimit`
+/// - At most `callers` calls at once (64 by default), each at most `timeout` seconds; at most `waitingLimit`
 ///   machines wait for one (more are counted, `overflow`, and asked about at their next request).
 /// - When the API cannot be reached (no connection, no answer in time, a 5xx), a machine keeps
 ///   its last answer until that expires; then it is as if the API did not list it (the records'
@@ -55,7 +55,8 @@ public final class MachineInventory: Sendable {
     /// What a call is given to do it: the URL, and at most how many seconds.
     public typealias Fetch = @Sendable (_ url: String, _ method: String, _ timeout: Int) throws(HTTPClient.Failure) -> HTTPClient.Answer
 
-    public static let callers = 8
+    /// Calls at once by default (`--machines-api-calls`).
+    public static let defaultCallers = 64
     public static let timeout = 2
     public static let waitingLimit = 65_536
     /// Machines whose answers are kept at most (past it, expired answers are dropped; then none kept).
@@ -67,6 +68,8 @@ public final class MachineInventory: Sendable {
     public let url: String
     /// Seconds an answer is kept.
     public let lifetime: Int
+    /// Calls at once at most: the threads that make them.
+    public let callers: Int
     /// An eventfd, readable when an answer came since it was last read.
     public let wake: Int32
 
@@ -109,11 +112,12 @@ public final class MachineInventory: Sendable {
     private let threads: Mutex<[SystemThread]> = Mutex([])
 
     /// `clock`: seconds on a monotonic clock (tests set it).
-    public init(url: String, lifetime: Int, fetch: @escaping Fetch = { url, method, timeout throws(HTTPClient.Failure) in
+    public init(url: String, lifetime: Int, callers: Int = MachineInventory.defaultCallers, fetch: @escaping Fetch = { url, method, timeout throws(HTTPClient.Failure) in
         try HTTPClient.request(url, method: method, timeout: timeout)
     }, clock: @escaping @Sendable () -> Int64 = { stampede_monotonic_ns() / 1_000_000_000 }) {
         self.url = url.hasSuffix("/") ? String(url.dropLast()) : url
         self.lifetime = max(1, lifetime)
+        self.callers = max(1, callers)
         self.fetch = fetch
         self.clock = clock
         ready = .allocate(capacity: 1)
@@ -132,7 +136,7 @@ public final class MachineInventory: Sendable {
     /// to `logger`.
     public func start(logger: Logger) {
         said.withLock { $0 = logger }
-        let started = (0..<Self.callers).map { number in SystemThread(named: "machines-api-\(number)") { self.call() } }
+        let started = (0..<callers).map { number in SystemThread(named: "machines-api-\(number)") { self.call() } }
         threads.withLock { $0 += started }
     }
 

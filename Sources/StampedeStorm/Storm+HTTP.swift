@@ -118,7 +118,10 @@ extension Storm {
             machineEnded(slot, .failed(.protocolError("\(name): HTTPS needs the CA to trust (storm --tls-ca)")), now: now)
             return false
         }
-        machines[slot]!.expected = expectedBytes(of: target.name)
+        // A machine of records (storm --machines) gets a script written for it: checked against
+        // its record when read, not against the root's file of that name.
+        let written = machines[slot]!.script != nil && !plan.machineList.isEmpty
+        machines[slot]!.expected = written ? nil : expectedBytes(of: target.name)
         if let kept = connections[slot], kept.server != target.server || (kept.tls != nil) != target.secure { closeConnection(slot) }
         if connections[slot] == nil {
             do throws(Errno) {

@@ -1,17 +1,18 @@
 """A machine API as pixiecore documents it (`GET <prefix>/v1/boot/<mac>`: 200 with
 {kernel, initrd, cmdline, message}, any other status ignores the machine), for tests and the
-bench: answers from a JSON file of MAC -> answer (a machine not in it: 404), each after `--delay`
-seconds, on threads; `POST <prefix>/v1/done/<mac>` (Stampede's report of a finished boot) takes
-the machine out of the answers. Every request is printed on standard output, a line each.
+bench: answers from a JSON file of MAC -> answer (a machine not in it: 404; a number: that
+status), each after `--delay` seconds, many at once (asyncio: a rack's proxy asks thousands);
+`POST <prefix>/v1/done/<mac>` (Stampede's report of a finished boot) takes the machine out of the
+answers. Every request is printed on standard output, a line each.
 
     python3 pixieapi.py --port 8081 --answers answers.json [--prefix /pixiecore] [--delay 0.02]
 """
 import argparse
-import http.server
+import asyncio
 import json
 import sys
-import threading
-import time
+
+REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 404: "Not Found"}
 
 
 def main():
@@ -24,51 +25,45 @@ def main():
     options = parser.parse_args()
     with open(options.answers) as f:
         answers = {mac.lower(): answer for mac, answer in json.load(f).items()}
-    lock = threading.Lock()
+    boot, done = options.prefix + "/v1/boot/", options.prefix + "/v1/done/"
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):
-            pass
-
-        def answer(self, status, body=b""):
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self):
-            print(f"GET {self.path}", flush=True)
-            time.sleep(options.delay)
-            path = self.path.split("?")[0]
-            boot = options.prefix + "/v1/boot/"
-            if not path.startswith(boot):
-                return self.answer(404)
-            with lock:
-                found = answers.get(path[len(boot):].lower())
+    def answer(method, target):
+        path = target.split("?")[0]
+        if method == "GET" and path.startswith(boot):
+            found = answers.get(path[len(boot):].lower())
             if found is None:
-                return self.answer(404)
+                return 404, b""
             if isinstance(found, int):  # a status to answer, for tests of failures
-                return self.answer(found)
-            body = found.encode() if isinstance(found, str) else json.dumps(found).encode()
-            self.answer(200, body)
+                return found, b""
+            return 200, (found.encode() if isinstance(found, str) else json.dumps(found).encode())
+        if method == "POST" and path.startswith(done):
+            answers.pop(path[len(done):].lower(), None)
+            return 204, b""
+        return 404, b""
 
-        def do_POST(self):
-            print(f"POST {self.path}", flush=True)
-            done = options.prefix + "/v1/done/"
-            if not self.path.startswith(done):
-                return self.answer(404)
-            with lock:
-                answers.pop(self.path[len(done):].lower(), None)
-            self.answer(204)
+    async def serve(reader, writer):
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            method, target = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")[:2]
+            print(f"{method} {target}", flush=True)
+            await asyncio.sleep(options.delay)
+            status, body = answer(method, target)
+            writer.write(f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}\r\nContent-Type: application/json\r\n"
+                         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass
+        finally:
+            writer.close()
 
-    server = http.server.ThreadingHTTPServer((options.host, options.port), Handler)
-    server.daemon_threads = True
-    print("ready", flush=True)
+    async def run():
+        server = await asyncio.start_server(serve, options.host, options.port, backlog=4096)
+        print("ready", flush=True)
+        async with server:
+            await server.serve_forever()
+
     try:
-        server.serve_forever()
+        asyncio.run(run())
     except KeyboardInterrupt:
         pass
 

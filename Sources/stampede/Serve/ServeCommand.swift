@@ -194,7 +194,7 @@ struct ServeCommand: ParsableCommand {
         let records: MachineRecords
         do {
             records = try MachineRecords(try MachineDirectory(path), unknown: options.unknownMachines ?? .ignore,
-                                         inventory: options.machinesAPI.map { MachineInventory(url: $0, lifetime: options.machinesAPICache) })
+                                         inventory: options.machinesAPI.map { MachineInventory(url: $0, lifetime: options.machinesAPICache, callers: options.machinesAPICalls) })
         } catch {
             writeToStandardError(error.errors.map { "stampede: --machines: \($0)\n" }.joined())
             throw ExitCode(78)

@@ -245,12 +245,15 @@ struct ServeOptions: ParsableArguments {
             help: "With --machines: what a machine no record selects gets: ignore (silence, the default), boot (the network's boot, as without records), or record (silence, and a record that ignores it written into DIR with what its DHCP request said, for the operator to change: enlistment).")
     var unknownMachines: MachineBook.UnknownMachines?
     @Option(name: .customLong("machines-api"),
-            help: ArgumentHelp("With --machines: the site's inventory, pixiecore's API (matchbox's /pixiecore, or any server of that API): GET URL/v1/boot/MAC?arch=N&uuid=U&giaddr=A&stage=S is asked what a machine boots, by a few threads of their own; a 200's kernel, initrd and cmdline are its boot, a 4xx leaves it to the records of DIR, then --unknown-machines. When the API cannot be reached a machine keeps its last answer until it expires, then gets DIR's records. Answers that would inject into a loader's script are refused (the machine left alone).",
+            help: ArgumentHelp("With --machines: the site's inventory, pixiecore's API (matchbox's /pixiecore, or any server of that API): GET URL/v1/boot/MAC?arch=N&uuid=U&giaddr=A&stage=S is asked what a machine boots, by threads of their own (--machines-api-calls); a 200's kernel, initrd and cmdline are its boot, a 4xx leaves it to the records of DIR, then --unknown-machines. When the API cannot be reached a machine keeps its last answer until it expires, then gets DIR's records. Answers that would inject into a loader's script are refused (the machine left alone).",
                                valueName: "URL"))
     var machinesAPI: String?
     @Option(name: .customLong("machines-api-cache"),
             help: "Seconds an answer of --machines-api is kept (default 60, from 1), a 4xx too; it is asked again after half of them.")
     var machinesAPICache = 60
+    @Option(name: .customLong("machines-api-calls"),
+            help: "Calls to --machines-api at once, at most (default 64), each on a thread of its own and at most 2 s: what a rack powering on asks at once (a machine's requests wait for its one call).")
+    var machinesAPICalls = MachineInventory.defaultCallers
     @Option(name: .customLong("http-max-connections"),
             help: "HTTP connections open at once (default: 16384, or fewer as the open-file limit holds at two descriptors each, a socket and a streamed file); more are closed as they arrive. One the limit cannot hold is lowered, with a warning.")
     var httpMaxConnections: Int?
@@ -316,6 +319,7 @@ struct ServeOptions: ParsableArguments {
             }
         }
         try FlagRange.check(machinesAPICache, 1...FlagRange.year, "--machines-api-cache", "seconds")
+        try FlagRange.check(machinesAPICalls, 1...1024, "--machines-api-calls")
         if !https.isEmpty && (tlsCertificate == nil || tlsKey == nil) {
             throw ValidationError("--https needs --tls-certificate and --tls-key.")
         }

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""`make bench-machines`: what knowing each machine costs. A rack (8,000 machines: see MACHINES;
+BENCH_MACHINES to change it) powering on over 3 s through
+Stampede's proxy, TFTP and HTTP, each machine following the iPXE script the server writes for it
+(`storm --profile uefi-ipxe-follow`: EDK2's DHCP, ipxe.efi over TFTP, iPXE's DHCP, the script, and
+the kernel and initrd it names over HTTP, every byte compared), three ways on each backend:
+
+- none: no records; every machine gets the root's boot.ipxe.
+- records: `--machines DIR`, a record per machine (its MAC, its kernel, initrd and its own command
+  line); the storm plays the same directory (`storm --machines`), each script checked against its
+  machine's record.
+- api: `--machines-api`, pixieapi.py (a server of pixiecore's API) answering each machine's boot
+  after 20 ms, beside an empty DIR.
+
+The lab of bench-dhcp: two namespaces joined by a veth pair, the server at 10.79.0.1, the storm's
+DHCP from 10.79.0.57 and each machine's transfers from an address of its own (10.80.0.0/20), which
+its ProxyDHCP REQUEST names, so the proxy binds it. Interleaved rounds (the order of the
+configurations turns each round), the median round and the spread; the server's CPU from a
+cgroup of its own (the API server's is not in it). Goal: records and the API add at most 5 % of
+server CPU per machine, and the DHCP answers' p99 stays within one EDK2 retry (4 s). Root only.
+Results: results/bench-machines.{json,md}."""
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import ROOT, STAMPEDE, CpuGroup, fill_root, in_group, stop_all, write_results  # noqa: E402
+from proxy_dhcp import CLIENT, CLIENT_NS, HTTP_PORT, SERVER, SERVER_NS, make_lab, remove_lab  # noqa: E402
+
+RACK = ROOT / "machines-rack"
+RECORDS = ROOT / "machines-records"
+EMPTY = ROOT / "machines-empty"
+FILES = {"ipxe.efi": 256 << 10, "vmlinuz": 512 << 10, "initrd.img": 1 << 20}
+# One storm process plays the rack (its DHCP is one socket on port 68, which slices in several
+# processes could not share), and a process holds at most 20,000 descriptors here (a TFTP socket
+# or an HTTP connection per machine booting, and the server the same): 8,000 machines.
+MACHINES = int(os.environ.get("BENCH_MACHINES", "8000"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+BACKENDS = os.environ.get("BENCH_BACKENDS", "uring,glibc").split(",")
+CONFIGURATIONS = os.environ.get("BENCH_CONFIGURATIONS", "none,records,api").split(",")
+SOURCES = "10.96.0.0/16"
+API_PORT = 8081
+API_DELAY = 0.02
+# Calls to the API at once (--machines-api-calls; the server's default is 64).
+API_CALLS = int(os.environ.get("BENCH_API_CALLS", "64"))
+SLICES = int(os.environ.get("BENCH_SLICES", "1"))
+
+
+def mac(n):
+    return f"52:54:00:{(n >> 16) & 0xff:02x}:{(n >> 8) & 0xff:02x}:{n & 0xff:02x}"
+
+
+def prepare():
+    fill_root(RACK, FILES)
+    (RACK / "boot.ipxe").write_text("#!ipxe\nkernel vmlinuz initrd=initrd.img\ninitrd initrd.img\nboot\n")
+    (RACK / "boot.ipxe").chmod(0o644)
+    for directory in (RECORDS, EMPTY):
+        directory.mkdir(parents=True, exist_ok=True)
+    wanted = {f"node-{n:05d}" for n in range(MACHINES)}
+    for stale in set(os.listdir(RECORDS)) - wanted - {".stampede-key"}:
+        os.unlink(RECORDS / stale)
+    answers = {}
+    for n in range(MACHINES):
+        path = RECORDS / f"node-{n:05d}"
+        text = f"mac = {mac(n + 1)}\nkernel = vmlinuz\ninitrd = initrd.img\ncmdline = hostname=node-{n:05d} quiet\n"
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+        answers[mac(n + 1)] = {"kernel": f"http://{SERVER}:{HTTP_PORT}/vmlinuz", "initrd": [f"http://{SERVER}:{HTTP_PORT}/initrd.img"],
+                               "cmdline": f"hostname=node-{n:05d} quiet"}
+    (ROOT / "machines-answers.json").write_text(json.dumps(answers))
+
+
+def limits():
+    """Every descriptor the hard limit allows (20,000 here, with no CAP_SYS_RESOURCE to raise it)."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def server_command(backend, configuration):
+    command = ["ip", "netns", "exec", SERVER_NS, STAMPEDE, "-L", "-a", f"{SERVER}:69", "--verbosity", "0", "-u", "root",
+               "--backend", backend, "--proxy-dhcp", SERVER, "--http", f"{SERVER}:{HTTP_PORT}", "--http-max-connections", "65536"]
+    if configuration == "records":
+        command += ["--machines", RECORDS]
+    elif configuration == "api":
+        command += ["--machines", EMPTY, "--machines-api", f"http://127.0.0.1:{API_PORT}/pixiecore",
+                    "--machines-api-calls", API_CALLS]
+    return [str(a) for a in command + [RACK]]
+
+
+def one_round(backend, configuration, index):
+    group = CpuGroup.make(f"machines-{backend}-{configuration}-{index}")
+    log = open(ROOT / f"bench-machines-{backend}-{configuration}.log", "w")
+    api = None
+    if configuration == "api":
+        api = subprocess.Popen(["ip", "netns", "exec", SERVER_NS, sys.executable, str(Path(__file__).resolve().parent.parent / "Tests" / "interop" / "pixieapi.py"),
+                                "--port", str(API_PORT), "--prefix", "/pixiecore", "--answers", str(ROOT / "machines-answers.json"),
+                                "--delay", str(API_DELAY)], stdout=subprocess.DEVNULL, stderr=log, preexec_fn=limits)
+    joined = in_group(group)
+    server = subprocess.Popen(server_command(backend, configuration), stdout=log, stderr=subprocess.STDOUT,
+                              preexec_fn=lambda: (joined(), limits()))
+    try:
+        time.sleep(2.0)
+        if server.poll() is not None:
+            raise RuntimeError(f"{backend} {configuration} exited with {server.returncode}: see {log.name}")
+        before = group.seconds() if group else 0.0
+        # The storm in SLICES processes (1: see MACHINES), each its share of the machines.
+        storm = ["ip", "netns", "exec", CLIENT_NS, STAMPEDE, "storm", f"{SERVER}:69", "--dhcp", CLIENT, "--profile", "uefi-ipxe-follow",
+                 "--http", f"{SERVER}:{HTTP_PORT}", "--clients", MACHINES, "--ramp", "3", "--verify-root", RACK,
+                 "--source-range", "10.96.0.1", "--json"]
+        if configuration != "none":
+            storm += ["--machines", RECORDS]
+        storms = [subprocess.Popen([str(a) for a in storm + ["--slice", f"{i}/{SLICES}"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, preexec_fn=limits) for i in range(SLICES)]
+        outputs = [p.communicate(timeout=3600) for p in storms]
+        for out, err in outputs:
+            if not out.strip():
+                raise RuntimeError(f"storm printed nothing: {err[-2000:]}")
+        slices = [json.loads(out) for out, _ in outputs]
+        cpu = (group.seconds() if group else 0.0) - before
+    finally:
+        stop_all([server], group)
+        if api:
+            api.terminate()
+            api.wait()
+    # Summed over the slices; a slice's percentiles cannot be merged exactly: p50 is the slices'
+    # median, p99 their largest (an upper bound of the whole rack's).
+    def stage_p99(name):
+        return round(max(next(s for s in r["stages"] if s["stage"] == name)["p99_ms"] for r in slices) / 1000, 3)
+    ok = sum(r["ok"] for r in slices)
+    failures = {}
+    for r in slices:
+        for kind, count in r["failures"].items():
+            failures[kind] = failures.get(kind, 0) + count
+    return {"ok": ok, "failed": sum(r["failed"] for r in slices), "failures": failures,
+            "p50_s": round(sorted(r["p50_ms"] for r in slices)[len(slices) // 2] / 1000, 3),
+            "p99_s": round(max(r["p99_ms"] for r in slices) / 1000, 3),
+            "uefi_dhcp_p99_s": stage_p99("uefi dhcp pxe arch=7"), "ipxe_dhcp_p99_s": stage_p99("ipxe dhcp ipxe arch=7"),
+            "dhcp_retransmits": sum(s["retransmits"] for r in slices for s in r["stages"] if " dhcp " in s["stage"]),
+            "server_cpu_s": round(cpu, 3), "cpu_us_per_machine": round(cpu / max(1, ok) * 1e6, 1),
+            "storm_cpu_s": round(sum(r["client_cpu_s"] for r in slices), 3), "seconds": max(r["seconds"] for r in slices)}
+
+
+def median(results, key):
+    ordered = sorted(results, key=lambda r: r[key])
+    return ordered[len(ordered) // 2], ordered[0][key], ordered[-1][key]
+
+
+def main():
+    if os.geteuid() != 0:
+        sys.exit("bench-machines needs root: network namespaces and cgroups")
+    prepare()
+    rounds = {(b, c): [] for b in BACKENDS for c in CONFIGURATIONS}
+    remove_lab()
+    make_lab()
+    # bench-dhcp's lab routes a /20 of machines' addresses; this rack needs more.
+    subprocess.run(["ip", "-n", CLIENT_NS, "route", "add", "local", SOURCES, "dev", "lo"], check=True)
+    subprocess.run(["ip", "-n", SERVER_NS, "route", "add", SOURCES, "via", CLIENT], check=True)
+    try:
+        for index in range(ROUNDS):
+            for backend in BACKENDS:
+                order = CONFIGURATIONS[index % 3:] + CONFIGURATIONS[:index % 3]
+                for configuration in order:
+                    r = one_round(backend, configuration, index)
+                    rounds[(backend, configuration)].append(r)
+                    print(f"round {index + 1} {backend} {configuration}: {r['ok']} ok, {r['failed']} failed, p50 {r['p50_s']} s, "
+                          f"p99 {r['p99_s']} s, DHCP p99 {r['uefi_dhcp_p99_s']}/{r['ipxe_dhcp_p99_s']} s, "
+                          f"server CPU {r['server_cpu_s']} s ({r['cpu_us_per_machine']} µs a machine) {r['failures'] or ''}", flush=True)
+    finally:
+        remove_lab()
+    lines = [f"What knowing each machine costs: {MACHINES} machines powering on over 3 s, storm --profile uefi-ipxe-follow --dhcp "
+             "(EDK2's DHCP, ipxe.efi 256 KiB over TFTP, iPXE's DHCP, the script the server writes for the machine, the 512 KiB "
+             f"kernel and 1 MiB initrd it names over HTTP, every byte compared{'' if SLICES == 1 else f'; the storm in {SLICES} processes, p50 their median, p99 their largest'}), without records, with a record per machine "
+             f"(--machines), and with pixiecore's API answering in {int(API_DELAY * 1000)} ms (--machines-api, {API_CALLS} calls at once); {ROUNDS} interleaved "
+             "rounds, the median round by server CPU per machine (its spread), and its ratio to the rack without records:", "",
+             "| backend | machines known by | booted / failed | boot p50 s | boot p99 s | EDK2 DHCP p99 s | iPXE DHCP p99 s "
+             "| DHCP retransmissions | server CPU µs per machine (spread) | × none |", "|---|---|---|---|---|---|---|---|---|---|"]
+    summary = {}
+    for backend in BACKENDS:
+        base = median(rounds[(backend, "none")], "cpu_us_per_machine")[0]["cpu_us_per_machine"] if "none" in CONFIGURATIONS else 0
+        for configuration in CONFIGURATIONS:
+            r, low, high = median(rounds[(backend, configuration)], "cpu_us_per_machine")
+            summary[f"{backend} {configuration}"] = r
+            ratio = r["cpu_us_per_machine"] / base if base else 0
+            lines.append(f"| {backend} | {configuration} | {r['ok']} / {r['failed']} | {r['p50_s']} | {r['p99_s']} | {r['uefi_dhcp_p99_s']} "
+                         f"| {r['ipxe_dhcp_p99_s']} | {r['dhcp_retransmits']} | {r['cpu_us_per_machine']} ({low}–{high}) | {ratio:.3f} |")
+    markdown = "\n".join(lines)
+    write_results("bench-machines", {"machines": MACHINES, "api_delay_s": API_DELAY,
+                                     "rounds": {f"{b} {c}": rs for (b, c), rs in rounds.items()}, "summary": summary}, markdown)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()
