@@ -34,8 +34,7 @@ public enum HTTPClient {
 
     /// `method` `url` (http://HOST:PORT/PATH, no body), the whole exchange in at most `timeout`
     /// seconds (a server that sends its answer a byte at a time is cut off too).
-    public static func request(_ url: String, method: String = "GET", headers: [(String, String)] = [],
-                               timeout: Int = 5) throws(Failure) -> Answer {
+    public static func request(_ url: String, method: String = "GET", timeout: Int = 5) throws(Failure) -> Answer {
         let deadline = stampede_monotonic_ns() + Int64(timeout) * 1_000_000_000
         guard url.hasPrefix("http://") else { throw Failure(description: "\(url): only http:// URLs") }
         let rest = url.dropFirst("http://".count)
@@ -82,8 +81,7 @@ public enum HTTPClient {
             while result < 0 && errno == EINTR { result = call() }
             return result
         }
-        let extra = headers.map { "\($0.0): \($0.1)\r\n" }.joined()
-        let request = "\(method) \(path.isEmpty ? "/" : path) HTTP/1.1\r\nHost: \(authority)\r\n\(extra)\(method == "GET" ? "" : "Content-Length: 0\r\n")Connection: close\r\n\r\n"
+        let request = "\(method) \(path.isEmpty ? "/" : path) HTTP/1.1\r\nHost: \(authority)\r\n\(method == "GET" ? "" : "Content-Length: 0\r\n")Connection: close\r\n\r\n"
         let sent = request.utf8CString.withUnsafeBytes { bytes in again { send(fd, bytes.baseAddress, bytes.count - 1, Int32(MSG_NOSIGNAL)) } }
         guard sent == request.utf8.count else { throw Failure(description: "\(url): cannot send the request: \(Errno.current)") }
         // The answer's head is read with the storm's own reader of answers (ReceivedResponseHead);

@@ -1,3 +1,5 @@
+import StampedeHTTPWire
+
 /// The site's inventory's answer for one machine (pixiecore's API: a 200 to
 /// `GET <api>/v1/boot/<mac>`), read as the machine record it is: `kernel` (a URL), `initrd` (a
 /// list of URLs), `cmdline` (a string, in which `{{ URL "…" }}` names a URL, or pixiecore's older
@@ -111,15 +113,7 @@ public enum InventoryAnswer {
         } else if text.contains("://") || text.isEmpty {
             throw Refused(description: "\(what) \(text): not an http:// or https:// URL, nor a path")
         } else {
-            let scheme = api.firstRange(of: "://").map { api[..<$0.upperBound] } ?? ""
-            let rest = api.dropFirst(scheme.count)
-            let authority = rest.prefix { $0 != "/" }
-            if text.hasPrefix("/") {
-                url = scheme + authority + text
-            } else {
-                let path = rest.dropFirst(authority.count)
-                url = scheme + authority + (path.lastIndex(of: "/").map { path[...$0] } ?? "/") + text
-            }
+            url = HTTPLocation.resolve(text, against: api)
         }
         if let bad = RenderedBoot.checkLocation(url) { throw Refused(description: "\(what) \(text): \(bad)") }
         return url

@@ -1,6 +1,7 @@
 import Glibc
 import StampedeDHCP
 import StampedeFiles
+import StampedeHTTPWire
 import StampedeIO
 
 /// The files a machine's loader asks for, written from its record (`GeneratedFiles`, asked by the
@@ -97,12 +98,12 @@ public struct MachineBoot: GeneratedFiles {
         let stage: MachineProgress.Stage
         if base == "boot.ipxe" || base == "autoexec.ipxe" || base.hasPrefix("grub.cfg") || path.contains("pxelinux.cfg/") {
             stage = .script
-        } else if let offered = progress.entry(mac)?.offered, Self.path(of: offered) == path {
+        } else if let offered = progress.entry(mac)?.offered, HTTPLocation.path(of: offered) == path {
             stage = .bootFile
         } else if let boot = records.record(for: machine, asking: nil)?.record?.boot {
-            if Self.path(of: boot.kernel) == path {
+            if HTTPLocation.path(of: boot.kernel) == path {
                 stage = .kernel
-            } else if let first = boot.initrds.first, Self.path(of: first) == path {
+            } else if let first = boot.initrds.first, HTTPLocation.path(of: first) == path {
                 stage = .initrd
             } else {
                 return
@@ -111,16 +112,6 @@ public struct MachineBoot: GeneratedFiles {
             return
         }
         progress.note(mac, stage, address: address, now: now())
-    }
-
-    /// A location as a request names it: a URL's path, without the leading "/".
-    static func path(of location: String) -> String {
-        var rest = Substring(location)
-        if let scheme = rest.firstRange(of: "://") {
-            rest = rest[scheme.upperBound...]
-            rest = rest[(rest.firstIndex(of: "/") ?? rest.endIndex)...]
-        }
-        return String(rest.drop { $0 == "/" })
     }
 
     /// The machine a name's MAC names: what DHCP said of it when the asking address is its.

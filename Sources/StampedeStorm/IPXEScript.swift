@@ -1,3 +1,5 @@
+import StampedeHTTPWire
+
 /// What a storm machine does with an iPXE script it fetched (an `http GET NAME follow` stage), as
 /// iPXE runs it: the files its `kernel` (`imgexec`, `chain`'s image is a script again), `initrd`
 /// (`imgfetch`, `module`) lines name, in order, their locations resolved against the script's
@@ -33,13 +35,13 @@ public struct IPXEScript: Equatable, Sendable {
             switch command {
             case "kernel", "imgexec":
                 guard let image else { throw Unreadable(description: "\(command) without an image") }
-                fetches.append(.kernel(Self.resolve(image, against: location)))
+                fetches.append(.kernel(HTTPLocation.resolve(image, against: location)))
             case "initrd", "imgfetch", "module":
                 guard let image else { throw Unreadable(description: "\(command) without an image") }
-                fetches.append(.initrd(Self.resolve(image, against: location)))
+                fetches.append(.initrd(HTTPLocation.resolve(image, against: location)))
             case "chain":
                 guard let image else { throw Unreadable(description: "chain without an image") }
-                fetches.append(.chain(Self.resolve(image, against: location)))
+                fetches.append(.chain(HTTPLocation.resolve(image, against: location)))
                 return  // the chained script runs in this one's place
             case "boot":
                 return
@@ -64,29 +66,5 @@ public struct IPXEScript: Equatable, Sendable {
             }
         }
         return nil
-    }
-
-    /// `name` as iPXE resolves it against the script's `location`: a URL as it is, `/path` on
-    /// the script's server, anything else beside the script.
-    static func resolve(_ name: String, against location: String) -> String {
-        if name.contains("://") { return name }
-        let scheme = location.firstRange(of: "://").map { location[..<$0.upperBound] } ?? ""
-        let rest = location.dropFirst(scheme.count)
-        let authority = scheme.isEmpty ? "" : rest.prefix { $0 != "/" }
-        let path = rest.dropFirst(authority.count)
-        if name.hasPrefix("/") { return scheme + authority + name }
-        let directory = path.lastIndex(of: "/").map { path[...$0] } ?? ""
-        return scheme + authority + directory + name
-    }
-
-    /// A location as a server's root names the file: a URL's path, or the path, without its
-    /// leading `/`.
-    public static func path(of location: String) -> String {
-        var rest = Substring(location)
-        if let scheme = rest.firstRange(of: "://") {
-            rest = rest[scheme.upperBound...]
-            rest = rest[(rest.firstIndex(of: "/") ?? rest.endIndex)...]
-        }
-        return String(rest.drop { $0 == "/" })
     }
 }

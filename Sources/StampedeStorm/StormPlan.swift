@@ -1,5 +1,6 @@
 import Glibc
 import StampedeBase
+import StampedeHTTPWire
 import StampedeIO
 import StampedeProtocol
 import StampedeTLS
@@ -151,8 +152,8 @@ public struct PlannedBoot: Sendable, Equatable {
     public var initrds: [String]
 
     public init(kernel: String, initrds: [String]) {
-        self.kernel = IPXEScript.path(of: kernel)
-        self.initrds = initrds.map(IPXEScript.path(of:))
+        self.kernel = HTTPLocation.path(of: kernel)
+        self.initrds = initrds.map(HTTPLocation.path(of:))
     }
 
     /// How `script` differs from it (nil: it names this kernel and these initrds; a script that
@@ -161,8 +162,8 @@ public struct PlannedBoot: Sendable, Equatable {
         var kernels: [String] = [], initrds: [String] = []
         for fetch in script.fetches {
             switch fetch {
-            case .kernel(let location): kernels.append(IPXEScript.path(of: location))
-            case .initrd(let location): initrds.append(IPXEScript.path(of: location))
+            case .kernel(let location): kernels.append(HTTPLocation.path(of: location))
+            case .initrd(let location): initrds.append(HTTPLocation.path(of: location))
             case .chain: continue
             }
         }

@@ -2,6 +2,7 @@ import CStampedeSys
 import Glibc
 import StampedeBase
 import StampedeGlibc
+import StampedeHTTPWire
 import StampedeIO
 import StampedeProtocol
 @testable import StampedeStorm
@@ -338,7 +339,7 @@ import Testing
         #expect(try IPXEScript(Array("#!ipxe\nexit\n".utf8), from: "boot.ipxe").exits)
         #expect(throws: IPXEScript.Unreadable.self) { try IPXEScript(Array("kernel x\n".utf8), from: "boot.ipxe") }
         #expect(throws: IPXEScript.Unreadable.self) { try IPXEScript(Array("#!ipxe\nkernel --name x\n".utf8), from: "boot.ipxe") }
-        #expect(IPXEScript.path(of: "http://10.0.0.1:8080/linux/vmlinuz") == "linux/vmlinuz" && IPXEScript.path(of: "/a/b") == "a/b")
+        #expect(HTTPLocation.path(of: "http://10.0.0.1:8080/linux/vmlinuz") == "linux/vmlinuz" && HTTPLocation.path(of: "/a/b") == "a/b")
     }
 
     @Test func followIsAnHTTPStagesWord() throws {
