@@ -64,7 +64,8 @@ SECTIONS = [
             "initrd it names over HTTP, every byte compared), without records, with a record per machine (--machines; "
             "the storm plays the same directory and checks each script against its record) and with pixiecore's API "
             "answering in 20 ms (--machines-api), on both backends, in interleaved rounds: the server's CPU per machine "
-            "from a cgroup of its own, and its ratio to the rack without records. `make bench` runs it too."),
+            "from a cgroup of its own, the part of it in user space, and their ratios to the rack without records. "
+            "`make bench` runs it too."),
     Section("bench-static", "The static binary beside the dynamic one", "make bench-static",
             "The shipped binary (Swift runtime linked statically) against the same code linked dynamically, both "
             "backends, interleaved."),

@@ -1,3 +1,5 @@
+import StampedeBase
+
 /// What a DHCP request says about the machine that sent it, for choosing what it boots: the
 /// firmware's kind (PXE or UEFI HTTP Boot, from option 60), its architecture (option 93, or the
 /// `Arch:` field of option 60 when 93 is missing), whether it is iPXE already (user class `iPXE`,
@@ -67,16 +69,14 @@ public struct BootClient: Equatable, Sendable {
 
     private static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool { index(of: needle, in: haystack) != nil }
 
+    /// Where a UUID's groups start (4-2-2-2-6 bytes).
+    private static let uuidGroups = [4, 6, 8, 10]
+
     /// The UUID of option 97 as text (`8-4-4-4-12` lower-case hex), for names and logs.
     public var uuid: String? {
         guard let identifier = machineIdentifier else { return nil }
-        let digits = Array("0123456789abcdef")
-        var text = ""
-        for (i, byte) in identifier.dropFirst().enumerated() {
-            if [4, 6, 8, 10].contains(i) { text.append("-") }
-            text.append(digits[Int(byte >> 4)])
-            text.append(digits[Int(byte & 15)])
+        return identifier.withUnsafeBufferPointer { all in
+            hexText(buffer: UnsafeBufferPointer(rebasing: all.dropFirst()), separator: UInt8(ascii: "-"), at: Self.uuidGroups)
         }
-        return text
     }
 }

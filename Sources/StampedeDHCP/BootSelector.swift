@@ -1,3 +1,5 @@
+import StampedeBase
+
 /// Which boot file a machine gets: by the firmware it runs (RFC 4578's architecture types, as
 /// IANA lists them) and by its stage in the chain (iPXE, once loaded, asks again and must get
 /// its script, never iPXE: that would loop). The names are `--boot-file`'s selectors.
@@ -82,7 +84,7 @@ public enum BootTarget: Equatable, Sendable, CustomStringConvertible {
     /// selector's name) replaced, so that `-m` rules can pick a file per machine.
     public func expanded(for message: DHCPMessage, _ client: BootClient, _ selector: BootSelector) -> BootTarget {
         let text = description
-        guard text.contains("${") else { return self }
+        guard text.containsBytes("${") else { return self }
         let expanded = text
             .replacingAll("${mac:hexhyp}", with: message.hardwareAddress(separator: "-"))
             .replacingAll("${mac}", with: message.hardwareAddress(separator: ":"))
@@ -101,7 +103,7 @@ extension String {
         guard !target.isEmpty else { return self }
         var out = ""
         var rest = Substring(self)
-        while let range = rest.firstRange(of: target) {
+        while let range = rest.byteRange(of: target) {
             out += rest[..<range.lowerBound]
             out += replacement
             rest = rest[range.upperBound...]

@@ -1,3 +1,5 @@
+import StampedeBase
+
 /// A DHCP message (RFC 2131 §2, BOOTP's layout with options after the magic cookie), read and
 /// written here and nowhere else. Pure: bytes in, a message or the reason it is not one out; a
 /// message in, bytes out. The options are kept by code, each one's value whole: an option sent in
@@ -136,7 +138,7 @@ public struct DHCPMessage: Equatable, Sendable {
     /// The client's hardware address as written in logs and names: lower-case hex pairs joined
     /// by `separator` (`52-54-00-12-34-56`).
     public func hardwareAddress(separator: String = ":") -> String {
-        Array(clientHardwareAddress.prefix(Int(hardwareLength))).hardwareAddressText(separator: separator)
+        hexText(clientHardwareAddress.prefix(Int(hardwareLength)), separator: separator.utf8.first)
     }
 
     /// The message type (option 53), if it carries one.
@@ -235,8 +237,8 @@ extension DHCPMessage {
 extension Array where Element == UInt8 {
     /// A hardware address as logs, names and records write it: lower-case hex pairs joined by
     /// `separator` (`52:54:00:12:34:56`, `52-54-00-12-34-56`).
+    /// `separator` is one ASCII character or none.
     public func hardwareAddressText(separator: String = ":") -> String {
-        let digits = "0123456789abcdef".map { $0 }
-        return map { byte in String([digits[Int(byte >> 4)], digits[Int(byte & 15)]]) }.joined(separator: separator)
+        hexText(self, separator: separator.utf8.first)
     }
 }

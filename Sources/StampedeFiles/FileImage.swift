@@ -13,6 +13,9 @@ public final class FileImage: @unchecked Sendable {
     /// (`FileCache.Limits.sharedFrom`): HTTP sends it with sendfile, from the same pages TFTP
     /// slices (nil: anonymous memory).
     public let descriptor: Int32?
+    /// Whether its memory is the heap's (a generated file's few bytes: no mapping to make,
+    /// protect and unmap per request).
+    let onHeap: Bool
 
     /// Where an HTTP server's cache starts to put images in memfds: below it, what sendfile saves
     /// a response (one copy) is less than a descriptor held for the image's life.
@@ -24,15 +27,17 @@ public final class FileImage: @unchecked Sendable {
     init(_ memory: Memory, key: FileKey) {
         self.bytes = UnsafeRawBufferPointer(memory.buffer)
         self.descriptor = memory.descriptor
+        self.onHeap = memory.onHeap
         self.key = key
     }
 
-    deinit { Self.free(Memory(buffer: UnsafeMutableRawBufferPointer(mutating: bytes), descriptor: descriptor)) }
+    deinit { Self.free(Memory(buffer: UnsafeMutableRawBufferPointer(mutating: bytes), descriptor: descriptor, onHeap: onHeap)) }
 
     /// An image's memory while it is loaded: a mapping, and the memfd behind it if any.
     struct Memory {
         var buffer: UnsafeMutableRawBufferPointer
         var descriptor: Int32?
+        var onHeap = false
         /// The mapping's length: a memfd's padding is mapped too.
         var mappedCount: Int { FileImage.residentCount(of: buffer.count, inMemfd: descriptor != nil) }
     }
@@ -67,6 +72,12 @@ public final class FileImage: @unchecked Sendable {
         return Memory(buffer: UnsafeMutableRawBufferPointer(start: base, count: count), descriptor: descriptor)
     }
 
+    /// Memory from the heap, for an image made in memory.
+    static func allocateOnHeap(_ count: Int) -> Memory {
+        guard count > 0 else { return Memory(buffer: UnsafeMutableRawBufferPointer(start: nil, count: 0)) }
+        return Memory(buffer: .allocate(byteCount: count, alignment: 16), onHeap: true)
+    }
+
     /// The memory `count` bytes of an image take: in a memfd, a tail of half a huge page or
     /// more is padded to a whole one, so that it is a huge page too (stampede_map_image):
     /// sendfile from a memfd looks up and locks each small page it sends, a huge page once
@@ -83,6 +94,10 @@ public final class FileImage: @unchecked Sendable {
     public var residentCount: Int { Self.residentCount(of: count, inMemfd: descriptor != nil) }
 
     static func free(_ memory: Memory) {
+        if memory.onHeap {
+            memory.buffer.deallocate()
+            return
+        }
         if let base = memory.buffer.baseAddress { munmap(base, memory.mappedCount) }
         if let descriptor = memory.descriptor {
             Glibc.close(descriptor)
@@ -113,6 +128,7 @@ public final class FileImage: @unchecked Sendable {
     static func seal(_ memory: Memory) {
         // The whole mapping, padding too: protections that differ within a huge page would split
         // its mapping into small ones.
+        guard !memory.onHeap else { return }
         if let base = memory.buffer.baseAddress { mprotect(base, memory.mappedCount, PROT_READ) }
     }
 }

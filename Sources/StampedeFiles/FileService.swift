@@ -130,12 +130,8 @@ public final class FileService: Sendable {
         let name: [UInt8]
         switch generated?.file(asked, for: client) {
         case .made(let made)?:
-            do {
-                let image = try FileImage.holding(made, netascii: netascii)
-                return .ready(FileLease(.image(image), version: image.key, cache: nil))
-            } catch {
-                return .refused(FileRefusal(.busy, "Cannot make the file: \(error)"))
-            }
+            let image = FileImage.holding(made, netascii: netascii)
+            return .ready(FileLease(.image(image), version: image.key, cache: nil))
         case .root(let other)?:
             name = other
         case nil:

@@ -35,13 +35,12 @@ extension GeneratedFiles {
 }
 
 extension FileImage {
-    /// An image of bytes made in memory (a generated file): its version is its content's hash and
-    /// length, and now.
-    static func holding(_ bytes: [UInt8], netascii: Bool) throws(Errno) -> FileImage {
+    /// An image of bytes made in memory (a generated file: a script, a few hundred bytes, made
+    /// per request, on the heap): its version is its content's hash and length, and now.
+    static func holding(_ bytes: [UInt8], netascii: Bool) -> FileImage {
         let content = netascii ? Netascii.encode(bytes) : bytes
-        let memory = try allocate(content.count)
-        if !content.isEmpty { memory.buffer.copyMemory(from: UnsafeRawBufferPointer(start: content, count: content.count)) }
-        seal(memory)
+        let memory = allocateOnHeap(content.count)
+        if !content.isEmpty { content.withUnsafeBytes { memory.buffer.copyMemory(from: $0) } }
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         let time = Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)

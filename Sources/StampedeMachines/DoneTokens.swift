@@ -1,4 +1,5 @@
 import Glibc
+import StampedeBase
 import StampedeIO
 
 /// The secret in a machine's done URL (`${done-url}`): SipHash-2-4 of its MAC under the
@@ -44,11 +45,8 @@ public struct DoneTokens: Sendable {
 
     /// The token for `mac`: 32 hex digits.
     public func token(for mac: [UInt8]) -> String {
-        let halves = [Self.sipHash(mac, keys.0, keys.1), Self.sipHash(mac, keys.2, keys.3)]
-        return halves.map { half in
-            let digits = String(half, radix: 16)
-            return String(repeating: "0", count: 16 - digits.count) + digits
-        }.joined()
+        let halves = (Self.sipHash(mac, keys.0, keys.1).bigEndian, Self.sipHash(mac, keys.2, keys.3).bigEndian)
+        return withUnsafeBytes(of: halves) { hexText($0) }
     }
 
     /// Whether `token` is `mac`'s, compared in time that does not depend on where they differ.

@@ -1,3 +1,4 @@
+import StampedeBase
 import StampedeHTTPWire
 
 /// The site's inventory's answer for one machine (pixiecore's API: a 200 to
@@ -71,8 +72,8 @@ public enum InventoryAnswer {
             return ""
         case .string(var text)?:
             var line = ""
-            while let start = text.firstRange(of: "{{") {
-                guard let end = text[start.upperBound...].firstRange(of: "}}") else { throw Refused(description: "cmdline: {{ without its }}") }
+            while let start = text.byteRange(of: "{{") {
+                guard let end = text[start.upperBound...].byteRange(of: "}}") else { throw Refused(description: "cmdline: {{ without its }}") }
                 let inside = text[start.upperBound..<end.lowerBound].trimmingSpaces
                 guard inside.hasPrefix("URL "), case let quoted = inside.dropFirst(4).trimmingSpaces,
                       quoted.count >= 2, quoted.first == "\"", quoted.last == "\"" else {
@@ -104,13 +105,12 @@ public enum InventoryAnswer {
     /// A URL of the answer, resolved against the API's: http(s) as it is, `/path` on the API's
     /// server, `name` in the API's directory.
     static func location(_ text: String, _ what: String, api: String) throws(Refused) -> String {
-        let lower = text.lowercased()
         let url: String
-        if lower.hasPrefix("http://") || lower.hasPrefix("https://") {
+        if text.hasPrefixIgnoringCase("http://") || text.hasPrefixIgnoringCase("https://") {
             url = text
-        } else if lower.hasPrefix("file:") {
+        } else if text.hasPrefixIgnoringCase("file:") {
             throw Refused(description: "\(what) \(text): file:// URLs are not served (a kernel beneath the root is a path of this server's HTTP)")
-        } else if text.contains("://") || text.isEmpty {
+        } else if text.containsBytes("://") || text.isEmpty {
             throw Refused(description: "\(what) \(text): not an http:// or https:// URL, nor a path")
         } else {
             url = HTTPLocation.resolve(text, against: api)

@@ -8,7 +8,7 @@ public enum LoaderScript {
     public static func iPXE(_ boot: RenderedBoot?, for name: String) -> String {
         let record = safe(name)
         guard let boot else { return "#!ipxe\n# \(record): not booted from the network here\nexit\n" }
-        let names = boot.initrds.map { "initrd=" + ($0.split(separator: "/").last.map(String.init) ?? $0) }
+        let names = boot.initrds.map { initrd in "initrd=" + (initrd.utf8.lastIndex(of: UInt8(ascii: "/")).map { String(initrd[initrd.utf8.index(after: $0)...]) } ?? initrd) }
         let line = ([boot.kernel] + names + (boot.commandLine.isEmpty ? [] : [boot.commandLine])).joined(separator: " ")
         return "#!ipxe\n# \(record)\n" + (boot.message.map { "echo \($0)\n" } ?? "") + "kernel \(line)\n" + boot.initrds.map { "initrd \($0)\n" }.joined() + "boot\n"
     }
@@ -46,7 +46,13 @@ public enum LoaderScript {
     /// A record's name as a script may hold it: letters, digits and `-._/`, the rest `_` (a file's
     /// name may hold anything, a newline too).
     static func safe(_ name: String) -> String {
-        String(name.map { $0.isASCII && ($0.isLetter || $0.isNumber || "-._/".contains($0)) ? $0 : "_" })
+        String(decoding: name.utf8.map { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "/"): byte
+            default: UInt8(ascii: "_")
+            }
+        }, as: UTF8.self)
     }
 
     /// `http://host:port/path` → `(http,host:port)/path`; a path → `/path`.

@@ -56,6 +56,9 @@ public struct MachineBook: Sendable {
         return found.map { records[$0] }
     }
 
+    /// The record that selects every machine no other selects (`default`), if any.
+    public var defaultRecord: MachineRecord? { index[.everyMachine].map { records[$0] } }
+
     /// What `machine` gets, over the network's `menu`.
     public func choice(for machine: MachineIdentity, over menu: BootMenu) -> MachineChoice {
         choice(of: record(for: machine), for: machine, over: menu)

@@ -1,4 +1,5 @@
 import Glibc
+import StampedeBase
 import StampedeDHCP
 import StampedeFiles
 import StampedeHTTPWire
@@ -68,7 +69,7 @@ public struct MachineBoot: GeneratedFiles {
 
     public func file(_ name: [UInt8], for client: SocketAddress) -> GeneratedFile? {
         let path = String(decoding: name, as: UTF8.self)
-        let base = path.split(separator: "/", omittingEmptySubsequences: false).last.map(String.init) ?? path
+        let base = path.utf8.lastIndex(of: UInt8(ascii: "/")).map { String(path[path.utf8.index(after: $0)...]) } ?? path
         let bound = client.ipv4.flatMap(bindings.machine(at:))
         if let progress, let bound { follow(bound, asking: path, base: base, at: client.ipv4, progress) }
         if base == "boot.ipxe" || base == "autoexec.ipxe" {
@@ -77,7 +78,7 @@ public struct MachineBoot: GeneratedFiles {
         if base.hasPrefix("grub.cfg-01-"), let mac = MachineRecord.hardwareAddress(base.dropFirst("grub.cfg-01-".count)) {
             return render(named(mac, bound), unbound: false, LoaderScript.grub)
         }
-        if path.hasPrefix("pxelinux.cfg/01-") || path.contains("/pxelinux.cfg/01-"), base.hasPrefix("01-"),
+        if base.hasPrefix("01-"), path.hasPrefix("pxelinux.cfg/01-") || path.containsBytes("/pxelinux.cfg/01-"),
            let mac = MachineRecord.hardwareAddress(base.dropFirst(3)) {
             return render(named(mac, bound), unbound: false, LoaderScript.pxelinux)
         }
@@ -96,9 +97,9 @@ public struct MachineBoot: GeneratedFiles {
     private func follow(_ machine: MachineIdentity, asking path: String, base: String, at address: IPv4?, _ progress: MachineProgress) {
         let mac = machine.hardwareAddress
         let stage: MachineProgress.Stage
-        if base == "boot.ipxe" || base == "autoexec.ipxe" || base.hasPrefix("grub.cfg") || path.contains("pxelinux.cfg/") {
+        if base == "boot.ipxe" || base == "autoexec.ipxe" || base.hasPrefix("grub.cfg") || path.containsBytes("pxelinux.cfg/") {
             stage = .script
-        } else if let offered = progress.entry(mac)?.offered, HTTPLocation.path(of: offered) == path {
+        } else if let offered = progress.offered(mac), HTTPLocation.path(of: offered) == path {
             stage = .bootFile
         } else if let boot = records.record(for: machine, asking: nil)?.record?.boot {
             if HTTPLocation.path(of: boot.kernel) == path {
@@ -126,7 +127,7 @@ public struct MachineBoot: GeneratedFiles {
         let book = records.current
         let record: MachineRecord?
         if unbound {
-            record = book.records.first { $0.selectors.contains { $0.selector == .everyMachine } }
+            record = book.defaultRecord
         } else if let (found, _) = records.record(for: machine, asking: .script) {
             record = found
         } else if let iPXE {

@@ -112,13 +112,18 @@ public final class MachineInventory: Sendable {
     private let threads: Mutex<[SystemThread]> = Mutex([])
 
     /// `clock`: seconds on a monotonic clock (tests set it).
-    public init(url: String, lifetime: Int, callers: Int = MachineInventory.defaultCallers, fetch: @escaping Fetch = { url, method, timeout throws(HTTPClient.Failure) in
-        try HTTPClient.request(url, method: method, timeout: timeout)
-    }, clock: @escaping @Sendable () -> Int64 = { stampede_monotonic_ns() / 1_000_000_000 }) {
+    /// `fetch`: nil, over a pool of kept connections, one for each caller.
+    public init(url: String, lifetime: Int, callers: Int = MachineInventory.defaultCallers, fetch: Fetch? = nil,
+                clock: @escaping @Sendable () -> Int64 = { stampede_monotonic_ns() / 1_000_000_000 }) {
         self.url = url.hasSuffix("/") ? String(url.dropLast()) : url
         self.lifetime = max(1, lifetime)
         self.callers = max(1, callers)
-        self.fetch = fetch
+        let pool = HTTPClient.Pool(limit: max(1, callers))
+        if let fetch {
+            self.fetch = fetch
+        } else {
+            self.fetch = { url, method, timeout throws(HTTPClient.Failure) in try pool.request(url, method: method, timeout: timeout) }
+        }
         self.clock = clock
         ready = .allocate(capacity: 1)
         sem_init(ready, 0, 0)

@@ -56,11 +56,18 @@ public final class MachineProgress: Sendable {
 
     /// Machines followed at most: past it, the half heard of longest ago is forgotten.
     public static let capacity = 65_536
-    private let table = Mutex<[[UInt8]: Entry]>([:])
+    private let table = Mutex<[Key: Entry]>([:])
     /// Told of every change of a machine's stage (the JSON events), on the thread that made it.
     private let changed: @Sendable (Entry) -> Void
 
     public init(changed: @escaping @Sendable (Entry) -> Void = { _ in }) { self.changed = changed }
+
+    /// A MAC as the table's key, hashed whole (an array's own hash takes each byte in turn).
+    private struct Key: Hashable {
+        let mac: [UInt8]
+        init(_ mac: [UInt8]) { self.mac = mac }
+        func hash(into hasher: inout Hasher) { mac.withUnsafeBytes { hasher.combine(bytes: $0) } }
+    }
 
     /// What happened to `mac` now; true when its stage changed. A stage is the furthest its boot
     /// got: a later event of an earlier stage is the same boot going on (iPXE's own DHCP after
@@ -69,13 +76,14 @@ public final class MachineProgress: Sendable {
     @discardableResult
     public func note(_ mac: [UInt8], _ stage: Stage, record: String? = nil, why: String? = nil, offered: String? = nil,
                      address: IPv4? = nil, now: Int) -> Bool {
+        let key = Key(mac)
         let (moved, entry) = table.withLock { table in
-            if table[mac] == nil && table.count >= Self.capacity {
+            if table[key] == nil && table.count >= Self.capacity {
                 let cut = table.values.map(\.lastSeen).sorted()[Self.capacity / 2]
                 table = table.filter { $0.value.lastSeen > cut }
             }
-            var entry = table[mac] ?? Entry(mac: mac, stage: stage, lastSeen: now)
-            let before = table[mac]?.stage
+            var entry = table[key] ?? Entry(mac: mac, stage: stage, lastSeen: now)
+            let before = table[key]?.stage
             let newBoot = stage == .dhcp && (before.map { $0 >= .kernel || $0 == .leftAlone } ?? true)
             if stage == .leftAlone || newBoot || before.map({ stage > $0 }) ?? true {
                 entry.stage = stage
@@ -85,7 +93,7 @@ public final class MachineProgress: Sendable {
             if let offered { entry.offered = offered }
             if let address { entry.address = address }
             entry.lastSeen = now
-            table[mac] = entry
+            table[key] = entry
             return (before != entry.stage, entry)
         }
         if moved { changed(entry) }
@@ -94,10 +102,13 @@ public final class MachineProgress: Sendable {
 
     /// `mac` took `bytes` of a file (a machine not followed yet is not counted).
     public func took(_ bytes: Int, _ mac: [UInt8]) {
-        table.withLock { table in table[mac]?.bytes += bytes }
+        table.withLock { table in table[Key(mac)]?.bytes += bytes }
     }
 
-    public func entry(_ mac: [UInt8]) -> Entry? { table.withLock { $0[mac] } }
+    public func entry(_ mac: [UInt8]) -> Entry? { table.withLock { $0[Key(mac)] } }
+
+    /// The boot file `mac` was offered.
+    public func offered(_ mac: [UInt8]) -> String? { table.withLock { $0[Key(mac)]?.offered } }
 
     /// Every machine followed, by MAC.
     public var entries: [Entry] { table.withLock { Array($0.values) }.sorted { $0.mac.lexicographicallyPrecedes($1.mac) } }

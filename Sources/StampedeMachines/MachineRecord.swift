@@ -31,6 +31,27 @@ public struct MachineRecord: Equatable, Sendable {
             case .everyMachine: "default"
             }
         }
+
+        /// A hardware address hashed whole (an array's own hash takes each byte in turn): every
+        /// DHCP packet and file request of a known machine looks its record up.
+        public func hash(into hasher: inout Hasher) {
+            switch self {
+            case .hardwareAddress(let address):
+                hasher.combine(0 as UInt8)
+                address.withUnsafeBytes { hasher.combine(bytes: $0) }
+            case .uuid(let uuid):
+                hasher.combine(1 as UInt8)
+                hasher.combine(uuid)
+            case .architecture(let number):
+                hasher.combine(2 as UInt8)
+                hasher.combine(number)
+            case .firmware(let selector):
+                hasher.combine(3 as UInt8)
+                hasher.combine(selector)
+            case .everyMachine:
+                hasher.combine(4 as UInt8)
+            }
+        }
     }
 
     /// Its file's name: how logs and errors name it.

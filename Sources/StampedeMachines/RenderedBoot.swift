@@ -1,3 +1,4 @@
+import StampedeBase
 import StampedeDHCP
 
 /// A record's boot that Stampede writes for the loader that asks (iPXE, GRUB, PXELINUX:
@@ -31,10 +32,10 @@ public struct RenderedBoot: Equatable, Sendable {
         values["arch"] = machine.firmware?.rawValue ?? machine.architecture.map(String.init) ?? ""
         var line = ""
         var rest = Substring(commandLine)
-        while let start = rest.firstRange(of: "${"), let end = rest[start.upperBound...].firstIndex(of: "}") {
+        while let start = rest.byteRange(of: "${"), let end = rest[start.upperBound...].utf8.firstIndex(of: UInt8(ascii: "}")) {
             line += rest[..<start.lowerBound]
             line += values[String(rest[start.upperBound..<end])] ?? ""
-            rest = rest[rest.index(after: end)...]
+            rest = rest[rest.utf8.index(after: end)...]
         }
         var boot = RenderedBoot(kernel: kernel, initrds: initrds, commandLine: line + rest)
         boot.message = message
@@ -46,8 +47,7 @@ public struct RenderedBoot: Equatable, Sendable {
     /// A location: letters, digits and `-._~:/?#[]@!*+,=%` (a URL's characters, without those a
     /// loader's script reads: quotes, `$`, `;`, `&`, `|`, braces, spaces, backslashes).
     static func checkLocation(_ text: String) -> String? {
-        let allowed = Set("-._~:/?#[]@!*+,=%")
-        guard text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || allowed.contains($0)) }) else {
+        guard text.isAlphanumeric(or: "-._~:/?#[]@!*+,=%") else {
             return "holds a character a loader's script would read (a location takes letters, digits and -._~:/?#[]@!*+,=%)"
         }
         return nil
@@ -64,8 +64,7 @@ public struct RenderedBoot: Equatable, Sendable {
 
     /// A variable's value: letters, digits and `-._:,+@/=` (a hostname, a role, a disk).
     static func checkVariableValue(_ value: String) -> String? {
-        let allowed = Set("-._:,+@/=")
-        guard value.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || allowed.contains($0)) }) else {
+        guard value.isAlphanumeric(or: "-._:,+@/=") else {
             return "a variable's value takes letters, digits and -._:,+@/= (it is data in a command line, never code)"
         }
         return nil
@@ -74,8 +73,7 @@ public struct RenderedBoot: Equatable, Sendable {
     /// A message to show: letters, digits, spaces and `-._:,+@/=()!?%` (iPXE's `echo` expands
     /// `${…}`).
     static func checkMessage(_ text: String) -> String? {
-        let allowed = Set(" -._:,+@/=()!?%")
-        guard text.count <= 200, text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || allowed.contains($0)) }) else {
+        guard text.utf8.count <= 200, text.isAlphanumeric(or: " -._:,+@/=()!?%") else {
             return "a message takes at most 200 letters, digits, spaces and -._:,+@/=()!?%"
         }
         return nil
@@ -85,23 +83,24 @@ public struct RenderedBoot: Equatable, Sendable {
     /// `;`, `|`, `&&`, `#`, braces but a variable's), each `${name}` a variable of `known` or the
     /// machine's.
     static func checkCommandLine(_ text: String, known: Set<String>) -> String? {
-        let refused = Set("\"'`\\;|#<>")
         var rest = Substring(text)
-        while let start = rest.firstRange(of: "${") {
-            guard let end = rest[start.upperBound...].firstIndex(of: "}") else { return "${ without its }" }
+        while let start = rest.byteRange(of: "${") {
+            guard let end = rest[start.upperBound...].utf8.firstIndex(of: UInt8(ascii: "}")) else { return "${ without its }" }
             let name = String(rest[start.upperBound..<end])
             guard known.contains(name) || machineVariables.contains(name) else {
                 return "${\(name)}: no such variable (var \(name) = VALUE makes one; the machine's are \(machineVariables.joined(separator: ", ")))"
             }
-            if let bad = plain(rest[..<start.lowerBound], refused) { return bad }
-            rest = rest[rest.index(after: end)...]
+            if let bad = plain(rest[..<start.lowerBound]) { return bad }
+            rest = rest[rest.utf8.index(after: end)...]
         }
-        return plain(rest, refused)
+        return plain(rest)
     }
 
-    private static func plain(_ text: Substring, _ refused: Set<Character>) -> String? {
-        guard text.allSatisfy({ $0.isASCII && $0.asciiValue! >= 0x20 && $0.asciiValue! < 0x7f && !refused.contains($0) }),
-              !text.contains("$"), !text.contains("{"), !text.contains("}"), !text.contains("&&") else {
+    /// Printable ASCII without quotes, backslashes, `;|#<>`, `$`, braces or `&&`.
+    private static func plain(_ text: Substring) -> String? {
+        let refused: StaticString = "\"'`\\;|#<>${}"
+        let clean = refused.withUTF8Buffer { refused in text.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7f && !refused.contains($0) } }
+        guard clean, !text.containsBytes("&&") else {
             return "holds what a loader's script reads (quotes, backslashes, ;, |, &&, #, <, >, $ or braces but a ${variable}'s)"
         }
         return nil

@@ -17,6 +17,10 @@ import Testing
         let key0 = UInt64(0x0706_0504_0302_0100), key1 = UInt64(0x0f0e_0d0c_0b0a_0908)
         #expect(DoneTokens.sipHash(Array(0..<15), key0, key1) == 0xa129_ca61_49be_45e5)
         #expect(DoneTokens.sipHash([], key0, key1) == 0x726f_db47_dd0e_0e31)
+        // A token is both hashes in hex, each its 16 digits (what machines installed before hold).
+        let keyed = DoneTokens(keys: (key0, key1, key1, key0))
+        #expect(keyed.token(for: Array(0..<15)) == "a129ca6149be45e5" + String(DoneTokens.sipHash(Array(0..<15), key1, key0), radix: 16))
+        #expect(DoneTokens(keys: (0, 0, 0, 0)).token(for: []).count == 32)
         let dir = ScratchDirectory()
         let first = try MachineDirectory(dir.path).tokens
         let again = try MachineDirectory(dir.path).tokens

@@ -20,14 +20,14 @@ struct MachineServing {
         self.records = records
         self.watch = watch
         progress = MachineProgress { entry in
-            let mac = entry.mac.hardwareAddressText()
             if json {
+                let mac = entry.mac.hardwareAddressText()
                 logger.info("machine", metadata: [
                     "event": "machine", "client": "\(mac)", "stage": "\(entry.stage.label)", "record": "\(entry.record ?? "")",
                     "why": "\(entry.why ?? "")", "address": "\(entry.address.map(\.description) ?? "")",
                 ])
             } else {
-                logger.debug("machine \(mac)\(entry.record.map { " (\($0))" } ?? ""): \(entry.stage.label)\(entry.why.map { ": \($0)" } ?? "")")
+                logger.debug("machine \(entry.mac.hardwareAddressText())\(entry.record.map { " (\($0))" } ?? ""): \(entry.stage.label)\(entry.why.map { ": \($0)" } ?? "")")
             }
         }
         boot = MachineBoot(records: records, bindings: bindings, httpBase: httpBase, progress: progress)
