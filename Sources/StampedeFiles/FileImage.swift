@@ -128,7 +128,6 @@ public final class FileImage: @unchecked Sendable {
     static func seal(_ memory: Memory) {
         // The whole mapping, padding too: protections that differ within a huge page would split
         // its mapping into small ones.
-        guard !memory.onHeap else { return }
         if let base = memory.buffer.baseAddress { mprotect(base, memory.mappedCount, PROT_READ) }
     }
 }

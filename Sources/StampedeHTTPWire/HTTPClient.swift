@@ -40,11 +40,21 @@ public enum HTTPClient {
     public static func request(_ url: String, method: String = "GET", timeout: Int = 5) throws(Failure) -> Answer {
         let target = try Target(url)
         let deadline = stampede_monotonic_ns() + Int64(timeout) * 1_000_000_000
+        return try exchangeOnNewConnection(target, method: method, keepAlive: false, deadline: deadline, timeout: timeout).answer
+    }
+
+    /// A new connection to `target`'s server and the exchange on it; the connection is closed
+    /// unless `keepAlive` and the answer left it open (`open`: then the caller's).
+    static func exchangeOnNewConnection(_ target: Target, method: String, keepAlive: Bool, deadline: Int64,
+                                        timeout: Int) throws(Failure) -> (answer: Answer, open: Int32?) {
         let fd = try connect(target, timeout: timeout)
-        defer { close(fd) }
         do throws(ExchangeFailure) {
-            return try exchange(on: fd, target, method: method, keepAlive: false, deadline: deadline, timeout: timeout).answer
+            let done = try exchange(on: fd, target, method: method, keepAlive: keepAlive, deadline: deadline, timeout: timeout)
+            if done.reusable { return (done.answer, fd) }
+            close(fd)
+            return (done.answer, nil)
         } catch {
+            close(fd)
             throw error.failure
         }
     }
@@ -79,15 +89,8 @@ public enum HTTPClient {
                     guard error.nothingBack else { throw error.failure }
                 }
             }
-            let fd = try connect(target, timeout: timeout)
-            let done: (answer: Answer, reusable: Bool)
-            do throws(ExchangeFailure) {
-                done = try exchange(on: fd, target, method: method, keepAlive: true, deadline: deadline, timeout: timeout)
-            } catch {
-                close(fd)
-                throw error.failure
-            }
-            finish(fd, target.authority, reusable: done.reusable)
+            let done = try exchangeOnNewConnection(target, method: method, keepAlive: true, deadline: deadline, timeout: timeout)
+            if let open = done.open { finish(open, target.authority, reusable: true) }
             return done.answer
         }
 

@@ -198,8 +198,14 @@ def hold_thread(pid, name, seconds):
     libc = ctypes.CDLL(None, use_errno=True)
     libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
     PTRACE_DETACH, PTRACE_SEIZE, PTRACE_INTERRUPT, WALL = 17, 0x4206, 0x4207, 0x40000000
-    tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")
-            if open(f"/proc/{pid}/task/{t}/comm").read().strip() == name]
+    # A thread names itself once it runs, which may be just after the server said READY=1.
+    deadline = time.time() + 5
+    while True:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")
+                if open(f"/proc/{pid}/task/{t}/comm").read().strip() == name]
+        if len(tids) == 1 or time.time() > deadline:
+            break
+        time.sleep(0.02)
     assert len(tids) == 1, f"no single thread named {name}"
     tid = tids[0]
     assert libc.ptrace(PTRACE_SEIZE, tid, None, None) == 0, os.strerror(ctypes.get_errno())
