@@ -28,9 +28,11 @@ public struct BootClient: Equatable, Sendable {
         self.machineIdentifier = machineIdentifier
     }
 
-    public init?(_ message: DHCPMessage) {
+    /// `pxeVendors`: vendor classes taken as `PXEClient` besides it (U-Boot's `U-Boot.armv8`, as
+    /// dnsmasq's --dhcp-pxe-vendor), each matched at the start of option 60.
+    public init?(_ message: DHCPMessage, pxeVendors: [[UInt8]] = []) {
         guard let vendor = message.options[.vendorClass] else { return nil }
-        if vendor.starts(with: Array(Kind.pxe.rawValue.utf8)) {
+        if vendor.starts(with: Array(Kind.pxe.rawValue.utf8)) || pxeVendors.contains(where: { vendor.starts(with: $0) }) {
             kind = .pxe
         } else if vendor.starts(with: Array(Kind.http.rawValue.utf8)) {
             kind = .http

@@ -15,9 +15,9 @@ public struct BootFileChoice: Equatable, Sendable {
     }
 
     public init(parsing text: String) throws(Refusal) {
-        let selectors = BootSelector.allCases.map(\.rawValue).joined(separator: ", ")
-        guard let equals = text.firstIndex(of: "="), let selector = BootSelector(rawValue: String(text[..<equals])) else {
-            throw Refusal(description: "not SELECTOR=NAME with a selector of \(selectors)")
+        guard let equals = text.firstIndex(of: "="), let selector = BootSelector(name: String(text[..<equals])) else {
+            let selectors = BootSelector.named.map(\.name).joined(separator: ", ")
+            throw Refusal(description: "not SELECTOR=NAME with a selector of \(selectors), or arch:N (N an architecture code, 0-65535)")
         }
         let name = String(text[text.index(after: equals)...])
         guard !name.isEmpty, name.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x7f }) else {
@@ -28,10 +28,10 @@ public struct BootFileChoice: Equatable, Sendable {
             let what = if case .url = target { "option 67 holds" } else { "a reply's file field holds" }
             throw Refusal(description: "\(target.longestExpansion) bytes for a machine, more than \(what) (\(target.longest))")
         }
-        switch (selector, target) {
-        case (.httpX64, .file), (.httpArm64, .file):
+        switch (selector.kind, target) {
+        case (.http?, .file):
             throw Refusal(description: "UEFI HTTP Boot loads a URL (http://...), not a file name")
-        case (.bios, .url), (.efiX86, .url), (.efiX64, .url), (.efiArm64, .url):
+        case (.pxe?, .url):
             throw Refusal(description: "a PXE firmware loads a file over TFTP, not a URL: name the file")
         default:
             self.init(selector: selector, target: target)

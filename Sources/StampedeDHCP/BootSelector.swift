@@ -2,43 +2,104 @@ import StampedeBase
 
 /// Which boot file a machine gets: by the firmware it runs (RFC 4578's architecture types, as
 /// IANA lists them) and by its stage in the chain (iPXE, once loaded, asks again and must get
-/// its script, never iPXE: that would loop). The names are `--boot-file`'s selectors.
-public enum BootSelector: String, CaseIterable, Sendable {
-    /// x86 BIOS (architecture 0): a PXE ROM.
-    case bios
-    /// x86 UEFI (6).
-    case efiX86 = "efi-x86"
-    /// x64 UEFI (7, and 9, which firmware often sends for it).
-    case efiX64 = "efi-x64"
-    /// ARM64 UEFI (11).
-    case efiArm64 = "efi-arm64"
-    /// x64 UEFI HTTP Boot (16): a URL.
-    case httpX64 = "http-x64"
-    /// ARM64 UEFI HTTP Boot (19): a URL.
-    case httpArm64 = "http-arm64"
-    /// iPXE, whatever it runs on: its script.
-    case ipxe
+/// its script, never iPXE: that would loop). The names are `--boot-file`'s selectors: one per
+/// firmware a rack holds (`named`), and `arch:N` for any other architecture code, or for one
+/// code of a named selector that covers two (`efi-x64` is 7 and 9).
+public struct BootSelector: Hashable, Sendable, CustomStringConvertible {
+    /// `--boot-file`'s name for it: `bios`, `efi-x64`, ..., `ipxe`, or `arch:N`.
+    public let name: String
+    /// The architecture codes (option 93) it answers; empty for `ipxe`, which answers iPXE on any.
+    public let architectures: [UInt16]
+    /// The firmware kind it answers (UEFI HTTP Boot's `HTTPClient` or PXE's `PXEClient`); nil
+    /// for `ipxe`, which answers either.
+    public let kind: BootClient.Kind?
 
-    /// The selector for a machine; nil for an architecture no selector names (the proxy says so
-    /// in its log and stays silent: the site's own DHCP server may know it).
+    private init(_ name: String, _ kind: BootClient.Kind?, _ architectures: [UInt16]) {
+        self.name = name
+        self.kind = kind
+        self.architectures = architectures
+    }
+
+    public var description: String { name }
+
+    /// x86 BIOS (architecture 0): a PXE ROM.
+    public static let bios = BootSelector("bios", .pxe, [0])
+    /// x86 UEFI (6).
+    public static let efiX86 = BootSelector("efi-x86", .pxe, [6])
+    /// x64 UEFI (7, and 9, which firmware often sends for it).
+    public static let efiX64 = BootSelector("efi-x64", .pxe, [7, 9])
+    /// ARM32 UEFI (10).
+    public static let efiArm32 = BootSelector("efi-arm32", .pxe, [10])
+    /// ARM64 UEFI (11).
+    public static let efiArm64 = BootSelector("efi-arm64", .pxe, [11])
+    /// U-Boot on ARM32 (21) and ARM64 (22): its PXE, over TFTP.
+    public static let ubootArm32 = BootSelector("uboot-arm32", .pxe, [21])
+    public static let ubootArm64 = BootSelector("uboot-arm64", .pxe, [22])
+    /// RISC-V 64-bit UEFI (27).
+    public static let efiRiscv64 = BootSelector("efi-riscv64", .pxe, [27])
+    /// LoongArch 64-bit UEFI (39).
+    public static let efiLoongarch64 = BootSelector("efi-loongarch64", .pxe, [39])
+    /// UEFI HTTP Boot, which takes a URL: x86 (15), x64 (16), ARM32 (18), ARM64 (19), RISC-V 64
+    /// (28), LoongArch 64 (40).
+    public static let httpX86 = BootSelector("http-x86", .http, [15])
+    public static let httpX64 = BootSelector("http-x64", .http, [16])
+    public static let httpArm32 = BootSelector("http-arm32", .http, [18])
+    public static let httpArm64 = BootSelector("http-arm64", .http, [19])
+    public static let httpRiscv64 = BootSelector("http-riscv64", .http, [28])
+    public static let httpLoongarch64 = BootSelector("http-loongarch64", .http, [40])
+    /// iPXE, whatever it runs on: its script.
+    public static let ipxe = BootSelector("ipxe", nil, [])
+
+    /// Every named selector, in the order logs and metrics list them.
+    public static let named: [BootSelector] = [
+        .bios, .efiX86, .efiX64, .efiArm32, .efiArm64, .efiRiscv64, .efiLoongarch64, .ubootArm32, .ubootArm64,
+        .httpX86, .httpX64, .httpArm32, .httpArm64, .httpRiscv64, .httpLoongarch64, .ipxe,
+    ]
+
+    /// The IANA codes of UEFI HTTP Boot and U-Boot's HTTP boot (RFC 4578's registry, 2026): a
+    /// machine of one of them loads a URL, not a file.
+    static let httpArchitectures: Set<UInt16> = [15, 16, 17, 18, 19, 20, 23, 24, 26, 28, 30, 38, 40]
+
+    /// `arch:N`: the machines that send architecture code `code`, PXE or HTTP Boot alike (the code
+    /// says which: an HTTP Boot code is given a URL, any other a file). Over a named selector.
+    public static func architecture(_ code: UInt16) -> BootSelector {
+        BootSelector("arch:\(code)", httpArchitectures.contains(code) ? .http : .pxe, [code])
+    }
+
+    /// The selector `name` names: a named one, or `arch:N` with N a code (0 ... 65535).
+    public init?(name: String) {
+        if let named = Self.named.first(where: { $0.name == name }) {
+            self = named
+            return
+        }
+        guard name.hasPrefix("arch:"), case let digits = name.utf8.dropFirst(5), (1...5).contains(digits.count),
+              digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let code = UInt16(String(name.dropFirst(5))) else { return nil }
+        self = .architecture(code)
+    }
+
+    /// The named selector for a machine; nil for an architecture none names (the menu may still
+    /// have an `arch:N` for it: `BootMenu.selector(for:)`).
     public init?(_ client: BootClient) {
         if client.isIPXE {
             self = .ipxe
             return
         }
-        switch (client.kind, client.architecture) {
-        case (.pxe, 0): self = .bios
-        case (.pxe, 6): self = .efiX86
-        case (.pxe, 7), (.pxe, 9): self = .efiX64
-        case (.pxe, 11): self = .efiArm64
-        case (.http, 16): self = .httpX64
-        case (.http, 19): self = .httpArm64
-        default: return nil
-        }
+        guard let named = Self.named.first(where: { $0.kind == client.kind && $0.architectures.contains(client.architecture) })
+        else { return nil }
+        self = named
     }
 
+    /// Whether this names one architecture code (`arch:N`), not a kind of firmware.
+    public var isArchitectureCode: Bool { name.hasPrefix("arch:") }
+
     /// UEFI HTTP Boot takes a URL, and only a URL.
-    public var wantsURL: Bool { self == .httpX64 || self == .httpArm64 }
+    public var wantsURL: Bool { kind == .http }
+
+    /// The longest name a selector has (`${arch}` in a boot file becomes it).
+    static let longestName = (named.map(\.name) + ["arch:65535"]).max { $0.utf8.count < $1.utf8.count }!
+
+    public static func == (a: BootSelector, b: BootSelector) -> Bool { a.name == b.name }
+    public func hash(into hasher: inout Hasher) { hasher.combine(name) }
 }
 
 /// What a selector boots: a file served over TFTP (by name, beneath the root), or a URL.
@@ -75,7 +136,7 @@ public enum BootTarget: Equatable, Sendable, CustomStringConvertible {
     public var longestExpansion: Int {
         description.replacingAll("${mac:hexhyp}", with: "00-00-00-00-00-00").replacingAll("${mac}", with: "00:00:00:00:00:00")
             .replacingAll("${uuid}", with: "00000000-0000-0000-0000-000000000000")
-            .replacingAll("${arch}", with: BootSelector.allCases.map(\.rawValue).max { $0.utf8.count < $1.utf8.count }!)
+            .replacingAll("${arch}", with: BootSelector.longestName)
             .utf8.count
     }
 
@@ -89,7 +150,7 @@ public enum BootTarget: Equatable, Sendable, CustomStringConvertible {
             .replacingAll("${mac:hexhyp}", with: message.hardwareAddress(separator: "-"))
             .replacingAll("${mac}", with: message.hardwareAddress(separator: ":"))
             .replacingAll("${uuid}", with: client.uuid ?? "")
-            .replacingAll("${arch}", with: selector.rawValue)
+            .replacingAll("${arch}", with: selector.name)
         switch self {
         case .file: return .file(expanded)
         case .url: return .url(expanded)

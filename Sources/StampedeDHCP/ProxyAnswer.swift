@@ -72,14 +72,14 @@ public struct ProxyAnswer: Equatable, Sendable {
             case .notBootClient: "not a network-boot client"
             case .notForProxy: "nothing a proxy answers"
             case .addressRequest: "an address request, for the DHCP server"
-            case .unknownArchitecture(let arch): "architecture \(arch): no --boot-file selector names it"
-            case .noBootFile(let selector): "no boot file for \(selector.rawValue) (--boot-file \(selector.rawValue)=NAME)"
+            case .unknownArchitecture(let arch): "architecture \(arch): no --boot-file selector names it (arch:\(arch)=NAME would)"
+            case .noBootFile(let selector): "no boot file for \(selector.name) (--boot-file \(selector.name)=NAME)"
             case .tooManyHops(let hops): "\(hops) relay hops"
             case .otherServer(let address): "it chose the server at \(address)"
             case .otherBootServerType(let type): "a request for boot server type \(type), which this proxy does not offer"
             case .bootIntegrityServices: "a request for Boot Integrity Services (BIS), which this proxy does not offer"
             case .bootFileTooLong(let selector, let length):
-                "the boot file for \(selector.rawValue) is \(length) bytes for this machine, more than the reply holds"
+                "the boot file for \(selector.name) is \(length) bytes for this machine, more than the reply holds"
             case .leftAlone(let why): "\(why)"
             }
         }
@@ -94,17 +94,19 @@ public struct ProxyAnswer: Equatable, Sendable {
     /// The answer to `request`, which arrived on `port` from `source` (its address and port), for
     /// a server at `server` booting every machine by `menu`; or why there is none.
     public static func to(_ request: DHCPMessage, on port: Port, from source: (address: IPv4, port: UInt16),
-                          server: IPv4, menu: BootMenu) -> Result<ProxyAnswer, Silence> {
-        to(request, on: port, from: source, server: server) { _ in .boot(menu) }
+                          server: IPv4, pxeVendors: [[UInt8]] = [], menu: BootMenu) -> Result<ProxyAnswer, Silence> {
+        to(request, on: port, from: source, server: server, pxeVendors: pxeVendors) { _ in .boot(menu) }
     }
 
     /// The answer to `request`, with what each machine boots, or that it is left alone, as
     /// `choose` says (the machine records): asked only of a request this proxy would answer.
+    /// `pxeVendors`: vendor classes answered as `PXEClient` (`BootClient`).
     public static func to(_ request: DHCPMessage, on port: Port, from source: (address: IPv4, port: UInt16),
-                          server: IPv4, choose: (MachineIdentity) -> MachineChoice) -> Result<ProxyAnswer, Silence> {
+                          server: IPv4, pxeVendors: [[UInt8]] = [],
+                          choose: (MachineIdentity) -> MachineChoice) -> Result<ProxyAnswer, Silence> {
         guard request.operation == .request, let type = request.type else { return .failure(.notForProxy) }
         guard request.hops <= 16 else { return .failure(.tooManyHops(request.hops)) }
-        guard let client = BootClient(request) else { return .failure(.notBootClient) }
+        guard let client = BootClient(request, pxeVendors: pxeVendors) else { return .failure(.notBootClient) }
         // Type and layer, two bytes each (PXE 2.1 §2.2.6); shorter is not a boot item.
         let bootItem = request.options[.vendorSpecific].flatMap(PXEOption.read)?[PXEOption.bootItem.rawValue].flatMap { $0.count >= 4 ? $0 : nil }
         let replyType: DHCPMessageType
@@ -133,7 +135,7 @@ public struct ProxyAnswer: Equatable, Sendable {
         case .boot(let chosen): menu = chosen
         case .leaveAlone(let why): return .failure(.leftAlone(why))
         }
-        guard let selector = BootSelector(client) else { return .failure(.unknownArchitecture(client.architecture)) }
+        guard let selector = menu.selector(for: client) else { return .failure(.unknownArchitecture(client.architecture)) }
         guard let chosen = menu.target(for: selector) else { return .failure(.noBootFile(selector)) }
         let target = chosen.expanded(for: request, client, selector)
         let name = Array(target.description.utf8)
@@ -185,25 +187,49 @@ public struct ProxyAnswer: Equatable, Sendable {
 }
 
 /// What each selector boots: the operator's `--boot-file SELECTOR=NAME`s over the defaults of
-/// the common chain (BIOS → undionly.kpxe, x64 UEFI → ipxe.efi, UEFI HTTP Boot → ipxe.efi's URL,
-/// iPXE → boot.ipxe, over HTTP when the server serves it).
+/// the common chain (BIOS → undionly.kpxe; UEFI → iPXE built for its architecture, named as
+/// boot.ipxe.org names them: ipxe.efi for x64, ipxe-arm64.efi, ...; UEFI HTTP Boot → the same
+/// file's URL; iPXE → boot.ipxe, over HTTP when the server serves it). U-Boot's own PXE has
+/// none: it loads a kernel or a pxelinux.cfg, not iPXE (its EFI boot says architecture 11).
 public struct BootMenu: Equatable, Sendable {
-    public var targets: [BootSelector: BootTarget]
+    public private(set) var targets: [BootSelector: BootTarget]
+    /// Some selector is `arch:N`: a machine's own code is looked up before its named selector.
+    private let hasArchitectureCodes: Bool
 
-    public init(_ targets: [BootSelector: BootTarget]) { self.targets = targets }
+    public init(_ targets: [BootSelector: BootTarget]) {
+        self.targets = targets
+        hasArchitectureCodes = targets.keys.contains { $0.isArchitectureCode }
+    }
+
+    /// iPXE for each UEFI architecture, as boot.ipxe.org names its builds.
+    static let iPXEBuilds: [(pxe: BootSelector, http: BootSelector?, file: String)] = [
+        (.efiX86, .httpX86, "ipxe-i386.efi"), (.efiX64, .httpX64, "ipxe.efi"), (.efiArm32, .httpArm32, "ipxe-arm32.efi"),
+        (.efiArm64, .httpArm64, "ipxe-arm64.efi"), (.efiRiscv64, .httpRiscv64, "ipxe-riscv64.efi"),
+        (.efiLoongarch64, .httpLoongarch64, "ipxe-loong64.efi"),
+    ]
 
     /// The defaults, with the operator's choices over them. `httpBase`: `http://ADDR:PORT/`
     /// where this server's `--http` serves the address machines reach it at (nil: no HTTP).
     public static func withDefaults(_ chosen: [BootSelector: BootTarget], httpBase: String?) -> BootMenu {
-        var targets: [BootSelector: BootTarget] = [.bios: .file("undionly.kpxe"), .efiX64: .file("ipxe.efi")]
-        if let httpBase {
-            targets[.httpX64] = .url(httpBase + "ipxe.efi")
-            targets[.ipxe] = .url(httpBase + "boot.ipxe")
-        } else {
-            targets[.ipxe] = .file("boot.ipxe")
+        var targets: [BootSelector: BootTarget] = [.bios: .file("undionly.kpxe")]
+        for build in iPXEBuilds {
+            targets[build.pxe] = .file(build.file)
+            if let httpBase, let http = build.http { targets[http] = .url(httpBase + build.file) }
         }
+        targets[.ipxe] = httpBase.map { .url($0 + "boot.ipxe") } ?? .file("boot.ipxe")
         targets.merge(chosen) { _, theirs in theirs }
         return BootMenu(targets)
+    }
+
+    /// The selector a machine is answered by: its architecture code's (`arch:N`) where the menu
+    /// has one, else its named selector (iPXE always by `ipxe`: its script, whatever it runs on);
+    /// nil where neither names it.
+    public func selector(for client: BootClient) -> BootSelector? {
+        if hasArchitectureCodes && !client.isIPXE {
+            let exact = BootSelector.architecture(client.architecture)
+            if targets[exact] != nil { return exact }
+        }
+        return BootSelector(client)
     }
 
     /// The target for `selector`; nil where there is none, or where UEFI HTTP Boot would be given
@@ -212,5 +238,12 @@ public struct BootMenu: Equatable, Sendable {
         guard let target = targets[selector] else { return nil }
         if selector.wantsURL, case .file = target { return nil }
         return target
+    }
+
+    /// Every selector it answers and what with, named ones first, for the start line.
+    public var listing: [(selector: BootSelector, target: BootTarget)] {
+        let named = BootSelector.named.compactMap { selector in target(for: selector).map { (selector, $0) } }
+        let codes = targets.keys.filter(\.isArchitectureCode).sorted { $0.architectures[0] < $1.architectures[0] }
+        return named + codes.compactMap { selector in target(for: selector).map { (selector, $0) } }
     }
 }

@@ -29,7 +29,7 @@ public struct DiscoveredMachine: Equatable, Sendable {
         var buffer = [CChar](repeating: 0, count: 32)
         let length = strftime(&buffer, buffer.count, "%Y-%m-%dT%H:%M:%SZ", &parts)
         let when = String(decoding: buffer.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        let firmware = identity.firmware.map { " (\($0.rawValue))" } ?? ""
+        let firmware = identity.firmware.map { " (\($0.name))" } ?? ""
         var lines = [
             "# Discovered \(when): no record selected this machine when it asked to boot.",
             "# Its request: \(said.filter { $0 != "\n" && $0 != "\r" }), architecture \(identity.architecture.map(String.init) ?? "unknown")\(firmware).",

@@ -35,8 +35,8 @@ public final class MachineBindings: Sendable {
 
 extension MachineBindings {
     /// What `message` (from a network-boot client) says of the address it holds or asks for.
-    public func learn(from message: DHCPMessage) {
-        guard let client = BootClient(message) else { return }
+    public func learn(from message: DHCPMessage, pxeVendors: [[UInt8]] = []) {
+        guard let client = BootClient(message, pxeVendors: pxeVendors) else { return }
         let machine = MachineIdentity(message, client)
         if !message.clientAddress.isAny {
             learn(message.clientAddress, is: machine)

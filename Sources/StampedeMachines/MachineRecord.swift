@@ -27,7 +27,7 @@ public struct MachineRecord: Equatable, Sendable {
             case .hardwareAddress(let address): "mac \(address.hardwareAddressText(separator: ":"))"
             case .uuid(let uuid): "uuid \(uuid)"
             case .architecture(let number): "arch \(number)"
-            case .firmware(let selector): "arch \(selector.rawValue)"
+            case .firmware(let selector): "arch \(selector.name)"
             case .everyMachine: "default"
             }
         }

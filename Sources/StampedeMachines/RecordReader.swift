@@ -53,12 +53,12 @@ struct RecordReader {
             guard let uuid = MachineRecord.uuid(value) else { return "uuid \(value): not a UUID like 4c4c4544-0031-3510-8052-b4c04f4c4e31" }
             record.selectors.append((.uuid(uuid), line))
         case "arch":
-            if let selector = BootSelector(rawValue: value), selector != .ipxe {
+            if let selector = BootSelector.named.first(where: { $0.name == value }), selector != .ipxe {
                 record.selectors.append((.firmware(selector), line))
             } else if let code = UInt16(value) {
                 record.selectors.append((.architecture(code), line))
             } else {
-                let names = BootSelector.allCases.filter { $0 != .ipxe }.map(\.rawValue).joined(separator: ", ")
+                let names = BootSelector.named.filter { $0 != .ipxe }.map(\.name).joined(separator: ", ")
                 return "arch \(value): not one of \(names), nor an architecture number (0-65535)"
             }
         case "default":
@@ -98,7 +98,7 @@ struct RecordReader {
         case "boot-file":
             do {
                 let choice = try BootFileChoice(parsing: value)
-                if record.bootFiles[choice.selector] != nil { return "boot-file for \(choice.selector.rawValue) said twice" }
+                if record.bootFiles[choice.selector] != nil { return "boot-file for \(choice.selector.name) said twice" }
                 record.bootFiles[choice.selector] = choice.target
             } catch {
                 return "boot-file \(value): \(error)"

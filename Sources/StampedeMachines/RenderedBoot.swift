@@ -29,7 +29,7 @@ public struct RenderedBoot: Equatable, Sendable {
         values["mac"] = machine.hardwareAddress.hardwareAddressText(separator: ":")
         values["mac:hexhyp"] = machine.hardwareAddress.hardwareAddressText(separator: "-")
         values["uuid"] = machine.uuid ?? ""
-        values["arch"] = machine.firmware?.rawValue ?? machine.architecture.map(String.init) ?? ""
+        values["arch"] = machine.firmware?.name ?? machine.architecture.map(String.init) ?? ""
         var line = ""
         var rest = Substring(commandLine)
         while let start = rest.byteRange(of: "${"), let end = rest[start.upperBound...].utf8.firstIndex(of: UInt8(ascii: "}")) {

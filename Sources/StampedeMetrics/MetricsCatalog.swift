@@ -59,12 +59,12 @@ struct MetricsCatalog {
 
     /// proxyDHCP's answers and silences.
     private mutating func proxyDHCP() {
-        for selector in BootSelector.allCases {
+        for (index, selector) in WorkerMetrics.countedSelectors.enumerated() {
             for offer in [true, false] {
                 counter("stampede_boot_answers_total",
-                        "proxyDHCP answers (--proxy-dhcp) by the machine's selector and the answer: an offer, or a boot server's ack.",
-                        [("selector", selector.rawValue), ("answer", offer ? "offer" : "ack")]) { workers, _ in
-                    workers.reduce(0) { $0 + $1.bootAnswers(selector, offer: offer) }
+                        "proxyDHCP answers (--proxy-dhcp) by the machine's selector (arch: every arch:N) and the answer: an offer, or a boot server's ack.",
+                        [("selector", selector), ("answer", offer ? "offer" : "ack")]) { workers, _ in
+                    workers.reduce(0) { $0 + $1.bootAnswers(counted: index, offer: offer) }
                 }
             }
         }

@@ -66,6 +66,8 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     /// How far each machine's boot got (with `--machines`).
     public let progress: MachineProgress?
     public let ports: Ports
+    /// `--pxe-vendor`: vendor classes answered as `PXEClient`.
+    public let pxeVendors: [[UInt8]]
     /// Its answers by selector and its silences by reason, and its heartbeat (`lastTurn`).
     public let metrics = WorkerMetrics.dhcp()
     /// The sockets, owned here and closed with the responder: the packet socket, the raw sender,
@@ -97,9 +99,10 @@ public final class ProxyDHCPServer: @unchecked Sendable {
 
     /// Opens the sockets (as the starting user: before privileges drop) for `networks`.
     public init(networks: [BootNetwork], machines: MachineRecords? = nil, bindings: MachineBindings? = nil, progress: MachineProgress? = nil,
-                ports: Ports = Ports(), receiveBuffer: Int, logger: Logger, json: Bool) throws(StartFailure) {
+                ports: Ports = Ports(), pxeVendors: [String] = [], receiveBuffer: Int, logger: Logger, json: Bool) throws(StartFailure) {
         guard networks.count <= Int(STAMPEDE_MAX_BOOT_NETWORKS) else { throw .tooManyNetworks(networks.count) }
         self.networks = networks
+        self.pxeVendors = pxeVendors.map { Array($0.utf8) }
         self.machines = machines
         self.bindings = bindings
         self.progress = progress
@@ -234,11 +237,11 @@ public final class ProxyDHCPServer: @unchecked Sendable {
         }
         let what = "DHCP \(message.type.map { "\($0)".uppercased() } ?? "message") \(message.hardwareAddress()) on \(network.interface.name)"
         // Answered or not (a REQUEST to the site's server too): the address it holds or asks for.
-        bindings?.learn(from: message)
+        bindings?.learn(from: message, pxeVendors: pxeVendors)
         // The machine asked about, and its record: one look at the records per request.
         var asked: MachineIdentity?
         var record: MachineRecord?
-        let answer = ProxyAnswer.to(message, on: port, from: source, server: network.address) { machine in
+        let answer = ProxyAnswer.to(message, on: port, from: source, server: network.address, pxeVendors: pxeVendors) { machine in
             asked = machine
             guard let machines else { return .boot(network.menu) }
             let relay = message.relayAddress.isAny ? nil : message.relayAddress
@@ -332,19 +335,19 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     }
 
     private func log(_ answer: ProxyAnswer, for message: DHCPMessage, _ what: String, offer: Bool) {
-        let client = BootClient(message)
+        let client = BootClient(message, pxeVendors: pxeVendors)
         let destination = "\(answer.destination)"
         if json {
             logger.info("boot", metadata: [
                 "event": "boot", "protocol": "dhcp", "client": "\(message.hardwareAddress())",
                 "request": "\(message.type.map { "\($0)" } ?? "unknown")", "architecture": .stringConvertible(client?.architecture ?? 0),
-                "uuid": "\(client?.uuid ?? "")", "selector": "\(answer.selector.rawValue)", "boot_file": "\(sanitizedForLog(Array(answer.target.description.utf8)))",
+                "uuid": "\(client?.uuid ?? "")", "selector": "\(answer.selector.name)", "boot_file": "\(sanitizedForLog(Array(answer.target.description.utf8)))",
                 "outcome": "\(offer ? "offered" : "acknowledged")", "to": "\(destination)",
             ])
             return
         }
         logger.info("""
-            \(what): \(answer.selector.rawValue) (arch \(client?.architecture ?? 0)\(client?.uuid.map { ", uuid \($0)" } ?? "")): \
+            \(what): \(answer.selector.name) (arch \(client?.architecture ?? 0)\(client?.uuid.map { ", uuid \($0)" } ?? "")): \
             \(offer ? "offered" : "acknowledged") "\(sanitizedForLog(Array(answer.target.description.utf8)))" to \(destination)
             """)
     }

@@ -147,7 +147,12 @@ import Testing
         #expect(network.menu.target(for: .efiX64) == .file("ipxe.efi"))
         #expect(network.menu.target(for: .httpX64) == .url("http://10.0.0.1/ipxe.efi"))
         #expect(network.menu.target(for: .ipxe) == .url("http://10.0.0.1/boot.ipxe"))
-        #expect(network.menu.target(for: .efiArm64) == nil)
+        // Every UEFI architecture has iPXE by default, named as boot.ipxe.org names its builds.
+        #expect(network.menu.target(for: .efiArm64) == .file("ipxe-arm64.efi"))
+        #expect(network.menu.target(for: .httpArm64) == .url("http://10.0.0.1/ipxe-arm64.efi"))
+        #expect(network.menu.target(for: .efiX86) == .file("ipxe-i386.efi"))
+        #expect(network.menu.target(for: .efiRiscv64) == .file("ipxe-riscv64.efi"))
+        #expect(network.menu.target(for: .ubootArm64) == nil, "U-Boot's own PXE loads no iPXE")
         let wildcard = try #require(plan("--proxy-dhcp", "10.0.0.1", "--http", ":8080").bootNetworks.first)
         #expect(wildcard.menu.target(for: .ipxe) == .url("http://10.0.0.1:8080/boot.ipxe"))
         let elsewhere = try #require(plan("--proxy-dhcp", "10.0.0.1", "--http", "10.9.9.9:80").bootNetworks.first)
@@ -175,6 +180,9 @@ import Testing
         for (bad, said) in [(["--boot-file", "http-x64=ipxe.efi"], "UEFI HTTP Boot loads a URL"),
                             (["--boot-file", "bios=http://x/y"], "a PXE firmware loads a file over TFTP"),
                             (["--boot-file", "arm=x"], "not SELECTOR=NAME"), (["--boot-file", "bios="], "NAME is empty"),
+                            (["--boot-file", "arch:70000=x"], "or arch:N"), (["--boot-file", "arch:16=x.efi"], "UEFI HTTP Boot loads a URL"),
+                            (["--pxe-vendor", "U-Boot armv8"], "--pxe-vendor U-Boot armv8: the start of a vendor class"),
+                            (["--pxe-vendor", ""], "--pxe-vendor : the start of a vendor class"),
                             (["--boot-file", "efi-x64=" + String(repeating: "n", count: 110) + "/${mac}"], "128 bytes for a machine"),
                             (["--proxy-dhcp", "eth0"], "--proxy-dhcp eth0: not this server's IPv4 address"),
                             (["--proxy-dhcp", "0.0.0.0"], "--proxy-dhcp 0.0.0.0: not this server's IPv4 address"),

@@ -66,8 +66,71 @@ import Testing
         #expect(try answer(edk2Discover(arch: 9), menu: custom).get().target == .file("ipxe.efi"))
         #expect(try answer(edk2Discover(arch: 11), menu: custom).get().target == .file("arm64/ipxe.efi"))
         #expect(try answer(edk2Discover(arch: 6), menu: custom).get().target == .file("ipxe-i386.efi"))
-        #expect(answer(edk2Discover(arch: 10)) == .failure(.unknownArchitecture(10)))
-        #expect(answer(edk2Discover(arch: 11)) == .failure(.noBootFile(.efiArm64)))
+        #expect(try answer(edk2Discover(arch: 11)).get().target == .file("ipxe-arm64.efi"))
+        #expect(try answer(edk2Discover(arch: 10)).get().target == .file("ipxe-arm32.efi"))
+        #expect(answer(edk2Discover(arch: 12)) == .failure(.unknownArchitecture(12)))
+        #expect(answer(edk2Discover(arch: 22)) == .failure(.noBootFile(.ubootArm64)))
+        let empty = BootMenu([:])
+        #expect(answer(edk2Discover(arch: 11), menu: empty) == .failure(.noBootFile(.efiArm64)))
+    }
+
+    /// `arch:N`: any code of IANA's registry, PXE or HTTP Boot, answered by its own entry, which
+    /// comes before a named selector covering the same code (efi-x64 is 7 and 9); iPXE is still
+    /// given its script, whatever it runs on.
+    @Test func anArchitectureCodeIsAnsweredByItsOwnEntry() throws {
+        let menu = BootMenu.withDefaults([
+            BootSelector(name: "arch:9")!: .file("ebc-is-really-x64.efi"),
+            BootSelector(name: "arch:12")!: .file("powerpc/core.elf"),
+            BootSelector(name: "arch:26")!: .url("http://10.0.0.1/riscv32.efi"),
+        ], httpBase: "http://10.0.0.1/")
+        let nine = try answer(edk2Discover(arch: 9), menu: menu).get()
+        #expect(nine.selector.name == "arch:9" && nine.target == .file("ebc-is-really-x64.efi"))
+        #expect(try answer(edk2Discover(arch: 7), menu: menu).get().selector == .efiX64)
+        #expect(try answer(edk2Discover(arch: 12), menu: menu).get().target == .file("powerpc/core.elf"))
+        let http = request(options: option(53, [1]) + option(60, "HTTPClient:Arch:00026:UNDI:003000") + option(93, [0, 26]) + [255])
+        let riscv = try answer(http, menu: menu).get()
+        #expect(riscv.target == .url("http://10.0.0.1/riscv32.efi") && riscv.reply.options[.vendorClass] == Array("HTTPClient".utf8))
+        let ipxe = edk2Discover(arch: 9, extra: option(77, "iPXE"))
+        #expect(try answer(ipxe, menu: menu).get().selector == .ipxe)
+        #expect(answer(edk2Discover(arch: 13), menu: menu) == .failure(.unknownArchitecture(13)))
+    }
+
+    /// U-Boot's DISCOVER as its net/bootp.c writes it on ARM64 (option 93 = 22, 94, 97 when
+    /// `pxeuuid` is set, vendor class `U-Boot.armv8`): not a PXE client unless `--pxe-vendor`
+    /// says so, then answered by uboot-arm64 (no default: U-Boot loads no iPXE), with option 60
+    /// `PXEClient` in the reply as dnsmasq writes it.
+    @Test func uBootIsAnsweredWhereItsVendorClassIsNamed() throws {
+        let uboot = request(options: option(53, [1]) + option(57, [0x02, 0x40]) + option(93, [0, 22]) + option(94, [1, 0, 0])
+                                + option(97, [0] + Array(0..<16)) + option(60, "U-Boot.armv8") + [255])
+        let message = try parse(uboot).get()
+        let menu = BootMenu.withDefaults([.ubootArm64: .file("pxelinux.0")], httpBase: nil)
+        #expect(ProxyAnswer.to(message, on: .dhcp, from: client, server: server, menu: menu) == .failure(.notBootClient))
+        let vendors = [Array("U-Boot".utf8)]
+        let answer = try ProxyAnswer.to(message, on: .dhcp, from: client, server: server, pxeVendors: vendors, menu: menu).get()
+        #expect(answer.selector == .ubootArm64 && answer.target == .file("pxelinux.0"))
+        #expect(answer.reply.options[.vendorClass] == Array("PXEClient".utf8))
+        #expect(ProxyAnswer.to(message, on: .dhcp, from: client, server: server, pxeVendors: vendors, menu: BootMenu.withDefaults([:], httpBase: nil))
+                == .failure(.noBootFile(.ubootArm64)))
+        #expect(BootClient(message, pxeVendors: [Array("U-Boot.armv7".utf8)]) == nil)
+        #expect(BootClient(message, pxeVendors: vendors)?.architecture == 22)
+    }
+
+    /// `arch:N`'s grammar: N a code of 0 ... 65535 in decimal; an HTTP Boot code takes a URL and
+    /// any other a file, as the named selectors do.
+    @Test func anArchitectureCodesGrammar() throws {
+        #expect(BootSelector(name: "arch:0")?.architectures == [0])
+        #expect(BootSelector(name: "arch:65535")?.architectures == [65535])
+        for bad in ["arch:", "arch:65536", "arch:-1", "arch:0x10", "arch:1 ", "arch:000001", "Arch:7", "efi-arm"] {
+            #expect(BootSelector(name: bad) == nil, "\(bad)")
+        }
+        #expect(throws: BootFileChoice.Refusal.self) { try BootFileChoice(parsing: "arch:19=arm64.efi") }
+        #expect(throws: BootFileChoice.Refusal.self) { try BootFileChoice(parsing: "arch:11=http://10.0.0.1/arm64.efi") }
+        #expect(try BootFileChoice(parsing: "arch:40=http://10.0.0.1/loong.efi").target == .url("http://10.0.0.1/loong.efi"))
+        #expect(try BootFileChoice(parsing: "arch:41=rpi/start4.elf").selector == BootSelector.architecture(41))
+        #expect(try BootFileChoice(parsing: "efi-riscv64=riscv.efi").selector == .efiRiscv64)
+        // `${arch}` becomes the selector's name, and the longest (http-loongarch64) is allowed for.
+        #expect(try BootFileChoice(parsing: "arch:27=${arch}/" + String(repeating: "x", count: 110)).selector.name == "arch:27")
+        #expect(throws: BootFileChoice.Refusal.self) { try BootFileChoice(parsing: "arch:27=${arch}/" + String(repeating: "x", count: 111)) }
     }
 
     /// The Raspberry Pi 4's EDK2 sends no option 93, only `Arch:00011` in option 60.

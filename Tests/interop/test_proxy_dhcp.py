@@ -39,9 +39,21 @@ def test_uefi_pxe_is_offered_ipxe_with_the_bypass(proxy, machine):
     (0, None, dhcpwire.option(77, "iPXE"), f"http://{SERVER}:8080/boot.ipxe"),
     (16, "HTTPClient:Arch:00016:UNDI:003001", b"", f"http://{SERVER}:8080/ipxe.efi"),
     (None, "PXEClient:Arch:00011:UNDI:003000", b"", "arm/ipxe.efi"),
+    (19, "HTTPClient:Arch:00019:UNDI:003001", b"", f"http://{SERVER}:8080/ipxe-arm64.efi"),
+    (27, None, b"", "ipxe-riscv64.efi"),
+    (9, None, b"", "ebc.efi"),
+    (12, None, b"", "powerpc/core.elf"),
+    (22, "U-Boot.armv8", b"", "uboot/pxelinux.0"),
 ])
 def test_each_firmware_gets_its_boot_file(proxy, machine, arch, vendor, extra, expected):
-    s = proxy("--boot-file", "efi-arm64=arm/ipxe.efi")
+    """Named selectors, their defaults (iPXE per architecture), `arch:N` (before efi-x64 for
+    code 9, alone for PowerPC's 12) and U-Boot's own vendor class through --pxe-vendor."""
+    s = proxy("--boot-file", "efi-arm64=arm/ipxe.efi", "--boot-file", "arch:9=ebc.efi", "--boot-file", "arch:12=powerpc/core.elf",
+              "--boot-file", "uboot-arm64=uboot/pxelinux.0", "--pxe-vendor", "U-Boot")
+    # The start line lists what each is offered, the codes after the named selectors.
+    assert s.log_lines(f"efi-arm64 arm/ipxe.efi, efi-riscv64 ipxe-riscv64.efi, efi-loongarch64 ipxe-loong64.efi, "
+                       f"uboot-arm64 uboot/pxelinux.0, http-x86 http://{SERVER}:8080/ipxe-i386.efi"), s.log_text()
+    assert s.log_lines(f"ipxe http://{SERVER}:8080/boot.ipxe, arch:9 ebc.efi, arch:12 powerpc/core.elf"), s.log_text()
     reply = machine.ask(dhcpwire.message(MAC, arch=arch, vendor=vendor, extra=extra))
     assert reply, s.log_text()
     # Option 67 with its NUL, as dnsmasq writes it (ROMs that read it as a C string).
@@ -92,10 +104,13 @@ def test_a_relayed_request_goes_back_through_the_relay_by_broadcast_with_its_opt
 
 def test_an_architecture_nobody_boots_is_said_and_not_answered(proxy, machine):
     s = proxy()
-    assert machine.ask(dhcpwire.message(MAC, arch=10), timeout=1) is None
-    assert s.log_lines("architecture 10: no --boot-file selector names it")
-    assert machine.ask(dhcpwire.message(MAC, arch=11), timeout=1) is None
-    assert s.log_lines("no boot file for efi-arm64 (--boot-file efi-arm64=NAME)")
+    assert machine.ask(dhcpwire.message(MAC, arch=12), timeout=1) is None
+    assert s.log_lines("architecture 12: no --boot-file selector names it (arch:12=NAME would)")
+    assert machine.ask(dhcpwire.message(MAC, arch=22), timeout=1) is None
+    assert s.log_lines("no boot file for uboot-arm64 (--boot-file uboot-arm64=NAME)")
+    # U-Boot's own vendor class is nobody's network boot until --pxe-vendor names it.
+    assert machine.ask(dhcpwire.message(MAC[:5] + b"\x42", arch=22, vendor="U-Boot.armv8"), timeout=1) is None
+    assert not [line for line in s.log_lines("52:54:00:12:34:42", count=0) if "offered" in line], s.log_text()
 
 
 def test_bad_packets_are_ignored_and_the_proxy_still_answers(proxy, machine):
@@ -126,20 +141,20 @@ def test_bad_packets_are_ignored_and_the_proxy_still_answers(proxy, machine):
 
 
 def test_a_machine_nobody_boots_is_said_once_a_minute_and_each_of_its_requests_counted(proxy, machine):
-    """An ARM64 machine before `--boot-file efi-arm64=` is set: its 2,000 DISCOVERs are one
+    """A U-Boot machine before `--boot-file uboot-arm64=` is set: its 2,000 DISCOVERs are one
     warning (they were 2,002 lines), each counted; another such machine is said at once."""
     port = free_tcp_port()
     s = proxy("--metrics", f"127.0.0.1:{port}")
-    packet = dhcpwire.message(MAC, arch=11)
+    packet = dhcpwire.message(MAC, arch=22)
     for _ in range(2000):
         machine.sock.sendto(packet, ("255.255.255.255", 67))
-    machine.sock.sendto(dhcpwire.message(MAC[:5] + b"\x99", arch=11), ("255.255.255.255", 67))
+    machine.sock.sendto(dhcpwire.message(MAC[:5] + b"\x99", arch=22), ("255.255.255.255", 67))
     deadline, text = time.time() + 10, ""
     while 'stampede_boot_ignored_total{reason="no_boot_file"} 2001' not in text and time.time() < deadline:
         time.sleep(0.3)
         text = run([*s.argv[:4], "curl", "-s", f"http://127.0.0.1:{port}/metrics"]).stdout.decode()
     assert 'stampede_boot_ignored_total{reason="no_boot_file"} 2001' in text, text
-    said = s.log_lines("not answered: no boot file for efi-arm64", count=2)
+    said = s.log_lines("not answered: no boot file for uboot-arm64", count=2)
     assert len(said) == 2, s.log_text()[-3000:]
     assert "52:54:00:12:34:56" in said[0] and "52:54:00:12:34:99" in said[1], said
 

@@ -186,3 +186,14 @@ extension BootFileChoice {
 
 extension TLSProfile: ExpressibleByArgument {}
 extension MachineBook.UnknownMachines: ExpressibleByArgument {}
+
+extension ServeOptions {
+    /// `--pxe-vendor`: the start of a vendor class, printable ASCII without spaces, as option 60
+    /// holds it (at most 255 bytes).
+    static func pxeVendor(_ text: String) throws -> String {
+        guard !text.isEmpty, text.utf8.count <= 255, text.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) else {
+            throw ValidationError("--pxe-vendor \(text): the start of a vendor class (option 60), printable ASCII without spaces, like U-Boot.armv8.")
+        }
+        return text
+    }
+}

@@ -233,10 +233,15 @@ struct ServeOptions: ParsableArguments {
             transform: IPv4.parse)
     var proxyDHCP: [IPv4] = []
     @Option(name: .customLong("boot-file"),
-            help: ArgumentHelp("What machines of SELECTOR boot, offered by --proxy-dhcp (repeatable): bios, efi-x86, efi-x64, efi-arm64 (a file name), http-x64, http-arm64 (a URL), ipxe (iPXE asking again: its script, a file name or a URL). Defaults: bios=undionly.kpxe, efi-x64=ipxe.efi, http-x64=ipxe.efi's URL on --http, ipxe=boot.ipxe (its URL on --http). NAME may hold ${mac}, ${mac:hexhyp}, ${uuid} and ${arch}.",
+            help: ArgumentHelp("What machines of SELECTOR boot, offered by --proxy-dhcp (repeatable): bios, efi-x86, efi-x64, efi-arm32, efi-arm64, efi-riscv64, efi-loongarch64, uboot-arm32, uboot-arm64 (a file name), http-x86, http-x64, http-arm32, http-arm64, http-riscv64, http-loongarch64 (UEFI HTTP Boot: a URL), ipxe (iPXE asking again: its script, a file name or a URL), or arch:N for machines that send architecture code N (RFC 4578, IANA's registry; before a named selector of the same code). Defaults: bios=undionly.kpxe, each UEFI architecture's iPXE as boot.ipxe.org names it (efi-x64=ipxe.efi, efi-arm64=ipxe-arm64.efi, efi-x86=ipxe-i386.efi, ...) and its URL on --http for HTTP Boot, ipxe=boot.ipxe (its URL on --http); U-Boot none. NAME may hold ${mac}, ${mac:hexhyp}, ${uuid} and ${arch}.",
                                valueName: "SELECTOR=NAME"),
             transform: BootFileChoice.parse)
     var bootFile: [BootFileChoice] = []
+    @Option(name: .customLong("pxe-vendor"),
+            help: ArgumentHelp("Answer DHCP requests whose vendor class (option 60) starts with VENDOR as PXEClient's (repeatable), as dnsmasq's --dhcp-pxe-vendor: U-Boot sends U-Boot.armv8 (its architecture, option 93, picks the selector: uboot-arm64 for 22). PXEClient and HTTPClient are always answered.",
+                               valueName: "VENDOR"),
+            transform: ServeOptions.pxeVendor)
+    var pxeVendor: [String] = []
     @Option(name: .customLong("machines"),
             help: ArgumentHelp("Machine records: a directory of files, one per machine (or a default), each saying which machines it selects (mac, uuid, arch) and whether --proxy-dhcp boots them, leaves them to boot from disk, or ignores them; Ironic's dhcp-hostsdir files (MAC, MAC,ignore) are read as they are. A machine no record selects is left alone (--unknown-machines). A bad file at start is refused with its file and line (exit 78). Off by default: every network-boot machine is answered.",
                                valueName: "DIR"))

@@ -126,7 +126,7 @@ struct ServerStartup {
         guard !plan.bootNetworks.isEmpty else { return nil }
         do {
             return try ProxyDHCPServer(networks: plan.bootNetworks, machines: machines?.records, bindings: machines?.bindings, progress: machines?.progress,
-                                       receiveBuffer: configuration.listenerReceiveBuffer,
+                                       pxeVendors: plan.options.pxeVendor, receiveBuffer: configuration.listenerReceiveBuffer,
                                        logger: configuration.logger, json: configuration.logFormat == .json)
         } catch {
             throw serveFailure("--proxy-dhcp: \(error)")
@@ -207,7 +207,7 @@ struct ServerStartup {
                 """)
         }
         for network in proxy?.networks ?? [] {
-            let menu = BootSelector.allCases.compactMap { selector in network.menu.target(for: selector).map { "\(selector.rawValue) \($0)" } }
+            let menu = network.menu.listing.map { "\($0.selector.name) \($0.target)" }
             logger.notice("""
                 answering network-boot DHCP as a proxy for \(network.interface.name) (boot server \(network.address)): its \
                 broadcasts, and what is sent to \(network.address) on ports 67 and 4011 from any interface (relays): \(menu.joined(separator: ", "))
