@@ -146,7 +146,7 @@ def main():
     finally:
         remove_lab()
     lines = [f"A DISCOVER storm: {DISCOVER_MACHINES} machines' EDK2 DISCOVERs within 1 s (each answered by an offer; "
-             "dnsmasq's offer does not bypass boot server discovery, so its machines also ask on 4011, as EDK2 does), "
+             "neither server's offer to UEFI bypasses boot server discovery, so every machine also asks on 4011, as EDK2 does), "
              f"{ROUNDS} interleaved rounds, median round:", "",
              "| servers | answered / lost | answer p50 s (spread) | answer p99 s | DHCP retransmissions | server CPU s "
              "| server CPU µs per machine | storm CPU s |", "|---|---|---|---|---|---|---|---|"]

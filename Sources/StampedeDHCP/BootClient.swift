@@ -51,6 +51,10 @@ public struct BootClient: Equatable, Sendable {
         }
     }
 
+    /// A UEFI firmware (or one after it: U-Boot, ...): an architecture code of 6 and up, as
+    /// dnsmasq tells them (architecture 0 is BIOS, 1 to 5 the PC-98, Itanium, Alpha and Arc era).
+    public var isUEFI: Bool { architecture >= 6 }
+
     /// The architecture in `PXEClient:Arch:00011:UNDI:003000` (five decimal digits), if present.
     static func architecture(inVendorClass vendor: [UInt8]) -> UInt16? {
         let marker = Array(":Arch:".utf8)

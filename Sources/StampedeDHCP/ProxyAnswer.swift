@@ -3,11 +3,14 @@
 /// that does not boot from the network. Pure: a request, where it came, and the boot menu in;
 /// the reply and where it goes, or why there is none, out.
 ///
-/// - DISCOVER on port 67: an OFFER naming this server (option 54, siaddr) and the boot file, with
-///   PXE's discovery control set to "boot this file" (option 43, sub-option 6 = 8): the bypass.
+/// - DISCOVER on port 67: an OFFER naming this server (option 54, siaddr) and the boot file; for a
+///   BIOS PXE ROM with PXE's discovery control set to "boot this file" (option 43, sub-option 6 =
+///   8): the bypass. UEFI (architecture 6 and up) gets no option 43, as dnsmasq has answered it
+///   since 2.76: EDK2's PXE of before 2019 does not check the bypass bit and, finding no menu,
+///   picks local boot; with no option 43 every EDK2 asks the boot server on port 4011 (below).
 /// - REQUEST (or INFORM) on port 4011, or on port 67 with a PXE boot item (option 43, sub-option
 ///   71: boot server discovery): an ACK with the boot file, for firmware that ignores the bypass
-///   and asks the boot server anyway (EDK2 does without option 43).
+///   and asks the boot server anyway (EDK2 does without option 43), its boot item echoed.
 /// - A REQUEST on port 67 without a boot item asks the site's DHCP server for an address: silence.
 /// - A boot item of another type than the bootstrap server this proxy's offers imply, a BIS
 ///   request, or a REQUEST that names another server (option 54) is another PXE server's (WDS,
@@ -162,7 +165,7 @@ public struct ProxyAnswer: Equatable, Sendable {
         if client.kind == .pxe {
             if let bootItem, replyType == .ack {
                 reply.options[.vendorSpecific] = PXEOption.write([(.bootItem, bootItem)])
-            } else {
+            } else if !client.isUEFI {
                 reply.options[.vendorSpecific] = PXEOption.write([(.discoveryControl, [PXEOption.useThisBootFile])])
             }
         }

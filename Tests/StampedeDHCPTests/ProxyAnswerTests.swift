@@ -12,9 +12,11 @@ import Testing
         return ProxyAnswer.to(message, on: port, from: source ?? client, server: server, menu: menu ?? self.menu)
     }
 
-    /// The bypass: an OFFER with no address, naming this server and the file, discovery control 8,
-    /// option 60 and 97 echoed, broadcast.
-    @Test func uefiPXEIsOfferedIPXEWithTheBypass() throws {
+    /// UEFI's offer: no address, naming this server and the file, option 60 and 97 echoed,
+    /// broadcast, and no option 43 (as dnsmasq since 2.76: EDK2 then asks port 4011, and an EDK2
+    /// of before 2019, which does not check the bypass bit, does not take a menu-less offer for
+    /// "local boot").
+    @Test func uefiPXEIsOfferedIPXEWithoutOption43() throws {
         let answer = try answer(edk2Discover()).get()
         let reply = answer.reply
         #expect(answer.destination == .broadcast)
@@ -29,10 +31,35 @@ import Testing
         #expect(reply.options[.serverIdentifier] == [10, 0, 0, 1])
         #expect(reply.options[.vendorClass] == Array("PXEClient".utf8))
         #expect(reply.options[.machineIdentifier] == edk2UUID)
-        #expect(reply.options[.vendorSpecific] == [6, 1, 8, 255])
+        #expect(reply.options[.vendorSpecific] == nil)
         #expect(reply.wantsBroadcast)
         // What goes on the wire parses back the same.
         #expect(try parse(reply.encoded()).get() == reply)
+    }
+
+    /// The bypass, for BIOS PXE ROMs (and iPXE on BIOS): discovery control 8, boot the file named
+    /// here. Every UEFI code (6 and up, U-Boot's too) goes without, its ACK on 4011 too unless it
+    /// sent a boot item, which is echoed.
+    @Test func theBypassIsForBIOSAlone() throws {
+        let bios = edk2Discover(arch: 0, vendor: "PXEClient:Arch:00000:UNDI:002001")
+        #expect(try answer(bios).get().reply.options[.vendorSpecific] == [6, 1, 8, 255])
+        #expect(try answer(bios + option(77, "iPXE")).get().reply.options[.vendorSpecific] == [6, 1, 8, 255])
+        let noArchitecture = request(options: option(53, [1]) + option(60, "PXEClient") + [255])
+        #expect(try answer(noArchitecture).get().reply.options[.vendorSpecific] == [6, 1, 8, 255])
+        for arch: UInt16 in [6, 7, 9, 10, 11, 22, 27, 39, 300] {
+            let menu = BootMenu.withDefaults([BootSelector.architecture(arch): .file("x.efi")], httpBase: nil)
+            #expect(try answer(edk2Discover(arch: arch), menu: menu).get().reply.options[.vendorSpecific] == nil, "arch \(arch)")
+            let boot = bootServerRequest(option(93, [UInt8(arch >> 8), UInt8(arch & 0xff)]))
+            #expect(try answer(boot, on: .bootServer, menu: menu).get().reply.options[.vendorSpecific] == nil, "arch \(arch)")
+        }
+        let item = bootServerRequest(option(93, [0, 7]) + option(43, [71, 4, 0, 0, 0, 0, 255]))
+        #expect(try answer(item, on: .bootServer).get().reply.options[.vendorSpecific] == [71, 4, 0, 0, 0, 0, 255])
+    }
+
+    /// EDK2's REQUEST to the boot server's port 4011, from the address it has.
+    func bootServerRequest(_ options: [UInt8]) -> [UInt8] {
+        request(ciaddr: [10, 0, 0, 57], flags: 0, options: option(53, [3]) + option(97, edk2UUID) + options
+                + option(60, "PXEClient:Arch:00007:UNDI:003000") + [255])
     }
 
     /// Option 97 of every length: answered whatever it holds, echoed only when it is a UUID

@@ -237,7 +237,8 @@ def served_over_http(name):
 @pytest.mark.parametrize("lab", [PROXY], indirect=True)
 def test_uefi_pxe_boots_linux_through_stampedes_proxy_dhcp_beside_a_site_dhcp_server(lab, report):
     """The whole boot from one server: the site's DHCP server gives the address and nothing else;
-    Stampede's proxy offer (the bypass) names ipxe.efi, which OVMF's PXE reads over TFTP as EDK2
+    Stampede's proxy offer names ipxe.efi without option 43 (as dnsmasq answers UEFI), so OVMF
+    asks the boot server on port 4011 and boots what its ACK names, reading it over TFTP as EDK2
     does; iPXE's own DHCP gets the script's URL, and the script, the kernel and the initrd come
     over HTTP: the initrd's init runs with the command line iPXE gave the kernel."""
     inside, root, tmp, processes = lab
@@ -250,6 +251,7 @@ def test_uefi_pxe_boots_linux_through_stampedes_proxy_dhcp_beside_a_site_dhcp_se
                booted=lambda server, console: "stampede-initrd: BOOTED" in console)
     # The UEFI PXE was offered ipxe.efi, iPXE its script; the site's server gave the address.
     assert f"DHCP DISCOVER {MAC} on br0: efi-x64 (arch 7" in log and '"ipxe.efi"' in log, log
+    assert re.search(rf'DHCP REQUEST {MAC} on br0: efi-x64 \(arch 7.*\): acknowledged "ipxe.efi" to 10\.77\.0\.\d+:4011', log), log
     assert re.search(rf"DHCP (DISCOVER|REQUEST) {MAC} on br0: ipxe .*boot\.ipxe", log), log
     assert "DHCPACK(vsite) 10.77.0." in (tmp / "dnsmasq.log").read_text()
     efi = ended_lines(log, "ipxe.efi")
