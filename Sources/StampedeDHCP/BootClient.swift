@@ -20,6 +20,14 @@ public struct BootClient: Equatable, Sendable {
     public var isIPXE: Bool
     /// Option 97's value, echoed in the reply (17 bytes, type 0 first), when the client sent one.
     public var machineIdentifier: [UInt8]?
+    /// A Raspberry Pi's boot ROM: architecture 41 (rpiboot), or 0 (what the Pi 4 and 5 send,
+    /// as a BIOS PXE ROM does) from a hardware address of the Pi's makers.
+    public var isRaspberryPi = false
+
+    /// The Raspberry Pi makers' hardware address prefixes (IEEE OUIs of Raspberry Pi Foundation
+    /// and Raspberry Pi Trading: the Pi 1 to 3, the 4, 400 and CM4, the 5).
+    public static let raspberryPiPrefixes: [[UInt8]] = [[0xb8, 0x27, 0xeb], [0xdc, 0xa6, 0x32], [0xe4, 0x5f, 0x01], [0xd8, 0x3a, 0xdd],
+                                                         [0x2c, 0xcf, 0x67]]
 
     public init(kind: Kind, architecture: UInt16, isIPXE: Bool = false, machineIdentifier: [UInt8]? = nil) {
         self.kind = kind
@@ -49,6 +57,9 @@ public struct BootClient: Equatable, Sendable {
         if let identifier = message.options[.machineIdentifier], identifier.count == 17, identifier[0] == 0 {
             machineIdentifier = identifier
         }
+        let address = message.clientHardwareAddress
+        isRaspberryPi = !isIPXE && kind == .pxe && (architecture == 41
+            || architecture == 0 && message.hardwareLength == 6 && Self.raspberryPiPrefixes.contains { address.starts(with: $0) })
     }
 
     /// A UEFI firmware (or one after it: U-Boot, ...): an architecture code of 6 and up, as

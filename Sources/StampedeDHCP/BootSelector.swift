@@ -47,12 +47,15 @@ public struct BootSelector: Hashable, Sendable, CustomStringConvertible {
     public static let httpArm64 = BootSelector("http-arm64", .http, [19])
     public static let httpRiscv64 = BootSelector("http-riscv64", .http, [28])
     public static let httpLoongarch64 = BootSelector("http-loongarch64", .http, [40])
+    /// A Raspberry Pi's boot ROM (41, or 0 from the Pi makers' hardware addresses: `BootClient`):
+    /// answered as it requires (option 43's "Raspberry Pi Boot"); it asks for its own files.
+    public static let rpi = BootSelector("rpi", .pxe, [41])
     /// iPXE, whatever it runs on: its script.
     public static let ipxe = BootSelector("ipxe", nil, [])
 
     /// Every named selector, in the order logs and metrics list them.
     public static let named: [BootSelector] = [
-        .bios, .efiX86, .efiX64, .efiArm32, .efiArm64, .efiRiscv64, .efiLoongarch64, .ubootArm32, .ubootArm64,
+        .bios, .efiX86, .efiX64, .efiArm32, .efiArm64, .efiRiscv64, .efiLoongarch64, .ubootArm32, .ubootArm64, .rpi,
         .httpX86, .httpX64, .httpArm32, .httpArm64, .httpRiscv64, .httpLoongarch64, .ipxe,
     ]
 
@@ -82,6 +85,10 @@ public struct BootSelector: Hashable, Sendable, CustomStringConvertible {
     public init?(_ client: BootClient) {
         if client.isIPXE {
             self = .ipxe
+            return
+        }
+        if client.isRaspberryPi {
+            self = .rpi
             return
         }
         guard let named = Self.named.first(where: { $0.kind == client.kind && $0.architectures.contains(client.architecture) })

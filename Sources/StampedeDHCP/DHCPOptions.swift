@@ -100,12 +100,22 @@ public enum PXEOption: UInt8, Sendable {
     /// A boot menu: items of a boot server type (two bytes), a description's length and the
     /// description.
     case bootMenu = 9
+    /// The menu's prompt: a timeout (seconds; 0: none, 255: wait) and the prompt's text.
+    case menuPrompt = 10
     /// The boot server type and layer a discovery REQUEST asks for, echoed in its ACK.
     case bootItem = 71
     case end = 255
 
     /// Discovery control's bit 3: use the boot file of this offer.
     public static let useThisBootFile: UInt8 = 8
+    /// What a Raspberry Pi's boot ROM must find in option 43 before it takes an offer as a boot
+    /// server's (it then reads its TFTP server from option 54): dnsmasq's answer to
+    /// `pxe-service=0,"Raspberry Pi Boot"`, sub-option for sub-option (discovery control 3,
+    /// prompt "PXE" with no timeout, a menu of one local-boot item "Raspberry Pi Boot").
+    public static let raspberryPiBoot: [UInt8] = write([
+        (.discoveryControl, [3]), (.menuPrompt, [0] + Array("PXE".utf8)), (.bootMenu, [0, 0, 17] + Array("Raspberry Pi Boot".utf8)),
+    ])
+
     /// Boot server type 0, the PXE bootstrap server: what an offer without a menu implies, and
     /// the type firmware asks port 4011 for after one (EDK2's EFI_PXE_BASE_CODE_BOOT_TYPE_BOOTSTRAP).
     public static let bootstrapServer: UInt16 = 0

@@ -8,6 +8,7 @@
 ///   8): the bypass. UEFI (architecture 6 and up) gets no option 43, as dnsmasq has answered it
 ///   since 2.76: EDK2's PXE of before 2019 does not check the bypass bit and, finding no menu,
 ///   picks local boot; with no option 43 every EDK2 asks the boot server on port 4011 (below).
+///   A Raspberry Pi's boot ROM gets the option 43 it looks for (`PXEOption.raspberryPiBoot`).
 /// - REQUEST (or INFORM) on port 4011, or on port 67 with a PXE boot item (option 43, sub-option
 ///   71: boot server discovery): an ACK with the boot file, for firmware that ignores the bypass
 ///   and asks the boot server anyway (EDK2 does without option 43), its boot item echoed.
@@ -162,7 +163,9 @@ public struct ProxyAnswer: Equatable, Sendable {
         reply.options[.serverIdentifier] = server.array
         reply.options[.vendorClass] = Array(client.kind.rawValue.utf8)
         if let identifier = client.machineIdentifier { reply.options[.machineIdentifier] = identifier }
-        if client.kind == .pxe {
+        if client.isRaspberryPi {
+            reply.options[.vendorSpecific] = PXEOption.raspberryPiBoot
+        } else if client.kind == .pxe {
             if let bootItem, replyType == .ack {
                 reply.options[.vendorSpecific] = PXEOption.write([(.bootItem, bootItem)])
             } else if !client.isUEFI {
@@ -192,7 +195,9 @@ public struct ProxyAnswer: Equatable, Sendable {
 /// What each selector boots: the operator's `--boot-file SELECTOR=NAME`s over the defaults of
 /// the common chain (BIOS → undionly.kpxe; UEFI → iPXE built for its architecture, named as
 /// boot.ipxe.org names them: ipxe.efi for x64, ipxe-arm64.efi, ...; UEFI HTTP Boot → the same
-/// file's URL; iPXE → boot.ipxe, over HTTP when the server serves it). U-Boot's own PXE has
+/// file's URL; iPXE → boot.ipxe, over HTTP when the server serves it; a Raspberry Pi →
+/// start4.elf, which its ROM asks for by itself: the name is only what the offer and the log
+/// say). U-Boot's own PXE has
 /// none: it loads a kernel or a pxelinux.cfg, not iPXE (its EFI boot says architecture 11).
 public struct BootMenu: Equatable, Sendable {
     public private(set) var targets: [BootSelector: BootTarget]
@@ -214,7 +219,7 @@ public struct BootMenu: Equatable, Sendable {
     /// The defaults, with the operator's choices over them. `httpBase`: `http://ADDR:PORT/`
     /// where this server's `--http` serves the address machines reach it at (nil: no HTTP).
     public static func withDefaults(_ chosen: [BootSelector: BootTarget], httpBase: String?) -> BootMenu {
-        var targets: [BootSelector: BootTarget] = [.bios: .file("undionly.kpxe")]
+        var targets: [BootSelector: BootTarget] = [.bios: .file("undionly.kpxe"), .rpi: .file("start4.elf")]
         for build in iPXEBuilds {
             targets[build.pxe] = .file(build.file)
             if let httpBase, let http = build.http { targets[http] = .url(httpBase + build.file) }
@@ -228,7 +233,8 @@ public struct BootMenu: Equatable, Sendable {
     /// has one, else its named selector (iPXE always by `ipxe`: its script, whatever it runs on);
     /// nil where neither names it.
     public func selector(for client: BootClient) -> BootSelector? {
-        if hasArchitectureCodes && !client.isIPXE {
+        // A Pi that says 0 is no BIOS: arch:0 is not its.
+        if hasArchitectureCodes && !client.isIPXE && !(client.isRaspberryPi && client.architecture == 0) {
             let exact = BootSelector.architecture(client.architecture)
             if targets[exact] != nil { return exact }
         }

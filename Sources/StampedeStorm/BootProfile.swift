@@ -18,7 +18,7 @@ import StampedeProtocol
 ///     http  GET NAME|URL [follow]        the whole file over HTTP (iPXE's chain, UEFI HTTP Boot);
 ///                                        follow: an iPXE script, whose kernel, initrds and chain
 ///                                        are fetched next, as iPXE runs it
-///     dhcp  pxe|ipxe|http arch=N         the DHCP exchange that names the boot file (`storm --dhcp`)
+///     dhcp  pxe|ipxe|http|rpi arch=N     the DHCP exchange that names the boot file (`storm --dhcp`)
 ///     reboot N [after=SECONDS]           a failed boot starts over from the first stage, N times (after 1 s)
 ///
 /// A `firmware` line starts that firmware's stages: `retry` is its own retransmit interval
@@ -27,7 +27,11 @@ import StampedeProtocol
 /// are blksize, timeout, tsize and windowsize, sent in the order written; `tsize` alone means
 /// `tsize=0`. Names may hold the machine's identity: `${mac}` (52:54:00:00:00:01),
 /// `${mac:hexhyp}` (52-54-00-00-00-01), `${ip}` (10.0.0.1), `${ip:hex}` (0A000001),
-/// `${ip:hex:N}` (its first N digits), `${uuid}` and `${machine}` (the machine's number).
+/// `${ip:hex:N}` (its first N digits), `${uuid}`, `${machine}` (the machine's number) and
+/// `${serial}` (a Raspberry Pi's serial number, 8 hex digits, from the UUID); `${dir}` is the
+/// directory of the name the last `first` stage found (`1a2b3c4d/` after `first
+/// ${serial}/start4.elf start4.elf` found the first, empty after the second), as a Pi's boot ROM
+/// keeps its serial number's prefix only when start4.elf is found under it.
 ///
 /// An `http` stage asks `GET /NAME` of the storm's HTTP server (`--http`), or the URL written
 /// (`http://10.0.0.1:8080/boot/${mac}.ipxe`: an address, not a host name), on one keep-alive
@@ -38,11 +42,13 @@ import StampedeProtocol
 /// A `dhcp` stage plays the firmware's DHCP as a proxyDHCP server sees it (only with `storm
 /// --dhcp ADDR`, the storm's address on a boot network; without it the stage is left out): a
 /// DISCOVER broadcast from port 68 with the machine's MAC and UUID, option 93 `arch`, option 60
-/// `PXEClient:Arch:…` (`http`: `HTTPClient:Arch:…`; `ipxe`: option 77 `iPXE` and 175 too), resent
+/// `PXEClient:Arch:…` (`http`: `HTTPClient:Arch:…`; `ipxe`: option 77 `iPXE` and 175 too; `rpi`:
+/// a Pi 4's ROM, `PXEClient:Arch:00000:UNDI:002001` from a MAC under dc:a6:32), resent
 /// as the firmware line says (EDK2: after 4, 8, 16 and 32 s). A `pxe` offer that does not bypass
 /// boot server discovery (option 43's bit 3) is followed by the REQUEST to its server's port 4011,
 /// as EDK2 sends it; iPXE sends its REQUEST there after every proxy offer. The stage ends well
-/// when the last answer names a boot file (`http`: a URL).
+/// when the last answer names a boot file (`http`: a URL; `rpi`: when the offer's option 43 holds
+/// "Raspberry Pi Boot", without which the Pi's ROM ignores it and asks again).
 ///
 /// Firmware whose boot failed does not stay down: a UEFI boot manager tries its boot options
 /// again, PXELINUX and U-Boot reset the board, GRUB's menu times out into its entry again. A
@@ -124,8 +130,10 @@ public struct BootProfile: Sendable, Equatable {
         }
 
         /// The client plan for one of the stage's names, filled in for `machine`.
-        func plan(name index: Int, for machine: MachineIdentity, hold: Nanoseconds = 0) -> ClientPlan {
-            let request = Request(isWrite: false, filename: Array(machine.expand(names[index]).utf8), mode: "octet", options: options)
+        /// `directory`: what `${dir}` is (`Storm.Machine.directory`).
+        func plan(name index: Int, for machine: MachineIdentity, directory: String = "", hold: Nanoseconds = 0) -> ClientPlan {
+            let name = machine.expand(names[index], directory: directory)
+            let request = Request(isWrite: false, filename: Array(name.utf8), mode: "octet", options: options)
             var plan = ClientPlan(request: request, retransmit: retransmit, retries: retries)
             plan.maxBackoff = maxBackoff
             plan.answersBlocksOutOfOrder = answersBlocksOutOfOrder
@@ -145,6 +153,10 @@ public struct BootProfile: Sendable, Equatable {
             case ipxe
             /// UEFI HTTP Boot: `HTTPClient`, a URL in the answer.
             case http
+            /// A Raspberry Pi's boot ROM: a BIOS ROM's vendor class and architecture 0 from a Pi's
+            /// hardware address; it takes only an offer whose option 43 holds "Raspberry Pi Boot",
+            /// and names its files itself (no boot file needed).
+            case rpi
         }
 
         public var client: Client
@@ -271,7 +283,7 @@ public struct BootProfile: Sendable, Equatable {
         case "dhcp":
             guard rest.count == 2, let client = DHCPAsk.Client(rawValue: rest[0]), case let (key, value) = split(rest[1]),
                   key == "arch", let value, let arch = TFTPOption.decimal(value), arch <= 0xFFFF else {
-                throw fail("dhcp takes pxe, ipxe or http, then arch=N (option 93: 0 BIOS, 7 x64 UEFI, 16 x64 UEFI HTTP)")
+                throw fail("dhcp takes pxe, ipxe, http or rpi, then arch=N (option 93: 0 BIOS, 7 x64 UEFI, 16 x64 UEFI HTTP)")
             }
             var stage = firmware.stage(.get, names: [])
             stage.dhcp = DHCPAsk(client: client, architecture: UInt16(arch))
@@ -352,7 +364,7 @@ public struct BootProfile: Sendable, Equatable {
     public var needsHTTPServer: Bool { stages.contains { $0.overHTTP && !$0.names[0].hasPrefix("http://") } }
 
     /// What a name with a `${...}` `MachineIdentity` does not know is told.
-    private static let unknownTemplate = "an unknown ${...} (mac, mac:hexhyp, ip, ip:hex, ip:hex:N, uuid, machine)"
+    private static let unknownTemplate = "an unknown ${...} (mac, mac:hexhyp, ip, ip:hex, ip:hex:N, uuid, machine, serial, dir)"
 
     /// `key=value` → (key, value); a bare word → (word, nil).
     private static func split(_ word: String) -> (String, String?) {
@@ -428,8 +440,10 @@ public struct MachineIdentity: Sendable, Equatable {
     }
 
     /// The value of `${key}`, or nil for an unknown key.
-    func value(of key: Substring) -> String? {
+    func value(of key: Substring, directory: String = "") -> String? {
         switch key {
+        case "serial": return Self.hex(Array(uuid[12..<16])).joined()
+        case "dir": return directory
         case "mac": return macText
         case "mac:hexhyp": return Self.hex(mac).joined(separator: "-")
         case "ip": return ipText
@@ -442,14 +456,14 @@ public struct MachineIdentity: Sendable, Equatable {
         }
     }
 
-    /// A name with every `${...}` filled in.
-    public func expand(_ template: String) -> String {
+    /// A name with every `${...}` filled in (`${dir}` with `directory`).
+    public func expand(_ template: String, directory: String = "") -> String {
         var out = ""
         var rest = Substring(template)
         while let open = rest.firstRange(of: "${"), let close = rest[open.upperBound...].firstIndex(of: "}") {
             out += rest[..<open.lowerBound]
             let key = rest[open.upperBound..<close]
-            out += value(of: key) ?? "${\(key)}"
+            out += value(of: key, directory: directory) ?? "${\(key)}"
             rest = rest[rest.index(after: close)...]
         }
         return out + rest

@@ -6,7 +6,7 @@
 /// and the delay are the storm's (`storm --reboot` plays them): a real machine goes on retrying
 /// as long as it is set to, after a POST much longer than 5 s.
 extension BootProfile {
-    public static let builtInNames = ["uefi", "ipxe", "pxelinux", "grub", "uboot", "uefi-ipxe", "uefi-ipxe-follow", "uefi-ipxe-tftp"]
+    public static let builtInNames = ["uefi", "ipxe", "pxelinux", "grub", "uboot", "uefi-ipxe", "uefi-ipxe-follow", "uefi-ipxe-tftp", "rpi4"]
 
     private static let uefiDHCP = """
         # EDK2's PXE DHCP (PxeBcDhcp4Discover): a DISCOVER resent after 4, 8, 16 and 32 s; a proxy's
@@ -122,6 +122,28 @@ extension BootProfile {
             get   board.dtb timeout=5 tsize blksize=1468
             get   initrd.img timeout=5 tsize blksize=1468
             # bootretry (CONFIG_BOOT_RETRY_TIME): the board resets when its boot command fails.
+            reboot 3 after=5s
+            """,
+        "rpi4": """
+            profile rpi4
+            # A Raspberry Pi 4's boot ROM (its EEPROM bootloader, network boot in BOOT_ORDER): a
+            # DHCP try every DHCP_REQ_TIMEOUT (4 s) within DHCP_TIMEOUT (45 s), its defaults; it
+            # takes only an offer whose option 43 holds "Raspberry Pi Boot" (storm --dhcp).
+            firmware rpi4 retry=4s tries=11 backoff=1
+            dhcp  rpi arch=0
+            # TFTP_FILE_TIMEOUT gives a file 30 s: approximated as 1 s, 30 tries. start4.elf is
+            # looked for under the serial number first; found there, every later file comes from
+            # there, else the prefix is dropped and the root serves them all.
+            firmware rpi4 retry=1s tries=30 backoff=1
+            first ${serial}/start4.elf start4.elf
+            get   ${dir}fixup4.dat
+            # The VideoCore firmware (start4.elf) then reads its configuration, the device tree,
+            # the command line and the kernel.
+            try   ${dir}config.txt
+            get   ${dir}bcm2711-rpi-4-b.dtb
+            try   ${dir}cmdline.txt
+            get   ${dir}kernel8.img
+            # A failed boot goes on to the next mode of BOOT_ORDER; 0xf starts it over.
             reboot 3 after=5s
             """,
         "uefi-ipxe": """

@@ -55,7 +55,12 @@ final class StormDHCP {
         message.options[.clientArchitecture] = [UInt8(ask.architecture >> 8), UInt8(ask.architecture & 0xFF)]
         let arch = String(ask.architecture)
         let padded = String(repeating: "0", count: max(0, 5 - arch.count)) + arch
-        let vendor = ask.client == .http ? "HTTPClient:Arch:\(padded):UNDI:003001" : "PXEClient:Arch:\(padded):UNDI:003000"
+        let vendor = switch ask.client {
+        case .http: "HTTPClient:Arch:\(padded):UNDI:003001"
+        // A Pi 4's ROM says what a BIOS PXE ROM says (UNDI 2.1).
+        case .rpi: "PXEClient:Arch:\(padded):UNDI:002001"
+        case .pxe, .ipxe: "PXEClient:Arch:\(padded):UNDI:003000"
+        }
         message.options[.vendorClass] = Array(vendor.utf8)
         if ask.client == .ipxe {
             message.options[.userClass] = Array("iPXE".utf8)
@@ -155,6 +160,15 @@ extension Storm {
             return
         }
         guard answer.type == .offer else { return }
+        if ask.client == .rpi {
+            // The Pi's ROM takes a proxy's offer only with its string in option 43; it names its
+            // own files (its TFTP server is option 54's).
+            let wanted = Array("Raspberry Pi Boot".utf8)
+            guard let vendorOptions = answer.options[.vendorSpecific],
+                  vendorOptions.indices.contains(where: { vendorOptions[$0...].starts(with: wanted) }) else { return }
+            dhcpEnded(slot, .ok, now: now)
+            return
+        }
         let control = answer.options[.vendorSpecific].flatMap(PXEOption.read)?[PXEOption.discoveryControl.rawValue]
         let bypass = (control?.first ?? 0) & PXEOption.useThisBootFile != 0
         // EDK2 asks the boot server the offer names (option 54, else siaddr) on 4011 when the offer

@@ -57,6 +57,8 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         var identity: MachineIdentity
         var stage = 0
         var name = 0
+        /// `${dir}`: the directory of the name the last `first` stage found.
+        var directory = ""
         var bootStarted: Nanoseconds
         var stageStarted: Nanoseconds
         /// The running transfer's request, encoded once (it is resent as it is), and the bytes its
@@ -242,7 +244,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         let stage = plan.profile.stages[machine.stage]
         if stage.overHTTP { return startFetch(slot, now: now) }
         if stage.dhcp != nil { return startDHCP(slot, now: now) }
-        let clientPlan = stage.plan(name: machine.name, for: machine.identity, hold: plan.hold)
+        let clientPlan = stage.plan(name: machine.name, for: machine.identity, directory: machine.directory, hold: plan.hold)
         do {
             sockets[slot] = try backend.openClient(local: plan.source(of: machine.identity.number), largestDatagram: largestDatagram,
                                                    buffers: .receiving(clientPlan.request),
@@ -361,6 +363,10 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
             nextStage(slot, now: now)
         case .ok:
             if stage.follows, follow(slot, now: now) { return }
+            if stage.action == .first {
+                let found = machine.identity.expand(stage.names[machine.name], directory: machine.directory)
+                machines[slot]!.directory = found.lastIndex(of: "/").map { String(found[...$0]) } ?? ""
+            }
             nextStage(slot, now: now)
         case .failed:
             machineEnded(slot, end, now: now)

@@ -139,7 +139,12 @@ public struct StormPlan: Sendable {
 extension StormPlan {
     /// Machine `number`: its record's MAC and UUID (`machineList`), or made up from the number.
     func identity(of number: Int) -> MachineIdentity {
-        guard !machineList.isEmpty else { return MachineIdentity(number: number) }
+        guard !machineList.isEmpty else {
+            let made = MachineIdentity(number: number)
+            // A Pi's ROM is told by its maker's hardware address: a Pi 4's prefix.
+            guard profile.stages.contains(where: { $0.dhcp?.client == .rpi }) else { return made }
+            return MachineIdentity(number: number, mac: [0xDC, 0xA6, 0x32] + made.mac.suffix(3), uuid: nil)
+        }
         let listed = machineList[number % machineList.count]
         return MachineIdentity(number: number, mac: listed.mac, uuid: listed.uuid)
     }

@@ -16,7 +16,7 @@ struct Storm: ParsableCommand {
         abstract: "Play many machines booting from a TFTP (and HTTP) server at once, and report what happened.",
         discussion: """
             Without a profile every client opens its own socket, sends an RRQ and reads the whole file. With \
-            --profile (uefi, ipxe, pxelinux, grub, uboot, uefi-ipxe, uefi-ipxe-tftp) or --profile-file, every \
+            --profile (\(BootProfile.builtInNames.joined(separator: ", "))) or --profile-file, every \
             machine plays the requests its firmware sends, stage by stage, with names from its own MAC, IP \
             and UUID, over TFTP and, for a profile's http stages, HTTP (--http names that server) \
             (--show-profile prints a profile to start your own from). With --verify or --verify-root every \

@@ -188,6 +188,12 @@ import Testing
         var configuration = ServerConfiguration(listenAddresses: [loopbackAny], policy: AccessPolicy(root: dir.fd),
                                                 logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
         configuration.optionLimits.maxBlockSize = 1468
+        // No resend while the test looks: a resend finds the block the kernel's own read-ahead
+        // (started by the miss) brought meanwhile, and rightly sends it. A loaded CI machine
+        // stalled the test thread past the adaptive timer between two turns, and the block sent
+        // then looked as if it had been read on the worker.
+        configuration.adaptiveTimeoutFloor = nil
+        configuration.retransmitTimeout = 30 * nanosecondsPerSecond
         let worker = Worker(backend: backend, configuration: configuration,
                             cache: FileCache(limits: .init(budget: 1 << 20, fileLimit: 1 << 20)), index: 0, disk: disk)
         let bound = try worker.bindListeners([loopbackAny])[0]

@@ -160,6 +160,38 @@ import Testing
         #expect(throws: BootFileChoice.Refusal.self) { try BootFileChoice(parsing: "arch:27=${arch}/" + String(repeating: "x", count: 111)) }
     }
 
+    /// A Raspberry Pi 4's or 5's boot ROM: architecture 0 and a BIOS ROM's vendor class, told by
+    /// its makers' hardware address (or architecture 41 from any); answered with option 43 as
+    /// dnsmasq writes it for `pxe-service=0,"Raspberry Pi Boot"`, byte for byte (the ROM ignores
+    /// an offer without that string, and then reads its TFTP server from option 54).
+    @Test func aRaspberryPiIsAnsweredAsItsBootROMRequires() throws {
+        func discover(mac: [UInt8], arch: UInt8 = 0, extra: [UInt8] = []) -> [UInt8] {
+            request(mac: mac, options: option(53, [1]) + option(57, [0x05, 0xdc]) + option(97, [0] + Array(repeating: 0x42, count: 16))
+                    + option(93, [0, arch]) + option(94, [1, 2, 1]) + option(60, "PXEClient:Arch:000\(arch < 10 ? "0" : "")\(arch):UNDI:002001")
+                    + extra + [255])
+        }
+        let expected: [UInt8] = [0x06, 0x01, 0x03, 0x0a, 0x04, 0x00, 0x50, 0x58, 0x45, 0x09, 0x14, 0x00, 0x00, 0x11]
+            + Array("Raspberry Pi Boot".utf8) + [0xff]
+        for prefix: [UInt8] in [[0xdc, 0xa6, 0x32], [0xe4, 0x5f, 0x01], [0xd8, 0x3a, 0xdd], [0x2c, 0xcf, 0x67], [0xb8, 0x27, 0xeb]] {
+            let answer = try answer(discover(mac: prefix + [0x0a, 0xef, 0x79])).get()
+            #expect(answer.selector == .rpi && answer.reply.options[.vendorSpecific] == expected, "\(prefix)")
+            #expect(answer.reply.options[.serverIdentifier] == [10, 0, 0, 1] && answer.reply.serverAddress == server)
+            #expect(answer.reply.options[.vendorClass] == Array("PXEClient".utf8) && answer.target == .file("start4.elf"))
+        }
+        #expect(PXEOption.raspberryPiBoot == expected)
+        // The same request from a PC's BIOS ROM is a BIOS's; architecture 41 is a Pi from any address.
+        #expect(try answer(discover(mac: [0x52, 0x54, 0x00, 0x0a, 0xef, 0x79])).get().selector == .bios)
+        #expect(try answer(discover(mac: [0x52, 0x54, 0x00, 0x0a, 0xef, 0x79], arch: 41)).get().reply.options[.vendorSpecific] == expected)
+        // arch:0 is for BIOS machines, not a Pi that says 0; arch:41 is the Pi's own.
+        let codes = BootMenu.withDefaults([BootSelector.architecture(0): .file("pc.kpxe"), BootSelector.architecture(41): .file("pi41")], httpBase: nil)
+        #expect(try answer(discover(mac: [0xdc, 0xa6, 0x32, 1, 2, 3]), menu: codes).get().selector == .rpi)
+        #expect(try answer(discover(mac: [0x52, 0x54, 0x00, 1, 2, 3]), menu: codes).get().target == .file("pc.kpxe"))
+        #expect(try answer(discover(mac: [0xdc, 0xa6, 0x32, 1, 2, 3], arch: 41), menu: codes).get().target == .file("pi41"))
+        // iPXE or U-Boot on a Pi is iPXE or U-Boot: its own answer.
+        let ipxe = try answer(discover(mac: [0xdc, 0xa6, 0x32, 1, 2, 3], extra: option(77, "iPXE"))).get()
+        #expect(ipxe.selector == .ipxe && ipxe.reply.options[.vendorSpecific] == [6, 1, 8, 255])
+    }
+
     /// The Raspberry Pi 4's EDK2 sends no option 93, only `Arch:00011` in option 60.
     @Test func theArchitectureFallsBackToOption60() throws {
         let noOption93 = request(options: option(53, [1]) + option(60, "PXEClient:Arch:00011:UNDI:003000") + [255])

@@ -56,7 +56,7 @@ import Testing
         #expect(found.errors.map(\.description) == [
             "/srv/machines/node07:1: mac 52:54:00:12:34: not a hardware address like 52:54:00:12:34:56",
             "/srv/machines/node07:2: uuid not-a-uuid: not a UUID like 4c4c4544-0031-3510-8052-b4c04f4c4e31",
-            "/srv/machines/node07:3: arch ipxe: not one of bios, efi-x86, efi-x64, efi-arm32, efi-arm64, efi-riscv64, efi-loongarch64, uboot-arm32, uboot-arm64, http-x86, http-x64, http-arm32, http-arm64, http-riscv64, http-loongarch64, nor an architecture number (0-65535)",
+            "/srv/machines/node07:3: arch ipxe: not one of bios, efi-x86, efi-x64, efi-arm32, efi-arm64, efi-riscv64, efi-loongarch64, uboot-arm32, uboot-arm64, rpi, http-x86, http-x64, http-arm32, http-arm64, http-riscv64, http-loongarch64, nor an architecture number (0-65535)",
             "/srv/machines/node07:4: unknown key \"colour\" (a record takes mac, uuid, arch, default, action, once, boot-file, kernel, initrd, cmdline, script, var NAME)",
             "/srv/machines/node07:5: action reboot: one of boot, local, ignore",
             "/srv/machines/node07:6: action said again (first on line 5)",

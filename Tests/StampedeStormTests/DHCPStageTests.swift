@@ -1,5 +1,6 @@
 import StampedeBase
 import StampedeDHCP
+import StampedeIO
 import StampedeProtocol
 import Testing
 @testable import StampedeStorm
@@ -46,6 +47,32 @@ import Testing
         #expect(http.kind == .http && http.architecture == 16)
         // Transaction IDs tell the machines apart.
         #expect(Set((0..<10_000).map { StormDHCP.transactionID(of: MachineIdentity(number: $0)) }).count == 10_000)
+    }
+
+    /// The rpi4 profile: a Pi 4's ROM as the proxy tells one (a Pi's hardware address, a BIOS
+    /// ROM's vendor class, architecture 0), its serial number 8 hex digits, and its files under
+    /// `${dir}`: the directory its `first` stage found start4.elf in.
+    @Test func aRaspberryPiSaysWhatItsROMSays() throws {
+        let profile = try #require(BootProfile.builtIn("rpi4", dhcp: true))
+        #expect(profile.stages[0].dhcp == .init(client: .rpi, architecture: 0))
+        #expect(profile.stages[1].action == .first && profile.stages[1].names == ["${serial}/start4.elf", "start4.elf"])
+        let plan = StormPlan(server: SocketAddress(parsing: "10.0.0.1:69", defaultPort: 69)!, profile: profile)
+        let machine = plan.identity(of: 7)
+        #expect(machine.mac.prefix(3).elementsEqual([0xDC, 0xA6, 0x32]))
+        let read = try StormDHCP.discover(profile.stages[0].dhcp!, for: machine).encoded().withUnsafeBytes { try DHCPMessage.parse($0) }
+        #expect(read.options[.vendorClass] == Array("PXEClient:Arch:00000:UNDI:002001".utf8))
+        #expect(try #require(BootClient(read)).isRaspberryPi)
+        #expect(BootSelector(try #require(BootClient(read))) == .rpi)
+        let serial = machine.expand("${serial}")
+        #expect(serial.count == 8 && serial.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) })
+        #expect(serial == plan.identity(of: 7).expand("${serial}") && serial != plan.identity(of: 8).expand("${serial}"))
+        let kernel = try #require(profile.stages.last)
+        #expect(String(decoding: kernel.plan(name: 0, for: machine, directory: serial + "/").request.filename, as: UTF8.self)
+                == serial + "/kernel8.img")
+        #expect(String(decoding: kernel.plan(name: 0, for: machine).request.filename, as: UTF8.self) == "kernel8.img")
+        // A profile of another firmware keeps the storm's own addresses.
+        let uefi = StormPlan(server: SocketAddress(parsing: "10.0.0.1:69", defaultPort: 69)!, profile: BootProfile.builtIn("uefi", dhcp: true)!)
+        #expect(uefi.identity(of: 7).mac.prefix(3).elementsEqual([0x52, 0x54, 0x00]))
     }
 
     /// EDK2 names the menu item it took (dnsmasq numbers its pxe-services from 0x8000), and names

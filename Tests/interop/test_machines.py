@@ -79,7 +79,7 @@ def test_bad_records_are_refused_at_start_each_with_its_file_and_line(root, reco
     assert r.returncode == 78, r
     said = r.stderr.decode().splitlines()
     assert f"stampede: --machines: {records}/node10:2: arch arm: not one of bios, efi-x86, efi-x64, efi-arm32, efi-arm64, efi-riscv64, " \
-           "efi-loongarch64, uboot-arm32, uboot-arm64, http-x86, http-x64, http-arm32, http-arm64, http-riscv64, http-loongarch64, " \
+           "efi-loongarch64, uboot-arm32, uboot-arm64, rpi, http-x86, http-x64, http-arm32, http-arm64, http-riscv64, http-loongarch64, " \
            "nor an architecture number (0-65535)" in said, said
     r = run([str(BINARY), "-L", "-a", "127.0.0.1:0", "--proxy-dhcp", "10.0.0.1", "--machines", str(records / "none"), str(root)], timeout=20)
     assert r.returncode == 78 and f"{records}/none: cannot read the directory: No such file or directory" in r.stderr.decode(), r

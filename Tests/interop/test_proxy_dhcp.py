@@ -13,6 +13,7 @@ import time
 import pytest
 
 import dhcpwire
+import tftpwire
 from conftest import BACKENDS, BINARY, REPO, SERVER_BINARY, Server, free_tcp_port, run
 
 from dhcpwire import CLIENT, MAC, SERVER, Machine
@@ -56,7 +57,7 @@ def test_each_firmware_gets_its_boot_file(proxy, machine, arch, vendor, extra, e
               "--boot-file", "uboot-arm64=uboot/pxelinux.0", "--pxe-vendor", "U-Boot")
     # The start line lists what each is offered, the codes after the named selectors.
     assert s.log_lines(f"efi-arm64 arm/ipxe.efi, efi-riscv64 ipxe-riscv64.efi, efi-loongarch64 ipxe-loong64.efi, "
-                       f"uboot-arm64 uboot/pxelinux.0, http-x86 http://{SERVER}:8080/ipxe-i386.efi"), s.log_text()
+                       f"uboot-arm64 uboot/pxelinux.0, rpi start4.elf, http-x86 http://{SERVER}:8080/ipxe-i386.efi"), s.log_text()
     assert s.log_lines(f"ipxe http://{SERVER}:8080/boot.ipxe, arch:9 ebc.efi, arch:12 powerpc/core.elf"), s.log_text()
     reply = machine.ask(dhcpwire.message(MAC, arch=arch, vendor=vendor, extra=extra))
     assert reply, s.log_text()
@@ -64,6 +65,69 @@ def test_each_firmware_gets_its_boot_file(proxy, machine, arch, vendor, extra, e
     assert reply["file"] == expected and reply["options"][67] == expected.encode() + b"\0"
     if vendor and vendor.startswith("HTTPClient"):
         assert reply["options"][60] == b"HTTPClient" and 43 not in reply["options"]
+
+
+PI_OPTION_43 = bytes([0x06, 0x01, 0x03, 0x0A, 0x04, 0x00, 0x50, 0x58, 0x45, 0x09, 0x14, 0x00, 0x00, 0x11]) + b"Raspberry Pi Boot\xff"
+
+
+def test_a_raspberry_pi_is_answered_as_its_boot_rom_requires_and_reads_its_files_by_its_own_rule(proxy, machine, boot_link, root):
+    """A Pi 4's boot ROM as its documentation and logs describe it: a DISCOVER with architecture 0
+    and a BIOS ROM's vendor class from a Pi's hardware address, which takes only an offer whose
+    option 43 holds "Raspberry Pi Boot" (dnsmasq's bytes) and reads its TFTP server from option 54;
+    then SERIAL/start4.elf, and with none there every file from the root, each request sent twice
+    from two ports of which one is dropped. Another Pi has a directory of its own."""
+    start4 = os.urandom(300_000)
+    (root / "start4.elf").write_bytes(start4)
+    (root / "config.txt").write_text("[pi4]\narm_64bit=1\n")
+    (root / "ab5a4158").mkdir()
+    (root / "ab5a4158" / "start4.elf").write_bytes(b"its own " * 1000)
+    for path in (root / "start4.elf", root / "config.txt", root / "ab5a4158" / "start4.elf"):
+        path.chmod(0o644)
+    (root / "ab5a4158").chmod(0o755)
+    s = proxy()
+    pi = b"\xdc\xa6\x32\x0a\xef\x79"
+    reply = machine.ask(dhcpwire.message(pi, arch=0, vendor="PXEClient:Arch:00000:UNDI:002001"))
+    assert reply, s.log_text()
+    assert reply["options"][43] == PI_OPTION_43 and reply["options"][54] == socket.inet_aton(SERVER), reply
+    assert reply["options"][60] == b"PXEClient" and reply["siaddr"] == SERVER, reply
+    assert s.log_lines("DHCP DISCOVER dc:a6:32:0a:ef:79 on veth-s: rpi (arch 0"), s.log_text()
+    # A PC's BIOS ROM sending the same bytes is a BIOS, with the bypass.
+    pc = machine.ask(dhcpwire.message(MAC, arch=0, vendor="PXEClient:Arch:00000:UNDI:002001"))
+    assert pc and pc["options"][43] == bytes([6, 1, 8, 255]) and pc["file"] == "undionly.kpxe", pc
+
+    with boot_link[1].sockets():
+        first, second, own = (tftpwire.RawClient(s) for _ in range(3))
+    try:
+        # No directory of its own: ERROR 1 at once, and the ROM drops the prefix.
+        reply, _ = first.exchange(tftpwire.request("1234abcd/start4.elf"))
+        assert reply == ("ERROR", (1, "File not found")), reply
+        # The same RRQ from two ports within milliseconds; the ROM keeps the first.
+        first.send(tftpwire.request("start4.elf"))
+        second.send(tftpwire.request("start4.elf"))
+        dropped, _ = second.receive()
+        assert dropped and dropped[0] == "DATA" and dropped[1][0] == 1, dropped
+        second.close()
+        body, expected, reply = bytearray(), 1, first.receive()
+        while True:
+            (kind, (block, payload)), tid = reply
+            assert kind == "DATA", reply
+            if block == expected & 0xFFFF:
+                body += payload
+                expected += 1
+                first.send(tftpwire.ack(block), tid)
+                if len(payload) < 512:
+                    break
+            reply = first.receive()
+        assert bytes(body) == start4
+        assert first.download("config.txt") == (root / "config.txt").read_bytes()
+        # A Pi with a directory of its own reads from it.
+        assert own.download("ab5a4158/start4.elf") == b"its own " * 1000
+    finally:
+        for client in (first, second, own):
+            client.close()
+    ended = s.log_lines('"start4.elf"', count=2, timeout=15)
+    # The one it kept completed; the one it dropped ended without an ERROR to a closed port.
+    assert len(ended) == 2 and sum(line.endswith(": ok") for line in ended) == 1, s.log_text()[-3000:]
 
 
 def test_firmware_that_ignores_the_bypass_is_acknowledged_on_4011(proxy, boot_link):
@@ -369,6 +433,30 @@ def test_a_storm_of_uefi_machines_boots_from_its_first_dhcp_packet(proxy, boot_l
     stages = {stage["stage"]: stage for stage in result["stages"]}
     assert stages["uefi dhcp pxe arch=7"]["ok"] == 60 and stages["ipxe dhcp ipxe arch=7"]["ok"] == 60, stages
     assert 0 < stages["uefi dhcp pxe arch=7"]["p99_ms"] < 4000, stages
+
+
+def test_a_storm_of_raspberry_pis_boots_by_their_roms_rule(proxy, boot_link, root):
+    """`storm --profile rpi4 --dhcp`: each Pi's DHCP from a Pi's hardware address, taken only
+    for the "Raspberry Pi Boot" option 43, then SERIAL/start4.elf, not found, and every file from
+    the shared root, every byte compared; a proxy that answers a Pi as a BIOS is not followed."""
+    for name, size in (("start4.elf", 400_000), ("fixup4.dat", 5_000), ("config.txt", 40), ("bcm2711-rpi-4-b.dtb", 50_000),
+                       ("cmdline.txt", 100), ("kernel8.img", 700_000)):
+        (root / name).write_bytes(os.urandom(size))
+        (root / name).chmod(0o644)
+    s = proxy()
+    _, client = boot_link
+    r = client.run_inside([str(BINARY), "storm", f"{SERVER}:{s.port}", "--profile", "rpi4", "--dhcp", CLIENT,
+                           "--clients", "40", "--verify-root", str(root), "--json"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["ok"] == 40 and result["failed"] == 0, result
+    stages = {stage["stage"]: stage for stage in result["stages"]}
+    assert stages["rpi4 dhcp rpi arch=0"]["ok"] == 40, stages
+    searched = next(stage for name, stage in stages.items() if "start4.elf" in name)
+    assert searched["not_found"] == 40, stages
+    assert stages["rpi4 get ${dir}kernel8.img"]["ok"] == 40, stages
+    assert s.log_lines("on veth-s: rpi (arch 0", count=40), s.log_text()[-2000:]
+    assert s.log_lines('"kernel8.img" octet', count=40), s.log_text()[-2000:]
 
 
 def test_storm_refuses_dhcp_without_a_profile_that_has_it(root):
