@@ -20,6 +20,38 @@ public struct BootClient: Equatable, Sendable {
     public var isIPXE: Bool
     /// Option 97's value, echoed in the reply (17 bytes, type 0 first), when the client sent one.
     public var machineIdentifier: [UInt8]?
+    /// What an iPXE build says in option 175 it can fetch over (its feature sub-options 0x13
+    /// HTTP and 0x14 HTTPS); nil where it sent no option 175 (or one that does not parse).
+    public var iPXEProtocols: IPXEProtocols?
+
+    /// The fetch protocols an iPXE build names among its features.
+    public struct IPXEProtocols: OptionSet, Sendable, Equatable {
+        public let rawValue: UInt8
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+        public static let http = IPXEProtocols(rawValue: 1)
+        public static let https = IPXEProtocols(rawValue: 2)
+
+        /// iPXE's `DHCP_EB_FEATURE_HTTP` and `_HTTPS` (include/ipxe/features.h), each a sub-option
+        /// of option 175 whose one byte is the feature's version.
+        static func read(_ value: [UInt8]) -> IPXEProtocols? {
+            var found: IPXEProtocols = []
+            var i = 0
+            while i < value.count {
+                let code = value[i]
+                if code == 0 { i += 1; continue }
+                if code == 255 { break }
+                guard i + 1 < value.count, i + 2 + Int(value[i + 1]) <= value.count else { return nil }
+                let length = Int(value[i + 1])
+                if length >= 1 && value[i + 2] != 0 {
+                    if code == 0x13 { found.insert(.http) }
+                    if code == 0x14 { found.insert(.https) }
+                }
+                i += 2 + length
+            }
+            return found
+        }
+    }
+
     /// A Raspberry Pi's boot ROM: architecture 41 (rpiboot), or 0 (what the Pi 4 and 5 send,
     /// as a BIOS PXE ROM does) from a hardware address of the Pi's makers.
     public var isRaspberryPi = false
@@ -54,6 +86,7 @@ public struct BootClient: Equatable, Sendable {
         }
         let userClass = message.options[.userClass] ?? []
         isIPXE = message.options[.iPXEEncapsulated] != nil || Self.contains(userClass, Array("iPXE".utf8))
+        iPXEProtocols = message.options[.iPXEEncapsulated].flatMap(IPXEProtocols.read)
         if let identifier = message.options[.machineIdentifier], identifier.count == 17, identifier[0] == 0 {
             machineIdentifier = identifier
         }

@@ -141,7 +141,7 @@ public struct ProxyAnswer: Equatable, Sendable {
         }
         guard let selector = menu.selector(for: client) else { return .failure(.unknownArchitecture(client.architecture)) }
         guard let chosen = menu.target(for: selector) else { return .failure(.noBootFile(selector)) }
-        let target = chosen.expanded(for: request, client, selector)
+        let target = Self.fetchable(chosen.expanded(for: request, client, selector), by: client, server: server)
         let name = Array(target.description.utf8)
         guard name.count <= target.longest else { return .failure(.bootFileTooLong(selector, name.count)) }
 
@@ -189,6 +189,24 @@ public struct ProxyAnswer: Equatable, Sendable {
             destination = .broadcast
         }
         return .success(ProxyAnswer(reply: reply, destination: destination, selector: selector, target: target))
+    }
+}
+
+extension ProxyAnswer {
+    /// An iPXE build is never handed a URL it cannot fetch (option 175 says which protocols it
+    /// has: a NIC's or a hypervisor's ROM often lacks HTTPS, a small build HTTP): a URL on this
+    /// server becomes its file over TFTP, from the same root. One elsewhere, or one with a query,
+    /// is left as it is; so is every URL for an iPXE that names no features.
+    static func fetchable(_ target: BootTarget, by client: BootClient, server: IPv4) -> BootTarget {
+        guard let protocols = client.iPXEProtocols, case .url(let url) = target else { return target }
+        let secure = url.hasPrefixIgnoringCase("https://")
+        guard !protocols.contains(secure ? .https : .http) else { return target }
+        let rest = url.utf8.dropFirst(secure ? 8 : 7)
+        guard let slash = rest.firstIndex(of: UInt8(ascii: "/")) else { return target }
+        let host = rest[..<slash].prefix { $0 != UInt8(ascii: ":") }
+        let path = rest[rest.index(after: slash)...]
+        guard host.elementsEqual(server.description.utf8), !path.isEmpty, !path.contains(UInt8(ascii: "?")) else { return target }
+        return .file(String(decoding: path, as: UTF8.self))
     }
 }
 

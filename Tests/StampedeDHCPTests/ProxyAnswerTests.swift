@@ -192,6 +192,37 @@ import Testing
         #expect(ipxe.selector == .ipxe && ipxe.reply.options[.vendorSpecific] == [6, 1, 8, 255])
     }
 
+    /// Option 175 says what an iPXE build can fetch: one without HTTPS (a NIC's or QEMU's ROM)
+    /// is never handed an https:// URL, nor one without HTTP an http:// one; a URL on this server
+    /// becomes the file over TFTP. An iPXE that names no features, a URL elsewhere or one with a
+    /// query are left as they are.
+    @Test func iPXEIsNeverHandedAURLItCannotFetch() throws {
+        let https = BootMenu.withDefaults([:], httpBase: "https://10.0.0.1:8443/")
+        func features(_ codes: [UInt8]) -> [UInt8] {
+            option(77, "iPXE") + option(175, [0xb1, 5, 1, 0x80, 0x86, 0x10, 0x0e, 0xeb, 3, 1, 0, 0] + codes.flatMap { [$0, 1, 1] })
+        }
+        let rom = edk2Discover(arch: 0, vendor: "PXEClient:Arch:00000:UNDI:002001", extra: features([0x10, 0x13, 0x15, 0x17]))
+        #expect(try answer(rom, menu: https).get().target == .file("boot.ipxe"))
+        let full = edk2Discover(extra: features([0x13, 0x14, 0x15]))
+        #expect(try answer(full, menu: https).get().target == .url("https://10.0.0.1:8443/boot.ipxe"))
+        let noHTTP = edk2Discover(extra: features([0x15]))
+        #expect(try answer(noHTTP).get().target == .file("boot.ipxe"))
+        #expect(try answer(edk2Discover(extra: features([0x13]))).get().target == .url("http://10.0.0.1/boot.ipxe"))
+        // A feature of version 0 is not had.
+        #expect(try answer(edk2Discover(extra: option(77, "iPXE") + option(175, [0x13, 1, 0]))).get().target == .file("boot.ipxe"))
+        // No option 175: nothing known, nothing changed.
+        #expect(try answer(edk2Discover(extra: option(77, "iPXE")), menu: https).get().target == .url("https://10.0.0.1:8443/boot.ipxe"))
+        for elsewhere in ["https://10.0.0.9/boot.ipxe", "https://10.0.0.1/boot.ipxe?mac=${mac}", "https://10.0.0.1/"] {
+            let menu = BootMenu.withDefaults([.ipxe: .url(elsewhere)], httpBase: nil)
+            #expect(try answer(rom, menu: menu).get().target.description.hasPrefix("https://"), "\(elsewhere)")
+        }
+        let deep = BootMenu.withDefaults([.ipxe: .url("https://10.0.0.1/scripts/${mac:hexhyp}.ipxe")], httpBase: nil)
+        #expect(try answer(rom, menu: deep).get().target == .file("scripts/52-54-00-12-34-56.ipxe"))
+        // Option 175 that does not parse: nothing known.
+        let broken = edk2Discover(extra: option(77, "iPXE") + option(175, [0x13, 9, 1]))
+        #expect(try answer(broken, menu: https).get().target == .url("https://10.0.0.1:8443/boot.ipxe"))
+    }
+
     /// The Raspberry Pi 4's EDK2 sends no option 93, only `Arch:00011` in option 60.
     @Test func theArchitectureFallsBackToOption60() throws {
         let noOption93 = request(options: option(53, [1]) + option(60, "PXEClient:Arch:00011:UNDI:003000") + [255])
@@ -203,7 +234,7 @@ import Testing
 
     /// iPXE asks again once loaded (user class `iPXE`): it gets its script, never ipxe.efi.
     @Test func iPXEGetsItsScriptNotItself() throws {
-        let ipxe = edk2Discover(extra: option(77, "iPXE") + option(175, [1, 1, 1]))
+        let ipxe = edk2Discover(extra: option(77, "iPXE") + option(175, [0x13, 1, 1]))
         let overHTTP = try answer(ipxe).get()
         #expect(overHTTP.selector == .ipxe)
         #expect(overHTTP.target == .url("http://10.0.0.1/boot.ipxe"))

@@ -394,6 +394,22 @@ def test_bios_ipxe_rom_gets_its_script_from_stampedes_proxy_dhcp(lab, report):
 
 
 @pytest.mark.parametrize("lab", [PROXY], indirect=True)
+def test_a_bios_ipxe_rom_without_https_gets_its_script_over_tftp_where_only_https_serves(lab, report):
+    """QEMU's iPXE ROM has no HTTPS (its option 175 names HTTP and not HTTPS): with --https alone
+    serving the address, the proxy hands it boot.ipxe over TFTP, not an https:// URL it could not
+    fetch, and the script's marker comes over TFTP too."""
+    inside, root, tmp, processes = lab
+    certs = Certificates(tmp / "certs", server_names=f"IP:{SERVER_IP}")
+    started = time.time()
+    log = boot(lab, "glibc", ["-device", f"virtio-net-pci,netdev=n0,mac={MAC}", "-boot", "n"],
+               server_args=("--https", f"{SERVER_IP}:{HTTPS_PORT}", "--tls-certificate", certs.chain, "--tls-key", certs.key,
+                            "--proxy-dhcp", SERVER_IP))
+    assert re.search(rf'DHCP (DISCOVER|REQUEST) {MAC} on br0: ipxe .*"boot\.ipxe"', log), log
+    assert any(line.endswith(": ok") for line in ended_lines(log, "boot.ipxe")), log
+    report(f"BIOS iPXE ROM without HTTPS, --https alone: boot.ipxe and the marker over TFTP: {time.time() - started:.0f} s")
+
+
+@pytest.mark.parametrize("lab", [PROXY], indirect=True)
 def test_uefi_http_boot_gets_a_url_from_stampedes_proxy_dhcp(lab, report):
     started = time.time()
     no_pxe = ["-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n",

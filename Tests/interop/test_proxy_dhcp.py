@@ -40,7 +40,7 @@ def test_uefi_pxe_is_offered_ipxe_without_option_43(proxy, machine):
 
 @pytest.mark.parametrize("arch, vendor, extra, expected", [
     (0, None, b"", "undionly.kpxe"),
-    (7, None, dhcpwire.option(77, "iPXE") + dhcpwire.option(175, bytes([1, 1, 1])), f"http://{SERVER}:8080/boot.ipxe"),
+    (7, None, dhcpwire.option(77, "iPXE") + dhcpwire.option(175, bytes([0x13, 1, 1])), f"http://{SERVER}:8080/boot.ipxe"),
     (0, None, dhcpwire.option(77, "iPXE"), f"http://{SERVER}:8080/boot.ipxe"),
     (16, "HTTPClient:Arch:00016:UNDI:003001", b"", f"http://{SERVER}:8080/ipxe.efi"),
     (None, "PXEClient:Arch:00011:UNDI:003000", b"", "arm/ipxe.efi"),
@@ -339,7 +339,7 @@ def test_the_documented_per_machine_boot_gets_a_machines_own_script_or_the_defau
     for f in (root / "machines", root / "machines" / "52-54-00-12-34-56.ipxe", root / "boot.ipxe"):
         f.chmod(0o755 if f.is_dir() else 0o644)
     s = proxy("--boot-file", f"ipxe=http://{SERVER}:8080/machines/${{mac:hexhyp}}.ipxe", "-m", str(rules))
-    reply = machine.ask(dhcpwire.message(MAC, arch=7, extra=dhcpwire.option(77, "iPXE") + dhcpwire.option(175, bytes([1, 1, 1]))))
+    reply = machine.ask(dhcpwire.message(MAC, arch=7, extra=dhcpwire.option(77, "iPXE") + dhcpwire.option(175, bytes([0x13, 1, 1]))))
     assert reply and reply["file"] == f"http://{SERVER}:8080/machines/52-54-00-12-34-56.ipxe", reply
     client = boot_link[1]
     for name, said in (("machines/52-54-00-12-34-56.ipxe", "own"), ("machines/52-54-00-99-99-99.ipxe", "default")):
