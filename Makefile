@@ -50,7 +50,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build build-deps manual run test test-prepare unit interop parity-deps package-deps boot-kernel deb sanitize bench-static bench-previous bench-http bench-config-search bench-https bench-dhcp bench-machines bench-rack bench-lockstep fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
+.PHONY: all build build-deps manual run test test-prepare unit interop parity-deps secure-boot package-deps boot-kernel deb sanitize bench-static bench-previous bench-http bench-config-search bench-https bench-dhcp bench-machines bench-rack bench-lockstep fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
 
 all: build
 
@@ -158,6 +158,26 @@ parity-deps: deps
 	fi
 	@v=$$($(SUDO) chroot $(SID) /usr/sbin/in.tftpd -V 2>&1 | head -1); echo "parity peer: $$v ($(SID))"; \
 	[ "$$v" = "$(PARITY_TFTPD)" ] || echo "WARNING: $(SID) has $$v, the parity corpus was written for $(PARITY_TFTPD): the parity tests skip"
+
+# Secure Boot's signed chain, for the firmware tests: shim (signed by Microsoft, holding Debian's
+# CA) and GRUB's network image (signed by Debian, GRUB 2.14: it reads a proxyDHCP offer), from the
+# unstable tree's archive (apt-get download in $(SID); its mirror's Release may be past its
+# validity date, which a download does not need), kept under .build.
+SECURE_BOOT := .build/secure-boot
+secure-boot: parity-deps
+	@if [ ! -s $(SECURE_BOOT)/shimx64.efi ] || [ ! -s $(SECURE_BOOT)/grubx64.efi ]; then \
+		echo "fetching $(SECURE_BOOT): shim-signed and grub-efi-amd64-signed from Debian unstable"; \
+		mkdir -p $(SECURE_BOOT) && rm -rf $(SECURE_BOOT)/debs && \
+		$(SUDO) chroot $(SID) sh -c 'apt-get -qq -o Acquire::Check-Valid-Until=false update; mkdir -p /tmp/secure-boot && cd /tmp/secure-boot && \
+			rm -f *.deb && apt-get download -qq shim-signed grub-efi-amd64-signed' >$(SECURE_BOOT).log 2>&1 || { tail -5 $(SECURE_BOOT).log; exit 1; }; \
+		$(SUDO) mv $(SID)/tmp/secure-boot $(SECURE_BOOT)/debs && \
+		for deb in $(SECURE_BOOT)/debs/*.deb; do dpkg-deb -x $$deb $(SECURE_BOOT)/debs/tree; done && \
+		cp $(SECURE_BOOT)/debs/tree/usr/lib/shim/shimx64.efi.signed $(SECURE_BOOT)/shimx64.efi.part && \
+		cp $(SECURE_BOOT)/debs/tree/usr/lib/grub/x86_64-efi-signed/grubnetx64.efi.signed $(SECURE_BOOT)/grubx64.efi.part && \
+		mv $(SECURE_BOOT)/shimx64.efi.part $(SECURE_BOOT)/shimx64.efi && mv $(SECURE_BOOT)/grubx64.efi.part $(SECURE_BOOT)/grubx64.efi && \
+		ls $(SECURE_BOOT)/debs/*.deb | sed 's|.*/||' > $(SECURE_BOOT)/versions && rm -rf $(SECURE_BOOT)/debs; \
+	fi
+	@echo "secure boot chain: $$(tr '\n' ' ' < $(SECURE_BOOT)/versions)($(SECURE_BOOT))"
 
 bench-deps: deps parity-deps
 	$(call apt_install,$(BENCH_PACKAGES),$(call commands_of,$(BENCH_COMMANDS)))
@@ -299,7 +319,7 @@ bench-thresholds:
 # that measure, run one at a time in their groups (Tests/interop/conftest.py, SERIAL_GROUPS).
 INTEROP_WORKERS ?= 4
 INTEROP = STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs --durations=40 -n $(INTEROP_WORKERS) --dist loadgroup Tests/interop
-interop: deb deps package-deps boot-kernel
+interop: deb deps package-deps boot-kernel secure-boot
 	$(INTEROP)
 
 # What the suite needs made first, side by side (make -j): the release build and the package
@@ -307,7 +327,7 @@ interop: deb deps package-deps boot-kernel
 # first run spends minutes on each). The fuzz harnesses build after it, not beside it: two
 # Swift builds at once on 2 cores took longer than one after the other (clean clone: 861 s to
 # the end of the unit tests with them side by side, about 600 s without).
-test-prepare: deps parity-deps package-deps boot-kernel deb sanitize .build/floor-lockstep
+test-prepare: deps parity-deps secure-boot package-deps boot-kernel deb sanitize .build/floor-lockstep
 
 test:
 	$(MAKE) -j4 --output-sync=target test-prepare

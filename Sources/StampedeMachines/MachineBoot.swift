@@ -11,7 +11,9 @@ import StampedeIO
 /// - `boot.ipxe` and `autoexec.ipxe` (in any directory: a signed iPXE asks for it beside
 ///   itself): iPXE's script, for the machine DHCP bound to the asking address (or, unbound, the
 ///   default record's);
-/// - `grub.cfg-01-<mac>` (in any directory): GRUB's configuration;
+/// - `grub.cfg-01-<mac>` (in any directory): GRUB's configuration; and `grub.cfg` for a machine
+///   DHCP bound to the asking address (a signed GRUB network image, as Secure Boot's chain runs,
+///   asks its prefix's `grub.cfg` alone); unbound, the root's;
 /// - `pxelinux.cfg/01-<mac>`: PXELINUX's.
 ///
 /// A record with a `kernel` gets its boot, one with a `script` that file of the root as iPXE's
@@ -77,6 +79,9 @@ public struct MachineBoot: GeneratedFiles {
         }
         if base.hasPrefix("grub.cfg-01-"), let mac = MachineRecord.hardwareAddress(base.dropFirst("grub.cfg-01-".count)) {
             return render(named(mac, bound), unbound: false, LoaderScript.grub)
+        }
+        if base == "grub.cfg", let bound {
+            return render(bound, unbound: false, LoaderScript.grub)
         }
         if base.hasPrefix("01-"), path.hasPrefix("pxelinux.cfg/01-") || path.containsBytes("/pxelinux.cfg/01-"),
            let mac = MachineRecord.hardwareAddress(base.dropFirst(3)) {

@@ -138,9 +138,15 @@ import Testing
         #expect(text(boot.contents(of: Array("grub/grub.cfg-01-52-54-00-12-34-07".utf8), for: at("10.0.0.99")))?
                     .contains("linux /vmlinuz hostname=node07") == true)
         #expect(text(boot.contents(of: Array("pxelinux.cfg/01-52-54-00-12-34-08".utf8), for: at("10.0.0.99")))?.hasSuffix("LOCALBOOT 0\n") == true)
+        // A signed GRUB network image asks its prefix's grub.cfg alone: a bound machine's own,
+        // the root's for an address DHCP bound to nobody and for a record of the root's files.
+        #expect(text(boot.contents(of: Array("grub/grub.cfg".utf8), for: at("10.0.0.57")))?.contains("linux /vmlinuz hostname=node07") == true)
+        #expect(text(boot.contents(of: Array("grub/grub.cfg".utf8), for: at("10.0.0.58")))?.hasSuffix("exit\n") == true)
+        #expect(boot.contents(of: Array("grub/grub.cfg".utf8), for: at("10.0.0.59")) == nil)
+        #expect(boot.contents(of: Array("grub/grub.cfg".utf8), for: at("10.0.0.99")) == nil)
         // Other names are the root's.
         #expect(boot.contents(of: Array("vmlinuz".utf8), for: at("10.0.0.57")) == nil)
-        #expect(boot.contents(of: Array("grub/grub.cfg".utf8), for: at("10.0.0.57")) == nil)
+        #expect(boot.contents(of: Array("grub/grub.cfg.bak".utf8), for: at("10.0.0.57")) == nil)
         // The latest DHCP wins: the address is node08's now.
         boot.bindings.learn(from: discover(8, requesting: [10, 0, 0, 57]))
         #expect(script("10.0.0.57")?.hasSuffix("exit\n") == true)

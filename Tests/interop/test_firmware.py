@@ -65,6 +65,13 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="firmware boots need r
 
 PROXY = "proxy"
 
+# Secure Boot's signed chain, from Debian unstable (`make secure-boot`): shim, signed by Microsoft
+# and holding Debian's CA, and GRUB's network image signed by Debian, which shim loads as
+# grubx64.efi from its own directory. OVMF with Secure Boot on and Microsoft's keys enrolled.
+SECURE_BOOT = REPO / ".build/secure-boot"
+OVMF_SECURE = Path("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd")
+OVMF_MS_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.ms.fd")
+
 
 @pytest.fixture
 def lab(tmp_path, request):
@@ -391,6 +398,83 @@ def test_bios_ipxe_rom_gets_its_script_from_stampedes_proxy_dhcp(lab, report):
                booted=served_over_http(MARKER))
     assert re.search(rf"DHCP (DISCOVER|REQUEST) {MAC} on br0: ipxe .*boot\.ipxe", log), log
     report(f"BIOS iPXE ROM via Stampede's proxyDHCP -> boot.ipxe -> marker (HTTP): {time.time() - started:.0f} s")
+
+
+def secure_machine(tmp, name):
+    """QEMU's arguments for OVMF with Secure Boot enforced (SMM, a secure flash, Microsoft's keys
+    in a copy of the variable store of its own)."""
+    variables = tmp / f"{name}-vars.fd"
+    shutil.copy(OVMF_MS_VARS, variables)
+    return ["-machine", "smm=on", "-global", "driver=cfi.pflash01,property=secure,value=on",
+            "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_SECURE}",
+            "-drive", f"if=pflash,format=raw,unit=1,file={variables}",
+            "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n"]
+
+
+@pytest.mark.parametrize("lab", [PROXY], indirect=True)
+def test_secure_boot_runs_shim_grub_and_debians_signed_kernel_through_stampede_and_refuses_unsigned_ipxe(lab, report):
+    """Secure Boot enforced: the proxy offers shimx64.efi, which OVMF verifies against Microsoft's
+    keys; shim loads GRUB's signed network image (grubx64.efi, beside it over TFTP), GRUB reads
+    grub/grub.cfg from Stampede (GRUB 2.14 reads the proxy's offer), then Debian's signed kernel,
+    which says Secure Boot is on and locks itself down, and the initrd's init runs with the
+    command line of the machine's record (GRUB asks grub/grub.cfg alone: the record's is written
+    for the address DHCP bound to the machine). Then the
+    same machine offered the unsigned ipxe.efi: the firmware refuses it ("Access Denied") and
+    asks for nothing more."""
+    inside, root, tmp, processes = lab
+    for needed in (SECURE_BOOT / "shimx64.efi", SECURE_BOOT / "grubx64.efi", OVMF_SECURE, OVMF_MS_VARS):
+        assert needed.exists(), f"{needed} missing: `make secure-boot` (a prerequisite of `make test`) fetches it"
+    install_linux(root, ballast=64 << 10)
+    for name in ("shimx64.efi", "grubx64.efi"):
+        shutil.copy(SECURE_BOOT / name, root / name)
+        (root / name).chmod(0o644)
+    # The root's grub.cfg boots the machine as nobody in particular; its record says otherwise,
+    # and GRUB, which asks the root's name alone, gets the record's (the machine DHCP bound).
+    (root / "grub").mkdir()
+    (root / "grub" / "grub.cfg").write_text("set timeout=0\nmenuentry root {\n"
+                                              "  linux /linux/vmlinuz console=ttyS0 panic=-1 stampede.from=root\n  initrd /linux/initrd.img\n}\n")
+    (root / "grub").chmod(0o755)
+    (root / "grub" / "grub.cfg").chmod(0o644)
+    records = tmp / "machines"
+    records.mkdir()
+    (records / "node07").write_text(f"mac = {MAC}\nvar hostname = node07\nkernel = linux/vmlinuz\ninitrd = linux/initrd.img\n"
+                                    "cmdline = console=ttyS0 panic=-1 stampede.from=${hostname}\n")
+    started = time.time()
+    log_path = start_server(lab, "uring", ("--proxy-dhcp", SERVER_IP, "--boot-file", "efi-x64=shimx64.efi", "--machines", records))
+    qemu, console = power_on(lab, secure_machine(tmp, "signed"), console_name="signed.log")
+    deadline = time.time() + 240
+    def said():
+        return console.read_text(errors="replace") if console.exists() else ""
+
+    while time.time() < deadline and "stampede-initrd: init runs" not in said():
+        assert qemu.poll() is None, (tmp / "qemu-tap0.log").read_text()[-2000:]
+        time.sleep(0.5)
+    text, log = said(), log_path.read_text(errors="replace")
+    assert "stampede-initrd: init runs" in text, f"console:\n{text[-3000:]}\nserver:\n{log[-3000:]}"
+    assert "EFI stub: UEFI Secure Boot is enabled." in text and "secureboot: Secure boot enabled" in text, text[-3000:]
+    assert "Kernel is locked down from EFI Secure Boot" in text, text[-3000:]
+    assert re.search(r"stampede-initrd: init runs, cmdline: .*stampede.from=node07", text), text[-3000:]
+    # GRUB asks for its files by absolute path, as its prefix (/grub) and grub.cfg name them.
+    for name in ("shimx64.efi", "grubx64.efi", "/grub/grub.cfg", "/linux/vmlinuz", "/linux/initrd.img"):
+        assert any(line.endswith(": ok") for line in ended_lines(log, name)), (name, log[-3000:])
+    signed = time.time() - started
+    qemu.terminate()
+    qemu.wait()
+
+    processes[-2].terminate()  # the server: the next one offers ipxe.efi
+    processes[-2].wait()
+    log_path.rename(tmp / "signed-stampede.log")
+    log_path = start_server(lab, "uring", ("--proxy-dhcp", SERVER_IP))
+    qemu, console = power_on(lab, secure_machine(tmp, "unsigned"), console_name="unsigned.log")
+    deadline = time.time() + 120
+    while time.time() < deadline and "Access Denied" not in said():
+        time.sleep(0.5)
+    text, log = said(), log_path.read_text(errors="replace")
+    assert "Access Denied" in text, text[-3000:]
+    assert any(line.endswith(": ok") for line in ended_lines(log, "ipxe.efi")), log[-3000:]
+    assert not ended_lines(log, "boot.ipxe"), log[-3000:]
+    report(f"Secure Boot (OVMF, Microsoft's keys): shim -> GRUB 2.14 -> grub.cfg -> Debian's signed kernel -> init via "
+           f"Stampede alone: {signed:.0f} s; unsigned ipxe.efi refused")
 
 
 @pytest.mark.parametrize("lab", [PROXY], indirect=True)
