@@ -32,22 +32,13 @@ public struct BootClient: Equatable, Sendable {
         public static let https = IPXEProtocols(rawValue: 2)
 
         /// iPXE's `DHCP_EB_FEATURE_HTTP` and `_HTTPS` (include/ipxe/features.h), each a sub-option
-        /// of option 175 whose one byte is the feature's version.
+        /// of option 175 (encapsulated as option 43's are) whose one byte is the feature's version.
         static func read(_ value: [UInt8]) -> IPXEProtocols? {
+            guard let features = PXEOption.read(value) else { return nil }
+            func has(_ code: UInt8) -> Bool { features[code].map { !$0.isEmpty && $0[0] != 0 } ?? false }
             var found: IPXEProtocols = []
-            var i = 0
-            while i < value.count {
-                let code = value[i]
-                if code == 0 { i += 1; continue }
-                if code == 255 { break }
-                guard i + 1 < value.count, i + 2 + Int(value[i + 1]) <= value.count else { return nil }
-                let length = Int(value[i + 1])
-                if length >= 1 && value[i + 2] != 0 {
-                    if code == 0x13 { found.insert(.http) }
-                    if code == 0x14 { found.insert(.https) }
-                }
-                i += 2 + length
-            }
+            if has(0x13) { found.insert(.http) }
+            if has(0x14) { found.insert(.https) }
             return found
         }
     }

@@ -218,13 +218,14 @@ extension ProxyAnswer {
 /// say). U-Boot's own PXE has
 /// none: it loads a kernel or a pxelinux.cfg, not iPXE (its EFI boot says architecture 11).
 public struct BootMenu: Equatable, Sendable {
-    public private(set) var targets: [BootSelector: BootTarget]
-    /// Some selector is `arch:N`: a machine's own code is looked up before its named selector.
-    private let hasArchitectureCodes: Bool
+    public let targets: [BootSelector: BootTarget]
+    /// The `arch:N` selectors, by code: a machine's own code is looked up before its named
+    /// selector, with no selector made per request.
+    private let architectureCodes: [UInt16: BootSelector]
 
     public init(_ targets: [BootSelector: BootTarget]) {
         self.targets = targets
-        hasArchitectureCodes = targets.keys.contains { $0.isArchitectureCode }
+        architectureCodes = Dictionary(targets.keys.filter(\.isArchitectureCode).map { ($0.architectures[0], $0) }) { first, _ in first }
     }
 
     /// iPXE for each UEFI architecture, as boot.ipxe.org names its builds.
@@ -252,9 +253,8 @@ public struct BootMenu: Equatable, Sendable {
     /// nil where neither names it.
     public func selector(for client: BootClient) -> BootSelector? {
         // A Pi that says 0 is no BIOS: arch:0 is not its.
-        if hasArchitectureCodes && !client.isIPXE && !(client.isRaspberryPi && client.architecture == 0) {
-            let exact = BootSelector.architecture(client.architecture)
-            if targets[exact] != nil { return exact }
+        if !client.isIPXE && !(client.isRaspberryPi && client.architecture == 0), let exact = architectureCodes[client.architecture] {
+            return exact
         }
         return BootSelector(client)
     }
@@ -270,7 +270,7 @@ public struct BootMenu: Equatable, Sendable {
     /// Every selector it answers and what with, named ones first, for the start line.
     public var listing: [(selector: BootSelector, target: BootTarget)] {
         let named = BootSelector.named.compactMap { selector in target(for: selector).map { (selector, $0) } }
-        let codes = targets.keys.filter(\.isArchitectureCode).sorted { $0.architectures[0] < $1.architectures[0] }
+        let codes = architectureCodes.keys.sorted().map { architectureCodes[$0]! }
         return named + codes.compactMap { selector in target(for: selector).map { (selector, $0) } }
     }
 }

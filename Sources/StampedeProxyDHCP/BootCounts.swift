@@ -14,8 +14,7 @@ extension WorkerMetrics {
     public static func dhcp() -> WorkerMetrics { WorkerMetrics(.dhcp, extraSlots: bootSlots) }
 
     private static func bootSlot(_ selector: BootSelector, offer: Bool) -> Int {
-        let index = selector.isArchitectureCode ? BootSelector.named.count : BootSelector.named.firstIndex(of: selector)!
-        return index * 2 + (offer ? 0 : 1)
+        bootSlot(counted: selector.isArchitectureCode ? BootSelector.named.count : BootSelector.named.firstIndex(of: selector)!, offer: offer)
     }
 
     private static func bootSlot(counted index: Int, offer: Bool) -> Int { index * 2 + (offer ? 0 : 1) }

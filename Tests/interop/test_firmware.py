@@ -308,7 +308,7 @@ def test_two_uefi_machines_boot_their_own_records_and_one_nobody_listed_gets_no_
     while time.time() - started < 240 and len(said) < 2:
         for name, console in consoles.items():
             text = console.read_text(errors="replace") if console.exists() else ""
-            found = re.search(r"stampede-initrd: init runs, cmdline: (.*)", text)
+            found = re.search(r"stampede-initrd: init runs, cmdline: (.*)\n", text)
             if found:
                 said[name] = found.group(1)
         time.sleep(0.5)
@@ -376,7 +376,7 @@ def test_a_uefi_machine_boots_what_the_pixiecore_api_says_and_one_it_answers_404
     text = lambda name: consoles[name].read_text(errors="replace") if consoles[name].exists() else ""
     said = None
     while time.time() - started < 240 and not (said and re.search(r"PXE-E16: No valid offer received", text("unlisted"))):
-        said = said or re.search(r"stampede-initrd: init runs, cmdline: (.*)", text("listed"))
+        said = said or re.search(r"stampede-initrd: init runs, cmdline: (.*)\n", text("listed"))
         time.sleep(0.5)
     log = log_path.read_text()
     assert said, f"listed:\n{text('listed')[-2000:]}\nserver:\n{log[-3000:]}\napi:\n{(tmp / 'api.log').read_text()[-2000:]}"
