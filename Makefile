@@ -17,14 +17,14 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # benchmark runs a command of a non-essential package that is not listed here.
 TEST_COMMANDS := curl:curl tftp:tftp-hpa atftp:atftp busybox:busybox ip:iproute2 nft:nftables \
 	mount:mount umount:mount prlimit:util-linux unshare:util-linux dnsmasq:dnsmasq-base \
-	qemu-system-x86_64:qemu-system-x86 prometheus:prometheus promtool:prometheus \
+	qemu-system-x86_64:qemu-system-x86 qemu-system-aarch64:qemu-system-arm prometheus:prometheus promtool:prometheus \
 	systemd-analyze:systemd dpkg-buildpackage:dpkg-dev dh:debhelper lintian:lintian openssl:openssl
 BENCH_COMMANDS := dnsmasq:dnsmasq-base wrk:wrk git:git
 commands_of = $(foreach c,$(1),$(word 1,$(subst :, ,$(c))))
 packages_of = $(sort $(foreach c,$(1),$(word 2,$(subst :, ,$(c)))))
-# The firmware the suite boots (Tests/interop/test_firmware.py): OVMF's UEFI, iPXE for UEFI, the
-# iPXE ROMs QEMU's NICs carry.
-FIRMWARE_PACKAGES := ovmf ipxe ipxe-qemu
+# The firmware the suite boots (Tests/interop/test_firmware.py): OVMF's UEFI, AAVMF (ARM64 UEFI),
+# iPXE for UEFI, the iPXE ROMs QEMU's NICs carry.
+FIRMWARE_PACKAGES := ovmf qemu-efi-aarch64 ipxe ipxe-qemu
 # The slow disk of Tests/interop/test_disk.py: a FUSE file system in Python (fusepy loads libfuse 2).
 FUSE_PACKAGES := libfuse2
 # The parity test's peer runs from a Debian unstable tree made with debootstrap (parity-deps).
@@ -50,7 +50,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build build-deps manual run test test-prepare unit interop parity-deps secure-boot package-deps boot-kernel deb sanitize bench-static bench-previous bench-http bench-config-search bench-https bench-dhcp bench-machines bench-rack bench-lockstep fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
+.PHONY: all build build-deps manual run test test-prepare unit interop parity-deps secure-boot unstable-boot package-deps boot-kernel deb sanitize bench-static bench-previous bench-http bench-config-search bench-https bench-dhcp bench-machines bench-rack bench-lockstep fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
 
 all: build
 
@@ -178,6 +178,32 @@ secure-boot: parity-deps
 		ls $(SECURE_BOOT)/debs/*.deb | sed 's|.*/||' > $(SECURE_BOOT)/versions && rm -rf $(SECURE_BOOT)/debs; \
 	fi
 	@echo "secure boot chain: $$(tr '\n' ' ' < $(SECURE_BOOT)/versions)($(SECURE_BOOT))"
+
+# iPXE 2.0 (Debian unstable's ipxe: ipxe-amd64.efi, ipxe-arm64.efi, builds with no embedded
+# script), and what an ARM64 machine boots in the firmware tests: Debian unstable's arm64 kernel
+# (vmlinuz-arm64, the image linux-image-arm64 names) and a static busybox for its initramfs
+# (busybox-arm64); the tree learns the arm64 architecture to download them (nothing is installed).
+UNSTABLE_BOOT := .build/unstable-boot
+UNSTABLE_BOOT_FILES := ipxe-amd64.efi ipxe-arm64.efi vmlinuz-arm64 busybox-arm64
+unstable-boot: parity-deps
+	@if ! (cd $(UNSTABLE_BOOT) 2>/dev/null && ls $(UNSTABLE_BOOT_FILES) >/dev/null 2>&1); then \
+		echo "fetching $(UNSTABLE_BOOT): ipxe, linux-image-arm64 and busybox-static:arm64 from Debian unstable"; \
+		mkdir -p $(UNSTABLE_BOOT) && rm -rf $(UNSTABLE_BOOT)/debs && \
+		$(SUDO) chroot $(SID) sh -c 'dpkg --add-architecture arm64 && apt-get -qq -o Acquire::Check-Valid-Until=false update; \
+			mkdir -p /tmp/unstable-boot && cd /tmp/unstable-boot && rm -f *.deb && \
+			image=$$(apt-cache depends linux-image-arm64:arm64 | sed -n "s/^ *Depends: \(linux-image-[^ :]*\).*/\1/p" | head -1) && \
+			binary=$$(apt-cache depends $$image:arm64 | sed -n "s/^ *Depends: \(linux-binary-[^ :]*\).*/\1/p" | head -1) && \
+			apt-get download -qq ipxe $$image:arm64 $${binary:+$$binary:arm64} busybox-static:arm64' >$(UNSTABLE_BOOT).log 2>&1 || \
+			{ tail -5 $(UNSTABLE_BOOT).log; exit 1; }; \
+		$(SUDO) mv $(SID)/tmp/unstable-boot $(UNSTABLE_BOOT)/debs && \
+		for deb in $(UNSTABLE_BOOT)/debs/*.deb; do dpkg-deb -x $$deb $(UNSTABLE_BOOT)/debs/tree; done && \
+		tree=$(UNSTABLE_BOOT)/debs/tree && \
+		cp $$tree/usr/lib/ipxe/ipxe-amd64.efi $$tree/usr/lib/ipxe/ipxe-arm64.efi $(UNSTABLE_BOOT)/ && \
+		cp $$(find $$tree/boot $$tree/usr/lib/modules -name 'vmlinuz*' -size +1M 2>/dev/null | head -1) $(UNSTABLE_BOOT)/vmlinuz-arm64 && \
+		cp $$tree/usr/bin/busybox $(UNSTABLE_BOOT)/busybox-arm64 && \
+		ls $(UNSTABLE_BOOT)/debs/*.deb | sed 's|.*/||' > $(UNSTABLE_BOOT)/versions && rm -rf $(UNSTABLE_BOOT)/debs; \
+	fi
+	@echo "from Debian unstable: $$(tr '\n' ' ' < $(UNSTABLE_BOOT)/versions)($(UNSTABLE_BOOT))"
 
 bench-deps: deps parity-deps
 	$(call apt_install,$(BENCH_PACKAGES),$(call commands_of,$(BENCH_COMMANDS)))
@@ -319,7 +345,7 @@ bench-thresholds:
 # that measure, run one at a time in their groups (Tests/interop/conftest.py, SERIAL_GROUPS).
 INTEROP_WORKERS ?= 4
 INTEROP = STAMPEDE_BIN=$(CURDIR)/$(PACKAGED_BIN) $(PYTHON) -m pytest -q -rs --durations=40 -n $(INTEROP_WORKERS) --dist loadgroup Tests/interop
-interop: deb deps package-deps boot-kernel secure-boot
+interop: deb deps package-deps boot-kernel secure-boot unstable-boot
 	$(INTEROP)
 
 # What the suite needs made first, side by side (make -j): the release build and the package
@@ -327,7 +353,7 @@ interop: deb deps package-deps boot-kernel secure-boot
 # first run spends minutes on each). The fuzz harnesses build after it, not beside it: two
 # Swift builds at once on 2 cores took longer than one after the other (clean clone: 861 s to
 # the end of the unit tests with them side by side, about 600 s without).
-test-prepare: deps parity-deps secure-boot package-deps boot-kernel deb sanitize .build/floor-lockstep
+test-prepare: deps parity-deps secure-boot unstable-boot package-deps boot-kernel deb sanitize .build/floor-lockstep
 
 test:
 	$(MAKE) -j4 --output-sync=target test-prepare

@@ -2,15 +2,22 @@
 /// checked when the record was read), or, for a machine to boot from its disk or not from here,
 /// what tells the loader to go back to the firmware's next boot device.
 public enum LoaderScript {
-    /// iPXE's script (`boot.ipxe`, `autoexec.ipxe`): relative locations are taken from where the
-    /// script came from, as iPXE resolves them. Each initrd is named on the kernel's command line
-    /// (`initrd=NAME`), as UEFI kernels loaded by iPXE need.
+    /// iPXE's script (`boot.ipxe`, `autoexec.ipxe`): a path is written from the root (`/path`),
+    /// which iPXE takes on the server and in the protocol the script came from, wherever the
+    /// script was asked (a signed iPXE asks `autoexec.ipxe` in its own directory). Each initrd is
+    /// named on the kernel's command line (`initrd=NAME`), as UEFI kernels loaded by iPXE need.
     public static func iPXE(_ boot: RenderedBoot?, for name: String) -> String {
         let record = safe(name)
         guard let boot else { return "#!ipxe\n# \(record): not booted from the network here\nexit\n" }
         let names = boot.initrds.map { initrd in "initrd=" + (initrd.utf8.lastIndex(of: UInt8(ascii: "/")).map { String(initrd[initrd.utf8.index(after: $0)...]) } ?? initrd) }
-        let line = ([boot.kernel] + names + (boot.commandLine.isEmpty ? [] : [boot.commandLine])).joined(separator: " ")
-        return "#!ipxe\n# \(record)\n" + (boot.message.map { "echo \($0)\n" } ?? "") + "kernel \(line)\n" + boot.initrds.map { "initrd \($0)\n" }.joined() + "boot\n"
+        let line = ([fromRoot(boot.kernel)] + names + (boot.commandLine.isEmpty ? [] : [boot.commandLine])).joined(separator: " ")
+        return "#!ipxe\n# \(record)\n" + (boot.message.map { "echo \($0)\n" } ?? "") + "kernel \(line)\n"
+            + boot.initrds.map { "initrd \(fromRoot($0))\n" }.joined() + "boot\n"
+    }
+
+    /// A URL as it is; a path beneath the root as `/path`.
+    static func fromRoot(_ location: String) -> String {
+        location.containsBytes("://") || location.hasPrefix("/") ? location : "/" + location
     }
 
     /// iPXE's script while the machine API is asked what the machine boots: a second's wait,
@@ -64,6 +71,6 @@ public enum LoaderScript {
             let slash = rest.firstIndex(of: "/") ?? rest.endIndex
             return "(\(scheme),\(rest[..<slash]))" + (slash == rest.endIndex ? "/" : String(rest[slash...]))
         }
-        return location.hasPrefix("/") ? location : "/" + location
+        return fromRoot(location)
     }
 }

@@ -201,7 +201,7 @@ import Testing
         // Not listed (404): the directory's default record.
         for _ in 0..<500 where records.record(for: other, asking: .dhcp) == nil { usleep(2000) }
         #expect(records.record(for: other, asking: .dhcp)?.record?.name == dir.path + "/default")
-        #expect(script(SocketAddress(parsing: "10.0.0.58:2000", defaultPort: 0)!).contains("kernel rescue"))
+        #expect(script(SocketAddress(parsing: "10.0.0.58:2000", defaultPort: 0)!).contains("kernel /rescue"))
         // Its done URL is the API's to hear.
         let token = records.directory.tokens.token(for: node07)
         #expect(boot.report(to: Array(".stampede/done/52-54-00-12-34-07/\(token)".utf8), from: at57) != nil)

@@ -27,8 +27,8 @@ import Testing
         #expect(LoaderScript.iPXE(boot, for: record.name) == """
             #!ipxe
             # rack1-node07
-            kernel images/vmlinuz initrd=initrd.img initrd=firmware.cpio \(line)
-            initrd images/initrd.img
+            kernel /images/vmlinuz initrd=initrd.img initrd=firmware.cpio \(line)
+            initrd /images/initrd.img
             initrd http://10.0.0.1:8080/extra/firmware.cpio
             boot
 
@@ -123,11 +123,11 @@ import Testing
         let (boot, dir) = try rig(records)
         let script = { (address: String) in self.text(boot.contents(of: Array("boot.ipxe".utf8), for: self.at(address))) }
         // Before DHCP: the default record's.
-        #expect(script("10.0.0.57") == "#!ipxe\n# \(dir.path)/rest\nkernel rescue/vmlinuz rescue\nboot\n")
+        #expect(script("10.0.0.57") == "#!ipxe\n# \(dir.path)/rest\nkernel /rescue/vmlinuz rescue\nboot\n")
         boot.bindings.learn(from: discover(7, requesting: [10, 0, 0, 57]))
         boot.bindings.learn(from: discover(8, requesting: [10, 0, 0, 58]))
         boot.bindings.learn(from: discover(9, requesting: [10, 0, 0, 59]))
-        #expect(script("10.0.0.57") == "#!ipxe\n# \(dir.path)/node07\nkernel vmlinuz hostname=node07\nboot\n")
+        #expect(script("10.0.0.57") == "#!ipxe\n# \(dir.path)/node07\nkernel /vmlinuz hostname=node07\nboot\n")
         // Boots from its disk: iPXE asking anyway is told to go back to the firmware.
         #expect(script("10.0.0.58") == "#!ipxe\n# \(dir.path)/node08: not booted from the network here\nexit\n")
         // A record that boots the root's files: the root's boot.ipxe.

@@ -10,6 +10,9 @@ network namespace, every file from Stampede.
   initramfs come over HTTP: the kernel runs the initramfs's init, which says so on the serial
   console. The same for SeaBIOS's iPXE ROM, for OVMF's UEFI HTTP Boot (a URL in the offer), and,
   side by side, for OVMF's PXE through dnsmasq 2.93's proxy mode, the peer.
+- OVMF with Secure Boot enforced through shim, GRUB and Debian's signed kernel; iPXE 2.0 reading
+  autoexec.ipxe beside itself; ARM64 UEFI (AAVMF on QEMU's virt board) by PXE and by HTTP Boot to
+  Debian's arm64 kernel, with no boot file flag.
 
 The marker, named after the machine's MAC by iPXE itself, read to its last byte, proves the boot
 (and the console, kept in the test's directory, says how far it got when it did not). Needs root
@@ -71,6 +74,31 @@ PROXY = "proxy"
 SECURE_BOOT = REPO / ".build/secure-boot"
 OVMF_SECURE = Path("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd")
 OVMF_MS_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.ms.fd")
+
+# From Debian unstable (`make unstable-boot`): iPXE 2.0 (ipxe-amd64.efi, ipxe-arm64.efi), Debian's
+# arm64 kernel (vmlinuz-arm64) and a static busybox for its initramfs (busybox-arm64).
+UNSTABLE_BOOT = REPO / ".build/unstable-boot"
+# ARM64: Debian's AAVMF (qemu-efi-aarch64) on QEMU's virt board.
+AAVMF_CODE = Path("/usr/share/AAVMF/AAVMF_CODE.fd")
+AAVMF_VARS = Path("/usr/share/AAVMF/AAVMF_VARS.fd")
+ARM64_INIT = """#!/bin/busybox sh
+/bin/busybox mount -t devtmpfs devtmpfs /dev
+/bin/busybox mount -t proc proc /proc
+exec >/dev/ttyAMA0 2>&1
+echo
+echo "stampede-initrd: init runs, cmdline: $(/bin/busybox cat /proc/cmdline)"
+echo "stampede-initrd: BOOTED"
+/bin/busybox poweroff -f
+"""
+ARM64_SCRIPT = f"""#!ipxe
+echo stampede: boot.ipxe over HTTP on ${{buildarch}}
+kernel http://{SERVER_IP}:{HTTP_PORT}/linux-arm64/vmlinuz initrd=initrd.img console=ttyAMA0 panic=-1 quiet || goto failed
+initrd http://{SERVER_IP}:{HTTP_PORT}/linux-arm64/initrd.img || goto failed
+boot || goto failed
+:failed
+echo stampede: FAILED
+sleep 600
+"""
 
 
 @pytest.fixture
@@ -158,12 +186,18 @@ def start_server(lab, backend, server_args=()):
     return log_path
 
 
-def power_on(lab, qemu_args, tap="tap0", console_name="console.log"):
-    """The machine, on the tap; its console is console.log (`console_name`) in the test's directory."""
+X86_64 = ["qemu-system-x86_64", "-machine", "q35", "-m", "256"]
+# QEMU's virt board with a Cortex-A57, emulated; Debian's arm64 kernel is a 48 MB Image.
+ARM64 = ["qemu-system-aarch64", "-machine", "virt", "-cpu", "cortex-a57", "-m", "512"]
+
+
+def power_on(lab, qemu_args, tap="tap0", console_name="console.log", system=X86_64):
+    """The machine (`system`: X86_64 or ARM64), on the tap; its console is console.log
+    (`console_name`) in the test's directory."""
     inside, root, tmp, processes = lab
     console = tmp / console_name
     # Software emulation: the same on every machine (KVM under a hypervisor is not always sound).
-    qemu = inside(["qemu-system-x86_64", "-machine", "q35", "-accel", "tcg", "-nodefaults", "-m", "256",
+    qemu = inside([*system, "-accel", "tcg", "-nodefaults",
                    "-display", "none", "-monitor", "none",
                    "-serial", f"file:{console}", "-no-reboot",
                    "-netdev", f"tap,id=n0,ifname={tap},script=no,downscript=no", *qemu_args],
@@ -478,6 +512,41 @@ def test_secure_boot_runs_shim_grub_and_debians_signed_kernel_through_stampede_a
 
 
 @pytest.mark.parametrize("lab", [PROXY], indirect=True)
+def test_ipxe_2_reads_autoexec_beside_itself_written_from_the_machines_record(lab, report):
+    """iPXE 2.0 as Debian unstable builds it, with no embedded script (as iPXE's signed builds
+    are): the proxy offers ipxe2/ipxe.efi; before any DHCP of its own, iPXE asks autoexec.ipxe
+    beside itself (ipxe2/autoexec.ipxe, over TFTP from the server it came from) and gets the boot
+    the machine's record writes for it, whose kernel and initrd are named from the root: the init
+    says the record's command line, and iPXE never needed the proxy's second answer."""
+    inside, root, tmp, processes = lab
+    assert (UNSTABLE_BOOT / "ipxe-amd64.efi").exists(), "`make unstable-boot` (a prerequisite of `make test`) fetches iPXE 2.0"
+    install_linux(root, ballast=256 << 10)
+    (root / "ipxe2").mkdir()
+    shutil.copy(UNSTABLE_BOOT / "ipxe-amd64.efi", root / "ipxe2" / "ipxe.efi")
+    (root / "ipxe2" / "ipxe.efi").chmod(0o644)
+    (root / "ipxe2").chmod(0o755)
+    records = tmp / "machines"
+    records.mkdir()
+    (records / "node07").write_text(f"mac = {MAC}\nvar hostname = node07\nkernel = linux/vmlinuz\ninitrd = linux/initrd.img\n"
+                                    "cmdline = console=ttyS0 panic=-1 quiet stampede.from=${hostname}\n")
+    started = time.time()
+    log = boot(lab, "uring", ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n"],
+               deadline_s=200, server_args=("--proxy-dhcp", SERVER_IP, "--boot-file", "efi-x64=ipxe2/ipxe.efi", "--machines", records),
+               booted=lambda server, console: re.search(r"stampede-initrd: init runs, cmdline: .*\n", console))
+    console = (tmp / "console.log").read_text(errors="replace")
+    assert re.search(r"iPXE 2\.\d", console), console[-2000:]
+    assert re.search(r"stampede-initrd: init runs, cmdline: .*initrd=initrd.img console=ttyS0 panic=-1 quiet stampede.from=node07", console), \
+        console[-2000:]
+    autoexec = [line for line in ended_lines(log, "ipxe2/autoexec.ipxe") if line.endswith(": ok")]
+    assert autoexec, log[-3000:]
+    for name in ("linux/vmlinuz", "linux/initrd.img"):
+        assert any(line.endswith(": ok") for line in ended_lines(log, name)), (name, log[-3000:])
+    assert not re.search(rf"DHCP \w+ {MAC} on br0: ipxe", log), log[-3000:]
+    report(f"iPXE 2.0 (Debian unstable, no embedded script) via the proxy -> ipxe2/autoexec.ipxe beside it, the record's boot "
+           f"(TFTP) -> Linux init, no second DHCP: {time.time() - started:.0f} s")
+
+
+@pytest.mark.parametrize("lab", [PROXY], indirect=True)
 def test_a_bios_ipxe_rom_without_https_gets_its_script_over_tftp_where_only_https_serves(lab, report):
     """QEMU's iPXE ROM has no HTTPS (its option 175 names HTTP and not HTTPS): with --https alone
     serving the address, the proxy hands it boot.ipxe over TFTP, not an https:// URL it could not
@@ -505,6 +574,94 @@ def test_uefi_http_boot_gets_a_url_from_stampedes_proxy_dhcp(lab, report):
     served = [line for line in log.splitlines() if 'GET ' in line and '"ipxe.efi" http 200 ' in line]
     assert served and f"bytes={IPXE_EFI.stat().st_size} " in served[-1], log
     report(f"UEFI (OVMF) HTTP Boot via Stampede's proxyDHCP -> ipxe.efi (HTTP) -> boot.ipxe -> marker: {time.time() - started:.0f} s")
+
+
+def install_arm64(root):
+    """What an ARM64 machine boots with no flag: iPXE 2.0's arm64 build as ipxe-arm64.efi (the
+    efi-arm64 selector's default), boot.ipxe, and linux-arm64/{vmlinuz,initrd.img}: Debian's arm64
+    kernel and an initramfs whose init (busybox's shell) says its command line on the console."""
+    for needed in (UNSTABLE_BOOT / "ipxe-arm64.efi", UNSTABLE_BOOT / "vmlinuz-arm64", UNSTABLE_BOOT / "busybox-arm64",
+                   AAVMF_CODE, AAVMF_VARS):
+        assert needed.exists(), f"{needed} missing: `make unstable-boot` and `make deps` (prerequisites of `make test`) make it"
+    shutil.copy(UNSTABLE_BOOT / "ipxe-arm64.efi", root / "ipxe-arm64.efi")
+    (root / "boot.ipxe").write_text(ARM64_SCRIPT)
+    linux = root / "linux-arm64"
+    linux.mkdir()
+    shutil.copy(UNSTABLE_BOOT / "vmlinuz-arm64", linux / "vmlinuz")
+    (linux / "initrd.img").write_bytes(newc([("dev", 0o040755, b""), ("proc", 0o040755, b""), ("bin", 0o040755, b""),
+                                             ("bin/busybox", 0o100755, (UNSTABLE_BOOT / "busybox-arm64").read_bytes()),
+                                             ("init", 0o100755, ARM64_INIT.encode())]))
+    for f in (root / "ipxe-arm64.efi", root / "boot.ipxe", linux / "vmlinuz", linux / "initrd.img"):
+        f.chmod(0o644)
+    linux.chmod(0o755)
+
+
+def arm64_machine(tmp, *extra):
+    """QEMU's arguments for AAVMF, its variable store a copy of its own, on the tap."""
+    variables = tmp / "aavmf-vars.fd"
+    shutil.copy(AAVMF_VARS, variables)
+    return ["-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={AAVMF_CODE}",
+            "-drive", f"if=pflash,format=raw,unit=1,file={variables}",
+            "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", *extra]
+
+
+def boot_arm64(lab, qemu_args, deadline_s):
+    """Serves the root (TFTP, HTTP, the proxy) with no boot file flag, powers the ARM64 machine
+    on and waits for its init's command line; the server's log and the console."""
+    inside, root, tmp, processes = lab
+    install_arm64(root)
+    log_path = start_server(lab, "uring", ("--http", f"{SERVER_IP}:{HTTP_PORT}", "--proxy-dhcp", SERVER_IP))
+    qemu, console = power_on(lab, qemu_args, system=ARM64)
+    deadline = time.time() + deadline_s
+    said = lambda: console.read_text(errors="replace") if console.exists() else ""
+    while time.time() < deadline and not re.search(r"stampede-initrd: init runs, cmdline: .*\n", said()):
+        assert qemu.poll() is None, (tmp / "qemu-tap0.log").read_text()[-2000:]
+        time.sleep(0.5)
+    log = log_path.read_text(errors="replace")
+    assert re.search(r"stampede-initrd: init runs, cmdline: .*initrd=initrd.img console=ttyAMA0", said()), \
+        f"no init in {deadline_s} s.\nconsole:\n{said()[-3000:]}\nserver:\n{log[-3000:]}"
+    for name, path in (("boot.ipxe", root / "boot.ipxe"), ("linux-arm64/vmlinuz", root / "linux-arm64" / "vmlinuz"),
+                       ("linux-arm64/initrd.img", root / "linux-arm64" / "initrd.img")):
+        served = [line for line in log.splitlines() if 'GET ' in line and f'"{name}" http 200 ' in line]
+        assert served and f"bytes={path.stat().st_size} " in served[-1], (name, log[-3000:])
+    return log, said()
+
+
+@pytest.mark.parametrize("lab", [PROXY], indirect=True)
+def test_arm64_uefi_pxe_boots_linux_through_the_proxy_with_no_boot_file_flag(lab, report):
+    """AAVMF (ARM64 UEFI, architecture 11) beside the site's DHCP server, Stampede given no boot
+    file: the efi-arm64 selector's default, ipxe-arm64.efi (iPXE 2.0's arm64 build), is offered
+    and read over TFTP; iPXE looks for autoexec.ipxe beside itself, then its own DHCP gets the
+    script's URL, and the script, Debian's arm64 kernel and the initrd come over HTTP: the init
+    runs with the command line iPXE gave the kernel."""
+    inside, root, tmp, processes = lab
+    started = time.time()
+    log, console = boot_arm64(lab, arm64_machine(tmp), deadline_s=400)
+    assert f"DHCP DISCOVER {MAC} on br0: efi-arm64 (arch 11" in log, log[-3000:]
+    whole = [line for line in ended_lines(log, "ipxe-arm64.efi") if line.endswith(": ok")]
+    assert whole and f"bytes={(root / 'ipxe-arm64.efi').stat().st_size}" in whole[-1], log[-3000:]
+    # iPXE 2.0 with no embedded script: autoexec.ipxe from where it was loaded, before its DHCP.
+    assert ended_lines(log, "autoexec.ipxe"), log[-3000:]
+    assert re.search(rf"DHCP (DISCOVER|REQUEST) {MAC} on br0: ipxe .*boot\.ipxe", log), log[-3000:]
+    report(f"ARM64 UEFI (AAVMF) PXE via Stampede's proxyDHCP, no flag -> ipxe-arm64.efi (TFTP) -> boot.ipxe, arm64 kernel, "
+           f"initrd (HTTP) -> Linux init: {time.time() - started:.0f} s")
+
+
+@pytest.mark.parametrize("lab", [PROXY], indirect=True)
+def test_arm64_uefi_http_boot_gets_ipxe_by_url_and_boots_linux(lab, report):
+    """AAVMF's UEFI HTTP Boot (architecture 19, vendor class HTTPClient), PXE turned off: the
+    offer's URL is the http-arm64 selector's default, ipxe-arm64.efi on Stampede's HTTP, and the
+    chain goes on as over PXE, to the arm64 kernel's init."""
+    inside, root, tmp, processes = lab
+    no_pxe = ["-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n",
+              "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n"]
+    started = time.time()
+    log, console = boot_arm64(lab, arm64_machine(tmp, *no_pxe), deadline_s=400)
+    assert f"DHCP DISCOVER {MAC} on br0: http-arm64 (arch 19" in log, log[-3000:]
+    served = [line for line in log.splitlines() if 'GET ' in line and '"ipxe-arm64.efi" http 200 ' in line]
+    assert served and f"bytes={(root / 'ipxe-arm64.efi').stat().st_size} " in served[-1], log[-3000:]
+    report(f"ARM64 UEFI (AAVMF) HTTP Boot via Stampede's proxyDHCP, no flag -> ipxe-arm64.efi (HTTP) -> boot.ipxe, "
+           f"arm64 kernel, initrd -> Linux init: {time.time() - started:.0f} s")
 
 
 @pytest.mark.parametrize("lab", [PROXY], indirect=True)

@@ -206,8 +206,8 @@ def test_a_machines_loader_files_are_rendered_from_its_record_over_http_and_tftp
     assert machine.ask(request, timeout=0.5) is None  # the site's server answers that, not the proxy
     script = f"""#!ipxe
 # {records}/node07
-kernel linux/vmlinuz initrd=initrd.img console=ttyS0 hostname=node07 BOOTIF=01-52-54-00-12-34-07
-initrd linux/initrd.img
+kernel /linux/vmlinuz initrd=initrd.img console=ttyS0 hostname=node07 BOOTIF=01-52-54-00-12-34-07
+initrd /linux/initrd.img
 boot
 """
     deadline = time.time() + 5
@@ -296,7 +296,7 @@ def test_the_racks_progress_machine_by_machine_in_events_metrics_the_view_and_th
     inside = s.argv[:4]
     # What it took: its script and its kernel, each whole (counted as each answer ends, just after
     # the client has it all).
-    script_bytes = len(f"#!ipxe\n# {records}/node07\nkernel linux/vmlinuz quiet\nboot\n")
+    script_bytes = len(f"#!ipxe\n# {records}/node07\nkernel /linux/vmlinuz quiet\nboot\n")
     deadline = time.time() + 5
     while True:
         view = json.loads(run([*inside, "curl", "-sf", f"http://127.0.0.1:{port}/machines"]).stdout)
@@ -462,8 +462,8 @@ def test_the_storm_follows_each_machines_own_chain_from_its_record(proxy, boot_l
     result = json.loads(r.stdout)
     assert result["ok"] == 12 and result["failed"] == 0, result
     follow = next(stage for stage in result["stages"] if stage["stage"] == "ipxe http GET boot.ipxe follow")
-    scripts = sum(len(f"#!ipxe\n# {records}/node-{n:02d}\nkernel kernels/node-{n:02d} initrd=initrd.img hostname=node-{n:02d}\n"
-                      "initrd initrd.img\nboot\n") for n in range(12))
+    scripts = sum(len(f"#!ipxe\n# {records}/node-{n:02d}\nkernel /kernels/node-{n:02d} initrd=initrd.img hostname=node-{n:02d}\n"
+                      "initrd /initrd.img\nboot\n") for n in range(12))
     assert follow["ok"] == 12 and follow["bytes"] == scripts + sum(sizes.values()) + 12 * 300_001, follow
     # The server saw each machine at its own address, its own MAC on its transfers.
     for n in range(12):
