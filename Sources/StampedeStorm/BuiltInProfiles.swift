@@ -6,7 +6,8 @@
 /// and the delay are the storm's (`storm --reboot` plays them): a real machine goes on retrying
 /// as long as it is set to, after a POST much longer than 5 s.
 extension BootProfile {
-    public static let builtInNames = ["uefi", "ipxe", "pxelinux", "grub", "uboot", "uefi-ipxe", "uefi-ipxe-follow", "uefi-ipxe-tftp", "rpi4"]
+    public static let builtInNames = ["uefi", "ipxe", "pxelinux", "grub", "uboot", "uefi-ipxe", "uefi-ipxe-follow", "uefi-ipxe-tftp", "rpi4",
+                                        "uefi-secure-boot", "ipxe2-signed", "arm64"]
 
     private static let uefiDHCP = """
         # EDK2's PXE DHCP (PxeBcDhcp4Discover): a DISCOVER resent after 4, 8, 16 and 32 s; a proxy's
@@ -49,6 +50,34 @@ extension BootProfile {
         dhcp  ipxe arch=7
         \(ipxeFirmware)
         try   autoexec.ipxe blksize=1432 tsize
+        """
+    }
+
+    /// Shim, as the firmware loaded it: its optional files beside itself (not found is fine),
+    /// then its next loader beside itself, each through the firmware's own TFTP (EDK2's, which
+    /// adds windowsize) with shim's blksize of 512. Seen in the suite's Secure Boot boot.
+    private static func shim(loading loader: String) -> String {
+        """
+        # shim (16.1) asks its optional revocation and certificate files beside itself, then its
+        # next loader, through the firmware's TFTP with blksize 512 (EDK2 adds windowsize).
+        try   revocations_sku.efi blksize=512 windowsize=4
+        try   revocations_sbat.efi blksize=512 windowsize=4
+        try   shim_certificate_0.efi blksize=512 windowsize=4
+        get   \(loader) blksize=512 windowsize=4
+        """
+    }
+
+    /// iPXE 2.0 (and iPXE built since 2022) with no embedded script, as it starts: autoexec.ipxe
+    /// beside itself, then at the root (one name twice when it was loaded from the root), before
+    /// its own DHCP, whose answer names the script.
+    private static func ipxeStarts(arch: Int) -> String {
+        """
+        \(ipxeFirmware)
+        try   autoexec.ipxe blksize=1432 tsize
+        try   autoexec.ipxe blksize=1432 tsize
+        \(ipxeDHCP)
+        dhcp  ipxe arch=\(arch)
+        \(ipxeFirmware)
         """
     }
 
@@ -145,6 +174,63 @@ extension BootProfile {
             get   ${dir}kernel8.img
             # A failed boot goes on to the next mode of BOOT_ORDER; 0xf starts it over.
             reboot 3 after=5s
+            """,
+        "uefi-secure-boot": """
+            profile uefi-secure-boot
+            # Secure Boot's chain as Debian ships it (docs/secure-boot.md), each request as the
+            # suite's OVMF with Secure Boot on makes it: the UEFI PXE loads shim (offered as
+            # shimx64.efi), shim loads GRUB's signed network image beside itself as grubx64.efi.
+            \(uefiDHCP)
+            \(uefiStages)
+            probe shimx64.efi tsize blksize=1468 windowsize=4
+            get   shimx64.efi blksize=1468 windowsize=4
+            \(shim(loading: "grubx64.efi"))
+            # GRUB 2.14 names files from the root: its module lists under its prefix (not found
+            # is fine), the prefix's grub.cfg, and what that names.
+            firmware grub retry=400ms tries=40 backoff=1
+            try   /grub/x86_64-efi/command.lst blksize=1024 tsize
+            try   /grub/x86_64-efi/fs.lst blksize=1024 tsize
+            try   /grub/x86_64-efi/crypto.lst blksize=1024 tsize
+            try   /grub/x86_64-efi/terminal.lst blksize=1024 tsize
+            get   /grub/grub.cfg blksize=1024 tsize
+            get   /vmlinuz blksize=1024 tsize
+            get   /initrd.img blksize=1024 tsize
+            \(uefiReboot)
+            """,
+        "ipxe2-signed": """
+            profile ipxe2-signed
+            # iPXE 2.0's signed chain (docs/secure-boot.md): the UEFI PXE loads iPXE's shim
+            # (offered as shimx64.efi), which loads ipxe.efi beside itself; iPXE, signed and so
+            # with no embedded script, looks for autoexec.ipxe, then its DHCP names the script,
+            # fetched with what it names over HTTP (the storm's --http).
+            \(uefiDHCP)
+            \(uefiStages)
+            probe shimx64.efi tsize blksize=1468 windowsize=4
+            get   shimx64.efi blksize=1468 windowsize=4
+            \(shim(loading: "ipxe.efi"))
+            \(ipxeStarts(arch: 7))
+            http  GET boot.ipxe
+            http  GET vmlinuz
+            http  GET initrd.img
+            \(uefiReboot)
+            """,
+        "arm64": """
+            profile arm64
+            # An ARM64 UEFI server (AAVMF in the suite): EDK2's PXE, architecture 11, loads iPXE's
+            # arm64 build (ipxe-arm64.efi, the efi-arm64 selector's default); iPXE 2.0 looks for
+            # autoexec.ipxe, then its DHCP names the script, fetched with the arm64 kernel and
+            # initrd over HTTP (the storm's --http).
+            # EDK2's PXE DHCP (PxeBcDhcp4Discover): a DISCOVER resent after 4, 8, 16 and 32 s.
+            firmware uefi retry=4s tries=4 backoff=8
+            dhcp  pxe arch=11
+            \(uefiStages)
+            probe ipxe-arm64.efi tsize blksize=1468 windowsize=4
+            get   ipxe-arm64.efi blksize=1468 windowsize=4
+            \(ipxeStarts(arch: 11))
+            http  GET boot.ipxe
+            http  GET vmlinuz
+            http  GET initrd.img
+            \(uefiReboot)
             """,
         "uefi-ipxe": """
             profile uefi-ipxe
