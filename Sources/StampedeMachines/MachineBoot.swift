@@ -97,15 +97,18 @@ public struct MachineBoot: GeneratedFiles {
         return machine.hardwareAddress.hardwareAddressText(separator: ":")
     }
 
-    /// The stage a machine's request for `path` says its boot is at: its offered boot file, its
-    /// script, its record's kernel or first initrd.
+    /// The stage a machine's request for `path` says its boot is at: its offered boot file, the
+    /// GRUB its shim loads, its script, its record's kernel or first initrd.
     private func follow(_ machine: MachineIdentity, asking path: String, base: String, at address: IPv4?, _ progress: MachineProgress) {
         let mac = machine.hardwareAddress
         let stage: MachineProgress.Stage
+        let offered = progress.offered(mac).map(HTTPLocation.path(of:))
         if base == "boot.ipxe" || base == "autoexec.ipxe" || base.hasPrefix("grub.cfg") || path.containsBytes("pxelinux.cfg/") {
             stage = .script
-        } else if let offered = progress.offered(mac), HTTPLocation.path(of: offered) == path {
+        } else if let offered, offered == path {
             stage = .bootFile
+        } else if let offered, Self.isShimsGRUB(path, offered: offered) {
+            stage = .loader
         } else if let boot = records.record(for: machine, asking: nil)?.record?.boot {
             if HTTPLocation.path(of: boot.kernel) == path {
                 stage = .kernel
@@ -118,6 +121,17 @@ public struct MachineBoot: GeneratedFiles {
             return
         }
         progress.note(mac, stage, address: address, now: now())
+    }
+
+    /// Whether `path` is the GRUB that a shim offered as `offered` loads beside itself
+    /// (`grubx64.efi`, `grubaa64.efi` in shim's directory).
+    static func isShimsGRUB(_ path: String, offered: String) -> Bool {
+        let slash = UInt8(ascii: "/")
+        let directory = offered.utf8.lastIndex(of: slash).map { String(offered[...$0]) } ?? ""
+        let shim = offered.dropFirst(directory.count).lowercased()
+        guard shim.hasPrefix("shim"), shim.hasSuffix(".efi"), path.hasPrefix(directory) else { return false }
+        let name = path.dropFirst(directory.count).lowercased()
+        return name.hasPrefix("grub") && name.hasSuffix(".efi") && !name.utf8.contains(slash)
     }
 
     /// The machine a name's MAC names: what DHCP said of it when the asking address is its.

@@ -15,6 +15,10 @@ public final class MachineProgress: Sendable {
         case dhcp
         /// It asked for the boot file it was offered.
         case bootFile
+        /// It asked for the loader its boot file loads beside itself: shim's GRUB
+        /// (`grubx64.efi`), which asks for its configuration next, unless it cannot find its
+        /// server (`MachineProgress.stalled`).
+        case loader
         /// Its loader asked for its script (`boot.ipxe`, `autoexec.ipxe`, GRUB's, PXELINUX's).
         case script
         /// It asked for its record's kernel.
@@ -29,6 +33,7 @@ public final class MachineProgress: Sendable {
             case .leftAlone: "left_alone"
             case .dhcp: "dhcp"
             case .bootFile: "boot_file"
+            case .loader: "loader"
             case .script: "script"
             case .kernel: "kernel"
             case .initrd: "initrd"
@@ -52,6 +57,8 @@ public final class MachineProgress: Sendable {
         public var lastSeen: Int
         /// What it took of the files it downloaded, since it was first heard of.
         public var bytes = 0
+        /// Whether `stalled` has given it out at this stage.
+        var stallSaid = false
     }
 
     /// Machines followed at most: past it, the half heard of longest ago is forgotten.
@@ -88,6 +95,7 @@ public final class MachineProgress: Sendable {
             if stage == .leftAlone || newBoot || before.map({ stage > $0 }) ?? true {
                 entry.stage = stage
                 entry.why = stage == .leftAlone ? why : nil
+                entry.stallSaid = false
             }
             if let record { entry.record = record }
             if let offered { entry.offered = offered }
@@ -106,6 +114,19 @@ public final class MachineProgress: Sendable {
     }
 
     public func entry(_ mac: [UInt8]) -> Entry? { table.withLock { $0[Key(mac)] } }
+
+    /// The machines at `stage` that have not been heard of for `seconds` (none of their requests
+    /// moved them on), each given out once per time it reaches the stage: a loader that stopped.
+    public func stalled(at stage: Stage, for seconds: Int, now: Int) -> [Entry] {
+        table.withLock { table in
+            var stalled: [Entry] = []
+            for (key, entry) in table where entry.stage == stage && !entry.stallSaid && now - entry.lastSeen >= seconds {
+                table[key]?.stallSaid = true
+                stalled.append(entry)
+            }
+            return stalled
+        }
+    }
 
     /// The boot file `mac` was offered.
     public func offered(_ mac: [UInt8]) -> String? { table.withLock { $0[Key(mac)]?.offered } }

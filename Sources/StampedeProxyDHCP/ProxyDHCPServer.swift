@@ -158,12 +158,39 @@ public final class ProxyDHCPServer: @unchecked Sendable {
             readPort67(now: now)
             for network in bootServers.indices { readBootServer(network, now: now) }
             if let inventory, watched[watched.count - 1].revents != 0 { answerWaiting(inventory, now: now) }
-            if !waiting.isEmpty && now - lastSweep >= nanosecondsPerSecond {
+            if now - lastSweep >= nanosecondsPerSecond {
                 lastSweep = now
-                waiting = waiting.filter { now - $0.value.since <= Self.waitingFor }
+                if !waiting.isEmpty { waiting = waiting.filter { now - $0.value.since <= Self.waitingFor } }
+                if let progress { sayStalledLoaders(progress) }
             }
         }
         metrics.publish()
+    }
+
+    /// How long a machine that loaded its shim's GRUB may ask for nothing before it is said: a
+    /// GRUB that finds its server asks for its configuration within a second or two.
+    static let loaderStall = 15
+
+    /// Each machine that loaded its shim's GRUB and asked for nothing after, said once with what
+    /// to do: a GRUB older than 2.14 takes its boot server from the site's DHCP ACK, which names
+    /// none behind a proxy, and stops at its prompt (docs/secure-boot.md).
+    private func sayStalledLoaders(_ progress: MachineProgress) {
+        for entry in progress.stalled(at: .loader, for: Self.loaderStall, now: time(nil)) {
+            let mac = entry.mac.hardwareAddressText(separator: ":")
+            let hint = "a GRUB before 2.14 takes its boot server from the site's DHCP ACK, not from a proxy's offer, and stops at its prompt: "
+                + "let the site's DHCP server name this server (next-server) or boot a GRUB that reads a proxy's offer (2.14 does) or a signed iPXE"
+            if json {
+                logger.warning("stalled", metadata: [
+                    "event": "stalled", "client": "\(mac)", "stage": "\(entry.stage.label)", "record": "\(entry.record ?? "")",
+                    "address": "\(entry.address.map(\.description) ?? "")", "hint": "\(hint)",
+                ])
+            } else {
+                logger.warning("""
+                    machine \(mac)\(entry.address.map { " at \($0)" } ?? ""): loaded the GRUB beside its shim \
+                    (\(entry.offered.map { sanitizedForLog(Array($0.utf8)) } ?? "")) and has asked for nothing in \(Self.loaderStall) s: \(hint)
+                    """)
+            }
+        }
     }
 
     /// The requests whose machines the API answered since the last turn, handled again (the

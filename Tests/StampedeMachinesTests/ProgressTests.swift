@@ -27,6 +27,26 @@ import Testing
         #expect(progress.counts[.dhcp] == 1 && progress.counts[.leftAlone] == 1 && progress.counts[.done] == 0)
     }
 
+    /// A machine that loaded its shim's GRUB and asked for nothing since is given out once, after
+    /// the wait; one whose GRUB asked for its configuration is not.
+    @Test func aLoaderThatAsksForNothingIsGivenOutOnce() {
+        let progress = MachineProgress()
+        progress.note(a, .dhcp, offered: "shimx64.efi", now: 1)
+        progress.note(a, .bootFile, now: 2)
+        progress.note(a, .loader, now: 3)
+        progress.note(b, .dhcp, offered: "shimx64.efi", now: 1)
+        progress.note(b, .loader, now: 3)
+        progress.note(b, .script, now: 4)
+        #expect(progress.stalled(at: .loader, for: 15, now: 17).isEmpty)
+        #expect(progress.stalled(at: .loader, for: 15, now: 18).map(\.mac) == [a])
+        #expect(progress.stalled(at: .loader, for: 15, now: 60).isEmpty, "said once")
+        // Its next boot gets as far again: said once, not again.
+        progress.note(a, .dhcp, offered: "shimx64.efi", now: 70)
+        progress.note(a, .loader, now: 72)
+        #expect(progress.stalled(at: .loader, for: 15, now: 100).isEmpty)
+        #expect(progress.counts[.loader] == 1 && progress.counts[.script] == 1)
+    }
+
     /// The /machines view, read back and printed: every field, a machine a line, the stages counted.
     @Test func theViewIsReadBackAndPrintedAsATable() throws {
         let progress = MachineProgress()

@@ -119,6 +119,32 @@ import Testing
         return message
     }
 
+    /// The GRUB a shim loads is the loader stage: beside the shim that was offered, and only
+    /// after a shim.
+    @Test func theGRUBBesideAnOfferedShimIsTheLoaderStage() throws {
+        let dir = ScratchDirectory()
+        _ = dir.write("node07", Array("mac = 52:54:00:12:34:07\n".utf8))
+        let progress = MachineProgress()
+        let boot = MachineBoot(records: try MachineRecords(try MachineDirectory(dir.path), unknown: .ignore), bindings: MachineBindings(),
+                               progress: progress)
+        let mac: [UInt8] = [0x52, 0x54, 0, 0x12, 0x34, 7]
+        boot.bindings.learn(from: discover(7, requesting: [10, 0, 0, 57]))
+        func stage(after offered: String, asking name: String) -> MachineProgress.Stage? {
+            progress.note(mac, .dhcp, offered: offered, now: 1)
+            _ = boot.file(Array(name.utf8), for: at("10.0.0.57"))
+            let stage = progress.entry(mac)?.stage
+            progress.note(mac, .dhcp, now: 2)  // the test's next boot
+            progress.note(mac, .kernel, now: 2)
+            return stage
+        }
+        #expect(stage(after: "efi/shimx64.efi", asking: "efi/grubx64.efi") == .loader)
+        #expect(stage(after: "http://10.0.0.1:8080/efi/shimaa64.efi", asking: "efi/grubaa64.efi") == .loader)
+        #expect(stage(after: "efi/shimx64.efi", asking: "grubx64.efi") == .dhcp, "not beside the shim")
+        #expect(stage(after: "efi/shimx64.efi", asking: "efi/x/grubx64.efi") == .dhcp)
+        #expect(stage(after: "efi/shimx64.efi", asking: "efi/mmx64.efi") == .dhcp)
+        #expect(stage(after: "ipxe.efi", asking: "grubx64.efi") == .dhcp, "not after a shim")
+    }
+
     @Test func anAddressIsTheMachineDHCPBoundItTo() throws {
         let (boot, dir) = try rig(records)
         let script = { (address: String) in self.text(boot.contents(of: Array("boot.ipxe".utf8), for: self.at(address))) }

@@ -229,6 +229,40 @@ boot
     assert http("boot.ipxe") == f"#!ipxe\n# {records}/node09: not booted from the network here\nexit\n"
 
 
+def test_a_machine_whose_shims_grub_asks_for_nothing_more_is_said_with_the_hint(proxy, machine, records, boot_link, root, tmp_path):
+    """A machine offered shim loads it and the GRUB beside it, then asks for nothing (as Debian
+    12's GRUB 2.06 does behind a proxy: it takes its server from the site's ACK and stops at its
+    prompt): after 15 s the log says so once, with what to do. Another whose GRUB goes on to its
+    grub.cfg is not said."""
+    (records / "node07").write_text(f"mac = {colons(NODE07)}\n")
+    (records / "node09").write_text(f"mac = {colons(LOCAL)}\n")
+    s = proxy("--machines", str(records), "--boot-file", "efi-x64=efi/shimx64.efi")
+    for name in ("efi/shimx64.efi", "efi/grubx64.efi", "grub/grub.cfg"):
+        path = root / name
+        path.parent.mkdir(exist_ok=True)
+        path.parent.chmod(0o755)
+        path.write_bytes(b"x" * 3000)
+        path.chmod(0o644)
+    client_ns = boot_link[1]
+
+    def boots(mac, names):
+        assert ask_until(machine, mac, answered=True)["file"] == "efi/shimx64.efi", s.log_text()[-2000:]
+        bind = dhcpwire.message(mac, kind=dhcpwire.REQUEST, extra=dhcpwire.option(50, socket.inet_aton(dhcpwire.CLIENT)))
+        assert machine.ask(bind, timeout=0.3) is None
+        for name in names:
+            out = tmp_path / name.replace("/", "_")
+            r = client_ns.run_inside(["tftp", "-m", "binary", dhcpwire.SERVER, str(s.port), "-c", "get", name, str(out)])
+            assert r.returncode == 0 and out.stat().st_size == 3000, (name, r.stderr, s.log_text()[-2000:])
+
+    boots(LOCAL, ["efi/shimx64.efi", "efi/grubx64.efi", "grub/grub.cfg"])
+    boots(NODE07, ["efi/shimx64.efi", "efi/grubx64.efi"])
+    said = s.log_lines(f"machine {colons(NODE07)} at {dhcpwire.CLIENT}: loaded the GRUB beside its shim (efi/shimx64.efi) "
+                       "and has asked for nothing in 15 s: a GRUB before 2.14 takes its boot server from the site's DHCP ACK", timeout=25)
+    assert said and "let the site's DHCP server name this server (next-server)" in said[0], s.log_text()[-2000:]
+    time.sleep(1.5)
+    assert len(s.log_lines("loaded the GRUB beside its shim", timeout=0)) == 1, s.log_text()[-2000:]
+
+
 def test_a_once_machine_that_says_it_is_done_is_left_alone_after_and_after_a_restart(proxy, machine, records, boot_link):
     """once = yes: its command line carries its done URL; a POST there (as its installer's last
     command would) is taken, a wrong token refused; from then on its DHCP is left alone and its
