@@ -211,8 +211,9 @@ extension ProxyAnswer {
 }
 
 /// What each selector boots: the operator's `--boot-file SELECTOR=NAME`s over the defaults of
-/// the common chain (BIOS → undionly.kpxe; UEFI → iPXE built for its architecture, named as
-/// boot.ipxe.org names them: ipxe.efi for x64, ipxe-arm64.efi, ...; UEFI HTTP Boot → the same
+/// a chain (`BootChain`; iPXE's: BIOS → undionly.kpxe; UEFI → iPXE built for its architecture,
+/// named as boot.ipxe.org names them: ipxe.efi for x64, ipxe-arm64.efi, ...; Secure Boot's: shim
+/// for x64 and ARM64; UEFI HTTP Boot → the same
 /// file's URL; iPXE → boot.ipxe, over HTTP when the server serves it; a Raspberry Pi →
 /// start4.elf, which its ROM asks for by itself: the name is only what the offer and the log
 /// say). U-Boot's own PXE has
@@ -228,18 +229,11 @@ public struct BootMenu: Equatable, Sendable {
         architectureCodes = Dictionary(targets.keys.filter(\.isArchitectureCode).map { ($0.architectures[0], $0) }) { first, _ in first }
     }
 
-    /// iPXE for each UEFI architecture, as boot.ipxe.org names its builds.
-    static let iPXEBuilds: [(pxe: BootSelector, http: BootSelector?, file: String)] = [
-        (.efiX86, .httpX86, "ipxe-i386.efi"), (.efiX64, .httpX64, "ipxe.efi"), (.efiArm32, .httpArm32, "ipxe-arm32.efi"),
-        (.efiArm64, .httpArm64, "ipxe-arm64.efi"), (.efiRiscv64, .httpRiscv64, "ipxe-riscv64.efi"),
-        (.efiLoongarch64, .httpLoongarch64, "ipxe-loong64.efi"),
-    ]
-
-    /// The defaults, with the operator's choices over them. `httpBase`: `http://ADDR:PORT/`
+    /// `chain`'s defaults, with the operator's choices over them. `httpBase`: `http://ADDR:PORT/`
     /// where this server's `--http` serves the address machines reach it at (nil: no HTTP).
-    public static func withDefaults(_ chosen: [BootSelector: BootTarget], httpBase: String?) -> BootMenu {
+    public static func withDefaults(_ chosen: [BootSelector: BootTarget], httpBase: String?, chain: BootChain = .ipxe) -> BootMenu {
         var targets: [BootSelector: BootTarget] = [.bios: .file("undionly.kpxe"), .rpi: .file("start4.elf")]
-        for build in iPXEBuilds {
+        for build in chain.loaders {
             targets[build.pxe] = .file(build.file)
             if let httpBase, let http = build.http { targets[http] = .url(httpBase + build.file) }
         }

@@ -101,6 +101,21 @@ import Testing
         #expect(answer(edk2Discover(arch: 11), menu: empty) == .failure(.noBootFile(.efiArm64)))
     }
 
+    /// Secure Boot's chain: shim for x64 and ARM64 UEFI, by PXE and HTTP Boot; iPXE for the other
+    /// UEFI architectures, undionly.kpxe for a BIOS; the operator's choices over it.
+    @Test func secureBootsChainOffersShimWhereThereIsOne() throws {
+        let chain = BootMenu.withDefaults([:], httpBase: "http://10.0.0.1/", chain: .secureBoot)
+        #expect(try answer(edk2Discover(arch: 7), menu: chain).get().target == .file("shimx64.efi"))
+        #expect(try answer(edk2Discover(arch: 11), menu: chain).get().target == .file("shimaa64.efi"))
+        #expect(chain.target(for: .httpX64) == .url("http://10.0.0.1/shimx64.efi"))
+        #expect(chain.target(for: .httpArm64) == .url("http://10.0.0.1/shimaa64.efi"))
+        #expect(chain.target(for: .efiX86) == .file("ipxe-i386.efi") && chain.target(for: .bios) == .file("undionly.kpxe"))
+        #expect(chain.target(for: .ipxe) == .url("http://10.0.0.1/boot.ipxe"))
+        let chosen = BootMenu.withDefaults([.efiX64: .file("efi/shimx64.efi")], httpBase: nil, chain: .secureBoot)
+        #expect(chosen.target(for: .efiX64) == .file("efi/shimx64.efi") && chosen.target(for: .httpX64) == nil)
+        #expect(BootMenu.withDefaults([:], httpBase: nil).target(for: .efiX64) == .file("ipxe.efi"))
+    }
+
     /// `arch:N`: any code of IANA's registry, PXE or HTTP Boot, answered by its own entry, which
     /// comes before a named selector covering the same code (efi-x64 is 7 and 9); iPXE is still
     /// given its script, whatever it runs on.

@@ -447,7 +447,7 @@ def secure_machine(tmp, name):
 
 @pytest.mark.parametrize("lab", [PROXY], indirect=True)
 def test_secure_boot_runs_shim_grub_and_debians_signed_kernel_through_stampede_and_refuses_unsigned_ipxe(lab, report):
-    """Secure Boot enforced: the proxy offers shimx64.efi, which OVMF verifies against Microsoft's
+    """Secure Boot enforced: the proxy offers shimx64.efi (--boot-chain secure-boot), which OVMF verifies against Microsoft's
     keys; shim loads GRUB's signed network image (grubx64.efi, beside it over TFTP), GRUB reads
     grub/grub.cfg from Stampede (GRUB 2.14 reads the proxy's offer), then Debian's signed kernel,
     which says Secure Boot is on and locks itself down, and the initrd's init runs with the
@@ -474,7 +474,7 @@ def test_secure_boot_runs_shim_grub_and_debians_signed_kernel_through_stampede_a
     (records / "node07").write_text(f"mac = {MAC}\nvar hostname = node07\nkernel = linux/vmlinuz\ninitrd = linux/initrd.img\n"
                                     "cmdline = console=ttyS0 panic=-1 stampede.from=${hostname}\n")
     started = time.time()
-    log_path = start_server(lab, "uring", ("--proxy-dhcp", SERVER_IP, "--boot-file", "efi-x64=shimx64.efi", "--machines", records))
+    log_path = start_server(lab, "uring", ("--proxy-dhcp", SERVER_IP, "--boot-chain", "secure-boot", "--machines", records))
     qemu, console = power_on(lab, secure_machine(tmp, "signed"), console_name="signed.log")
     deadline = time.time() + 240
     def said():

@@ -67,6 +67,28 @@ def test_each_firmware_gets_its_boot_file(proxy, machine, arch, vendor, extra, e
         assert reply["options"][60] == b"HTTPClient" and 43 not in reply["options"]
 
 
+@pytest.mark.parametrize("arch, vendor, expected", [
+    (7, None, "shimx64.efi"),
+    (11, None, "shimaa64.efi"),
+    (16, "HTTPClient:Arch:00016:UNDI:003001", f"http://{SERVER}:8080/shimx64.efi"),
+    (19, "HTTPClient:Arch:00019:UNDI:003001", f"http://{SERVER}:8080/shimaa64.efi"),
+    (6, None, "ipxe-i386.efi"),
+    (0, None, "undionly.kpxe"),
+])
+def test_the_secure_boot_chain_offers_shim_where_there_is_one(proxy, machine, arch, vendor, expected):
+    """--boot-chain secure-boot: shim for x64 and ARM64 UEFI, by PXE and HTTP Boot; the rest as
+    the iPXE chain."""
+    s = proxy("--boot-chain", "secure-boot")
+    assert s.log_lines(f"efi-x64 shimx64.efi, efi-arm32 ipxe-arm32.efi, efi-arm64 shimaa64.efi"), s.log_text()
+    reply = machine.ask(dhcpwire.message(MAC, arch=arch, vendor=vendor))
+    assert reply and reply["file"] == expected, s.log_text()
+
+
+def test_a_boot_chain_that_is_not_one_is_refused(root):
+    r = run([str(BINARY), "-L", "-a", "127.0.0.1:0", "--proxy-dhcp", "10.0.0.1", "--boot-chain", "shim", str(root)], timeout=20)
+    assert r.returncode == 64 and "Please provide one of 'ipxe' and 'secure-boot'" in r.stderr.decode(), r
+
+
 PI_OPTION_43 = bytes([0x06, 0x01, 0x03, 0x0A, 0x04, 0x00, 0x50, 0x58, 0x45, 0x09, 0x14, 0x00, 0x00, 0x11]) + b"Raspberry Pi Boot\xff"
 
 

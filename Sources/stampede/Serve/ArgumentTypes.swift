@@ -186,6 +186,7 @@ extension BootFileChoice {
 
 extension TLSProfile: ExpressibleByArgument {}
 extension MachineBook.UnknownMachines: ExpressibleByArgument {}
+extension BootChain: ExpressibleByArgument {}
 
 extension ServeOptions {
     /// `--pxe-vendor`: the start of a vendor class, printable ASCII without spaces, as option 60

@@ -237,6 +237,10 @@ struct ServeOptions: ParsableArguments {
                                valueName: "SELECTOR=NAME"),
             transform: BootFileChoice.parse)
     var bootFile: [BootFileChoice] = []
+    @Option(name: .customLong("boot-chain"),
+            help: ArgumentHelp("The chain --proxy-dhcp offers by default, under --boot-file's choices: ipxe (the default: undionly.kpxe for a BIOS, iPXE for each UEFI architecture) or secure-boot (shim, signed by Microsoft, for x64 and ARM64 UEFI: efi-x64=shimx64.efi, efi-arm64=shimaa64.efi and their URLs on --http for HTTP Boot; shim loads grubx64.efi or grubaa64.efi beside itself; the rest as ipxe).",
+                               valueName: "CHAIN"))
+    var bootChain: BootChain = .ipxe
     @Option(name: .customLong("pxe-vendor"),
             help: ArgumentHelp("Answer DHCP requests whose vendor class (option 60) starts with VENDOR as PXEClient's (repeatable), as dnsmasq's --dhcp-pxe-vendor: U-Boot sends U-Boot.armv8 (its architecture, option 93, picks the selector: uboot-arm64 for 22). PXEClient and HTTPClient are always answered.",
                                valueName: "VENDOR"),

@@ -99,6 +99,7 @@ struct ServePlan {
                 """)
         }
         if !options.bootFile.isEmpty && options.proxyDHCP.isEmpty { warnings.append("--boot-file without --proxy-dhcp: nothing offers it") }
+        if options.bootChain != .ipxe && options.proxyDHCP.isEmpty { warnings.append("--boot-chain without --proxy-dhcp: nothing offers it") }
         if options.machines != nil && options.proxyDHCP.isEmpty { warnings.append("--machines without --proxy-dhcp: nothing asks the records") }
         if !options.proxyDHCP.isEmpty, let idle = options.idleTimeout, idle > 0 {
             warnings.append("-t \(idle) with --proxy-dhcp: once the server exits for being idle, no machine's DHCP is answered until it is started again")
@@ -126,7 +127,8 @@ struct ServePlan {
     static func bootNetworks(_ options: ServeOptions, _ interfaces: [NetworkInterface]) -> [BootNetwork] {
         let choices = Dictionary(options.bootFile.map { ($0.selector, $0.target) }, uniquingKeysWith: { _, last in last })
         return zip(options.proxyDHCP, interfaces).map { address, interface in
-            BootNetwork(address: address, interface: interface, menu: BootMenu.withDefaults(choices, httpBase: httpBase(address, options)))
+            BootNetwork(address: address, interface: interface, menu: BootMenu.withDefaults(choices, httpBase: httpBase(address, options),
+                                                                                              chain: options.bootChain))
         }
     }
 
