@@ -91,9 +91,14 @@ public struct BootSelector: Hashable, Sendable, CustomStringConvertible {
             self = .rpi
             return
         }
-        guard let named = Self.named.first(where: { $0.kind == client.kind && $0.architectures.contains(client.architecture) })
-        else { return nil }
+        guard let named = Self.firmware(of: client) else { return nil }
         self = named
+    }
+
+    /// The named selector of a machine's firmware (its kind and architecture), whatever runs on
+    /// it now: an iPXE's is the firmware's it runs on.
+    static func firmware(of client: BootClient) -> BootSelector? {
+        named.first { $0.kind == client.kind && $0.architectures.contains(client.architecture) }
     }
 
     /// Whether this names one architecture code (`arch:N`), not a kind of firmware.

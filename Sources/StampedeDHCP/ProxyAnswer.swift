@@ -94,19 +94,22 @@ public struct ProxyAnswer: Equatable, Sendable {
     /// What was offered, and for which machine: for the log and the metrics.
     public var selector: BootSelector
     public var target: BootTarget
+    /// An iPXE without HTTP offered the full iPXE first (`fullIPXE`), not its script.
+    public var chained = false
 
     /// The answer to `request`, which arrived on `port` from `source` (its address and port), for
     /// a server at `server` booting every machine by `menu`; or why there is none.
     public static func to(_ request: DHCPMessage, on port: Port, from source: (address: IPv4, port: UInt16),
-                          server: IPv4, pxeVendors: [[UInt8]] = [], menu: BootMenu) -> Result<ProxyAnswer, Silence> {
-        to(request, on: port, from: source, server: server, pxeVendors: pxeVendors) { _ in .boot(menu) }
+                          server: IPv4, pxeVendors: [[UInt8]] = [], mayChain: Bool = true, menu: BootMenu) -> Result<ProxyAnswer, Silence> {
+        to(request, on: port, from: source, server: server, pxeVendors: pxeVendors, mayChain: mayChain) { _ in .boot(menu) }
     }
 
     /// The answer to `request`, with what each machine boots, or that it is left alone, as
     /// `choose` says (the machine records): asked only of a request this proxy would answer.
-    /// `pxeVendors`: vendor classes answered as `PXEClient` (`BootClient`).
+    /// `pxeVendors`: vendor classes answered as `PXEClient` (`BootClient`). `mayChain`: an iPXE
+    /// without HTTP may be chained to the full iPXE (false once this machine was, `fullIPXE`).
     public static func to(_ request: DHCPMessage, on port: Port, from source: (address: IPv4, port: UInt16),
-                          server: IPv4, pxeVendors: [[UInt8]] = [],
+                          server: IPv4, pxeVendors: [[UInt8]] = [], mayChain: Bool = true,
                           choose: (MachineIdentity) -> MachineChoice) -> Result<ProxyAnswer, Silence> {
         guard request.operation == .request, let type = request.type else { return .failure(.notForProxy) }
         guard request.hops <= 16 else { return .failure(.tooManyHops(request.hops)) }
@@ -141,7 +144,9 @@ public struct ProxyAnswer: Equatable, Sendable {
         }
         guard let selector = menu.selector(for: client) else { return .failure(.unknownArchitecture(client.architecture)) }
         guard let chosen = menu.target(for: selector) else { return .failure(.noBootFile(selector)) }
-        let target = Self.fetchable(chosen.expanded(for: request, client, selector), by: client, server: server)
+        var target = chosen.expanded(for: request, client, selector)
+        let full = mayChain ? Self.fullIPXE(for: client, instead: target, in: menu) : nil
+        target = full.map { $0.target.expanded(for: request, client, $0.selector) } ?? Self.fetchable(target, by: client, server: server)
         let name = Array(target.description.utf8)
         guard name.count <= target.longest else { return .failure(.bootFileTooLong(selector, name.count)) }
 
@@ -188,11 +193,31 @@ public struct ProxyAnswer: Equatable, Sendable {
         } else {
             destination = .broadcast
         }
-        return .success(ProxyAnswer(reply: reply, destination: destination, selector: selector, target: target))
+        return .success(ProxyAnswer(reply: reply, destination: destination, selector: selector, target: target, chained: full != nil))
     }
 }
 
 extension ProxyAnswer {
+    /// An iPXE build without HTTP (a NIC's or a hypervisor's ROM built small: option 175 names no
+    /// HTTP), offered an http:// URL, is chained to the site's full iPXE first, as pixiecore and
+    /// smee do: the file its firmware's own selector boots (undionly.kpxe for a BIOS, ipxe.efi for
+    /// x64 UEFI, ...), when that is an iPXE by its name (`isIPXEBuild`). The full iPXE does its own
+    /// DHCP and is given the URL. Nil where there is none (then `fetchable`).
+    static func fullIPXE(for client: BootClient, instead target: BootTarget, in menu: BootMenu) -> (selector: BootSelector, target: BootTarget)? {
+        guard client.isIPXE, let protocols = client.iPXEProtocols, !protocols.contains(.http),
+              case .url(let url) = target, url.hasPrefixIgnoringCase("http://"),
+              let firmware = menu.firmwareSelector(for: client), let full = menu.target(for: firmware),
+              case .file(let name) = full, isIPXEBuild(name) else { return nil }
+        return (firmware, full)
+    }
+
+    /// Whether a boot file is an iPXE build by its name: `undionly.kpxe`, `ipxe.efi`,
+    /// `ipxe-arm64.efi`, `snponly.efi`, ...
+    static func isIPXEBuild(_ name: String) -> Bool {
+        let base = (name.utf8.lastIndex(of: UInt8(ascii: "/")).map { String(name[name.utf8.index(after: $0)...]) } ?? name).lowercased()
+        return base.contains("ipxe") || base.hasSuffix(".kpxe") || base.hasSuffix(".kkpxe") || base.hasPrefix("snp")
+    }
+
     /// An iPXE build is never handed a URL it cannot fetch (option 175 says which protocols it
     /// has: a NIC's or a hypervisor's ROM often lacks HTTPS, a small build HTTP): a URL on this
     /// server becomes its file over TFTP, from the same root. One elsewhere, or one with a query,
@@ -251,6 +276,12 @@ public struct BootMenu: Equatable, Sendable {
             return exact
         }
         return BootSelector(client)
+    }
+
+    /// The selector of the firmware a machine's iPXE runs on (its architecture code's, else the
+    /// named one), for the full iPXE it is chained to.
+    public func firmwareSelector(for client: BootClient) -> BootSelector? {
+        architectureCodes[client.architecture] ?? BootSelector.firmware(of: client)
     }
 
     /// The target for `selector`; nil where there is none, or where UEFI HTTP Boot would be given

@@ -90,6 +90,11 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     /// How long a request waits for the API: a firmware has asked again by then (EDK2 after 4 s).
     static let waitingFor: Nanoseconds = 4 * nanosecondsPerSecond
     private var notices = MachineNotices()
+    /// The machines whose iPXE was chained to the full iPXE, with when and in which DHCP exchange:
+    /// the same exchange is answered the same; a later one within `chainMemory` gets what its
+    /// iPXE can fetch, so that an iPXE that still lacks HTTP is never chained in a loop.
+    private var chainedIPXE: [[UInt8]: (at: Nanoseconds, transaction: UInt32)] = [:]
+    static let chainMemory: Nanoseconds = 120 * nanosecondsPerSecond
     private var lastSendFailure: Nanoseconds = 0
     private let logger: Logger
     private let json: Bool
@@ -161,6 +166,7 @@ public final class ProxyDHCPServer: @unchecked Sendable {
             if now - lastSweep >= nanosecondsPerSecond {
                 lastSweep = now
                 if !waiting.isEmpty { waiting = waiting.filter { now - $0.value.since <= Self.waitingFor } }
+                if !chainedIPXE.isEmpty { chainedIPXE = chainedIPXE.filter { now - $0.value.at <= Self.chainMemory } }
                 if let progress { sayStalledLoaders(progress) }
             }
         }
@@ -268,7 +274,9 @@ public final class ProxyDHCPServer: @unchecked Sendable {
         // The machine asked about, and its record: one look at the records per request.
         var asked: MachineIdentity?
         var record: MachineRecord?
-        let answer = ProxyAnswer.to(message, on: port, from: source, server: network.address, pxeVendors: pxeVendors) { machine in
+        let mayChain = chainedIPXE[message.machine].map { $0.transaction == message.transactionID || now - $0.at > Self.chainMemory } ?? true
+        let answer = ProxyAnswer.to(message, on: port, from: source, server: network.address, pxeVendors: pxeVendors,
+                                    mayChain: mayChain) { machine in
             asked = machine
             guard let machines else { return .boot(network.menu) }
             let relay = message.relayAddress.isAny ? nil : message.relayAddress
@@ -316,6 +324,7 @@ public final class ProxyDHCPServer: @unchecked Sendable {
                 return
             }
             guard send(answer, network: number, arrivedOn: port, now: now) else { return }
+            if answer.chained { chainedIPXE[message.machine] = (now, message.transactionID) }
             if let progress, let asked {
                 progress.note(asked.hardwareAddress, .dhcp, record: record?.name,
                               offered: answer.target.description, now: time(nil))
@@ -369,13 +378,14 @@ public final class ProxyDHCPServer: @unchecked Sendable {
                 "event": "boot", "protocol": "dhcp", "client": "\(message.hardwareAddress())",
                 "request": "\(message.type.map { "\($0)" } ?? "unknown")", "architecture": .stringConvertible(client?.architecture ?? 0),
                 "uuid": "\(client?.uuid ?? "")", "selector": "\(answer.selector.name)", "boot_file": "\(sanitizedForLog(Array(answer.target.description.utf8)))",
-                "outcome": "\(offer ? "offered" : "acknowledged")", "to": "\(destination)",
+                "outcome": "\(offer ? "offered" : "acknowledged")", "to": "\(destination)", "chained": .stringConvertible(answer.chained),
             ])
             return
         }
         logger.info("""
             \(what): \(answer.selector.name) (arch \(client?.architecture ?? 0)\(client?.uuid.map { ", uuid \($0)" } ?? "")): \
-            \(offer ? "offered" : "acknowledged") "\(sanitizedForLog(Array(answer.target.description.utf8)))" to \(destination)
+            \(offer ? "offered" : "acknowledged") "\(sanitizedForLog(Array(answer.target.description.utf8)))" to \(destination)\
+            \(answer.chained ? " (its iPXE has no HTTP: chained to the full iPXE, which asks again)" : "")
             """)
     }
 }

@@ -7,9 +7,9 @@ import Testing
     let client = (address: IPv4.any, port: UInt16(68))
 
     func answer(_ bytes: [UInt8], on port: ProxyAnswer.Port = .dhcp, from source: (address: IPv4, port: UInt16)? = nil,
-                menu: BootMenu? = nil) -> Result<ProxyAnswer, ProxyAnswer.Silence> {
+                menu: BootMenu? = nil, mayChain: Bool = true) -> Result<ProxyAnswer, ProxyAnswer.Silence> {
         let message = try! parse(bytes).get()
-        return ProxyAnswer.to(message, on: port, from: source ?? client, server: server, menu: menu ?? self.menu)
+        return ProxyAnswer.to(message, on: port, from: source ?? client, server: server, mayChain: mayChain, menu: menu ?? self.menu)
     }
 
     /// UEFI's offer: no address, naming this server and the file, option 60 and 97 echoed,
@@ -221,10 +221,10 @@ import Testing
         let full = edk2Discover(extra: features([0x13, 0x14, 0x15]))
         #expect(try answer(full, menu: https).get().target == .url("https://10.0.0.1:8443/boot.ipxe"))
         let noHTTP = edk2Discover(extra: features([0x15]))
-        #expect(try answer(noHTTP).get().target == .file("boot.ipxe"))
+        #expect(try answer(noHTTP, mayChain: false).get().target == .file("boot.ipxe"))
         #expect(try answer(edk2Discover(extra: features([0x13]))).get().target == .url("http://10.0.0.1/boot.ipxe"))
         // A feature of version 0 is not had.
-        #expect(try answer(edk2Discover(extra: option(77, "iPXE") + option(175, [0x13, 1, 0]))).get().target == .file("boot.ipxe"))
+        #expect(try answer(edk2Discover(extra: option(77, "iPXE") + option(175, [0x13, 1, 0])), mayChain: false).get().target == .file("boot.ipxe"))
         // No option 175: nothing known, nothing changed.
         #expect(try answer(edk2Discover(extra: option(77, "iPXE")), menu: https).get().target == .url("https://10.0.0.1:8443/boot.ipxe"))
         for elsewhere in ["https://10.0.0.9/boot.ipxe", "https://10.0.0.1/boot.ipxe?mac=${mac}", "https://10.0.0.1/"] {
@@ -236,6 +236,32 @@ import Testing
         // Option 175 that does not parse: nothing known.
         let broken = edk2Discover(extra: option(77, "iPXE") + option(175, [0x13, 9, 1]))
         #expect(try answer(broken, menu: https).get().target == .url("https://10.0.0.1:8443/boot.ipxe"))
+    }
+
+    /// An iPXE without HTTP offered an http:// URL is chained to the full iPXE its firmware's
+    /// selector boots (once: `mayChain`), when that is an iPXE by its name; then it is given what
+    /// it can fetch. One with HTTP, or offered a file, is not chained.
+    @Test func anIPXEWithoutHTTPIsChainedToTheFullIPXEFirst() throws {
+        func features(_ codes: [UInt8]) -> [UInt8] { option(77, "iPXE") + option(175, codes.flatMap { [$0, 1, 1] }) }
+        let bios = edk2Discover(arch: 0, vendor: "PXEClient:Arch:00000:UNDI:002001", extra: features([0x10, 0x15]))
+        let chained = try answer(bios).get()
+        #expect(chained.chained && chained.selector == .ipxe && chained.target == .file("undionly.kpxe"))
+        #expect(chained.reply.bootFile == Array("undionly.kpxe".utf8))
+        #expect(try answer(bios, mayChain: false).get().target == .file("boot.ipxe"))
+        let efi = try answer(edk2Discover(extra: features([0x15]))).get()
+        #expect(efi.chained && efi.selector == .ipxe && efi.target == .file("ipxe.efi"))
+        let arm = try answer(edk2Discover(arch: 11, vendor: "PXEClient:Arch:00011:UNDI:003000", extra: features([]))).get()
+        #expect(arm.chained && arm.target == .file("ipxe-arm64.efi"))
+        // Its firmware's own choices: arch:N first, then the named selector's file, by its name.
+        let mine = BootMenu.withDefaults([.architecture(0): .file("site/snponly.efi"), .ipxe: .url("http://10.0.0.1/s.ipxe")], httpBase: nil)
+        #expect(try answer(bios, menu: mine).get().target == .file("site/snponly.efi"))
+        let shim = BootMenu.withDefaults([:], httpBase: "http://10.0.0.1/", chain: .secureBoot)
+        #expect(try answer(edk2Discover(extra: features([0x15])), menu: shim).get().target == .file("boot.ipxe"), "shim is no iPXE")
+        // With HTTP, or offered its script over TFTP: nothing to chain.
+        #expect(try !answer(edk2Discover(extra: features([0x13]))).get().chained)
+        #expect(try answer(bios, menu: BootMenu.withDefaults([:], httpBase: nil)).get().target == .file("boot.ipxe"))
+        #expect(ProxyAnswer.isIPXEBuild("undionly.kpxe") && ProxyAnswer.isIPXEBuild("x/IPXE-arm64.efi") && ProxyAnswer.isIPXEBuild("snp.efi"))
+        #expect(!ProxyAnswer.isIPXEBuild("shimx64.efi") && !ProxyAnswer.isIPXEBuild("pxelinux.0") && !ProxyAnswer.isIPXEBuild("ipxe/grubx64.efi"))
     }
 
     /// The Raspberry Pi 4's EDK2 sends no option 93, only `Arch:00011` in option 60.

@@ -89,6 +89,29 @@ def test_a_boot_chain_that_is_not_one_is_refused(root):
     assert r.returncode == 64 and "Please provide one of 'ipxe' and 'secure-boot'" in r.stderr.decode(), r
 
 
+def test_an_ipxe_without_http_is_chained_to_the_full_ipxe_once(proxy, machine):
+    """A NIC's iPXE ROM whose option 175 names no HTTP, offered the script's http:// URL: the
+    proxy offers the full iPXE its firmware boots (undionly.kpxe for a BIOS) instead, the same
+    in the same DHCP exchange; its next exchange, still without HTTP, gets the script over TFTP
+    (no chain loop); an iPXE with HTTP gets the URL."""
+    s = proxy()
+    small = dhcpwire.option(77, "iPXE") + dhcpwire.option(175, bytes([0x10, 1, 1, 0x15, 1, 1]))  # PXE, DNS: no HTTP (0x13)
+    first = machine.ask(dhcpwire.message(MAC, arch=0, vendor="PXEClient:Arch:00000:UNDI:002001", extra=small, xid=0x1001))
+    assert first and first["file"] == "undionly.kpxe", s.log_text()[-2000:]
+    assert s.log_lines("DHCP DISCOVER 52:54:00:12:34:56 on veth-s: ipxe (arch 0, uuid ") and \
+        s.log_lines('offered "undionly.kpxe" to 255.255.255.255:68 (its iPXE has no HTTP: chained to the full iPXE, which asks again)')
+    time.sleep(0.6)  # past the proxy's half second per machine and request
+    again = machine.ask(dhcpwire.message(MAC, arch=0, vendor="PXEClient:Arch:00000:UNDI:002001", extra=small, xid=0x1001))
+    assert again and again["file"] == "undionly.kpxe", s.log_text()[-2000:]
+    time.sleep(0.6)
+    later = machine.ask(dhcpwire.message(MAC, arch=0, vendor="PXEClient:Arch:00000:UNDI:002001", extra=small, xid=0x1002))
+    assert later and later["file"] == "boot.ipxe", s.log_text()[-2000:]
+    full = dhcpwire.option(77, "iPXE") + dhcpwire.option(175, bytes([0x13, 1, 1]))
+    other = MAC[:5] + b"\x42"
+    reply = machine.ask(dhcpwire.message(other, arch=0, vendor="PXEClient:Arch:00000:UNDI:002001", extra=full))
+    assert reply and reply["file"] == f"http://{SERVER}:8080/boot.ipxe", s.log_text()[-2000:]
+
+
 PI_OPTION_43 = bytes([0x06, 0x01, 0x03, 0x0A, 0x04, 0x00, 0x50, 0x58, 0x45, 0x09, 0x14, 0x00, 0x00, 0x11]) + b"Raspberry Pi Boot\xff"
 
 
