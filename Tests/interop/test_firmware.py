@@ -490,6 +490,36 @@ def test_secure_boot_runs_shim_grub_and_debians_signed_kernel_through_stampede_a
 
 
 @pytest.mark.parametrize("lab", [PROXY], indirect=True)
+def test_a_grub_that_cannot_read_the_proxys_offer_stops_and_the_server_says_why(lab, report):
+    """Debian 12's signed GRUB (2.06) behind the proxy (--boot-chain secure-boot, Secure Boot off
+    for speed: shim loads it all the same): it takes its server from the site's DHCP ACK, which
+    names none, and asks for nothing more (its console says "Welcome to GRUB!", then its prompt);
+    the server, following the machine (--machines), says so 15 s later with what to do."""
+    inside, root, tmp, processes = lab
+    old = SECURE_BOOT / "grubx64-bookworm.efi"
+    for needed in (SECURE_BOOT / "shimx64.efi", old):
+        assert needed.exists(), f"{needed} missing: `make secure-boot` (a prerequisite of `make test`) fetches it"
+    shutil.copy(SECURE_BOOT / "shimx64.efi", root / "shimx64.efi")
+    shutil.copy(old, root / "grubx64.efi")
+    for name in ("shimx64.efi", "grubx64.efi"):
+        (root / name).chmod(0o644)
+    records = tmp / "machines"
+    records.mkdir()
+    (records / "node07").write_text(f"mac = {MAC}\n")
+    started = time.time()
+    log = boot(lab, "uring", ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n"],
+               deadline_s=150, server_args=("--proxy-dhcp", SERVER_IP, "--boot-chain", "secure-boot", "--machines", records),
+               booted=lambda server, console: "loaded the GRUB beside its shim" in server)
+    console = (tmp / "console.log").read_text(errors="replace")
+    assert any(line.endswith(": ok") for line in ended_lines(log, "grubx64.efi")), log[-3000:]
+    hint = [line for line in log.splitlines() if "loaded the GRUB beside its shim" in line]
+    assert f"machine {MAC} at 10.77.0." in hint[0] and "(shimx64.efi) and has asked for nothing in 15 s: a GRUB before 2.14" in hint[0], hint
+    assert "grub.cfg" not in log, log[-3000:]
+    assert "Welcome to GRUB!" in console, console[-2000:]
+    report(f"Debian 12's GRUB 2.06 behind the proxy runs and asks for nothing; the server says why: {time.time() - started:.0f} s")
+
+
+@pytest.mark.parametrize("lab", [PROXY], indirect=True)
 def test_ipxe_2_reads_autoexec_beside_itself_written_from_the_machines_record(lab, report):
     """iPXE 2.0 as Debian unstable builds it, with no embedded script (as iPXE's signed builds
     are): the proxy offers ipxe2/ipxe.efi; before any DHCP of its own, iPXE asks autoexec.ipxe
