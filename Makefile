@@ -198,9 +198,11 @@ secure-boot: parity-deps
 # script), and what an ARM64 machine boots in the firmware tests: Debian unstable's arm64 kernel
 # (vmlinuz-arm64, the image linux-image-arm64 names) and a static busybox for its initramfs
 # (busybox-arm64); the tree learns the arm64 architecture to download them (nothing is installed).
+# After secure-boot: both update the tree's package lists, which one apt-get at a time may hold
+# (make -j would run them side by side).
 UNSTABLE_BOOT := .build/unstable-boot
 UNSTABLE_BOOT_FILES := ipxe-amd64.efi ipxe-arm64.efi vmlinuz-arm64 busybox-arm64
-unstable-boot: parity-deps
+unstable-boot: parity-deps secure-boot
 	@if ! (cd $(UNSTABLE_BOOT) 2>/dev/null && ls $(UNSTABLE_BOOT_FILES) >/dev/null 2>&1); then \
 		echo "fetching $(UNSTABLE_BOOT): ipxe, linux-image-arm64 and busybox-static:arm64 from Debian unstable"; \
 		mkdir -p $(UNSTABLE_BOOT) && rm -rf $(UNSTABLE_BOOT)/debs && \
