@@ -89,6 +89,6 @@ def test_every_command_the_tests_and_benchmarks_run_is_installed_by_make():
 
 def test_the_checker_finds_commands_in_argv_lists(tmp_path):
     source = tmp_path / "example.py"
-    source.write_text('run(["nft", "list"])\nsubprocess.Popen([*inside, "tcpdump", "-i"])\n'
+    source.write_text('run(["nft", "list"])\nsubprocess.Popen([*inside, "example-sniffer", "-i"])\n'
                       'serve(prefix=["prlimit", "--nofile=64"])\nrun([str(BINARY), "storm"])\n')
-    assert python_command_literals(source) == {"nft", "tcpdump", "prlimit"}
+    assert python_command_literals(source) == {"nft", "example-sniffer", "prlimit"}
