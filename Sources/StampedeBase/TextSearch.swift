@@ -48,6 +48,19 @@ extension StringProtocol {
         }
     }
 
+    /// Whether it ends with `suffix` (ASCII), letters in either case.
+    @inlinable
+    public func hasSuffixIgnoringCase(_ suffix: StaticString) -> Bool {
+        suffix.withUTF8Buffer { wanted in
+            let bytes = utf8
+            guard bytes.count >= wanted.count else { return false }
+            return zip(bytes[bytes.index(bytes.endIndex, offsetBy: -wanted.count)...], wanted).allSatisfy { byte, want in
+                let letter = want | 0x20 >= 0x61 && want | 0x20 <= 0x7a
+                return byte == want || (letter && byte | 0x20 == want | 0x20)
+            }
+        }
+    }
+
     /// Whether every byte is an ASCII letter or digit, or one of `others`.
     @inlinable
     public func isAlphanumeric(or others: StaticString) -> Bool {
@@ -61,6 +74,15 @@ extension StringProtocol {
     /// Whether `target` is in it.
     @inlinable
     public func containsBytes(_ target: StaticString) -> Bool { byteRange(of: target) != nil }
+}
+
+extension StringProtocol where UTF8View: BidirectionalCollection {
+    /// What follows its last `/` (all of it without one): a path's file name.
+    @inlinable
+    public var lastPathComponent: SubSequence {
+        guard let slash = utf8.lastIndex(of: UInt8(ascii: "/")) else { return self[...] }
+        return self[utf8.index(after: slash)...]
+    }
 }
 
 /// Bytes as lower-case hexadecimal digits, `separator` (one ASCII character, or none) between

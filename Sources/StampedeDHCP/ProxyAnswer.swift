@@ -214,7 +214,7 @@ extension ProxyAnswer {
     /// Whether a boot file is an iPXE build by its name: `undionly.kpxe`, `ipxe.efi`,
     /// `ipxe-arm64.efi`, `snponly.efi`, ...
     static func isIPXEBuild(_ name: String) -> Bool {
-        let base = (name.utf8.lastIndex(of: UInt8(ascii: "/")).map { String(name[name.utf8.index(after: $0)...]) } ?? name).lowercased()
+        let base = name.lastPathComponent.lowercased()
         return base.contains("ipxe") || base.hasSuffix(".kpxe") || base.hasSuffix(".kkpxe") || base.hasPrefix("snp")
     }
 

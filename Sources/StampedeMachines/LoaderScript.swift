@@ -9,7 +9,7 @@ public enum LoaderScript {
     public static func iPXE(_ boot: RenderedBoot?, for name: String) -> String {
         let record = safe(name)
         guard let boot else { return "#!ipxe\n# \(record): not booted from the network here\nexit\n" }
-        let names = boot.initrds.map { initrd in "initrd=" + (initrd.utf8.lastIndex(of: UInt8(ascii: "/")).map { String(initrd[initrd.utf8.index(after: $0)...]) } ?? initrd) }
+        let names = boot.initrds.map { "initrd=" + $0.lastPathComponent }
         let line = ([fromRoot(boot.kernel)] + names + (boot.commandLine.isEmpty ? [] : [boot.commandLine])).joined(separator: " ")
         return "#!ipxe\n# \(record)\n" + (boot.message.map { "echo \($0)\n" } ?? "") + "kernel \(line)\n"
             + boot.initrds.map { "initrd \(fromRoot($0))\n" }.joined() + "boot\n"

@@ -71,11 +71,11 @@ public struct MachineBoot: GeneratedFiles {
 
     public func file(_ name: [UInt8], for client: SocketAddress) -> GeneratedFile? {
         let path = String(decoding: name, as: UTF8.self)
-        let base = path.utf8.lastIndex(of: UInt8(ascii: "/")).map { String(path[path.utf8.index(after: $0)...]) } ?? path
+        let base = path.lastPathComponent
         let bound = client.ipv4.flatMap(bindings.machine(at:))
         if let progress, let bound { follow(bound, asking: path, base: base, at: client.ipv4, progress) }
         if base == "boot.ipxe" || base == "autoexec.ipxe" {
-            return render(bound ?? MachineIdentity(hardwareAddress: []), unbound: bound == nil, LoaderScript.iPXE, iPXE: base)
+            return render(bound ?? MachineIdentity(hardwareAddress: []), unbound: bound == nil, LoaderScript.iPXE, iPXE: String(base))
         }
         if base.hasPrefix("grub.cfg-01-"), let mac = MachineRecord.hardwareAddress(base.dropFirst("grub.cfg-01-".count)) {
             return render(named(mac, bound), unbound: false, LoaderScript.grub)
@@ -99,11 +99,12 @@ public struct MachineBoot: GeneratedFiles {
 
     /// The stage a machine's request for `path` says its boot is at: its offered boot file, the
     /// GRUB its shim loads, its script, its record's kernel or first initrd.
-    private func follow(_ machine: MachineIdentity, asking path: String, base: String, at address: IPv4?, _ progress: MachineProgress) {
+    private func follow(_ machine: MachineIdentity, asking path: String, base: Substring, at address: IPv4?, _ progress: MachineProgress) {
         let mac = machine.hardwareAddress
         let stage: MachineProgress.Stage
-        let offered = progress.offered(mac).map(HTTPLocation.path(of:))
-        if base == "boot.ipxe" || base == "autoexec.ipxe" || base.hasPrefix("grub.cfg") || path.containsBytes("pxelinux.cfg/") {
+        let isScript = base == "boot.ipxe" || base == "autoexec.ipxe" || base.hasPrefix("grub.cfg") || path.containsBytes("pxelinux.cfg/")
+        let offered = isScript ? nil : progress.offered(mac).map(HTTPLocation.path(of:))
+        if isScript {
             stage = .script
         } else if let offered, offered == path {
             stage = .bootFile
@@ -126,12 +127,10 @@ public struct MachineBoot: GeneratedFiles {
     /// Whether `path` is the GRUB that a shim offered as `offered` loads beside itself
     /// (`grubx64.efi`, `grubaa64.efi` in shim's directory).
     static func isShimsGRUB(_ path: String, offered: String) -> Bool {
-        let slash = UInt8(ascii: "/")
-        let directory = offered.utf8.lastIndex(of: slash).map { String(offered[...$0]) } ?? ""
-        let shim = offered.dropFirst(directory.count).lowercased()
-        guard shim.hasPrefix("shim"), shim.hasSuffix(".efi"), path.hasPrefix(directory) else { return false }
-        let name = path.dropFirst(directory.count).lowercased()
-        return name.hasPrefix("grub") && name.hasSuffix(".efi") && !name.utf8.contains(slash)
+        let shim = offered.lastPathComponent
+        let grub = path.lastPathComponent
+        return shim.hasPrefixIgnoringCase("shim") && shim.hasSuffixIgnoringCase(".efi") && grub.hasPrefixIgnoringCase("grub")
+            && grub.hasSuffixIgnoringCase(".efi") && path[..<grub.startIndex] == offered[..<shim.startIndex]
     }
 
     /// The machine a name's MAC names: what DHCP said of it when the asking address is its.

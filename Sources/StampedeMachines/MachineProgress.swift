@@ -17,7 +17,7 @@ public final class MachineProgress: Sendable {
         case bootFile
         /// It asked for the loader its boot file loads beside itself: shim's GRUB
         /// (`grubx64.efi`), which asks for its configuration next, unless it cannot find its
-        /// server (`MachineProgress.stalled`).
+        /// server (`MachineProgress.stalledLoaders`).
         case loader
         /// Its loader asked for its script (`boot.ipxe`, `autoexec.ipxe`, GRUB's, PXELINUX's).
         case script
@@ -57,13 +57,17 @@ public final class MachineProgress: Sendable {
         public var lastSeen: Int
         /// What it took of the files it downloaded, since it was first heard of.
         public var bytes = 0
-        /// Whether `stalled` has given it out at this stage.
-        var stallSaid = false
     }
 
     /// Machines followed at most: past it, the half heard of longest ago is forgotten.
     public static let capacity = 65_536
-    private let table = Mutex<[Key: Entry]>([:])
+    private let table = Mutex(Table())
+    /// The machines by MAC, and those at the loader stage that `stalledLoaders` has not given
+    /// out yet (so that its sweep looks at them, not at the whole rack).
+    private struct Table {
+        var entries: [Key: Entry] = [:]
+        var unsaidLoaders: Set<Key> = []
+    }
     /// Told of every change of a machine's stage (the JSON events), on the thread that made it.
     private let changed: @Sendable (Entry) -> Void
 
@@ -85,23 +89,24 @@ public final class MachineProgress: Sendable {
                      address: IPv4? = nil, now: Int) -> Bool {
         let key = Key(mac)
         let (moved, entry) = table.withLock { table in
-            if table[key] == nil && table.count >= Self.capacity {
-                let cut = table.values.map(\.lastSeen).sorted()[Self.capacity / 2]
-                table = table.filter { $0.value.lastSeen > cut }
+            if table.entries[key] == nil && table.entries.count >= Self.capacity {
+                let cut = table.entries.values.map(\.lastSeen).sorted()[Self.capacity / 2]
+                table.entries = table.entries.filter { $0.value.lastSeen > cut }
+                table.unsaidLoaders = table.unsaidLoaders.filter { table.entries[$0] != nil }
             }
-            var entry = table[key] ?? Entry(mac: mac, stage: stage, lastSeen: now)
-            let before = table[key]?.stage
+            var entry = table.entries[key] ?? Entry(mac: mac, stage: stage, lastSeen: now)
+            let before = table.entries[key]?.stage
             let newBoot = stage == .dhcp && (before.map { $0 >= .kernel || $0 == .leftAlone } ?? true)
             if stage == .leftAlone || newBoot || before.map({ stage > $0 }) ?? true {
                 entry.stage = stage
                 entry.why = stage == .leftAlone ? why : nil
-                entry.stallSaid = false
+                if stage == .loader { table.unsaidLoaders.insert(key) } else { table.unsaidLoaders.remove(key) }
             }
             if let record { entry.record = record }
             if let offered { entry.offered = offered }
             if let address { entry.address = address }
             entry.lastSeen = now
-            table[key] = entry
+            table.entries[key] = entry
             return (before != entry.stage, entry)
         }
         if moved { changed(entry) }
@@ -110,18 +115,20 @@ public final class MachineProgress: Sendable {
 
     /// `mac` took `bytes` of a file (a machine not followed yet is not counted).
     public func took(_ bytes: Int, _ mac: [UInt8]) {
-        table.withLock { table in table[Key(mac)]?.bytes += bytes }
+        table.withLock { table in table.entries[Key(mac)]?.bytes += bytes }
     }
 
-    public func entry(_ mac: [UInt8]) -> Entry? { table.withLock { $0[Key(mac)] } }
+    public func entry(_ mac: [UInt8]) -> Entry? { table.withLock { $0.entries[Key(mac)] } }
 
-    /// The machines at `stage` that have not been heard of for `seconds` (none of their requests
-    /// moved them on), each given out once per time it reaches the stage: a loader that stopped.
-    public func stalled(at stage: Stage, for seconds: Int, now: Int) -> [Entry] {
+    /// The machines at the loader stage that have not been heard of for `seconds` (none of their
+    /// requests moved them on), each given out once per time it reaches the stage: a loader that
+    /// stopped.
+    public func stalledLoaders(quietFor seconds: Int, now: Int) -> [Entry] {
         table.withLock { table in
             var stalled: [Entry] = []
-            for (key, entry) in table where entry.stage == stage && !entry.stallSaid && now - entry.lastSeen >= seconds {
-                table[key]?.stallSaid = true
+            for key in table.unsaidLoaders {
+                guard let entry = table.entries[key], now - entry.lastSeen >= seconds else { continue }
+                table.unsaidLoaders.remove(key)
                 stalled.append(entry)
             }
             return stalled
@@ -129,16 +136,16 @@ public final class MachineProgress: Sendable {
     }
 
     /// The boot file `mac` was offered.
-    public func offered(_ mac: [UInt8]) -> String? { table.withLock { $0[Key(mac)]?.offered } }
+    public func offered(_ mac: [UInt8]) -> String? { table.withLock { $0.entries[Key(mac)]?.offered } }
 
     /// Every machine followed, by MAC.
-    public var entries: [Entry] { table.withLock { Array($0.values) }.sorted { $0.mac.lexicographicallyPrecedes($1.mac) } }
+    public var entries: [Entry] { table.withLock { Array($0.entries.values) }.sorted { $0.mac.lexicographicallyPrecedes($1.mac) } }
 
     /// Machines now at each stage.
     public var counts: [Stage: Int] {
         table.withLock { table in
             var counts = Dictionary(uniqueKeysWithValues: Stage.allCases.map { ($0, 0) })
-            for entry in table.values { counts[entry.stage, default: 0] += 1 }
+            for entry in table.entries.values { counts[entry.stage, default: 0] += 1 }
             return counts
         }
     }

@@ -181,7 +181,7 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     /// to do: a GRUB older than 2.14 takes its boot server from the site's DHCP ACK, which names
     /// none behind a proxy, and stops at its prompt (docs/secure-boot.md).
     private func sayStalledLoaders(_ progress: MachineProgress) {
-        for entry in progress.stalled(at: .loader, for: Self.loaderStall, now: time(nil)) {
+        for entry in progress.stalledLoaders(quietFor: Self.loaderStall, now: time(nil)) {
             let mac = entry.mac.hardwareAddressText(separator: ":")
             let hint = "a GRUB before 2.14 takes its boot server from the site's DHCP ACK, not from a proxy's offer, and stops at its prompt: "
                 + "let the site's DHCP server name this server (next-server) or boot a GRUB that reads a proxy's offer (2.14 does) or a signed iPXE"
@@ -274,7 +274,8 @@ public final class ProxyDHCPServer: @unchecked Sendable {
         // The machine asked about, and its record: one look at the records per request.
         var asked: MachineIdentity?
         var record: MachineRecord?
-        let mayChain = chainedIPXE[message.machine].map { $0.transaction == message.transactionID || now - $0.at > Self.chainMemory } ?? true
+        let mayChain = chainedIPXE.isEmpty
+            || chainedIPXE[message.machine].map { $0.transaction == message.transactionID || now - $0.at > Self.chainMemory } ?? true
         let answer = ProxyAnswer.to(message, on: port, from: source, server: network.address, pxeVendors: pxeVendors,
                                     mayChain: mayChain) { machine in
             asked = machine

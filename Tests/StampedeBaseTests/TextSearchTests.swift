@@ -51,6 +51,20 @@ import Testing
         #expect(!"filé".hasPrefixIgnoringCase("file:"))
     }
 
+    @Test func aSuffixIsFoundInEitherCaseOfItsLetters() {
+        #expect("SHIMX64.EFI".hasSuffixIgnoringCase(".efi") && "grubx64.efi".hasSuffixIgnoringCase(".efi"))
+        #expect(!"grubx64.efix".hasSuffixIgnoringCase(".efi") && !"efi".hasSuffixIgnoringCase(".efi"))
+        #expect(!"x\u{e}efi".hasSuffixIgnoringCase(".efi"))  // "." | 0x20 is itself: only letters fold
+    }
+
+    @Test func aPathsFileNameFollowsItsLastSlash() {
+        #expect("efi/boot/grubx64.efi".lastPathComponent == "grubx64.efi")
+        #expect("boot.ipxe".lastPathComponent == "boot.ipxe" && "dir/".lastPathComponent == "")
+        let path = "a/b/c"
+        #expect(path[..<path.lastPathComponent.startIndex] == "a/b/")
+        #expect(path.dropFirst(2).lastPathComponent == "c")
+    }
+
     @Test func lettersDigitsAndTheOthersGivenPass() {
         #expect("node-07.rack_2".isAlphanumeric(or: "-._"))
         #expect(!"node 07".isAlphanumeric(or: "-._"))

@@ -37,13 +37,13 @@ import Testing
         progress.note(b, .dhcp, offered: "shimx64.efi", now: 1)
         progress.note(b, .loader, now: 3)
         progress.note(b, .script, now: 4)
-        #expect(progress.stalled(at: .loader, for: 15, now: 17).isEmpty)
-        #expect(progress.stalled(at: .loader, for: 15, now: 18).map(\.mac) == [a])
-        #expect(progress.stalled(at: .loader, for: 15, now: 60).isEmpty, "said once")
+        #expect(progress.stalledLoaders(quietFor: 15, now: 17).isEmpty)
+        #expect(progress.stalledLoaders(quietFor: 15, now: 18).map(\.mac) == [a])
+        #expect(progress.stalledLoaders(quietFor: 15, now: 60).isEmpty, "said once")
         // Its next boot gets as far again: said once, not again.
         progress.note(a, .dhcp, offered: "shimx64.efi", now: 70)
         progress.note(a, .loader, now: 72)
-        #expect(progress.stalled(at: .loader, for: 15, now: 100).isEmpty)
+        #expect(progress.stalledLoaders(quietFor: 15, now: 100).isEmpty)
         #expect(progress.counts[.loader] == 1 && progress.counts[.script] == 1)
     }
 

@@ -182,13 +182,14 @@ def power_on(lab, qemu_args, tap="tap0", console_name="console.log", system=X86_
     return qemu, console
 
 
-def boot(lab, backend, qemu_args, deadline_s=110, server_args=(), booted=None):
-    """Serves the root on the tap's address, powers the machine on, and waits for the marker to
-    be read to its end (or `booted(server log, console)` to be true); returns the server's log."""
+def boot(lab, backend, qemu_args, deadline_s=110, server_args=(), booted=None, system=X86_64):
+    """Serves the root on the tap's address, powers the machine (`system`) on, and waits for the
+    marker to be read to its end (or `booted(server log, console)` to be true); returns the
+    server's log."""
     inside, root, tmp, processes = lab
     started = time.time()
     log_path = start_server(lab, backend, server_args)
-    qemu, console = power_on(lab, qemu_args)
+    qemu, console = power_on(lab, qemu_args, system=system)
     done = f'"{MARKER}" octet'
     while time.time() - started < deadline_s:
         text = log_path.read_text(errors="replace")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from test_firmware import (HTTP_PORT, MAC, PROXY, SERVER_IP, UNSTABLE_BOOT, ended_lines, lab, newc, power_on,  # noqa: F401 (lab: a fixture)
-                           start_server)
+from test_firmware import (HTTP_PORT, MAC, PROXY, SERVER_IP, UNSTABLE_BOOT, boot, ended_lines, lab,  # noqa: F401 (lab: a fixture)
+                           newc)
 
 # Debian's AAVMF (qemu-efi-aarch64), for QEMU's virt board.
 AAVMF_CODE = Path("/usr/share/AAVMF/AAVMF_CODE.fd")
@@ -78,21 +78,16 @@ def boot_arm64(lab, qemu_args, deadline_s):
     on and waits for its init's command line; the server's log and the console."""
     inside, root, tmp, processes = lab
     install_arm64(root)
-    log_path = start_server(lab, "uring", ("--http", f"{SERVER_IP}:{HTTP_PORT}", "--proxy-dhcp", SERVER_IP))
-    qemu, console = power_on(lab, qemu_args, system=ARM64)
-    deadline = time.time() + deadline_s
-    said = lambda: console.read_text(errors="replace") if console.exists() else ""
-    while time.time() < deadline and not re.search(r"stampede-initrd: init runs, cmdline: .*\n", said()):
-        assert qemu.poll() is None, (tmp / "qemu-tap0.log").read_text()[-2000:]
-        time.sleep(0.5)
-    log = log_path.read_text(errors="replace")
-    assert re.search(r"stampede-initrd: init runs, cmdline: .*initrd=initrd.img console=ttyAMA0", said()), \
-        f"no init in {deadline_s} s.\nconsole:\n{said()[-3000:]}\nserver:\n{log[-3000:]}"
+    log = boot(lab, "uring", qemu_args, deadline_s=deadline_s, system=ARM64,
+               server_args=("--http", f"{SERVER_IP}:{HTTP_PORT}", "--proxy-dhcp", SERVER_IP),
+               booted=lambda server, console: re.search(r"stampede-initrd: init runs, cmdline: .*\n", console))
+    said = (tmp / "console.log").read_text(errors="replace")
+    assert re.search(r"stampede-initrd: init runs, cmdline: .*initrd=initrd.img console=ttyAMA0", said), said[-3000:]
     for name, path in (("boot.ipxe", root / "boot.ipxe"), ("linux-arm64/vmlinuz", root / "linux-arm64" / "vmlinuz"),
                        ("linux-arm64/initrd.img", root / "linux-arm64" / "initrd.img")):
         served = [line for line in log.splitlines() if 'GET ' in line and f'"{name}" http 200 ' in line]
         assert served and f"bytes={path.stat().st_size} " in served[-1], (name, log[-3000:])
-    return log, said()
+    return log, said
 
 
 @pytest.mark.parametrize("lab", [PROXY], indirect=True)
