@@ -484,8 +484,9 @@ static void add_datagram(stampede_ring *r, const struct socket_slot *s, unsigned
     memset(&d->peer, 0, sizeof(d->peer));
     memcpy(&d->peer, io_uring_recvmsg_name(out), out->namelen < sizeof(d->peer) ? out->namelen : sizeof(d->peer));
     memset(&d->local, 0, sizeof(d->local));
+    d->received = 0;
     if (s->listener)
-        stampede_ring_local_address(out, layout, &d->local);
+        stampede_ring_controls(out, layout, &d->local, &d->received);
 }
 
 /* A socket error (ECONNREFUSED: the client's port is gone) for the transfer. Beyond the batch's

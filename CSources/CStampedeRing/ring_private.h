@@ -18,17 +18,18 @@ enum { OP_RECV = 1, OP_SEND = 2, OP_CANCEL = 3, OP_SEND_RUN = 4, OP_WATCH = 5, O
  * ones for uploads of large blocks, request ones for listeners (a request, or a single-port
  * upload's DATA). */
 enum { GROUP_SMALL = 0, GROUP_LARGE = 1, GROUP_REQUEST = 2, GROUP_COUNT = 3 };
-enum { NAME_SPACE = sizeof(struct sockaddr_storage), CONTROL_SPACE = 64, SEND_INLINE = 576 };
+enum { NAME_SPACE = sizeof(struct sockaddr_storage), CONTROL_SPACE = 96, SEND_INLINE = 576 };
 /* A send's control messages: PKTINFO, then UDP_SEGMENT. */
 enum { SEND_CONTROL_SPACE = 96 };
 _Static_assert(SEND_CONTROL_SPACE >= CMSG_SPACE(sizeof(struct in6_pktinfo)) + CMSG_SPACE(sizeof(uint16_t)),
                "room for PKTINFO and UDP_SEGMENT");
 _Static_assert(SEND_INLINE >= 4 * 64, "a segmented send's headers fit inline");
 
-_Static_assert(CONTROL_SPACE >= CMSG_SPACE(sizeof(struct in6_pktinfo)), "room for PKTINFO");
-_Static_assert(sizeof(stampede_ring_datagram) == 8 + 8 + 4 + 4 + 2 * sizeof(struct sockaddr_storage),
+_Static_assert(CONTROL_SPACE >= CMSG_SPACE(sizeof(struct in6_pktinfo)) + CMSG_SPACE(sizeof(struct timespec)),
+               "room for PKTINFO and the receive time");
+_Static_assert(sizeof(stampede_ring_datagram) == 8 + 8 + 4 + 4 + 8 + 2 * sizeof(struct sockaddr_storage),
                "stampede_ring_datagram layout is read by Swift");
-_Static_assert(offsetof(stampede_ring_datagram, peer) == 24, "stampede_ring_datagram layout");
+_Static_assert(offsetof(stampede_ring_datagram, peer) == 32, "stampede_ring_datagram layout");
 
 struct buffer_group {
     struct io_uring_buf_ring *ring;
@@ -164,8 +165,9 @@ static inline uint32_t unpack_generation(uint64_t data) { return data >> 32; }
 
 /* Returns buffer `id` of `g` to the kernel at position `offset` of the next advance. */
 void give_buffer(struct buffer_group *g, uint16_t id, int offset);
-/* The destination address of a received datagram, from its PKTINFO control message. */
-void stampede_ring_local_address(struct io_uring_recvmsg_out *out, struct msghdr *template_message,
-                                 struct sockaddr_storage *local);
+/* A listener's datagram's destination address (PKTINFO) and the time the kernel took it
+ * (SO_TIMESTAMPNS, monotonic ns); each zero where its message is missing. */
+void stampede_ring_controls(struct io_uring_recvmsg_out *out, struct msghdr *template_message,
+                            struct sockaddr_storage *local, int64_t *received);
 
 #endif

@@ -106,6 +106,7 @@ int stampede_adopt_listener(int fd, int receive_buffer)
     } else if (setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one)) < 0) {
         return -errno;
     }
+    stampede_receive_timestamps(fd);
     return fd;
 }
 

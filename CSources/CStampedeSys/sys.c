@@ -94,6 +94,48 @@ int stampede_pktinfo_decode(const struct cmsghdr *c, struct sockaddr_storage *lo
     return 0;
 }
 
+size_t stampede_receive_control_space(void)
+{
+    return stampede_pktinfo_space() + CMSG_SPACE(sizeof(struct timespec));
+}
+
+static int64_t nanoseconds(struct timespec t)
+{
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+int stampede_receive_time_decode(const struct cmsghdr *c, int64_t *received_ns)
+{
+    struct timespec stamp, real, monotonic;
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_TIMESTAMPNS)
+        return 0;
+    memcpy(&stamp, CMSG_DATA(c), sizeof(stamp));
+    /* The stamp is CLOCK_REALTIME; its age, taken from the monotonic clock's now, is the same
+     * moment on the clock everything else here reads. */
+    clock_gettime(CLOCK_REALTIME, &real);
+    clock_gettime(CLOCK_MONOTONIC, &monotonic);
+    *received_ns = nanoseconds(monotonic) - (nanoseconds(real) - nanoseconds(stamp));
+    return 1;
+}
+
+int64_t stampede_receive_time(const struct msghdr *message)
+{
+    struct cmsghdr *c;
+    int64_t received_ns = 0;
+    for (c = CMSG_FIRSTHDR((struct msghdr *)message); c; c = CMSG_NXTHDR((struct msghdr *)message, c))
+        if (stampede_receive_time_decode(c, &received_ns))
+            break;
+    return received_ns;
+}
+
+void stampede_receive_timestamps(int fd)
+{
+    int one = 1;
+    /* Best effort: without it a listener's datagrams carry no time, and a resend read late from
+     * the queue is told from a client that started over by how quiet the client looks alone. */
+    (void)setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
+}
+
 int stampede_pktinfo_local(const struct msghdr *message, struct sockaddr_storage *local, uint16_t port)
 {
     struct cmsghdr *c;
@@ -231,6 +273,7 @@ int stampede_listener_socket(const struct sockaddr_storage *address, int receive
     } else if (setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one)) < 0) {
         return fail_closing(fd);
     }
+    stampede_receive_timestamps(fd);
     if (bind(fd, (const struct sockaddr *)address, address_length(address)) < 0)
         return fail_closing(fd);
     return fd;
@@ -684,5 +727,5 @@ int64_t stampede_monotonic_ns(void)
 {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    return nanoseconds(now);
 }

@@ -61,8 +61,11 @@ public final class GlibcBackend: DatagramBackend {
     private let receiveVectors: UnsafeMutablePointer<iovec>
     private let receiveNames: UnsafeMutablePointer<sockaddr_storage>
     private let receiveControls: UnsafeMutableRawPointer
+    private let receiveControlSpace: Int
     private var received: [(tag: UInt64, length: Int32, error: Errno?, truncated: Bool)]
     private var receivedLocal: [SocketAddress]
+    /// Listeners' datagrams: when the kernel took each (0: not said).
+    private var receivedAt: [Nanoseconds]
     private let readyTags: UnsafeMutablePointer<UInt64>
     private let readyCapacity = 256
 
@@ -101,9 +104,11 @@ public final class GlibcBackend: DatagramBackend {
         receiveMessages = .allocate(capacity: receiveBatch)
         receiveVectors = .allocate(capacity: receiveBatch)
         receiveNames = .allocate(capacity: receiveBatch)
-        receiveControls = .allocate(byteCount: receiveBatch * controlSpace, alignment: 16)
+        receiveControlSpace = stampede_receive_control_space()
+        receiveControls = .allocate(byteCount: receiveBatch * receiveControlSpace, alignment: 16)
         received = Array(repeating: (0, 0, nil, false), count: receiveBatch)
         receivedLocal = Array(repeating: SocketAddress(), count: receiveBatch)
+        receivedAt = Array(repeating: 0, count: receiveBatch)
         readyTags = .allocate(capacity: readyCapacity)
         sockets.reserveCapacity(1024)
         freeSockets.reserveCapacity(1024)
@@ -419,8 +424,8 @@ public final class GlibcBackend: DatagramBackend {
             message.msg_name = UnsafeMutableRawPointer(receiveNames + i)
             message.msg_namelen = socklen_t(MemoryLayout<sockaddr_storage>.size)
             if socket.isListener {
-                message.msg_control = receiveControls + i * controlSpace
-                message.msg_controllen = controlSpace
+                message.msg_control = receiveControls + i * receiveControlSpace
+                message.msg_controllen = receiveControlSpace
             }
             receiveMessages[i] = stampede_mmsghdr(msg_hdr: message, msg_len: 0)
         }
@@ -430,17 +435,20 @@ public final class GlibcBackend: DatagramBackend {
             guard n != -EAGAIN else { return 0 }
             // A pending ICMP error on a connected socket: report it to the transfer.
             received[first] = (socket.tag, 0, Errno(-n), false)
+            receivedAt[first] = 0
             return 1
         }
         for i in first..<(first + Int(n)) {
             let message = receiveMessages[i]
             // Longer than our buffer: its start, said to be cut (the caller refuses it).
             received[i] = (socket.tag, Int32(message.msg_len), nil, message.msg_hdr.msg_flags & Int32(MSG_TRUNC) != 0)
+            receivedAt[i] = 0
             if socket.isListener {
                 var local = sockaddr_storage()
                 var header = message.msg_hdr
                 _ = stampede_pktinfo_local(&header, &local, 0)
                 receivedLocal[i] = SocketAddress(storage: local)
+                receivedAt[i] = stampede_receive_time(&header)
             }
         }
         return Int(n)
@@ -451,6 +459,7 @@ public final class GlibcBackend: DatagramBackend {
         return Datagram(tag: entry.tag,
                         bytes: UnsafeRawBufferPointer(start: buffers.baseAddress! + index * bufferSize, count: Int(entry.length)),
                         peer: SocketAddress(storage: receiveNames[index]),
-                        local: receivedLocal[index], error: entry.error, truncated: entry.truncated)
+                        local: receivedLocal[index], error: entry.error, truncated: entry.truncated,
+                        received: receivedAt[index] != 0 ? receivedAt[index] : nil)
     }
 }

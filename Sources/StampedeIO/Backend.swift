@@ -129,15 +129,19 @@ public struct Datagram {
     /// says so rather than hand it over as if whole or drop it without a word; its reader
     /// refuses it as it would the whole datagram (`largestDatagram`, `largestListenerDatagram`).
     public var truncated: Bool
+    /// Listeners: when the kernel took it (SO_TIMESTAMPNS, on the monotonic clock), which for a
+    /// request read late from a long queue is well before it is read; nil where not known.
+    public var received: Nanoseconds?
 
     public init(tag: UInt64, bytes: UnsafeRawBufferPointer, peer: SocketAddress, local: SocketAddress, error: Errno? = nil,
-                truncated: Bool = false) {
+                truncated: Bool = false, received: Nanoseconds? = nil) {
         self.tag = tag
         self.bytes = bytes
         self.peer = peer
         self.local = local
         self.error = error
         self.truncated = truncated
+        self.received = received
     }
 }
 

@@ -52,6 +52,11 @@ struct Transfer: ~Copyable {
         sender?.timer.peerHasAnswered ?? receiver?.timer.peerHasAnswered ?? false
     }
 
+    /// When the client's last progress was read (its last ACK or DATA that moved the transfer on).
+    var clientProgressed: Nanoseconds {
+        sender?.timer.waitingSince ?? receiver?.timer.waitingSince ?? 0
+    }
+
     /// The client has let a whole retransmit interval pass without progress.
     func clientIsQuiet(now: Nanoseconds) -> Bool {
         sender?.timer.peerIsQuiet(now: now) ?? receiver?.timer.peerIsQuiet(now: now) ?? false

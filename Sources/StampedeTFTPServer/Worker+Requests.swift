@@ -22,6 +22,9 @@ struct IncomingRequest {
     let request: Request
     /// Its bytes as they arrived, to tell the same request again from another.
     let bytes: [UInt8]
+    /// When the kernel took it (nil where the backend does not say): the same request again that
+    /// arrived before its client last made progress is a resend that waited in the queue.
+    let received: Nanoseconds?
     let kind: WorkerMetrics.Kind
     var mode = TransferMode.octet
     /// The name to open: the one asked for, through the remap rules.
@@ -76,7 +79,7 @@ extension Worker {
         guard let request = parseRequest(datagram, on: listener) else { return }
         var incoming = IncomingRequest(
             peer: datagram.peer, local: datagram.local, listener: listener, request: request, bytes: Array(datagram.bytes),
-            kind: request.isWrite ? .write : .read)
+            received: datagram.received, kind: request.isWrite ? .write : .read)
         do throws(RequestRefusal) {
             try parkedPolicy(incoming)
             try repeatPolicy(incoming, now: now)
@@ -259,11 +262,16 @@ extension Worker {
     /// whole retransmit interval is the client starting over (a PXE ROM that reboots and asks
     /// from the same fixed port), not a late copy: the transfer it abandoned gives way. Unless
     /// the request carries a cookie (tftp-hpa 7.2's option): a client that starts over sends a
-    /// new one, so the same cookie is always a resend.
+    /// new one, so the same cookie is always a resend. Nor when the kernel took the request
+    /// before the client's last progress was read: a resend sent before the first reply reached
+    /// the client, read seconds late from a long queue by a server short of time, while the
+    /// client's answers wait unread too and so make it look quiet (at 20,000 machines this
+    /// superseded live transfers, and their clients failed on ERROR 5).
     func repeatPolicy(_ incoming: IncomingRequest, now: Nanoseconds) throws(RequestRefusal) {
         guard let slot = runningTransfer(of: incoming.peer) else { return }
         let answered = table[slot].clientHasAnswered
-        let startedOver = answered && incoming.request.cookie == nil && table[slot].clientIsQuiet(now: now)
+        let sentAfterProgress = incoming.received.map { $0 > table[slot].clientProgressed } ?? true
+        let startedOver = answered && incoming.request.cookie == nil && sentAfterProgress && table[slot].clientIsQuiet(now: now)
         if table[slot].request == incoming.bytes && !startedOver {
             if !answered, table[slot].sender != nil {
                 // Its first answer or the client's reply was lost: the client asks again.

@@ -176,7 +176,8 @@ public final class URingBackend: DatagramBackend {
         let d = datagrams![index]
         return Datagram(tag: d.tag, bytes: UnsafeRawBufferPointer(start: d.bytes, count: max(0, Int(d.length))),
                         peer: SocketAddress(storage: d.peer), local: SocketAddress(storage: d.local),
-                        error: d.length < 0 ? Errno(-d.length) : nil, truncated: d.truncated != 0)
+                        error: d.length < 0 ? Errno(-d.length) : nil, truncated: d.truncated != 0,
+                        received: d.received != 0 ? d.received : nil)
     }
 
     public var statistics: BackendStatistics {

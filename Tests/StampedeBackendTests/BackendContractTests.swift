@@ -141,6 +141,28 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
         #expect(d.local.host == "127.0.0.1")
     }
 
+    /// A request read late is known by when the kernel took it, not when it was read.
+    @Test(arguments: BackendKind.allCases)
+    func aListenersDatagramSaysWhenTheKernelTookIt(kind: BackendKind) throws {
+        let backend = try kind.make()
+        let (_, bound) = try loopbackListener(backend, tag: 77)
+        let client = LoopbackClient()
+        let before = stampede_monotonic_ns()
+        client.send([0, 1, 0x61, 0], to: bound)
+        usleep(200_000)  // it waits in the queue
+        #expect(pollUntilSomething(backend) == 1)
+        let read = stampede_monotonic_ns()
+        let received = try #require(backend.datagram(0).received)
+        // Taken within the wait's first moments, well before it was read (clocks agree to a ms).
+        #expect(received > before - 1_000_000 && received < before + 100_000_000, "\(received - before) ns after the send")
+        #expect(read - received > 100_000_000)
+        // A transfer's datagrams carry no time.
+        let transfer = try backend.openClient(local: loopbackAny, largestDatagram: 1472, buffers: SocketBuffers(), tag: 5)
+        client.send([0, 4, 0, 1], to: try #require(backend.localAddress(of: transfer)))
+        #expect(pollUntilSomething(backend) == 1)
+        #expect(backend.datagram(0).received == nil)
+    }
+
     @Test(arguments: BackendKind.allCases)
     func aTransferSendGathersHeaderAndImageSlice(kind: BackendKind) throws {
         let backend = try kind.make()

@@ -11,6 +11,9 @@ final class FakeBackend: DatagramBackend {
     var closed: Set<SocketHandle> = []
     var sent: [(socket: SocketHandle, bytes: [UInt8], to: SocketAddress?)] = []
     var inbox: [(tag: UInt64, bytes: [UInt8], peer: SocketAddress, local: SocketAddress)] = []
+    /// When the kernel took the datagrams of the next poll, as a listener's say (nil: not said).
+    var received: Nanoseconds?
+    private var deliveredReceived: Nanoseconds?
     var delivered: [(tag: UInt64, bytes: [UInt8], peer: SocketAddress, local: SocketAddress)] = []
     var statistics = BackendStatistics()
     var socketCount: Int { tags.count - closed.count }
@@ -51,6 +54,8 @@ final class FakeBackend: DatagramBackend {
     func poll(deadline: Nanoseconds?) -> Int {
         delivered = inbox
         inbox = []
+        deliveredReceived = received
+        received = nil
         return delivered.count
     }
     func datagram(_ index: Int) -> Datagram {
@@ -58,7 +63,7 @@ final class FakeBackend: DatagramBackend {
         let cut = cutAt.map { d.bytes.count > $0 } ?? false
         return d.bytes.withUnsafeBytes {
             Datagram(tag: d.tag, bytes: cut ? UnsafeRawBufferPointer(rebasing: $0[..<cutAt!]) : $0, peer: d.peer, local: d.local,
-                     truncated: cut)
+                     truncated: cut, received: deliveredReceived)
         }
     }
 }

@@ -47,10 +47,11 @@ final class RoutingRig {
 
     /// What the worker sends in the turn that takes `bytes` from `peer` on the socket tagged `tag`.
     @discardableResult
-    func deliver(_ bytes: [UInt8], from peer: SocketAddress, tag: UInt64, to local: SocketAddress? = nil)
-        -> [(socket: SocketHandle, bytes: [UInt8], to: SocketAddress?)] {
+    func deliver(_ bytes: [UInt8], from peer: SocketAddress, tag: UInt64, to local: SocketAddress? = nil,
+                 received: Int64? = nil) -> [(socket: SocketHandle, bytes: [UInt8], to: SocketAddress?)] {
         backend.sent = []
         backend.inbox.append((tag, bytes, peer, local ?? self.local))
+        backend.received = received
         worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
         return backend.sent
     }
@@ -102,10 +103,32 @@ final class RoutingRig {
         #expect(RoutingRig.heads(rig.deliver([0, 4, 0, 1], from: client, tag: tag)) == [[0, 3, 0, 2]])
         usleep(300_000)  // past the adaptive interval (100 ms at least), no ACK
         // The turn reads the request before the transfer's due timer: the file starts over, and
-        // DATA 2 is not resent to a client that asked again.
-        #expect(RoutingRig.heads(rig.deliver(rig.rrq("f"), from: client, tag: rig.listener())) == [[0, 3, 0, 1]])
+        // DATA 2 is not resent to a client that asked again. The kernel took it just now: after
+        // the client's last ACK.
+        let sent = rig.deliver(rig.rrq("f"), from: client, tag: rig.listener(), received: stampede_monotonic_ns())
+        #expect(RoutingRig.heads(sent) == [[0, 3, 0, 1]])
         #expect(rig.worker.activeTransfers == 1 && rig.worker.summary.repeated == 0)
         #expect(rig.log.all.contains { $0.contains("superseded by a new request from the same port") })
+    }
+
+    /// At 20,000 machines a resend of a request waited seconds in the listener's queue behind the
+    /// one that started its transfer; by the time it was read the client had answered and its
+    /// next ACKs waited unread too, so it looked quiet: the copy superseded the live transfer.
+    /// The kernel's receive time tells the copy: it came before the client's last progress.
+    @Test(arguments: RoutingRig.Mode.allCases)
+    func aResendReadLateFromTheQueueNeverEndsTheTransfer(mode: RoutingRig.Mode) throws {
+        let rig = try RoutingRig(mode)
+        let queued = stampede_monotonic_ns()
+        _ = rig.deliver(rig.rrq("f"), from: client, tag: rig.listener(), received: queued)
+        let tag = try rig.transferTag(of: client)
+        #expect(RoutingRig.heads(rig.deliver([0, 4, 0, 1], from: client, tag: tag)) == [[0, 3, 0, 2]])
+        usleep(300_000)  // quiet, as far as the server has read
+        let sent = rig.deliver(rig.rrq("f"), from: client, tag: rig.listener(), received: queued + 1_000)
+        #expect(!RoutingRig.heads(sent).contains([0, 3, 0, 1]))
+        #expect(rig.worker.activeTransfers == 1 && rig.worker.summary.repeated == 1)
+        #expect(!rig.log.all.contains { $0.contains("superseded") })
+        // The transfer goes on where it was.
+        #expect(RoutingRig.heads(rig.deliver([0, 4, 0, 2], from: client, tag: tag)) == [[0, 3, 0, 3]])
     }
 
     @Test(arguments: RoutingRig.Mode.allCases)

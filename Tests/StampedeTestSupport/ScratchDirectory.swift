@@ -1,3 +1,4 @@
+import CStampedeSys
 import Glibc
 
 /// A temporary directory tree for one test, removed at the end.
@@ -17,6 +18,23 @@ public final class ScratchDirectory {
     public static func onDisk() -> ScratchDirectory {
         var cwd = [CChar](repeating: 0, count: Int(PATH_MAX))
         return ScratchDirectory(in: String(cString: getcwd(&cwd, cwd.count)) + "/.build")
+    }
+
+    /// Drops the pages of `file` (opened, `size` bytes, written here) from the page cache, and
+    /// says whether none is left. One fadvise is not always enough on a loaded machine: pages still
+    /// in another CPU's LRU batch stay, and a test that wanted a block on the disk found it cached.
+    public static func evict(_ file: Int32, size: Int) -> Bool {
+        guard fsync(file) == 0 else { return false }
+        // Each page alone: stampede_range_cached says whether all of a range is cached (-ENOSYS
+        // before Linux 6.5, where nothing can be known and the fadvise is taken as done).
+        func nothingCached() -> Bool {
+            stride(from: 0, to: size, by: 4096).allSatisfy { stampede_range_cached(file, off_t($0), 4096) != 1 }
+        }
+        for _ in 0..<100 {
+            if posix_fadvise(file, 0, 0, POSIX_FADV_DONTNEED) == 0, nothingCached() { return true }
+            usleep(20_000)
+        }
+        return false
     }
 
     deinit {

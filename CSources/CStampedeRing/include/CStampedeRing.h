@@ -43,6 +43,8 @@ typedef struct {
     int32_t length;
     /* Non-zero: the datagram was longer than its buffer; `bytes` holds its start. */
     uint32_t truncated;
+    /* Listeners: when the kernel took it (monotonic ns, SO_TIMESTAMPNS); zero otherwise. */
+    int64_t received;
     struct sockaddr_storage peer;
     /* Listeners: the address the datagram was sent to (PKTINFO); zero otherwise. */
     struct sockaddr_storage local;

@@ -37,6 +37,21 @@ struct cmsghdr;
  * by both backends' receive paths. */
 int stampede_pktinfo_decode(const struct cmsghdr *control, struct sockaddr_storage *local);
 
+/* Room a listener's receive control buffer needs: PKTINFO and the kernel's receive time. */
+size_t stampede_receive_control_space(void);
+
+/* Decodes one control message if it is SCM_TIMESTAMPNS (SO_TIMESTAMPNS: when the kernel took the
+ * datagram) into `received_ns`, on the monotonic clock of stampede_monotonic_ns. Returns 1 if it
+ * was one, else 0. */
+int stampede_receive_time_decode(const struct cmsghdr *control, int64_t *received_ns);
+
+/* When the kernel took a received datagram (monotonic ns), or 0 when the message does not say. */
+int64_t stampede_receive_time(const struct msghdr *message);
+
+/* Asks the kernel to stamp each datagram `fd` receives with the time it took it (SO_TIMESTAMPNS;
+ * best effort). Listeners have it on. */
+void stampede_receive_timestamps(int fd);
+
 /* Writes a PKTINFO control message that makes sendmsg use `local` as the source address.
  * Returns the control length to store in msg_controllen (0 for an unspecified address). */
 size_t stampede_pktinfo_control(void *buffer, size_t capacity, const struct sockaddr_storage *local);
