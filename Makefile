@@ -18,7 +18,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TEST_COMMANDS := curl:curl tftp:tftp-hpa atftp:atftp busybox:busybox ip:iproute2 nft:nftables \
 	mount:mount umount:mount prlimit:util-linux unshare:util-linux dnsmasq:dnsmasq-base \
 	qemu-system-x86_64:qemu-system-x86 qemu-system-aarch64:qemu-system-arm prometheus:prometheus promtool:prometheus \
-	systemd-analyze:systemd dpkg-buildpackage:dpkg-dev dh:debhelper lintian:lintian openssl:openssl
+	systemd-analyze:systemd dpkg-buildpackage:dpkg-dev dh:debhelper lintian:lintian openssl:openssl \
+	kea-dhcp6:kea-dhcp6-server radvd:radvd
 BENCH_COMMANDS := dnsmasq:dnsmasq-base wrk:wrk git:git
 commands_of = $(foreach c,$(1),$(word 1,$(subst :, ,$(c))))
 packages_of = $(sort $(foreach c,$(1),$(word 2,$(subst :, ,$(c)))))

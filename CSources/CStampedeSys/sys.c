@@ -641,11 +641,37 @@ int stampede_interface_mtu(const struct sockaddr_storage *address)
 
 /* IPv4 through SIOCGIFCONF, not getifaddrs: a sandbox that allows only AF_INET and AF_INET6
  * sockets (the package's unit) refuses the netlink socket getifaddrs opens. */
+/* SIOCGIFCONF lists IPv4 addresses alone: an IPv6 one is looked up in getifaddrs. */
+static int interface_of6(const struct sockaddr_storage *address, char *name, size_t capacity)
+{
+    struct ifaddrs *list, *entry;
+    int result = -ENOENT;
+    if (getifaddrs(&list) < 0)
+        return -errno;
+    for (entry = list; entry; entry = entry->ifa_next) {
+        if (!entry->ifa_addr || !same_address(entry->ifa_addr, address))
+            continue;
+        if (strlen(entry->ifa_name) >= capacity) {
+            result = -ENAMETOOLONG;
+            break;
+        }
+        strcpy(name, entry->ifa_name);
+        result = (int)if_nametoindex(entry->ifa_name);
+        if (result == 0)
+            result = -errno;
+        break;
+    }
+    freeifaddrs(list);
+    return result;
+}
+
 int stampede_interface_of(const struct sockaddr_storage *address, char *name, size_t capacity)
 {
     struct ifreq requests[256];
     struct ifconf list = { .ifc_len = sizeof(requests), .ifc_req = requests };
     int result = -ENOENT, fd, i;
+    if (address->ss_family == AF_INET6)
+        return interface_of6(address, name, capacity);
     if (address->ss_family != AF_INET)
         return -EAFNOSUPPORT;
     fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);

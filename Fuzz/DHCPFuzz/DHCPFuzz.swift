@@ -1,11 +1,14 @@
-// libFuzzer target: whatever arrives at a proxyDHCP port (67, 4011), as a message and as the IP
-// packet the packet socket hands over. Built by `make fuzz` with -sanitize=fuzzer,address over
-// StampedeDHCP (no sockets).
+// libFuzzer target: whatever arrives at a proxyDHCP port (67, 4011; over IPv6 547 and 4011), as
+// a DHCP message, as the IP packet the packet socket hands over, and as a DHCPv6 message. Built
+// by `make fuzz` with -sanitize=fuzzer,address over StampedeDHCP (no sockets).
 //
 // Beyond "does not crash", it checks properties: a message that parses re-encodes to one that
 // parses the same; an answer is a reply to the same machine and transaction, never gives an
 // address in an offer, and parses once encoded; a packet's payload lies within it, and an
-// envelope written around it reads back the same.
+// envelope written around it reads back the same. Over IPv6 the same: a message re-encodes to
+// itself; an answer, unwrapped from as many Relay-replies as the message came through
+// Relay-forwards, is an Advertise or a Reply with the message's transaction and client
+// identifier, and no IA in it holds an address.
 
 import FuzzCorpus
 import Glibc
@@ -24,6 +27,37 @@ func dhcpFuzz(_ bytes: UnsafeRawBufferPointer) {
         message(UnsafeRawBufferPointer(rebasing: bytes[payload]))
     }
     message(bytes)
+    message6(Array(bytes))
+}
+
+let serverID = DUID.linkLayer(ethernet: [2, 0, 0, 0, 0, 1])
+let menu6 = BootMenu.withDefaults([.efiX64: .file("x64/${mac:hexhyp}.efi")], httpBase: "http://[2001:db8::1]/")
+
+func message6(_ bytes: [UInt8]) {
+    guard let message = try? DHCPv6Message.parse(bytes) else { return }
+    precondition(message.encoded() == bytes, "a DHCPv6 message re-encodes otherwise")
+    var inner = message
+    var relays = 0
+    while inner.kind == .relayForward, let next = try? inner.relayed() {
+        inner = next
+        relays += 1
+    }
+    for port in [ProxyAnswer6.Port.dhcp, .bootServer] {
+        guard case .success(let answer) = ProxyAnswer6.to(bytes, on: port, serverID: serverID, server: "2001:db8::1", menu: menu6) else { continue }
+        precondition(answer.relayed == (relays > 0))
+        guard var reply = try? DHCPv6Message.parse(answer.reply) else { preconditionFailure("a DHCPv6 answer does not parse") }
+        for _ in 0..<relays {
+            precondition(reply.kind == .relayReply)
+            guard let next = try? reply.relayed() else { preconditionFailure("a Relay-reply without its reply") }
+            reply = next
+        }
+        precondition(reply.kind == .advertise || reply.kind == .reply)
+        precondition(reply.transactionID == inner.transactionID && reply.options[.clientID] == inner.options[.clientID])
+        for ia in reply.options.values(.iaNA) {
+            guard let inside = try? DHCPv6Options.parse(Array(ia.dropFirst(12))) else { preconditionFailure("an IA that does not parse") }
+            precondition(inside.values(.iaNA).isEmpty && !inside.all.contains { $0.code == 5 }, "a proxy gave an address")
+        }
+    }
 }
 
 func message(_ bytes: UnsafeRawBufferPointer) {

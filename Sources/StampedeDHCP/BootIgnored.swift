@@ -24,6 +24,20 @@ public enum BootIgnored: Int, CaseIterable, Sendable {
         }
     }
 
+    /// A DHCPv6 message's silence, counted as its DHCP kin's.
+    public init(_ silence: ProxyAnswer6.Silence) {
+        switch silence {
+        case .malformed, .noClientID: self = .malformed
+        case .notBootClient: self = .notBootClient
+        case .notForProxy: self = .notForProxy
+        case .otherServer: self = .otherServer
+        case .tooManyRelays: self = .tooManyHops
+        case .unknownArchitecture: self = .unknownArchitecture
+        case .noBootFile: self = .noBootFile
+        case .leftAlone(let why): self = BootIgnored(ProxyAnswer.Silence.leftAlone(why))
+        }
+    }
+
     public var label: String {
         switch self {
         case .malformed: "malformed"

@@ -156,11 +156,17 @@ public enum BootTarget: Equatable, Sendable, CustomStringConvertible {
     /// (`52-54-00-12-34-56`), `${uuid}` (empty when the machine sent none) and `${arch}` (the
     /// selector's name) replaced, so that `-m` rules can pick a file per machine.
     public func expanded(for message: DHCPMessage, _ client: BootClient, _ selector: BootSelector) -> BootTarget {
+        expanded(hardwareAddress: Array(message.clientHardwareAddress.prefix(Int(message.hardwareLength))), client, selector)
+    }
+
+    /// The same for a machine known by `hardwareAddress` (DHCPv6: its DUID's or its relay's;
+    /// empty where neither says one).
+    public func expanded(hardwareAddress: [UInt8], _ client: BootClient, _ selector: BootSelector) -> BootTarget {
         let text = description
         guard text.containsBytes("${") else { return self }
         let expanded = text
-            .replacingAll("${mac:hexhyp}", with: message.hardwareAddress(separator: "-"))
-            .replacingAll("${mac}", with: message.hardwareAddress(separator: ":"))
+            .replacingAll("${mac:hexhyp}", with: hexText(hardwareAddress, separator: UInt8(ascii: "-")))
+            .replacingAll("${mac}", with: hexText(hardwareAddress, separator: UInt8(ascii: ":")))
             .replacingAll("${uuid}", with: client.uuid ?? "")
             .replacingAll("${arch}", with: selector.name)
         switch self {

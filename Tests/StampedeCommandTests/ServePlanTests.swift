@@ -137,7 +137,23 @@ import Testing
         var facts = ServePlan.Facts(mode: mode, addresses: [], fileLimit: 65536, processors: 2, inheritedUmask: 0o022,
                                     uring: (true, "works"))
         facts.bootInterfaces = [eth1]
+        facts.bootInterfaces6 = [eth1]
         return try ServePlan(ServeOptions.parse(arguments + ["/srv/tftp"]), facts)
+    }
+
+    /// `--proxy-dhcp6`: the same chain, its URLs bracketed where --http serves the address (or [::]).
+    @Test func overIPv6TheURLsBracketTheAddress() throws {
+        let network = try #require(plan("--proxy-dhcp6", "2001:db8::1", "--http", "[::]:8080").bootNetworks6.first)
+        #expect(network.address.host == "2001:db8::1" && network.interface == eth1)
+        #expect(network.menu.target(for: .efiX64) == .file("ipxe.efi"))
+        #expect(network.menu.target(for: .httpX64) == .url("http://[2001:db8::1]:8080/ipxe.efi"))
+        #expect(network.menu.target(for: .ipxe) == .url("http://[2001:db8::1]:8080/boot.ipxe"))
+        let elsewhere = try #require(plan("--proxy-dhcp6", "2001:db8::1", "--http", "10.0.0.1:80").bootNetworks6.first)
+        #expect(elsewhere.menu.target(for: .ipxe) == .file("boot.ipxe") && elsewhere.menu.target(for: .httpX64) == nil)
+        // Not an address firmware could be told to fetch from.
+        for bad in ["fe80::1", "ff02::1:2", "::", "::1", "10.0.0.1", "eth0"] {
+            #expect(throws: (any Error).self, "\(bad)") { try ServeOptions.parse(["--proxy-dhcp6", bad, "/srv/tftp"]) }
+        }
     }
 
     @Test func theDefaultChainOverHTTPWhereItServesTheAddress() throws {

@@ -42,12 +42,12 @@ def find_command(name):
 # measuring: one at a time, so that a rack's sockets never exhaust its process's ephemeral ports
 # while another rack runs beside it. "namespaces": racks through loss and behind anycast in
 # namespaces of their own (CPU bound), the slow disk (whose test times a cached answer), and the
-# emulated ARM64 boots (the longest lane otherwise: "firmware"). "firmware": QEMU's emulated x86
-# boots. So at most three load-bound tests share the two cores.
+# emulated ARM64 boots and the x86 boot over IPv6 (the longest lane otherwise: "firmware").
+# "firmware": QEMU's emulated x86 boots. So at most three load-bound tests share the two cores.
 SERIAL_GROUPS = {
     "ports": ["test_scale.py", "test_rack.py", "test_concurrency.py", "test_overload.py", "test_shared_sockets.py",
               "test_faults.py", "test_livelocks.py", "test_storm.py", "test_metrics.py"],
-    "namespaces": ["test_lossy_network.py", "test_anycast.py", "test_disk.py", "test_firmware_arm64.py"],
+    "namespaces": ["test_lossy_network.py", "test_anycast.py", "test_disk.py", "test_firmware_arm64.py", "test_firmware_ipv6.py"],
     "firmware": ["test_firmware.py"],
 }
 

@@ -43,6 +43,7 @@ OTHER = {
               "--max-upload",  # a size with k, M, G...: test_parity_uploads.py
               "--http",  # ADDR:PORT: test_http.py, and below
               "--proxy-dhcp", "--boot-file", "--pxe-vendor",  # an IPv4 address, SELECTOR=NAME, a vendor class: test_proxy_dhcp.py, ServePlanTests
+              "--proxy-dhcp6",  # an IPv6 address: test_proxy_dhcp6.py
               "--boot-chain",  # ipxe or secure-boot: test_proxy_dhcp.py, test_firmware.py, BootMenuTests
               "--machines", "--unknown-machines", "--machines-api",  # a directory, a choice, a URL: test_machines.py
               "--https", "--tls-certificate", "--tls-key", "--tls-profile"},  # ADDR:PORT, files, a choice: test_https.py

@@ -129,7 +129,21 @@ int stampede_boot_server_socket(const struct sockaddr_storage *address, int rece
  * `address` (0.0.0.0:68). Returns the descriptor or a negative errno. */
 int stampede_dhcp_client_socket(const struct sockaddr_storage *address, const char *device, int receive_buffer);
 
-/* The interface that holds the IPv4 `address`: its name into `name` (`capacity` bytes, NUL
+/* The DHCPv6 boot responder's sockets (dhcp6.c). A UDP socket on [::]:`port` (547), IPv6 only,
+ * PKTINFO on, joined to ff02::1:2 on each of `interfaces`; -errno (EADDRINUSE: a DHCPv6 server of
+ * this host holds the port). */
+int stampede_dhcp6_socket(uint16_t port, const int32_t *interfaces, int count, int receive_buffer);
+/* A boot network's [ADDR]:4011, IPv6 only. */
+int stampede_boot_server_socket6(const struct sockaddr_storage *address, int receive_buffer);
+/* The next datagram: its length (capacity + 1 when it was longer), its source in `peer` and the
+ * interface it came in on (PKTINFO; 0 when not said), or -errno (-EAGAIN: none). */
+ssize_t stampede_dhcp6_receive(int fd, void *buffer, size_t capacity, struct sockaddr_storage *peer, int32_t *interface);
+/* One datagram to `to` (an IPv6 address, its scope for a link-local one): the bytes sent or -errno. */
+ssize_t stampede_dhcp6_send(int fd, const void *bytes, size_t length, const struct sockaddr_storage *to);
+/* The Ethernet address of `interface` (SIOCGIFHWADDR), or -errno. */
+int stampede_hardware_address(const char *interface, uint8_t address[6]);
+
+/* The interface that holds the IPv4 or IPv6 `address`: its name into `name` (`capacity` bytes, NUL
  * included) and its index as the result; -ENOENT when no interface has the address. */
 int stampede_interface_of(const struct sockaddr_storage *address, char *name, size_t capacity);
 

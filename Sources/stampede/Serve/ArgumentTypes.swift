@@ -167,6 +167,18 @@ enum LogTarget: String, EnumerableFlag {
 }
 
 /// `--proxy-dhcp ADDR`: this server's numeric IPv4 address on a boot network.
+/// `--proxy-dhcp6`: this server's IPv6 address on a boot network; neither unspecified, nor
+/// multicast, nor link-local (the answers' URLs name it, and a link-local one means nothing off
+/// its link nor to firmware that reads a URL).
+func parseBootAddress6(_ text: String) throws -> SocketAddress {
+    let lower = text.lowercased()
+    guard let address = SocketAddress(numericHost: text, port: 0), address.isIPv6, lower != "::", lower != "::1",
+          !lower.hasPrefix("ff"), !lower.hasPrefix("fe8"), !lower.hasPrefix("fe9"), !lower.hasPrefix("fea"), !lower.hasPrefix("feb") else {
+        throw ValidationError("--proxy-dhcp6 \(text): not this server's global (or unique local) IPv6 address on a boot network, like 2001:db8::1.")
+    }
+    return address
+}
+
 extension IPv4 {
     static func parse(_ text: String) throws -> IPv4 {
         var address = in_addr()

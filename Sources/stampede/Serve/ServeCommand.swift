@@ -120,6 +120,11 @@ struct ServeCommand: ParsableCommand {
                 throw serveFailure("--proxy-dhcp \(address): no interface of this host has this address", status: 65)
             }
         }
+        facts.bootInterfaces6 = try options.proxyDHCP6.map { address in
+            do { return try NetworkInterface.holding(address) } catch {
+                throw serveFailure("--proxy-dhcp6 \(address.host): no interface of this host has this address", status: 65)
+            }
+        }
         do { return try ServePlan(options, facts) } catch { throw serveFailure(error.message, status: error.status) }
     }
 

@@ -232,6 +232,12 @@ struct ServeOptions: ParsableArguments {
                                valueName: "ADDR"),
             transform: IPv4.parse)
     var proxyDHCP: [IPv4] = []
+    @Option(name: .customLong("proxy-dhcp6"),
+            help: ArgumentHelp("Answer network-boot machines' DHCPv6 messages on the network where this host has the IPv6 address ADDR (repeatable; off by default): a boot file URL (tftp://[ADDR]/NAME, or --http's URL for UEFI HTTP Boot and iPXE's script), never an address; the site's DHCPv6 server or the router's advertisements give those. --boot-file and --boot-chain choose as for --proxy-dhcp.",
+                               discussion: "UDP port 547, joined to ff02::1:2 on ADDR's interface (so no DHCPv6 server may run on this host), and the boot server's port 4011 on ADDR: UEFI's PXE over IPv6 takes the answer as a proxy offer and asks [ADDR]:4011 for its boot file.",
+                               valueName: "ADDR"),
+            transform: parseBootAddress6)
+    var proxyDHCP6: [SocketAddress] = []
     @Option(name: .customLong("boot-file"),
             help: ArgumentHelp("What machines of SELECTOR boot, offered by --proxy-dhcp (repeatable): bios, efi-x86, efi-x64, efi-arm32, efi-arm64, efi-riscv64, efi-loongarch64, uboot-arm32, uboot-arm64 (a file name), http-x86, http-x64, http-arm32, http-arm64, http-riscv64, http-loongarch64 (UEFI HTTP Boot: a URL), ipxe (iPXE asking again: its script, a file name or a URL), or arch:N for machines that send architecture code N (RFC 4578, IANA's registry; before a named selector of the same code). Defaults: bios=undionly.kpxe, each UEFI architecture's iPXE as boot.ipxe.org names it (efi-x64=ipxe.efi, efi-arm64=ipxe-arm64.efi, efi-x86=ipxe-i386.efi, ...) and its URL on --http for HTTP Boot, ipxe=boot.ipxe (its URL on --http); U-Boot none. NAME may hold ${mac}, ${mac:hexhyp}, ${uuid} and ${arch}.",
                                valueName: "SELECTOR=NAME"),

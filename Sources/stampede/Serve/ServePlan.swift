@@ -27,6 +27,8 @@ struct ServePlan {
         var uring: (available: Bool, reason: String)
         /// The interface that holds each `--proxy-dhcp` address, in order.
         var bootInterfaces: [NetworkInterface] = []
+        /// The interface that holds each `--proxy-dhcp6` address, in order.
+        var bootInterfaces6: [NetworkInterface] = []
     }
 
     /// A plan that cannot be served (exit 1).
@@ -49,6 +51,8 @@ struct ServePlan {
     let https: HTTPConfiguration?
     /// `--proxy-dhcp`'s networks, each with what its machines boot.
     let bootNetworks: [BootNetwork]
+    /// `--proxy-dhcp6`'s networks.
+    let bootNetworks6: [BootNetwork6]
     let useURing: Bool
     let backendReason: String
     /// -W clamped, a budget that cannot hold what was asked: said at start as warnings.
@@ -82,6 +86,7 @@ struct ServePlan {
         http = Self.web(options.http, passed: passed.http, options, connections: budget.httpConnections)
         https = Self.web(options.https, passed: passed.https, options, connections: budget.httpConnections)
         bootNetworks = Self.bootNetworks(options, facts.bootInterfaces)
+        bootNetworks6 = Self.bootNetworks6(options, facts.bootInterfaces6)
         (useURing, backendReason) = try Self.backend(options, facts.uring)
         warnings = Self.warnings(options, facts.mode) + budget.warnings
         self.notices = notices
@@ -98,9 +103,10 @@ struct ServePlan {
                 old ACK would look new and corrupt the file): granting at most \(TFTPOption.windowsize.range.upperBound)
                 """)
         }
-        if !options.bootFile.isEmpty && options.proxyDHCP.isEmpty { warnings.append("--boot-file without --proxy-dhcp: nothing offers it") }
-        if options.bootChain != .ipxe && options.proxyDHCP.isEmpty { warnings.append("--boot-chain without --proxy-dhcp: nothing offers it") }
-        if options.machines != nil && options.proxyDHCP.isEmpty { warnings.append("--machines without --proxy-dhcp: nothing asks the records") }
+        let proxies = options.proxyDHCP.isEmpty && options.proxyDHCP6.isEmpty
+        if !options.bootFile.isEmpty && proxies { warnings.append("--boot-file without --proxy-dhcp: nothing offers it") }
+        if options.bootChain != .ipxe && proxies { warnings.append("--boot-chain without --proxy-dhcp: nothing offers it") }
+        if options.machines != nil && proxies { warnings.append("--machines without --proxy-dhcp: nothing asks the records") }
         if !options.proxyDHCP.isEmpty, let idle = options.idleTimeout, idle > 0 {
             warnings.append("-t \(idle) with --proxy-dhcp: once the server exits for being idle, no machine's DHCP is answered until it is started again")
         }
@@ -129,6 +135,19 @@ struct ServePlan {
         return zip(options.proxyDHCP, interfaces).map { address, interface in
             BootNetwork(address: address, interface: interface, menu: BootMenu.withDefaults(choices, httpBase: httpBase(address, options),
                                                                                               chain: options.bootChain))
+        }
+    }
+
+    /// The same for `--proxy-dhcp6`'s networks: URLs on --http where it serves the address (or
+    /// every IPv6 address, `[::]`).
+    static func bootNetworks6(_ options: ServeOptions, _ interfaces: [NetworkInterface]) -> [BootNetwork6] {
+        let choices = Dictionary(options.bootFile.map { ($0.selector, $0.target) }, uniquingKeysWith: { _, last in last })
+        return zip(options.proxyDHCP6, interfaces).map { address, interface in
+            let host = address.host
+            func serving(_ addresses: [TCPAddress]) -> TCPAddress? { addresses.first { $0.host == "::" || $0.host == host } }
+            let base = serving(options.http).map { "http://[\(host)]\($0.port == 80 ? "" : ":\($0.port)")/" }
+                ?? serving(options.https).map { "https://[\(host)]\($0.port == 443 ? "" : ":\($0.port)")/" }
+            return BootNetwork6(address: address, interface: interface, menu: BootMenu.withDefaults(choices, httpBase: base, chain: options.bootChain))
         }
     }
 
@@ -199,7 +218,7 @@ struct ServePlan {
         // in.tftpd's default: 15 minutes under a superserver, which starts another; never standalone,
         // nor for a proxyDHCP server, whose ports no superserver holds (the next rack's DHCP would
         // go unanswered).
-        let idle = options.idleTimeout ?? (mode == .standalone || !options.proxyDHCP.isEmpty ? 0 : 900)
+        let idle = options.idleTimeout ?? (mode == .standalone || !options.proxyDHCP.isEmpty || !options.proxyDHCP6.isEmpty ? 0 : 900)
         configuration.idleExit = idle > 0 ? Nanoseconds(idle) * nanosecondsPerSecond : nil
         configuration.singlePort = options.singlePort
         var maxBlockSize: Int?

@@ -45,19 +45,23 @@ struct ServerStartup {
         let (web, secure) = try webServers(beside: server)
         let webServers = [web, secure].compactMap { $0 }
         let proxy = try proxyDHCP()
-        let listener = try metricsListener(server, webServers, proxy, backendName: backendName)
+        let proxy6 = try proxyDHCP6()
+        let listener = try metricsListener(server, webServers, [proxy?.metrics, proxy6?.metrics].compactMap { $0 }, backendName: backendName)
         defer { listener?.stopListening() }
         try account?.become(configuration.logger)
         warnOfUnreadableCertificate()
         removeStaleUploads(server)
         stampede_install_stop_signals()
         if let detached { stampede_detach_done(detached.ready, detached.null) }
-        announce(server, web: web, secure: secure, proxy: proxy, metrics: listener)
+        announce(server, web: web, secure: secure, proxy: proxy, proxy6: proxy6, metrics: listener)
         machines?.records.inventory?.start(logger: configuration.logger)
         defer { machines?.records.inventory?.stop() }
-        let threads = webServers.flatMap { $0.start() } + (proxy.map { [$0.start()] } ?? []) + (machines.map { [watch($0.watch)] } ?? [])
+        let threads = webServers.flatMap { $0.start() } + (proxy.map { [$0.start()] } ?? []) + (proxy6.map { [$0.start()] } ?? [])
+            + (machines.map { [watch($0.watch)] } ?? [])
         defer { for thread in threads { thread.join() } }
-        let summary = serve(server, web: web, secure: secure, proxy: proxy)
+        let responders = (proxy.map { [("the proxyDHCP responder", $0.metrics)] } ?? [])
+            + (proxy6.map { [("the DHCPv6 responder", $0.metrics)] } ?? [])
+        let summary = serve(server, web: web, secure: secure, responders: responders)
         configuration.logger.notice("\(stopped(summary))")
     }
 
@@ -133,11 +137,23 @@ struct ServerStartup {
         }
     }
 
+    /// Port 547 and each network's [ADDR]:4011, bound before -u drops the right to.
+    private func proxyDHCP6() throws -> ProxyDHCPv6Server? {
+        guard !plan.bootNetworks6.isEmpty else { return nil }
+        do {
+            return try ProxyDHCPv6Server(networks: plan.bootNetworks6, machines: machines?.records, progress: machines?.progress,
+                                         pxeVendors: plan.options.pxeVendor, receiveBuffer: configuration.listenerReceiveBuffer,
+                                         logger: configuration.logger, json: configuration.logFormat == .json)
+        } catch {
+            throw serveFailure("--proxy-dhcp6: \(error)")
+        }
+    }
+
     /// Bound as the starting user (a port below 1024 needs root), served on a thread of its own.
-    private func metricsListener<Backend: DatagramBackend>(_ server: Server<Backend>, _ webServers: [HTTPServer], _ proxy: ProxyDHCPServer?,
+    private func metricsListener<Backend: DatagramBackend>(_ server: Server<Backend>, _ webServers: [HTTPServer], _ responders: [WorkerMetrics],
                                           backendName: String) throws -> MetricsListener? {
         try plan.options.metrics.map { address in
-            let exporter = MetricsExporter(workers: server.workers.map(\.metrics) + webServers.flatMap(\.metrics) + (proxy.map { [$0.metrics] } ?? []),
+            let exporter = MetricsExporter(workers: server.workers.map(\.metrics) + webServers.flatMap(\.metrics) + responders,
                                            cache: cache,
                                            fileLabels: server.fileLabels,
                                            build: buildInfo(backendName, server.workers[0].backend),
@@ -187,7 +203,7 @@ struct ServerStartup {
 
     /// What serves, where, and how: a line per server.
     private func announce<Backend: DatagramBackend>(_ server: Server<Backend>, web: HTTPServer?, secure: HTTPServer?, proxy: ProxyDHCPServer?,
-                                   metrics listener: MetricsListener?) {
+                                   proxy6: ProxyDHCPv6Server?, metrics listener: MetricsListener?) {
         let logger = configuration.logger
         logger.notice("""
             serving \(root)\(plan.options.secure ? " (chroot)" : "") on \(server.boundAddresses.map(\.description).joined(separator: ", ")) \
@@ -213,17 +229,24 @@ struct ServerStartup {
                 broadcasts, and what is sent to \(network.address) on ports 67 and 4011 from any interface (relays): \(menu.joined(separator: ", "))
                 """)
         }
+        for network in proxy6?.networks ?? [] {
+            let menu = network.menu.listing.map { "\($0.selector.name) \($0.target)" }
+            logger.notice("""
+                answering network-boot DHCPv6 for \(network.interface.name) (boot server \(network.address.host), DUID \
+                \(proxy6!.serverID.bytes.hardwareAddressText())): ff02::1:2 and [\(network.address.host)]:4011: \(menu.joined(separator: ", "))
+                """)
+        }
     }
 
     /// Serves until SIGTERM; under systemd, says READY and pings the watchdog while every loop turns.
-    private func serve<Backend: DatagramBackend>(_ server: Server<Backend>, web: HTTPServer?, secure: HTTPServer?, proxy: ProxyDHCPServer?) -> WorkerSummary {
+    private func serve<Backend: DatagramBackend>(_ server: Server<Backend>, web: HTTPServer?, secure: HTTPServer?,
+                                                responders: [(String, WorkerMetrics)]) -> WorkerSummary {
         guard let notifier else { return server.run() }
         notifier.notify("READY=1\nSTATUS=serving \(root)\nMAINPID=\(getpid())")
         let done = Done()
         let loops: [(String, WorkerMetrics)] = (web?.loops ?? []).enumerated().map { ("HTTP loop \($0.offset)", $0.element.metrics) }
             + (secure?.loops ?? []).enumerated().map { ("HTTPS loop \($0.offset)", $0.element.metrics) }
-        let heartbeats = server.workers.enumerated().map { ("worker \($0.offset)", $0.element.metrics) } + loops
-            + (proxy.map { [("the proxyDHCP responder", $0.metrics)] } ?? [])
+        let heartbeats = server.workers.enumerated().map { ("worker \($0.offset)", $0.element.metrics) } + loops + responders
         let logger = configuration.logger
         let supervisor = SystemThread(named: "watchdog") { notifier.supervise(heartbeats: heartbeats, logger: logger) { done.flag.load(ordering: .acquiring) } }
         let summary = server.run()

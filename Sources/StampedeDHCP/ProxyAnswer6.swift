@@ -1,0 +1,237 @@
+import StampedeBase
+
+/// What this server answers a network-boot client over DHCPv6: the IPv6 form of the proxy. Boot
+/// information only, never an address, and nothing at all to a client that does not boot from
+/// the network (the site's DHCPv6 server, or the router's advertisements, give addresses). Pure:
+/// a message, where it came and the boot menu in; the reply (wrapped for each relay it came
+/// through) or why there is none, out.
+///
+/// EDK2's PXE over IPv6 (NetworkPkg/UefiPxeBcDxe/PxeBcDhcp6.c) takes an Advertise without IA_NA
+/// whose vendor class is `PXEClient` under enterprise 343 for a proxy offer ("ProxyBinl"); beside
+/// an address offer it sends a Request, its IA options removed and this server's identifier
+/// copied from the offer, to UDP port 4011 of the offered URL's host, and boots the URL of the
+/// Reply to it. So:
+///
+/// - Solicit on 547: an Advertise with the client's and this server's identifiers, the vendor
+///   class (`PXEClient` or `HTTPClient`, as the client said) and the boot file's URL (option 59:
+///   `tftp://[ADDR]/NAME` for a file, the URL as it is for a URL).
+/// - Request on 4011 (the boot server's port), and Information-request on either port: a Reply
+///   with the same.
+/// - Request or Renew on 547 that names this server: a Reply with the same and each IA_NA
+///   answered with no address (NoAddrsAvail; NoBinding to a Renew): this server gives none.
+/// - Anything that names another server, Confirm, Rebind, Release, Decline, and every server or
+///   relay reply: silence (this server holds no binding to confirm, extend or release).
+///
+/// A relayed message (Relay-forward) is answered inside a Relay-reply for each relay, each with
+/// its hop count, link and peer addresses and its interface-id (RFC 8415 §19.3), sent back to
+/// the relay that sent it.
+public struct ProxyAnswer6: Equatable, Sendable {
+    /// Where a message arrived.
+    public enum Port: Equatable, Sendable {
+        /// 547: DHCPv6's, multicast to ff02::1:2 or from a relay.
+        case dhcp
+        /// 4011: the boot server's, unicast.
+        case bootServer
+    }
+
+    /// Why a message gets no answer.
+    public enum Silence: Error, Equatable, Sendable, CustomStringConvertible {
+        case malformed(DHCPv6Message.Malformed)
+        /// No vendor class `PXEClient`/`HTTPClient` (enterprise 343) and no user class `iPXE`.
+        case notBootClient
+        /// A message type the proxy does not answer.
+        case notForProxy(DHCPv6Message.Kind)
+        /// It names another server (option 2): the client chose that one.
+        case otherServer
+        /// A Solicit, Request or Renew without the client's identifier (RFC 8415 §16: discarded).
+        case noClientID
+        /// More relays than RFC 8415's hop count limit lets through (8, so 9 Relay-forwards).
+        case tooManyRelays
+        case unknownArchitecture(UInt16)
+        case noBootFile(BootSelector)
+        case leftAlone(LeftAlone)
+
+        public var description: String {
+            switch self {
+            case .malformed(let why): "malformed (\(why))"
+            case .notBootClient: "not a network-boot client"
+            case .notForProxy(let kind): "a \(kind), which a proxy does not answer"
+            case .otherServer: "it names another server"
+            case .noClientID: "no client identifier"
+            case .tooManyRelays: "more relays than a hop count of 8 lets through"
+            case .unknownArchitecture(let arch): "architecture \(arch): no --boot-file selector names it (arch:\(arch)=NAME would)"
+            case .noBootFile(let selector): "no boot file for \(selector.name) (--boot-file \(selector.name)=NAME)"
+            case .leftAlone(let why): "\(why)"
+            }
+        }
+    }
+
+    /// The reply, as it goes back: to the relay that sent the message (port 547), or to the
+    /// client (546 from port 547, the port it sent from to 4011).
+    public var reply: [UInt8]
+    public var relayed: Bool
+    public var selector: BootSelector
+    public var target: BootTarget
+    /// Option 59's URL.
+    public var url: String
+    /// The machine, as DHCPv6 told it: its Ethernet address where its DUID or a relay says one.
+    public var machine: MachineIdentity
+    /// What the client sent (inside its relays): its kind, and its DUID (none in an
+    /// Information-request that named none).
+    public var asked: DHCPv6Message.Kind
+    public var clientID: [UInt8]?
+
+    /// RFC 8415 §7.6's HOP_COUNT_LIMIT: a relay drops a message it would forward past it.
+    public static let hopCountLimit = 8
+
+    /// The port the reply goes to, for a message from `port`: a relay's 547, a client's 546 (to
+    /// a message on 547) or the one it sent from (to 4011).
+    public func destinationPort(to port: Port, from sourcePort: UInt16) -> UInt16 {
+        if relayed { return 547 }
+        return port == .dhcp ? 546 : sourcePort
+    }
+
+    public static func to(_ bytes: [UInt8], on port: Port, serverID: DUID, server: String, pxeVendors: [[UInt8]] = [],
+                          menu: BootMenu) -> Result<ProxyAnswer6, Silence> {
+        to(bytes, on: port, serverID: serverID, server: server, pxeVendors: pxeVendors) { _ in .boot(menu) }
+    }
+
+    /// The answer to `bytes`, which arrived on `port`, from a server named `serverID` whose
+    /// address on the client's link is `server` (the URL's host, without brackets), booting each
+    /// machine as `choose` says (the machine records): asked only of a message it would answer.
+    public static func to(_ bytes: [UInt8], on port: Port, serverID: DUID, server: String, pxeVendors: [[UInt8]] = [],
+                          choose: (MachineIdentity) -> MachineChoice) -> Result<ProxyAnswer6, Silence> {
+        var message: DHCPv6Message
+        var relays: [DHCPv6Message] = []
+        do throws(DHCPv6Message.Malformed) {
+            message = try DHCPv6Message.parse(bytes)
+            while message.kind == .relayForward {
+                guard relays.count <= hopCountLimit else { return .failure(.tooManyRelays) }
+                relays.append(message)
+                message = try message.relayed()
+            }
+        } catch {
+            return .failure(.malformed(error))
+        }
+        let options = message.options
+        if let named = options[.serverID], named != serverID.bytes { return .failure(.otherServer) }
+        let clientID = options[.clientID]
+        enum Answer { case full, noAddresses(DHCPv6Status) }
+        let answer: Answer
+        switch (message.kind, port) {
+        case (.solicit, .dhcp), (.request, .bootServer), (.informationRequest, _):
+            answer = .full
+        case (.request, .dhcp) where options[.serverID] != nil:
+            answer = .noAddresses(.noAddressesAvailable)
+        case (.renew, .dhcp) where options[.serverID] != nil:
+            answer = .noAddresses(.noBinding)
+        default:
+            return .failure(.notForProxy(message.kind))
+        }
+        if message.kind != .informationRequest && clientID == nil { return .failure(.noClientID) }
+        guard let client = bootClient(options, pxeVendors: pxeVendors) else { return .failure(.notBootClient) }
+        let machine = identity(client, clientID: clientID.map(DUID.init), relays: relays)
+
+        let menu: BootMenu
+        switch choose(machine) {
+        case .boot(let chosen): menu = chosen
+        case .leaveAlone(let why): return .failure(.leftAlone(why))
+        }
+        guard let selector = menu.selector(for: client) else { return .failure(.unknownArchitecture(client.architecture)) }
+        guard let chosen = menu.target(for: selector) else { return .failure(.noBootFile(selector)) }
+        let target = chosen.expanded(hardwareAddress: machine.hardwareAddress, client, selector)
+        let url = Self.url(of: target, server: server)
+
+        var reply = DHCPv6Message(kind: message.kind == .solicit ? .advertise : .reply, transactionID: message.transactionID)
+        if let clientID { reply.options.append(.clientID, clientID) }
+        reply.options.append(.serverID, serverID.bytes)
+        if case .noAddresses(let status) = answer {
+            let why = status == .noBinding ? "this server gives no addresses: no binding" : "this server gives no addresses"
+            for ia in options.values(.iaNA) where ia.count >= 4 {
+                // The IAID, T1 and T2 of 0, the status inside (RFC 8415 §21.4).
+                var answered = DHCPv6Options()
+                answered.append(.statusCode, DHCPv6Options.status(status, why))
+                reply.options.append(.iaNA, Array(ia.prefix(4)) + [UInt8](repeating: 0, count: 8) + answered.encoded())
+            }
+        }
+        reply.options.append(.vendorClass, DHCPv6Options.vendorClass(Array(client.kind.rawValue.utf8)))
+        reply.options.append(.bootFileURL, Array(url.utf8))
+
+        var out = reply.encoded()
+        for relay in relays.reversed() {
+            // Each relay's header and interface-id back (RFC 8415 §19.3), the reply inside.
+            var options = DHCPv6Options()
+            if let interface = relay.options[.interfaceID] { options.append(.interfaceID, interface) }
+            options.append(.relayMessage, out)
+            out = DHCPv6Message(relay: .relayReply, relay.relay!, options: options).encoded()
+        }
+        return .success(ProxyAnswer6(reply: out, relayed: !relays.isEmpty, selector: selector, target: target, url: url, machine: machine,
+                                     asked: message.kind, clientID: clientID))
+    }
+
+    /// What the message says of the machine's firmware: its vendor class under enterprise 343
+    /// (`PXEClient`, `HTTPClient`, or a `--pxe-vendor`), its user class (`iPXE`), its
+    /// architecture (option 61, else the vendor class's `Arch:` field, else 0), its UUID (a
+    /// DUID-UUID client identifier). Nil for anything but a network-boot client.
+    static func bootClient(_ options: DHCPv6Options, pxeVendors: [[UInt8]]) -> BootClient? {
+        let classes = options.vendorClasses()
+        let isIPXE = options.userClasses.contains(Array("iPXE".utf8))
+        let kind: BootClient.Kind
+        let vendor: [UInt8]?
+        let isPXE = { (data: [UInt8]) in
+            data.starts(with: Array(BootClient.Kind.pxe.rawValue.utf8)) || pxeVendors.contains { data.starts(with: $0) }
+        }
+        if let pxe = classes.first(where: isPXE) {
+            (kind, vendor) = (.pxe, pxe)
+        } else if let http = classes.first(where: { $0.starts(with: Array(BootClient.Kind.http.rawValue.utf8)) }) {
+            (kind, vendor) = (.http, http)
+        } else if isIPXE {
+            (kind, vendor) = (.pxe, nil)
+        } else {
+            return nil
+        }
+        let architecture = options.architectures.first ?? vendor.flatMap(BootClient.architecture(inVendorClass:)) ?? 0
+        let uuid = options[.clientID].flatMap { DUID($0).uuid }
+        return BootClient(kind: kind, architecture: architecture, isIPXE: isIPXE, machineIdentifier: uuid.map { [0] + $0 })
+    }
+
+    /// The machine: its Ethernet address from the relay next to it (option 79, RFC 6939) or its
+    /// DUID (LLT or LL); none from a DUID-UUID or DUID-EN alone.
+    static func identity(_ client: BootClient, clientID: DUID?, relays: [DHCPv6Message]) -> MachineIdentity {
+        var address: [UInt8] = []
+        if let linkLayer = relays.last?.options[.clientLinkLayerAddress], linkLayer.count == 8, linkLayer[0] == 0, linkLayer[1] == 1 {
+            address = Array(linkLayer[2...])
+        } else if let ethernet = clientID?.ethernetAddress {
+            address = ethernet
+        }
+        var firmware = client
+        firmware.isIPXE = false
+        return MachineIdentity(hardwareAddress: address, uuid: client.uuid, firmware: BootSelector(firmware), architecture: client.architecture)
+    }
+
+    /// Option 59's URL for `target`: a file as `tftp://[ADDR]/NAME` (RFC 5970 §3.1, the form EDK2
+    /// reads: a bracketed literal, the name percent-encoded where it is not a URL's), a URL as it is.
+    static func url(of target: BootTarget, server: String) -> String {
+        switch target {
+        case .url(let url): return url
+        case .file(let name):
+            let path = name.hasPrefix("/") ? String(name.dropFirst()) : name
+            return "tftp://[\(server)]/" + percentEncoded(path)
+        }
+    }
+
+    /// A path with every byte but RFC 3986's unreserved ones and `/` written `%XX`.
+    static func percentEncoded(_ path: String) -> String {
+        var out = ""
+        for byte in path.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "/"):
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                out += "%" + hexText([byte]).uppercased()
+            }
+        }
+        return out
+    }
+}

@@ -1,0 +1,217 @@
+import CStampedeSys
+import Glibc
+import Logging
+import StampedeBase
+import StampedeDHCP
+import StampedeIO
+import StampedeMachines
+import StampedeServing
+
+/// The DHCPv6 boot responder (`--proxy-dhcp6`), on a thread of its own: network-boot machines'
+/// DHCPv6 messages on the boot networks are read and answered as `ProxyAnswer6` says (boot
+/// information, never an address), once per machine and kind of message in each
+/// `BootAnswerLimit.interval`; what is not answered is counted with the IPv4 proxy's silences.
+///
+/// Its sockets: UDP port 547 on every address, joined to ff02::1:2 on each boot network's
+/// interface (a multicast is taken only from those interfaces; a relay's unicast from any), and
+/// the boot server's port 4011 on each boot network's address. Port 547 is bound as a DHCPv6
+/// server binds it: a DHCPv6 server of this host (Kea, dnsmasq) and this responder cannot both
+/// run on one host; the site's server answers from another.
+public final class ProxyDHCPv6Server: @unchecked Sendable {
+    public enum StartFailure: Error, CustomStringConvertible {
+        case portInUse(SocketAddress, holders: [String])
+        case socket(SocketAddress, Errno)
+
+        public var description: String {
+            switch self {
+            case .portInUse(let address, let holders):
+                let who = holders.isEmpty ? "another process" : holders.joined(separator: ", ")
+                return "\(address) is held by \(who): a DHCPv6 server on this host (its port 547) cannot run beside --proxy-dhcp6"
+            case .socket(let address, let error):
+                let hint = error.rawValue == EACCES || error.rawValue == EPERM ? " (a port below 1024 needs root or CAP_NET_BIND_SERVICE)" : ""
+                return "cannot answer DHCPv6 on \(address): \(error)\(hint)"
+            }
+        }
+    }
+
+    /// DHCPv6's server port and the boot server's; others only in tests.
+    public struct Ports: Sendable {
+        public var dhcp: UInt16 = 547
+        public var bootServer: UInt16 = 4011
+        public init() {}
+    }
+
+    public let networks: [BootNetwork6]
+    public let machines: MachineRecords?
+    public let progress: MachineProgress?
+    public let pxeVendors: [[UInt8]]
+    /// Its answers by selector and its silences by reason (with the IPv4 proxy's), its heartbeat.
+    public let metrics = WorkerMetrics.dhcp()
+    /// How this server names itself: DUID-LL of the first boot network's interface.
+    public let serverID: DUID
+    private let listener: Int32
+    private let bootServers: [Int32]
+    private var answered = BootAnswerLimit()
+    private var notices = MachineNotices()
+    private var lastSendFailure: Nanoseconds = 0
+    private let logger: Logger
+    private let json: Bool
+    private let buffer: UnsafeMutableRawBufferPointer
+    static let batch = 1024
+
+    /// Opens the sockets (as the starting user: before privileges drop) for `networks`.
+    public init(networks: [BootNetwork6], machines: MachineRecords? = nil, progress: MachineProgress? = nil, ports: Ports = Ports(),
+                pxeVendors: [String] = [], receiveBuffer: Int, logger: Logger, json: Bool) throws(StartFailure) {
+        self.networks = networks
+        self.machines = machines
+        self.progress = progress
+        self.pxeVendors = pxeVendors.map { Array($0.utf8) }
+        self.logger = logger
+        self.json = json
+        var hardware = [UInt8](repeating: 0, count: 6)
+        if let first = networks.first { _ = stampede_hardware_address(first.interface.name, &hardware) }
+        serverID = DUID.linkLayer(ethernet: hardware)
+        var interfaces = networks.map(\.interface.index)
+        let listener = stampede_dhcp6_socket(ports.dhcp, &interfaces, Int32(networks.count), Int32(clamping: receiveBuffer))
+        let any = SocketAddress(parsing: "[::]:\(ports.dhcp)", defaultPort: ports.dhcp)!
+        if let error = Errno(result: listener) {
+            if error.rawValue == EADDRINUSE { throw .portInUse(any, holders: PortHolders.udp(port: ports.dhcp)) }
+            throw .socket(any, error)
+        }
+        var bootServers: [Int32] = []
+        for network in networks {
+            var address = network.address
+            address.port = ports.bootServer
+            var storage = address.storage
+            let fd = stampede_boot_server_socket6(&storage, Int32(clamping: receiveBuffer))
+            if let error = Errno(result: fd) {
+                for fd in [listener] + bootServers { close(fd) }
+                if error.rawValue == EADDRINUSE { throw .portInUse(address, holders: PortHolders.udp(port: ports.bootServer)) }
+                throw .socket(address, error)
+            }
+            bootServers.append(fd)
+        }
+        self.listener = listener
+        self.bootServers = bootServers
+        buffer = .allocate(byteCount: 65536, alignment: 16)
+        metrics.set(.lastTurn, Int(stampede_monotonic_ns()))
+        metrics.publish()
+    }
+
+    deinit {
+        for fd in [listener] + bootServers { close(fd) }
+        buffer.deallocate()
+    }
+
+    /// Answers on a thread of its own until a stop is asked (SIGTERM, SIGINT).
+    public func start() -> SystemThread { SystemThread(named: "proxy-dhcp6") { self.run() } }
+
+    func run() {
+        var watched = ([listener] + bootServers).map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+        while stampede_stop_requested() == 0 {
+            metrics.set(.lastTurn, Int(stampede_monotonic_ns()))
+            metrics.publish()
+            _ = poll(&watched, nfds_t(watched.count), 250)
+            let now = stampede_monotonic_ns()
+            read(listener, port: .dhcp, now: now)
+            for (number, fd) in bootServers.enumerated() { read(fd, port: .bootServer, network: number, now: now) }
+        }
+        metrics.publish()
+    }
+
+    /// A socket's datagrams: on 547, each for the boot network of the interface it came in on (a
+    /// relay's unicast, from any interface, for the first); on 4011, for that socket's network.
+    private func read(_ fd: Int32, port: ProxyAnswer6.Port, network fixed: Int? = nil, now: Nanoseconds) {
+        for _ in 0..<Self.batch {
+            var peer = sockaddr_storage()
+            var interface: Int32 = 0
+            let count = stampede_dhcp6_receive(fd, buffer.baseAddress, buffer.count, &peer, &interface)
+            if count == -Int(EINTR) { continue }
+            guard count >= 0 else { return }
+            guard count <= buffer.count else {
+                metrics.countBoot(ignored: .malformed)
+                continue
+            }
+            let source = SocketAddress(storage: peer)
+            guard let network = fixed ?? networks.firstIndex(where: { $0.interface.index == interface }) ?? (networks.isEmpty ? nil : 0) else { continue }
+            handle(Array(buffer[..<count]), network: network, port: port, from: source, now: now)
+        }
+    }
+
+    private func handle(_ bytes: [UInt8], network number: Int, port: ProxyAnswer6.Port, from source: SocketAddress, now: Nanoseconds) {
+        let network = networks[number]
+        var record: MachineRecord?
+        var asked: MachineIdentity?
+        let answer = ProxyAnswer6.to(bytes, on: port, serverID: serverID, server: network.address.host, pxeVendors: pxeVendors) { machine in
+            asked = machine
+            guard let machines else { return .boot(network.menu) }
+            guard let (found, book) = machines.record(for: machine, asking: .dhcp) else { return .leaveAlone(.asking) }
+            record = found
+            return book.choice(of: found, for: machine, over: network.menu)
+        }
+        let what = "DHCPv6 from \(source) on \(network.interface.name)"
+        switch answer {
+        case .failure(let silence):
+            metrics.countBoot(ignored: BootIgnored(silence))
+            if case .leftAlone = silence, let asked, let progress, !asked.hardwareAddress.isEmpty {
+                progress.note(asked.hardwareAddress, .leftAlone, record: record?.name, why: "\(silence)", now: time(nil))
+            }
+            switch silence {
+            case .unknownArchitecture, .noBootFile, .leftAlone:
+                guard let unsaid = notices.tell(Array(source.host.utf8), "\(silence)", now: now) else { return }
+                let since = unsaid > 0 ? " (\(unsaid) more of its requests since the last time this was said)" : ""
+                if case .leftAlone = silence {
+                    logger.info("\(what): left alone: \(silence)\(since)")
+                } else {
+                    logger.warning("\(what): not answered: \(silence)\(since)")
+                }
+            default:
+                logger.debug("\(what): not answered: \(silence)")
+            }
+        case .success(let answer):
+            let key = BootAnswerLimit.Key(machine: answer.clientID ?? Array(source.host.utf8), request: answer.asked.rawValue,
+                                          bootServerPort: port == .bootServer)
+            guard answered.allow(key, now: now) else {
+                metrics.countBoot(ignored: .repeated)
+                logger.debug("\(what): answered less than \(BootAnswerLimit.interval / 1_000_000) ms ago: not again")
+                return
+            }
+            var destination = source
+            destination.port = answer.destinationPort(to: port, from: source.port)
+            var storage = destination.storage
+            let fd = port == .dhcp ? listener : bootServers[number]
+            let sent = answer.reply.withUnsafeBytes { stampede_dhcp6_send(fd, $0.baseAddress, $0.count, &storage) }
+            guard sent >= 0 else {
+                if now - lastSendFailure >= nanosecondsPerSecond {
+                    lastSendFailure = now
+                    logger.warning("cannot send a DHCPv6 answer on \(network.interface.name) to \(destination): \(Errno(Int32(-sent)))")
+                }
+                return
+            }
+            if let progress, !answer.machine.hardwareAddress.isEmpty {
+                progress.note(answer.machine.hardwareAddress, .dhcp, record: record?.name, offered: answer.target.description, now: time(nil))
+            }
+            let offer = answer.asked == .solicit
+            metrics.countBoot(answer.selector, offer: offer)
+            log(answer, what, to: destination, offer: offer)
+        }
+    }
+
+    private func log(_ answer: ProxyAnswer6, _ what: String, to destination: SocketAddress, offer: Bool) {
+        let machine = answer.machine
+        let client = machine.hardwareAddress.isEmpty ? (machine.uuid ?? "") : machine.hardwareAddress.hardwareAddressText()
+        if json {
+            logger.info("boot", metadata: [
+                "event": "boot", "protocol": "dhcp6", "client": "\(client)", "request": "\(answer.asked)",
+                "architecture": .stringConvertible(machine.architecture ?? 0), "uuid": "\(machine.uuid ?? "")",
+                "selector": "\(answer.selector.name)", "boot_file": "\(sanitizedForLog(Array(answer.url.utf8)))",
+                "outcome": "\(offer ? "offered" : "acknowledged")", "to": "\(destination)",
+            ])
+            return
+        }
+        logger.info("""
+            \(what): \(answer.asked) \(client) \(answer.selector.name) (arch \(machine.architecture ?? 0)): \
+            \(offer ? "advertised" : "replied") "\(sanitizedForLog(Array(answer.url.utf8)))" to \(destination)\(answer.relayed ? " (relay)" : "")
+            """)
+    }
+}

@@ -1,0 +1,130 @@
+"""Real firmware boots over IPv6 through Stampede's DHCPv6 boot responder (`--proxy-dhcp6`), on
+an IPv6-only link: QEMU's OVMF on a tap device on a bridge, the site's own servers in a namespace
+of their own on the same bridge (Kea 2.2 giving addresses by DHCPv6, radvd advertising the prefix
+with the M flag), Stampede answering the firmware's Solicit with a URL and no address, as EDK2 takes
+a proxy offer ("ProxyBinl"), and its Request on [server]:4011 with the same URL. No IPv4 on the
+link, and OVMF's IPv4 PXE off (fw_cfg): the boot begins at ">>Start PXE over IPv6"."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import BINARY
+from test_firmware import IPXE_EFI, MAC, OVMF, power_on
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="firmware boots need root (a network namespace, a tap device): "
+                                                          "NOT TESTED — run `make test` as root")
+
+SERVER6 = "2001:db8:77::1"
+SITE6 = "2001:db8:77::2"
+PREFIX = "2001:db8:77::/64"
+
+
+@pytest.fixture
+def lab6(tmp_path):
+    """A namespace with a bridge (br0, SERVER6) holding tap0 and a veth to the site's namespace
+    (vsite, SITE6), where Kea hands out addresses from the prefix and radvd advertises it (M and O
+    flags: addresses and options by DHCPv6). A root with ipxe.efi."""
+    for needed in (OVMF, IPXE_EFI):
+        assert needed.exists(), f"{needed} missing: `make deps` installs ovmf and ipxe"
+    name, site = f"stfw6{os.getpid()}", f"stsite6{os.getpid()}"
+    for namespace in (name, site):
+        subprocess.run(["ip", "netns", "add", namespace], check=True)
+        # Addresses usable at once: no duplicate address detection on a link made for the test.
+        subprocess.run(["ip", "netns", "exec", namespace, "sh", "-c",
+                        "echo 0 > /proc/sys/net/ipv6/conf/default/accept_dad; echo 0 > /proc/sys/net/ipv6/conf/all/accept_dad"], check=True)
+    processes = []
+
+    def inside(argv, **kw):
+        return subprocess.Popen(["ip", "netns", "exec", name, *map(str, argv)], **kw)
+
+    try:
+        for command in (["ip", "link", "set", "lo", "up"], ["ip", "link", "add", "br0", "type", "bridge"],
+                        ["ip", "tuntap", "add", "dev", "tap0", "mode", "tap"], ["ip", "link", "set", "tap0", "master", "br0"],
+                        ["ip", "link", "add", "vbr", "type", "veth", "peer", "name", "vsite", "netns", site],
+                        ["ip", "link", "set", "vbr", "master", "br0"], ["ip", "-6", "addr", "add", f"{SERVER6}/64", "dev", "br0", "nodad"],
+                        ["ip", "link", "set", "br0", "up"], ["ip", "link", "set", "tap0", "up"], ["ip", "link", "set", "vbr", "up"]):
+            subprocess.run(["ip", "netns", "exec", name, *command], check=True)
+        for command in (["ip", "link", "set", "lo", "up"], ["ip", "-6", "addr", "add", f"{SITE6}/64", "dev", "vsite", "nodad"],
+                        ["ip", "link", "set", "vsite", "up"], ["sh", "-c", "echo 1 > /proc/sys/net/ipv6/conf/all/forwarding"]):
+            subprocess.run(["ip", "netns", "exec", site, *command], check=True)
+        (tmp_path / "radvd.conf").write_text(f"""interface vsite {{
+    AdvSendAdvert on;
+    MinRtrAdvInterval 3;
+    MaxRtrAdvInterval 10;
+    AdvManagedFlag on;
+    AdvOtherConfigFlag on;
+    prefix {PREFIX} {{ AdvOnLink on; AdvAutonomous off; }};
+}};
+""")
+        (tmp_path / "kea").mkdir()
+        (tmp_path / "kea-dhcp6.json").write_text(json.dumps({"Dhcp6": {
+            "interfaces-config": {"interfaces": ["vsite"]},
+            "server-id": {"type": "LL", "persist": False},
+            "lease-database": {"type": "memfile", "persist": False},
+            "preferred-lifetime": 3000, "valid-lifetime": 4000, "renew-timer": 1000, "rebind-timer": 2000,
+            "subnet6": [{"subnet": PREFIX, "interface": "vsite", "pools": [{"pool": "2001:db8:77::100-2001:db8:77::1ff"}]}],
+            "loggers": [{"name": "kea-dhcp6", "output_options": [{"output": str(tmp_path / "kea.log")}], "severity": "INFO"}],
+        }}))
+        environment = {**os.environ, "KEA_PIDFILE_DIR": str(tmp_path / "kea"), "KEA_LOCKFILE_DIR": str(tmp_path / "kea")}
+        site_log = open(tmp_path / "site.log", "w")
+        for argv in (["radvd", "-n", "-C", tmp_path / "radvd.conf", "-p", tmp_path / "radvd.pid", "-m", "stderr"],
+                     ["kea-dhcp6", "-c", tmp_path / "kea-dhcp6.json"]):
+            processes.append(subprocess.Popen(["ip", "netns", "exec", site, *map(str, argv)], stdout=site_log, stderr=subprocess.STDOUT,
+                                              env=environment))
+        root = tmp_path / "tftp"
+        root.mkdir()
+        shutil.copy(IPXE_EFI, root / "ipxe.efi")
+        for f in root.iterdir():
+            f.chmod(0o644)
+        root.chmod(0o755)
+        yield inside, root, tmp_path, processes
+    finally:
+        for p in reversed(processes):
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        for namespace in (name, site):
+            subprocess.run(["ip", "netns", "delete", namespace])
+
+
+def test_ovmfs_pxe_over_ipv6_loads_its_boot_file_through_the_dhcpv6_responder(lab6):
+    """OVMF takes Kea's address and Stampede's URL-only Advertise (a proxy offer), asks
+    [server]:4011, and loads ipxe.efi over TFTP on IPv6 (EDK2's size probe, then the file, with
+    blksize 1228: the IPv6 minimum MTU less the headers): iPXE starts (its banner on the console)."""
+    inside, root, tmp, processes = lab6
+    log_path = tmp / "stampede.log"
+    processes.append(inside([BINARY, "-l", "-L", "-a", f"[{SERVER6}]:69", "-v", "--proxy-dhcp6", SERVER6, root],
+                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT))
+    deadline = time.time() + 10
+    while "answering network-boot DHCPv6" not in log_path.read_text() and time.time() < deadline:
+        time.sleep(0.05)
+    assert "answering network-boot DHCPv6" in log_path.read_text(), log_path.read_text()
+    no_ipv4 = ["-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n"]
+    qemu, console = power_on(lab6, ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n", *no_ipv4])
+    started = time.time()
+    while time.time() - started < 120:
+        text = log_path.read_text(errors="replace")
+        screen = console.read_text(errors="replace") if console.exists() else ""
+        if any('"ipxe.efi" octet' in line and line.endswith(": ok") for line in text.splitlines()) and "iPXE" in screen:
+            break
+        assert qemu.poll() is None, (tmp / "qemu-tap0.log").read_text()[-2000:]
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"no boot over IPv6 in 120 s.\nserver:\n{log_path.read_text()[-3000:]}\nconsole:\n{screen[-3000:]}\n"
+                    f"site:\n{(tmp / 'site.log').read_text()[-2000:]}\nkea:\n{(tmp / 'kea.log').read_text()[-2000:] if (tmp / 'kea.log').exists() else ''}")
+    assert ">>Start PXE over IPv6" in screen
+    # The Advertise to the Solicit, then the boot server's Reply to the Request on 4011.
+    assert "solicit" in text and "efi-x64 (arch 7): advertised \"tftp://[2001:db8:77::1]/ipxe.efi\"" in text, text
+    assert "request" in text and "replied \"tftp://[2001:db8:77::1]/ipxe.efi\"" in text, text
+    # Over TFTP from an address Kea gave (its pool: ::100 to ::1ff).
+    whole = rf'RRQ \[2001:db8:77::1[0-9a-f]{{2}}\]:\d+ "ipxe\.efi" octet .*bytes={IPXE_EFI.stat().st_size} .*: ok$'
+    assert any(re.search(whole, line) for line in text.splitlines()), text

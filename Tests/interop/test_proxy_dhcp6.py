@@ -1,0 +1,231 @@
+"""The DHCPv6 boot responder (`--proxy-dhcp6`), on an IPv6-only link of its own: a server
+namespace and a client namespace joined by a veth pair, the server at 2001:db8:78::1, the machine
+at 2001:db8:78::57. A Solicit as OVMF's PXE over IPv6 sends it, multicast to ff02::1:2, gets the
+Advertise EDK2 takes for a proxy offer; the Request EDK2 then sends to [server]:4011 gets the URL,
+and the file at that URL comes over TFTP on IPv6; UEFI HTTP Boot gets an http:// URL whose file
+comes over HTTP; a relay's Relay-forward is answered through it; what is not a boot client's
+gets silence, and bad flags a clear refusal. Real firmware over IPv6 is not booted here yet."""
+import socket
+import struct
+import subprocess
+import time
+
+import pytest
+
+from conftest import BINARY, Server, run
+
+SERVER6 = "2001:db8:78::1"
+CLIENT6 = "2001:db8:78::57"
+UUID = bytes.fromhex("8a3c6b5e112233445566778899aabbcc")
+SO_BINDTODEVICE = 25
+
+
+def option(code, value):
+    return struct.pack("!HH", code, len(value)) + value
+
+
+def vendor_class(text, enterprise=343):
+    data = text.encode()
+    return option(16, struct.pack("!IH", enterprise, len(data)) + data)
+
+
+def solicit(xid=0xabcdef, kind=1, vendor="PXEClient:Arch:00007:UNDI:003000", arch=7, extra=b"", client_id=True):
+    """OVMF's Solicit (PXE over IPv6): options 1 (DUID-UUID), 3, 6, 8, 16, 61, 62."""
+    body = option(1, b"\x00\x04" + UUID) if client_id else b""
+    body += option(3, struct.pack("!III", 42, 0, 0)) + option(6, struct.pack("!HH", 59, 60)) + option(8, b"\x00\x00")
+    if vendor:
+        body += vendor_class(vendor)
+    if arch is not None:
+        body += option(61, struct.pack("!H", arch)) + option(62, b"\x01\x03\x00")
+    return bytes([kind]) + xid.to_bytes(3, "big") + body + extra
+
+
+def options_of(data, start=4):
+    found, at = [], start
+    while at + 4 <= len(data):
+        code, length = struct.unpack("!HH", data[at:at + 4])
+        found.append((code, data[at + 4:at + 4 + length]))
+        at += 4 + length
+    return found
+
+
+def first(options, code):
+    return next((value for c, value in options if c == code), None)
+
+
+@pytest.fixture
+def link6(network_namespace):
+    """(server namespace, client namespace) joined by veth-s and veth-c, IPv6 only, no DAD wait."""
+    server, client = network_namespace(), network_namespace()
+    r = run(["ip", "link", "add", "veth-s", "netns", server.name, "type", "veth", "peer", "name", "veth-c", "netns", client.name])
+    assert r.returncode == 0, r.stderr
+    for namespace, device, address in ((server, "veth-s", SERVER6), (client, "veth-c", CLIENT6)):
+        namespace.write_sysctl(f"net.ipv6.conf.{device}.accept_dad", 0)
+        for argv in (["ip", "-6", "addr", "add", f"{address}/64", "dev", device, "nodad"], ["ip", "link", "set", device, "up"]):
+            r = namespace.run_inside(argv)
+            assert r.returncode == 0, r.stderr
+    # The link-local addresses a multicast leaves from.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if b"fe80" in client.run_inside(["ip", "-6", "addr", "show", "dev", "veth-c"]).stdout:
+            break
+        time.sleep(0.05)
+    return server, client
+
+
+@pytest.fixture
+def proxy6(link6, root):
+    """start(*flags) -> a Server in the server namespace: TFTP on [SERVER6]:69, HTTP on :8080,
+    --proxy-dhcp6 SERVER6; the root holds an ipxe.efi."""
+    server_ns, _ = link6
+    (root / "ipxe.efi").write_bytes(bytes(range(256)) * 1000)
+    (root / "ipxe.efi").chmod(0o644)
+    started = []
+
+    def start(*flags):
+        s = Server(root, ["--proxy-dhcp6", SERVER6, "--http", f"[{SERVER6}]:8080", *flags], host=SERVER6, port=69,
+                   prefix=server_ns.inside)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+class Machine6:
+    """A firmware's socket in the client namespace: port 546 on veth-c (its Solicits), or 4011."""
+
+    def __init__(self, namespace, port=546):
+        with namespace.sockets():
+            self.sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, b"veth-c")
+        self.sock.bind(("::", port))
+
+    def ask(self, packet, to, timeout=2.0):
+        self.sock.sendto(packet, to)
+        self.sock.settimeout(timeout)
+        try:
+            data, source = self.sock.recvfrom(65536)
+        except socket.timeout:
+            return None, None
+        return data, source
+
+    def close(self):
+        self.sock.close()
+
+
+def interface_index(namespace, device):
+    out = namespace.run_inside(["cat", f"/sys/class/net/{device}/ifindex"]).stdout
+    return int(out)
+
+
+def multicast(namespace):
+    return ("ff02::1:2", 547, 0, interface_index(namespace, "veth-c"))
+
+
+@pytest.fixture
+def machine6(link6):
+    m = Machine6(link6[1])
+    yield m
+    m.close()
+
+
+def test_ovmfs_solicit_gets_the_proxy_offer_edk2_takes_and_its_boot_server_the_url(proxy6, link6, machine6, root):
+    s = proxy6()
+    server_ns, client_ns = link6
+    data, source = machine6.ask(solicit(), multicast(client_ns))
+    assert data is not None, s.log_text()
+    assert source[1] == 547
+    assert data[0] == 2 and data[1:4] == bytes.fromhex("abcdef")  # Advertise, the same transaction
+    options = options_of(data)
+    assert first(options, 1) == b"\x00\x04" + UUID
+    mac = bytes.fromhex(server_ns.run_inside(["cat", "/sys/class/net/veth-s/address"]).stdout.decode().strip().replace(":", ""))
+    assert first(options, 2) == b"\x00\x03\x00\x01" + mac  # DUID-LL of veth-s
+    assert first(options, 3) is None  # no address
+    vendor = first(options, 16)
+    assert vendor[:4] == struct.pack("!I", 343) and vendor[6:15] == b"PXEClient"
+    url = first(options, 59).decode()
+    assert url == f"tftp://[{SERVER6}]/ipxe.efi"
+    assert s.log_lines(f"on veth-s: solicit 8a3c6b5e-1122-3344-5566-778899aabbcc efi-x64 (arch 7): advertised \"{url}\"")
+
+    # EDK2's Request to the boot server: the offer's server identifier, the IA removed, from 4011.
+    boot = Machine6(client_ns, port=4011)
+    try:
+        request = bytes([3]) + bytes.fromhex("abcdef") + b"".join(
+            option(code, value) for code, value in options_of(solicit()) if code != 3) + option(2, first(options, 2))
+        data, source = boot.ask(request, (SERVER6, 4011))
+    finally:
+        boot.close()
+    assert data is not None and data[0] == 7, s.log_text()
+    assert source[1] == 4011
+    assert first(options_of(data), 59).decode() == url
+    # The file at the URL, over TFTP on IPv6.
+    got = client_ns.run_inside(["curl", "-sS", "-g", "--max-time", "10", url, "-o", "-"])
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == (root / "ipxe.efi").read_bytes()
+
+
+def test_uefi_http_boot_gets_a_url_on_http_and_its_file(proxy6, link6, machine6, root):
+    s = proxy6()
+    _, client_ns = link6
+    data, _ = machine6.ask(solicit(vendor="HTTPClient:Arch:00016:UNDI:003000", arch=16), multicast(client_ns))
+    assert data is not None, s.log_text()
+    options = options_of(data)
+    assert first(options, 16)[6:] == b"HTTPClient"
+    url = first(options, 59).decode()
+    assert url == f"http://[{SERVER6}]:8080/ipxe.efi"
+    got = client_ns.run_inside(["curl", "-sS", "-g", "--max-time", "10", url, "-o", "-"])
+    assert got.returncode == 0 and got.stdout == (root / "ipxe.efi").read_bytes()
+
+
+def test_ipxe_gets_its_script_and_a_relayed_solicit_is_answered_through_the_relay(proxy6, link6, root):
+    s = proxy6()
+    _, client_ns = link6
+    relay = Machine6(client_ns, port=547)
+    try:
+        inner = solicit(extra=option(15, b"\x00\x04iPXE"))
+        link = socket.inet_pton(socket.AF_INET6, "2001:db8:79::1")
+        peer = socket.inet_pton(socket.AF_INET6, "fe80::5054:ff:fe12:3456")
+        forward = bytes([12, 0]) + link + peer + option(18, b"eth3") + option(79, b"\x00\x01" + bytes.fromhex("525400123456")) \
+            + option(9, inner)
+        data, source = relay.ask(forward, (SERVER6, 547))
+    finally:
+        relay.close()
+    assert data is not None, s.log_text()
+    assert source[1] == 547 and data[0] == 13  # Relay-reply, to the relay's port
+    assert data[1] == 0 and data[2:18] == link and data[18:34] == peer
+    options = options_of(data, start=34)
+    assert first(options, 18) == b"eth3"
+    reply = first(options, 9)
+    assert reply[0] == 2
+    assert first(options_of(reply), 59).decode() == f"http://[{SERVER6}]:8080/boot.ipxe"
+    assert s.log_lines("52:54:00:12:34:56 ipxe (arch 7): advertised")
+
+
+def test_what_is_not_a_boot_clients_gets_silence_and_the_responder_answers_on(proxy6, link6, machine6):
+    s = proxy6("--metrics", f"[{SERVER6}]:9100")
+    _, client_ns = link6
+    # The UEFI network stack's own Solicit (no vendor class), an unknown type, bytes that are not
+    # a message, a Solicit without a client identifier, a Confirm.
+    for packet in (solicit(vendor=None, arch=None), bytes([14, 0, 0, 1]), b"\x01\x00", solicit(client_id=False), solicit(kind=4)):
+        data, _ = machine6.ask(packet, multicast(client_ns), timeout=0.5)
+        assert data is None
+    data, _ = machine6.ask(solicit(xid=0x010203), multicast(client_ns))
+    assert data is not None and data[1:4] == b"\x01\x02\x03"
+    metrics = client_ns.run_inside(["curl", "-sS", "-g", f"http://[{SERVER6}]:9100/metrics"]).stdout.decode()
+    for reason, count in (("not_boot_client", 1), ("malformed", 3), ("not_for_proxy", 1)):
+        assert f'stampede_boot_ignored_total{{reason="{reason}"}} {count}' in metrics, metrics
+    assert 'stampede_boot_answers_total{selector="efi-x64",answer="offer"} 1' in metrics
+
+
+@pytest.mark.parametrize("address,status,said", [
+    ("fe80::1", 64, "not this server's global"),
+    ("ff02::1:2", 64, "not this server's global"),
+    ("10.0.0.1", 64, "not this server's global"),
+    ("2001:db8:99::1", 65, "no interface of this host has this address"),
+])
+def test_bad_proxy_dhcp6_addresses_are_refused(root, address, status, said):
+    r = run([str(BINARY), "-l", "-L", "-a", "127.0.0.1:0", "--proxy-dhcp6", address, str(root)], timeout=20)
+    assert r.returncode == status, r.stderr
+    assert said in r.stderr.decode()
