@@ -8,7 +8,7 @@
 // envelope written around it reads back the same. Over IPv6 the same: a message re-encodes to
 // itself; an answer, unwrapped from as many Relay-replies as the message came through
 // Relay-forwards, is an Advertise or a Reply with the message's transaction and client
-// identifier, and no IA in it holds an address.
+// identifier, and no IA in it holds an address (with derived addresses: none outside the /64).
 
 import FuzzCorpus
 import Glibc
@@ -31,6 +31,7 @@ func dhcpFuzz(_ bytes: UnsafeRawBufferPointer) {
 }
 
 let serverID = DUID.linkLayer(ethernet: [2, 0, 0, 0, 0, 1])
+let derived6 = DerivedAddresses(server: [0x20, 0x01, 0x0d, 0xb8] + [UInt8](repeating: 0, count: 11) + [1])
 let menu6 = BootMenu.withDefaults([.efiX64: .file("x64/${mac:hexhyp}.efi")], httpBase: "http://[2001:db8::1]/")
 
 func message6(_ bytes: [UInt8]) {
@@ -42,8 +43,9 @@ func message6(_ bytes: [UInt8]) {
         inner = next
         relays += 1
     }
-    for port in [ProxyAnswer6.Port.dhcp, .bootServer] {
-        guard case .success(let answer) = ProxyAnswer6.to(bytes, on: port, serverID: serverID, server: "2001:db8::1", menu: menu6) else { continue }
+    for (port, derived) in [(ProxyAnswer6.Port.dhcp, nil), (.bootServer, nil), (.dhcp, derived6)] {
+        guard case .success(let answer) = ProxyAnswer6.to(bytes, on: port, serverID: serverID, server: "2001:db8::1", derived: derived,
+                                                          menu: menu6) else { continue }
         precondition(answer.relayed == (relays > 0))
         guard var reply = try? DHCPv6Message.parse(answer.reply) else { preconditionFailure("a DHCPv6 answer does not parse") }
         for _ in 0..<relays {
@@ -55,7 +57,12 @@ func message6(_ bytes: [UInt8]) {
         precondition(reply.transactionID == inner.transactionID && reply.options[.clientID] == inner.options[.clientID])
         for ia in reply.options.values(.iaNA) {
             guard let inside = try? DHCPv6Options.parse(Array(ia.dropFirst(12))) else { preconditionFailure("an IA that does not parse") }
-            precondition(inside.values(.iaNA).isEmpty && !inside.all.contains { $0.code == 5 }, "a proxy gave an address")
+            let given = inside.all.filter { $0.code == 5 }
+            if let derived {
+                precondition(given.allSatisfy { derived.contains(Array($0.value.prefix(16))) && $0.value.count == 24 }, "an address outside the /64")
+            } else {
+                precondition(given.isEmpty, "a proxy gave an address")
+            }
         }
     }
 }

@@ -22,8 +22,10 @@ public struct DUID: Equatable, Sendable {
         }
     }
 
-    /// The UUID a DUID-UUID (type 4) holds, 16 bytes.
+    /// The UUID a DUID-UUID (type 4) holds, 16 bytes; nil for the nil UUID (all zeros: what iPXE
+    /// sends where the machine has none), which names no machine.
     public var uuid: [UInt8]? {
-        bytes.count == 18 && bytes[0] == 0 && bytes[1] == 4 ? Array(bytes[2...]) : nil
+        guard bytes.count == 18, bytes[0] == 0, bytes[1] == 4, !bytes[2...].allSatisfy({ $0 == 0 }) else { return nil }
+        return Array(bytes[2...])
     }
 }

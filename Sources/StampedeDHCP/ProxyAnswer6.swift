@@ -1,8 +1,9 @@
 import StampedeBase
 
 /// What this server answers a network-boot client over DHCPv6: the IPv6 form of the proxy. Boot
-/// information only, never an address, and nothing at all to a client that does not boot from
-/// the network (the site's DHCPv6 server, or the router's advertisements, give addresses). Pure:
+/// information only, no address (the site's DHCPv6 server gives those; with `derived`, the
+/// addresses `DerivedAddresses` makes, for a network without one), and nothing at all to a client
+/// that does not boot from the network. Pure:
 /// a message, where it came and the boot menu in; the reply (wrapped for each relay it came
 /// through) or why there is none, out.
 ///
@@ -70,10 +71,12 @@ public struct ProxyAnswer6: Equatable, Sendable {
     /// client (546 from port 547, the port it sent from to 4011).
     public var reply: [UInt8]
     public var relayed: Bool
-    public var selector: BootSelector
-    public var target: BootTarget
+    /// What it boots; nil in a reply that only says a status (to a Release, a Decline, a
+    /// Confirm of derived addresses).
+    public var selector: BootSelector?
+    public var target: BootTarget?
     /// Option 59's URL.
-    public var url: String
+    public var url: String?
     /// The machine, as DHCPv6 told it: its Ethernet address where its DUID or a relay says one.
     public var machine: MachineIdentity
     /// What the client sent (inside its relays): its kind, and its DUID (none in an
@@ -91,15 +94,19 @@ public struct ProxyAnswer6: Equatable, Sendable {
         return port == .dhcp ? 546 : sourcePort
     }
 
-    public static func to(_ bytes: [UInt8], on port: Port, serverID: DUID, server: String, pxeVendors: [[UInt8]] = [],
-                          menu: BootMenu) -> Result<ProxyAnswer6, Silence> {
-        to(bytes, on: port, serverID: serverID, server: server, pxeVendors: pxeVendors) { _ in .boot(menu) }
+    public static func to(_ bytes: [UInt8], on port: Port, from source: [UInt8]? = nil, serverID: DUID, server: String,
+                          pxeVendors: [[UInt8]] = [], derived: DerivedAddresses? = nil, menu: BootMenu) -> Result<ProxyAnswer6, Silence> {
+        to(bytes, on: port, from: source, serverID: serverID, server: server, pxeVendors: pxeVendors, derived: derived) { _ in .boot(menu) }
     }
 
-    /// The answer to `bytes`, which arrived on `port`, from a server named `serverID` whose
+    /// The answer to `bytes`, which arrived on `port` from `source` (its 16 bytes), from a server named `serverID` whose
     /// address on the client's link is `server` (the URL's host, without brackets), booting each
     /// machine as `choose` says (the machine records): asked only of a message it would answer.
-    public static func to(_ bytes: [UInt8], on port: Port, serverID: DUID, server: String, pxeVendors: [[UInt8]] = [],
+    /// With `derived`, each IA_NA of a boot client gets its derived address (`DerivedAddresses`),
+    /// and the exchanges that keep an address (Request, Renew, Rebind, Confirm, Release, Decline)
+    /// are answered as RFC 8415 asks of a server that gave it.
+    public static func to(_ bytes: [UInt8], on port: Port, from source: [UInt8]? = nil, serverID: DUID, server: String,
+                          pxeVendors: [[UInt8]] = [], derived: DerivedAddresses? = nil,
                           choose: (MachineIdentity) -> MachineChoice) -> Result<ProxyAnswer6, Silence> {
         var message: DHCPv6Message
         var relays: [DHCPv6Message] = []
@@ -116,21 +123,41 @@ public struct ProxyAnswer6: Equatable, Sendable {
         let options = message.options
         if let named = options[.serverID], named != serverID.bytes { return .failure(.otherServer) }
         let clientID = options[.clientID]
-        enum Answer { case full, noAddresses(DHCPv6Status) }
+        enum Answer { case full, addresses, noAddresses(DHCPv6Status), status(DHCPv6Status) }
         let answer: Answer
+        let namesUs = options[.serverID] != nil
         switch (message.kind, port) {
-        case (.solicit, .dhcp), (.request, .bootServer), (.informationRequest, _):
+        case (.request, .bootServer), (.informationRequest, _):
             answer = .full
-        case (.request, .dhcp) where options[.serverID] != nil:
-            answer = .noAddresses(.noAddressesAvailable)
-        case (.renew, .dhcp) where options[.serverID] != nil:
-            answer = .noAddresses(.noBinding)
+        case (.solicit, .dhcp):
+            answer = derived == nil ? .full : .addresses
+        case (.request, .dhcp) where namesUs, (.renew, .dhcp) where namesUs, (.rebind, .dhcp) where derived != nil:
+            answer = derived != nil ? .addresses : .noAddresses(message.kind == .renew ? .noBinding : .noAddressesAvailable)
+        case (.confirm, .dhcp) where derived != nil:
+            // Every address it holds on this link, or NotOnLink (RFC 8415 §18.3.3).
+            let held = options.values(.iaNA).flatMap { Self.addresses(in: $0) }
+            guard !held.isEmpty else { return .failure(.notForProxy(.confirm)) }
+            answer = .status(held.allSatisfy { derived!.contains($0) } ? .success : .notOnLink)
+        case (.release, .dhcp) where namesUs && derived != nil, (.decline, .dhcp) where namesUs && derived != nil:
+            // Nothing is kept to free: done (RFC 8415 §18.3.7, §18.3.8).
+            answer = .status(.success)
         default:
             return .failure(.notForProxy(message.kind))
         }
         if message.kind != .informationRequest && clientID == nil { return .failure(.noClientID) }
+        if case .status(let status) = answer {
+            // Whoever sends it: the firmware's Release carries no vendor class, and an unanswered
+            // one holds the firmware seconds before it hands the network to what it loaded.
+            var reply = DHCPv6Message(kind: .reply, transactionID: message.transactionID)
+            if let clientID { reply.options.append(.clientID, clientID) }
+            reply.options.append(.serverID, serverID.bytes)
+            reply.options.append(.statusCode, DHCPv6Options.status(status, status == .success ? "" : "not on this link"))
+            let machine = MachineIdentity(hardwareAddress: hardwareAddress(clientID: clientID.map(DUID.init), relays: relays, source: source))
+            return .success(wrap(reply, in: relays, selector: nil, target: nil, url: nil, machine: machine, asked: message.kind,
+                                 clientID: clientID))
+        }
         guard let client = bootClient(options, pxeVendors: pxeVendors) else { return .failure(.notBootClient) }
-        let machine = identity(client, clientID: clientID.map(DUID.init), relays: relays)
+        let machine = identity(client, clientID: clientID.map(DUID.init), relays: relays, source: source)
 
         let menu: BootMenu
         switch choose(machine) {
@@ -145,6 +172,16 @@ public struct ProxyAnswer6: Equatable, Sendable {
         var reply = DHCPv6Message(kind: message.kind == .solicit ? .advertise : .reply, transactionID: message.transactionID)
         if let clientID { reply.options.append(.clientID, clientID) }
         reply.options.append(.serverID, serverID.bytes)
+        if case .addresses = answer, let derived {
+            let name = machine.hardwareAddress.isEmpty ? (clientID ?? []) : machine.hardwareAddress
+            for ia in options.values(.iaNA) where ia.count >= 12 {
+                var inside = DHCPv6Options()
+                let address = derived.address(for: name, iaid: ia.prefix(4))
+                inside.append(code: 5, address + Self.word(DerivedAddresses.preferred) + Self.word(DerivedAddresses.valid))
+                reply.options.append(.iaNA, Array(ia.prefix(4)) + Self.word(DerivedAddresses.renewAt) + Self.word(DerivedAddresses.rebindAt)
+                    + inside.encoded())
+            }
+        }
         if case .noAddresses(let status) = answer {
             let why = status == .noBinding ? "this server gives no addresses: no binding" : "this server gives no addresses"
             for ia in options.values(.iaNA) where ia.count >= 4 {
@@ -156,17 +193,33 @@ public struct ProxyAnswer6: Equatable, Sendable {
         }
         reply.options.append(.vendorClass, DHCPv6Options.vendorClass(Array(client.kind.rawValue.utf8)))
         reply.options.append(.bootFileURL, Array(url.utf8))
+        return .success(wrap(reply, in: relays, selector: selector, target: target, url: url, machine: machine, asked: message.kind,
+                             clientID: clientID))
+    }
 
+    /// The reply in a Relay-reply for each relay, each with its header and interface-id back
+    /// (RFC 8415 §19.3).
+    private static func wrap(_ reply: DHCPv6Message, in relays: [DHCPv6Message], selector: BootSelector?, target: BootTarget?, url: String?,
+                             machine: MachineIdentity, asked: DHCPv6Message.Kind, clientID: [UInt8]?) -> ProxyAnswer6 {
         var out = reply.encoded()
         for relay in relays.reversed() {
-            // Each relay's header and interface-id back (RFC 8415 §19.3), the reply inside.
             var options = DHCPv6Options()
             if let interface = relay.options[.interfaceID] { options.append(.interfaceID, interface) }
             options.append(.relayMessage, out)
             out = DHCPv6Message(relay: .relayReply, relay.relay!, options: options).encoded()
         }
-        return .success(ProxyAnswer6(reply: out, relayed: !relays.isEmpty, selector: selector, target: target, url: url, machine: machine,
-                                     asked: message.kind, clientID: clientID))
+        return ProxyAnswer6(reply: out, relayed: !relays.isEmpty, selector: selector, target: target, url: url, machine: machine,
+                            asked: asked, clientID: clientID)
+    }
+
+    private static func word(_ value: UInt32) -> [UInt8] {
+        [UInt8(value >> 24), UInt8((value >> 16) & 0xFF), UInt8((value >> 8) & 0xFF), UInt8(value & 0xFF)]
+    }
+
+    /// The addresses (IAADDR, option 5) an IA_NA's value holds.
+    static func addresses(in ia: [UInt8]) -> [[UInt8]] {
+        guard ia.count >= 12, let inside = try? DHCPv6Options.parse(Array(ia.dropFirst(12))) else { return [] }
+        return inside.all.filter { $0.code == 5 && $0.value.count >= 16 }.map { Array($0.value.prefix(16)) }
     }
 
     /// What the message says of the machine's firmware: its vendor class under enterprise 343
@@ -197,16 +250,25 @@ public struct ProxyAnswer6: Equatable, Sendable {
 
     /// The machine: its Ethernet address from the relay next to it (option 79, RFC 6939) or its
     /// DUID (LLT or LL); none from a DUID-UUID or DUID-EN alone.
-    static func identity(_ client: BootClient, clientID: DUID?, relays: [DHCPv6Message]) -> MachineIdentity {
-        var address: [UInt8] = []
-        if let linkLayer = relays.last?.options[.clientLinkLayerAddress], linkLayer.count == 8, linkLayer[0] == 0, linkLayer[1] == 1 {
-            address = Array(linkLayer[2...])
-        } else if let ethernet = clientID?.ethernetAddress {
-            address = ethernet
-        }
+    static func identity(_ client: BootClient, clientID: DUID?, relays: [DHCPv6Message], source: [UInt8]?) -> MachineIdentity {
         var firmware = client
         firmware.isIPXE = false
-        return MachineIdentity(hardwareAddress: address, uuid: client.uuid, firmware: BootSelector(firmware), architecture: client.architecture)
+        return MachineIdentity(hardwareAddress: hardwareAddress(clientID: clientID, relays: relays, source: source), uuid: client.uuid,
+                               firmware: BootSelector(firmware), architecture: client.architecture)
+    }
+
+    /// The machine's Ethernet address: the relay next to it says it (option 79), or its DUID
+    /// holds it (LLT, LL), or its link-local address was made from it (EUI-64, `ff:fe` in the
+    /// middle: what firmware forms; iPXE names itself by a DUID-UUID): the peer address of the
+    /// relay next to it, else where the message came from.
+    static func hardwareAddress(clientID: DUID?, relays: [DHCPv6Message], source: [UInt8]?) -> [UInt8] {
+        if let linkLayer = relays.last?.options[.clientLinkLayerAddress], linkLayer.count == 8, linkLayer[0] == 0, linkLayer[1] == 1 {
+            return Array(linkLayer[2...])
+        }
+        if let ethernet = clientID?.ethernetAddress { return ethernet }
+        guard let peer = relays.last?.relay?.peerAddress ?? source, peer.count == 16, peer[0] == 0xfe, peer[1] & 0xc0 == 0x80,
+              peer[11] == 0xff, peer[12] == 0xfe else { return [] }
+        return [peer[8] ^ 0x02, peer[9], peer[10], peer[13], peer[14], peer[15]]
     }
 
     /// Option 59's URL for `target`: a file as `tftp://[ADDR]/NAME` (RFC 5970 §3.1, the form EDK2

@@ -100,6 +100,12 @@ public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConverti
     public var family: Int32 { Int32(storage.ss_family) }
     public var isIPv6: Bool { family == AF_INET6 }
 
+    /// An IPv6 address's 16 bytes; nil for IPv4.
+    public var ipv6Bytes: [UInt8]? {
+        guard isIPv6 else { return nil }
+        return withUnsafeBytes(of: storage) { raw in withUnsafeBytes(of: raw.load(as: sockaddr_in6.self).sin6_addr) { Array($0) } }
+    }
+
     /// A v4 client seen on a dual-stack IPv6 socket (::ffff:a.b.c.d).
     public var isIPv4Mapped: Bool {
         guard isIPv6 else { return false }

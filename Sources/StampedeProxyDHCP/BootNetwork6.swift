@@ -10,10 +10,13 @@ public struct BootNetwork6: Sendable {
     public var address: SocketAddress
     public var interface: NetworkInterface
     public var menu: BootMenu
+    /// `--dhcp6-derived`: addresses for boot clients in the address's /64; nil: none given.
+    public var derived: DerivedAddresses?
 
-    public init(address: SocketAddress, interface: NetworkInterface, menu: BootMenu) {
+    public init(address: SocketAddress, interface: NetworkInterface, menu: BootMenu, derived: DerivedAddresses? = nil) {
         self.address = address
         self.interface = interface
         self.menu = menu
+        self.derived = derived
     }
 }

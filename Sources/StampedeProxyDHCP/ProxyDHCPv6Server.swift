@@ -142,7 +142,8 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
         let network = networks[number]
         var record: MachineRecord?
         var asked: MachineIdentity?
-        let answer = ProxyAnswer6.to(bytes, on: port, serverID: serverID, server: network.address.host, pxeVendors: pxeVendors) { machine in
+        let answer = ProxyAnswer6.to(bytes, on: port, from: source.ipv6Bytes, serverID: serverID, server: network.address.host, pxeVendors: pxeVendors,
+                                     derived: network.derived) { machine in
             asked = machine
             guard let machines else { return .boot(network.menu) }
             guard let (found, book) = machines.record(for: machine, asking: .dhcp) else { return .leaveAlone(.asking) }
@@ -188,30 +189,38 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
                 }
                 return
             }
+            guard let selector = answer.selector, let url = answer.url else {
+                if answer.asked == .decline {
+                    logger.warning("\(what): declined its derived address (another node holds it, by duplicate address detection)")
+                } else {
+                    logger.debug("\(what): \(answer.asked) answered (a status)")
+                }
+                return
+            }
             if let progress, !answer.machine.hardwareAddress.isEmpty {
-                progress.note(answer.machine.hardwareAddress, .dhcp, record: record?.name, offered: answer.target.description, now: time(nil))
+                progress.note(answer.machine.hardwareAddress, .dhcp, record: record?.name, offered: answer.target?.description, now: time(nil))
             }
             let offer = answer.asked == .solicit
-            metrics.countBoot(answer.selector, offer: offer)
-            log(answer, what, to: destination, offer: offer)
+            metrics.countBoot(selector, offer: offer)
+            log(answer, selector, url, what, to: destination, offer: offer)
         }
     }
 
-    private func log(_ answer: ProxyAnswer6, _ what: String, to destination: SocketAddress, offer: Bool) {
+    private func log(_ answer: ProxyAnswer6, _ selector: BootSelector, _ url: String, _ what: String, to destination: SocketAddress, offer: Bool) {
         let machine = answer.machine
         let client = machine.hardwareAddress.isEmpty ? (machine.uuid ?? "") : machine.hardwareAddress.hardwareAddressText()
         if json {
             logger.info("boot", metadata: [
                 "event": "boot", "protocol": "dhcp6", "client": "\(client)", "request": "\(answer.asked)",
                 "architecture": .stringConvertible(machine.architecture ?? 0), "uuid": "\(machine.uuid ?? "")",
-                "selector": "\(answer.selector.name)", "boot_file": "\(sanitizedForLog(Array(answer.url.utf8)))",
+                "selector": "\(selector.name)", "boot_file": "\(sanitizedForLog(Array(url.utf8)))",
                 "outcome": "\(offer ? "offered" : "acknowledged")", "to": "\(destination)",
             ])
             return
         }
         logger.info("""
-            \(what): \(answer.asked) \(client) \(answer.selector.name) (arch \(machine.architecture ?? 0)): \
-            \(offer ? "advertised" : "replied") "\(sanitizedForLog(Array(answer.url.utf8)))" to \(destination)\(answer.relayed ? " (relay)" : "")
+            \(what): \(answer.asked) \(client) \(selector.name) (arch \(machine.architecture ?? 0)): \
+            \(offer ? "advertised" : "replied") "\(sanitizedForLog(Array(url.utf8)))" to \(destination)\(answer.relayed ? " (relay)" : "")
             """)
     }
 }

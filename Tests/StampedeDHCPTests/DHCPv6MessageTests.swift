@@ -93,6 +93,7 @@ let peerAddress: [UInt8] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0x00, 0xff
         #expect(DUID([0, 2, 0, 0, 0x01, 0x57, 1, 2, 3]).uuid == nil)
         #expect(DUID([0, 4] + ovmfUUID).uuid == ovmfUUID)
         #expect(DUID([0, 4] + ovmfUUID.dropLast()).uuid == nil)
+        #expect(DUID([0, 4] + [UInt8](repeating: 0, count: 16)).uuid == nil)  // iPXE's where the machine has none
     }
 
     @Test func aClassCutShortEndsTheList() {

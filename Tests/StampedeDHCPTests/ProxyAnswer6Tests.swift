@@ -140,6 +140,22 @@ import Testing
         #expect(answer(bytes) == .failure(.tooManyRelays))
     }
 
+    /// iPXE names itself by a DUID-UUID (a nil one where the machine has no UUID): the machine's
+    /// MAC is read from the EUI-64 of the link-local address it sent from.
+    @Test func aMachineWithoutAnEthernetDUIDIsKnownByItsLinkLocalAddress() throws {
+        let nilUUID: [UInt8] = [0, 4] + [UInt8](repeating: 0, count: 16)
+        let source: [UInt8] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0x00, 0xff, 0xfe, 0x5e, 0xa7, 0x01]
+        let answer = try ProxyAnswer6.to(ovmfSolicit(clientID: nilUUID), on: .dhcp, from: source, serverID: serverID, server: server,
+                                         menu: menu).get()
+        #expect(answer.machine.hardwareAddress == [0x52, 0x54, 0x00, 0x5e, 0xa7, 0x01])
+        #expect(answer.machine.uuid == nil)
+        // A global or privacy address says nothing of the MAC.
+        var global = source
+        global[0] = 0x20
+        #expect(try ProxyAnswer6.to(ovmfSolicit(clientID: nilUUID), on: .dhcp, from: global, serverID: serverID, server: server,
+                                    menu: menu).get().machine.hardwareAddress.isEmpty)
+    }
+
     @Test func theRecordsDecide() {
         let answer = ProxyAnswer6.to(ovmfSolicit(), on: .dhcp, serverID: serverID, server: server) { machine in
             #expect(machine.uuid == "8a3c6b5e-1122-3344-5566-778899aabbcc")
@@ -155,5 +171,92 @@ import Testing
         bytes.removeSubrange((bytes.count - 13)..<(bytes.count - 7))  // option 61
         #expect(try DHCPv6Message.parse(bytes).options.architectures.isEmpty)
         #expect(try answer(bytes).get().selector == .efiX64)
+    }
+}
+
+/// `--dhcp6-derived`: the same answers with an address in each IA_NA, made from the machine and
+/// the IAID within the server's /64, and the exchanges that keep it answered.
+@Suite struct DerivedAddressesSpec {
+    let serverID = DUID.linkLayer(ethernet: [0x02, 0x00, 0x00, 0x00, 0x00, 0x01])
+    let serverAddress: [UInt8] = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0x77, 0, 0, 0, 0, 0, 0, 0, 1]
+    var derived: DerivedAddresses { DerivedAddresses(server: serverAddress) }
+    let menu = BootMenu.withDefaults([:], httpBase: nil)
+    let macClientID: [UInt8] = [0, 3, 0, 1, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56]
+
+    func answer(_ bytes: [UInt8], derived: DerivedAddresses?) throws -> DHCPv6Message {
+        try DHCPv6Message.parse(ProxyAnswer6.to(bytes, on: .dhcp, serverID: serverID, server: "2001:db8:0:77::1", derived: derived, menu: menu).get().reply)
+    }
+
+    /// The IAID, T1, T2 and the one address of an IA_NA.
+    func ia(_ message: DHCPv6Message) throws -> (iaid: [UInt8], t1: [UInt8], t2: [UInt8], address: [UInt8], lifetimes: [UInt8]) {
+        let value = try #require(message.options[.iaNA])
+        let inside = try DHCPv6Options.parse(Array(value.dropFirst(12)))
+        let address = try #require(inside.all.first { $0.code == 5 }?.value)
+        return (Array(value[0..<4]), Array(value[4..<8]), Array(value[8..<12]), Array(address.prefix(16)), Array(address.dropFirst(16)))
+    }
+
+    @Test func aSolicitGetsAnAddressInTheServersPrefixTheSameFromEveryServer() throws {
+        let solicit = ovmfSolicit(clientID: macClientID)
+        let advertise = try answer(solicit, derived: derived)
+        #expect(advertise.kind == .advertise)
+        let given = try ia(advertise)
+        #expect(given.iaid == [0, 0, 0, 42])
+        #expect(given.t1 == [0, 0, 0x07, 0x08] && given.t2 == [0, 0, 0x0b, 0x40])  // 1800, 2880
+        #expect(given.lifetimes == [0, 0, 0x0e, 0x10, 0, 0, 0x1c, 0x20])  // 3600, 7200
+        #expect(derived.contains(given.address) && given.address != serverAddress)
+        #expect(given.address[8] & 0x02 == 0, "the u/l bit")
+        #expect(!(given.address[11] == 0xff && given.address[12] == 0xfe), "never an EUI-64")
+        #expect(advertise.options[.bootFileURL] == Array("tftp://[2001:db8:0:77::1]/ipxe.efi".utf8))
+        // Another server in the same /64, another run: the same address; another IAID, another.
+        let other = DerivedAddresses(server: Array(serverAddress.prefix(15)) + [9])
+        #expect(try ia(answer(solicit, derived: other)).address == given.address)
+        #expect(derived.address(for: [0x52, 0x54, 0x00, 0x12, 0x34, 0x56], iaid: [0, 0, 0, 43]) != given.address)
+        #expect(derived.address(for: [0x52, 0x54, 0x00, 0x12, 0x34, 0x56], iaid: [0, 0, 0, 42]) == given.address)
+    }
+
+    @Test func theExchangesThatKeepTheAddressAreAnswered() throws {
+        let ours = [0x00, 0x02, 0x00, UInt8(serverID.bytes.count)] + serverID.bytes
+        let given = try ia(answer(ovmfSolicit(clientID: macClientID), derived: derived)).address
+        for kind: UInt8 in [3, 5, 6] {  // Request, Renew (naming this server), Rebind (naming none)
+            let reply = try answer(ovmfSolicit(clientID: macClientID, kind: kind, extra: kind == 6 ? [] : ours), derived: derived)
+            #expect(reply.kind == .reply)
+            #expect(try ia(reply).address == given, "kind \(kind)")
+        }
+        // Without derived addresses, a Rebind is the site server's.
+        #expect(ProxyAnswer6.to(ovmfSolicit(clientID: macClientID, kind: 6), on: .dhcp, serverID: serverID, server: "2001:db8::1",
+                                menu: menu) == .failure(.notForProxy(.rebind)))
+        // Confirm: on this link (an address in the /64) or not.
+        func confirm(_ address: [UInt8]) -> [UInt8] {
+            let iaAddress: [UInt8] = [0x00, 0x05, 0x00, 0x18] + address + [UInt8](repeating: 0, count: 8)
+            var bytes = ovmfSolicit(clientID: macClientID, kind: 4)
+            let at = 4 + 4 + macClientID.count
+            bytes.replaceSubrange(at..<(at + 16), with: [0x00, 0x03, 0x00, UInt8(12 + iaAddress.count), 0, 0, 0, 42] + [UInt8](repeating: 0, count: 8) + iaAddress)
+            return bytes
+        }
+        #expect(try answer(confirm(given), derived: derived).options[.statusCode]?.prefix(2) == [0, 0])
+        let elsewhere: [UInt8] = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0x99] + given.suffix(8)
+        #expect(try answer(confirm(elsewhere), derived: derived).options[.statusCode]?.prefix(2) == [0, 4])  // NotOnLink
+        #expect(ProxyAnswer6.to(ovmfSolicit(clientID: macClientID, kind: 4), on: .dhcp, serverID: serverID, server: "2001:db8::1",
+                                derived: derived, menu: menu) == .failure(.notForProxy(.confirm)))  // no address in it
+        // Release and Decline: nothing kept, Success; EDK2's Release carries no vendor class.
+        for kind: UInt8 in [8, 9] {
+            let reply = try answer(ovmfSolicit(clientID: macClientID, kind: kind, extra: ours), derived: derived)
+            #expect(reply.kind == .reply && reply.options[.statusCode]?.prefix(2) == [0, 0])
+        }
+        let release: [UInt8] = [8, 0, 0, 9, 0x00, 0x01, 0x00, UInt8(macClientID.count)] + macClientID + ours
+            + [0x00, 0x03, 0x00, 0x0c, 0, 0, 0, 42] + [UInt8](repeating: 0, count: 8)
+        #expect(try answer(release, derived: derived).options[.statusCode]?.prefix(2) == [0, 0])
+        #expect(ProxyAnswer6.to(release, on: .dhcp, serverID: serverID, server: "2001:db8::1", menu: menu) == .failure(.notForProxy(.release)))
+    }
+
+    @Test func anAddressIsNeverReservedNorTheServers() {
+        let addresses = (0..<20_000).map { derived.address(for: [UInt8(truncatingIfNeeded: $0), UInt8(truncatingIfNeeded: $0 >> 8)], iaid: [0, 0, 0, 1]) }
+        #expect(Set(addresses).count == addresses.count)
+        for address in addresses {
+            #expect(derived.contains(address) && address != serverAddress)
+            #expect(!address.suffix(8).allSatisfy { $0 == 0 })
+            #expect(!(address[11] == 0xff && address[12] == 0xfe))
+            #expect(!(address[8] == 0xfd && address[9...14].allSatisfy { $0 == 0xff } && address[15] >= 0x80))
+        }
     }
 }

@@ -3,7 +3,9 @@ an IPv6-only link: QEMU's OVMF on a tap device on a bridge, the site's own serve
 of their own on the same bridge (Kea 2.2 giving addresses by DHCPv6, radvd advertising the prefix
 with the M flag), Stampede answering the firmware's Solicit with a URL and no address, as EDK2 takes
 a proxy offer ("ProxyBinl"), and its Request on [server]:4011 with the same URL. No IPv4 on the
-link, and OVMF's IPv4 PXE off (fw_cfg): the boot begins at ">>Start PXE over IPv6"."""
+link, and OVMF's IPv4 PXE off (fw_cfg): the boot begins at ">>Start PXE over IPv6". UEFI HTTP
+Boot over IPv6 the same way. And with no DHCPv6 server at all (--dhcp6-derived): OVMF, then iPXE,
+then Linux, over IPv6 alone."""
 import json
 import os
 import re
@@ -14,7 +16,7 @@ import time
 import pytest
 
 from conftest import BINARY
-from test_firmware import IPXE_EFI, MAC, OVMF, power_on
+from test_firmware import IPXE_EFI, MAC, OVMF, install_linux, power_on
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="firmware boots need root (a network namespace, a tap device): "
                                                           "NOT TESTED — run `make test` as root")
@@ -24,11 +26,16 @@ SITE6 = "2001:db8:77::2"
 PREFIX = "2001:db8:77::/64"
 
 
+DERIVED = "derived"
+
+
 @pytest.fixture
-def lab6(tmp_path):
+def lab6(tmp_path, request):
     """A namespace with a bridge (br0, SERVER6) holding tap0 and a veth to the site's namespace
     (vsite, SITE6), where Kea hands out addresses from the prefix and radvd advertises it (M and O
-    flags: addresses and options by DHCPv6). A root with ipxe.efi."""
+    flags: addresses and options by DHCPv6). A root with ipxe.efi. With the parameter DERIVED,
+    the site has no DHCPv6 server: radvd alone (Stampede gives the addresses, --dhcp6-derived)."""
+    kea = getattr(request, "param", None) != DERIVED
     for needed in (OVMF, IPXE_EFI):
         assert needed.exists(), f"{needed} missing: `make deps` installs ovmf and ipxe"
     name, site = f"stfw6{os.getpid()}", f"stsite6{os.getpid()}"
@@ -72,8 +79,8 @@ def lab6(tmp_path):
         }}))
         environment = {**os.environ, "KEA_PIDFILE_DIR": str(tmp_path / "kea"), "KEA_LOCKFILE_DIR": str(tmp_path / "kea")}
         site_log = open(tmp_path / "site.log", "w")
-        for argv in (["radvd", "-n", "-C", tmp_path / "radvd.conf", "-p", tmp_path / "radvd.pid", "-m", "stderr"],
-                     ["kea-dhcp6", "-c", tmp_path / "kea-dhcp6.json"]):
+        for argv in [["radvd", "-n", "-C", tmp_path / "radvd.conf", "-p", tmp_path / "radvd.pid", "-m", "stderr"]] \
+                + ([["kea-dhcp6", "-c", tmp_path / "kea-dhcp6.json"]] if kea else []):
             processes.append(subprocess.Popen(["ip", "netns", "exec", site, *map(str, argv)], stdout=site_log, stderr=subprocess.STDOUT,
                                               env=environment))
         root = tmp_path / "tftp"
@@ -128,3 +135,87 @@ def test_ovmfs_pxe_over_ipv6_loads_its_boot_file_through_the_dhcpv6_responder(la
     # Over TFTP from an address Kea gave (its pool: ::100 to ::1ff).
     whole = rf'RRQ \[2001:db8:77::1[0-9a-f]{{2}}\]:\d+ "ipxe\.efi" octet .*bytes={IPXE_EFI.stat().st_size} .*: ok$'
     assert any(re.search(whole, line) for line in text.splitlines()), text
+
+
+def test_ovmfs_http_boot_over_ipv6_loads_its_image_from_the_url_the_responder_gives(lab6):
+    """UEFI HTTP Boot over IPv6 (PXE off): its Solicit says HTTPClient, the Advertise holds
+    --http's URL, and OVMF loads ipxe.efi from it: iPXE starts."""
+    inside, root, tmp, processes = lab6
+    log_path = tmp / "stampede.log"
+    processes.append(inside([BINARY, "-l", "-L", "-a", f"[{SERVER6}]:69", "-v", "--proxy-dhcp6", SERVER6, "--http", f"[{SERVER6}]:8080", root],
+                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT))
+    deadline = time.time() + 10
+    while "answering network-boot DHCPv6" not in log_path.read_text() and time.time() < deadline:
+        time.sleep(0.05)
+    no_pxe = ["-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n"]
+    qemu, console = power_on(lab6, ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n", *no_pxe])
+    started = time.time()
+    url = f"http://[{SERVER6}]:8080/ipxe.efi"
+    while time.time() - started < 150:
+        text = log_path.read_text(errors="replace")
+        screen = console.read_text(errors="replace") if console.exists() else ""
+        if any('"ipxe.efi" http 200' in line and f"bytes={IPXE_EFI.stat().st_size}" in line for line in text.splitlines()) \
+                and "iPXE" in screen:
+            break
+        assert qemu.poll() is None, (tmp / "qemu-tap0.log").read_text()[-2000:]
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"no HTTP boot over IPv6 in 150 s.\nserver:\n{text[-3000:]}\nconsole:\n{screen[-3000:]}")
+    assert ">>Start HTTP Boot over IPv6" in screen
+    assert f'http-x64 (arch 16): advertised "{url}"' in text, text
+
+
+LINUX_SCRIPT6 = f"""#!ipxe
+echo stampede: boot.ipxe over IPv6 at ${{net0/ip6}}
+kernel http://[{SERVER6}]:8080/linux/vmlinuz initrd=initrd.img console=ttyS0 panic=-1 quiet || goto failed
+initrd http://[{SERVER6}]:8080/linux/initrd.img || goto failed
+boot || goto failed
+:failed
+echo stampede: FAILED
+sleep 600
+"""
+
+
+@pytest.mark.parametrize("lab6", [DERIVED], indirect=True)
+def test_with_derived_addresses_ovmf_and_then_ipxe_boot_linux_over_ipv6_with_no_dhcpv6_server(lab6):
+    """No DHCPv6 server on the link (radvd alone, M flag): --dhcp6-derived gives OVMF an address
+    in the same Advertise as the URL (EDK2's "DhcpBinl" offer), its boot server Request on 4011
+    gets the URL, ipxe.efi comes over TFTP from the derived address; iPXE's own DHCPv6 (user
+    class iPXE) gets an address and its script's URL, and the script's kernel and initrd come over
+    HTTP on IPv6: the initrd's init runs."""
+    inside, root, tmp, processes = lab6
+    (root / "boot.ipxe").write_text(LINUX_SCRIPT6)
+    (root / "boot.ipxe").chmod(0o644)
+    install_linux(root)
+    log_path = tmp / "stampede.log"
+    server = inside([BINARY, "-l", "-L", "-a", f"[{SERVER6}]:69", "-v", "--proxy-dhcp6", SERVER6, "--dhcp6-derived",
+                     "--http", f"[{SERVER6}]:8080", root], stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    processes.append(server)
+    deadline = time.time() + 10
+    while "answering network-boot DHCPv6" not in log_path.read_text() and time.time() < deadline:
+        time.sleep(0.05)
+    no_ipv4 = ["-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n"]
+    qemu, console = power_on(lab6, ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n", *no_ipv4])
+    started = time.time()
+    while time.time() - started < 180:
+        text = log_path.read_text(errors="replace")
+        screen = console.read_text(errors="replace") if console.exists() else ""
+        if "stampede-initrd: BOOTED" in screen:
+            break
+        assert server.poll() is None, text
+        assert qemu.poll() is None, (tmp / "qemu-tap0.log").read_text()[-2000:]
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"no boot over IPv6 in 180 s.\nserver:\n{text[-4000:]}\nconsole:\n{screen[-3000:]}")
+    assert re.search(r"stampede-initrd: init runs, cmdline: .*initrd=initrd.img console=ttyS0", screen), screen[-2000:]
+    assert "stampede: boot.ipxe over IPv6 at 2001:db8:77:" in screen, screen[-3000:]
+    # The UEFI PXE: the Advertise, the boot server's Reply; then the file over TFTP from the
+    # address derived for it (in the /64, not Kea's: there is none).
+    assert 'efi-x64 (arch 7): advertised "tftp://[2001:db8:77::1]/ipxe.efi"' in text, text
+    assert re.search(r'request 52:54:00:5e:a7:01 efi-x64 \(arch 7\): replied "tftp://\[2001:db8:77::1\]/ipxe\.efi" to \[[0-9a-f:]+\]:4011', text), text
+    assert re.search(rf'RRQ \[2001:db8:77:[0-9a-f:]+\]:\d+ "ipxe\.efi" octet .*bytes={IPXE_EFI.stat().st_size} .*: ok$', text, re.M), text
+    # iPXE: its Solicit and Request answered with the script's URL, the files over HTTP.
+    # iPXE names itself by a nil DUID-UUID here: the machine is known by its link-local address's EUI-64.
+    assert f'solicit {MAC} ipxe (arch 7): advertised "http://[2001:db8:77::1]:8080/boot.ipxe"' in text, text
+    for name in ("boot.ipxe", "linux/vmlinuz", "linux/initrd.img"):
+        assert any(f'"{name}" http 200' in line and f"bytes={(root / name).stat().st_size}" in line for line in text.splitlines()), (name, text)

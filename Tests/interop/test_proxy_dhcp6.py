@@ -4,7 +4,7 @@ at 2001:db8:78::57. A Solicit as OVMF's PXE over IPv6 sends it, multicast to ff0
 Advertise EDK2 takes for a proxy offer; the Request EDK2 then sends to [server]:4011 gets the URL,
 and the file at that URL comes over TFTP on IPv6; UEFI HTTP Boot gets an http:// URL whose file
 comes over HTTP; a relay's Relay-forward is answered through it; what is not a boot client's
-gets silence, and bad flags a clear refusal. Real firmware over IPv6 is not booted here yet."""
+gets silence, and bad flags a clear refusal. Real firmware boots over IPv6 in test_firmware_ipv6.py."""
 import socket
 import struct
 import subprocess
@@ -147,7 +147,9 @@ def test_ovmfs_solicit_gets_the_proxy_offer_edk2_takes_and_its_boot_server_the_u
     assert vendor[:4] == struct.pack("!I", 343) and vendor[6:15] == b"PXEClient"
     url = first(options, 59).decode()
     assert url == f"tftp://[{SERVER6}]/ipxe.efi"
-    assert s.log_lines(f"on veth-s: solicit 8a3c6b5e-1122-3344-5566-778899aabbcc efi-x64 (arch 7): advertised \"{url}\"")
+    # Its DUID-UUID holds no MAC: the machine is known by its link-local address's EUI-64.
+    client_mac = client_ns.run_inside(["cat", "/sys/class/net/veth-c/address"]).stdout.decode().strip()
+    assert s.log_lines(f"on veth-s: solicit {client_mac} efi-x64 (arch 7): advertised \"{url}\"")
 
     # EDK2's Request to the boot server: the offer's server identifier, the IA removed, from 4011.
     boot = Machine6(client_ns, port=4011)

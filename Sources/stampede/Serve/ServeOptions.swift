@@ -238,6 +238,9 @@ struct ServeOptions: ParsableArguments {
                                valueName: "ADDR"),
             transform: parseBootAddress6)
     var proxyDHCP6: [SocketAddress] = []
+    @Flag(name: .customLong("dhcp6-derived"),
+          help: ArgumentHelp("With --proxy-dhcp6, give each network-boot machine an address too, for a network without a DHCPv6 server: made from its MAC (else its DUID) and the IA's IAID within the /64 of ADDR, the same from every server that derives there, with no lease kept (off by default: the site's DHCPv6 server gives addresses)."))
+    var dhcp6Derived = false
     @Option(name: .customLong("boot-file"),
             help: ArgumentHelp("What machines of SELECTOR boot, offered by --proxy-dhcp (repeatable): bios, efi-x86, efi-x64, efi-arm32, efi-arm64, efi-riscv64, efi-loongarch64, uboot-arm32, uboot-arm64 (a file name), http-x86, http-x64, http-arm32, http-arm64, http-riscv64, http-loongarch64 (UEFI HTTP Boot: a URL), ipxe (iPXE asking again: its script, a file name or a URL), or arch:N for machines that send architecture code N (RFC 4578, IANA's registry; before a named selector of the same code). Defaults: bios=undionly.kpxe, each UEFI architecture's iPXE as boot.ipxe.org names it (efi-x64=ipxe.efi, efi-arm64=ipxe-arm64.efi, efi-x86=ipxe-i386.efi, ...) and its URL on --http for HTTP Boot, ipxe=boot.ipxe (its URL on --http); U-Boot none. NAME may hold ${mac}, ${mac:hexhyp}, ${uuid} and ${arch}.",
                                valueName: "SELECTOR=NAME"),

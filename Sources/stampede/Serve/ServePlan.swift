@@ -107,6 +107,7 @@ struct ServePlan {
         if !options.bootFile.isEmpty && proxies { warnings.append("--boot-file without --proxy-dhcp: nothing offers it") }
         if options.bootChain != .ipxe && proxies { warnings.append("--boot-chain without --proxy-dhcp: nothing offers it") }
         if options.machines != nil && proxies { warnings.append("--machines without --proxy-dhcp: nothing asks the records") }
+        if options.dhcp6Derived && options.proxyDHCP6.isEmpty { warnings.append("--dhcp6-derived without --proxy-dhcp6: nothing gives the addresses") }
         if !options.proxyDHCP.isEmpty, let idle = options.idleTimeout, idle > 0 {
             warnings.append("-t \(idle) with --proxy-dhcp: once the server exits for being idle, no machine's DHCP is answered until it is started again")
         }
@@ -147,7 +148,8 @@ struct ServePlan {
             func serving(_ addresses: [TCPAddress]) -> TCPAddress? { addresses.first { $0.host == "::" || $0.host == host } }
             let base = serving(options.http).map { "http://[\(host)]\($0.port == 80 ? "" : ":\($0.port)")/" }
                 ?? serving(options.https).map { "https://[\(host)]\($0.port == 443 ? "" : ":\($0.port)")/" }
-            return BootNetwork6(address: address, interface: interface, menu: BootMenu.withDefaults(choices, httpBase: base, chain: options.bootChain))
+            return BootNetwork6(address: address, interface: interface, menu: BootMenu.withDefaults(choices, httpBase: base, chain: options.bootChain),
+                                derived: options.dhcp6Derived ? address.ipv6Bytes.map(DerivedAddresses.init(server:)) : nil)
         }
     }
 
