@@ -33,6 +33,18 @@ public struct DerivedAddresses: Equatable, Sendable {
         address.count == 16 && address.prefix(8).elementsEqual(prefix)
     }
 
+    /// An IA_NA option's value for the IA `iaid` of `machine`: the IAID, T1, T2, and its address
+    /// with its lifetimes (RFC 8415 §21.4, §21.6).
+    public func ia(for machine: [UInt8], iaid: ArraySlice<UInt8>) -> [UInt8] {
+        var inside = DHCPv6Options()
+        inside.append(code: 5, address(for: machine, iaid: iaid) + Self.word(Self.preferred) + Self.word(Self.valid))
+        return Array(iaid) + Self.word(Self.renewAt) + Self.word(Self.rebindAt) + inside.encoded()
+    }
+
+    private static func word(_ value: UInt32) -> [UInt8] {
+        [UInt8(value >> 24), UInt8((value >> 16) & 0xFF), UInt8((value >> 8) & 0xFF), UInt8(value & 0xFF)]
+    }
+
     /// The address of the IA `iaid` (4 bytes) of the machine named `machine`.
     public func address(for machine: [UInt8], iaid: ArraySlice<UInt8>) -> [UInt8] {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325

@@ -123,26 +123,10 @@ public struct ProxyAnswer6: Equatable, Sendable {
         let options = message.options
         if let named = options[.serverID], named != serverID.bytes { return .failure(.otherServer) }
         let clientID = options[.clientID]
-        enum Answer { case full, addresses, noAddresses(DHCPv6Status), status(DHCPv6Status) }
         let answer: Answer
-        let namesUs = options[.serverID] != nil
-        switch (message.kind, port) {
-        case (.request, .bootServer), (.informationRequest, _):
-            answer = .full
-        case (.solicit, .dhcp):
-            answer = derived == nil ? .full : .addresses
-        case (.request, .dhcp) where namesUs, (.renew, .dhcp) where namesUs, (.rebind, .dhcp) where derived != nil:
-            answer = derived != nil ? .addresses : .noAddresses(message.kind == .renew ? .noBinding : .noAddressesAvailable)
-        case (.confirm, .dhcp) where derived != nil:
-            // Every address it holds on this link, or NotOnLink (RFC 8415 §18.3.3).
-            let held = options.values(.iaNA).flatMap { Self.addresses(in: $0) }
-            guard !held.isEmpty else { return .failure(.notForProxy(.confirm)) }
-            answer = .status(held.allSatisfy { derived!.contains($0) } ? .success : .notOnLink)
-        case (.release, .dhcp) where namesUs && derived != nil, (.decline, .dhcp) where namesUs && derived != nil:
-            // Nothing is kept to free: done (RFC 8415 §18.3.7, §18.3.8).
-            answer = .status(.success)
-        default:
-            return .failure(.notForProxy(message.kind))
+        switch Self.answer(to: message, on: port, derived: derived) {
+        case .success(let kind): answer = kind
+        case .failure(let silence): return .failure(silence)
         }
         if message.kind != .informationRequest && clientID == nil { return .failure(.noClientID) }
         if case .status(let status) = answer {
@@ -172,17 +156,11 @@ public struct ProxyAnswer6: Equatable, Sendable {
         var reply = DHCPv6Message(kind: message.kind == .solicit ? .advertise : .reply, transactionID: message.transactionID)
         if let clientID { reply.options.append(.clientID, clientID) }
         reply.options.append(.serverID, serverID.bytes)
-        if case .addresses = answer, let derived {
+        switch answer {
+        case .addresses:
             let name = machine.hardwareAddress.isEmpty ? (clientID ?? []) : machine.hardwareAddress
-            for ia in options.values(.iaNA) where ia.count >= 12 {
-                var inside = DHCPv6Options()
-                let address = derived.address(for: name, iaid: ia.prefix(4))
-                inside.append(code: 5, address + Self.word(DerivedAddresses.preferred) + Self.word(DerivedAddresses.valid))
-                reply.options.append(.iaNA, Array(ia.prefix(4)) + Self.word(DerivedAddresses.renewAt) + Self.word(DerivedAddresses.rebindAt)
-                    + inside.encoded())
-            }
-        }
-        if case .noAddresses(let status) = answer {
+            for ia in options.values(.iaNA) where ia.count >= 12 { reply.options.append(.iaNA, derived!.ia(for: name, iaid: ia.prefix(4))) }
+        case .noAddresses(let status):
             let why = status == .noBinding ? "this server gives no addresses: no binding" : "this server gives no addresses"
             for ia in options.values(.iaNA) where ia.count >= 4 {
                 // The IAID, T1 and T2 of 0, the status inside (RFC 8415 §21.4).
@@ -190,11 +168,41 @@ public struct ProxyAnswer6: Equatable, Sendable {
                 answered.append(.statusCode, DHCPv6Options.status(status, why))
                 reply.options.append(.iaNA, Array(ia.prefix(4)) + [UInt8](repeating: 0, count: 8) + answered.encoded())
             }
+        case .full, .status:
+            break
         }
         reply.options.append(.vendorClass, DHCPv6Options.vendorClass(Array(client.kind.rawValue.utf8)))
         reply.options.append(.bootFileURL, Array(url.utf8))
         return .success(wrap(reply, in: relays, selector: selector, target: target, url: url, machine: machine, asked: message.kind,
                              clientID: clientID))
+    }
+
+    /// What a message gets: boot information, with addresses (derived) or IAs that say there are
+    /// none, or a status alone.
+    private enum Answer { case full, addresses, noAddresses(DHCPv6Status), status(DHCPv6Status) }
+
+    /// What `message` gets on `port`, by its kind and whether it names a server (the caller has
+    /// checked that it names no other).
+    private static func answer(to message: DHCPv6Message, on port: Port, derived: DerivedAddresses?) -> Result<Answer, Silence> {
+        let namesUs = message.options[.serverID] != nil
+        switch (message.kind, port) {
+        case (.request, .bootServer), (.informationRequest, _):
+            return .success(.full)
+        case (.solicit, .dhcp):
+            return .success(derived == nil ? .full : .addresses)
+        case (.request, .dhcp) where namesUs, (.renew, .dhcp) where namesUs, (.rebind, .dhcp) where derived != nil:
+            return .success(derived != nil ? .addresses : .noAddresses(message.kind == .renew ? .noBinding : .noAddressesAvailable))
+        case (.confirm, .dhcp) where derived != nil:
+            // Every address it holds on this link, or NotOnLink (RFC 8415 §18.3.3).
+            let held = message.options.values(.iaNA).flatMap { addresses(in: $0) }
+            guard !held.isEmpty else { return .failure(.notForProxy(.confirm)) }
+            return .success(.status(held.allSatisfy { derived!.contains($0) } ? .success : .notOnLink))
+        case (.release, .dhcp) where namesUs && derived != nil, (.decline, .dhcp) where namesUs && derived != nil:
+            // Nothing is kept to free: done (RFC 8415 §18.3.7, §18.3.8).
+            return .success(.status(.success))
+        default:
+            return .failure(.notForProxy(message.kind))
+        }
     }
 
     /// The reply in a Relay-reply for each relay, each with its header and interface-id back
@@ -210,10 +218,6 @@ public struct ProxyAnswer6: Equatable, Sendable {
         }
         return ProxyAnswer6(reply: out, relayed: !relays.isEmpty, selector: selector, target: target, url: url, machine: machine,
                             asked: asked, clientID: clientID)
-    }
-
-    private static func word(_ value: UInt32) -> [UInt8] {
-        [UInt8(value >> 24), UInt8((value >> 16) & 0xFF), UInt8((value >> 8) & 0xFF), UInt8(value & 0xFF)]
     }
 
     /// The addresses (IAADDR, option 5) an IA_NA's value holds.
