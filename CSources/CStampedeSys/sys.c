@@ -118,14 +118,18 @@ int stampede_receive_time_decode(const struct cmsghdr *c, int64_t *received_ns)
     return 1;
 }
 
-int64_t stampede_receive_time(const struct msghdr *message)
+void stampede_listener_controls(const struct msghdr *message, struct sockaddr_storage *local, int64_t *received_ns)
 {
     struct cmsghdr *c;
-    int64_t received_ns = 0;
-    for (c = CMSG_FIRSTHDR((struct msghdr *)message); c; c = CMSG_NXTHDR((struct msghdr *)message, c))
-        if (stampede_receive_time_decode(c, &received_ns))
-            break;
-    return received_ns;
+    memset(local, 0, sizeof(*local));
+    *received_ns = 0;
+    for (c = CMSG_FIRSTHDR((struct msghdr *)message); c; c = CMSG_NXTHDR((struct msghdr *)message, c)) {
+        struct sockaddr_storage address;
+        if (stampede_pktinfo_decode(c, &address))
+            *local = address;
+        else
+            (void)stampede_receive_time_decode(c, received_ns);
+    }
 }
 
 void stampede_receive_timestamps(int fd)
@@ -134,22 +138,6 @@ void stampede_receive_timestamps(int fd)
     /* Best effort: without it a listener's datagrams carry no time, and a resend read late from
      * the queue is told from a client that started over by how quiet the client looks alone. */
     (void)setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
-}
-
-int stampede_pktinfo_local(const struct msghdr *message, struct sockaddr_storage *local, uint16_t port)
-{
-    struct cmsghdr *c;
-    for (c = CMSG_FIRSTHDR((struct msghdr *)message); c; c = CMSG_NXTHDR((struct msghdr *)message, c)) {
-        if (stampede_pktinfo_decode(c, local)) {
-            if (local->ss_family == AF_INET6)
-                ((struct sockaddr_in6 *)local)->sin6_port = htons(port);
-            else
-                ((struct sockaddr_in *)local)->sin_port = htons(port);
-            return 0;
-        }
-    }
-    memset(local, 0, sizeof(*local));
-    return -ENOENT;
 }
 
 size_t stampede_pktinfo_control(void *buffer, size_t capacity, const struct sockaddr_storage *local)

@@ -78,10 +78,7 @@ public struct DHCPv6Message: Equatable, Sendable {
     }
 
     public static func parse(_ bytes: [UInt8]) throws(Malformed) -> DHCPv6Message {
-        switch bytes.withUnsafeBytes({ raw in Result { () throws(Malformed) in try parse(raw) } }) {
-        case .success(let message): return message
-        case .failure(let error): throw error
-        }
+        try bytes.withUnsafeBytes { raw in Result { () throws(Malformed) in try parse(raw) } }.get()
     }
 
     /// A relay's relayed message (option 9), read.

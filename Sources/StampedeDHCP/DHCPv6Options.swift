@@ -83,10 +83,7 @@ public struct DHCPv6Options: Equatable, Sendable {
     }
 
     public static func parse(_ bytes: [UInt8], from start: Int = 0) throws(DHCPv6Message.Malformed) -> DHCPv6Options {
-        switch bytes.withUnsafeBytes({ raw in Result { () throws(DHCPv6Message.Malformed) in try parse(raw, from: start) } }) {
-        case .success(let options): return options
-        case .failure(let error): throw error
-        }
+        try bytes.withUnsafeBytes { raw in Result { () throws(DHCPv6Message.Malformed) in try parse(raw, from: start) } }.get()
     }
 
     /// Each option as code, length, value. A value longer than a length holds (65,535) is cut.

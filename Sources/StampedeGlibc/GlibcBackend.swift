@@ -446,9 +446,8 @@ public final class GlibcBackend: DatagramBackend {
             if socket.isListener {
                 var local = sockaddr_storage()
                 var header = message.msg_hdr
-                _ = stampede_pktinfo_local(&header, &local, 0)
+                stampede_listener_controls(&header, &local, &receivedAt[i])
                 receivedLocal[i] = SocketAddress(storage: local)
-                receivedAt[i] = stampede_receive_time(&header)
             }
         }
         return Int(n)

@@ -19,7 +19,10 @@ import StampedeServing
 /// run on one host; the site's server answers from another.
 public final class ProxyDHCPv6Server: @unchecked Sendable {
     public enum StartFailure: Error, CustomStringConvertible {
+        /// Port 547, most often by a DHCPv6 server of this host.
         case portInUse(SocketAddress, holders: [String])
+        /// A boot network's port 4011.
+        case bootServerPortInUse(SocketAddress, holders: [String])
         case socket(SocketAddress, Errno)
 
         public var description: String {
@@ -27,6 +30,9 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
             case .portInUse(let address, let holders):
                 let who = holders.isEmpty ? "another process" : holders.joined(separator: ", ")
                 return "\(address) is held by \(who): a DHCPv6 server on this host (its port 547) cannot run beside --proxy-dhcp6"
+            case .bootServerPortInUse(let address, let holders):
+                let who = holders.isEmpty ? "another process" : holders.joined(separator: ", ")
+                return "\(address) (the boot server's port) is held by \(who): stop it answering there"
             case .socket(let address, let error):
                 let hint = error.rawValue == EACCES || error.rawValue == EPERM ? " (a port below 1024 needs root or CAP_NET_BIND_SERVICE)" : ""
                 return "cannot answer DHCPv6 on \(address): \(error)\(hint)"
@@ -83,10 +89,10 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
             var address = network.address
             address.port = ports.bootServer
             var storage = address.storage
-            let fd = stampede_boot_server_socket6(&storage, Int32(clamping: receiveBuffer))
+            let fd = stampede_boot_server_socket(&storage, Int32(clamping: receiveBuffer))
             if let error = Errno(result: fd) {
                 for fd in [listener] + bootServers { close(fd) }
-                if error.rawValue == EADDRINUSE { throw .portInUse(address, holders: PortHolders.udp(port: ports.bootServer)) }
+                if error.rawValue == EADDRINUSE { throw .bootServerPortInUse(address, holders: PortHolders.udp(port: ports.bootServer)) }
                 throw .socket(address, error)
             }
             bootServers.append(fd)
@@ -133,7 +139,7 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
                 continue
             }
             let source = SocketAddress(storage: peer)
-            guard let network = fixed ?? networks.firstIndex(where: { $0.interface.index == interface }) ?? (networks.isEmpty ? nil : 0) else { continue }
+            let network = fixed ?? networks.firstIndex { $0.interface.index == interface } ?? 0
             handle(Array(buffer[..<count]), network: network, port: port, from: source, now: now)
         }
     }
@@ -150,7 +156,10 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
             record = found
             return book.choice(of: found, for: machine, over: network.menu)
         }
-        let what = "DHCPv6 from \(source) on \(network.interface.name)"
+        // Written only for a line that is logged (a flood of silences writes none).
+        func what() -> String { "DHCPv6 from \(source) on \(network.interface.name)" }
+        // What tells a machine apart where it sent no DUID: its address's bytes.
+        let sourceKey = source.ipv6Bytes ?? []
         switch answer {
         case .failure(let silence):
             metrics.countBoot(ignored: BootIgnored(silence))
@@ -159,22 +168,22 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
             }
             switch silence {
             case .unknownArchitecture, .noBootFile, .leftAlone:
-                guard let unsaid = notices.tell(Array(source.host.utf8), "\(silence)", now: now) else { return }
+                guard let unsaid = notices.tell(sourceKey, "\(silence)", now: now) else { return }
                 let since = unsaid > 0 ? " (\(unsaid) more of its requests since the last time this was said)" : ""
                 if case .leftAlone = silence {
-                    logger.info("\(what): left alone: \(silence)\(since)")
+                    logger.info("\(what()): left alone: \(silence)\(since)")
                 } else {
-                    logger.warning("\(what): not answered: \(silence)\(since)")
+                    logger.warning("\(what()): not answered: \(silence)\(since)")
                 }
             default:
-                logger.debug("\(what): not answered: \(silence)")
+                logger.debug("\(what()): not answered: \(silence)")
             }
         case .success(let answer):
-            let key = BootAnswerLimit.Key(machine: answer.clientID ?? Array(source.host.utf8), request: answer.asked.rawValue,
+            let key = BootAnswerLimit.Key(machine: answer.clientID ?? sourceKey, request: answer.asked.rawValue,
                                           bootServerPort: port == .bootServer)
             guard answered.allow(key, now: now) else {
                 metrics.countBoot(ignored: .repeated)
-                logger.debug("\(what): answered less than \(BootAnswerLimit.interval / 1_000_000) ms ago: not again")
+                logger.debug("\(what()): answered less than \(BootAnswerLimit.interval / 1_000_000) ms ago: not again")
                 return
             }
             var destination = source
@@ -191,9 +200,9 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
             }
             guard let selector = answer.selector, let url = answer.url else {
                 if answer.asked == .decline {
-                    logger.warning("\(what): declined its derived address (another node holds it, by duplicate address detection)")
+                    logger.warning("\(what()): declined its derived address (another node holds it, by duplicate address detection)")
                 } else {
-                    logger.debug("\(what): \(answer.asked) answered (a status)")
+                    logger.debug("\(what()): \(answer.asked) answered (a status)")
                 }
                 return
             }
@@ -202,11 +211,12 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
             }
             let offer = answer.asked == .solicit
             metrics.countBoot(selector, offer: offer)
-            log(answer, selector, url, what, to: destination, offer: offer)
+            log(answer, selector, url, what(), to: destination, offer: offer)
         }
     }
 
-    private func log(_ answer: ProxyAnswer6, _ selector: BootSelector, _ url: String, _ what: String, to destination: SocketAddress, offer: Bool) {
+    private func log(_ answer: ProxyAnswer6, _ selector: BootSelector, _ url: String, _ what: @autoclosure () -> String, to destination: SocketAddress,
+                     offer: Bool) {
         let machine = answer.machine
         let client = machine.hardwareAddress.isEmpty ? (machine.uuid ?? "") : machine.hardwareAddress.hardwareAddressText()
         if json {
@@ -219,7 +229,7 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
             return
         }
         logger.info("""
-            \(what): \(answer.asked) \(client) \(selector.name) (arch \(machine.architecture ?? 0)): \
+            \(what()): \(answer.asked) \(client) \(selector.name) (arch \(machine.architecture ?? 0)): \
             \(offer ? "advertised" : "replied") "\(sanitizedForLog(Array(url.utf8)))" to \(destination)\(answer.relayed ? " (relay)" : "")
             """)
     }

@@ -138,17 +138,22 @@ def lab(tmp_path, request):
                                            "--log-facility=-", "--user=root"], stdout=dhcp_log, stderr=subprocess.STDOUT))
         yield inside, root, tmp_path, processes
     finally:
-        for p in reversed(processes):
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        stop(processes)
         subprocess.run(["ip", "netns", "delete", name])
         if proxy:
             subprocess.run(["ip", "netns", "delete", site])
+
+
+def stop(processes):
+    """Every process a lab started, the last first: asked to end, then killed after 10 s."""
+    for p in reversed(processes):
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
 def start_server(lab, backend, server_args=()):

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from conftest import BINARY
-from test_firmware import IPXE_EFI, MAC, OVMF, install_linux, power_on
+from test_firmware import IPXE_EFI, MAC, OVMF, install_linux, power_on, stop
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="firmware boots need root (a network namespace, a tap device): "
                                                           "NOT TESTED — run `make test` as root")
@@ -91,43 +91,55 @@ def lab6(tmp_path, request):
         root.chmod(0o755)
         yield inside, root, tmp_path, processes
     finally:
-        for p in reversed(processes):
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        stop(processes)
         for namespace in (name, site):
             subprocess.run(["ip", "netns", "delete", namespace])
+
+
+NO_IPV4_PXE = ["-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n"]
+NO_PXE = NO_IPV4_PXE + ["-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n"]
+
+
+def serve6(lab6, *flags):
+    """Stampede on [SERVER6]:69 with --proxy-dhcp6 SERVER6 and `flags`, once it answers DHCPv6:
+    (its process, its log's path)."""
+    inside, root, tmp, processes = lab6
+    log_path = tmp / "stampede.log"
+    server = inside([BINARY, "-l", "-L", "-a", f"[{SERVER6}]:69", "-v", "--proxy-dhcp6", SERVER6, *flags, root],
+                    stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    processes.append(server)
+    deadline = time.time() + 10
+    while "answering network-boot DHCPv6" not in log_path.read_text() and time.time() < deadline:
+        time.sleep(0.05)
+    assert "answering network-boot DHCPv6" in log_path.read_text(), log_path.read_text()
+    return server, log_path
+
+
+def boot_ovmf(lab6, server, log_path, fw_cfg, booted, seconds):
+    """OVMF powered on with `fw_cfg`, until `booted(server log, console)`: (the log, the console)."""
+    inside, root, tmp, processes = lab6
+    qemu, console = power_on(lab6, ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n", *fw_cfg])
+    started = time.time()
+    while time.time() - started < seconds:
+        text = log_path.read_text(errors="replace")
+        screen = console.read_text(errors="replace") if console.exists() else ""
+        if booted(text, screen):
+            return text, screen
+        assert server.poll() is None, text
+        assert qemu.poll() is None, (tmp / "qemu-tap0.log").read_text()[-2000:]
+        time.sleep(0.5)
+    kea = tmp / "kea.log"
+    pytest.fail(f"no boot over IPv6 in {seconds} s.\nserver:\n{text[-4000:]}\nconsole:\n{screen[-3000:]}\n"
+                f"site:\n{(tmp / 'site.log').read_text()[-2000:]}\nkea:\n{kea.read_text()[-2000:] if kea.exists() else ''}")
 
 
 def test_ovmfs_pxe_over_ipv6_loads_its_boot_file_through_the_dhcpv6_responder(lab6):
     """OVMF takes Kea's address and Stampede's URL-only Advertise (a proxy offer), asks
     [server]:4011, and loads ipxe.efi over TFTP on IPv6 (EDK2's size probe, then the file, with
     blksize 1228: the IPv6 minimum MTU less the headers): iPXE starts (its banner on the console)."""
-    inside, root, tmp, processes = lab6
-    log_path = tmp / "stampede.log"
-    processes.append(inside([BINARY, "-l", "-L", "-a", f"[{SERVER6}]:69", "-v", "--proxy-dhcp6", SERVER6, root],
-                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT))
-    deadline = time.time() + 10
-    while "answering network-boot DHCPv6" not in log_path.read_text() and time.time() < deadline:
-        time.sleep(0.05)
-    assert "answering network-boot DHCPv6" in log_path.read_text(), log_path.read_text()
-    no_ipv4 = ["-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n"]
-    qemu, console = power_on(lab6, ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n", *no_ipv4])
-    started = time.time()
-    while time.time() - started < 120:
-        text = log_path.read_text(errors="replace")
-        screen = console.read_text(errors="replace") if console.exists() else ""
-        if any('"ipxe.efi" octet' in line and line.endswith(": ok") for line in text.splitlines()) and "iPXE" in screen:
-            break
-        assert qemu.poll() is None, (tmp / "qemu-tap0.log").read_text()[-2000:]
-        time.sleep(0.5)
-    else:
-        pytest.fail(f"no boot over IPv6 in 120 s.\nserver:\n{log_path.read_text()[-3000:]}\nconsole:\n{screen[-3000:]}\n"
-                    f"site:\n{(tmp / 'site.log').read_text()[-2000:]}\nkea:\n{(tmp / 'kea.log').read_text()[-2000:] if (tmp / 'kea.log').exists() else ''}")
+    server, log_path = serve6(lab6)
+    text, screen = boot_ovmf(lab6, server, log_path, NO_IPV4_PXE, seconds=120, booted=lambda text, screen: "iPXE" in screen and any(
+        '"ipxe.efi" octet' in line and line.endswith(": ok") for line in text.splitlines()))
     assert ">>Start PXE over IPv6" in screen
     # The Advertise to the Solicit, then the boot server's Reply to the Request on 4011.
     assert "solicit" in text and "efi-x64 (arch 7): advertised \"tftp://[2001:db8:77::1]/ipxe.efi\"" in text, text
@@ -140,29 +152,12 @@ def test_ovmfs_pxe_over_ipv6_loads_its_boot_file_through_the_dhcpv6_responder(la
 def test_ovmfs_http_boot_over_ipv6_loads_its_image_from_the_url_the_responder_gives(lab6):
     """UEFI HTTP Boot over IPv6 (PXE off): its Solicit says HTTPClient, the Advertise holds
     --http's URL, and OVMF loads ipxe.efi from it: iPXE starts."""
-    inside, root, tmp, processes = lab6
-    log_path = tmp / "stampede.log"
-    processes.append(inside([BINARY, "-l", "-L", "-a", f"[{SERVER6}]:69", "-v", "--proxy-dhcp6", SERVER6, "--http", f"[{SERVER6}]:8080", root],
-                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT))
-    deadline = time.time() + 10
-    while "answering network-boot DHCPv6" not in log_path.read_text() and time.time() < deadline:
-        time.sleep(0.05)
-    no_pxe = ["-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n"]
-    qemu, console = power_on(lab6, ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n", *no_pxe])
-    started = time.time()
-    url = f"http://[{SERVER6}]:8080/ipxe.efi"
-    while time.time() - started < 150:
-        text = log_path.read_text(errors="replace")
-        screen = console.read_text(errors="replace") if console.exists() else ""
-        if any('"ipxe.efi" http 200' in line and f"bytes={IPXE_EFI.stat().st_size}" in line for line in text.splitlines()) \
-                and "iPXE" in screen:
-            break
-        assert qemu.poll() is None, (tmp / "qemu-tap0.log").read_text()[-2000:]
-        time.sleep(0.5)
-    else:
-        pytest.fail(f"no HTTP boot over IPv6 in 150 s.\nserver:\n{text[-3000:]}\nconsole:\n{screen[-3000:]}")
+    server, log_path = serve6(lab6, "--http", f"[{SERVER6}]:8080")
+    size = IPXE_EFI.stat().st_size
+    text, screen = boot_ovmf(lab6, server, log_path, NO_PXE, seconds=150, booted=lambda text, screen: "iPXE" in screen and any(
+        '"ipxe.efi" http 200' in line and f"bytes={size}" in line for line in text.splitlines()))
     assert ">>Start HTTP Boot over IPv6" in screen
-    assert f'http-x64 (arch 16): advertised "{url}"' in text, text
+    assert f'http-x64 (arch 16): advertised "http://[{SERVER6}]:8080/ipxe.efi"' in text, text
 
 
 LINUX_SCRIPT6 = f"""#!ipxe
@@ -187,26 +182,9 @@ def test_with_derived_addresses_ovmf_and_then_ipxe_boot_linux_over_ipv6_with_no_
     (root / "boot.ipxe").write_text(LINUX_SCRIPT6)
     (root / "boot.ipxe").chmod(0o644)
     install_linux(root)
-    log_path = tmp / "stampede.log"
-    server = inside([BINARY, "-l", "-L", "-a", f"[{SERVER6}]:69", "-v", "--proxy-dhcp6", SERVER6, "--dhcp6-derived",
-                     "--http", f"[{SERVER6}]:8080", root], stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
-    processes.append(server)
-    deadline = time.time() + 10
-    while "answering network-boot DHCPv6" not in log_path.read_text() and time.time() < deadline:
-        time.sleep(0.05)
-    no_ipv4 = ["-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n"]
-    qemu, console = power_on(lab6, ["-bios", OVMF, "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=", "-boot", "n", *no_ipv4])
-    started = time.time()
-    while time.time() - started < 180:
-        text = log_path.read_text(errors="replace")
-        screen = console.read_text(errors="replace") if console.exists() else ""
-        if "stampede-initrd: BOOTED" in screen:
-            break
-        assert server.poll() is None, text
-        assert qemu.poll() is None, (tmp / "qemu-tap0.log").read_text()[-2000:]
-        time.sleep(0.5)
-    else:
-        pytest.fail(f"no boot over IPv6 in 180 s.\nserver:\n{text[-4000:]}\nconsole:\n{screen[-3000:]}")
+    server, log_path = serve6(lab6, "--dhcp6-derived", "--http", f"[{SERVER6}]:8080")
+    text, screen = boot_ovmf(lab6, server, log_path, NO_IPV4_PXE, seconds=180,
+                             booted=lambda text, screen: "stampede-initrd: BOOTED" in screen)
     assert re.search(r"stampede-initrd: init runs, cmdline: .*initrd=initrd.img console=ttyS0", screen), screen[-2000:]
     assert "stampede: boot.ipxe over IPv6 at 2001:db8:77:" in screen, screen[-3000:]
     # The UEFI PXE: the Advertise, the boot server's Reply; then the file over TFTP from the

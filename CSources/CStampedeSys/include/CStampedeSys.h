@@ -26,10 +26,6 @@ int stampede_sendmmsg(int fd, stampede_mmsghdr *messages, unsigned int count);
 /* Room a control buffer needs for one IP_PKTINFO or IPV6_PKTINFO message. */
 size_t stampede_pktinfo_space(void);
 
-/* The local (destination) address of a received datagram, from its PKTINFO control message.
- * The port is set to `port`. Returns 0, or -ENOENT when the message carries no PKTINFO. */
-int stampede_pktinfo_local(const struct msghdr *message, struct sockaddr_storage *local, uint16_t port);
-
 struct cmsghdr;
 /* Decodes one control message if it is IP_PKTINFO or IPV6_PKTINFO into `local` (the port is
  * left 0): the local address a reply to the datagram comes from, which for a broadcast or
@@ -45,8 +41,10 @@ size_t stampede_receive_control_space(void);
  * was one, else 0. */
 int stampede_receive_time_decode(const struct cmsghdr *control, int64_t *received_ns);
 
-/* When the kernel took a received datagram (monotonic ns), or 0 when the message does not say. */
-int64_t stampede_receive_time(const struct msghdr *message);
+/* A listener's datagram's control messages, in one walk: the address to answer from (PKTINFO,
+ * port 0) into `local` and when the kernel took it (monotonic ns) into `received_ns`; each zero
+ * where its message is missing. The Glibc backend's; the io_uring engine walks its own layout. */
+void stampede_listener_controls(const struct msghdr *message, struct sockaddr_storage *local, int64_t *received_ns);
 
 /* Asks the kernel to stamp each datagram `fd` receives with the time it took it (SO_TIMESTAMPNS;
  * best effort). Listeners have it on. */
@@ -120,8 +118,8 @@ int stampede_dhcp_sender(void);
  * bytes sent, or a negative errno. */
 ssize_t stampede_dhcp_send(int fd, const void *packet, size_t length, int32_t interface);
 
-/* A PXE boot server's socket (port 4011): UDP on IPv4 `address`, the don't-fragment bit clear,
- * non-blocking. Returns the descriptor or a negative errno. */
+/* A PXE boot server's socket (port 4011): UDP on `address`, non-blocking; on IPv4 the
+ * don't-fragment bit clear, on IPv6 IPv6 only. Returns the descriptor or a negative errno. */
 int stampede_boot_server_socket(const struct sockaddr_storage *address, int receive_buffer);
 
 /* A DHCP client's socket, as the storm's machines use one: IPv4, SO_REUSEADDR, SO_BROADCAST,
@@ -129,12 +127,10 @@ int stampede_boot_server_socket(const struct sockaddr_storage *address, int rece
  * `address` (0.0.0.0:68). Returns the descriptor or a negative errno. */
 int stampede_dhcp_client_socket(const struct sockaddr_storage *address, const char *device, int receive_buffer);
 
-/* The DHCPv6 boot responder's sockets (dhcp6.c). A UDP socket on [::]:`port` (547), IPv6 only,
+/* The DHCPv6 boot responder's sockets (dhcp.c). A UDP socket on [::]:`port` (547), IPv6 only,
  * PKTINFO on, joined to ff02::1:2 on each of `interfaces`; -errno (EADDRINUSE: a DHCPv6 server of
  * this host holds the port). */
 int stampede_dhcp6_socket(uint16_t port, const int32_t *interfaces, int count, int receive_buffer);
-/* A boot network's [ADDR]:4011, IPv6 only. */
-int stampede_boot_server_socket6(const struct sockaddr_storage *address, int receive_buffer);
 /* The next datagram: its length (capacity + 1 when it was longer), its source in `peer` and the
  * interface it came in on (PKTINFO; 0 when not said), or -errno (-EAGAIN: none). */
 ssize_t stampede_dhcp6_receive(int fd, void *buffer, size_t capacity, struct sockaddr_storage *peer, int32_t *interface);

@@ -81,7 +81,7 @@ struct ServeCommand: ParsableCommand {
         configuration.remapRules = rules
         // Done URLs name the first boot network's HTTP (docs/machines.md).
         let serving = machines.map { records, watch in
-            MachineServing(records: records, watch: watch, httpBase: options.proxyDHCP.first.flatMap { ServePlan.httpBase($0, options) },
+            MachineServing(records: records, watch: watch, httpBase: options.proxyDHCP.first.flatMap { ServePlan.httpBase($0.description, options) },
                            logger: logger, json: options.logFormat == .json)
         }
         configuration.generatedFiles = serving?.boot

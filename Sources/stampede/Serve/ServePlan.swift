@@ -134,8 +134,8 @@ struct ServePlan {
     static func bootNetworks(_ options: ServeOptions, _ interfaces: [NetworkInterface]) -> [BootNetwork] {
         let choices = Dictionary(options.bootFile.map { ($0.selector, $0.target) }, uniquingKeysWith: { _, last in last })
         return zip(options.proxyDHCP, interfaces).map { address, interface in
-            BootNetwork(address: address, interface: interface, menu: BootMenu.withDefaults(choices, httpBase: httpBase(address, options),
-                                                                                              chain: options.bootChain))
+            BootNetwork(address: address, interface: interface,
+                        menu: BootMenu.withDefaults(choices, httpBase: httpBase(address.description, options), chain: options.bootChain))
         }
     }
 
@@ -144,24 +144,25 @@ struct ServePlan {
     static func bootNetworks6(_ options: ServeOptions, _ interfaces: [NetworkInterface]) -> [BootNetwork6] {
         let choices = Dictionary(options.bootFile.map { ($0.selector, $0.target) }, uniquingKeysWith: { _, last in last })
         return zip(options.proxyDHCP6, interfaces).map { address, interface in
-            let host = address.host
-            func serving(_ addresses: [TCPAddress]) -> TCPAddress? { addresses.first { $0.host == "::" || $0.host == host } }
-            let base = serving(options.http).map { "http://[\(host)]\($0.port == 80 ? "" : ":\($0.port)")/" }
-                ?? serving(options.https).map { "https://[\(host)]\($0.port == 443 ? "" : ":\($0.port)")/" }
-            return BootNetwork6(address: address, interface: interface, menu: BootMenu.withDefaults(choices, httpBase: base, chain: options.bootChain),
-                                derived: options.dhcp6Derived ? address.ipv6Bytes.map(DerivedAddresses.init(server:)) : nil)
+            BootNetwork6(address: address, interface: interface,
+                         menu: BootMenu.withDefaults(choices, httpBase: httpBase(address.host, options), chain: options.bootChain),
+                         derived: options.dhcp6Derived ? address.ipv6Bytes.map(DerivedAddresses.init(server:)) : nil)
         }
     }
 
-    /// Where machines on the network of `address` reach this server's HTTP: plain HTTP where it
-    /// serves the address (firmware trusts it with no CA enrolled), else HTTPS (whose certificate
-    /// must name the address, and its CA be enrolled); nil: neither does.
-    static func httpBase(_ address: IPv4, _ options: ServeOptions) -> String? {
+    /// Where machines on the network of `host` (a numeric IPv4 or IPv6 address) reach this
+    /// server's HTTP: plain HTTP where it serves the address or its family's wildcard (firmware
+    /// trusts it with no CA enrolled), else HTTPS (whose certificate must name the address, and
+    /// its CA be enrolled); nil: neither does. An IPv6 address is bracketed in the URL.
+    static func httpBase(_ host: String, _ options: ServeOptions) -> String? {
+        let v6 = host.contains(":")
+        let wildcard = v6 ? "::" : "0.0.0.0"
+        let inURL = v6 ? "[\(host)]" : host
         func serving(_ addresses: [TCPAddress]) -> TCPAddress? {
-            addresses.first { $0.host == "0.0.0.0" || $0.host == address.description }
+            addresses.first { $0.host == wildcard || $0.host == host }
         }
-        return serving(options.http).map { "http://\(address)\($0.port == 80 ? "" : ":\($0.port)")/" }
-            ?? serving(options.https).map { "https://\(address)\($0.port == 443 ? "" : ":\($0.port)")/" }
+        return serving(options.http).map { "http://\(inURL)\($0.port == 80 ? "" : ":\($0.port)")/" }
+            ?? serving(options.https).map { "https://\(inURL)\($0.port == 443 ? "" : ":\($0.port)")/" }
     }
 
     /// --backend: auto takes io_uring when the probe (ENOSYS, EPERM from seccomp,
