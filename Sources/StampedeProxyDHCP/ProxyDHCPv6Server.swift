@@ -60,6 +60,13 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
     private var answered = BootAnswerLimit()
     private var notices = MachineNotices()
     private var lastSendFailure: Nanoseconds = 0
+    /// Boot server Replies to send once more (`echoDelay` after the first): EDK2 sends its Request
+    /// to 4011 and only then opens the socket it reads the Reply on (PxeBcRequestBootService), and
+    /// does not ask again, so a Reply that comes back before that is lost and the boot ends in
+    /// PXE-E16 (seen in a loaded suite run: the Request answered at once, OVMF "No valid offer").
+    private var echoes: [(due: Nanoseconds, fd: Int32, to: SocketAddress, bytes: [UInt8])] = []
+    static let echoDelay: Nanoseconds = 300_000_000
+    static let echoLimit = 4096
     private let logger: Logger
     private let json: Bool
     private let buffer: UnsafeMutableRawBufferPointer
@@ -117,12 +124,25 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
         while stampede_stop_requested() == 0 {
             metrics.set(.lastTurn, Int(stampede_monotonic_ns()))
             metrics.publish()
-            _ = poll(&watched, nfds_t(watched.count), 250)
+            let wait = echoes.first.map { max(0, Int32(($0.due - stampede_monotonic_ns()) / 1_000_000) + 1) } ?? 250
+            _ = poll(&watched, nfds_t(watched.count), min(wait, 250))
             let now = stampede_monotonic_ns()
+            sendEchoes(now: now)
             read(listener, port: .dhcp, now: now)
             for (number, fd) in bootServers.enumerated() { read(fd, port: .bootServer, network: number, now: now) }
         }
         metrics.publish()
+    }
+
+    /// The boot server Replies whose second copy is due (queued in the order they are due).
+    private func sendEchoes(now: Nanoseconds) {
+        let due = echoes.prefix { $0.due <= now }.count
+        guard due > 0 else { return }
+        for echo in echoes[..<due] {
+            var storage = echo.to.storage
+            _ = echo.bytes.withUnsafeBytes { stampede_dhcp6_send(echo.fd, $0.baseAddress, $0.count, &storage) }
+        }
+        echoes.removeFirst(due)
     }
 
     /// A socket's datagrams: on 547, each for the boot network of the interface it came in on (a
@@ -191,6 +211,9 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
             var storage = destination.storage
             let fd = port == .dhcp ? listener : bootServers[number]
             let sent = answer.reply.withUnsafeBytes { stampede_dhcp6_send(fd, $0.baseAddress, $0.count, &storage) }
+            if port == .bootServer, sent >= 0, echoes.count < Self.echoLimit {
+                echoes.append((now + Self.echoDelay, fd, destination, answer.reply))
+            }
             guard sent >= 0 else {
                 if now - lastSendFailure >= nanosecondsPerSecond {
                     lastSendFailure = now
