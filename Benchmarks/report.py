@@ -57,7 +57,9 @@ SECTIONS = [
             "A boot network of its own (two network namespaces and a veth pair): `stampede storm --dhcp` plays each "
             "machine's DHCP as its firmware sends it, with its own MAC and UUID, against Stampede (--proxy-dhcp, TFTP, "
             "--http) and against dnsmasq 2.93 (proxy DHCP and TFTP) with nginx, each in a cgroup of its own, in "
-            "interleaved rounds. `make bench` runs it too."),
+            "interleaved rounds; then the same over IPv6 (`storm --dhcp` with an IPv6 address: EDK2's Solicit, iPXE's "
+            "Information-request, each machine with its own DUID), Stampede with --proxy-dhcp6 --dhcp6-derived beside "
+            "dnsmasq's stateful DHCPv6 with option6:bootfile-url, both giving addresses. `make bench` runs it too."),
     Section("bench-machines", "Knowing each machine: records and the machine API", "make bench-machines",
             "The lab of bench-dhcp: a rack powering on over 3 s, each machine following the iPXE script the server "
             "writes for it (storm --profile uefi-ipxe-follow: DHCP, ipxe.efi over TFTP, the script, and the kernel and "

@@ -29,7 +29,7 @@ SERVE_HEADINGS = [
     ("Options it negotiates", ["blocksize", "windowsize", "window-bytes", "refuse", "refuse-all", "retransmit", "fixed-timeout",
                                "retries"]),
     ("Logging", ["verbose", "verbosity", "syslog", "stderr", "stdout", "logfile", "logformat", "log-format", "metrics"]),
-    ("HTTP", ["http", "http-max-connections", "http-max-per-client", "http-idle-timeout", "http-request-timeout"]),
+    ("HTTP", ["http", "http-max-connections", "http-max-per-client", "http-max-per-prefix", "http-idle-timeout", "http-request-timeout"]),
     ("HTTPS", ["https", "tls-certificate", "tls-key", "tls-profile", "tls-kernel"]),
     ("Network boot: proxyDHCP", ["proxy-dhcp", "proxy-dhcp6", "dhcp6-derived", "boot-file", "boot-chain", "pxe-vendor", "machines", "unknown-machines", "machines-api", "machines-api-cache", "machines-api-calls"]),
     ("Running", ["timeout", "pidfile", "grace", "workers", "backend", "no-gso", "cache-size", "cache-file-limit", "max-transfers",

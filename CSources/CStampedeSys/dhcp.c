@@ -158,10 +158,34 @@ int stampede_boot_server_socket(const struct sockaddr_storage *address, int rece
     return fd;
 }
 
+/* The IPv6 form: a machine's Solicit goes to ff02::1:2 out of `device` (IPV6_MULTICAST_IF), its
+ * answers come back to `address`, unicast. */
+static int dhcp6_client_socket(const struct sockaddr_storage *address, const char *device, int receive_buffer)
+{
+    int one = 1;
+    int index = device && device[0] ? (int)if_nametoindex(device) : 0;
+    int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+        (index > 0 && setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, &index, sizeof(index)) < 0))
+        return closing(fd);
+    if (device && device[0] && setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, device, (socklen_t)strlen(device)) < 0)
+        return closing(fd);
+    stampede_grow_socket_buffer(fd, 1, receive_buffer);
+    if (bind(fd, (const struct sockaddr *)address, sizeof(struct sockaddr_in6)) < 0)
+        return closing(fd);
+    return fd;
+}
+
 int stampede_dhcp_client_socket(const struct sockaddr_storage *address, const char *device, int receive_buffer)
 {
     int one = 1;
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd;
+    if (address->ss_family == AF_INET6)
+        return dhcp6_client_socket(address, device, receive_buffer);
+    fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
     /* Beside a DHCP client of the host's on port 68; never SO_REUSEPORT, which would split the

@@ -295,6 +295,12 @@ public final class HTTPLoop: @unchecked Sendable {
                 \(peer): connection closed: \(clients.maxHandshakes) TLS handshakes under way from this client \
                 (a quarter of --http-max-per-client)
                 """, now: now)
+        case .network:
+            metrics.add(.httpConnectionsRefusedPerPrefix)
+            logRefusal("""
+                \(peer): connection closed: \(clients.maxPerPrefix) connections open from this client's /64 \
+                (--http-max-per-prefix)
+                """, now: now)
         }
         return false
     }

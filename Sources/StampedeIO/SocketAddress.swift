@@ -175,6 +175,19 @@ public struct SocketAddress: Equatable, Hashable, Sendable, CustomStringConverti
         return prefix
     }
 
+    /// An IPv6 address's scope (the interface a link-local or multicast address is on); 0 for IPv4.
+    public var scope: UInt32 {
+        get { isIPv6 ? withUnsafeBytes(of: storage) { $0.load(as: sockaddr_in6.self).sin6_scope_id } : 0 }
+        set {
+            guard isIPv6 else { return }
+            withUnsafeMutableBytes(of: &storage) { raw in
+                var sin6 = raw.load(as: sockaddr_in6.self)
+                sin6.sin6_scope_id = newValue
+                raw.storeBytes(of: sin6, as: sockaddr_in6.self)
+            }
+        }
+    }
+
     public var port: UInt16 {
         get {
             withUnsafeBytes(of: storage) { raw in

@@ -100,9 +100,10 @@ struct MetricsCatalog {
             }
             counter("stampede_file_bytes_total", Self.fileBytes, [("protocol", served.rawValue), ("direction", "sent")], of(.httpFileBytesSent))
             for (reason, count) in [("server_limit", WorkerMetrics.Count.httpConnectionsRefused),
-                                    ("client_limit", .httpConnectionsRefusedPerClient), ("client_handshakes", .httpHandshakesRefusedPerClient)] {
+                                    ("client_limit", .httpConnectionsRefusedPerClient), ("client_handshakes", .httpHandshakesRefusedPerClient),
+                                    ("prefix_limit", .httpConnectionsRefusedPerPrefix)] {
                 counter("stampede_http_connections_refused_total",
-                        "HTTP connections closed at once (protocol http or https): the server's limit was reached (server_limit), the client held --http-max-per-client (client_limit) or a quarter of it in TLS handshakes (client_handshakes).",
+                        "HTTP connections closed at once (protocol http or https): the server's limit was reached (server_limit), the client held --http-max-per-client (client_limit) or a quarter of it in TLS handshakes (client_handshakes), or the client's IPv6 /64 held --http-max-per-prefix (prefix_limit).",
                         [("protocol", served.rawValue), ("reason", reason)], of(count))
             }
             counter("stampede_http_sent_bytes_total", "HTTP bytes sent, heads and bodies (over TLS: before encryption).",

@@ -48,8 +48,9 @@ public final class WorkerMetrics: @unchecked Sendable {
         /// Gauge: HTTP connections open.
         case httpConnections
         /// HTTP connections closed at once: the connection limit was reached; the client held
-        /// `--http-max-per-client` connections; or a quarter of them in TLS handshakes.
-        case httpConnectionsRefused, httpConnectionsRefusedPerClient, httpHandshakesRefusedPerClient
+        /// `--http-max-per-client` connections; or a quarter of them in TLS handshakes; or its
+        /// IPv6 /64 held `--http-max-per-prefix`.
+        case httpConnectionsRefused, httpConnectionsRefusedPerClient, httpHandshakesRefusedPerClient, httpConnectionsRefusedPerPrefix
         /// HTTP bytes written, heads and bodies.
         case httpBytesSent
         /// File bytes HTTP responses delivered (all of a 200's or a 206's body the kernel took).

@@ -6,8 +6,9 @@ import StampedeProtocol
 
 /// A profile's `dhcp` stages: each machine's DHCP as its firmware sends it, on one socket per
 /// storm bound to port 68 of the boot network's interface (`--dhcp ADDR`), as every firmware
-/// sends from port 68 and is answered there by broadcast. Answers are told apart by their
-/// transaction ID, one per machine, and the machine's MAC. The grammar is StampedeDHCP's, the one
+/// sends from port 68 and is answered there by broadcast; over IPv6 (ADDR an IPv6 address) on
+/// port 546 of ADDR (Storm+DHCPv6.swift). Answers are told apart by their transaction ID, one per
+/// machine, and the machine's MAC (its DUID over IPv6). The grammar is StampedeDHCP's, the one
 /// the server speaks. A class: the storm changes its tables in place.
 final class StormDHCP {
     /// The socket's tag: no slot has it.
@@ -15,15 +16,18 @@ final class StormDHCP {
 
     let socket: SocketHandle
     /// The storm's address on the boot network: what a boot server REQUEST is sent from.
-    let source: IPv4
+    let source: SocketAddress
+    /// The boot network's interface: where a DHCPv6 multicast goes out.
+    let interface: NetworkInterface
     /// Per slot, the exchange a machine is in.
     var exchanges: [Exchange?]
     /// Transaction ID → slot, for the exchanges running.
     var waiting: [UInt32: Int] = [:]
 
-    init(socket: SocketHandle, source: IPv4, slots: Int) {
+    init(socket: SocketHandle, source: SocketAddress, interface: NetworkInterface, slots: Int) {
         self.socket = socket
         self.source = source
+        self.interface = interface
         exchanges = Array(repeating: nil, count: slots)
     }
 
@@ -36,6 +40,8 @@ final class StormDHCP {
         var interval: Nanoseconds
         /// Waiting for the boot server's ACK on 4011, not for an offer.
         var atBootServer = false
+        /// DHCPv6: waiting for the Reply to a Request for the address an Advertise gave.
+        var requested = false
     }
 
     /// Machine n's transaction ID: n + 1 times an odd constant, distinct for every machine.
@@ -92,15 +98,19 @@ extension Storm {
     static func openDHCP(plan: StormPlan, backend: Backend) throws(Errno) -> StormDHCP? {
         guard plan.profile.usesDHCP, let source = plan.dhcpSource else { return nil }
         let interface = try NetworkInterface.holding(source)
-        let any = SocketAddress(parsing: "0.0.0.0:68", defaultPort: 68)!
-        let descriptor = try UDPSocket.dhcpClient(any, device: interface.name, receiveBuffer: 8 << 20)
+        // IPv4: the wildcard address, for the broadcast answers; IPv6: the storm's address, where
+        // every answer comes unicast.
+        var bound = source.isIPv6 ? source : SocketAddress(parsing: "0.0.0.0:68", defaultPort: 68)!
+        bound.port = source.isIPv6 ? 546 : 68
+        let descriptor = try UDPSocket.dhcpClient(bound, device: interface.name, receiveBuffer: 8 << 20)
         let socket = try backend.adoptListener(descriptor, receiveBuffer: 8 << 20, tag: StormDHCP.tag)
-            return StormDHCP(socket: socket, source: IPv4(dotted: source.host)!, slots: plan.slots)
+        return StormDHCP(socket: socket, source: source, interface: interface, slots: plan.slots)
     }
 
     func isAskingDHCP(_ slot: Int) -> Bool { dhcp?.exchanges[slot] != nil }
 
-    /// Broadcasts the machine's DISCOVER for its current (`dhcp`) stage.
+    /// Broadcasts the machine's DISCOVER for its current (`dhcp`) stage (over IPv6, its first
+    /// DHCPv6 message).
     func startDHCP(_ slot: Int, now: Nanoseconds) -> Bool {
         let machine = machines[slot]!
         let stage = plan.profile.stages[machine.stage]
@@ -108,6 +118,7 @@ extension Storm {
             machineEnded(slot, .failed(.socketError(dhcpUnavailable ?? Errno(EBADF))), now: now)
             return false
         }
+        if state.source.isIPv6 { return startDHCPv6(slot, stage.dhcp!, state: state, now: now) }
         let discover = StormDHCP.discover(stage.dhcp!, for: machine.identity)
         var exchange = StormDHCP.Exchange(transactionID: discover.transactionID, message: discover.encoded(),
                                           destination: SocketAddress(parsing: "255.255.255.255:67", defaultPort: 67)!,
@@ -120,7 +131,7 @@ extension Storm {
         return true
     }
 
-    private func sendDHCP(_ slot: Int) {
+    func sendDHCP(_ slot: Int) {
         guard let state = dhcp, let exchange = state.exchanges[slot] else { return }
         exchange.message.withUnsafeBytes { backend.send(state.socket, to: exchange.destination, from: nil, packet: $0) }
     }
@@ -146,7 +157,9 @@ extension Storm {
     /// boot server; anything else (another machine's, another storm's, a site server's address
     /// offer) is passed over.
     func receiveDHCP(_ datagram: Datagram, now: Nanoseconds) {
-        guard let state = dhcp, datagram.error == nil, !datagram.truncated,
+        guard let state = dhcp else { return }
+        if state.source.isIPv6 { return receiveDHCPv6(datagram, state: state, now: now) }
+        guard datagram.error == nil, !datagram.truncated,
               let answer = try? DHCPMessage.parse(datagram.bytes), answer.operation == .reply,
               let slot = state.waiting[answer.transactionID], var exchange = state.exchanges[slot],
               let machine = machines[slot], answer.clientHardwareAddress.prefix(6).elementsEqual(machine.identity.mac) else { return }
@@ -187,7 +200,7 @@ extension Storm {
             // Its ciaddr is the machine's own address when it sends from one (--source-range), as
             // a machine's is the address its DHCP server gave it: the proxy binds it to the machine.
             let own = plan.firstSource == nil ? nil : plan.ownSource(of: machine.identity.number).flatMap { IPv4(dotted: $0.host) }
-            exchange.message = StormDHCP.bootServerRequest(after: discover, from: own ?? state.source,
+            exchange.message = StormDHCP.bootServerRequest(after: discover, from: own ?? IPv4(dotted: state.source.host)!,
                                                            bootItem: ask.client == .pxe ? firstItem : nil).encoded()
             exchange.destination = SocketAddress(parsing: "\(server):4011", defaultPort: 4011)!
             exchange.atBootServer = true

@@ -47,7 +47,7 @@ struct Storm: ParsableCommand {
     var https: String?
     @Option(name: .customLong("tls-ca"), help: ArgumentHelp("The CA certificates (PEM) the machines trust, for --https and https:// URLs in a profile: the server's certificate must chain to one and name its address.", valueName: "FILE"))
     var tlsCA: String?
-    @Option(help: ArgumentHelp("Play the profile's dhcp stages from this host's address on a boot network (IPv4): each machine's DISCOVER broadcast from port 68 there, as its firmware sends it, answered by a proxyDHCP server (without it, the dhcp stages are left out).", valueName: "ADDR"))
+    @Option(help: ArgumentHelp("Play the profile's dhcp stages from this host's address on a boot network: each machine's DISCOVER broadcast from port 68 there (IPv4), or its Solicit or Information-request multicast to ff02::1:2 from port 546 of ADDR (IPv6), as its firmware sends it, answered by a proxyDHCP or DHCPv6 boot server (without it, the dhcp stages are left out).", valueName: "ADDR"))
     var dhcp: String?
     @Flag(help: "A machine whose boot failed starts over from the first stage, as its firmware does: as often and after as long as the profile's reboot line says (default: it counts as failed at once).")
     var reboot = false
@@ -127,8 +127,8 @@ struct Storm: ParsableCommand {
         }
         if http != nil && https != nil { throw ValidationError("--http and --https: choose one.") }
         if https != nil && tlsCA == nil { throw ValidationError("--https needs --tls-ca, the CA the server's certificate chains to.") }
-        if let dhcp, SocketAddress(parsing: dhcp, defaultPort: 68).map({ $0.isIPv6 || $0.port != 68 }) ?? true {
-            throw ValidationError("--dhcp \(dhcp): this host's IPv4 address on the boot network, like 10.0.0.5.")
+        if let dhcp, SocketAddress(parsing: dhcp, defaultPort: 68).map({ $0.port != 68 }) ?? true {
+            throw ValidationError("--dhcp \(dhcp): this host's address on the boot network, like 10.0.0.5 or 2001:db8::5.")
         }
         try FlagRange.check(ramp, 0...Double(FlagRange.year), "--ramp", "seconds")
         if let slice, parseSlice(slice) == nil { throw ValidationError("--slice \(slice): write I/N with 0 <= I < N.") }
@@ -248,6 +248,9 @@ struct Storm: ParsableCommand {
         plan.sourcePerMachine = profile != nil || profileFile != nil
         plan.reboot = reboot
         plan.dhcpSource = dhcp.flatMap { SocketAddress(parsing: $0, defaultPort: 68) }
+        if let source = plan.dhcpSource, source.isIPv6 != server.isIPv6 {
+            throw ValidationError("--dhcp \(dhcp!) and the server \(target!) are of two address families.")
+        }
         plan.firstSource = sourceRange.flatMap { SocketAddress(parsing: $0, defaultPort: 0) }
         if let first = plan.firstSource, first.isIPv6 != server.isIPv6 {
             throw ValidationError("--source-range \(sourceRange!) and the server \(target!) are of two address families.")

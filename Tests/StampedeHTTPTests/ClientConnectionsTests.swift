@@ -3,7 +3,8 @@ import Testing
 @testable import StampedeHTTP
 
 /// One client's share of the connections (`--http-max-per-client`): what one host holds, what a
-/// quarter of it in handshakes leaves to others, an IPv6 /64 as one client, loopback uncounted.
+/// quarter of it in handshakes leaves to others, an IPv6 /64's hosts each a client under the /64's
+/// cap, loopback uncounted.
 @Suite struct ClientConnectionsSpec {
     func address(_ text: String, port: UInt16 = 40000) -> SocketAddress { SocketAddress(parsing: text, defaultPort: port)! }
 
@@ -33,12 +34,29 @@ import Testing
         #expect(ClientConnections(maxConnections: 1, loopbackUncounted: true).maxHandshakes == 1)
     }
 
-    @Test func anIPv6PrefixIsOneClientAndLoopbackIsNotCountedByDefault() {
-        let clients = ClientConnections(maxConnections: 2, loopbackUncounted: true)
-        #expect(clients.open(address("[2001:db8:1:2::10]"), handshake: false) == nil)
-        #expect(clients.open(address("[2001:db8:1:2::11]"), handshake: false) == nil)
-        #expect(clients.open(address("[2001:db8:1:2:ffff::1]"), handshake: false) == .connections)
+    @Test func anIPv6RacksMachinesShareTheirPrefixsCapNotOneHostsShare() {
+        // 2,000 machines of an IPv6-only rack in one /64, each with a connection: every one is let
+        // in (a /64 counted as one client let 64 of them fetch at once).
+        let clients = ClientConnections(maxConnections: 2, maxPerPrefix: 2001, loopbackUncounted: true)
+        for n in 1...2000 { #expect(clients.open(address("[2001:db8:1:2::\(String(n, radix: 16))]"), handshake: false) == nil) }
+        #expect(clients.clients == 2000 && clients.prefixes == 1)
+        // Each host still holds its own share and no more.
+        #expect(clients.open(address("[2001:db8:1:2::1]", port: 2), handshake: false) == nil)
+        #expect(clients.open(address("[2001:db8:1:2::1]", port: 3), handshake: false) == .connections)
+        // One host rotating its address through the /64 meets the /64's cap.
+        #expect(clients.open(address("[2001:db8:1:2:ffff::1]"), handshake: false) == .network)
         #expect(clients.open(address("[2001:db8:1:3::10]"), handshake: false) == nil)
+        clients.closed(address("[2001:db8:1:2::2]"), inHandshake: false)
+        #expect(clients.open(address("[2001:db8:1:2:ffff::1]"), handshake: false) == nil)
+        for n in 1...2000 { clients.closed(address("[2001:db8:1:2::\(String(n, radix: 16))]"), inHandshake: false) }
+        clients.closed(address("[2001:db8:1:2::1]", port: 2), inHandshake: false)
+        clients.closed(address("[2001:db8:1:2:ffff::1]"), inHandshake: false)
+        clients.closed(address("[2001:db8:1:3::10]"), inHandshake: false)
+        #expect(clients.clients == 0 && clients.prefixes == 0)
+    }
+
+    @Test func loopbackIsNotCountedByDefault() {
+        let clients = ClientConnections(maxConnections: 2, loopbackUncounted: true)
         for port in UInt16(1)...10 { #expect(clients.open(address("127.0.0.1", port: port), handshake: true) == nil) }
         let counted = ClientConnections(maxConnections: 2, loopbackUncounted: false)
         #expect(counted.open(address("127.0.0.1", port: 1), handshake: false) == nil)

@@ -86,4 +86,38 @@ import Testing
         #expect(edk2.options[.vendorSpecific].flatMap(PXEOption.read)?[PXEOption.bootItem.rawValue] == [0x80, 0, 0, 0])
         #expect(StormDHCP.bootServerRequest(after: discover, from: source, bootItem: nil).options[.vendorSpecific] == nil)
     }
+
+    /// Over IPv6, each machine's first message as its firmware sends it, read by the server's own
+    /// grammar and answered by its proxy; then EDK2's Request for what the Advertise gave: to the
+    /// boot server (no IA, the proxy named) for a proxy offer, for the address otherwise.
+    @Test func overIPv6EachMachineSolicitsAsItsFirmwareDoesAndRequestsWhatItWasGiven() throws {
+        let machine = MachineIdentity(number: 41)
+        let solicit = StormDHCP.solicit(.init(client: .pxe, architecture: 7), for: machine)
+        let read = try DHCPv6Message.parse(solicit.encoded())
+        #expect(read.kind == .solicit && read.transactionID == StormDHCP.transactionID(of: machine) & 0xFF_FFFF)
+        #expect(read.options[.clientID] == [0, 4] + machine.uuid && read.options[.iaNA]?.count == 12)
+        #expect(read.options.vendorClasses() == [Array("PXEClient:Arch:00007:UNDI:003000".utf8)] && read.options.architectures == [7])
+        let serverID = DUID.linkLayer(ethernet: [2, 0, 0, 0, 0, 1])
+        let menu = BootMenu.withDefaults([:], httpBase: "http://[2001:db8::1]:8080/")
+        let offer = try DHCPv6Message.parse(ProxyAnswer6.to(solicit.encoded(), on: .dhcp, serverID: serverID, server: "2001:db8::1",
+                                                             menu: menu).get().reply)
+        #expect(!StormDHCP.givesAddress(offer) && StormDHCP.urlHost(offer.options[.bootFileURL]!) == "2001:db8::1")
+        let request = StormDHCP.request(after: solicit, advertise: offer, toBootServer: true)
+        #expect(request.kind == .request && request.options[.iaNA] == nil && request.options[.serverID] == serverID.bytes)
+        let reply = try DHCPv6Message.parse(ProxyAnswer6.to(request.encoded(), on: .bootServer, serverID: serverID, server: "2001:db8::1",
+                                                             menu: menu).get().reply)
+        #expect(reply.kind == .reply && reply.options[.bootFileURL] == Array("tftp://[2001:db8::1]/ipxe.efi".utf8))
+        // A derived address: asked for on 547 with the IA as given.
+        let derived = DerivedAddresses(server: [0x20, 0x01, 0x0d, 0xb8] + [UInt8](repeating: 0, count: 11) + [1])
+        let addressed = try DHCPv6Message.parse(ProxyAnswer6.to(solicit.encoded(), on: .dhcp, serverID: serverID, server: "2001:db8::1",
+                                                                derived: derived) { _ in .boot(menu) }.get().reply)
+        #expect(StormDHCP.givesAddress(addressed))
+        let forAddress = StormDHCP.request(after: solicit, advertise: addressed, toBootServer: false)
+        #expect(forAddress.options[.iaNA] == addressed.options[.iaNA] && forAddress.options[.serverID] == serverID.bytes)
+        // iPXE: an Information-request with its user class, no IA; HTTP Boot: HTTPClient.
+        let ipxe = try DHCPv6Message.parse(StormDHCP.solicit(.init(client: .ipxe, architecture: 7), for: machine).encoded())
+        #expect(ipxe.kind == .informationRequest && ipxe.options[.iaNA] == nil && ipxe.options.userClasses == [Array("iPXE".utf8)])
+        let http = StormDHCP.solicit(.init(client: .http, architecture: 16), for: machine)
+        #expect(http.options.vendorClasses() == [Array("HTTPClient:Arch:00016:UNDI:003001".utf8)])
+    }
 }

@@ -81,3 +81,44 @@ def test_an_ipv4_client_on_a_dual_stack_socket_is_an_ipv4_client_to_the_remap_ru
         assert curl_get(port, "by-hex", "127.0.0.1") == (0, b"pxelinux.cfg/7F000001\n")
     finally:
         assert p.wait(timeout=10) == 0
+
+
+def held_connections(namespace, port, sources):
+    """A connection to [SERVER_ADDRESS]:port from each of `sources` (addresses, one per
+    connection), held open; then a GET on each: the 200s, the connections the server closed."""
+    sockets, answered, closed = [], 0, 0
+    with namespace.sockets():
+        for source in sources:
+            s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.bind((source, 0))
+            s.connect((SERVER_ADDRESS, port))
+            sockets.append(s)
+    for s in sockets:
+        try:
+            s.sendall(b"GET /hello.txt HTTP/1.1\r\nHost: rack\r\n\r\n")
+            head = s.recv(65536)
+            answered += head.startswith(b"HTTP/1.1 200")
+            closed += head == b""
+        except (ConnectionResetError, BrokenPipeError):
+            closed += 1
+        finally:
+            s.close()
+    return answered, closed
+
+
+def test_an_ipv6_racks_machines_each_hold_their_http_connections(serve, root, network_namespace):
+    """An IPv6-only rack shares one /64: each machine (an address) holds its own share of
+    connections (--http-max-per-client), and the /64 all of theirs up to --http-max-per-prefix.
+    Counted per /64, 64 of a rack's machines could fetch at once and the rest were closed."""
+    namespace = ipv6_rack_namespace(network_namespace)
+    s = serve("--http", f"[{SERVER_ADDRESS}]:8080", "--http-max-per-client", "4", "--http-max-per-prefix", "300",
+              host=SERVER_ADDRESS, prefix=namespace.inside)
+    machines = [f"{RACK_PREFIX}::2:{n:x}" for n in range(1, 201)]
+    assert held_connections(namespace, 8080, machines) == (200, 0), s.log_text()[-2000:]
+    # One machine holds 4, no more.
+    assert held_connections(namespace, 8080, [machines[0]] * 6) == (4, 2), s.log_text()[-2000:]
+    # One host rotating its address through the /64 meets the /64's cap.
+    rotating = [f"{RACK_PREFIX}::3:{n:x}" for n in range(1, 311)]
+    assert held_connections(namespace, 8080, rotating) == (300, 10), s.log_text()[-2000:]
+    assert s.log_lines("connections open from this client's /64 (--http-max-per-prefix)")

@@ -22,7 +22,7 @@ NUMERIC = {
         "--max-transfers": COUNT, "--max-transfer-sockets": (0, COUNT[1]), "--max-per-client": COUNT,
         "--max-per-prefix": COUNT, "-B": (8, 65464), "-W": (0, 2**63 - 1),
         "--window-bytes": (0, 2**63 - 1), "--map-steps": (1, 2**31 - 1),
-        "--http-max-connections": COUNT, "--http-max-per-client": COUNT, "--http-idle-timeout": (1, YEAR),
+        "--http-max-connections": COUNT, "--http-max-per-client": COUNT, "--http-max-per-prefix": COUNT, "--http-idle-timeout": (1, YEAR),
         "--http-request-timeout": (1, YEAR), "--machines-api-cache": (1, YEAR), "--machines-api-calls": (1, 1024),
     },
     "get": {"--blksize": (8, 65464), "--windowsize": (1, 32767), "--timeout": (1, 255), "--retries": RETRIES},

@@ -540,7 +540,8 @@ def test_the_signed_and_arm64_chains_play_through_the_proxy(proxy, boot_link, ro
 def test_storm_refuses_dhcp_without_a_profile_that_has_it(root):
     for args, said in ((["f", "--dhcp", "10.0.0.5"], "--dhcp needs a profile"),
                        (["--profile", "grub", "--dhcp", "10.0.0.5"], "has no dhcp stage"),
-                       (["--profile", "uefi", "--dhcp", "fe80::1"], "IPv4 address")):
+                       (["--profile", "uefi", "--dhcp", "fe80::1"], "two address families"),
+                       (["--profile", "uefi", "--dhcp", "[fe80::1]:546"], "this host's address")):
         r = run([str(BINARY), "storm", "127.0.0.1:69", *args])
         assert r.returncode == 64 and said in r.stderr.decode(errors="replace"), (args, r.stderr)
 

@@ -5,6 +5,8 @@ Advertise EDK2 takes for a proxy offer; the Request EDK2 then sends to [server]:
 and the file at that URL comes over TFTP on IPv6; UEFI HTTP Boot gets an http:// URL whose file
 comes over HTTP; a relay's Relay-forward is answered through it; what is not a boot client's
 gets silence, and bad flags a clear refusal. Real firmware boots over IPv6 in test_firmware_ipv6.py."""
+import json
+import os
 import socket
 import struct
 import subprocess
@@ -239,3 +241,65 @@ def test_bad_proxy_dhcp6_addresses_are_refused(root, address, status, said):
     r = run([str(BINARY), "-l", "-L", "-a", "127.0.0.1:0", "--proxy-dhcp6", address, str(root)], timeout=20)
     assert r.returncode == status, r.stderr
     assert said in r.stderr.decode()
+
+
+HTTP_BOOT6 = """profile http6
+# EDK2's UEFI HTTP Boot over IPv6: its Solicit with HTTPClient, the URL of the Advertise.
+firmware uefi retry=4s tries=4 backoff=8
+dhcp  http arch=16
+http  GET ipxe.efi
+"""
+
+
+@pytest.mark.parametrize("derived", [False, True], ids=["proxy", "derived"])
+def test_a_storm_boots_over_ipv6_from_its_first_dhcpv6_packet(proxy6, link6, root, tmp_path, derived):
+    """`storm --dhcp` with an IPv6 address plays each firmware's DHCPv6 with its own DUID: EDK2's
+    PXE Solicit, then its Request on [server]:4011 for the proxy offer (with --dhcp6-derived, its
+    Request for the address on 547); iPXE's Information-request; EDK2's HTTP Boot Solicit; and the
+    chain after it over TFTP and HTTP on IPv6, every byte compared."""
+    for name, size in (("ipxe.efi", 300_000), ("boot.ipxe", 200), ("vmlinuz", 400_000), ("initrd.img", 600_000)):
+        (root / name).write_bytes(os.urandom(size))
+        (root / name).chmod(0o644)
+    s = proxy6(*(["--dhcp6-derived"] if derived else []))
+    _, client_ns = link6
+    r = client_ns.run_inside([str(BINARY), "storm", f"[{SERVER6}]:69", "--profile", "uefi-ipxe", "--dhcp", CLIENT6,
+                              "--http", f"[{SERVER6}]:8080", "--clients", "60", "--verify-root", str(root), "--json"], timeout=120)
+    assert r.returncode == 0, (r.stderr, s.log_text()[-3000:])
+    result = json.loads(r.stdout)
+    assert result["ok"] == 60 and result["failed"] == 0, result
+    stages = {stage["stage"]: stage for stage in result["stages"]}
+    assert stages["uefi dhcp pxe arch=7"]["ok"] == 60 and stages["ipxe dhcp ipxe arch=7"]["ok"] == 60, stages
+    assert 0 < stages["uefi dhcp pxe arch=7"]["p99_ms"] < 4000, stages
+    # Each machine's Solicit advertised, then its Request answered (4011, or 547 for the address).
+    assert s.log_lines(": solicit ", count=60) and s.log_lines(": request ", count=60), s.log_text()[-3000:]
+    assert s.log_lines(": informationRequest ", count=60), s.log_text()[-3000:]
+
+    profile = tmp_path / "http6.profile"
+    profile.write_text(HTTP_BOOT6)
+    r = client_ns.run_inside([str(BINARY), "storm", f"[{SERVER6}]:69", "--profile-file", str(profile), "--dhcp", CLIENT6,
+                              "--http", f"[{SERVER6}]:8080", "--clients", "30", "--verify-root", str(root), "--json"], timeout=120)
+    assert r.returncode == 0, (r.stderr, s.log_text()[-3000:])
+    result = json.loads(r.stdout)
+    assert result["ok"] == 30 and result["failed"] == 0, result
+    assert s.log_lines(f'http-x64 (arch 16): advertised "http://[{SERVER6}]:8080/ipxe.efi"', count=30), s.log_text()[-3000:]
+
+
+FLOOD6 = "profile solicit\nfirmware uefi retry=4s tries=4 backoff=8\ndhcp pxe arch=7\n"
+
+
+def test_twenty_thousand_machines_solicits_within_a_second_are_all_answered_and_tftp_serves_on(proxy6, link6, root, tmp_path):
+    """20,000 machines' Solicits within 1 s, each machine's Request on 4011 after its Advertise:
+    every machine gets its boot file URL, and TFTP on IPv6 serves beside it."""
+    s = proxy6()
+    _, client_ns = link6
+    profile = tmp_path / "solicit.profile"
+    profile.write_text(FLOOD6)
+    storm = subprocess.Popen([*client_ns.inside, str(BINARY), "storm", f"[{SERVER6}]:69", "--profile-file", str(profile), "--dhcp",
+                              CLIENT6, "--clients", "20000", "--ramp", "1", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    got = client_ns.run_inside(["curl", "-sS", "-g", "--max-time", "10", f"tftp://[{SERVER6}]/ipxe.efi", "-o", "-"])
+    out, err = storm.communicate(timeout=120)
+    assert storm.returncode == 0, err
+    result = json.loads(out)
+    assert result["ok"] == 20000 and result["failed"] == 0, result
+    assert got.returncode == 0 and got.stdout == (root / "ipxe.efi").read_bytes()
+    assert s.process.poll() is None

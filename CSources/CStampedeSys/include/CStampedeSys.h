@@ -122,9 +122,11 @@ ssize_t stampede_dhcp_send(int fd, const void *packet, size_t length, int32_t in
  * don't-fragment bit clear, on IPv6 IPv6 only. Returns the descriptor or a negative errno. */
 int stampede_boot_server_socket(const struct sockaddr_storage *address, int receive_buffer);
 
-/* A DHCP client's socket, as the storm's machines use one: IPv4, SO_REUSEADDR, SO_BROADCAST,
+/* A DHCP client's socket, as the storm's machines use one. IPv4: SO_REUSEADDR, SO_BROADCAST,
  * IP_PKTINFO, bound to `device` when given (its broadcasts alone, and out of it), then to
- * `address` (0.0.0.0:68). Returns the descriptor or a negative errno. */
+ * `address` (0.0.0.0:68). IPv6: IPv6 only, SO_REUSEADDR, its multicasts out of `device`, bound
+ * to it and to `address` (this host's address there, port 546). Returns the descriptor or a
+ * negative errno. */
 int stampede_dhcp_client_socket(const struct sockaddr_storage *address, const char *device, int receive_buffer);
 
 /* The DHCPv6 boot responder's sockets (dhcp.c). A UDP socket on [::]:`port` (547), IPv6 only,

@@ -276,8 +276,11 @@ struct ServeOptions: ParsableArguments {
             help: "HTTP connections open at once (default: 16384, or fewer as the open-file limit holds at two descriptors each, a socket and a streamed file); more are closed as they arrive. One the limit cannot hold is lowered, with a warning.")
     var httpMaxConnections: Int?
     @Option(name: .customLong("http-max-per-client"),
-            help: "HTTP and HTTPS connections one client may hold open at once, an IPv4 address or an IPv6 /64, of which a quarter (at least one) in a TLS handshake (default: 64, loopback clients not counted); more are closed as they arrive, so that one host cannot take the connections every machine needs.")
+            help: "HTTP and HTTPS connections one client may hold open at once, an IPv4 or IPv6 address, of which a quarter (at least one) in a TLS handshake (default: 64, loopback clients not counted); more are closed as they arrive, so that one host cannot take the connections every machine needs.")
     var httpMaxPerClient: Int?
+    @Option(name: .customLong("http-max-per-prefix"),
+            help: "HTTP and HTTPS connections the hosts of one IPv6 /64, a whole LAN, may hold open at once (default: 16384, loopback clients not counted): one host rotating its address through its /64 cannot take them all.")
+    var httpMaxPerPrefix: Int?
     @Option(name: .customLong("http-idle-timeout"),
             help: "Seconds an HTTP connection may wait for its next request, or for a client to take more of a response (default 60).")
     var httpIdleTimeout = 60
@@ -348,6 +351,7 @@ struct ServeOptions: ParsableArguments {
         if (tlsCertificate == nil) != (tlsKey == nil) { throw ValidationError("--tls-certificate and --tls-key go together.") }
         try FlagRange.check(httpMaxConnections, FlagRange.count, "--http-max-connections")
         try FlagRange.check(httpMaxPerClient, FlagRange.count, "--http-max-per-client")
+        try FlagRange.check(httpMaxPerPrefix, FlagRange.count, "--http-max-per-prefix")
         if tlsKernel && tlsCertificate == nil { throw ValidationError("--tls-kernel is for --https.") }
         try FlagRange.check(httpIdleTimeout, 1...FlagRange.year, "--http-idle-timeout", "seconds")
         try FlagRange.check(httpRequestTimeout, 1...FlagRange.year, "--http-request-timeout", "seconds")

@@ -80,8 +80,8 @@ struct ServerStartup {
     /// --http and --https: one engine, each its own loops, the connection limits shared.
     private func webServers<Backend: DatagramBackend>(beside server: Server<Backend>) throws -> (web: HTTPServer?, secure: HTTPServer?) {
         let connections = ManagedAtomic<Int>(0)
-        let clients = ClientConnections(maxConnections: plan.options.httpMaxPerClient ?? 64,
-                                        loopbackUncounted: plan.options.httpMaxPerClient == nil)
+        let clients = ClientConnections(maxConnections: plan.options.httpMaxPerClient ?? 64, maxPerPrefix: plan.options.httpMaxPerPrefix ?? 16384,
+                                        loopbackUncounted: plan.options.httpMaxPerClient == nil && plan.options.httpMaxPerPrefix == nil)
         func serve(_ http: HTTPConfiguration?, _ name: String) throws -> HTTPServer? {
             do {
                 return try http.map { http throws(Errno) in
