@@ -415,7 +415,7 @@ deb: build deps
 	for unit in stampede.service stampede.socket; do sed 's|@SBINDIR@|/usr/sbin|g' contrib/systemd/$$unit > $(STAGE)/debian/$$unit; done
 	cp contrib/systemd/stampede.sysusers $(STAGE)/debian/stampede.sysusers
 	sed 's|@SBINDIR@|/usr/sbin|g' contrib/systemd/stampede-standalone.service > $(STAGE)/examples/stampede-standalone.service
-	cp contrib/inetd/inetd.conf contrib/systemd/stampede-http.conf contrib/systemd/stampede-proxy-dhcp.conf \
+	cp contrib/inetd/inetd.conf contrib/systemd/stampede-http.conf contrib/systemd/stampede-proxy-dhcp.conf contrib/systemd/stampede-proxy-dhcp6.conf \
 		contrib/systemd/stampede-https.socket contrib/systemd/stampede-https.conf $(STAGE)/examples/
 	printf 'stampede (%s) unstable; urgency=medium\n\n  * Stampede %s, built from commit %s.\n\n -- %s  %s\n' \
 		'$(VERSION)' '$(VERSION)' "$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" '$(MAINTAINER)' \

@@ -153,10 +153,18 @@ def one_round(servers, scenario, index):
     stages = {stage["stage"]: stage for stage in result["stages"]}
     dhcp = [stage for name, stage in stages.items() if " dhcp " in name]
     return {"ok": result["ok"], "failed": result["failed"], "failures": result["failures"],
+            "stage_failures": {stage["stage"]: stage["failures"] for stage in result["stages"] if stage["failed"]},
             "p50_s": round(result["p50_ms"] / 1000, 3), "p99_s": round(result["p99_ms"] / 1000, 3),
             "dhcp_p99_s": {stage["stage"]: round(stage["p99_ms"] / 1000, 3) for stage in dhcp},
             "dhcp_retransmits": sum(stage["retransmits"] for stage in dhcp),
             "server_cpu_s": round(cpu, 3), "storm_cpu_s": result["client_cpu_s"], "seconds": result["seconds"]}
+
+
+def lost_rounds(scenario, rounds):
+    """A sentence for every round, not only the median, in which a server lost machines."""
+    lost = [f"{servers} lost {r['failed']} in round {index + 1} ({', '.join(f'{n} {why}' for why, n in r['failures'].items())})"
+            for servers in SERVERS for index, r in enumerate(rounds[(scenario, servers)]) if r["failed"]]
+    return ["", "Rounds that lost machines: " + "; ".join(lost) + "."] if lost else []
 
 
 def median_round(results):
@@ -213,7 +221,7 @@ def flood_table(scenario, family, rounds, summary):
         per = r["server_cpu_s"] / max(1, r["ok"]) * 1e6
         lines.append(f"| {servers} | {r['ok']} / {r['failed']} | {r['p50_s']} ({low}–{high}) | {r['p99_s']} "
                      f"| {r['dhcp_retransmits']} | {r['server_cpu_s']} | {per:.1f} | {r['storm_cpu_s']} |")
-    return lines
+    return lines + lost_rounds(scenario, rounds)
 
 
 def rack_table(scenario, family, rounds, summary):
@@ -230,7 +238,7 @@ def rack_table(scenario, family, rounds, summary):
         lines.append(f"| {servers} | {r['ok']} / {r['failed']} | {r['p50_s']} ({low}–{high}) | {r['p99_s']} "
                      f"| {stages.get('uefi dhcp pxe arch=7')} | {stages.get('ipxe dhcp ipxe arch=7')} | {r['dhcp_retransmits']} "
                      f"| {r['server_cpu_s']} | {r['storm_cpu_s']} |")
-    return lines
+    return lines + lost_rounds(scenario, rounds)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,8 @@ public struct ProxyAnswer6: Equatable, Sendable {
     /// Information-request that named none).
     public var asked: DHCPv6Message.Kind
     public var clientID: [UInt8]?
+    /// The addresses its IA_NAs give (`derived`), 16 bytes each.
+    public var given: [[UInt8]] = []
 
     /// RFC 8415 §7.6's HOP_COUNT_LIMIT: a relay drops a message it would forward past it.
     public static let hopCountLimit = 8
@@ -104,7 +106,9 @@ public struct ProxyAnswer6: Equatable, Sendable {
     /// machine as `choose` says (the machine records): asked only of a message it would answer.
     /// With `derived`, each IA_NA of a boot client gets its derived address (`DerivedAddresses`),
     /// and the exchanges that keep an address (Request, Renew, Rebind, Confirm, Release, Decline)
-    /// are answered as RFC 8415 asks of a server that gave it.
+    /// are answered as RFC 8415 asks of a server that gave it; a relayed client whose link (the
+    /// nearest relay's link-address) is not in `derived`'s /64 gets none (an address of the
+    /// server's link would not work on its own), and its exchange is a proxy's.
     public static func to(_ bytes: [UInt8], on port: Port, from source: [UInt8]? = nil, serverID: DUID, server: String,
                           pxeVendors: [[UInt8]] = [], derived: DerivedAddresses? = nil,
                           choose: (MachineIdentity) -> MachineChoice) -> Result<ProxyAnswer6, Silence> {
@@ -123,6 +127,8 @@ public struct ProxyAnswer6: Equatable, Sendable {
         let options = message.options
         if let named = options[.serverID], named != serverID.bytes { return .failure(.otherServer) }
         let clientID = options[.clientID]
+        var derived = derived
+        if let link = relays.last?.relay?.linkAddress, derived.map({ !$0.contains(link) }) ?? false { derived = nil }
         let answer: Answer
         switch Self.answer(to: message, on: port, derived: derived) {
         case .success(let kind): answer = kind
@@ -156,10 +162,14 @@ public struct ProxyAnswer6: Equatable, Sendable {
         var reply = DHCPv6Message(kind: message.kind == .solicit ? .advertise : .reply, transactionID: message.transactionID)
         if let clientID { reply.options.append(.clientID, clientID) }
         reply.options.append(.serverID, serverID.bytes)
+        var given: [[UInt8]] = []
         switch answer {
         case .addresses:
             let name = machine.hardwareAddress.isEmpty ? (clientID ?? []) : machine.hardwareAddress
-            for ia in options.values(.iaNA) where ia.count >= 12 { reply.options.append(.iaNA, derived!.ia(for: name, iaid: ia.prefix(4))) }
+            for ia in options.values(.iaNA) where ia.count >= 12 {
+                reply.options.append(.iaNA, derived!.ia(for: name, iaid: ia.prefix(4)))
+                given.append(derived!.address(for: name, iaid: ia.prefix(4)))
+            }
         case .noAddresses(let status):
             let why = status == .noBinding ? "this server gives no addresses: no binding" : "this server gives no addresses"
             for ia in options.values(.iaNA) where ia.count >= 4 {
@@ -173,8 +183,10 @@ public struct ProxyAnswer6: Equatable, Sendable {
         }
         reply.options.append(.vendorClass, DHCPv6Options.vendorClass(Array(client.kind.rawValue.utf8)))
         reply.options.append(.bootFileURL, Array(url.utf8))
-        return .success(wrap(reply, in: relays, selector: selector, target: target, url: url, machine: machine, asked: message.kind,
-                             clientID: clientID))
+        var answered = wrap(reply, in: relays, selector: selector, target: target, url: url, machine: machine, asked: message.kind,
+                            clientID: clientID)
+        answered.given = given
+        return .success(answered)
     }
 
     /// What a message gets: boot information, with addresses (derived) or IAs that say there are

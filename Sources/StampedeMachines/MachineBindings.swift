@@ -1,22 +1,32 @@
 import StampedeDHCP
+import StampedeIO
 import Synchronization
 
 /// Which machine holds which address, learned from its DHCP: the address a broadcast REQUEST
 /// asks the site's server for (option 50), the one a boot server REQUEST comes from (ciaddr),
-/// iPXE's own DHCP alike. A TFTP or HTTP request carries only its address: through this it is
-/// the machine's, and gets what its record renders. The proxy learns, the file service asks.
+/// iPXE's own DHCP alike; over IPv6, the global address a boot server Request or an
+/// Information-request comes from, and the address `--dhcp6-derived` gave. A TFTP or HTTP request
+/// carries only its address: through this it is the machine's, and gets what its record renders.
+/// The proxies learn, the file service asks.
 public final class MachineBindings: Sendable {
     /// Addresses remembered at most: past it, the half learned longest ago is forgotten.
     public static let capacity = 65_536
 
-    /// Each address's machine, and when it was learned (a counter: the latest DHCP is the largest).
-    private let table = Mutex<(machines: [IPv4: (machine: MachineIdentity, learned: UInt64)], clock: UInt64)>(([:], 0))
+    /// Each address's machine (by its host: no port, an IPv4 client on a dual-stack socket as
+    /// IPv4), and when it was learned (a counter: the latest DHCP is the largest).
+    private let table = Mutex<(machines: [SocketAddress: (machine: MachineIdentity, learned: UInt64)], clock: UInt64)>(([:], 0))
 
     public init() {}
 
     /// `machine` holds `address` from now on (the latest DHCP says so).
     public func learn(_ address: IPv4, is machine: MachineIdentity) {
         guard !address.isAny else { return }
+        learn(SocketAddress(ipv4: address, port: 0), is: machine)
+    }
+
+    /// `machine` holds `address` (either family; its port is not part of it) from now on.
+    public func learn(_ address: SocketAddress, is machine: MachineIdentity) {
+        let address = address.unmapped.clientHost
         table.withLock { table in
             if table.machines[address] == nil && table.machines.count >= Self.capacity {
                 let cut = table.machines.values.map(\.learned).sorted()[Self.capacity / 2]
@@ -28,7 +38,13 @@ public final class MachineBindings: Sendable {
     }
 
     /// The machine at `address`, if DHCP said.
-    public func machine(at address: IPv4) -> MachineIdentity? { table.withLock { $0.machines[address]?.machine } }
+    public func machine(at address: IPv4) -> MachineIdentity? { machine(at: SocketAddress(ipv4: address, port: 0)) }
+
+    /// The machine a client at `address` (any port) is, if DHCP said.
+    public func machine(at address: SocketAddress) -> MachineIdentity? {
+        let host = address.unmapped.clientHost
+        return table.withLock { $0.machines[host]?.machine }
+    }
 
     public var count: Int { table.withLock { $0.machines.count } }
 }

@@ -46,9 +46,9 @@ public struct MachineBoot: GeneratedFiles {
         self.now = now
     }
 
-    /// `machine`'s done URL; empty without HTTP.
+    /// `machine`'s done URL; empty without HTTP, and for a machine known by no MAC.
     public func doneURL(for mac: [UInt8]) -> String {
-        guard let httpBase else { return "" }
+        guard let httpBase, !mac.isEmpty else { return "" }
         return httpBase + Self.donePath + mac.hardwareAddressText(separator: "-") + "/" + records.directory.tokens.token(for: mac)
     }
 
@@ -59,7 +59,7 @@ public struct MachineBoot: GeneratedFiles {
         guard parts.count == 2, let mac = MachineRecord.hardwareAddress(parts[0]) else {
             return .failure(FileRefusal(.notFound, "not a done URL"))
         }
-        let bound = client.ipv4.flatMap(bindings.machine(at:))
+        let bound = bindings.machine(at: client)
         switch records.done(named(mac, bound), token: String(parts[1]), now: now()) {
         case .accepted(let record):
             progress?.note(mac, .done, record: record, address: client.ipv4, now: now())
@@ -72,7 +72,7 @@ public struct MachineBoot: GeneratedFiles {
     public func file(_ name: [UInt8], for client: SocketAddress) -> GeneratedFile? {
         let path = String(decoding: name, as: UTF8.self)
         let base = path.lastPathComponent
-        let bound = client.ipv4.flatMap(bindings.machine(at:))
+        let bound = bindings.machine(at: client)
         if let progress, let bound { follow(bound, asking: path, base: base, at: client.ipv4, progress) }
         if base == "boot.ipxe" || base == "autoexec.ipxe" {
             return render(bound ?? MachineIdentity(hardwareAddress: []), unbound: bound == nil, LoaderScript.iPXE, iPXE: String(base))
@@ -92,7 +92,7 @@ public struct MachineBoot: GeneratedFiles {
 
     /// The machine `client` is, its bytes counted.
     public func took(_ bytes: Int, client: SocketAddress) -> String? {
-        guard let machine = client.ipv4.flatMap(bindings.machine(at:)) else { return nil }
+        guard let machine = bindings.machine(at: client) else { return nil }
         progress?.took(bytes, machine.hardwareAddress)
         return machine.hardwareAddress.hardwareAddressText(separator: ":")
     }

@@ -59,18 +59,22 @@ struct MetricsCatalog {
 
     /// proxyDHCP's answers and silences.
     private mutating func proxyDHCP() {
-        for (index, selector) in WorkerMetrics.countedSelectors.enumerated() {
-            for offer in [true, false] {
-                counter("stampede_boot_answers_total",
-                        "proxyDHCP answers (--proxy-dhcp) by the machine's selector (arch: every arch:N) and the answer: an offer, or a boot server's ack.",
-                        [("selector", selector), ("answer", offer ? "offer" : "ack")]) { workers, _ in
-                    workers.reduce(0) { $0 + $1.bootAnswers(counted: index, offer: offer) }
+        for served in [ServedProtocol.dhcp, .dhcp6] {
+            for (index, selector) in WorkerMetrics.countedSelectors.enumerated() {
+                for offer in [true, false] {
+                    counter("stampede_boot_answers_total",
+                            "Boot answers (--proxy-dhcp: protocol dhcp; --proxy-dhcp6: dhcp6) by the machine's selector (arch: every arch:N) and the answer: an offer (DHCPv6: an Advertise), or a boot server's ack (DHCPv6: a Reply).",
+                            [("protocol", served.rawValue), ("selector", selector), ("answer", offer ? "offer" : "ack")]) { workers, _ in
+                        workers.reduce(0) { $0 + ($1.served == served ? $1.bootAnswers(counted: index, offer: offer) : 0) }
+                    }
                 }
             }
-        }
-        for reason in BootIgnored.allCases {
-            counter("stampede_boot_ignored_total", "DHCP requests the proxy (--proxy-dhcp) left unanswered, by why.",
-                    [("reason", reason.label)]) { workers, _ in workers.reduce(0) { $0 + $1.bootIgnored(reason) } }
+            for reason in BootIgnored.allCases {
+                counter("stampede_boot_ignored_total", "DHCP and DHCPv6 requests the boot responders (--proxy-dhcp, --proxy-dhcp6) left unanswered, by protocol and why.",
+                        [("protocol", served.rawValue), ("reason", reason.label)]) { workers, _ in
+                    workers.reduce(0) { $0 + ($1.served == served ? $1.bootIgnored(reason) : 0) }
+                }
+            }
         }
     }
 

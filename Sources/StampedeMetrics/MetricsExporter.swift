@@ -169,7 +169,7 @@ public final class MetricsExporter: Sendable {
         var names: [String]?
         for worker in workers {
             worker.durations.drain { entry in
-                let key = Int(entry.label) << 5 | entry.kind.rawValue << 2 | (ServedProtocol.allCases.firstIndex(of: worker.served) ?? 0)
+                let key = Int(entry.label) << 6 | entry.kind.rawValue << 3 | (ServedProtocol.allCases.firstIndex(of: worker.served) ?? 0)
                 if state.durations[key] == nil {
                     if names == nil { names = fileLabels.names }
                     let file = Int(entry.label) < names!.count ? names![Int(entry.label)] : FileLabels.other

@@ -10,8 +10,9 @@ extension WorkerMetrics {
 
     private static let bootSlots = countedSelectors.count * 2 + BootIgnored.allCases.count
 
-    /// The responder's figures: a loop's, with a slot for each answer and silence.
-    public static func dhcp() -> WorkerMetrics { WorkerMetrics(.dhcp, extraSlots: bootSlots) }
+    /// A responder's figures (the IPv4 proxy's, `.dhcp`, or the DHCPv6 one's, `.dhcp6`): a loop's,
+    /// with a slot for each answer and silence.
+    public static func dhcp(_ served: ServedProtocol = .dhcp) -> WorkerMetrics { WorkerMetrics(served, extraSlots: bootSlots) }
 
     private static func bootSlot(_ selector: BootSelector, offer: Bool) -> Int {
         bootSlot(counted: selector.isArchitectureCode ? BootSelector.named.count : BootSelector.named.firstIndex(of: selector)!, offer: offer)

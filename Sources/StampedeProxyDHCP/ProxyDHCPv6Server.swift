@@ -49,10 +49,14 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
 
     public let networks: [BootNetwork6]
     public let machines: MachineRecords?
+    /// Which machine holds which address (with `--machines`): learned from the address a boot
+    /// server Request or an Information-request comes from, and from the derived address a Reply
+    /// gives.
+    public let bindings: MachineBindings?
     public let progress: MachineProgress?
     public let pxeVendors: [[UInt8]]
     /// Its answers by selector and its silences by reason (with the IPv4 proxy's), its heartbeat.
-    public let metrics = WorkerMetrics.dhcp()
+    public let metrics = WorkerMetrics.dhcp(.dhcp6)
     /// How this server names itself: DUID-LL of the first boot network's interface.
     public let serverID: DUID
     private let listener: Int32
@@ -73,10 +77,12 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
     static let batch = 1024
 
     /// Opens the sockets (as the starting user: before privileges drop) for `networks`.
-    public init(networks: [BootNetwork6], machines: MachineRecords? = nil, progress: MachineProgress? = nil, ports: Ports = Ports(),
+    public init(networks: [BootNetwork6], machines: MachineRecords? = nil, bindings: MachineBindings? = nil, progress: MachineProgress? = nil,
+                ports: Ports = Ports(),
                 pxeVendors: [String] = [], receiveBuffer: Int, logger: Logger, json: Bool) throws(StartFailure) {
         self.networks = networks
         self.machines = machines
+        self.bindings = bindings
         self.progress = progress
         self.pxeVendors = pxeVendors.map { Array($0.utf8) }
         self.logger = logger
@@ -232,9 +238,29 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
             if let progress, !answer.machine.hardwareAddress.isEmpty {
                 progress.note(answer.machine.hardwareAddress, .dhcp, record: record?.name, offered: answer.target?.description, now: time(nil))
             }
+            if let bindings { learn(answer, from: source, on: port, into: bindings) }
             let offer = answer.asked == .solicit
             metrics.countBoot(selector, offer: offer)
             log(answer, selector, url, what(), to: destination, offer: offer)
+        }
+    }
+
+    /// What an answered message says of the machine's address: a Request to 4011 and an
+    /// Information-request come from it (a global one; a link-local address is every link's), and a
+    /// Reply that gives a derived address gives it that one. A machine known by neither its MAC nor
+    /// its UUID is not bound.
+    private func learn(_ answer: ProxyAnswer6, from source: SocketAddress, on port: ProxyAnswer6.Port, into bindings: MachineBindings) {
+        let machine = answer.machine
+        guard !machine.hardwareAddress.isEmpty || machine.uuid != nil else { return }
+        if !answer.relayed, port == .bootServer || answer.asked == .informationRequest, let bytes = source.ipv6Bytes,
+           !(bytes[0] == 0xfe && bytes[1] & 0xc0 == 0x80) {
+            bindings.learn(source, is: machine)
+        }
+        guard answer.asked != .solicit else { return }
+        for address in answer.given {
+            var in6 = in6_addr()
+            withUnsafeMutableBytes(of: &in6) { $0.copyBytes(from: address) }
+            bindings.learn(SocketAddress(ipv6: in6, port: 0), is: machine)
         }
     }
 

@@ -5,7 +5,8 @@ import Synchronization
 /// The protocol a loop serves, which labels everything it counts (the proxyDHCP responder's
 /// thread counts only its answers and silences, and its heartbeat).
 public enum ServedProtocol: String, CaseIterable, Sendable {
-    case tftp, http, https, dhcp
+    /// `dhcp`: the proxyDHCP responder's (IPv4); `dhcp6`: the DHCPv6 boot responder's.
+    case tftp, http, https, dhcp, dhcp6
 }
 
 /// An event loop's figures for the metrics (`--metrics`): a TFTP worker's or an HTTP loop's,
@@ -88,7 +89,7 @@ public final class WorkerMetrics: @unchecked Sendable {
             switch served {
             case .tftp: [.read, .write, .invalid]
             case .http, .https: [.get, .head, .invalid]
-            case .dhcp: []
+            case .dhcp, .dhcp6: []
             }
         }
     }

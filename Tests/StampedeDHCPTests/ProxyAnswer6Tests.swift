@@ -249,6 +249,21 @@ import Testing
         #expect(ProxyAnswer6.to(release, on: .dhcp, serverID: serverID, server: "2001:db8::1", menu: menu) == .failure(.notForProxy(.release)))
     }
 
+    /// A relayed machine on a link of its own: an address of the server's /64 would not work
+    /// there, so none is given, and the answer is a proxy's; one relayed from a link in the /64
+    /// gets its address.
+    @Test func aRelayedMachineGetsAnAddressOnlyWhereItsLinkIsThePrefix() throws {
+        let solicit = ovmfSolicit(clientID: macClientID)
+        let elsewhere = relayForward(solicit, hops: 0, link: linkAddress, peer: peerAddress)
+        let answered = try ProxyAnswer6.to(elsewhere, on: .dhcp, serverID: serverID, server: "2001:db8:0:77::1", derived: derived, menu: menu).get()
+        let inner = try DHCPv6Message.parse(answered.reply).relayed()
+        #expect(inner.kind == .advertise && inner.options[.iaNA] == nil && answered.given.isEmpty)
+        #expect(inner.options[.bootFileURL] != nil)
+        let onLink = relayForward(solicit, hops: 0, link: Array(serverAddress.prefix(8)) + [0, 0, 0, 0, 0, 0, 0, 9], peer: peerAddress)
+        let given = try ProxyAnswer6.to(onLink, on: .dhcp, serverID: serverID, server: "2001:db8:0:77::1", derived: derived, menu: menu).get()
+        #expect(try DHCPv6Message.parse(given.reply).relayed().options[.iaNA] != nil && given.given.count == 1)
+    }
+
     @Test func anAddressIsNeverReservedNorTheServers() {
         let addresses = (0..<20_000).map { derived.address(for: [UInt8(truncatingIfNeeded: $0), UInt8(truncatingIfNeeded: $0 >> 8)], iaid: [0, 0, 0, 1]) }
         #expect(Set(addresses).count == addresses.count)

@@ -378,6 +378,28 @@ def boot_link(network_namespace):
     return server, client
 
 
+@pytest.fixture
+def link6(network_namespace):
+    """(server namespace, client namespace) joined by veth-s and veth-c, IPv6 only, no DAD wait:
+    veth-s at dhcp6wire.SERVER6, veth-c at dhcp6wire.CLIENT6."""
+    from dhcp6wire import CLIENT6, SERVER6
+    server, client = network_namespace(), network_namespace()
+    r = run(["ip", "link", "add", "veth-s", "netns", server.name, "type", "veth", "peer", "name", "veth-c", "netns", client.name])
+    assert r.returncode == 0, r.stderr
+    for namespace, device, address in ((server, "veth-s", SERVER6), (client, "veth-c", CLIENT6)):
+        namespace.write_sysctl(f"net.ipv6.conf.{device}.accept_dad", 0)
+        for argv in (["ip", "-6", "addr", "add", f"{address}/64", "dev", device, "nodad"], ["ip", "link", "set", device, "up"]):
+            r = namespace.run_inside(argv)
+            assert r.returncode == 0, r.stderr
+    # The link-local addresses a multicast leaves from.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if b"fe80" in client.run_inside(["ip", "-6", "addr", "show", "dev", "veth-c"]).stdout:
+            break
+        time.sleep(0.05)
+    return server, client
+
+
 @pytest.fixture(params=BACKENDS)
 def proxy(request, boot_link, root):
     """start(*flags) -> a Server on the server namespace, TFTP on 10.78.0.1 and --proxy-dhcp there."""

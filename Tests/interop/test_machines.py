@@ -55,7 +55,7 @@ def test_listed_machines_boot_as_their_records_say_and_the_rest_are_left_alone(p
     assert len(s.log_lines(f"{colons(STRANGER)} on veth-s: left alone")) == 1, s.log_text()
     text = run([*s.argv[:4], "curl", "-s", f"http://127.0.0.1:{port}/metrics"]).stdout.decode()
     for reason, count in (("machine_ignored", 1), ("machine_local", 1), ("unknown_machine", 2)):
-        assert f'stampede_boot_ignored_total{{reason="{reason}"}} {count}' in text, text
+        assert f'stampede_boot_ignored_total{{protocol="dhcp",reason="{reason}"}} {count}' in text, text
 
 
 def test_unknown_machines_boot_when_the_operator_says_so(proxy, machine, records):
@@ -445,7 +445,7 @@ def test_the_machine_api_decides_what_a_machine_boots_as_pixiecores_api_says(pro
     text = run([*s.argv[:4], "curl", "-s", f"http://127.0.0.1:{port}/metrics"]).stdout.decode()
     for outcome, count in (("listed", 1), ("not_listed", 1), ("refused", 1)):
         assert f'stampede_machines_api_calls_total{{outcome="{outcome}"}} {count}' in text, text
-    assert 'stampede_boot_ignored_total{reason="machine_api_asking"}' in text
+    assert 'stampede_boot_ignored_total{protocol="dhcp",reason="machine_api_asking"}' in text
 
 
 def test_when_the_machine_api_is_down_a_machine_gets_the_directory_and_it_is_said(proxy, machine, tmp_path):

@@ -307,50 +307,71 @@ def test_the_packaged_units_serve_http_on_port_80_as_the_user_tftp(host, network
         tcp.close()
 
 
-def test_the_packaged_service_answers_proxy_dhcp_as_the_user_tftp(host, boot_link, tmp_path):
+class DropInService:
+    """The packaged service with an example drop-in, as systemd would run it: its capabilities
+    (AmbientCapabilities), its TFTPD_OPTS (`example` replaced by `address`) in the unit's
+    ExecStart, as the user tftp (setpriv), port 69 passed as the socket unit passes it, in
+    `namespace`."""
+
+    def __init__(self, host, name, example, address, namespace):
+        host.apt_install(host.put(package()))
+        self.uid, self.gid = host.ids("tftp")
+        self.host, self.namespace = host, namespace
+        self.dropin = (host.root / f"usr/share/doc/stampede/examples/{name}").read_text().splitlines()
+        assert "[Service]" in self.dropin, self.dropin
+        self.capabilities = next(line for line in self.dropin if line.startswith("AmbientCapabilities=")).split("=", 1)[1].split()
+        options = next(line for line in self.dropin if line.startswith("Environment=\"TFTPD_OPTS="))
+        options = options.split("=", 2)[2].rstrip('"').replace(example, address).split()
+        service = (host.root / "lib/systemd/system/stampede.service").read_text()
+        command = next(line for line in service.splitlines() if line.startswith("ExecStart="))
+        self.argv = []
+        for word in command[len("ExecStart="):].split():
+            self.argv += options if word == "$TFTPD_OPTS" else [word.replace("${TFTPD_HOME}", "/var/lib/tftpboot")]
+        with namespace.sockets():
+            self.udp = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+            self.udp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            self.udp.bind(("::", 69))
+
+    def start(self, capability):
+        named = ",".join("+" + c.removeprefix("CAP_").lower() for c in self.capabilities)
+        caps = [f"--inh-caps={named}", f"--ambient-caps={named}"] if capability else []
+        user = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", *caps]
+        script = 'export LISTEN_PID=$$ LISTEN_FDS=1; exec "$@"'
+        return subprocess.Popen(["sh", "-c", script, "sh", *self.namespace.inside, "chroot", str(self.host.root), *user, *self.argv],
+                                close_fds=False, preexec_fn=lambda: os.dup2(self.udp.fileno(), 3),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def refused_without_capability(self):
+        """What the service says when the drop-in's capability is not given (it must stop)."""
+        refused = self.start(capability=False)
+        assert refused.wait(timeout=30) != 0
+        return refused.stderr.read().decode()
+
+    def stop(self, server):
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0, server.stderr.read().decode()
+        self.udp.close()
+
+    def runs_as_tftp(self, server):
+        uids = Path(f"/proc/{server.pid}/status").read_text().split("Uid:")[1].split()[:4]
+        return uids == [str(self.uid)] * 4
+
+
+def test_the_packaged_service_answers_proxy_dhcp_as_the_user_tftp(host, boot_link):
     """With the example drop-in (the capabilities and address family it adds, and --proxy-dhcp in
     TFTPD_OPTS), the service, as the user tftp, hears DHCP through its packet socket beside the
     port 69 the socket unit passes, and offers a booting machine its file; without the
     capability it stops at start and says why. systemd is played by the test (setpriv for the
     capabilities), in the server namespace of a boot link, as above."""
     import dhcpwire
-    host.apt_install(host.put(package()))
-    uid, gid = host.ids("tftp")
-    dropin = (host.root / "usr/share/doc/stampede/examples/stampede-proxy-dhcp.conf").read_text().splitlines()
-    assert "[Service]" in dropin, dropin
-    capabilities = next(line for line in dropin if line.startswith("AmbientCapabilities=")).split("=", 1)[1].split()
-    assert capabilities == ["CAP_NET_RAW"], capabilities
-    # The unit allows AF_UNIX, AF_INET and AF_INET6 only: the drop-in adds the packet socket's.
-    assert "RestrictAddressFamilies=AF_PACKET" in dropin, dropin
-    options = next(line for line in dropin if line.startswith("Environment=\"TFTPD_OPTS="))
-    options = options.split("=", 2)[2].rstrip('"').replace("192.0.2.1", dhcpwire.SERVER).split()
-    service = (host.root / "lib/systemd/system/stampede.service").read_text()
-    command = next(line for line in service.splitlines() if line.startswith("ExecStart="))
-    argv = []
-    for word in command[len("ExecStart="):].split():
-        argv += options if word == "$TFTPD_OPTS" else [word.replace("${TFTPD_HOME}", "/var/lib/tftpboot")]
     server_ns, client_ns = boot_link
-    with server_ns.sockets():
-        udp = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-        udp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        udp.bind(("::", 69))
-
-    def place():
-        os.dup2(udp.fileno(), 3)
-
-    def start(capability):
-        named = ",".join("+" + c.removeprefix("CAP_").lower() for c in capabilities)
-        caps = [f"--inh-caps={named}", f"--ambient-caps={named}"] if capability else []
-        user = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *caps]
-        script = 'export LISTEN_PID=$$ LISTEN_FDS=1; exec "$@"'
-        return subprocess.Popen(["sh", "-c", script, "sh", *server_ns.inside, "chroot", str(host.root), *user, *argv],
-                                close_fds=False, preexec_fn=place, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-    refused = start(capability=False)
-    assert refused.wait(timeout=30) != 0
-    said = refused.stderr.read().decode()
+    unit = DropInService(host, "stampede-proxy-dhcp.conf", "192.0.2.1", dhcpwire.SERVER, server_ns)
+    assert unit.capabilities == ["CAP_NET_RAW"], unit.capabilities
+    # The unit allows AF_UNIX, AF_INET and AF_INET6 only: the drop-in adds the packet socket's.
+    assert "RestrictAddressFamilies=AF_PACKET" in unit.dropin, unit.dropin
+    said = unit.refused_without_capability()
     assert "CAP_NET_RAW" in said and "not permitted" in said, said
-    server = start(capability=True)
+    server = unit.start(capability=True)
     machine = dhcpwire.Machine(client_ns)
     try:
         reply = None
@@ -359,13 +380,37 @@ def test_the_packaged_service_answers_proxy_dhcp_as_the_user_tftp(host, boot_lin
             if reply:
                 break
         assert reply and reply["file"] == "ipxe.efi" and reply["siaddr"] == dhcpwire.SERVER, reply
-        uids = Path(f"/proc/{server.pid}/status").read_text().split("Uid:")[1].split()[:4]
-        assert uids == [str(uid)] * 4, uids
+        assert unit.runs_as_tftp(server)
     finally:
         machine.close()
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=30) == 0, server.stderr.read().decode()
-        udp.close()
+        unit.stop(server)
+
+
+def test_the_packaged_service_answers_dhcpv6_as_the_user_tftp(host, link6):
+    """With the DHCPv6 drop-in (CAP_NET_BIND_SERVICE for port 547, --proxy-dhcp6 in TFTPD_OPTS),
+    the service, as the user tftp, answers OVMF's Solicit with the proxy offer and its Request on
+    4011 with the URL; without the capability it stops at start and says why."""
+    import dhcp6wire
+    server_ns, client_ns = link6
+    unit = DropInService(host, "stampede-proxy-dhcp6.conf", "2001:db8::1", dhcp6wire.SERVER6, server_ns)
+    assert unit.capabilities == ["CAP_NET_BIND_SERVICE"], unit.capabilities
+    said = unit.refused_without_capability()
+    assert "CAP_NET_BIND_SERVICE" in said and "547" in said, said
+    server = unit.start(capability=True)
+    machine = dhcp6wire.Machine6(client_ns)
+    try:
+        data = None
+        for _ in range(20):
+            data, _ = machine.ask(dhcp6wire.solicit(), dhcp6wire.multicast(client_ns), timeout=0.5)
+            if data:
+                break
+        assert data and data[0] == 2, server.stderr.read1().decode() if data is None else data
+        url = dhcp6wire.first(dhcp6wire.options_of(data), 59).decode()
+        assert url == f"tftp://[{dhcp6wire.SERVER6}]/ipxe.efi", url
+        assert unit.runs_as_tftp(server)
+    finally:
+        machine.close()
+        unit.stop(server)
 
 
 def fingerprint(pem: bytes):

@@ -263,10 +263,10 @@ def test_a_machine_nobody_boots_is_said_once_a_minute_and_each_of_its_requests_c
         machine.sock.sendto(packet, ("255.255.255.255", 67))
     machine.sock.sendto(dhcpwire.message(MAC[:5] + b"\x99", arch=22), ("255.255.255.255", 67))
     deadline, text = time.time() + 10, ""
-    while 'stampede_boot_ignored_total{reason="no_boot_file"} 2001' not in text and time.time() < deadline:
+    while 'stampede_boot_ignored_total{protocol="dhcp",reason="no_boot_file"} 2001' not in text and time.time() < deadline:
         time.sleep(0.3)
         text = run([*s.argv[:4], "curl", "-s", f"http://127.0.0.1:{port}/metrics"]).stdout.decode()
-    assert 'stampede_boot_ignored_total{reason="no_boot_file"} 2001' in text, text
+    assert 'stampede_boot_ignored_total{protocol="dhcp",reason="no_boot_file"} 2001' in text, text
     said = s.log_lines("not answered: no boot file for uboot-arm64", count=2)
     assert len(said) == 2, s.log_text()[-3000:]
     assert "52:54:00:12:34:56" in said[0] and "52:54:00:12:34:99" in said[1], said
@@ -317,7 +317,7 @@ def test_another_servers_menu_item_or_choice_is_left_to_it(proxy, boot_link):
         boot_server.close()
     text = run([*s.argv[:4], "curl", "-s", f"http://127.0.0.1:{port}/metrics"]).stdout.decode()
     for reason, count in (("other_boot_server_type", 2), ("boot_integrity_services", 1), ("other_server", 1)):
-        assert f'stampede_boot_ignored_total{{reason="{reason}"}} {count}' in text, (reason, text)
+        assert f'stampede_boot_ignored_total{{protocol="dhcp",reason="{reason}"}} {count}' in text, (reason, text)
 
 
 def test_machines_without_a_hardware_address_are_told_apart_by_their_client_identifier(proxy, machine):
@@ -441,8 +441,8 @@ def test_answers_are_counted_by_selector_and_silences_by_reason(proxy, machine):
     time.sleep(1)
     r = s.argv[:4]  # ip netns exec NAME
     text = run([*r, "curl", "-s", f"http://127.0.0.1:{port}/metrics"]).stdout.decode()
-    assert 'stampede_boot_answers_total{selector="bios",answer="offer"} 1' in text, text
-    assert 'stampede_boot_ignored_total{reason="not_boot_client"} 1' in text
+    assert 'stampede_boot_answers_total{protocol="dhcp",selector="bios",answer="offer"} 1' in text, text
+    assert 'stampede_boot_ignored_total{protocol="dhcp",reason="not_boot_client"} 1' in text
 
 
 @pytest.mark.parametrize("flags, status, said", [

@@ -15,65 +15,7 @@ import time
 import pytest
 
 from conftest import BINARY, Server, run
-
-SERVER6 = "2001:db8:78::1"
-CLIENT6 = "2001:db8:78::57"
-UUID = bytes.fromhex("8a3c6b5e112233445566778899aabbcc")
-SO_BINDTODEVICE = 25
-
-
-def option(code, value):
-    return struct.pack("!HH", code, len(value)) + value
-
-
-def vendor_class(text, enterprise=343):
-    data = text.encode()
-    return option(16, struct.pack("!IH", enterprise, len(data)) + data)
-
-
-def solicit(xid=0xabcdef, kind=1, vendor="PXEClient:Arch:00007:UNDI:003000", arch=7, extra=b"", client_id=True):
-    """OVMF's Solicit (PXE over IPv6): options 1 (DUID-UUID), 3, 6, 8, 16, 61, 62."""
-    body = option(1, b"\x00\x04" + UUID) if client_id else b""
-    body += option(3, struct.pack("!III", 42, 0, 0)) + option(6, struct.pack("!HH", 59, 60)) + option(8, b"\x00\x00")
-    if vendor:
-        body += vendor_class(vendor)
-    if arch is not None:
-        body += option(61, struct.pack("!H", arch)) + option(62, b"\x01\x03\x00")
-    return bytes([kind]) + xid.to_bytes(3, "big") + body + extra
-
-
-def options_of(data, start=4):
-    found, at = [], start
-    while at + 4 <= len(data):
-        code, length = struct.unpack("!HH", data[at:at + 4])
-        found.append((code, data[at + 4:at + 4 + length]))
-        at += 4 + length
-    return found
-
-
-def first(options, code):
-    return next((value for c, value in options if c == code), None)
-
-
-@pytest.fixture
-def link6(network_namespace):
-    """(server namespace, client namespace) joined by veth-s and veth-c, IPv6 only, no DAD wait."""
-    server, client = network_namespace(), network_namespace()
-    r = run(["ip", "link", "add", "veth-s", "netns", server.name, "type", "veth", "peer", "name", "veth-c", "netns", client.name])
-    assert r.returncode == 0, r.stderr
-    for namespace, device, address in ((server, "veth-s", SERVER6), (client, "veth-c", CLIENT6)):
-        namespace.write_sysctl(f"net.ipv6.conf.{device}.accept_dad", 0)
-        for argv in (["ip", "-6", "addr", "add", f"{address}/64", "dev", device, "nodad"], ["ip", "link", "set", device, "up"]):
-            r = namespace.run_inside(argv)
-            assert r.returncode == 0, r.stderr
-    # The link-local addresses a multicast leaves from.
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        if b"fe80" in client.run_inside(["ip", "-6", "addr", "show", "dev", "veth-c"]).stdout:
-            break
-        time.sleep(0.05)
-    return server, client
-
+from dhcp6wire import CLIENT6, SERVER6, UUID, Machine6, first, multicast, option, options_of, solicit
 
 @pytest.fixture
 def proxy6(link6, root):
@@ -93,40 +35,6 @@ def proxy6(link6, root):
     yield start
     for s in started:
         s.stop()
-
-
-class Machine6:
-    """A firmware's socket in the client namespace: port 546 on veth-c (its Solicits), or 4011."""
-
-    def __init__(self, namespace, port=546):
-        with namespace.sockets():
-            self.sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, b"veth-c")
-        self.sock.bind(("::", port))
-
-    def ask(self, packet, to, timeout=2.0):
-        self.sock.sendto(packet, to)
-        return self.receive(timeout)
-
-    def receive(self, timeout=2.0):
-        self.sock.settimeout(timeout)
-        try:
-            data, source = self.sock.recvfrom(65536)
-        except socket.timeout:
-            return None, None
-        return data, source
-
-    def close(self):
-        self.sock.close()
-
-
-def interface_index(namespace, device):
-    out = namespace.run_inside(["cat", f"/sys/class/net/{device}/ifindex"]).stdout
-    return int(out)
-
-
-def multicast(namespace):
-    return ("ff02::1:2", 547, 0, interface_index(namespace, "veth-c"))
 
 
 @pytest.fixture
@@ -227,8 +135,8 @@ def test_what_is_not_a_boot_clients_gets_silence_and_the_responder_answers_on(pr
     assert data is not None and data[1:4] == b"\x01\x02\x03"
     metrics = client_ns.run_inside(["curl", "-sS", "-g", f"http://[{SERVER6}]:9100/metrics"]).stdout.decode()
     for reason, count in (("not_boot_client", 1), ("malformed", 3), ("not_for_proxy", 1)):
-        assert f'stampede_boot_ignored_total{{reason="{reason}"}} {count}' in metrics, metrics
-    assert 'stampede_boot_answers_total{selector="efi-x64",answer="offer"} 1' in metrics
+        assert f'stampede_boot_ignored_total{{protocol="dhcp6",reason="{reason}"}} {count}' in metrics, metrics
+    assert 'stampede_boot_answers_total{protocol="dhcp6",selector="efi-x64",answer="offer"} 1' in metrics
 
 
 @pytest.mark.parametrize("address,status,said", [
@@ -303,3 +211,51 @@ def test_twenty_thousand_machines_solicits_within_a_second_are_all_answered_and_
     assert result["ok"] == 20000 and result["failed"] == 0, result
     assert got.returncode == 0 and got.stdout == (root / "ipxe.efi").read_bytes()
     assert s.process.poll() is None
+
+
+def test_a_machines_ipv6_address_is_bound_to_it_so_its_script_is_its_records(proxy6, link6, machine6, tmp_path):
+    """With --machines, the address a boot server Request comes from (OVMF's, a DUID-UUID: its
+    record by UUID) and the derived address a Reply gives (a DUID-LL: its record by MAC) are that
+    machine's: its iPXE script, fetched from that address over HTTP on IPv6, is its record's."""
+    records = tmp_path / "machines"
+    records.mkdir()
+    (records / "by-uuid").write_text("uuid = 8a3c6b5e-1122-3344-5566-778899aabbcc\nkernel = linux/a\ncmdline = role=uuid\n")
+    (records / "by-mac").write_text("mac = 52:54:00:aa:bb:07\nkernel = linux/b\ncmdline = role=mac\n")
+    s = proxy6("--machines", str(records), "--unknown-machines", "boot", "--dhcp6-derived")
+    server_ns, client_ns = link6
+
+    def script(source):
+        r = client_ns.run_inside(["curl", "-sS", "-g", "--interface", source, f"http://[{SERVER6}]:8080/boot.ipxe"])
+        assert r.returncode == 0, r.stderr
+        return r.stdout.decode()
+
+    assert "role=" not in script(CLIENT6)  # nobody's yet: the default
+    # OVMF: its Solicit, then its Request to 4011 from its global address (CLIENT6).
+    data, _ = machine6.ask(solicit(), multicast(client_ns))
+    assert data is not None, s.log_text()
+    boot = Machine6(client_ns, port=4011)
+    try:
+        request = bytes([3]) + bytes.fromhex("abcdef") + b"".join(
+            option(code, value) for code, value in options_of(solicit()) if code != 3) + option(2, first(options_of(data), 2))
+        reply, _ = boot.ask(request, (SERVER6, 4011))
+        assert reply is not None and reply[0] == 7
+    finally:
+        boot.close()
+    assert "kernel /linux/a role=uuid" in script(CLIENT6), script(CLIENT6)
+
+    # A machine named by its DUID-LL: the address its Reply gives is its own.
+    duid = b"\x00\x03\x00\x01" + bytes.fromhex("525400aabb07")
+    asked = solicit(xid=0x070707, extra=b"").replace(option(1, b"\x00\x04" + UUID), option(1, duid))
+    data, _ = machine6.ask(asked, multicast(client_ns))
+    assert data is not None and data[0] == 2, s.log_text()
+    server_id, ia = first(options_of(data), 2), first(options_of(data), 3)
+    request = bytes([3]) + bytes.fromhex("070708") + b"".join(
+        option(code, value) for code, value in options_of(asked) if code != 3) + option(2, server_id) + option(3, ia)
+    reply, _ = machine6.ask(request, multicast(client_ns))
+    assert reply is not None and reply[0] == 7, s.log_text()
+    given = socket.inet_ntop(socket.AF_INET6, first(options_of(first(options_of(reply), 3), start=12), 5)[:16])
+    assert given.startswith("2001:db8:78:"), given
+    r = client_ns.run_inside(["ip", "-6", "addr", "add", f"{given}/128", "dev", "veth-c", "nodad"])
+    assert r.returncode == 0, r.stderr
+    assert "role=mac" in script(given), script(given)
+    assert "role=uuid" in script(CLIENT6)

@@ -79,9 +79,10 @@ struct ServeCommand: ParsableCommand {
         var configuration = ServerConfiguration(listenAddresses: [], policy: plan.policy(root: rootFD), logger: logger)
         plan.configure(&configuration)
         configuration.remapRules = rules
-        // Done URLs name the first boot network's HTTP (docs/machines.md).
+        // Done URLs name the first boot network's HTTP (docs/machines.md): IPv4's, else IPv6's.
+        let firstBoot = options.proxyDHCP.first.map(\.description) ?? options.proxyDHCP6.first.map(\.host)
         let serving = machines.map { records, watch in
-            MachineServing(records: records, watch: watch, httpBase: options.proxyDHCP.first.flatMap { ServePlan.httpBase($0.description, options) },
+            MachineServing(records: records, watch: watch, httpBase: firstBoot.flatMap { ServePlan.httpBase($0, options) },
                            logger: logger, json: options.logFormat == .json)
         }
         configuration.generatedFiles = serving?.boot

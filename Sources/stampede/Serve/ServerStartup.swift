@@ -141,7 +141,7 @@ struct ServerStartup {
     private func proxyDHCP6() throws -> ProxyDHCPv6Server? {
         guard !plan.bootNetworks6.isEmpty else { return nil }
         do {
-            return try ProxyDHCPv6Server(networks: plan.bootNetworks6, machines: machines?.records, progress: machines?.progress,
+            return try ProxyDHCPv6Server(networks: plan.bootNetworks6, machines: machines?.records, bindings: machines?.bindings, progress: machines?.progress,
                                          pxeVendors: plan.options.pxeVendor, receiveBuffer: configuration.listenerReceiveBuffer,
                                          logger: configuration.logger, json: configuration.logFormat == .json)
         } catch {
