@@ -436,12 +436,15 @@ extension Storm {
     }
 
     /// The wheel's timer for a running request: it fails when the server has sent nothing for
-    /// the firmware's patience, and is set again otherwise.
+    /// the firmware's patience, and is set again otherwise. Where the server's bytes wait unread
+    /// in the socket, the storm fell behind: said as such, not as the server's silence.
     func fetchTimerFired(_ slot: Int, now: Nanoseconds) {
         let patience = plan.profile.stages[machines[slot]!.stage].patience
         let quietSince = connections[slot]!.lastHeard
         if now - quietSince >= patience {
-            fetchFailed(slot, .timedOut, now: now)
+            var unread: Int32 = 0
+            let asked = ioctl(connections[slot]!.descriptor, UInt(FIONREAD), &unread)
+            fetchFailed(slot, asked == 0 && unread > 0 ? .stormBehind(unread: Int(unread)) : .timedOut, now: now)
         } else {
             wheel.schedule(slot, at: quietSince + patience)
         }

@@ -6,6 +6,9 @@ import StampedeProtocol
 public enum StormFailure: Error, Equatable, Sendable, CustomStringConvertible {
     /// No answer within the retries: a lost transfer.
     case timedOut
+    /// An HTTP fetch whose patience ran out while the server's bytes waited unread in the
+    /// storm's own socket: the storm fell behind (its CPU), not the server.
+    case stormBehind(unread: Int)
     /// The server sent ERROR with this code.
     case serverError(code: UInt16)
     /// An HTTP server answered with this status, not 200.
@@ -28,6 +31,7 @@ public enum StormFailure: Error, Equatable, Sendable, CustomStringConvertible {
     public var kind: String {
         switch self {
         case .timedOut: return "timed out"
+        case .stormBehind: return "storm behind"
         case .serverError(let code): return "server error \(code)"
         case .httpStatus(let status): return "HTTP status \(status)"
         case .corrupted: return "corrupted"
@@ -43,6 +47,7 @@ public enum StormFailure: Error, Equatable, Sendable, CustomStringConvertible {
         case .corrupted(let offset): return "corrupted: byte \(offset) differs from the expected file"
         case .wrongSize(let expected, let received): return "wrong size: \(received) bytes, expected \(expected)"
         case .protocolError(let what): return "protocol error: \(what)"
+        case .stormBehind(let unread): return "storm behind: timed out with \(unread) bytes of the server's unread in its socket"
         default: return kind
         }
     }
