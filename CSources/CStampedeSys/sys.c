@@ -136,7 +136,10 @@ void stampede_receive_timestamps(int fd)
 {
     int one = 1;
     /* Best effort: without it a listener's datagrams carry no time, and a resend read late from
-     * the queue is told from a client that started over by how quiet the client looks alone. */
+     * the queue is told from a client that started over by how quiet the client looks alone.
+     * The kernel turns stamping on for the host in a deferred work item the first time a socket
+     * asks: until it has run (milliseconds; seconds on a loaded host), a datagram is stamped
+     * when it is read, which is the behaviour without stamps. */
     (void)setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
 }
 

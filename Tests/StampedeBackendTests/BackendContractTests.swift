@@ -147,6 +147,16 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
         let backend = try kind.make()
         let (_, bound) = try loopbackListener(backend, tag: 77)
         let client = LoopbackClient()
+        // The kernel turns receive timestamps on for the host in a deferred work item the first
+        // time a socket asks (net_enable_timestamp): until it has run, a datagram is stamped when
+        // it is read. Under a loaded suite that took seconds; wait for it.
+        let on = stampede_monotonic_ns() + 10_000_000_000
+        while stampede_monotonic_ns() < on {
+            client.send([0, 1, 0x61, 0], to: bound)
+            usleep(20_000)
+            guard pollUntilSomething(backend) == 1 else { continue }
+            if let stamp = backend.datagram(0).received, stampede_monotonic_ns() - stamp > 15_000_000 { break }
+        }
         let before = stampede_monotonic_ns()
         client.send([0, 1, 0x61, 0], to: bound)
         usleep(200_000)  // it waits in the queue
