@@ -120,15 +120,21 @@ extension Storm {
         }
         if state.source.isIPv6 { return startDHCPv6(slot, stage.dhcp!, state: state, now: now) }
         let discover = StormDHCP.discover(stage.dhcp!, for: machine.identity)
-        var exchange = StormDHCP.Exchange(transactionID: discover.transactionID, message: discover.encoded(),
-                                          destination: SocketAddress(parsing: "255.255.255.255:67", defaultPort: 67)!,
-                                          interval: stage.retransmit)
+        let broadcast = SocketAddress(parsing: "255.255.255.255:67", defaultPort: 67)!
+        sendAfresh(StormDHCP.Exchange(transactionID: discover.transactionID, message: discover.encoded(), destination: broadcast,
+                                      interval: stage.retransmit), slot, state: state, now: now)
+        return true
+    }
+
+    /// Sends `exchange`'s message, the first of its tries at the stage's interval, and times it.
+    func sendAfresh(_ exchange: StormDHCP.Exchange, _ slot: Int, state: StormDHCP, now: Nanoseconds) {
+        var exchange = exchange
         exchange.tries = 0
+        exchange.interval = plan.profile.stages[machines[slot]!.stage].retransmit
         state.exchanges[slot] = exchange
         state.waiting[exchange.transactionID] = slot
         sendDHCP(slot)
-        wheel.schedule(slot, at: now + stage.retransmit)
-        return true
+        wheel.schedule(slot, at: now + exchange.interval)
     }
 
     func sendDHCP(_ slot: Int) {
@@ -204,11 +210,7 @@ extension Storm {
                                                            bootItem: ask.client == .pxe ? firstItem : nil).encoded()
             exchange.destination = SocketAddress(parsing: "\(server):4011", defaultPort: 4011)!
             exchange.atBootServer = true
-            exchange.tries = 0
-            exchange.interval = plan.profile.stages[machine.stage].retransmit
-            state.exchanges[slot] = exchange
-            sendDHCP(slot)
-            wheel.schedule(slot, at: now + exchange.interval)
+            sendAfresh(exchange, slot, state: state, now: now)
             return
         }
         if file.isEmpty {

@@ -92,12 +92,8 @@ extension Storm {
         let solicit = StormDHCP.solicit(ask, for: machine.identity)
         var server = SocketAddress(parsing: "[\(StormDHCP.allServers)]:547", defaultPort: 547)!
         server.scope = UInt32(state.interface.index)
-        let exchange = StormDHCP.Exchange(transactionID: solicit.transactionID, message: solicit.encoded(), destination: server,
-                                          interval: plan.profile.stages[machine.stage].retransmit)
-        state.exchanges[slot] = exchange
-        state.waiting[exchange.transactionID] = slot
-        sendDHCP(slot)
-        wheel.schedule(slot, at: now + exchange.interval)
+        sendAfresh(StormDHCP.Exchange(transactionID: solicit.transactionID, message: solicit.encoded(), destination: server,
+                                      interval: plan.profile.stages[machine.stage].retransmit), slot, state: state, now: now)
         return true
     }
 
@@ -144,10 +140,6 @@ extension Storm {
             exchange.destination = server
             exchange.atBootServer = true
         }
-        exchange.tries = 0
-        exchange.interval = plan.profile.stages[machine.stage].retransmit
-        state.exchanges[slot] = exchange
-        sendDHCP(slot)
-        wheel.schedule(slot, at: now + exchange.interval)
+        sendAfresh(exchange, slot, state: state, now: now)
     }
 }
