@@ -67,6 +67,19 @@ extension StormDHCP {
     }
 
     /// Whether an IA_NA of `message` holds an address (an IAADDR, option 5).
+    /// Whether a machine's exchange awaits an answer of `kind`: a Reply answers its Request (to
+    /// the boot server, or for an address) or iPXE's Information-request, an Advertise its
+    /// Solicit. Any other comes from an exchange before this one (a server's second copy of a boot
+    /// server Reply to a machine of the same identity in an earlier storm) and is passed over, as
+    /// firmware passes it over.
+    static func awaits(_ kind: DHCPv6Message.Kind, sentRequest: Bool, iPXE: Bool) -> Bool {
+        switch kind {
+        case .reply: sentRequest || iPXE
+        case .advertise: !sentRequest && !iPXE
+        default: false
+        }
+    }
+
     static func givesAddress(_ message: DHCPv6Message) -> Bool {
         message.options.values(.iaNA).contains { ia in
             ia.count > 12 && (try? DHCPv6Options.parse(Array(ia.dropFirst(12))))?.all.contains { $0.code == 5 } == true
@@ -106,6 +119,7 @@ extension Storm {
               let slot = state.waiting[answer.transactionID], var exchange = state.exchanges[slot], let machine = machines[slot],
               answer.options[.clientID] == StormDHCP.duid(of: machine.identity) else { return }
         let ask = plan.profile.stages[machine.stage].dhcp!
+        guard StormDHCP.awaits(answer.kind, sentRequest: exchange.requested || exchange.atBootServer, iPXE: ask.client == .ipxe) else { return }
         guard let url = answer.options[.bootFileURL], !url.isEmpty else {
             // A site server's answer that boots nothing (an address alone): another server's may.
             if answer.kind == .advertise { return }
@@ -117,11 +131,9 @@ extension Storm {
             return
         }
         guard answer.kind == .advertise else {
-            guard exchange.atBootServer || ask.client == .ipxe || exchange.requested else { return }
             dhcpEnded(slot, .ok, now: now)
             return
         }
-        guard !exchange.requested && !exchange.atBootServer else { return }
         let addressed = StormDHCP.givesAddress(answer)
         // HTTP Boot takes a proxy's URL as it is; its address comes from the site's server.
         if ask.client == .http && !addressed {

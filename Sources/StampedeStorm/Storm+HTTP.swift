@@ -9,7 +9,8 @@ import StampedeTLS
 /// The storm's HTTP connections' readiness: one epoll (edge-triggered, each connection tagged by
 /// its slot) that the backend watches, so that one wait covers datagrams and connections; a
 /// scratch buffer every body is read into and compared from; and the connections that stopped at
-/// their share of a turn, or were not reached within the turn's, to go on at the next. The
+/// their share of a turn, or were not reached within the turn's, to go on at the next
+/// (`HTTPTurnOrder`). The
 /// shares keep the datagrams flowing: a turn that read every body for as long as bytes came
 /// would leave TFTP's ACKs unsent, and its transfers would time out behind the storm's own reads.
 final class HTTPEvents {
@@ -19,15 +20,9 @@ final class HTTPEvents {
     let scratch: UnsafeMutableRawBufferPointer
     let tags: UnsafeMutablePointer<UInt64>
     let tagCapacity = 256
-    /// Slots whose connection a turn did not reach (its share of the turn was spent before it), to
-    /// go first at the next turn; then those that read their share and have more (`served`).
-    /// Served ones go last, so that every connection with bytes waiting is read in turn: kept in
-    /// one list in the order they were put off, the 32 connections at its head took every turn's
-    /// share as long as their files lasted, and the rest waited unread for half a minute and more
-    /// (bench-dhcp's rack of 2,000: hundreds of fetches failed on the storm's side).
-    var pending: [Int] = []
-    var served: [Int] = []
-    var hasPending: Bool { !pending.isEmpty || !served.isEmpty }
+    /// The slots a turn left with bytes to read, in the order the next reads them.
+    var putOff = HTTPTurnOrder()
+    var hasPending: Bool { !putOff.isEmpty }
     /// What one connection reads in a turn before the others have their go.
     static let connectionShare = 256 << 10
     /// What all of them read in a turn before the datagrams have theirs: a few milliseconds.
@@ -77,7 +72,7 @@ struct HTTPConnection {
     /// Body bytes read so far.
     var received = 0
     var lastHeard: Nanoseconds = 0
-    /// Queued in `HTTPEvents.pending`.
+    /// Put off to the next turn (`HTTPEvents.putOff`).
     var isPending = false
     /// HTTPS: the connection's TLS session, and when the connection was opened (the handshake's
     /// time is from then to its end).
@@ -213,10 +208,7 @@ extension Storm {
     func serviceHTTP(now: Nanoseconds) {
         guard let http else { return }
         http.turnLeft = HTTPEvents.turnShare
-        let carried = http.pending + http.served
-        http.pending.removeAll(keepingCapacity: true)
-        http.served.removeAll(keepingCapacity: true)
-        for slot in carried where slot < connections.count && connections[slot] != nil {
+        for slot in http.putOff.next() where slot < connections.count && connections[slot] != nil {
             connections[slot]!.isPending = false
             drive(slot, now: now)
         }
@@ -236,7 +228,7 @@ extension Storm {
     private func postpone(_ slot: Int, served: Bool) {
         guard !connections[slot]!.isPending else { return }
         connections[slot]!.isPending = true
-        if served { http!.served.append(slot) } else { http!.pending.append(slot) }
+        http!.putOff.putOff(slot, readItsShare: served)
     }
 
     /// Writes the request and reads the response as far as the socket allows (up to a turn's
@@ -449,11 +441,19 @@ extension Storm {
         let patience = plan.profile.stages[machines[slot]!.stage].patience
         let quietSince = connections[slot]!.lastHeard
         if now - quietSince >= patience {
-            var unread: Int32 = 0
-            let asked = ioctl(connections[slot]!.descriptor, UInt(FIONREAD), &unread)
-            fetchFailed(slot, asked == 0 && unread > 0 ? .stormBehind(unread: Int(unread)) : .timedOut, now: now)
+            fetchFailed(slot, .patienceRanOut(on: connections[slot]!.descriptor), now: now)
         } else {
             wheel.schedule(slot, at: quietSince + patience)
         }
+    }
+}
+
+extension StormFailure {
+    /// Why a fetch on `descriptor` ran out of patience: the server's silence, or the storm's own
+    /// lag where the server's bytes wait unread in the socket (FIONREAD).
+    static func patienceRanOut(on descriptor: Int32) -> StormFailure {
+        var unread: Int32 = 0
+        let asked = ioctl(descriptor, UInt(FIONREAD), &unread)
+        return asked == 0 && unread > 0 ? .stormBehind(unread: Int(unread)) : .timedOut
     }
 }

@@ -110,7 +110,7 @@ import Testing
         // A derived address: asked for on 547 with the IA as given.
         let derived = DerivedAddresses(server: [0x20, 0x01, 0x0d, 0xb8] + [UInt8](repeating: 0, count: 11) + [1])
         let addressed = try DHCPv6Message.parse(ProxyAnswer6.to(solicit.encoded(), on: .dhcp, serverID: serverID, server: "2001:db8::1",
-                                                                derived: derived) { _ in .boot(menu) }.get().reply)
+                                                                derived: derived, menu: menu).get().reply)
         #expect(StormDHCP.givesAddress(addressed))
         let forAddress = StormDHCP.request(after: solicit, advertise: addressed, toBootServer: false)
         #expect(forAddress.options[.iaNA] == addressed.options[.iaNA] && forAddress.options[.serverID] == serverID.bytes)
@@ -119,5 +119,12 @@ import Testing
         #expect(ipxe.kind == .informationRequest && ipxe.options[.iaNA] == nil && ipxe.options.userClasses == [Array("iPXE".utf8)])
         let http = StormDHCP.solicit(.init(client: .http, architecture: 16), for: machine)
         #expect(http.options.vendorClasses() == [Array("HTTPClient:Arch:00016:UNDI:003001".utf8)])
+        // A soliciting machine takes Advertises, not Replies (a boot server's second copy of its
+        // Reply to the same machine in an earlier storm ended a later storm's HTTP Boot machines
+        // with "an HTTP Boot offer without a URL"); after its Request, Replies alone.
+        #expect(StormDHCP.awaits(.advertise, sentRequest: false, iPXE: false) && !StormDHCP.awaits(.reply, sentRequest: false, iPXE: false))
+        #expect(StormDHCP.awaits(.reply, sentRequest: true, iPXE: false) && !StormDHCP.awaits(.advertise, sentRequest: true, iPXE: false))
+        #expect(StormDHCP.awaits(.reply, sentRequest: false, iPXE: true) && !StormDHCP.awaits(.advertise, sentRequest: false, iPXE: true))
+        #expect(!StormDHCP.awaits(.reconfigure, sentRequest: true, iPXE: false))
     }
 }
