@@ -98,7 +98,9 @@ public struct ProxyAnswer6: Equatable, Sendable {
 
     public static func to(_ bytes: [UInt8], on port: Port, from source: [UInt8]? = nil, serverID: DUID, server: String,
                           pxeVendors: [[UInt8]] = [], derived: DerivedAddresses? = nil, menu: BootMenu) -> Result<ProxyAnswer6, Silence> {
-        to(bytes, on: port, from: source, serverID: serverID, server: server, pxeVendors: pxeVendors, derived: derived) { _ in .boot(menu) }
+        bytes.withUnsafeBytes { raw in
+            to(raw, on: port, from: source, serverID: serverID, server: server, pxeVendors: pxeVendors, derived: derived) { _ in .boot(menu) }
+        }
     }
 
     /// The answer to `bytes`, which arrived on `port` from `source` (its 16 bytes), from a server named `serverID` whose
@@ -109,7 +111,7 @@ public struct ProxyAnswer6: Equatable, Sendable {
     /// are answered as RFC 8415 asks of a server that gave it; a relayed client whose link (the
     /// nearest relay's link-address) is not in `derived`'s /64 gets none (an address of the
     /// server's link would not work on its own), and its exchange is a proxy's.
-    public static func to(_ bytes: [UInt8], on port: Port, from source: [UInt8]? = nil, serverID: DUID, server: String,
+    public static func to(_ bytes: UnsafeRawBufferPointer, on port: Port, from source: [UInt8]? = nil, serverID: DUID, server: String,
                           pxeVendors: [[UInt8]] = [], derived: DerivedAddresses? = nil,
                           choose: (MachineIdentity) -> MachineChoice) -> Result<ProxyAnswer6, Silence> {
         var message: DHCPv6Message

@@ -62,7 +62,7 @@ public struct MachineBoot: GeneratedFiles {
         let bound = bindings.machine(at: client)
         switch records.done(named(mac, bound), token: String(parts[1]), now: now()) {
         case .accepted(let record):
-            progress?.note(mac, .done, record: record, address: client.ipv4, now: now())
+            progress?.note(mac, .done, record: record, address: client, now: now())
             return .success("machine \(mac.hardwareAddressText(separator: ":")) done (\(record)): its next boot is from its disk")
         case .wrongToken: return .failure(FileRefusal(.denied, "not this machine's done URL"))
         case .notOnce: return .failure(FileRefusal(.notFound, "no record boots \(mac.hardwareAddressText(separator: ":")) once"))
@@ -73,7 +73,7 @@ public struct MachineBoot: GeneratedFiles {
         let path = String(decoding: name, as: UTF8.self)
         let base = path.lastPathComponent
         let bound = bindings.machine(at: client)
-        if let progress, let bound { follow(bound, asking: path, base: base, at: client.ipv4, progress) }
+        if let progress, let bound { follow(bound, asking: path, base: base, at: client, progress) }
         if base == "boot.ipxe" || base == "autoexec.ipxe" {
             return render(bound ?? MachineIdentity(hardwareAddress: []), unbound: bound == nil, LoaderScript.iPXE, iPXE: String(base))
         }
@@ -99,7 +99,7 @@ public struct MachineBoot: GeneratedFiles {
 
     /// The stage a machine's request for `path` says its boot is at: its offered boot file, the
     /// GRUB its shim loads, its script, its record's kernel or first initrd.
-    private func follow(_ machine: MachineIdentity, asking path: String, base: Substring, at address: IPv4?, _ progress: MachineProgress) {
+    private func follow(_ machine: MachineIdentity, asking path: String, base: Substring, at address: SocketAddress, _ progress: MachineProgress) {
         let mac = machine.hardwareAddress
         let stage: MachineProgress.Stage
         let isScript = base == "boot.ipxe" || base == "autoexec.ipxe" || base.hasPrefix("grub.cfg") || path.containsBytes("pxelinux.cfg/")

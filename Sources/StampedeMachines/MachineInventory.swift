@@ -20,7 +20,8 @@ import Synchronization
 ///   directory, then `--unknown-machines`), for `retryAfter` seconds before it is asked again.
 ///   Counted, and said once every `sayEvery` seconds.
 ///
-/// Whoever asks is told when an answer came by `wake` (an eventfd: the proxy polls it).
+/// Whoever asks is told when an answer came through a watch of its own (`watch()`: an eventfd
+/// the IPv4 proxy and the DHCPv6 responder each poll).
 public final class MachineInventory: Sendable {
     /// What the inventory says of a machine.
     public enum Said: Equatable, Sendable {
@@ -70,8 +71,6 @@ public final class MachineInventory: Sendable {
     public let lifetime: Int
     /// Calls at once at most: the threads that make them.
     public let callers: Int
-    /// An eventfd, readable when an answer came since it was last read.
-    public let wake: Int32
 
     private struct Entry {
         var said: Said
@@ -98,8 +97,8 @@ public final class MachineInventory: Sendable {
         var taken = 0
         var counts = [Int](repeating: 0, count: Outcome.allCases.count)
         var lastSaid: Int64?
-        /// The machines answered since the proxy last took them (at most `waitingLimit`).
-        var answered: [[UInt8]] = []
+        /// Who is told of each answer.
+        var watches: [InventoryWatch] = []
     }
 
     private let state = Mutex(State())
@@ -127,14 +126,18 @@ public final class MachineInventory: Sendable {
         self.clock = clock
         ready = .allocate(capacity: 1)
         sem_init(ready, 0, 0)
-        wake = stampede_eventfd()
-        precondition(wake >= 0, "eventfd: \(Errno(-wake))")
     }
 
     deinit {
         sem_destroy(ready)
         ready.deallocate()
-        close(wake)
+    }
+
+    /// A new watch, told of every answer from now on (one for each who waits for answers).
+    public func watch() -> InventoryWatch {
+        let watch = InventoryWatch()
+        state.withLock { $0.watches.append(watch) }
+        return watch
     }
 
     /// Starts the callers (after the server detached: threads do not cross a fork), which log
@@ -156,7 +159,7 @@ public final class MachineInventory: Sendable {
         for thread in running { thread.join() }
     }
 
-    /// What the inventory says of `machine` now; nil while it is being asked (`wake` says when
+    /// What the inventory says of `machine` now; nil while it is being asked (a watch says when
     /// to ask again). `stage` nil: what is known, asking nothing.
     public func said(of machine: MachineIdentity, stage: Stage?, relay: IPv4? = nil) -> Said? {
         let mac = machine.hardwareAddress
@@ -184,14 +187,6 @@ public final class MachineInventory: Sendable {
         state.asking.insert(mac)
         state.tasks.append(task)
         return true
-    }
-
-    /// The machines answered since the last time this was asked (`wake` said so).
-    public func takeAnswered() -> [[UInt8]] {
-        state.withLock { state in
-            defer { state.answered = [] }
-            return state.answered
-        }
     }
 
     /// A machine said its boot is done: told to the API (`POST <api>/v1/done/<mac>`), and its
@@ -282,23 +277,20 @@ public final class MachineInventory: Sendable {
                     """)
             }
         }
-        state.withLock { state in
+        let watches = state.withLock { state in
             state.asking.remove(mac)
             state.counts[outcome.rawValue] += 1
-            if state.answered.count < Self.waitingLimit { state.answered.append(mac) }
-            if said == .unreachable {
+            if said == .unreachable, let kept = state.kept[mac], now < kept.expires {
                 // The last answer holds until it expires; after it, "unreachable" for a while.
-                if let kept = state.kept[mac], now < kept.expires {
-                    state.kept[mac]!.refresh = min(kept.expires, now + Self.retryAfter)
-                    return
-                }
+                state.kept[mac]!.refresh = min(kept.expires, now + Self.retryAfter)
+            } else if said == .unreachable {
                 Self.keep(mac, Entry(said: said, expires: now + Self.retryAfter, refresh: now + Self.retryAfter), now: now, &state)
-                return
+            } else {
+                Self.keep(mac, Entry(said: said, expires: now + Int64(lifetime), refresh: now + Int64(lifetime + 1) / 2), now: now, &state)
             }
-            Self.keep(mac, Entry(said: said, expires: now + Int64(lifetime), refresh: now + Int64(lifetime + 1) / 2), now: now, &state)
+            return state.watches
         }
-        var one: UInt64 = 1
-        _ = write(wake, &one, 8)
+        for watch in watches { watch.tell(mac) }
     }
 
     private static func keep(_ mac: [UInt8], _ entry: Entry, now: Int64, _ state: inout State) {

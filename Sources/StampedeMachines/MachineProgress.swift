@@ -1,5 +1,6 @@
 import StampedeBase
 import StampedeDHCP
+import StampedeIO
 import Synchronization
 
 /// The rack's progress, machine by machine: how far each machine's boot got (DHCP answered or
@@ -52,7 +53,8 @@ public final class MachineProgress: Sendable {
         public var why: String?
         /// The boot file it was offered.
         public var offered: String?
-        public var address: IPv4?
+        /// The address its last request came from (IPv4 or IPv6, without a port).
+        public var address: SocketAddress?
         /// Seconds since the epoch.
         public var lastSeen: Int
         /// What it took of the files it downloaded, since it was first heard of.
@@ -86,7 +88,7 @@ public final class MachineProgress: Sendable {
     /// alone, which is said whenever it happens.
     @discardableResult
     public func note(_ mac: [UInt8], _ stage: Stage, record: String? = nil, why: String? = nil, offered: String? = nil,
-                     address: IPv4? = nil, now: Int) -> Bool {
+                     address: SocketAddress? = nil, now: Int) -> Bool {
         let key = Key(mac)
         let (moved, entry) = table.withLock { table in
             if table.entries[key] == nil && table.entries.count >= Self.capacity {
@@ -104,7 +106,7 @@ public final class MachineProgress: Sendable {
             }
             if let record { entry.record = record }
             if let offered { entry.offered = offered }
-            if let address { entry.address = address }
+            if let address { entry.address = address.unmapped.clientHost }
             entry.lastSeen = now
             table.entries[key] = entry
             return (before != entry.stage, entry)
@@ -157,7 +159,7 @@ public final class MachineProgress: Sendable {
             if i > 0 { out += "," }
             out += "{\"mac\":\(jsonString(entry.mac.hardwareAddressText(separator: ":"))),\"record\":\(entry.record.map(jsonString) ?? "null")"
             out += ",\"stage\":\(jsonString(entry.stage.label)),\"why\":\(entry.why.map(jsonString) ?? "null")"
-            out += ",\"address\":\(entry.address.map { jsonString($0.description) } ?? "null"),\"last_seen\":\(entry.lastSeen),\"bytes\":\(entry.bytes)}"
+            out += ",\"address\":\(entry.address.map { jsonString($0.host) } ?? "null"),\"last_seen\":\(entry.lastSeen),\"bytes\":\(entry.bytes)}"
         }
         return Array((out + "]}\n").utf8)
     }

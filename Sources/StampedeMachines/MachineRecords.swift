@@ -46,12 +46,13 @@ public final class MachineRecords: Sendable {
 
     /// The record `machine` is and the book it is chosen by: the inventory's answer when it lists
     /// the machine (`--machines-api`), else the directory's record (or none). nil: the inventory
-    /// is being asked (its `wake` says when it answered). `stage` nil: what is known now, asking
-    /// nothing.
+    /// is being asked (a watch of it says when it answered). `stage` nil: what is known now, asking
+    /// nothing. A machine known by no MAC (a DHCPv6 DUID-UUID) is not asked of the inventory, which
+    /// names machines by MAC.
     public func record(for machine: MachineIdentity, asking stage: MachineInventory.Stage?, relay: IPv4? = nil)
         -> (record: MachineRecord?, book: MachineBook)? {
         let book = current
-        guard let inventory else { return (book.record(for: machine), book) }
+        guard let inventory, !machine.hardwareAddress.isEmpty else { return (book.record(for: machine), book) }
         switch inventory.said(of: machine, stage: stage, relay: relay) {
         case .record(let record)?: return (record, book)
         case .notListed?, .unreachable?: return (book.record(for: machine), book)

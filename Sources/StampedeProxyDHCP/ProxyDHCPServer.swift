@@ -76,19 +76,16 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     private let sender: Int32
     private let bootServers: [Int32]
     private var answered = BootAnswerLimit()
-    /// Requests waiting for the machine API's answer, by machine: its last request of each, kept
-    /// while a firmware waits for an answer (`waitingFor`), handled again when the answer comes.
-    private var waiting: [[UInt8]: Waiting] = [:]
+    /// Requests waiting for the machine API's answer (with `--machines-api`), handled again when it
+    /// came.
+    private var waiting: InventoryWaits<Waiting>?
     private struct Waiting {
         var bytes: [UInt8]
         var network: Int
         var port: ProxyAnswer.Port
         var source: (address: IPv4, port: UInt16)
-        var since: Nanoseconds
     }
     private var lastSweep: Nanoseconds = 0
-    /// How long a request waits for the API: a firmware has asked again by then (EDK2 after 4 s).
-    static let waitingFor: Nanoseconds = 4 * nanosecondsPerSecond
     private var notices = MachineNotices()
     /// The machines whose iPXE was chained to the full iPXE, with when and in which DHCP exchange:
     /// the same exchange is answered the same; a later one within `chainMemory` gets what its
@@ -109,6 +106,7 @@ public final class ProxyDHCPServer: @unchecked Sendable {
         self.networks = networks
         self.pxeVendors = pxeVendors.map { Array($0.utf8) }
         self.machines = machines
+        waiting = machines?.inventory.map { InventoryWaits($0.watch()) }
         self.bindings = bindings
         self.progress = progress
         self.ports = ports
@@ -153,8 +151,7 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     public func start() -> SystemThread { SystemThread(named: "proxy-dhcp") { self.run() } }
 
     func run() {
-        let inventory = machines?.inventory
-        var watched = ([listener] + bootServers + (inventory.map { [$0.wake] } ?? [])).map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+        var watched = ([listener] + bootServers + (waiting.map { [$0.watch.wake] } ?? [])).map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
         while stampede_stop_requested() == 0 {
             metrics.set(.lastTurn, Int(stampede_monotonic_ns()))
             metrics.publish()
@@ -162,10 +159,10 @@ public final class ProxyDHCPServer: @unchecked Sendable {
             let now = stampede_monotonic_ns()
             readPort67(now: now)
             for network in bootServers.indices { readBootServer(network, now: now) }
-            if let inventory, watched[watched.count - 1].revents != 0 { answerWaiting(inventory, now: now) }
+            if waiting != nil, watched[watched.count - 1].revents != 0 { answerWaiting(now: now) }
             if now - lastSweep >= nanosecondsPerSecond {
                 lastSweep = now
-                if !waiting.isEmpty { waiting = waiting.filter { now - $0.value.since <= Self.waitingFor } }
+                waiting?.sweep(now: now)
                 if !chainedIPXE.isEmpty { chainedIPXE = chainedIPXE.filter { now - $0.value.at <= Self.chainMemory } }
                 if let progress { sayStalledLoaders(progress) }
             }
@@ -188,11 +185,11 @@ public final class ProxyDHCPServer: @unchecked Sendable {
             if json {
                 logger.warning("stalled", metadata: [
                     "event": "stalled", "client": "\(mac)", "stage": "\(entry.stage.label)", "record": "\(entry.record ?? "")",
-                    "address": "\(entry.address.map(\.description) ?? "")", "hint": "\(hint)",
+                    "address": "\(entry.address?.host ?? "")", "hint": "\(hint)",
                 ])
             } else {
                 logger.warning("""
-                    machine \(mac)\(entry.address.map { " at \($0)" } ?? ""): loaded the GRUB beside its shim \
+                    machine \(mac)\(entry.address.map { " at \($0.host)" } ?? ""): loaded the GRUB beside its shim \
                     (\(entry.offered.map { sanitizedForLog(Array($0.utf8)) } ?? "")) and has asked for nothing in \(Self.loaderStall) s: \(hint)
                     """)
             }
@@ -201,11 +198,8 @@ public final class ProxyDHCPServer: @unchecked Sendable {
 
     /// The requests whose machines the API answered since the last turn, handled again (the
     /// answer is in memory now); those that waited too long, dropped.
-    private func answerWaiting(_ inventory: MachineInventory, now: Nanoseconds) {
-        var count: UInt64 = 0
-        _ = read(inventory.wake, &count, 8)
-        for mac in inventory.takeAnswered() {
-            guard let request = waiting.removeValue(forKey: mac), now - request.since <= Self.waitingFor else { continue }
+    private func answerWaiting(now: Nanoseconds) {
+        for request in waiting?.answered(now: now) ?? [] {
             request.bytes.withUnsafeBytes { bytes in
                 handle(bytes, network: request.network, port: request.port, from: request.source, now: now)
             }
@@ -288,8 +282,8 @@ public final class ProxyDHCPServer: @unchecked Sendable {
         switch answer {
         case .failure(.leftAlone(.asking)):
             metrics.countBoot(ignored: .machineAPIAsking)
-            guard let asked, waiting.count < MachineInventory.waitingLimit || waiting[asked.hardwareAddress] != nil else { return }
-            waiting[asked.hardwareAddress] = Waiting(bytes: Array(bytes), network: number, port: port, source: source, since: now)
+            guard let asked, waiting?.keep(Waiting(bytes: Array(bytes), network: number, port: port, source: source), of: asked.hardwareAddress,
+                                           now: now) == true else { return }
             logger.debug("\(what): waiting for the machine API's answer")
         case .failure(let silence):
             metrics.countBoot(ignored: BootIgnored(silence))

@@ -62,6 +62,16 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
     private let listener: Int32
     private let bootServers: [Int32]
     private var answered = BootAnswerLimit()
+    /// Messages waiting for the machine API's answer (with `--machines-api`), handled again when it
+    /// came.
+    private var waiting: InventoryWaits<Waiting>?
+    private struct Waiting {
+        var bytes: [UInt8]
+        var network: Int
+        var port: ProxyAnswer6.Port
+        var source: SocketAddress
+    }
+    private var lastSweep: Nanoseconds = 0
     private var notices = MachineNotices()
     private var lastSendFailure: Nanoseconds = 0
     /// Boot server Replies to send once more (`echoDelay` after the first): EDK2 sends its Request
@@ -82,6 +92,7 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
                 pxeVendors: [String] = [], receiveBuffer: Int, logger: Logger, json: Bool) throws(StartFailure) {
         self.networks = networks
         self.machines = machines
+        waiting = machines?.inventory.map { InventoryWaits($0.watch()) }
         self.bindings = bindings
         self.progress = progress
         self.pxeVendors = pxeVendors.map { Array($0.utf8) }
@@ -126,7 +137,7 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
     public func start() -> SystemThread { SystemThread(named: "proxy-dhcp6") { self.run() } }
 
     func run() {
-        var watched = ([listener] + bootServers).map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+        var watched = ([listener] + bootServers + (waiting.map { [$0.watch.wake] } ?? [])).map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
         while stampede_stop_requested() == 0 {
             metrics.set(.lastTurn, Int(stampede_monotonic_ns()))
             metrics.publish()
@@ -136,6 +147,11 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
             sendEchoes(now: now)
             read(listener, port: .dhcp, now: now)
             for (number, fd) in bootServers.enumerated() { read(fd, port: .bootServer, network: number, now: now) }
+            if waiting != nil, watched[watched.count - 1].revents != 0 { answerWaiting(now: now) }
+            if now - lastSweep >= nanosecondsPerSecond {
+                lastSweep = now
+                waiting?.sweep(now: now)
+            }
         }
         metrics.publish()
     }
@@ -149,6 +165,16 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
             _ = echo.bytes.withUnsafeBytes { stampede_dhcp6_send(echo.fd, $0.baseAddress, $0.count, &storage) }
         }
         echoes.removeFirst(due)
+    }
+
+    /// The messages whose machines the API answered since the last turn, handled again (the
+    /// answer is in memory now); those that waited too long, dropped.
+    private func answerWaiting(now: Nanoseconds) {
+        for message in waiting?.answered(now: now) ?? [] {
+            message.bytes.withUnsafeBytes { bytes in
+                handle(bytes, network: message.network, port: message.port, from: message.source, now: now)
+            }
+        }
     }
 
     /// A socket's datagrams: on 547, each for the boot network of the interface it came in on (a
@@ -166,11 +192,11 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
             }
             let source = SocketAddress(storage: peer)
             let network = fixed ?? networks.firstIndex { $0.interface.index == interface } ?? 0
-            handle(Array(buffer[..<count]), network: network, port: port, from: source, now: now)
+            handle(UnsafeRawBufferPointer(rebasing: buffer[..<count]), network: network, port: port, from: source, now: now)
         }
     }
 
-    private func handle(_ bytes: [UInt8], network number: Int, port: ProxyAnswer6.Port, from source: SocketAddress, now: Nanoseconds) {
+    private func handle(_ bytes: UnsafeRawBufferPointer, network number: Int, port: ProxyAnswer6.Port, from source: SocketAddress, now: Nanoseconds) {
         let network = networks[number]
         var record: MachineRecord?
         var asked: MachineIdentity?
@@ -187,6 +213,11 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
         // What tells a machine apart where it sent no DUID: its address's bytes.
         let sourceKey = source.ipv6Bytes ?? []
         switch answer {
+        case .failure(.leftAlone(.asking)):
+            metrics.countBoot(ignored: .machineAPIAsking)
+            guard let asked, waiting?.keep(Waiting(bytes: Array(bytes), network: number, port: port, source: source), of: asked.hardwareAddress,
+                                           now: now) == true else { return }
+            logger.debug("\(what()): waiting for the machine API's answer")
         case .failure(let silence):
             metrics.countBoot(ignored: BootIgnored(silence))
             if case .leftAlone = silence, let asked, let progress, !asked.hardwareAddress.isEmpty {

@@ -157,10 +157,12 @@ import Testing
     }
 
     @Test func theRecordsDecide() {
-        let answer = ProxyAnswer6.to(ovmfSolicit(), on: .dhcp, serverID: serverID, server: server) { machine in
-            #expect(machine.uuid == "8a3c6b5e-1122-3344-5566-778899aabbcc")
-            #expect(machine.architecture == 7)
-            return .leaveAlone(.ignored(record: "node-7"))
+        let answer = ovmfSolicit().withUnsafeBytes { bytes in
+            ProxyAnswer6.to(bytes, on: .dhcp, serverID: serverID, server: server) { machine in
+                #expect(machine.uuid == "8a3c6b5e-1122-3344-5566-778899aabbcc")
+                #expect(machine.architecture == 7)
+                return .leaveAlone(.ignored(record: "node-7"))
+            }
         }
         #expect(answer == .failure(.leftAlone(.ignored(record: "node-7"))))
     }

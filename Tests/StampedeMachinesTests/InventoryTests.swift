@@ -103,6 +103,8 @@ import Testing
         fake.set("52:54:00:12:34:07", .success(booting))
         let inventory = inventory(fake)
         defer { inventory.stop() }
+        // The IPv4 proxy's and the DHCPv6 responder's: each is told of every answer.
+        let watches = [inventory.watch(), inventory.watch()]
         let machine = MachineIdentity(hardwareAddress: node07, uuid: "8d3a0b1e-0000-4000-8000-000000000007", firmware: .efiX64, architecture: 7)
         // Many asks while the call is out: one call, and nothing said until it answers.
         fake.held.store(true, ordering: .relaxed)
@@ -111,10 +113,13 @@ import Testing
         guard case .record(let record)? = said(inventory, machine) else { Issue.record("no answer"); return }
         #expect(record.boot?.kernel == "http://10.0.0.9:8080/vmlinuz" && record.boot?.commandLine == "role=worker")
         #expect(fake.asked.withLock { $0 } == ["GET \(api)/v1/boot/52:54:00:12:34:07?arch=7&uuid=8d3a0b1e-0000-4000-8000-000000000007&giaddr=10.9.0.1&stage=dhcp"])
-        // The proxy is told: its eventfd, and which machines.
-        var count: UInt64 = 0
-        #expect(read(inventory.wake, &count, 8) == 8 && count >= 1)
-        #expect(inventory.takeAnswered() == [node07] && inventory.takeAnswered().isEmpty)
+        // Each watch is told: its eventfd, and which machines; taking them reads the eventfd empty.
+        for watch in watches {
+            var watched = pollfd(fd: watch.wake, events: Int16(POLLIN), revents: 0)
+            #expect(poll(&watched, 1, 0) == 1)
+            #expect(watch.take() == [node07] && watch.take().isEmpty)
+            #expect(poll(&watched, 1, 0) == 0)
+        }
         // Kept: no call before half its lifetime; after, answered from memory and asked behind it.
         fake.now.store(1029, ordering: .relaxed)
         #expect(inventory.said(of: machine, stage: .dhcp) == .record(record))

@@ -1,4 +1,5 @@
 import StampedeDHCP
+import StampedeIO
 import Synchronization
 import Testing
 @testable import StampedeMachines
@@ -6,6 +7,9 @@ import Testing
 @Suite struct RackProgress {
     let a: [UInt8] = [0x52, 0x54, 0, 0x12, 0x34, 0x07]
     let b: [UInt8] = [0x52, 0x54, 0, 0x12, 0x34, 0x08]
+    let c: [UInt8] = [0x52, 0x54, 0, 0x12, 0x34, 0x09]
+    /// A request's source: its port is not the machine's address.
+    func from(_ text: String) -> SocketAddress { SocketAddress(parsing: text, defaultPort: 0)! }
 
     /// A stage is the furthest a boot got: iPXE's own DHCP after the boot file keeps it; DHCP
     /// after the kernel is a new boot; being left alone is said whenever it happens.
@@ -13,13 +17,13 @@ import Testing
         let changes = Mutex<[String]>([])
         let progress = MachineProgress { entry in changes.withLock { $0.append(entry.stage.label) } }
         #expect(progress.note(a, .dhcp, record: "node07", offered: "ipxe.efi", now: 1))
-        #expect(progress.note(a, .bootFile, address: IPv4(10, 0, 0, 57), now: 2))
+        #expect(progress.note(a, .bootFile, address: from("[::ffff:10.0.0.57]:2070"), now: 2))
         #expect(!progress.note(a, .dhcp, offered: "http://10.0.0.1/boot.ipxe", now: 3), "iPXE's DHCP went back a stage")
         #expect(progress.note(a, .script, now: 4) && progress.note(a, .kernel, now: 5) && progress.note(a, .initrd, now: 6))
         progress.took(1000, a)
         progress.took(24, a)
         #expect(progress.entry(a) == MachineProgress.Entry(mac: a, record: "node07", stage: .initrd, why: nil, offered: "http://10.0.0.1/boot.ipxe",
-                                                           address: IPv4(10, 0, 0, 57), lastSeen: 6, bytes: 1024))
+                                                           address: from("10.0.0.57:0"), lastSeen: 6, bytes: 1024))
         #expect(progress.note(a, .dhcp, now: 7), "a new boot")
         #expect(progress.note(b, .leftAlone, why: "no machine record selects it", now: 8))
         #expect(!progress.note(b, .leftAlone, why: "no machine record selects it", now: 9))
@@ -50,25 +54,30 @@ import Testing
     /// The /machines view, read back and printed: every field, a machine a line, the stages counted.
     @Test func theViewIsReadBackAndPrintedAsATable() throws {
         let progress = MachineProgress()
-        progress.note(a, .kernel, record: "/etc/stampede/machines/node07", address: IPv4(10, 0, 0, 57), now: 100)
+        progress.note(a, .kernel, record: "/etc/stampede/machines/node07", address: from("10.0.0.57:2070"), now: 100)
         progress.took(851_968, a)
         progress.note(b, .leftAlone, why: "its \"record\" says\nignore", now: 90)
+        progress.note(c, .script, address: from("[2001:db8:0:1::57]:4011"), now: 105)
         let json = progress.json()
         #expect(String(decoding: json, as: UTF8.self) == """
             {"machines":[{"mac":"52:54:00:12:34:07","record":"/etc/stampede/machines/node07","stage":"kernel","why":null,"address":"10.0.0.57","last_seen":100,"bytes":851968},\
-            {"mac":"52:54:00:12:34:08","record":null,"stage":"left_alone","why":"its \\"record\\" says\\nignore","address":null,"last_seen":90,"bytes":0}]}
+            {"mac":"52:54:00:12:34:08","record":null,"stage":"left_alone","why":"its \\"record\\" says\\nignore","address":null,"last_seen":90,"bytes":0},\
+            {"mac":"52:54:00:12:34:09","record":null,"stage":"script","why":null,"address":"2001:db8:0:1::57","last_seen":105,"bytes":0}]}
 
             """)
         let rows = try ProgressTable.rows(json)
         #expect(rows == [ProgressTable.Row(mac: "52:54:00:12:34:07", record: "/etc/stampede/machines/node07", stage: "kernel", why: nil,
                                            address: "10.0.0.57", lastSeen: 100, bytes: 851_968),
                          ProgressTable.Row(mac: "52:54:00:12:34:08", record: nil, stage: "left_alone", why: "its \"record\" says\nignore",
-                                           address: nil, lastSeen: 90, bytes: 0)])
+                                           address: nil, lastSeen: 90, bytes: 0),
+                         ProgressTable.Row(mac: "52:54:00:12:34:09", record: nil, stage: "script", why: nil,
+                                           address: "2001:db8:0:1::57", lastSeen: 105, bytes: 0)])
         #expect(ProgressTable.table(rows, now: 110) == """
-            MAC                RECORD  STAGE       ADDRESS    LAST SEEN  BYTES   WHY
-            52:54:00:12:34:07  node07  kernel      10.0.0.57  10 s ago   851968
-            52:54:00:12:34:08  -       left_alone  -          20 s ago   0       its "record" says?ignore
-            2 machines: 1 left_alone, 1 kernel
+            MAC                RECORD  STAGE       ADDRESS           LAST SEEN  BYTES   WHY
+            52:54:00:12:34:07  node07  kernel      10.0.0.57         10 s ago   851968
+            52:54:00:12:34:08  -       left_alone  -                 20 s ago   0       its "record" says?ignore
+            52:54:00:12:34:09  -       script      2001:db8:0:1::57  5 s ago    0
+            3 machines: 1 left_alone, 1 script, 1 kernel
 
             """)
         #expect(ProgressTable.table(rows, now: 110, stage: "kernel").split(separator: "\n").count == 3)

@@ -2,12 +2,14 @@
 import contextlib
 import ctypes
 import itertools
+import json
 import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -398,6 +400,31 @@ def link6(network_namespace):
             break
         time.sleep(0.05)
     return server, client
+
+
+@pytest.fixture
+def machine_api(tmp_path):
+    """start(namespace, answers, delay=0) -> (URL, lines): pixieapi.py, a server of pixiecore's
+    documented API, on the namespace's loopback; `lines()` is what it was asked."""
+    started = []
+
+    def start(namespace, answers, delay=0.0):
+        port = free_tcp_port()
+        (tmp_path / "answers.json").write_text(json.dumps(answers))
+        out = open(tmp_path / "api.log", "w+")
+        p = subprocess.Popen([*namespace.inside, sys.executable, os.path.join(os.path.dirname(__file__), "pixieapi.py"),
+                              "--port", str(port), "--prefix", "/pixiecore", "--answers", str(tmp_path / "answers.json"),
+                              "--delay", str(delay)], stdout=out, stderr=subprocess.STDOUT)
+        started.append(p)
+        deadline = time.time() + 10
+        while "ready" not in (tmp_path / "api.log").read_text() and time.time() < deadline:
+            time.sleep(0.05)
+        return f"http://127.0.0.1:{port}/pixiecore", lambda: (tmp_path / "api.log").read_text().splitlines()[1:]
+
+    yield start
+    for p in started:
+        p.kill()
+        p.wait()
 
 
 @pytest.fixture(params=BACKENDS)

@@ -384,31 +384,6 @@ def test_a_records_own_script_is_served_as_its_machines_ipxe_script(proxy, machi
     assert got == "#!ipxe\necho the operator's own\n"
 
 
-@pytest.fixture
-def machine_api(boot_link, tmp_path):
-    """start(answers, delay=0) -> (URL, lines): pixieapi.py, a server of pixiecore's documented
-    API, on the server namespace's loopback; `lines()` is what it was asked."""
-    started = []
-
-    def start(answers, delay=0.0):
-        port = free_tcp_port()
-        (tmp_path / "answers.json").write_text(json.dumps(answers))
-        out = open(tmp_path / "api.log", "w+")
-        p = subprocess.Popen([*boot_link[0].inside, sys.executable, os.path.join(os.path.dirname(__file__), "pixieapi.py"),
-                              "--port", str(port), "--prefix", "/pixiecore", "--answers", str(tmp_path / "answers.json"),
-                              "--delay", str(delay)], stdout=out, stderr=subprocess.STDOUT)
-        started.append(p)
-        deadline = time.time() + 10
-        while "ready" not in (tmp_path / "api.log").read_text() and time.time() < deadline:
-            time.sleep(0.05)
-        return f"http://127.0.0.1:{port}/pixiecore", lambda: (tmp_path / "api.log").read_text().splitlines()[1:]
-
-    yield start
-    for p in started:
-        p.kill()
-        p.wait()
-
-
 def test_the_machine_api_decides_what_a_machine_boots_as_pixiecores_api_says(proxy, machine, machine_api, boot_link, tmp_path):
     """--machines-api: a machine the API answers 200 for is offered its boot when the API answers
     (its first DISCOVER, however slow the API: the request waits for the answer), and its iPXE
@@ -417,7 +392,7 @@ def test_the_machine_api_decides_what_a_machine_boots_as_pixiecores_api_says(pro
     calls are counted."""
     empty = tmp_path / "machines"
     empty.mkdir()
-    url, asked = machine_api({
+    url, asked = machine_api(boot_link[0], {
         colons(NODE07): {"kernel": "/assets/vmlinuz", "initrd": ["/assets/initrd.img"], "cmdline": "role=worker", "message": "Booting node07"},
         colons(IGNORED): {"kernel": "/assets/vmlinuz", "cmdline": "quiet\nshell"},
     }, delay=0.5)

@@ -24,7 +24,7 @@ struct MachineServing {
                 let mac = entry.mac.hardwareAddressText()
                 logger.info("machine", metadata: [
                     "event": "machine", "client": "\(mac)", "stage": "\(entry.stage.label)", "record": "\(entry.record ?? "")",
-                    "why": "\(entry.why ?? "")", "address": "\(entry.address.map(\.description) ?? "")",
+                    "why": "\(entry.why ?? "")", "address": "\(entry.address?.host ?? "")",
                 ])
             } else {
                 logger.debug("machine \(entry.mac.hardwareAddressText())\(entry.record.map { " (\($0))" } ?? ""): \(entry.stage.label)\(entry.why.map { ": \($0)" } ?? "")")
