@@ -5,7 +5,9 @@ with the M flag), Stampede answering the firmware's Solicit with a URL and no ad
 a proxy offer ("ProxyBinl"), and its Request on [server]:4011 with the same URL. No IPv4 on the
 link, and OVMF's IPv4 PXE off (fw_cfg): the boot begins at ">>Start PXE over IPv6". UEFI HTTP
 Boot over IPv6 the same way. And with no DHCPv6 server at all (--dhcp6-derived): OVMF, then iPXE,
-then Linux, over IPv6 alone."""
+then Linux, over IPv6 alone. Beside it, the peer that does this today: dnsmasq 2.93 (from the
+Debian unstable tree) giving the same OVMF its address and boot-file URL, and as the site's
+server beside Stampede's responder."""
 import json
 import os
 import re
@@ -16,6 +18,7 @@ import time
 import pytest
 
 from conftest import BINARY
+from parity import SID, in_sid
 from test_firmware import IPXE_EFI, MAC, OVMF, install_linux, power_on, stop
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="firmware boots need root (a network namespace, a tap device): "
@@ -27,6 +30,10 @@ PREFIX = "2001:db8:77::/64"
 
 
 DERIVED = "derived"
+# The site's DHCPv6 server is dnsmasq 2.93 (from the unstable tree) instead of Kea: giving
+# addresses alone, or addresses and the boot-file URL (the peer's own way of booting).
+DNSMASQ = "dnsmasq"
+DNSMASQ_BOOT = "dnsmasq-boot"
 
 
 @pytest.fixture
@@ -34,8 +41,11 @@ def lab6(tmp_path, request):
     """A namespace with a bridge (br0, SERVER6) holding tap0 and a veth to the site's namespace
     (vsite, SITE6), where Kea hands out addresses from the prefix and radvd advertises it (M and O
     flags: addresses and options by DHCPv6). A root with ipxe.efi. With the parameter DERIVED,
-    the site has no DHCPv6 server: radvd alone (Stampede gives the addresses, --dhcp6-derived)."""
-    kea = getattr(request, "param", None) != DERIVED
+    the site has no DHCPv6 server: radvd alone (Stampede gives the addresses, --dhcp6-derived);
+    with DNSMASQ, dnsmasq 2.93 gives the addresses instead of Kea; with DNSMASQ_BOOT, addresses and
+    the boot-file URL (tftp://[SERVER6]/ipxe.efi)."""
+    param = getattr(request, "param", None)
+    kea = param is None
     for needed in (OVMF, IPXE_EFI):
         assert needed.exists(), f"{needed} missing: `make deps` installs ovmf and ipxe"
     name, site = f"stfw6{os.getpid()}", f"stsite6{os.getpid()}"
@@ -79,8 +89,14 @@ def lab6(tmp_path, request):
         }}))
         environment = {**os.environ, "KEA_PIDFILE_DIR": str(tmp_path / "kea"), "KEA_LOCKFILE_DIR": str(tmp_path / "kea")}
         site_log = open(tmp_path / "site.log", "w")
+        # dnsmasq as its documentation has it for a range made from the interface's prefix.
+        dnsmasq = ["/usr/sbin/dnsmasq", "-k", "--port=0", "--interface=vsite", "--bind-interfaces", "--leasefile-ro",
+                   "--dhcp-range=::100,::1ff,constructor:vsite,64,1h", "--log-dhcp", "--user=root", "--pid-file=", "--log-facility=-"]
+        if param == DNSMASQ_BOOT:
+            dnsmasq.append(f"--dhcp-option=option6:bootfile-url,tftp://[{SERVER6}]/ipxe.efi")
         for argv in [["radvd", "-n", "-C", tmp_path / "radvd.conf", "-p", tmp_path / "radvd.pid", "-m", "stderr"]] \
-                + ([["kea-dhcp6", "-c", tmp_path / "kea-dhcp6.json"]] if kea else []):
+                + ([["kea-dhcp6", "-c", tmp_path / "kea-dhcp6.json"]] if kea else []) \
+                + ([in_sid(dnsmasq, tmp_path)] if param in (DNSMASQ, DNSMASQ_BOOT) else []):
             processes.append(subprocess.Popen(["ip", "netns", "exec", site, *map(str, argv)], stdout=site_log, stderr=subprocess.STDOUT,
                                               env=environment))
         root = tmp_path / "tftp"
@@ -100,18 +116,19 @@ NO_IPV4_PXE = ["-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n"]
 NO_PXE = NO_IPV4_PXE + ["-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n"]
 
 
-def serve6(lab6, *flags):
-    """Stampede on [SERVER6]:69 with --proxy-dhcp6 SERVER6 and `flags`, once it answers DHCPv6:
-    (its process, its log's path)."""
+def serve6(lab6, *flags, responder=True):
+    """Stampede on [SERVER6]:69 with --proxy-dhcp6 SERVER6 (unless not `responder`: TFTP alone)
+    and `flags`, once it answers: (its process, its log's path)."""
     inside, root, tmp, processes = lab6
     log_path = tmp / "stampede.log"
-    server = inside([BINARY, "-l", "-L", "-a", f"[{SERVER6}]:69", "-v", "--proxy-dhcp6", SERVER6, *flags, root],
+    server = inside([BINARY, "-l", "-L", "-a", f"[{SERVER6}]:69", "-v", *(["--proxy-dhcp6", SERVER6] if responder else []), *flags, root],
                     stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
     processes.append(server)
+    ready = "answering network-boot DHCPv6" if responder else "serving"
     deadline = time.time() + 10
-    while "answering network-boot DHCPv6" not in log_path.read_text() and time.time() < deadline:
+    while ready not in log_path.read_text() and time.time() < deadline:
         time.sleep(0.05)
-    assert "answering network-boot DHCPv6" in log_path.read_text(), log_path.read_text()
+    assert ready in log_path.read_text(), log_path.read_text()
     return server, log_path
 
 
@@ -197,3 +214,39 @@ def test_with_derived_addresses_ovmf_and_then_ipxe_boot_linux_over_ipv6_with_no_
     assert f'solicit {MAC} ipxe (arch 7): advertised "http://[2001:db8:77::1]:8080/boot.ipxe"' in text, text
     for name in ("boot.ipxe", "linux/vmlinuz", "linux/initrd.img"):
         assert any(f'"{name}" http 200' in line and f"bytes={(root / name).stat().st_size}" in line for line in text.splitlines()), (name, text)
+
+
+@pytest.mark.parametrize("lab6", [DNSMASQ_BOOT], indirect=True)
+def test_the_peer_dnsmasq_boots_the_same_ovmf_over_ipv6_with_an_address_and_its_url(lab6):
+    """The peer as it does this today: dnsmasq 2.93 gives OVMF's PXE over IPv6 an address from
+    its range (constructor:) and the boot-file URL in one Advertise; OVMF loads ipxe.efi over
+    TFTP from Stampede (serving files only): iPXE starts. The same firmware, the same lab."""
+    inside, root, tmp, processes = lab6
+    server, log_path = serve6(lab6, responder=False)
+    text, screen = boot_ovmf(lab6, server, log_path, NO_IPV4_PXE, seconds=120, booted=lambda text, screen: "iPXE" in screen and any(
+        '"ipxe.efi" octet' in line and line.endswith(": ok") for line in text.splitlines()))
+    assert ">>Start PXE over IPv6" in screen
+    whole = rf'RRQ \[2001:db8:77::1[0-9a-f]{{2}}\]:\d+ "ipxe\.efi" octet .*bytes={IPXE_EFI.stat().st_size} .*: ok$'
+    assert any(re.search(whole, line) for line in text.splitlines()), text
+    site = (tmp / "site.log").read_text()
+    assert re.search(r"DHCPREPLY\(vsite\) 2001:db8:77::1[0-9a-f]{2} ", site), site[-3000:]
+
+
+@pytest.mark.parametrize("lab6", [DNSMASQ], indirect=True)
+def test_beside_dnsmasq_as_the_sites_server_ovmf_takes_its_address_and_the_responders_url(lab6):
+    """dnsmasq 2.93 as the site's DHCPv6 server (addresses alone, a range made from the prefix)
+    instead of Kea: OVMF takes dnsmasq's address and Stampede's URL-only Advertise, asks 4011,
+    and its PXE driver's own IA gets a second address from dnsmasq (a second IAID, answered);
+    ipxe.efi comes over TFTP from that address: iPXE starts."""
+    inside, root, tmp, processes = lab6
+    server, log_path = serve6(lab6)
+    text, screen = boot_ovmf(lab6, server, log_path, NO_IPV4_PXE, seconds=120, booted=lambda text, screen: "iPXE" in screen and any(
+        '"ipxe.efi" octet' in line and line.endswith(": ok") for line in text.splitlines()))
+    assert ">>Start PXE over IPv6" in screen
+    assert "efi-x64 (arch 7): advertised \"tftp://[2001:db8:77::1]/ipxe.efi\"" in text, text
+    assert re.search(r'replied "tftp://\[2001:db8:77::1\]/ipxe\.efi" to \[2001:db8:77::1[0-9a-f]{2}\]:4011', text), text
+    whole = rf'RRQ \[2001:db8:77::1[0-9a-f]{{2}}\]:\d+ "ipxe\.efi" octet .*bytes={IPXE_EFI.stat().st_size} .*: ok$'
+    assert any(re.search(whole, line) for line in text.splitlines()), text
+    site = (tmp / "site.log").read_text()
+    assert len(set(re.findall(r"DHCPREPLY\(vsite\) (2001:db8:77::1[0-9a-f]{2}) ", site))) >= 1, site[-3000:]
+    assert "bootfile-url" not in re.sub(r"requested options:.*", "", site), "dnsmasq gave no URL: Stampede's is the one"
