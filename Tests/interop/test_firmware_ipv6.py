@@ -34,6 +34,8 @@ DERIVED = "derived"
 # addresses alone, or addresses and the boot-file URL (the peer's own way of booting).
 DNSMASQ = "dnsmasq"
 DNSMASQ_BOOT = "dnsmasq-boot"
+# Kea as the site's server, and answering iPXE's user class with its script's URL (option 59).
+KEA_IPXE = "kea-ipxe"
 
 
 @pytest.fixture
@@ -43,9 +45,10 @@ def lab6(tmp_path, request):
     flags: addresses and options by DHCPv6). A root with ipxe.efi. With the parameter DERIVED,
     the site has no DHCPv6 server: radvd alone (Stampede gives the addresses, --dhcp6-derived);
     with DNSMASQ, dnsmasq 2.93 gives the addresses instead of Kea; with DNSMASQ_BOOT, addresses and
-    the boot-file URL (tftp://[SERVER6]/ipxe.efi)."""
+    the boot-file URL (tftp://[SERVER6]/ipxe.efi); with KEA_IPXE, Kea answers iPXE's user class
+    with the URL of Stampede's boot.ipxe as well."""
     param = getattr(request, "param", None)
-    kea = param is None
+    kea = param in (None, KEA_IPXE)
     for needed in (OVMF, IPXE_EFI):
         assert needed.exists(), f"{needed} missing: `make deps` installs ovmf and ipxe"
     name, site = f"stfw6{os.getpid()}", f"stsite6{os.getpid()}"
@@ -85,6 +88,10 @@ def lab6(tmp_path, request):
             "lease-database": {"type": "memfile", "persist": False},
             "preferred-lifetime": 3000, "valid-lifetime": 4000, "renew-timer": 1000, "rebind-timer": 2000,
             "subnet6": [{"subnet": PREFIX, "interface": "vsite", "pools": [{"pool": "2001:db8:77::100-2001:db8:77::1ff"}]}],
+            # iPXE's user class (option 15: a 2-byte length, then "iPXE"), as the docs tell a site to.
+            **({"client-classes": [{"name": "ipxe", "test": "substring(option[15].hex,2,4) == 'iPXE'", "option-data": [
+                {"name": "bootfile-url", "data": f"http://[{SERVER6}]:8080/boot.ipxe", "always-send": True}]}]}
+               if param == KEA_IPXE else {}),
             "loggers": [{"name": "kea-dhcp6", "output_options": [{"output": str(tmp_path / "kea.log")}], "severity": "INFO"}],
         }}))
         environment = {**os.environ, "KEA_PIDFILE_DIR": str(tmp_path / "kea"), "KEA_LOCKFILE_DIR": str(tmp_path / "kea")}
@@ -250,3 +257,24 @@ def test_beside_dnsmasq_as_the_sites_server_ovmf_takes_its_address_and_the_respo
     site = (tmp / "site.log").read_text()
     assert len(set(re.findall(r"DHCPREPLY\(vsite\) (2001:db8:77::1[0-9a-f]{2}) ", site))) >= 1, site[-3000:]
     assert "bootfile-url" not in re.sub(r"requested options:.*", "", site), "dnsmasq gave no URL: Stampede's is the one"
+
+
+@pytest.mark.parametrize("lab6", [KEA_IPXE], indirect=True)
+def test_behind_the_sites_kea_ipxe_takes_its_scripts_url_from_kea_and_boots_linux_over_ipv6(lab6):
+    """The M flag and a site server giving addresses: iPXE passes over Stampede's address-less
+    Advertise and takes its options from the server it asked for its address, so the site's Kea
+    answers iPXE's user class with the URL of Stampede's script (as docs/proxy-dhcp.md says to):
+    OVMF boots ipxe.efi through --proxy-dhcp6, iPXE gets Kea's address and URL, and the script's
+    kernel and initrd come over HTTP on IPv6 from Stampede: the initrd's init runs."""
+    inside, root, tmp, processes = lab6
+    (root / "boot.ipxe").write_text(LINUX_SCRIPT6)
+    (root / "boot.ipxe").chmod(0o644)
+    install_linux(root)
+    server, log_path = serve6(lab6, "--http", f"[{SERVER6}]:8080")
+    text, screen = boot_ovmf(lab6, server, log_path, NO_IPV4_PXE, seconds=180,
+                             booted=lambda text, screen: "stampede-initrd: BOOTED" in screen)
+    assert re.search(r"stampede-initrd: init runs, cmdline: .*initrd=initrd.img console=ttyS0", screen), screen[-2000:]
+    assert "stampede: boot.ipxe over IPv6 at 2001:db8:77::1" in screen, screen[-3000:]
+    assert 'efi-x64 (arch 7): advertised "tftp://[2001:db8:77::1]/ipxe.efi"' in text, text
+    for name in ("boot.ipxe", "linux/vmlinuz", "linux/initrd.img"):
+        assert any(f'"{name}" http 200' in line and f"bytes={(root / name).stat().st_size}" in line for line in text.splitlines()), (name, text)

@@ -578,11 +578,12 @@ def site_with_a_relay(boot_link, network_namespace, tmp_path):
                                                             "--log-facility=-", "--user=root", "--pid-file="], share=tmp_path)],
                                stdout=open(log, "w"), stderr=subprocess.STDOUT)
     try:
+        # Port 67 bound, and its start said (dnsmasq writes its log lines after it binds).
         deadline = time.time() + 20
-        while ":0043 " not in server_ns.run_inside(["cat", "/proc/net/udp"]).stdout.decode():
+        while ":0043 " not in server_ns.run_inside(["cat", "/proc/net/udp"]).stdout.decode() or "dnsmasq-dhcp" not in log.read_text():
             assert dnsmasq.poll() is None and time.time() < deadline, log.read_text()
             time.sleep(0.05)
-        assert "dnsmasq-dhcp" in log.read_text() and "version 2.93" in log.read_text(), log.read_text()
+        assert "version 2.93" in log.read_text(), log.read_text()
         yield server_ns, client_ns, relay_ns, log
     finally:
         dnsmasq.terminate()
