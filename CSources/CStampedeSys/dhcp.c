@@ -229,13 +229,15 @@ int stampede_dhcp6_socket(uint16_t port, const int32_t *interfaces, int count, i
         memset(&group, 0, sizeof(group));
         inet_pton(AF_INET6, "ff02::1:2", &group.ipv6mr_multiaddr);
         group.ipv6mr_interface = (unsigned)interfaces[i];
-        if (setsockopt(fd, IPPROTO_IPV6, IPV6_JOIN_GROUP, &group, sizeof(group)) < 0)
+        /* Two boot networks on one interface (two prefixes on one link) join it once. */
+        if (setsockopt(fd, IPPROTO_IPV6, IPV6_JOIN_GROUP, &group, sizeof(group)) < 0 && errno != EADDRINUSE)
             return closing(fd);
     }
     return fd;
 }
 
-ssize_t stampede_dhcp6_receive(int fd, void *buffer, size_t capacity, struct sockaddr_storage *peer, int32_t *interface)
+ssize_t stampede_dhcp6_receive(int fd, void *buffer, size_t capacity, struct sockaddr_storage *peer, int32_t *interface,
+                               uint8_t destination[16])
 {
     struct iovec vector = { buffer, capacity };
     char control[64];
@@ -257,11 +259,13 @@ ssize_t stampede_dhcp6_receive(int fd, void *buffer, size_t capacity, struct soc
     if (message.msg_flags & MSG_TRUNC)
         return (ssize_t)capacity + 1;
     *interface = 0;
+    memset(destination, 0, 16);
     for (c = CMSG_FIRSTHDR(&message); c; c = CMSG_NXTHDR(&message, c)) {
         if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
             struct in6_pktinfo info;
             memcpy(&info, CMSG_DATA(c), sizeof(info));
             *interface = (int32_t)info.ipi6_ifindex;
+            memcpy(destination, &info.ipi6_addr, 16);
         }
     }
     return count;

@@ -48,6 +48,8 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
     }
 
     public let networks: [BootNetwork6]
+    /// Each network's address, 16 bytes (what a relay's unicast is sent to).
+    private let networkAddresses: [[UInt8]]
     public let machines: MachineRecords?
     /// Which machine holds which address (with `--machines`): learned from the address a boot
     /// server Request or an Information-request comes from, and from the derived address a Reply
@@ -91,6 +93,7 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
                 ports: Ports = Ports(),
                 pxeVendors: [String] = [], receiveBuffer: Int, logger: Logger, json: Bool) throws(StartFailure) {
         self.networks = networks
+        networkAddresses = networks.map { $0.address.ipv6Bytes ?? [] }
         self.machines = machines
         waiting = machines?.inventory.map { InventoryWaits($0.watch()) }
         self.bindings = bindings
@@ -177,13 +180,16 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
         }
     }
 
-    /// A socket's datagrams: on 547, each for the boot network of the interface it came in on (a
-    /// relay's unicast, from any interface, for the first); on 4011, for that socket's network.
+    /// A socket's datagrams: on 547, a unicast (a relay's, from any interface) for the boot network
+    /// whose address it was sent to, as the IPv4 proxy takes a relay's, and a multicast for the
+    /// network of the interface it came in on (the first where none is known); on 4011, for that
+    /// socket's network.
     private func read(_ fd: Int32, port: ProxyAnswer6.Port, network fixed: Int? = nil, now: Nanoseconds) {
+        var destination = [UInt8](repeating: 0, count: 16)
         for _ in 0..<Self.batch {
             var peer = sockaddr_storage()
             var interface: Int32 = 0
-            let count = stampede_dhcp6_receive(fd, buffer.baseAddress, buffer.count, &peer, &interface)
+            let count = stampede_dhcp6_receive(fd, buffer.baseAddress, buffer.count, &peer, &interface, &destination)
             if count == -Int(EINTR) { continue }
             guard count >= 0 else { return }
             guard count <= buffer.count else {
@@ -191,7 +197,7 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
                 continue
             }
             let source = SocketAddress(storage: peer)
-            let network = fixed ?? networks.firstIndex { $0.interface.index == interface } ?? 0
+            let network = fixed ?? networkAddresses.firstIndex(of: destination) ?? networks.firstIndex { $0.interface.index == interface } ?? 0
             handle(UnsafeRawBufferPointer(rebasing: buffer[..<count]), network: network, port: port, from: source, now: now)
         }
     }

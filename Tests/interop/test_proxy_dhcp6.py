@@ -123,6 +123,36 @@ def test_ipxe_gets_its_script_and_a_relayed_solicit_is_answered_through_the_rela
     assert s.log_lines("52:54:00:12:34:56 ipxe (arch 7): advertised")
 
 
+def test_a_relays_unicast_is_answered_for_the_network_whose_address_it_was_sent_to(proxy6, link6, machine6):
+    """Two boot networks on one link (two prefixes, one interface: ff02::1:2 joined once): a
+    relay's Relay-forward is answered for the network whose address the relay sends to, its URL
+    naming that address (as the IPv4 proxy takes a relay's request sent to ADDR); a multicast
+    Solicit for the first network of the interface it came in on."""
+    server_ns, client_ns = link6
+    second = "2001:db8:7a::1"
+    for namespace, argv in ((server_ns, ["ip", "-6", "addr", "add", f"{second}/64", "dev", "veth-s", "nodad"]),
+                            (client_ns, ["ip", "-6", "route", "add", "2001:db8:7a::/64", "dev", "veth-c"])):
+        r = namespace.run_inside(argv)
+        assert r.returncode == 0, r.stderr
+    s = proxy6("--proxy-dhcp6", second)
+    relay = Machine6(client_ns, port=547)
+    try:
+        for n, server in enumerate((second, SERVER6)):
+            link = socket.inet_pton(socket.AF_INET6, "2001:db8:79::1")
+            peer = socket.inet_pton(socket.AF_INET6, f"fe80::5054:ff:fe12:345{n}")
+            duid = b"\x00\x03\x00\x01" + bytes.fromhex(f"5254001234{n:02x}")  # a machine each (one answer per machine)
+            inner = solicit(xid=0x100 + n).replace(option(1, b"\x00\x04" + UUID), option(1, duid))
+            forward = bytes([12, 0]) + link + peer + option(9, inner)
+            data, _ = relay.ask(forward, (server, 547))
+            assert data is not None and data[0] == 13, s.log_text()
+            reply = first(options_of(data, start=34), 9)
+            assert first(options_of(reply), 59).decode() == f"tftp://[{server}]/ipxe.efi", (server, s.log_text())
+    finally:
+        relay.close()
+    data, _ = machine6.ask(solicit(xid=0x200), multicast(client_ns))
+    assert data is not None and first(options_of(data), 59).decode() == f"tftp://[{SERVER6}]/ipxe.efi", s.log_text()
+
+
 def test_what_is_not_a_boot_clients_gets_silence_and_the_responder_answers_on(proxy6, link6, machine6):
     s = proxy6("--metrics", f"[{SERVER6}]:9100")
     _, client_ns = link6

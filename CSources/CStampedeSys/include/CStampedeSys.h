@@ -133,9 +133,11 @@ int stampede_dhcp_client_socket(const struct sockaddr_storage *address, const ch
  * PKTINFO on, joined to ff02::1:2 on each of `interfaces`; -errno (EADDRINUSE: a DHCPv6 server of
  * this host holds the port). */
 int stampede_dhcp6_socket(uint16_t port, const int32_t *interfaces, int count, int receive_buffer);
-/* The next datagram: its length (capacity + 1 when it was longer), its source in `peer` and the
- * interface it came in on (PKTINFO; 0 when not said), or -errno (-EAGAIN: none). */
-ssize_t stampede_dhcp6_receive(int fd, void *buffer, size_t capacity, struct sockaddr_storage *peer, int32_t *interface);
+/* The next datagram: its length (capacity + 1 when it was longer), its source in `peer`, the
+ * interface it came in on and the address it was sent to (PKTINFO; 0 and :: when not said), or
+ * -errno (-EAGAIN: none). */
+ssize_t stampede_dhcp6_receive(int fd, void *buffer, size_t capacity, struct sockaddr_storage *peer, int32_t *interface,
+                               uint8_t destination[16]);
 /* One datagram to `to` (an IPv6 address, its scope for a link-local one): the bytes sent or -errno. */
 ssize_t stampede_dhcp6_send(int fd, const void *bytes, size_t length, const struct sockaddr_storage *to);
 /* The Ethernet address of `interface` (SIOCGIFHWADDR), or -errno. */
