@@ -42,16 +42,14 @@ def find_command(name):
 # turn), while the other workers run the rest, which mostly wait (on clients, timeouts,
 # retransmissions). "ports": racks and floods of thousands of sockets on loopback, CPU bound, some
 # measuring: one at a time, so that a rack's sockets never exhaust its process's ephemeral ports
-# while another rack runs beside it; and the racks behind anycast (CPU bound, in namespaces of
-# their own). "namespaces": racks through loss in namespaces of their own (CPU bound), the slow
-# disk (whose test times a cached answer), and the emulated ARM64 boots and the x86 boots over
-# IPv6 (the longest lane otherwise: "firmware"). "firmware": QEMU's emulated x86 boots. So at
-# most three load-bound tests share the two cores. The longest lane is the interop run's wall
-# time: balance them by the durations the suite prints.
+# while another rack runs beside it. "namespaces": racks through loss and behind anycast in
+# namespaces of their own (CPU bound), the slow disk (whose test times a cached answer), and the
+# emulated ARM64 boots and the x86 boot over IPv6 (the longest lane otherwise: "firmware").
+# "firmware": QEMU's emulated x86 boots. So at most three load-bound tests share the two cores.
 SERIAL_GROUPS = {
     "ports": ["test_scale.py", "test_rack.py", "test_concurrency.py", "test_overload.py", "test_shared_sockets.py",
-              "test_faults.py", "test_livelocks.py", "test_storm.py", "test_metrics.py", "test_anycast.py"],
-    "namespaces": ["test_lossy_network.py", "test_disk.py", "test_firmware_arm64.py", "test_firmware_ipv6.py"],
+              "test_faults.py", "test_livelocks.py", "test_storm.py", "test_metrics.py"],
+    "namespaces": ["test_lossy_network.py", "test_anycast.py", "test_disk.py", "test_firmware_arm64.py", "test_firmware_ipv6.py"],
     "firmware": ["test_firmware.py"],
 }
 
