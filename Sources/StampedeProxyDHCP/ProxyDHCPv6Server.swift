@@ -185,11 +185,14 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
     /// network of the interface it came in on (the first where none is known); on 4011, for that
     /// socket's network.
     private func read(_ fd: Int32, port: ProxyAnswer6.Port, network fixed: Int? = nil, now: Nanoseconds) {
-        var destination = [UInt8](repeating: 0, count: 16)
+        var destination = in6_addr()  // on the stack: no allocation per turn
         for _ in 0..<Self.batch {
             var peer = sockaddr_storage()
             var interface: Int32 = 0
-            let count = stampede_dhcp6_receive(fd, buffer.baseAddress, buffer.count, &peer, &interface, &destination)
+            let count = withUnsafeMutableBytes(of: &destination) { address in
+                stampede_dhcp6_receive(fd, buffer.baseAddress, buffer.count, &peer, &interface,
+                                       address.baseAddress!.assumingMemoryBound(to: UInt8.self))
+            }
             if count == -Int(EINTR) { continue }
             guard count >= 0 else { return }
             guard count <= buffer.count else {
@@ -197,7 +200,8 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
                 continue
             }
             let source = SocketAddress(storage: peer)
-            let network = fixed ?? networkAddresses.firstIndex(of: destination) ?? networks.firstIndex { $0.interface.index == interface } ?? 0
+            let network = fixed ?? withUnsafeBytes(of: destination) { address in networkAddresses.firstIndex { $0.elementsEqual(address) } }
+                ?? networks.firstIndex { $0.interface.index == interface } ?? 0
             handle(UnsafeRawBufferPointer(rebasing: buffer[..<count]), network: network, port: port, from: source, now: now)
         }
     }
