@@ -306,13 +306,13 @@ bench-static: bench-deps .build/floor .build/floor-lockstep
 		BENCH_SCENARIOS=rack-boot,initrd,uefi,storm python3 Benchmarks/compare.py
 
 # The kernel floor: the same datagrams with sendmmsg, GSO, zero-copy GSO (syscall and io_uring); no TFTP.
-.build/floor: Benchmarks/Floor/floor.c
+.build/floor: Benchmarks/Floor/floor.c | build-deps
 	mkdir -p .build
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -pthread $< $$(pkg-config --cflags --libs liburing) -o $@
 
 # The kernel's price for lockstep: a datagram out and its ACK in per block, 1,000 socket pairs,
 # served by io_uring and by epoll; no TFTP.
-.build/floor-lockstep: Benchmarks/Floor/lockstep.c
+.build/floor-lockstep: Benchmarks/Floor/lockstep.c | build-deps
 	mkdir -p .build
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -pthread $< $$(pkg-config --cflags --libs liburing) -o $@
 
@@ -374,9 +374,13 @@ interop: deb deps package-deps boot-kernel secure-boot unstable-boot
 test-prepare: deps parity-deps secure-boot unstable-boot package-deps boot-kernel deb sanitize .build/floor-lockstep
 
 test:
+	@date +'%T make test: the builds, the package, the Debian trees'
 	$(MAKE) -j4 --output-sync=target test-prepare
+	@date +'%T make test: the fuzz targets'
 	$(MAKE) fuzz FUZZ_SECONDS=5
+	@date +'%T make test: the unit tests'
 	$(SWIFT) test
+	@date +'%T make test: the interop suite'
 	$(INTEROP)
 
 # What the firmware test boots over HTTP (Tests/interop/test_firmware.py): Debian's kernel, the
