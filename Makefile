@@ -79,10 +79,15 @@ endef
 build-deps:
 	$(call apt_install,$(BUILD_PACKAGES),pkg-config)
 
+# The suite's Python packages, at the versions it was last run with. pytest-xdist 3.8 keeps a
+# group's tests on one worker (Tests/interop/conftest.py) under pytest 8, not under pytest 9.2,
+# where every test runs on any worker.
+PYTHON_PACKAGES := pytest==8.4.2 pytest-xdist==3.8.0 tftpy==0.8.7 fusepy==3.0.1
+
 deps: build-deps
 	$(call apt_install,$(APT_PACKAGES),$(call commands_of,$(TEST_COMMANDS)))
 	@[ -x $(PYTHON) ] || python3 -m venv $(VENV)
-	@$(PYTHON) -c "import pytest, xdist, tftpy, fuse" 2>/dev/null || $(VENV)/bin/pip install -q pytest pytest-xdist tftpy fusepy
+	@$(PYTHON) -c "import pytest, xdist, tftpy, fuse" 2>/dev/null || $(VENV)/bin/pip install -q $(PYTHON_PACKAGES)
 
 $(DEMO):
 	mkdir -p $(DEMO)/pxelinux.cfg
