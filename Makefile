@@ -87,7 +87,8 @@ PYTHON_PACKAGES := pytest==8.4.2 pytest-xdist==3.8.0 tftpy==0.8.7 fusepy==3.0.1
 deps: build-deps
 	$(call apt_install,$(APT_PACKAGES),$(call commands_of,$(TEST_COMMANDS)))
 	@[ -x $(PYTHON) ] || python3 -m venv $(VENV)
-	@$(PYTHON) -c "import pytest, xdist, tftpy, fuse" 2>/dev/null || $(VENV)/bin/pip install -q $(PYTHON_PACKAGES)
+	@frozen="$$($(VENV)/bin/pip freeze 2>/dev/null)"; for p in $(PYTHON_PACKAGES); do \
+		grep -qixF "$$p" <<< "$$frozen" || { $(VENV)/bin/pip install -q $(PYTHON_PACKAGES); break; }; done
 
 $(DEMO):
 	mkdir -p $(DEMO)/pxelinux.cfg
