@@ -51,7 +51,7 @@ RING_SOURCES := $(wildcard CSources/CStampedeRing/*.c) CSources/CStampedeSys/sys
 RING_TEST := .build/ring-test-sanitized
 SANITIZE_FLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fno-omit-frame-pointer -fsanitize=address,undefined
 
-.PHONY: all build build-deps manual run test test-prepare unit interop parity-deps secure-boot unstable-boot package-deps boot-kernel deb sanitize bench-static bench-previous bench-http bench-config-search bench-https bench-dhcp bench-machines bench-rack bench-lockstep fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
+.PHONY: all build build-deps manual run test test-prepare fuzz-short unit interop parity-deps secure-boot unstable-boot package-deps boot-kernel deb sanitize bench-static bench-previous bench-http bench-config-search bench-https bench-dhcp bench-machines bench-rack bench-lockstep fuzz soak bench bench-loss bench-anycast bench-busy bench-disk bench-metrics bench-deps bench-micro bench-floor bench-thresholds bench-report deps install clean
 
 all: build
 
@@ -132,11 +132,22 @@ fuzz: build-deps
 			-Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING -Xswiftc -use-ld=lld 2>&1 | grep -E "error|warning: unre|Compiling|Build" | tail -1; \
 		test -x $(FUZZ_BUILD)/release/$$p || { echo "fuzz harness $$p did not build"; exit 1; }; \
 		mkdir -p .build/fuzz/corpus-$$t; \
-		echo "fuzzing $$t for $(FUZZ_SECONDS) s"; \
-		timeout $$(( $(FUZZ_SECONDS) + 120 )) $(FUZZ_BUILD)/release/$$p -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-			-artifact_prefix=.build/fuzz/ .build/fuzz/corpus-$$t Fuzz/corpus/$$t 2>&1 | grep -E "^(Done|stat::number_of_executed_units)|ERROR|crash-|deadly" ; \
-		status=$${PIPESTATUS[0]}; [ $$status = 0 ] || { echo "fuzz target $$t failed ($$status): see .build/fuzz/crash-*"; exit 1; }; \
 	done
+	@# Side by side, as many at once as there are cores (each its own core for FUZZ_SECONDS), and
+	@# what each said, in turn, after.
+	@rm -f .build/fuzz/*.status; echo "fuzzing $(FUZZ_TARGETS) for $(FUZZ_SECONDS) s each, $$(nproc) at once"; \
+	for t in $(FUZZ_TARGETS); do \
+		p=$$(case $$t in packet) echo PacketFuzz;; optionack) echo OptionAckFuzz;; remap) echo RemapFuzz;; dhcp) echo DHCPFuzz;; head) echo HeadFuzz;; esac); \
+		echo "$$t $$p"; \
+	done | xargs -P $$(nproc) -L 1 sh -c 'timeout $$(( $(FUZZ_SECONDS) + 120 )) $(FUZZ_BUILD)/release/$$1 -max_total_time=$(FUZZ_SECONDS) \
+		-print_final_stats=1 -artifact_prefix=.build/fuzz/ .build/fuzz/corpus-$$0 Fuzz/corpus/$$0 > .build/fuzz/$$0.log 2>&1; \
+		echo $$? > .build/fuzz/$$0.status'; \
+	failed=""; \
+	for t in $(FUZZ_TARGETS); do \
+		echo "$$t:"; grep -E "^(Done|stat::number_of_executed_units)|ERROR|crash-|deadly" .build/fuzz/$$t.log; \
+		[ "$$(cat .build/fuzz/$$t.status)" = 0 ] || { echo "fuzz target $$t failed: see .build/fuzz/$$t.log and .build/fuzz/crash-*"; failed="$$failed $$t"; }; \
+	done; \
+	[ -z "$$failed" ]
 
 # Ten minutes of continuous storm against a fresh server; RSS and fds sampled and required flat.
 soak: build
@@ -374,16 +385,19 @@ interop: deb deps package-deps boot-kernel secure-boot unstable-boot
 
 # What the suite needs made first, side by side (make -j): the release build and the package
 # while debootstrap makes the two Debian trees and the boot kernel is fetched (a clean clone's
-# first run spends minutes on each). The fuzz harnesses build after it, not beside it: two
-# Swift builds at once on 2 cores took longer than one after the other (clean clone: 861 s to
-# the end of the unit tests with them side by side, about 600 s without).
-test-prepare: deps parity-deps secure-boot unstable-boot package-deps boot-kernel deb sanitize .build/floor-lockstep
+# first run spends minutes on each). The fuzz harnesses build after the release build, not
+# beside it: two Swift builds at once on 2 cores took longer than one after the other (clean
+# clone: 861 s to the end of the unit tests with them side by side, about 600 s without); after
+# it, they take the CPU the package's lintian and the trees leave.
+test-prepare: deps parity-deps secure-boot unstable-boot package-deps boot-kernel deb sanitize .build/floor-lockstep fuzz-short
+
+# make test's short round of fuzzing (a make fuzz of 5 s a target).
+fuzz-short: build
+	$(MAKE) fuzz FUZZ_SECONDS=5
 
 test:
-	@date +'%T make test: the builds, the package, the Debian trees'
+	@date +'%T make test: the builds, the package, the Debian trees, the fuzz targets'
 	$(MAKE) -j4 --output-sync=target test-prepare
-	@date +'%T make test: the fuzz targets'
-	$(MAKE) fuzz FUZZ_SECONDS=5
 	@date +'%T make test: the unit tests'
 	$(SWIFT) test
 	@date +'%T make test: the interop suite'
