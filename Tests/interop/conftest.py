@@ -66,6 +66,35 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.xdist_group(group))
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    """On a pytest-xdist worker of `--dist loadgroup`, every test of a serial group bears its
+    group's name by now; a pytest or pytest-xdist that drops it would spread the group's tests
+    over every worker without a word: the run stops instead."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    group_of = {name: group for group, names in SERIAL_GROUPS.items() for name in names}
+    lost = [item.nodeid for item in session.items
+            if item.path.name in group_of and not item.nodeid.endswith("@" + group_of[item.path.name])]
+    if lost:
+        pytest.exit(f"pytest-xdist kept no serial group ({lost[0]}, {len(lost)} in all) under pytest {pytest.__version__}: "
+                    "`make deps` installs the versions the suite runs with", returncode=3)
+
+
+def pytest_sessionstart(session):
+    """Every command the suite runs is there, or the run stops before its first test, naming
+    the package to install (`make deps` installs them all). Spread over workers, the pytest whose
+    groups pytest-xdist keeps (a worker that finds none stops the run, but says why only to
+    itself)."""
+    if session.config.getoption("dist", "no") == "loadgroup" and int(pytest.__version__.split(".")[0]) >= 9:
+        pytest.exit(f"under pytest {pytest.__version__} pytest-xdist keeps no serial group (Tests/interop/conftest.py): "
+                    "`make deps` installs pytest 8", returncode=3)
+    missing = {c: p for c, p in external_commands(["TEST_COMMANDS"]).items() if not find_command(c)}
+    if missing:
+        names = ", ".join(f"{c} (Debian package {p})" for c, p in missing.items())
+        pytest.exit(f"missing: {names}. `make deps` installs them; `make test` runs it first.", returncode=3)
+
+
 def pytest_configure(config):
     """Each process of the suite (each pytest-xdist worker) runs its tests in a network
     namespace of its own, loopback up: its own ports (no worker's server or client takes another's,
@@ -78,15 +107,6 @@ def pytest_configure(config):
     if libc.unshare(CLONE_NEWNET) != 0:
         raise OSError(ctypes.get_errno(), f"unshare(CLONE_NEWNET): {os.strerror(ctypes.get_errno())}")
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-
-
-def pytest_sessionstart(session):
-    """Every command the suite runs is there, or the run stops before its first test, naming
-    the package to install (`make deps` installs them all)."""
-    missing = {c: p for c, p in external_commands(["TEST_COMMANDS"]).items() if not find_command(c)}
-    if missing:
-        names = ", ".join(f"{c} (Debian package {p})" for c, p in missing.items())
-        pytest.exit(f"missing: {names}. `make deps` installs them; `make test` runs it first.", returncode=3)
 
 
 # The ports the tests give their servers. Not port 0's kind (the kernel's ephemeral range,
