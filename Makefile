@@ -121,33 +121,30 @@ sanitize: deps
 # Fuzz/corpus (make test runs a short round). A crash leaves its input in .build/fuzz/crash-*:
 # add it to the seed corpus, which every run replays (`swift run PacketFuzz FILE` replays one).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := packet optionack remap dhcp head
+# Each target's name (its corpus, Fuzz/corpus/NAME) and its harness, the package's product.
+FUZZ_HARNESSES := packet:PacketFuzz optionack:OptionAckFuzz remap:RemapFuzz dhcp:DHCPFuzz head:HeadFuzz
+FUZZ_TARGETS := $(foreach h,$(FUZZ_HARNESSES),$(word 1,$(subst :, ,$(h))))
 FUZZ_BUILD := .build-fuzz
 
 fuzz: build-deps
-	mkdir -p .build/fuzz
-	@for t in $(FUZZ_TARGETS); do \
-		p=$$(case $$t in packet) echo PacketFuzz;; optionack) echo OptionAckFuzz;; remap) echo RemapFuzz;; dhcp) echo DHCPFuzz;; head) echo HeadFuzz;; esac); \
+	mkdir -p .build/fuzz $(addprefix .build/fuzz/corpus-,$(FUZZ_TARGETS))
+	@for h in $(FUZZ_HARNESSES); do p=$${h#*:}; \
 		$(SWIFT) build -c release --scratch-path $(FUZZ_BUILD) --product $$p \
 			-Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING -Xswiftc -use-ld=lld 2>&1 | grep -E "error|warning: unre|Compiling|Build" | tail -1; \
 		test -x $(FUZZ_BUILD)/release/$$p || { echo "fuzz harness $$p did not build"; exit 1; }; \
-		mkdir -p .build/fuzz/corpus-$$t; \
 	done
 	@# Side by side, as many at once as there are cores (each its own core for FUZZ_SECONDS), and
 	@# what each said, in turn, after.
 	@rm -f .build/fuzz/*.status; echo "fuzzing $(FUZZ_TARGETS) for $(FUZZ_SECONDS) s each, $$(nproc) at once"; \
-	for t in $(FUZZ_TARGETS); do \
-		p=$$(case $$t in packet) echo PacketFuzz;; optionack) echo OptionAckFuzz;; remap) echo RemapFuzz;; dhcp) echo DHCPFuzz;; head) echo HeadFuzz;; esac); \
-		echo "$$t $$p"; \
-	done | xargs -P $$(nproc) -L 1 sh -c 'timeout $$(( $(FUZZ_SECONDS) + 120 )) $(FUZZ_BUILD)/release/$$1 -max_total_time=$(FUZZ_SECONDS) \
-		-print_final_stats=1 -artifact_prefix=.build/fuzz/ .build/fuzz/corpus-$$0 Fuzz/corpus/$$0 > .build/fuzz/$$0.log 2>&1; \
-		echo $$? > .build/fuzz/$$0.status'; \
-	failed=""; \
+	printf '%s\n' $(FUZZ_HARNESSES) | tr : ' ' | xargs -P $$(nproc) -L 1 sh -c \
+		'timeout $$(( $(FUZZ_SECONDS) + 120 )) $(FUZZ_BUILD)/release/$$1 -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+		-artifact_prefix=.build/fuzz/ .build/fuzz/corpus-$$0 Fuzz/corpus/$$0 > .build/fuzz/$$0.log 2>&1; echo $$? > .build/fuzz/$$0.status'; \
+	status=0; \
 	for t in $(FUZZ_TARGETS); do \
 		echo "$$t:"; grep -E "^(Done|stat::number_of_executed_units)|ERROR|crash-|deadly" .build/fuzz/$$t.log; \
-		[ "$$(cat .build/fuzz/$$t.status)" = 0 ] || { echo "fuzz target $$t failed: see .build/fuzz/$$t.log and .build/fuzz/crash-*"; failed="$$failed $$t"; }; \
+		[ "$$(cat .build/fuzz/$$t.status)" = 0 ] || { echo "fuzz target $$t failed: see .build/fuzz/$$t.log and .build/fuzz/crash-*"; status=1; }; \
 	done; \
-	[ -z "$$failed" ]
+	exit $$status
 
 # Ten minutes of continuous storm against a fresh server; RSS and fds sampled and required flat.
 soak: build

@@ -52,6 +52,7 @@ SERIAL_GROUPS = {
     "firmware": ["test_firmware.py"],
     "firmware6": ["test_firmware_arm64.py", "test_firmware_ipv6.py"],
 }
+GROUP_OF = {name: group for group, names in SERIAL_GROUPS.items() for name in names}
 
 
 # First: pytest-xdist reads the groups in a hook of its own (it names each grouped test
@@ -59,9 +60,8 @@ SERIAL_GROUPS = {
 # (Under pytest 9.2 no group is kept at all: `make deps` installs pytest 8.)
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    group_of = {name: group for group, names in SERIAL_GROUPS.items() for name in names}
     for item in items:
-        group = group_of.get(item.path.name)
+        group = GROUP_OF.get(item.path.name)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
 
@@ -73,9 +73,8 @@ def pytest_collection_finish(session):
     over every worker without a word: the run stops instead."""
     if not getattr(session.config.option, "loadgroup", False):
         return
-    group_of = {name: group for group, names in SERIAL_GROUPS.items() for name in names}
     lost = [item.nodeid for item in session.items
-            if item.path.name in group_of and not item.nodeid.endswith("@" + group_of[item.path.name])]
+            if item.path.name in GROUP_OF and not item.nodeid.endswith("@" + GROUP_OF[item.path.name])]
     if lost:
         pytest.exit(f"pytest-xdist kept no serial group ({lost[0]}, {len(lost)} in all) under pytest {pytest.__version__}: "
                     "`make deps` installs the versions the suite runs with", returncode=3)
