@@ -366,11 +366,12 @@ manual: build
 	python3 Tools/manual.py $(BIN) docs/stampede.8 --write
 
 # Hot-path micro-benchmarks; fails if malloc counts (or, threefold, times) exceed Benchmarks/Thresholds.
-bench-micro:
-	$(SWIFT) package benchmark thresholds check --target HotPath --path Benchmarks/Thresholds
+# A package of their own (Benchmarks/Package.swift), built in Benchmarks/.build.
+bench-micro: build-deps
+	$(SWIFT) package --package-path Benchmarks benchmark thresholds check --target HotPath --path $(CURDIR)/Benchmarks/Thresholds
 
-bench-thresholds:
-	$(SWIFT) package --allow-writing-to-package-directory benchmark thresholds update --target HotPath --path Benchmarks/Thresholds
+bench-thresholds: build-deps
+	$(SWIFT) package --package-path Benchmarks --allow-writing-to-package-directory benchmark thresholds update --target HotPath --path $(CURDIR)/Benchmarks/Thresholds
 
 # The interop suite, its tests spread over INTEROP_WORKERS processes (pytest-xdist): most of them
 # wait (on clients, timeouts, firmware), so four share two cores; those whose load is CPU, or

@@ -54,7 +54,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-atomics", from: "1.3.0"),
-        .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
     ],
     targets: [
         .target(name: "CStampedeSys", path: "CSources/CStampedeSys", cSettings: strictC),
@@ -107,14 +106,6 @@ let package = Package(
         .executableTarget(name: "HeadFuzz", dependencies: ["StampedeHTTPWire", "FuzzCorpus"], path: "Fuzz/HeadFuzz"),
         .executableTarget(name: "RemapFuzz", dependencies: ["StampedeFiles", "StampedeIO", "FuzzCorpus"],
                           path: "Fuzz/RemapFuzz"),
-
-        // Micro-benchmarks of the hot path, with malloc counts (`make bench-micro`; thresholds in
-        // Benchmarks/Thresholds). The end-to-end comparison is Benchmarks/compare.py (`make bench`).
-        .executableTarget(name: "HotPath",
-                          dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeFiles", "StampedeTFTPServer", "StampedeGlibc",
-                                         .product(name: "Benchmark", package: "benchmark")],
-                          path: "Benchmarks/HotPath",
-                          plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]),
 
         .target(name: "StampedeTestSupport", dependencies: ["StampedeBase", "StampedeProtocol", "StampedeIO", "StampedeServing", "StampedeTFTPServer", "StampedeGlibc", "StampedeURing", log],
                 path: "Tests/StampedeTestSupport"),
