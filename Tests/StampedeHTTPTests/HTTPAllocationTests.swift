@@ -2,6 +2,7 @@ import CMallocCounter
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeBase
 import StampedeFiles
 import StampedeHTTP
 import StampedeIO
@@ -31,11 +32,12 @@ import Testing
         for directory in ["pxelinux.cfg", "boot", "boot/scripts", "boot/configs"] { mkdir(dir.path + "/" + directory, 0o755) }
         dir.write("boot/scripts/menu-4kib.ipxe", (0..<(4 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 7) })
         dir.write("boot/configs/seed-64kib.cfg", (0..<(64 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 13) })
-        // Loaded later than the cache's racy window after they were written: a file loaded sooner
-        // is read again once the window has passed, which a slow run would count.
-        usleep(UInt32(FileCache.racyWindow / 1000) + 100_000)
+        // Loaded as if later than the cache's racy window after they were written (its clock is
+        // that far ahead): a file loaded sooner is read again once the window has passed, which a
+        // slow run would count. (A sleep through the window held a test thread for 2 s a case.)
+        let cache = FileCache(wallClock: { FileCache.realTime() + FileCache.racyWindow + nanosecondsPerSecond })
         let written = LineCount()
-        let http = try LoopbackHTTP(serving: dir, logger: Logger(label: "test", factory: { _ in
+        let http = try LoopbackHTTP(serving: dir, cache: cache, logger: Logger(label: "test", factory: { _ in
             switch logged {
             case .not: SwiftLogNoOpLogHandler()
             case .asLines: DiscardingLineLogHandler(count: written)
