@@ -24,7 +24,11 @@ import Testing
         let wake = try #require(mailbox.wakeDescriptor)
         #expect(!readable(wake))
 
-        // Two requests of the loop wait for the one read of the file.
+        // Two requests of the loop wait for the one read of the file. The disk thread is held
+        // until both asked: a read it finished between them made the second one a cache hit.
+        let held = Gate()
+        defer { held.open() }  // also where a failed expectation returns early
+        disk.submit { held.wait() }
         for ticket: UInt64 in [41, 42] {
             guard case .loading = files.read(Array("vmlinuz".utf8), netascii: false, client: aClient,
                                              waiter: LoadWaiter(mailbox: mailbox, ticket: ticket)) else {
@@ -33,6 +37,7 @@ import Testing
             }
         }
         #expect(!readable(wake))
+        held.open()
         disk.drain()
         #expect(readable(wake))
         let outcomes = mailbox.collect()
