@@ -15,8 +15,9 @@ sender's CPU per GB for the same datagrams with sendmmsg and with GSO, no TFTP a
 kernel's price for lockstep (Benchmarks/Floor/lockstep.c, .build/floor-lockstep): a datagram out
 and its ACK in per block over as many socket pairs as a lockstep scenario has clients at once,
 served by io_uring and by epoll, and, for the storm of small transfers, the same with a socket of
-its own opened, bound, connected and closed for each transfer and its request and OACK. Each scenario's row says how far the server is from the floor
-for its kind of transfer.
+its own opened, bound, connected and closed for each transfer and its request and OACK (and with
+those sockets kept from one transfer to the next). Each scenario's row says how far the server is
+from the floor for its kind of transfer.
 
 The peers are those operators run now, tftp-hpa 7.3's in.tftpd and dnsmasq 2.93, run from the
 Debian unstable tree `make parity-deps` makes (chrooted in a mount namespace of their own where
@@ -352,10 +353,11 @@ def median_rounds(rounds):
 # once would take 40,000 descriptors in the lockstep floor: it keeps the floor of its sends.
 FLOOR_OF = {"rack-boot": ("lockstep", (1000, 0)), "initrd": (16, "gso"), "uefi": (4, "gso"),
             "storm": ("lockstep", (400, 32)), "scale": (1, "sendmmsg")}
-# The lockstep floors run: the scenarios', and the storm's clients on kept pairs beside its
-# transfers (what a socket per transfer costs the kernel).
-LOCKSTEP_RUNS = sorted({detail for kind, detail in FLOOR_OF.values() if kind == "lockstep"} | {(400, 0)},
-                       key=lambda run: (-run[0], run[1]))
+# The lockstep floors run, as (pairs, transfer KiB, reuse): the scenarios', and beside the storm's
+# transfers its clients on kept pairs and its transfers on sockets kept from one transfer to the
+# next (what a socket per transfer costs the kernel, and how much of it is opening and closing it).
+LOCKSTEP_RUNS = sorted({(*detail, False) for kind, detail in FLOOR_OF.values() if kind == "lockstep"}
+                       | {(400, 0, False), (400, 32, True)}, key=lambda run: (-run[0], run[1], run[2]))
 
 
 def run_floor_program(program, arguments, what):
@@ -380,11 +382,12 @@ def run_floor():
     if floor is None:
         return None
     floor["lockstep"] = []
-    for pairs, kib in LOCKSTEP_RUNS:
+    for pairs, kib, reuse in LOCKSTEP_RUNS:
         lockstep = run_floor_program(FLOOR_LOCKSTEP, ["--rounds", "5", "--megabytes", megabytes, "--pairs", str(pairs),
-                                                      "--transfer-kib", str(kib)],
+                                                      "--transfer-kib", str(kib), *(["--reuse"] if reuse else [])],
                                      f"kernel floor for lockstep, {pairs} " + (f"clients, a socket per {kib} KiB transfer"
-                                     if kib else "pairs") + " (io_uring vs epoll; no TFTP)")
+                                     if kib else "pairs") + (", kept from one to the next" if reuse else "")
+                                     + " (io_uring vs epoll; no TFTP)")
         if lockstep:
             floor["lockstep"].append(lockstep)
     return floor
@@ -396,7 +399,7 @@ def floor_figure(floor, scenario):
     kind, detail = FLOOR_OF[scenario]
     if kind == "lockstep":
         for run in floor.get("lockstep", []):
-            if (run["pairs"], run.get("transfer_kib", 0)) == detail:
+            if (run["pairs"], run.get("transfer_kib", 0), run.get("reuse", False)) == (*detail, False):
                 return next(f["median"] for f in run["cpu_s_per_gb"] if f["mode"] == "uring")
         return None
     for f in floor["cpu_s_per_gb"]:
@@ -476,20 +479,22 @@ def lockstep_markdown(runs):
         cells = {f["mode"]: f for f in run["cpu_s_per_gb"]}
         uring, epoll = cells["uring"], cells["epoll"]
         kib = run.get("transfer_kib", 0)
-        sockets = f"one per {kib} KiB transfer" if kib else "a pair each, kept"
+        sockets = (f"one per {kib} KiB transfer" + (", kept for the next" if run.get("reuse") else "")) if kib else "a pair each, kept"
         lines.append(f"| {run['pairs']:,} | {sockets} | {uring['median']:.2f} ({uring['low']:.2f}–{uring['high']:.2f}) "
                      f"| {epoll['median']:.2f} ({epoll['low']:.2f}–{epoll['high']:.2f}) "
                      f"| {epoll['median'] / uring['median']:.2f} |")
     first = runs[0]
-    failures = {f"{run['pairs']}" + (f" ({run['transfer_kib']} KiB transfers)" if run.get("transfer_kib") else ""):
-                run["failures"] for run in runs}
+    failures = {f"{run['pairs']}" + (f" ({run['transfer_kib']} KiB transfers" + (", sockets kept" if run.get("reuse") else "")
+                                     + ")" if run.get("transfer_kib") else ""): run["failures"] for run in runs}
     return ("\n\nLockstep, the kernel's price per block with no TFTP: each pair of connected loopback sockets "
             f"carries a DATA of {first['datagram_bytes']} bytes out and its 4-byte ACK back before the next, a "
             "client thread answering; the serving thread's CPU-s per GB, io_uring (a multishot receive per "
             "socket, a SENDMSG per block, one submit per batch) and epoll (recv and sendmsg per block). With a socket "
             "per transfer, each client asks a listener, and the server opens a socket (a fresh port, connected to the "
             "client), sends a 15-byte OACK, the transfer's blocks on its ACK 0 (the last one short) and closes it on "
-            "the last ACK. Median of "
+            "the last ACK; kept for the next, it is not closed but connected to a later transfer's client, its "
+            "receive still armed (what opening, binding and closing a socket per transfer costs is the "
+            "difference). Median of "
             f"{first['rounds']} interleaved rounds of {first['megabytes_per_measurement']} MB, spread in brackets; "
             f"ACKs that never came {failures}.\n\n" + "\n".join(lines))
 

@@ -46,7 +46,8 @@ SECTIONS = [
             "interleaved rounds, and before them the kernel's price for lockstep with no TFTP at all: a minimal C loop "
             "that sends a DATA and waits for its ACK on as many socket pairs as the scenario has clients at once, and for "
             "the storm, as its transfers are, a socket of its own opened for each 32 KiB transfer with its request and "
-            "OACK (× floor is over its io_uring figure; the table under it has both)."),
+            "OACK (× floor is over its io_uring figure; the table under it has both, and the same transfers on sockets "
+            "kept from one transfer to the next: how much of that price is opening and closing them)."),
     Section("bench-config-search", "PXELINUX's config search: a rack's refusals", "make bench-config-search",
             "10,000 machines powering on over 1 s, each asking for the ten per-machine names PXELINUX 6 looks for "
             "(not there) and then pxelinux.cfg/default, played by `stampede storm` against Stampede on io_uring and "

@@ -27,7 +27,12 @@
  * drained with recvfrom when it is readable (a multishot poll in the ring, epoll otherwise). The
  * figure is still the serving thread's CPU per GB of blocks sent.
  *
- * Usage: floor-lockstep [--rounds N] [--megabytes N] [--pairs N] [--transfer-kib K]
+ * With --reuse as well, a transfer's socket is not closed when it ends but kept for a later
+ * transfer: that one connects it to its own client (a UDP socket may be connected again), and its
+ * receive stays armed (the ring) or registered (epoll). What opening, binding and closing a socket
+ * per transfer costs is the difference between the two.
+ *
+ * Usage: floor-lockstep [--rounds N] [--megabytes N] [--pairs N] [--transfer-kib K [--reuse]]
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -57,6 +62,8 @@ struct pair {
     unsigned block, remaining;
     unsigned generation; /* transfers: which transfer the slot runs (stale completions are older) */
     int last_short;      /* transfers: the last block sent was the short one */
+    int kept;            /* --reuse: the slot's socket while no transfer runs on it (else -1) */
+    int armed;           /* --reuse, the ring: the kept socket's multishot receive is still armed */
     struct sockaddr_in client;
     size_t offset;
     unsigned char header[4];
@@ -318,6 +325,8 @@ static double serve_epoll(struct side *side, long blocks)
 
 enum { KIND_RECEIVE, KIND_SEND, KIND_LISTENER, KIND_CANCEL };
 static size_t transfer_bytes; /* 0: the pairs are kept */
+static int reuse;             /* --reuse: a transfer's socket is kept for a later one */
+static long opened[MODES];    /* transfer sockets opened, all rounds */
 static const unsigned char option_ack[] = "\0\6blksize\0" "1468";
 static const unsigned char read_request[] = "\0\1file.bin\0octet\0blksize\0" "1468";
 static struct sockaddr_in listener_address[MODES];
@@ -411,22 +420,33 @@ static void take_requests(enum mode mode)
         struct sockaddr_in local = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)}, client;
         socklen_t length = sizeof(client);
         char request[512];
-        int index, fd;
-        struct pair *p;
+        int index = t->free[t->free_count - 1], fd, kept;
+        struct pair *p = &t->slots[index];
         if (recvfrom(listeners[mode], request, sizeof(request), MSG_DONTWAIT, (struct sockaddr *)&client, &length) < 0)
             return;
-        fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0 || bind(fd, (struct sockaddr *)&local, sizeof(local)) < 0 ||
+        kept = p->kept >= 0;
+        fd = kept ? p->kept : socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0 || (!kept && bind(fd, (struct sockaddr *)&local, sizeof(local)) < 0) ||
             connect(fd, (struct sockaddr *)&client, sizeof(client)) < 0) {
+            if (kept && mode == URING) { /* its receive, armed on the slot's tag, goes first */
+                struct io_uring_sqe *sqe = next_sqe();
+                io_uring_prep_cancel64(sqe, transfer_tag(index, p, KIND_RECEIVE), 0);
+                sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+                io_uring_sqe_set_data64(sqe, KIND_CANCEL);
+            }
             if (fd >= 0)
                 close(fd);
+            p->kept = -1;
+            p->generation++;
             failures[mode]++;
             continue;
         }
-        index = t->free[--t->free_count];
-        p = &t->slots[index];
+        t->free_count--;
+        opened[mode] += !kept;
         p->fd = fd;
-        p->generation++;
+        p->kept = -1;
+        if (!kept) /* a kept socket's receive keeps its tag, and so its generation */
+            p->generation++;
         p->offset = 0;
         p->block = 0;
         p->last_short = 0;
@@ -434,21 +454,31 @@ static void take_requests(enum mode mode)
         t->active++;
         t->budget--;
         if (mode == URING) {
-            arm_transfer_receive(index, p);
+            if (!kept || !p->armed)
+                arm_transfer_receive(index, p);
+            p->armed = 1;
             send_in_ring(index, p, oack(p));
         } else {
             struct epoll_event event = {.events = EPOLLIN, .data.u64 = transfer_tag(index, p, KIND_RECEIVE)};
-            if (epoll_ctl(server_epoll, EPOLL_CTL_ADD, fd, &event) < 0 || sendmsg(fd, oack(p), MSG_DONTWAIT) < 0)
+            if ((!kept && epoll_ctl(server_epoll, EPOLL_CTL_ADD, fd, &event) < 0) || sendmsg(fd, oack(p), MSG_DONTWAIT) < 0)
                 failures[mode]++;
         }
     }
 }
 
-/* The last ACK came: the socket closed (in the ring, its receive cancelled first), the slot free. */
+/* The last ACK came: the socket closed (in the ring, its receive cancelled first), or with --reuse
+ * kept for the slot's next transfer; the slot free. */
 static void end_transfer(enum mode mode, int index)
 {
     struct transfers *t = &transfer_sides[mode];
     struct pair *p = &t->slots[index];
+    if (reuse) {
+        p->kept = p->fd;
+        p->fd = -1;
+        t->free[t->free_count++] = index;
+        t->active--;
+        return;
+    }
     if (mode == URING) {
         struct io_uring_sqe *sqe = next_sqe();
         io_uring_prep_cancel64(sqe, transfer_tag(index, p, KIND_RECEIVE), 0);
@@ -497,6 +527,8 @@ static double serve_transfers_uring(long transfers)
                 continue;
             if (cqe->flags & IORING_CQE_F_BUFFER)
                 give_back(cqe->flags >> IORING_CQE_BUFFER_SHIFT, (int)returned++);
+            if (kind == KIND_RECEIVE && !(cqe->flags & IORING_CQE_F_MORE) && (unsigned)(tag >> 32) == p->generation)
+                p->armed = 0; /* re-armed below, or by the kept socket's next transfer */
             if (p->fd < 0 || (unsigned)(tag >> 32) != p->generation)
                 continue; /* an ended transfer's */
             if (kind == KIND_SEND) { /* a failed send: its ACK will not come */
@@ -512,8 +544,10 @@ static double serve_transfers_uring(long transfers)
                 }
                 send_in_ring(index, p, next_block(p));
             }
-            if (!(cqe->flags & IORING_CQE_F_MORE))
+            if (!(cqe->flags & IORING_CQE_F_MORE)) {
                 arm_transfer_receive(index, p);
+                p->armed = 1;
+            }
         }
         io_uring_buf_ring_advance(buffer_ring, (int)returned);
         io_uring_cq_advance(&ring, seen);
@@ -586,6 +620,7 @@ static int make_transfers(enum mode mode, int clients, int client_epoll)
         return -1;
     for (i = 0; i < clients * 2; i++) {
         t->slots[i].fd = -1;
+        t->slots[i].kept = -1;
         t->free[t->free_count++] = clients * 2 - 1 - i;
     }
     for (i = 0; i < clients; i++) {
@@ -671,14 +706,17 @@ int main(int argc, char **argv)
             pairs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--transfer-kib") && i + 1 < argc)
             transfer_kib = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reuse"))
+            reuse = 1;
         else {
-            fprintf(stderr, "usage: floor-lockstep [--rounds N] [--megabytes N] [--pairs N] [--transfer-kib K]\n");
+            fprintf(stderr, "usage: floor-lockstep [--rounds N] [--megabytes N] [--pairs N] [--transfer-kib K [--reuse]]\n");
             return 64;
         }
     }
     if (rounds < 1 || rounds > MAX_ROUNDS || megabytes < 1 || pairs < 1 || pairs > 30000 || transfer_kib < 0 ||
-        transfer_kib > 4096) {
-        fprintf(stderr, "floor-lockstep: rounds 1-%d, megabytes 1 or more, pairs 1-30000, transfer-kib 0-4096\n", MAX_ROUNDS);
+        transfer_kib > 4096 || (reuse && !transfer_kib)) {
+        fprintf(stderr, "floor-lockstep: rounds 1-%d, megabytes 1 or more, pairs 1-30000, transfer-kib 0-4096, --reuse "
+                        "with --transfer-kib\n", MAX_ROUNDS);
         return 64;
     }
     transfer_bytes = (size_t)transfer_kib << 10;
@@ -729,9 +767,11 @@ int main(int argc, char **argv)
     pthread_join(clients, NULL);
 
     printf("{\n  \"datagram_bytes\": %d, \"pairs\": %d, \"megabytes_per_measurement\": %d, \"rounds\": %d,\n"
-           "  \"blocks_per_measurement\": %ld, \"transfer_kib\": %d, \"transfers_per_measurement\": %ld,\n"
-           "  \"failures\": {\"uring\": %ld, \"epoll\": %ld},\n  \"cpu_s_per_gb\": [\n",
-           DATAGRAM, pairs, megabytes, rounds, blocks, transfer_kib, transfers, failures[URING], failures[EPOLL]);
+           "  \"blocks_per_measurement\": %ld, \"transfer_kib\": %d, \"reuse\": %s, \"transfers_per_measurement\": %ld,\n"
+           "  \"failures\": {\"uring\": %ld, \"epoll\": %ld}, \"sockets_opened\": {\"uring\": %ld, \"epoll\": %ld},\n"
+           "  \"cpu_s_per_gb\": [\n",
+           DATAGRAM, pairs, megabytes, rounds, blocks, transfer_kib, reuse ? "true" : "false", transfers, failures[URING],
+           failures[EPOLL], opened[URING], opened[EPOLL]);
     for (m = 0; m < MODES; m++) {
         double sorted[MAX_ROUNDS], scale = 1e9 / bytes;
         memcpy(sorted, seconds[m], sizeof(double) * rounds);

@@ -1,5 +1,6 @@
 """The lockstep floor (Benchmarks/Floor/lockstep.c) is what the storm's × floor divides by: it
-must carry what it says it carries, on kept pairs and with a socket per transfer, in both modes."""
+must carry what it says it carries, on kept pairs, with a socket per transfer and with sockets kept for
+the next transfer, in both modes."""
 import json
 import subprocess
 
@@ -10,7 +11,7 @@ FLOOR = REPO / ".build" / "floor-lockstep"
 
 def floor(*arguments):
     assert FLOOR.exists(), "make test builds .build/floor-lockstep"
-    r = run([str(FLOOR), "--rounds", "1", "--megabytes", "2", *arguments], timeout=60)
+    r = run([str(FLOOR), "--rounds", "1", "--megabytes", "2", *arguments], timeout=60)  # a later --rounds wins
     assert r.returncode == 0, r.stderr.decode()
     return json.loads(r.stdout)
 
@@ -46,3 +47,16 @@ def test_a_transfer_that_is_a_whole_number_of_blocks_ends_with_an_empty_one():
 def test_a_bad_flag_is_exit_64():
     assert run([str(FLOOR), "--transfer-kib", "-1"]).returncode == 64
     assert run([str(FLOOR), "--what"]).returncode == 64
+
+
+def test_sockets_kept_for_the_next_transfer_run_every_transfer_on_fewer_sockets():
+    # --reuse: the same 64 transfers a mode, but a socket is opened only for a slot that never had
+    # one (at most two per client: a client's next request may come before its last ACK) and
+    # connected again for each later transfer; without it, one is opened per transfer.
+    fresh = floor("--rounds", "2", "--pairs", "8", "--transfer-kib", "32")
+    kept = floor("--rounds", "2", "--pairs", "8", "--transfer-kib", "32", "--reuse")
+    assert fresh["failures"] == kept["failures"] == {"uring": 0, "epoll": 0}
+    assert not fresh["reuse"] and kept["reuse"] and kept["transfers_per_measurement"] == 64
+    assert fresh["sockets_opened"] == {"uring": 128, "epoll": 128}
+    assert all(0 < opened <= 16 for opened in kept["sockets_opened"].values()), kept["sockets_opened"]
+    assert run([str(FLOOR), "--reuse"]).returncode == 64  # kept sockets need transfers
