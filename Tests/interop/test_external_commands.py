@@ -64,13 +64,20 @@ def debian_package(command):
     return None, False
 
 
+def ours(folder, pattern):
+    """The project's own files under `folder` matching `pattern`: not what a build folder there holds
+    (Benchmarks/.build has the micro-benchmarks' packages, with scripts of their own)."""
+    return [path for path in (REPO / folder).rglob(pattern)
+            if not any(part.startswith(".build") for part in path.relative_to(REPO).parts)]
+
+
 def test_every_command_the_tests_and_benchmarks_run_is_installed_by_make():
     listed = external_commands()
     commands = {}
-    for path in [*(REPO / "Tests").rglob("*.py"), *(REPO / "Benchmarks").rglob("*.py")]:
+    for path in [*ours("Tests", "*.py"), *ours("Benchmarks", "*.py")]:
         for command in python_command_literals(path):
             commands.setdefault(command, path.relative_to(REPO))
-    for path in (REPO / "Benchmarks").rglob("*.sh"):
+    for path in ours("Benchmarks", "*.sh"):
         for command in shell_words(path):
             commands.setdefault(command, path.relative_to(REPO))
     unlisted = []
