@@ -360,6 +360,11 @@ LOCKSTEP_RUNS = sorted({(*detail, False) for kind, detail in FLOOR_OF.values() i
                        | {(400, 0, False), (400, 32, True)}, key=lambda run: (-run[0], run[1], run[2]))
 
 
+def lockstep_sockets(kib, reuse):
+    """How a lockstep floor run holds its sockets, as the report says it."""
+    return (f"one per {kib} KiB transfer" + (", kept for the next" if reuse else "")) if kib else "a pair each, kept"
+
+
 def run_floor_program(program, arguments, what):
     """One floor program's JSON, or None where it is not built or failed."""
     if not program.exists():
@@ -385,9 +390,8 @@ def run_floor():
     for pairs, kib, reuse in LOCKSTEP_RUNS:
         lockstep = run_floor_program(FLOOR_LOCKSTEP, ["--rounds", "5", "--megabytes", megabytes, "--pairs", str(pairs),
                                                       "--transfer-kib", str(kib), *(["--reuse"] if reuse else [])],
-                                     f"kernel floor for lockstep, {pairs} " + (f"clients, a socket per {kib} KiB transfer"
-                                     if kib else "pairs") + (", kept from one to the next" if reuse else "")
-                                     + " (io_uring vs epoll; no TFTP)")
+                                     f"kernel floor for lockstep, {pairs} clients, sockets {lockstep_sockets(kib, reuse)} "
+                                     "(io_uring vs epoll; no TFTP)")
         if lockstep:
             floor["lockstep"].append(lockstep)
     return floor
@@ -478,14 +482,13 @@ def lockstep_markdown(runs):
     for run in runs:
         cells = {f["mode"]: f for f in run["cpu_s_per_gb"]}
         uring, epoll = cells["uring"], cells["epoll"]
-        kib = run.get("transfer_kib", 0)
-        sockets = (f"one per {kib} KiB transfer" + (", kept for the next" if run.get("reuse") else "")) if kib else "a pair each, kept"
+        sockets = lockstep_sockets(run.get("transfer_kib", 0), run.get("reuse", False))
         lines.append(f"| {run['pairs']:,} | {sockets} | {uring['median']:.2f} ({uring['low']:.2f}–{uring['high']:.2f}) "
                      f"| {epoll['median']:.2f} ({epoll['low']:.2f}–{epoll['high']:.2f}) "
                      f"| {epoll['median'] / uring['median']:.2f} |")
     first = runs[0]
-    failures = {f"{run['pairs']}" + (f" ({run['transfer_kib']} KiB transfers" + (", sockets kept" if run.get("reuse") else "")
-                                     + ")" if run.get("transfer_kib") else ""): run["failures"] for run in runs}
+    failures = {f"{run['pairs']}" + (f" ({lockstep_sockets(run['transfer_kib'], run.get('reuse', False))})"
+                                     if run.get("transfer_kib") else ""): run["failures"] for run in runs}
     return ("\n\nLockstep, the kernel's price per block with no TFTP: each pair of connected loopback sockets "
             f"carries a DATA of {first['datagram_bytes']} bytes out and its 4-byte ACK back before the next, a "
             "client thread answering; the serving thread's CPU-s per GB, io_uring (a multishot receive per "

@@ -63,7 +63,6 @@ struct pair {
     unsigned generation; /* transfers: which transfer the slot runs (stale completions are older) */
     int last_short;      /* transfers: the last block sent was the short one */
     int kept;            /* --reuse: the slot's socket while no transfer runs on it (else -1) */
-    int armed;           /* --reuse, the ring: the kept socket's multishot receive is still armed */
     struct sockaddr_in client;
     size_t offset;
     unsigned char header[4];
@@ -454,9 +453,8 @@ static void take_requests(enum mode mode)
         t->active++;
         t->budget--;
         if (mode == URING) {
-            if (!kept || !p->armed)
+            if (!kept) /* a kept socket's receive stays armed (serve_transfers_uring) */
                 arm_transfer_receive(index, p);
-            p->armed = 1;
             send_in_ring(index, p, oack(p));
         } else {
             struct epoll_event event = {.events = EPOLLIN, .data.u64 = transfer_tag(index, p, KIND_RECEIVE)};
@@ -527,10 +525,14 @@ static double serve_transfers_uring(long transfers)
                 continue;
             if (cqe->flags & IORING_CQE_F_BUFFER)
                 give_back(cqe->flags >> IORING_CQE_BUFFER_SHIFT, (int)returned++);
-            if (kind == KIND_RECEIVE && !(cqe->flags & IORING_CQE_F_MORE) && (unsigned)(tag >> 32) == p->generation)
-                p->armed = 0; /* re-armed below, or by the kept socket's next transfer */
-            if (p->fd < 0 || (unsigned)(tag >> 32) != p->generation)
+            if ((unsigned)(tag >> 32) != p->generation || (p->fd < 0 && p->kept < 0))
                 continue; /* an ended transfer's */
+            /* A receive that stopped is armed again while its socket stays open, kept ones too (a
+             * transfer that ends on this completion cancels it with the socket it closes). */
+            if (kind == KIND_RECEIVE && !(cqe->flags & IORING_CQE_F_MORE))
+                arm_transfer_receive(index, p);
+            if (p->fd < 0)
+                continue; /* a kept socket's, between transfers */
             if (kind == KIND_SEND) { /* a failed send: its ACK will not come */
                 failures[URING]++;
                 end_transfer(URING, index);
@@ -543,10 +545,6 @@ static double serve_transfers_uring(long transfers)
                     continue;
                 }
                 send_in_ring(index, p, next_block(p));
-            }
-            if (!(cqe->flags & IORING_CQE_F_MORE)) {
-                arm_transfer_receive(index, p);
-                p->armed = 1;
             }
         }
         io_uring_buf_ring_advance(buffer_ring, (int)returned);
