@@ -176,6 +176,7 @@ int stampede_ring_add_socket(stampede_ring *r, int fd, uint64_t tag, int is_list
     s->listener = is_listener != 0;
     s->group = is_listener ? GROUP_REQUEST : large_datagrams ? GROUP_LARGE : GROUP_SMALL;
     s->segments = (uint8_t)r->segmentation;
+    s->send_wait = r->waits - 1;
     s->fixed = slot < r->fixed_capacity && io_uring_register_files_update(&r->ring, slot, &fd, 1) == 1;
     if (slot < r->fixed_capacity)
         r->stats.system_calls++;
@@ -213,6 +214,40 @@ void stampede_ring_close_socket(stampede_ring *r, int slot)
         return; /* free, or closing already */
     }
     push(r->to_close, &r->to_close_count, r->socket_capacity, (uint32_t)slot, "close list overflow");
+}
+
+int stampede_ring_reconnect_socket(stampede_ring *r, int slot, uint64_t tag, const struct sockaddr_storage *peer)
+{
+    struct socket_slot *s;
+    struct io_uring_sqe *sqe;
+    int result;
+    if (slot < 0 || (uint32_t)slot >= r->socket_capacity)
+        return -EBADF;
+    s = &r->sockets[slot];
+    if (s->listener || (s->state != SLOT_ARMED && s->state != SLOT_IDLE))
+        return -EINVAL;
+    if (s->send_wait == r->waits)
+        return -EBUSY;
+    result = stampede_reconnect_socket(s->fd, peer);
+    if (result < 0)
+        return result;
+    if (s->state == SLOT_ARMED) {
+        /* The old receive goes, and its completions with the old generation; a new one hears the
+         * new peer. No entry for the cancel: the caller closes the socket (connected, mistagged). */
+        if (!(sqe = next_sqe(r)))
+            return -EAGAIN;
+        io_uring_prep_cancel64(sqe, pack(OP_RECV, group_of(s), (uint32_t)slot, s->generation), 0);
+        io_uring_sqe_set_data64(sqe, pack(OP_CANCEL, 0, (uint32_t)slot, s->generation));
+        s->generation++;
+        if (arm_receive(r, (uint32_t)slot) < 0)
+            rearm_later(r, (uint32_t)slot);
+    } else {
+        s->generation++; /* IDLE: on the re-arm list, armed with the new generation */
+    }
+    s->tag = tag;
+    /* Another peer, another path: its windows go segmented until it refuses. */
+    s->segments = (uint8_t)r->segmentation;
+    return 0;
 }
 
 /* ---- sends ---- */
@@ -269,6 +304,7 @@ static int submit_send(stampede_ring *r, struct send_slot *m, uint32_t slot, uin
         return -EBUSY;
     }
     io_uring_prep_sendmsg(sqe, r->sockets[slot].fd, &m->message, MSG_DONTWAIT);
+    r->sockets[slot].send_wait = r->waits;
     r->stats.send_operations++;
     target(sqe, &r->sockets[slot], slot);
     sqe->flags |= sqe_flags;
@@ -537,7 +573,7 @@ static void on_receive(stampede_ring *r, const struct io_uring_cqe *cqe, int del
     if (has_buffer)
         lend_buffer(r, group, id);
     if (slot >= r->socket_capacity || r->sockets[slot].generation != unpack_generation(cqe->user_data))
-        return; /* cannot be: a generation changes only after the receive's final completion */
+        return; /* a reconnected slot's old receive: its datagrams were the old peer's */
     s = &r->sockets[slot];
     if (deliver && s->state == SLOT_ARMED) {
         if (cqe->res >= 0 && has_buffer)
@@ -913,6 +949,9 @@ int stampede_ring_wait(stampede_ring *r, int64_t timeout_ns)
     if (result < 0 && result != -ETIME && result != -EINTR && result != -EAGAIN && result != -EBUSY && result != -ENOMEM)
         return result;
 
+    /* Every send queued before this wait is in the kernel (and, MSG_DONTWAIT, sent or refused). */
+    if (io_uring_sq_ready(&r->ring) == 0)
+        r->waits++;
     finish_closing(r, ready);
     reap(r);
     result = wait_for_sends(r);

@@ -345,6 +345,71 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
         #expect(backend.sendFailures == 0)
     }
 
+    /// A socket kept from a finished read for the next: what its old client sent before the
+    /// reconnect (queued, or in a completion not yet read) and after it never reaches the new
+    /// transfer; the new client's datagrams come under the new tag, the sends go to it.
+    @Test(arguments: BackendKind.allCases)
+    func aReconnectedTransferSocketHearsItsNewClientAlone(kind: BackendKind) throws {
+        let backend = try kind.make()
+        let (old, new) = (LoopbackClient(), LoopbackClient())
+        let socket = try backend.openTransfer(local: loopbackAny, peer: old.address, ports: nil, largestDatagram: 516,
+                                              buffers: SocketBuffers(), tag: 5)
+        let port = try #require(backend.localAddress(of: socket))
+        _ = backend.poll(deadline: stampede_monotonic_ns())
+        // The old client's last ACK, read by this poll (tag 5), then three more left unread.
+        old.send([0, 4, 0, 9], to: port)
+        #expect(pollUntilSomething(backend) == 1)
+        #expect(backend.datagram(0).tag == 5)
+        for block in 10...12 { old.send([0, 4, 0, UInt8(block)], to: port) }
+        usleep(20_000)
+        try backend.reconnectTransfer(socket, peer: new.address, buffers: SocketBuffers(send: 256 << 10), tag: 6)
+        old.send([0, 4, 0, 13], to: port)
+        var heard: [(tag: UInt64, bytes: [UInt8], peer: SocketAddress)] = []
+        func hear(_ count: Int) {
+            for i in 0..<count { heard.append((backend.datagram(i).tag, Array(backend.datagram(i).bytes), backend.datagram(i).peer)) }
+        }
+        [UInt8]([0, 3, 0, 1]).withUnsafeBytes { backend.send(socket, header: $0, payload: UnsafeRawBufferPointer(start: nil, count: 0)) }
+        hear(backend.poll(deadline: stampede_monotonic_ns()))
+        let got = try #require(new.receive())
+        #expect(got.bytes == [0, 3, 0, 1] && got.from == port)
+        new.send([0, 4, 0, 1], to: port)
+        let deadline = stampede_monotonic_ns() + 300_000_000
+        while stampede_monotonic_ns() < deadline {
+            hear(backend.poll(deadline: stampede_monotonic_ns() + 50_000_000))
+        }
+        #expect(heard.count == 1)
+        #expect(heard.first?.tag == 6 && heard.first?.bytes == [0, 4, 0, 1] && heard.first?.peer == new.address)
+    }
+
+    /// The old client gone (its port closed, our last send drew ICMP): the error is its, and the
+    /// new transfer never hears it. A send queued since the last poll keeps the socket as it is.
+    @Test(arguments: BackendKind.allCases)
+    func aReconnectDropsTheOldClientsErrorAndWaitsForQueuedSends(kind: BackendKind) throws {
+        let backend = try kind.make()
+        let socket = try transferToAVanishedClient(backend, tag: 9)
+        let new = LoopbackClient()
+        [UInt8]([0, 3, 0, 1]).withUnsafeBytes { backend.send(socket, header: $0, payload: UnsafeRawBufferPointer(start: nil, count: 0)) }
+        #expect(throws: Errno(EBUSY)) {
+            try backend.reconnectTransfer(socket, peer: new.address, buffers: SocketBuffers(), tag: 10)
+        }
+        _ = backend.poll(deadline: stampede_monotonic_ns())  // the send goes out, and draws ICMP
+        usleep(20_000)
+        try backend.reconnectTransfer(socket, peer: new.address, buffers: SocketBuffers(), tag: 10)
+        var errors: [(UInt64, Errno?)] = []
+        for _ in 0..<5 {
+            let count = backend.poll(deadline: stampede_monotonic_ns() + 20_000_000)
+            for i in 0..<count { errors.append((backend.datagram(i).tag, backend.datagram(i).error)) }
+        }
+        #expect(errors.allSatisfy { $0.0 == 9 }, "under the new tag: \(errors)")
+        // And the socket works for its new client.
+        [UInt8]([0, 3, 0, 1]).withUnsafeBytes { backend.send(socket, header: $0, payload: UnsafeRawBufferPointer(start: nil, count: 0)) }
+        _ = backend.poll(deadline: stampede_monotonic_ns())
+        #expect(new.receive()?.bytes == [0, 3, 0, 1])
+        backend.close(socket)
+        for _ in 0..<10 where backend.socketCount > 0 { _ = backend.poll(deadline: stampede_monotonic_ns() + 10_000_000) }
+        #expect(backend.socketCount == 0)
+    }
+
     @Test(arguments: BackendKind.allCases)
     func aPortRangeIsHonoured(kind: BackendKind) throws {
         let backend = try kind.make()
