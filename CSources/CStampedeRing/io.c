@@ -216,10 +216,34 @@ void stampede_ring_close_socket(stampede_ring *r, int slot)
     push(r->to_close, &r->to_close_count, r->socket_capacity, (uint32_t)slot, "close list overflow");
 }
 
+static unsigned drain(stampede_ring *r);
+static void on_receive(stampede_ring *r, const struct io_uring_cqe *cqe, int deliver);
+
+/* A reconnected slot's completions already posted were the old peer's: those in the ring are
+ * reaped now (deferred, as a mid-turn flush does: the caller is reading this turn's batch), and
+ * of the deferred ones, this slot's receives move its life on without a datagram (a final one
+ * still ends the receive, to be armed again) and its sends' peer errors go. */
+static void forget_old_peer(stampede_ring *r, uint32_t slot)
+{
+    uint32_t i, kept = 0;
+    r->deferring = 1;
+    drain(r);
+    r->deferring = 0;
+    for (i = 0; i < r->deferred_count; i++) {
+        const struct io_uring_cqe *cqe = &r->deferred[i];
+        if (unpack_slot(cqe->user_data) == slot && unpack_generation(cqe->user_data) == r->sockets[slot].generation) {
+            if (unpack_op(cqe->user_data) == OP_RECV)
+                on_receive(r, cqe, 0);
+            continue;
+        }
+        r->deferred[kept++] = *cqe;
+    }
+    r->deferred_count = kept;
+}
+
 int stampede_ring_reconnect_socket(stampede_ring *r, int slot, uint64_t tag, const struct sockaddr_storage *peer)
 {
     struct socket_slot *s;
-    struct io_uring_sqe *sqe;
     int result;
     if (slot < 0 || (uint32_t)slot >= r->socket_capacity)
         return -EBADF;
@@ -228,22 +252,13 @@ int stampede_ring_reconnect_socket(stampede_ring *r, int slot, uint64_t tag, con
         return -EINVAL;
     if (s->send_wait == r->waits)
         return -EBUSY;
+    /* From the connect on, the kernel queues the new peer's datagrams alone; what the old peer
+     * left is read away (its queue, its error) and then what the ring already holds of it. The
+     * receive stays armed: a completion posted later carries the new peer's datagram. */
     result = stampede_reconnect_socket(s->fd, peer);
     if (result < 0)
         return result;
-    if (s->state == SLOT_ARMED) {
-        /* The old receive goes, and its completions with the old generation; a new one hears the
-         * new peer. No entry for the cancel: the caller closes the socket (connected, mistagged). */
-        if (!(sqe = next_sqe(r)))
-            return -EAGAIN;
-        io_uring_prep_cancel64(sqe, pack(OP_RECV, group_of(s), (uint32_t)slot, s->generation), 0);
-        io_uring_sqe_set_data64(sqe, pack(OP_CANCEL, 0, (uint32_t)slot, s->generation));
-        s->generation++;
-        if (arm_receive(r, (uint32_t)slot) < 0)
-            rearm_later(r, (uint32_t)slot);
-    } else {
-        s->generation++; /* IDLE: on the re-arm list, armed with the new generation */
-    }
+    forget_old_peer(r, (uint32_t)slot);
     s->tag = tag;
     /* Another peer, another path: its windows go segmented until it refuses. */
     s->segments = (uint8_t)r->segmentation;
@@ -573,7 +588,7 @@ static void on_receive(stampede_ring *r, const struct io_uring_cqe *cqe, int del
     if (has_buffer)
         lend_buffer(r, group, id);
     if (slot >= r->socket_capacity || r->sockets[slot].generation != unpack_generation(cqe->user_data))
-        return; /* a reconnected slot's old receive: its datagrams were the old peer's */
+        return; /* cannot be: a generation changes only after the receive's final completion */
     s = &r->sockets[slot];
     if (deliver && s->state == SLOT_ARMED) {
         if (cqe->res >= 0 && has_buffer)

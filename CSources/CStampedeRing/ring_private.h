@@ -53,9 +53,8 @@ struct buffer_group {
  *                   v
  *                DRAINING --receive ends--> retired (FREE)
  *
- * A reconnect (stampede_ring_reconnect_socket) keeps ARMED or IDLE but moves the generation on:
- * an ARMED slot's old receive is cancelled and a new one armed, and the old one's completions,
- * told apart by their generation, move nothing.
+ * A reconnect (stampede_ring_reconnect_socket) moves no state: the old peer's completions still
+ * in the ring or deferred are taken then, and a final one among them ends the receive (IDLE).
  */
 enum slot_state {
     SLOT_FREE = 0,

@@ -619,7 +619,7 @@ static int test_a_reconnected_socket_never_hands_the_old_peers_datagrams_to_the_
         CHECK(stampede_ring_send(r, other, "\0\3\0\1", 4, NULL, 0, NULL, NULL) == 0);
     CHECK(r->deferred_count > 0);
     CHECK(stampede_ring_reconnect_socket(r, slot, 2, &new_address) == 0);
-    /* The new peer answers what the next wait sends it, after the old receive's cancel. */
+    /* The next wait hands over what was deferred: none of it under the new tag. */
     n = stampede_ring_wait(r, 0);
     for (k = 0; k < n; k++)
         CHECK(stampede_ring_datagrams(r)[k].tag != 2);

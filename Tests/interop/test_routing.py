@@ -1,7 +1,7 @@
 """Where a datagram goes (issue 21, defects 2 and 3), on the real binary: a late duplicate of a
 request never disturbs the transfer it started, and a forged packet to port 69 never reaches a
-transfer that runs on its own or a shared socket, on every backend and in every socket mode; and a port kept from one read for the next hears its
-new client alone."""
+transfer that runs on its own or a shared socket, on every backend and in every socket mode; a
+port kept from one read for the next hears its new client alone."""
 import os
 import time
 

@@ -97,12 +97,10 @@ int stampede_ring_socket_is_listener(const stampede_ring *ring, int slot);
 void stampede_ring_close_socket(stampede_ring *ring, int slot);
 
 /* Gives a transfer socket to another transfer (stampede_reconnect_socket: connected to `peer`,
- * what the old peer left dropped) under `tag`. Completions of the old transfer's receive and
- * sends still to come are dropped (the slot's generation moves on, its receive is armed again).
- * -EBUSY, the socket untouched: a send queued on it since the last wait, which the connect would
- * send to the new peer. Any failure leaves the socket for the caller to close. The old receive is
- * cancelled at the next wait: a datagram the new peer sent before it would be lost with the old
- * receive's, but a transfer's client answers what that wait sends it. */
+ * what the old peer left dropped) under `tag`. Completions of the old peer's datagrams and errors
+ * the ring holds are taken now and dropped; its receive stays armed. -EBUSY, the socket
+ * untouched: a send queued on it since the last wait, which the connect would send to the new
+ * peer. Any other failure leaves the socket for the caller to close. */
 int stampede_ring_reconnect_socket(stampede_ring *ring, int slot, uint64_t tag, const struct sockaddr_storage *peer);
 
 /* Queues a datagram: `header` is copied, `payload` is referenced until the next wait returns.
