@@ -6,12 +6,12 @@ import StampedeIO
 /// Spare transfer sockets: a read's own socket outlives its transfer, for the next read.
 ///
 /// Opening a transfer socket costs the kernel a socket, a bind (a port search), a connect and, at
-/// the end, a close; for the 32 KiB files of a rack's boot stages that is a sixth of the kernel's
-/// whole price for the transfer (make bench-lockstep). So a read's socket, when its transfer ends,
-/// is kept (`SpareTransferSockets`: at most `spareSocketLimit`, at most two seconds) and the next
-/// read to the same address from another client gets it, connected to that client
-/// (`reconnectTransfer`: what the old client sent or caused never reaches the new transfer).
-/// Uploads open their own, as before.
+/// the end, a close, for every small file of a rack's boot stages (bench-lockstep's floor prices
+/// the storm's transfers with a socket each and with sockets kept). So a read's socket, when its
+/// transfer ends, is kept (`SpareTransferSockets`: at most `spareSocketLimit`, at most two
+/// seconds) and the next read to the same address from another client gets it, connected to that
+/// client (`reconnectTransfer`: what the old client sent or caused never reaches the new
+/// transfer). Uploads open their own, as before.
 ///
 /// The trade-off, written down: tftpd-hpa's transfers each get a fresh port. Here a port may
 /// serve another client within two seconds after its transfer ended. A connected socket still
