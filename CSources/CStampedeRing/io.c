@@ -176,7 +176,6 @@ int stampede_ring_add_socket(stampede_ring *r, int fd, uint64_t tag, int is_list
     s->listener = is_listener != 0;
     s->group = is_listener ? GROUP_REQUEST : large_datagrams ? GROUP_LARGE : GROUP_SMALL;
     s->segments = (uint8_t)r->segmentation;
-    s->send_wait = r->waits - 1;
     s->fixed = slot < r->fixed_capacity && io_uring_register_files_update(&r->ring, slot, &fd, 1) == 1;
     if (slot < r->fixed_capacity)
         r->stats.system_calls++;
@@ -214,55 +213,6 @@ void stampede_ring_close_socket(stampede_ring *r, int slot)
         return; /* free, or closing already */
     }
     push(r->to_close, &r->to_close_count, r->socket_capacity, (uint32_t)slot, "close list overflow");
-}
-
-static unsigned drain(stampede_ring *r);
-static void on_receive(stampede_ring *r, const struct io_uring_cqe *cqe, int deliver);
-
-/* A reconnected slot's completions already posted were the old peer's: those in the ring are
- * reaped now (deferred, as a mid-turn flush does: the caller is reading this turn's batch), and
- * of the deferred ones, this slot's receives move its life on without a datagram (a final one
- * still ends the receive, to be armed again) and its sends' peer errors go. */
-static void forget_old_peer(stampede_ring *r, uint32_t slot)
-{
-    uint32_t i, kept = 0;
-    r->deferring = 1;
-    drain(r);
-    r->deferring = 0;
-    for (i = 0; i < r->deferred_count; i++) {
-        const struct io_uring_cqe *cqe = &r->deferred[i];
-        if (unpack_slot(cqe->user_data) == slot && unpack_generation(cqe->user_data) == r->sockets[slot].generation) {
-            if (unpack_op(cqe->user_data) == OP_RECV)
-                on_receive(r, cqe, 0);
-            continue;
-        }
-        r->deferred[kept++] = *cqe;
-    }
-    r->deferred_count = kept;
-}
-
-int stampede_ring_reconnect_socket(stampede_ring *r, int slot, uint64_t tag, const struct sockaddr_storage *peer)
-{
-    struct socket_slot *s;
-    int result;
-    if (slot < 0 || (uint32_t)slot >= r->socket_capacity)
-        return -EBADF;
-    s = &r->sockets[slot];
-    if (s->listener || (s->state != SLOT_ARMED && s->state != SLOT_IDLE))
-        return -EINVAL;
-    if (s->send_wait == r->waits)
-        return -EBUSY;
-    /* From the connect on, the kernel queues the new peer's datagrams alone; what the old peer
-     * left is read away (its queue, its error) and then what the ring already holds of it. The
-     * receive stays armed: a completion posted later carries the new peer's datagram. */
-    result = stampede_reconnect_socket(s->fd, peer);
-    if (result < 0)
-        return result;
-    forget_old_peer(r, (uint32_t)slot);
-    s->tag = tag;
-    /* Another peer, another path: its windows go segmented until it refuses. */
-    s->segments = (uint8_t)r->segmentation;
-    return 0;
 }
 
 /* ---- sends ---- */
@@ -319,7 +269,6 @@ static int submit_send(stampede_ring *r, struct send_slot *m, uint32_t slot, uin
         return -EBUSY;
     }
     io_uring_prep_sendmsg(sqe, r->sockets[slot].fd, &m->message, MSG_DONTWAIT);
-    r->sockets[slot].send_wait = r->waits;
     r->stats.send_operations++;
     target(sqe, &r->sockets[slot], slot);
     sqe->flags |= sqe_flags;
@@ -964,9 +913,6 @@ int stampede_ring_wait(stampede_ring *r, int64_t timeout_ns)
     if (result < 0 && result != -ETIME && result != -EINTR && result != -EAGAIN && result != -EBUSY && result != -ENOMEM)
         return result;
 
-    /* Every send queued before this wait is in the kernel (and, MSG_DONTWAIT, sent or refused). */
-    if (io_uring_sq_ready(&r->ring) == 0)
-        r->waits++;
     finish_closing(r, ready);
     reap(r);
     result = wait_for_sends(r);

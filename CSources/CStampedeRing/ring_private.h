@@ -52,9 +52,6 @@ struct buffer_group {
  *                 wait: cancel submitted, fd closed
  *                   v
  *                DRAINING --receive ends--> retired (FREE)
- *
- * A reconnect (stampede_ring_reconnect_socket) moves no state: the old peer's completions still
- * in the ring or deferred are taken then, and a final one among them ends the receive (IDLE).
  */
 enum slot_state {
     SLOT_FREE = 0,
@@ -77,8 +74,6 @@ struct socket_slot {
     uint8_t fixed;
     /* Windows go out segmented (until the socket's path refuses once). */
     uint8_t segments;
-    /* The ring's `waits` when a send was last queued on it: equal, that send is not yet submitted. */
-    uint32_t send_wait;
 };
 
 struct send_slot {
@@ -145,8 +140,6 @@ struct stampede_ring {
     uint32_t deferred_count;
     uint32_t deferred_capacity;
     int deferring;
-    /* Waits that submitted every queued entry (a slot's send_wait against it). */
-    uint32_t waits;
     uint32_t cqe_capacity;
     /* The watched descriptor (stampede_ring_watch), and whether its poll must be (re)armed. */
     int watch_fd;

@@ -414,22 +414,6 @@ int stampede_transfer_socket(const struct sockaddr_storage *local, const struct 
     return fd;
 }
 
-int stampede_reconnect_socket(int fd, const struct sockaddr_storage *peer)
-{
-    int error = 0, i;
-    socklen_t length = sizeof(error);
-    uint8_t discard[1];
-    if (connect(fd, (const struct sockaddr *)peer, address_length(peer)) < 0)
-        return -errno;
-    (void)getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
-    /* What was queued before the connect; bounded, as the queue is (a flood keeps its tail for
-     * the caller's peer check). MSG_TRUNC: each datagram goes whole, whatever its length. */
-    for (i = 0; i < 256; i++)
-        if (recv(fd, discard, sizeof(discard), MSG_DONTWAIT | MSG_TRUNC) < 0 && errno != EINTR)
-            break;
-    return 0;
-}
-
 int stampede_socket_address(int fd, struct sockaddr_storage *address)
 {
     socklen_t length = sizeof(*address);

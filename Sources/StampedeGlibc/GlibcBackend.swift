@@ -20,8 +20,6 @@ public final class GlibcBackend: DatagramBackend {
         var isListener = false
         /// Windows go out segmented until the socket's path refuses once.
         var segments = false
-        /// `flushes` when a send was last queued on it: equal, that send has not gone out.
-        var queuedIn = -1
     }
 
     private let epoll: Int32
@@ -53,8 +51,6 @@ public final class GlibcBackend: DatagramBackend {
     private let arena: UnsafeMutableRawBufferPointer
     private var arenaUsed = 0
     private var queued = 0
-    /// Flushes of the send queue so far (a socket's `queuedIn` against it).
-    private var flushes = 0
     public private(set) var socketCount = 0
 
     // Receive batch.
@@ -171,21 +167,6 @@ public final class GlibcBackend: DatagramBackend {
         try register(UDPSocket.transfer(local: local, peer: peer, ports: ports, buffers: buffers), tag: tag, isListener: false)
     }
 
-    public func reconnectTransfer(_ socket: SocketHandle, peer: SocketAddress, buffers: SocketBuffers, tag: UInt64) throws(Errno) {
-        let index = Int(socket.index)
-        guard socket.index >= 0, index < sockets.count, sockets[index].fd >= 0, sockets[index].tag != UInt64.max,
-              !sockets[index].isListener else { throw Errno(EBADF) }
-        // A send queued since the last flush would go to the new peer.
-        if sockets[index].queuedIn == flushes { throw Errno(EBUSY) }
-        var storage = peer.storage
-        if let error = Errno(result: stampede_reconnect_socket(sockets[index].fd, &storage)) { throw error }
-        buffers.grow(sockets[index].fd)
-        // Peer errors its last sends drew carry the old tag; datagrams read from now on, the new.
-        sockets[index].tag = tag
-        // Another peer, another path: its windows go segmented until it refuses.
-        sockets[index].segments = segmentation.isOn
-    }
-
     public func openClient(local: SocketAddress, largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle {
         try register(UDPSocket.client(local: local, buffers: buffers), tag: tag, isListener: false)
     }
@@ -233,7 +214,6 @@ public final class GlibcBackend: DatagramBackend {
         message.msg_iovlen = count
         sendMessages[queued] = stampede_mmsghdr(msg_hdr: message, msg_len: 0)
         sendSocket[queued] = socket
-        sockets[Int(socket.index)].queuedIn = flushes
         sendDatagrams[queued] = Int32(datagrams)
         vectorsUsed += count
         queued += 1
@@ -342,7 +322,6 @@ public final class GlibcBackend: DatagramBackend {
         queued = 0
         arenaUsed = 0
         vectorsUsed = 0
-        flushes += 1
         for socket in closing {
             if sockets[Int(socket.index)].isListener { listeners.removeAll { $0 == socket.index } }
             Glibc.close(sockets[Int(socket.index)].fd)

@@ -26,14 +26,6 @@ public protocol DatagramBackend: AnyObject, CustomStringConvertible, SendableMet
     /// window needs (`SocketBuffers.holding`).
     func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
                       largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle
-    /// Gives a transfer socket (from `openTransfer`, its transfer over) to the next transfer on
-    /// its local address: connected to `peer` from now on, its queues grown to `buffers`, its
-    /// datagrams tagged `tag`, its windows segmented again where `segmentation` is on (a path
-    /// that refused was the old peer's). Nothing the old peer sent or caused (a datagram still queued, an
-    /// ICMP error) arrives under the new tag. Throws EBUSY, the socket untouched, while a send
-    /// queued on it since the last `poll` has not gone out (it would go to the new peer); after
-    /// any error the caller closes the socket. Saves the socket, bind and close of a new one.
-    func reconnectTransfer(_ socket: SocketHandle, peer: SocketAddress, buffers: SocketBuffers, tag: UInt64) throws(Errno)
     /// Opens a client socket (see `UDPSocket.client`): datagrams from any peer arrive, each with
     /// its `peer`; sends name their destination. `stampede storm` plays its clients on these.
     func openClient(local: SocketAddress, largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle

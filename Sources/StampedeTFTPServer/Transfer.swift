@@ -65,10 +65,8 @@ struct Transfer: ~Copyable {
 
 /// The socket a transfer sends from and hears its client on.
 enum TransferSocket: Equatable {
-    /// Its own, connected to the client, bound to `local` (the address the request came to) on a
-    /// fresh port or on one a completed read left (`SpareTransferSockets`): closed or kept when
-    /// the transfer ends.
-    case own(SocketHandle, local: SocketAddress)
+    /// Its own, on a fresh port, connected to the client: closed when the transfer ends.
+    case own(SocketHandle)
     /// One of the worker's shared transfer sockets (`SharedSocketPools`): unconnected, so every
     /// send names the client, from the address the request came to.
     case shared(SocketHandle, from: SocketAddress)
@@ -77,7 +75,7 @@ enum TransferSocket: Equatable {
 
     var handle: SocketHandle {
         switch self {
-        case .own(let socket, _), .shared(let socket, _), .listener(let socket, _): socket
+        case .own(let socket), .shared(let socket, _), .listener(let socket, _): socket
         }
     }
 

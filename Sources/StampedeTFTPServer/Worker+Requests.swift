@@ -368,9 +368,8 @@ extension Worker {
     }
 
     /// The socket a transfer runs on: the listener in single-port mode; otherwise one of its own,
-    /// bound to the address the request came to and connected to the client (for a read, one a
-    /// completed read left there, if any), or, past the worker's budget or when the kernel
-    /// refuses one, a shared one for a read.
+    /// bound to the address the request came to and connected to the client, or, past the
+    /// worker's budget or when the kernel refuses one, a shared one for a read.
     func transferSocket(for incoming: IncomingRequest, slot: Int, negotiation: OptionNegotiation,
                         beside running: Int?) throws(RequestRefusal) -> TransferSocket {
         if configuration.singlePort {
@@ -379,18 +378,14 @@ extension Worker {
         }
         var local = incoming.local
         local.port = 0
-        let buffers = windowBuffers(negotiation.options, isWrite: incoming.request.isWrite)
-        let tag = table.tag(of: slot).rawValue
-        if !incoming.request.isWrite, let spare = spareSocket(for: local, peer: incoming.peer, buffers: buffers, tag: tag) {
-            return .own(spare, local: local)
-        }
         var refusal: Errno?
-        if roomForOwnSocket() {
+        if table.ownCount < configuration.ownTransferSocketsPerWorker {
             do {
                 // A reader's client sends ACKs and ERRORs; a writer's sends DATA of the negotiated size.
                 let largest = incoming.request.isWrite ? negotiation.options.blockSize + 4 : 516
                 return .own(try backend.openTransfer(local: local, peer: incoming.peer, ports: configuration.portRange,
-                                                     largestDatagram: largest, buffers: buffers, tag: tag), local: local)
+                                                     largestDatagram: largest, buffers: windowBuffers(negotiation.options, isWrite: incoming.request.isWrite),
+                                                     tag: table.tag(of: slot).rawValue))
             } catch {
                 refusal = error
             }

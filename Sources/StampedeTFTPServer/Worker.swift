@@ -63,8 +63,6 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     var listeners: [(socket: SocketHandle, address: SocketAddress)] = []
     /// Shared transfer sockets (`Worker+SharedSockets.swift`).
     var sharedSockets = SharedSocketPools()
-    /// Completed reads' sockets, kept for the next reads (`Worker+SpareSockets.swift`).
-    var spareSockets: SpareTransferSockets
     /// False once stopping: single-port listeners stay open for the transfers still running.
     var accepting = true
     public var activeTransfers: Int { table.count }
@@ -107,7 +105,6 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         self.wheel = TimerWheel(capacity: 1024, now: stampede_monotonic_ns())
         (loads, woken) = Self.mailbox(watchedBy: backend)
         self.scratch = .allocate(byteCount: 65536 + 16, alignment: 16)
-        self.spareSockets = SpareTransferSockets(limit: Self.spareSocketLimit(configuration))
         pinnedUntilFlush.reserveCapacity(1024)
         expired.reserveCapacity(1024)
         // Before the first turn too: a scrape (and the exporter's making) sees the backend's figures.
@@ -191,7 +188,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         for (_, outcome) in loads.collect() {
             if case .created(let upload) = outcome { upload.abort() }
         }
-        for socket in sharedSockets.removeAll() + spareSockets.removeAll() { backend.close(socket) }
+        for socket in sharedSockets.removeAll() { backend.close(socket) }
         reportUnanswered(now: stampede_monotonic_ns(), force: true)
         _ = backend.poll(deadline: stampede_monotonic_ns())
         pinnedUntilFlush.removeAll(keepingCapacity: true)
@@ -218,7 +215,6 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         collectDiskOutcomes(now: stampede_monotonic_ns())
         reportUnanswered(now: now)
         closeSharedSocketsIfIdle(now: now)
-        closeExpiredSpareSockets(now: now)
         if !toldOfSegmentationFallback && backend.segmentationFallbacks > 0 {
             toldOfSegmentationFallback = true
             logger.warning("""
@@ -296,9 +292,6 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
             return .stranger(shared)
         case .transfer?:
             guard let slot = table.slot(for: Tag(rawValue: datagram.tag)) else { return .drop }
-            // From the client its socket had before (a kept one, `Worker+SpareSockets.swift`): the
-            // backend drops what it held; this is what raced its connect.
-            if datagram.error == nil && datagram.peer != table[slot].peer { return .drop }
             return .transfer(slot)
         case nil:
             return .drop
@@ -368,7 +361,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         log(slot, outcome, now: now)
         wheel.cancel(slot)
         let transfer = table.end(slot)
-        if case .own(let socket, let local)? = transfer.socket { keepOrClose(socket, local: local, peer: transfer.peer, read: !transfer.record.isWrite, now: now) }
+        if case .own(let socket)? = transfer.socket { backend.close(socket) }
         if case .image(let image)? = transfer.source { pinnedUntilFlush.append(image) }
         // An upload that did not commit: its temporary file goes, on the disk thread.
         if let upload = transfer.upload, upload.holdsTemporaryFile { disk.submit { upload.abort() } }

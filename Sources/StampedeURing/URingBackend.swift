@@ -100,12 +100,6 @@ public final class URingBackend: DatagramBackend {
                   large: needsLargeBuffers(largestDatagram))
     }
 
-    public func reconnectTransfer(_ socket: SocketHandle, peer: SocketAddress, buffers: SocketBuffers, tag: UInt64) throws(Errno) {
-        var storage = peer.storage
-        if let error = Errno(result: stampede_ring_reconnect_socket(ring, socket.index, tag, &storage)) { throw error }
-        buffers.grow(stampede_ring_socket_fd(ring, socket.index))
-    }
-
     public func openClient(local: SocketAddress, largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle {
         try adopt(UDPSocket.client(local: local, buffers: buffers), tag: tag, listener: false,
                   large: needsLargeBuffers(largestDatagram))

@@ -30,23 +30,13 @@ final class FakeBackend: DatagramBackend {
     func adoptListener(_ socket: consuming Descriptor, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle { open(tag) }
     /// What `openTransfer` throws, as a kernel out of descriptors or ports would.
     var transferSocketError: Errno?
-    /// The queues the last transfer socket was opened (or reconnected) with.
+    /// The queues the last transfer socket was opened with.
     var lastTransferBuffers: SocketBuffers?
-    /// What `reconnectTransfer` throws (EBUSY: a send still queued on the socket).
-    var reconnectError: Errno?
-    /// The transfer sockets given to another client, and to whom.
-    var reconnected: [(socket: SocketHandle, peer: SocketAddress)] = []
     func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?, largestDatagram: Int,
                       buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle {
         if let transferSocketError { throw transferSocketError }
         lastTransferBuffers = buffers
         return open(tag)
-    }
-    func reconnectTransfer(_ socket: SocketHandle, peer: SocketAddress, buffers: SocketBuffers, tag: UInt64) throws(Errno) {
-        if let reconnectError { throw reconnectError }
-        reconnected.append((socket, peer))
-        lastTransferBuffers = buffers
-        tags[Int(socket.index)] = tag
     }
     func openClient(local: SocketAddress, largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle {
         open(tag)

@@ -30,15 +30,13 @@ final class RoutingRig {
 
     let log = LogLines()
 
-    init(_ mode: Mode, listeners: [SocketAddress]? = nil, transferSocketError: Errno? = nil, allowCreate: Bool = false,
-         ownSocketBudget: Int? = nil) throws {
+    init(_ mode: Mode, listeners: [SocketAddress]? = nil, transferSocketError: Errno? = nil, allowCreate: Bool = false) throws {
         var configuration = ServerConfiguration(listenAddresses: [local], policy: AccessPolicy(root: dir.fd, allowCreate: allowCreate),
                                                 logger: log.logger())
         backend.transferSocketError = transferSocketError
         configuration.optionLimits.maxBlockSize = 1468
         configuration.singlePort = mode == .singlePort
         if mode == .sharedSockets { configuration.ownTransferSocketsPerWorker = 0 }
-        if let ownSocketBudget { configuration.ownTransferSocketsPerWorker = ownSocketBudget }
         worker = Worker(backend: backend, configuration: configuration, cache: FileCache(), index: 0)
         try worker.bindListeners(listeners ?? [local])
         dir.write("f", (0..<5000).map { UInt8(truncatingIfNeeded: $0) })

@@ -1,10 +1,6 @@
 """Where a datagram goes (issue 21, defects 2 and 3), on the real binary: a late duplicate of a
 request never disturbs the transfer it started, and a forged packet to port 69 never reaches a
-transfer that runs on its own or a shared socket, on every backend and in every socket mode; a
-port kept from one read for the next hears its new client alone."""
-import os
-import time
-
+transfer that runs on its own or a shared socket, on every backend and in every socket mode."""
 import pytest
 
 from tftpwire import RawClient, ack, error, request
@@ -89,34 +85,3 @@ def test_shared_sockets_are_bound_where_requests_came_to_not_to_every_address(se
     assert {address for address, _ in shared} == {"127.0.0.1"}, shared
     client.send(error(0, "done"), tid)
     client.close()
-
-
-def test_a_kept_transfer_port_serves_the_next_read_and_hears_its_client_alone(serve, root):
-    """A read's socket is kept for the next read (docs/serving.md): the next client's transfer
-    comes from the port the last one used, and the last client's late ACK to that port never
-    reaches the new transfer, nor draws an answer."""
-    payload = os.urandom(3000)
-    (root / "small.bin").write_bytes(payload)
-    s = serve("--workers", "1")
-    first = RawClient(s)
-    reply, first_tid = first.exchange(request("small.bin"))
-    assert finish(first, first_tid, bytearray(), 0, reply) == payload
-    # Its end logged: the server read the last ACK (a request read in the same turn comes first).
-    deadline = time.time() + 5
-    while not s.log_lines("RRQ 127.0.0.1") and time.time() < deadline:
-        time.sleep(0.01)
-    second = RawClient(s)
-    reply, second_tid = second.exchange(request("small.bin"))
-    assert second_tid == first_tid, "the second read came from a fresh port"
-    out, block, reply = read_blocks(second, second_tid, reply, 2)
-    # The first client's last ACK again, late; then an ERROR that would end a transfer it reached.
-    first.send(ack(6), first_tid)
-    first.send(error(0, "gone"), first_tid)
-    assert finish(second, second_tid, out, block, reply) == payload
-    first.sock.settimeout(0.3)
-    assert first.receive() == (None, None)
-    second.sock.settimeout(0.3)
-    assert second.receive() == (None, None)
-    first.close()
-    second.close()
-    assert len(s.log_lines("RRQ 127.0.0.1")) == 2

@@ -10,9 +10,8 @@ import loadclient
 from conftest import Server
 
 
-def settled_fd_count(server, target, seconds=5.0):
-    """The server's fd count once its last transfers have taken their final ACKs and the sockets
-    kept for the next reads have closed (two seconds unused)."""
+def settled_fd_count(server, target, seconds=3.0):
+    """The server's fd count once its last transfers have taken their final ACKs."""
     deadline = time.time() + seconds
     while server.fd_count() != target and time.time() < deadline:
         time.sleep(0.05)

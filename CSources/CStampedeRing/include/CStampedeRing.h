@@ -96,13 +96,6 @@ int stampede_ring_socket_is_listener(const stampede_ring *ring, int slot);
 /* Sends queued before still go out; the fd is closed and the slot reused once its receive is cancelled. */
 void stampede_ring_close_socket(stampede_ring *ring, int slot);
 
-/* Gives a transfer socket to another transfer (stampede_reconnect_socket: connected to `peer`,
- * what the old peer left dropped) under `tag`. Completions of the old peer's datagrams and errors
- * the ring holds are taken now and dropped; its receive stays armed. -EBUSY, the socket
- * untouched: a send queued on it since the last wait, which the connect would send to the new
- * peer. Any other failure leaves the socket for the caller to close. */
-int stampede_ring_reconnect_socket(stampede_ring *ring, int slot, uint64_t tag, const struct sockaddr_storage *peer);
-
 /* Queues a datagram: `header` is copied, `payload` is referenced until the next wait returns.
  * `to` addresses a datagram from an unconnected socket; `from` (optional, with `to`) sets a
  * listener's source address. */

@@ -157,12 +157,6 @@ int stampede_transfer_socket(const struct sockaddr_storage *local, const struct 
 /* The bound address of a socket (to learn an ephemeral port). */
 int stampede_socket_address(int fd, struct sockaddr_storage *address);
 
-/* Gives a connected transfer socket to another peer: connected to `peer`, its pending error (an
- * ICMP unreachable from the old peer) cleared, and the datagrams the old peer left in its receive
- * queue read and dropped. Datagrams from the old peer that arrive later are the kernel's to drop
- * (a connected socket hears its peer alone). Returns 0 or a negative errno. */
-int stampede_reconnect_socket(int fd, const struct sockaddr_storage *peer);
-
 /* Datagrams the kernel dropped on their way into this socket since it was made (its receive
  * queue full, a filter's verdict: SO_MEMINFO's SK_MEMINFO_DROPS); 0 when it cannot say. */
 uint32_t stampede_socket_drops(int fd);
