@@ -398,9 +398,15 @@ static void send_in_ring(int index, struct pair *p, struct msghdr *message)
     queue_send(p->fd, message, transfer_tag(index, p, KIND_SEND));
 }
 
+/* The slot's open socket: its transfer's, or the one kept for its next transfer (-1: none). */
+static int open_socket(const struct pair *p)
+{
+    return p->fd >= 0 ? p->fd : p->kept;
+}
+
 static void arm_transfer_receive(int index, struct pair *p)
 {
-    arm_receive(p->fd, transfer_tag(index, p, KIND_RECEIVE));
+    arm_receive(open_socket(p), transfer_tag(index, p, KIND_RECEIVE));
 }
 
 static void arm_listener(void)
@@ -525,7 +531,7 @@ static double serve_transfers_uring(long transfers)
                 continue;
             if (cqe->flags & IORING_CQE_F_BUFFER)
                 give_back(cqe->flags >> IORING_CQE_BUFFER_SHIFT, (int)returned++);
-            if ((unsigned)(tag >> 32) != p->generation || (p->fd < 0 && p->kept < 0))
+            if ((unsigned)(tag >> 32) != p->generation || open_socket(p) < 0)
                 continue; /* an ended transfer's */
             /* A receive that stopped is armed again while its socket stays open, kept ones too (a
              * transfer that ends on this completion cancels it with the socket it closes). */
