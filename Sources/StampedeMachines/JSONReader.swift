@@ -53,54 +53,59 @@ struct JSONReader {
         case UInt8(ascii: "\""):
             return .string(try string())
         default:
-            for (word, meaning) in [("true", Value.bool(true)), ("false", .bool(false)), ("null", .null)]
-            where bytes[at...].starts(with: word.utf8) {
-                at += word.utf8.count
-                return meaning
+            if let word = Self.words.first(where: { bytes[at...].starts(with: $0.text) }) {
+                at += word.text.count
+                return word.meaning
             }
-            let number = bytes[at...].prefix { "-+.eE0123456789".utf8.contains($0) }
+            let number = bytes[at...].prefix { Self.isNumberByte($0) }
             guard !number.isEmpty, let parsed = Double(String(decoding: number, as: UTF8.self)) else { throw fault("not a value") }
             at += number.count
             return .number(parsed)
         }
     }
 
+    /// A string's text: its bytes as they are up to the first escape (most strings have none),
+    /// then each escape's character written as UTF-8 among them, decoded once at the end.
     private mutating func string() throws(Fault) -> String {
         at += 1
-        var scalars = String.UnicodeScalarView()
-        var pending: [UInt8] = []
-        func flush() {
-            scalars.append(contentsOf: String(decoding: pending, as: UTF8.self).unicodeScalars)
-            pending = []
+        let start = at
+        while at < bytes.count, bytes[at] != UInt8(ascii: "\""), bytes[at] != UInt8(ascii: "\\") { at += 1 }
+        guard at < bytes.count else { throw fault("a string not closed") }
+        if bytes[at] == UInt8(ascii: "\"") {
+            at += 1
+            return String(decoding: bytes[start..<(at - 1)], as: UTF8.self)
         }
+        var text = Array(bytes[start..<at])
         while at < bytes.count {
             let byte = bytes[at]
             at += 1
             switch byte {
             case UInt8(ascii: "\""):
-                flush()
-                return String(scalars)
+                return String(decoding: text, as: UTF8.self)
             case UInt8(ascii: "\\"):
-                flush()
                 guard at < bytes.count else { break }
                 let escape = bytes[at]
                 at += 1
-                let simple: [UInt8: UInt8] = [0x22: 0x22, 0x5c: 0x5c, 0x2f: 0x2f, 0x62: 8, 0x66: 12, 0x6e: 10, 0x72: 13, 0x74: 9]
-                if let plain = simple[escape] {
-                    scalars.append(Unicode.Scalar(plain))
-                } else if escape == UInt8(ascii: "u") {
+                switch escape {
+                case 0x22, 0x5c, 0x2f: text.append(escape)
+                case UInt8(ascii: "b"): text.append(8)
+                case UInt8(ascii: "f"): text.append(12)
+                case UInt8(ascii: "n"): text.append(10)
+                case UInt8(ascii: "r"): text.append(13)
+                case UInt8(ascii: "t"): text.append(9)
+                case UInt8(ascii: "u"):
                     var code = try hex4()
                     if (0xD800..<0xDC00).contains(code), bytes[at...].starts(with: "\\u".utf8) {
                         at += 2
                         let low = try hex4()
                         code = 0x10000 + (code - 0xD800) << 10 + (low - 0xDC00)
                     }
-                    scalars.append(Unicode.Scalar(code) ?? "\u{FFFD}")
-                } else {
+                    text.append(contentsOf: String(Unicode.Scalar(code) ?? "\u{FFFD}").utf8)
+                default:
                     throw fault("an unknown escape")
                 }
             default:
-                pending.append(byte)
+                text.append(byte)
             }
         }
         throw fault("a string not closed")
@@ -114,8 +119,18 @@ struct JSONReader {
         return code
     }
 
+    private static let words: [(text: [UInt8], meaning: Value)] = [(Array("true".utf8), .bool(true)), (Array("false".utf8), .bool(false)),
+                                                                    (Array("null".utf8), .null)]
+
+    private static func isNumberByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "+"), UInt8(ascii: "."), UInt8(ascii: "e"), UInt8(ascii: "E"): true
+        default: false
+        }
+    }
+
     private mutating func skipSpace() {
-        while at < bytes.count, [0x20, 0x09, 0x0a, 0x0d].contains(bytes[at]) { at += 1 }
+        while at < bytes.count, bytes[at] == 0x20 || bytes[at] == 0x09 || bytes[at] == 0x0a || bytes[at] == 0x0d { at += 1 }
     }
 
     private mutating func peek(_ byte: UInt8) -> Bool {

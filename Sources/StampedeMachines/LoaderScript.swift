@@ -9,10 +9,29 @@ public enum LoaderScript {
     public static func iPXE(_ boot: RenderedBoot?, for name: String) -> String {
         let record = safe(name)
         guard let boot else { return "#!ipxe\n# \(record): not booted from the network here\nexit\n" }
-        let names = boot.initrds.map { "initrd=" + $0.lastPathComponent }
-        let line = ([fromRoot(boot.kernel)] + names + (boot.commandLine.isEmpty ? [] : [boot.commandLine])).joined(separator: " ")
-        return "#!ipxe\n# \(record)\n" + (boot.message.map { "echo \($0)\n" } ?? "") + "kernel \(line)\n"
-            + boot.initrds.map { "initrd \(fromRoot($0))\n" }.joined() + "boot\n"
+        // Written into one string: a rack's every machine asks for its script within seconds.
+        var script = "#!ipxe\n# "
+        script.reserveCapacity(256)
+        script += record
+        script += "\n"
+        if let message = boot.message { script += "echo \(message)\n" }
+        script += "kernel "
+        script += fromRoot(boot.kernel)
+        for initrd in boot.initrds {
+            script += " initrd="
+            script += initrd.lastPathComponent
+        }
+        if !boot.commandLine.isEmpty {
+            script += " "
+            script += boot.commandLine
+        }
+        script += "\n"
+        for initrd in boot.initrds {
+            script += "initrd "
+            script += fromRoot(initrd)
+            script += "\n"
+        }
+        return script + "boot\n"
     }
 
     /// A URL as it is; a path beneath the root as `/path`.

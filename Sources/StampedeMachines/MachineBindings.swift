@@ -12,9 +12,27 @@ public final class MachineBindings: Sendable {
     /// Addresses remembered at most: past it, the half learned longest ago is forgotten.
     public static let capacity = 65_536
 
+    /// A machine as its address's binding holds it, with what each of its requests would
+    /// otherwise work out again: its key in the progress table and its MAC as logs write it.
+    public final class Binding: Sendable {
+        public let machine: MachineIdentity
+        /// `aa:bb:cc:dd:ee:ff`.
+        public let macText: String
+        let key: HardwareKey
+        /// When it was learned (a counter: the latest DHCP is the largest).
+        let learned: UInt64
+
+        init(_ machine: MachineIdentity, learned: UInt64) {
+            self.machine = machine
+            macText = machine.hardwareAddress.hardwareAddressText(separator: ":")
+            key = HardwareKey(machine.hardwareAddress)
+            self.learned = learned
+        }
+    }
+
     /// Each address's machine (by its host: no port, an IPv4 client on a dual-stack socket as
-    /// IPv4), and when it was learned (a counter: the latest DHCP is the largest).
-    private let table = Mutex<(machines: [SocketAddress: (machine: MachineIdentity, learned: UInt64)], clock: UInt64)>(([:], 0))
+    /// IPv4).
+    private let table = Mutex<(bindings: [SocketAddress: Binding], clock: UInt64)>(([:], 0))
 
     public init() {}
 
@@ -28,12 +46,12 @@ public final class MachineBindings: Sendable {
     public func learn(_ address: SocketAddress, is machine: MachineIdentity) {
         let address = address.unmapped.clientHost
         table.withLock { table in
-            if table.machines[address] == nil && table.machines.count >= Self.capacity {
-                let cut = table.machines.values.map(\.learned).sorted()[Self.capacity / 2]
-                table.machines = table.machines.filter { $0.value.learned >= cut }
+            if table.bindings[address] == nil && table.bindings.count >= Self.capacity {
+                let cut = table.bindings.values.map(\.learned).sorted()[Self.capacity / 2]
+                table.bindings = table.bindings.filter { $0.value.learned >= cut }
             }
             table.clock += 1
-            table.machines[address] = (machine, table.clock)
+            table.bindings[address] = Binding(machine, learned: table.clock)
         }
     }
 
@@ -41,12 +59,15 @@ public final class MachineBindings: Sendable {
     public func machine(at address: IPv4) -> MachineIdentity? { machine(at: SocketAddress(ipv4: address, port: 0)) }
 
     /// The machine a client at `address` (any port) is, if DHCP said.
-    public func machine(at address: SocketAddress) -> MachineIdentity? {
+    public func machine(at address: SocketAddress) -> MachineIdentity? { binding(at: address)?.machine }
+
+    /// The binding of the address a client at `address` (any port) is at, if DHCP said.
+    public func binding(at address: SocketAddress) -> Binding? {
         let host = address.unmapped.clientHost
-        return table.withLock { $0.machines[host]?.machine }
+        return table.withLock { $0.bindings[host] }
     }
 
-    public var count: Int { table.withLock { $0.machines.count } }
+    public var count: Int { table.withLock { $0.bindings.count } }
 }
 
 extension MachineBindings {

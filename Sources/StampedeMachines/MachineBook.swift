@@ -22,6 +22,9 @@ public struct MachineBook: Sendable {
     /// The machines whose `once` boot is done (`.done-<mac>` files in the directory).
     public internal(set) var done: Set<[UInt8]>
     private let index: [MachineRecord.Selector: Int]
+    /// The records that select a hardware address, by it held inline (`HardwareKey`): the lookup
+    /// every DHCP packet and file request of a known machine makes first.
+    private let byHardwareAddress: [HardwareKey: Int]
 
     public init(_ records: [MachineRecord], unknown: UnknownMachines = .ignore, done: Set<[UInt8]> = []) throws(RecordFaults) {
         var index: [MachineRecord.Selector: Int] = [:]
@@ -44,11 +47,14 @@ public struct MachineBook: Sendable {
         self.unknown = unknown
         self.done = done
         self.index = index
+        var byHardwareAddress: [HardwareKey: Int] = [:]
+        for case (.hardwareAddress(let address), let number) in index { byHardwareAddress[HardwareKey(address)] = number }
+        self.byHardwareAddress = byHardwareAddress
     }
 
     /// The record that selects `machine`, if any.
     public func record(for machine: MachineIdentity) -> MachineRecord? {
-        let found = index[.hardwareAddress(machine.hardwareAddress)]
+        let found = byHardwareAddress[HardwareKey(machine.hardwareAddress)]
             ?? machine.uuid.flatMap { index[.uuid($0)] }
             ?? machine.architecture.flatMap { index[.architecture($0)] }
             ?? machine.firmware.flatMap { index[.firmware($0)] }

@@ -72,8 +72,9 @@ public struct MachineBoot: GeneratedFiles {
     public func file(_ name: [UInt8], for client: SocketAddress) -> GeneratedFile? {
         let path = String(decoding: name, as: UTF8.self)
         let base = path.lastPathComponent
-        let bound = bindings.machine(at: client)
-        if let progress, let bound { follow(bound, asking: path, base: base, at: client, progress) }
+        let binding = bindings.binding(at: client)
+        let bound = binding?.machine
+        if let progress, let binding { follow(binding, asking: path, base: base, at: client, progress) }
         if base == "boot.ipxe" || base == "autoexec.ipxe" {
             return render(bound ?? MachineIdentity(hardwareAddress: []), unbound: bound == nil, LoaderScript.iPXE, iPXE: String(base))
         }
@@ -92,18 +93,19 @@ public struct MachineBoot: GeneratedFiles {
 
     /// The machine `client` is, its bytes counted.
     public func took(_ bytes: Int, client: SocketAddress) -> String? {
-        guard let machine = bindings.machine(at: client) else { return nil }
-        progress?.took(bytes, machine.hardwareAddress)
-        return machine.hardwareAddress.hardwareAddressText(separator: ":")
+        guard let binding = bindings.binding(at: client) else { return nil }
+        progress?.took(bytes, binding.key)
+        return binding.macText
     }
 
     /// The stage a machine's request for `path` says its boot is at: its offered boot file, the
     /// GRUB its shim loads, its script, its record's kernel or first initrd.
-    private func follow(_ machine: MachineIdentity, asking path: String, base: Substring, at address: SocketAddress, _ progress: MachineProgress) {
-        let mac = machine.hardwareAddress
+    private func follow(_ binding: MachineBindings.Binding, asking path: String, base: Substring, at address: SocketAddress,
+                        _ progress: MachineProgress) {
+        let machine = binding.machine
         let stage: MachineProgress.Stage
         let isScript = base == "boot.ipxe" || base == "autoexec.ipxe" || base.hasPrefix("grub.cfg") || path.containsBytes("pxelinux.cfg/")
-        let offered = isScript ? nil : progress.offered(mac).map(HTTPLocation.path(of:))
+        let offered = isScript ? nil : progress.offered(binding.key).map(HTTPLocation.path(of:))
         if isScript {
             stage = .script
         } else if let offered, offered == path {
@@ -121,7 +123,7 @@ public struct MachineBoot: GeneratedFiles {
         } else {
             return
         }
-        progress.note(mac, stage, address: address, now: now())
+        progress.note(binding.key, machine.hardwareAddress, stage, address: address, now: now())
     }
 
     /// Whether `path` is the GRUB that a shim offered as `offered` loads beside itself
@@ -163,7 +165,7 @@ public struct MachineBoot: GeneratedFiles {
             if iPXE != nil, let own = record.script { return .root(Array(own.utf8)) }
             guard let boot = record.boot else { return nil }
             var variables = record.variables
-            variables["done-url"] = doneURL(for: machine.hardwareAddress)
+            if boot.commandLine.containsBytes("${done-url}") { variables["done-url"] = doneURL(for: machine.hardwareAddress) }
             return .made(Array(script(boot.rendered(for: machine, variables: variables), record.name).utf8))
         case .local, .ignore:
             return .made(Array(script(nil, record.name).utf8))

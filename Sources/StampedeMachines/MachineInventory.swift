@@ -91,8 +91,8 @@ public final class MachineInventory: Sendable {
     }
 
     private struct State {
-        var kept: [[UInt8]: Entry] = [:]
-        var asking: Set<[UInt8]> = []
+        var kept: [HardwareKey: Entry] = [:]
+        var asking: Set<HardwareKey> = []
         var tasks: [Task] = []
         var taken = 0
         var counts = [Int](repeating: 0, count: Outcome.allCases.count)
@@ -163,16 +163,17 @@ public final class MachineInventory: Sendable {
     /// to ask again). `stage` nil: what is known, asking nothing.
     public func said(of machine: MachineIdentity, stage: Stage?, relay: IPv4? = nil) -> Said? {
         let mac = machine.hardwareAddress
+        let key = HardwareKey(mac)
         let now = clock()
         let (said, queued): (Said?, Bool) = state.withLock { state in
-            let entry = state.kept[mac]
+            let entry = state.kept[key]
             if let entry, now < entry.expires {
                 // Fresh: answered from memory; past its half-life asked again behind it.
-                guard now >= entry.refresh, let stage, !state.asking.contains(mac) else { return (entry.said, false) }
+                guard now >= entry.refresh, let stage, !state.asking.contains(key) else { return (entry.said, false) }
                 return (entry.said, Self.queue(.ask(Ask(machine: machine, stage: stage, relay: relay)), mac, &state))
             }
             guard let stage else { return (nil, false) }
-            if state.asking.contains(mac) { return (nil, false) }
+            if state.asking.contains(key) { return (nil, false) }
             return (nil, Self.queue(.ask(Ask(machine: machine, stage: stage, relay: relay)), mac, &state))
         }
         if queued { sem_post(ready) }
@@ -184,7 +185,7 @@ public final class MachineInventory: Sendable {
             state.counts[Outcome.overflow.rawValue] += 1
             return false
         }
-        state.asking.insert(mac)
+        state.asking.insert(HardwareKey(mac))
         state.tasks.append(task)
         return true
     }
@@ -193,7 +194,7 @@ public final class MachineInventory: Sendable {
     /// answer forgotten, so that its next request asks again.
     public func done(_ mac: [UInt8]) {
         state.withLock { state in
-            state.kept[mac] = nil
+            state.kept[HardwareKey(mac)] = nil
             state.tasks.append(.done(mac))
         }
         sem_post(ready)
@@ -277,12 +278,13 @@ public final class MachineInventory: Sendable {
                     """)
             }
         }
+        let key = HardwareKey(mac)
         let watches = state.withLock { state in
-            state.asking.remove(mac)
+            state.asking.remove(key)
             state.counts[outcome.rawValue] += 1
-            if said == .unreachable, let kept = state.kept[mac], now < kept.expires {
+            if said == .unreachable, let kept = state.kept[key], now < kept.expires {
                 // The last answer holds until it expires; after it, "unreachable" for a while.
-                state.kept[mac]!.refresh = min(kept.expires, now + Self.retryAfter)
+                state.kept[key]!.refresh = min(kept.expires, now + Self.retryAfter)
             } else if said == .unreachable {
                 Self.keep(mac, Entry(said: said, expires: now + Self.retryAfter, refresh: now + Self.retryAfter), now: now, &state)
             } else {
@@ -294,11 +296,12 @@ public final class MachineInventory: Sendable {
     }
 
     private static func keep(_ mac: [UInt8], _ entry: Entry, now: Int64, _ state: inout State) {
-        if state.kept.count >= keptLimit && state.kept[mac] == nil {
+        let key = HardwareKey(mac)
+        if state.kept.count >= keptLimit && state.kept[key] == nil {
             state.kept = state.kept.filter { $0.value.expires > now }
             guard state.kept.count < keptLimit else { return }
         }
-        state.kept[mac] = entry
+        state.kept[key] = entry
     }
 
     private func report(_ mac: [UInt8]) {

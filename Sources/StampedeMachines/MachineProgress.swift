@@ -67,20 +67,13 @@ public final class MachineProgress: Sendable {
     /// The machines by MAC, and those at the loader stage that `stalledLoaders` has not given
     /// out yet (so that its sweep looks at them, not at the whole rack).
     private struct Table {
-        var entries: [Key: Entry] = [:]
-        var unsaidLoaders: Set<Key> = []
+        var entries: [HardwareKey: Entry] = [:]
+        var unsaidLoaders: Set<HardwareKey> = []
     }
     /// Told of every change of a machine's stage (the JSON events), on the thread that made it.
     private let changed: @Sendable (Entry) -> Void
 
     public init(changed: @escaping @Sendable (Entry) -> Void = { _ in }) { self.changed = changed }
-
-    /// A MAC as the table's key, hashed whole (an array's own hash takes each byte in turn).
-    private struct Key: Hashable {
-        let mac: [UInt8]
-        init(_ mac: [UInt8]) { self.mac = mac }
-        func hash(into hasher: inout Hasher) { mac.withUnsafeBytes { hasher.combine(bytes: $0) } }
-    }
 
     /// What happened to `mac` now; true when its stage changed. A stage is the furthest its boot
     /// got: a later event of an earlier stage is the same boot going on (iPXE's own DHCP after
@@ -89,38 +82,64 @@ public final class MachineProgress: Sendable {
     @discardableResult
     public func note(_ mac: [UInt8], _ stage: Stage, record: String? = nil, why: String? = nil, offered: String? = nil,
                      address: SocketAddress? = nil, now: Int) -> Bool {
-        let key = Key(mac)
-        let (moved, entry) = table.withLock { table in
-            if table.entries[key] == nil && table.entries.count >= Self.capacity {
+        note(HardwareKey(mac), mac, stage, record: record, why: why, offered: offered, address: address, now: now)
+    }
+
+    /// `note`, for a machine whose key its binding holds made (`MachineBindings.Binding`).
+    @discardableResult
+    func note(_ key: HardwareKey, _ mac: [UInt8], _ stage: Stage, record: String? = nil, why: String? = nil, offered: String? = nil,
+              address: SocketAddress? = nil, now: Int) -> Bool {
+        let address = address?.unmapped.clientHost
+        // Changed in place, looked up once: the lock is held for as little as may be, as every
+        // request of every machine passes here.
+        let moved: Entry? = table.withLock { table in
+            if let index = table.entries.index(forKey: key) {
+                return Self.update(&table.entries.values[index], key, stage, record, why, offered, address, now, &table.unsaidLoaders)
+            }
+            if table.entries.count >= Self.capacity {
                 let cut = table.entries.values.map(\.lastSeen).sorted()[Self.capacity / 2]
                 table.entries = table.entries.filter { $0.value.lastSeen > cut }
                 table.unsaidLoaders = table.unsaidLoaders.filter { table.entries[$0] != nil }
             }
-            var entry = table.entries[key] ?? Entry(mac: mac, stage: stage, lastSeen: now)
-            let before = table.entries[key]?.stage
-            let newBoot = stage == .dhcp && (before.map { $0 >= .kernel || $0 == .leftAlone } ?? true)
-            if stage == .leftAlone || newBoot || before.map({ stage > $0 }) ?? true {
-                entry.stage = stage
-                entry.why = stage == .leftAlone ? why : nil
-                if stage == .loader { table.unsaidLoaders.insert(key) } else { table.unsaidLoaders.remove(key) }
-            }
-            if let record { entry.record = record }
-            if let offered { entry.offered = offered }
-            if let address { entry.address = address.unmapped.clientHost }
-            entry.lastSeen = now
+            var entry = Entry(mac: mac, stage: stage, lastSeen: now)
+            _ = Self.update(&entry, key, stage, record, why, offered, address, now, &table.unsaidLoaders, new: true)
             table.entries[key] = entry
-            return (before != entry.stage, entry)
+            return entry
         }
-        if moved { changed(entry) }
-        return moved
+        if let moved { changed(moved) }
+        return moved != nil
+    }
+
+    /// `entry` (`new`: just made, at `stage`) told what happened now (`note`): the entry as it is
+    /// now when its stage changed, nil when it did not.
+    private static func update(_ entry: inout Entry, _ key: HardwareKey, _ stage: Stage, _ record: String?, _ why: String?, _ offered: String?,
+                               _ address: SocketAddress?, _ now: Int, _ unsaidLoaders: inout Set<HardwareKey>, new: Bool = false) -> Entry? {
+        let before = entry.stage
+        let newBoot = stage == .dhcp && (before >= .kernel || before == .leftAlone)
+        if new || stage == .leftAlone || newBoot || stage > before {
+            entry.stage = stage
+            entry.why = stage == .leftAlone ? why : nil
+            // Only a machine at the loader stage is in the set (it leaves it by this way or by
+            // `stalledLoaders`): one that was not need not be looked for.
+            if stage == .loader { unsaidLoaders.insert(key) } else if before == .loader && !new { unsaidLoaders.remove(key) }
+        }
+        if let record { entry.record = record }
+        if let offered { entry.offered = offered }
+        if let address { entry.address = address }
+        entry.lastSeen = now
+        return new || before != entry.stage ? entry : nil
     }
 
     /// `mac` took `bytes` of a file (a machine not followed yet is not counted).
-    public func took(_ bytes: Int, _ mac: [UInt8]) {
-        table.withLock { table in table.entries[Key(mac)]?.bytes += bytes }
+    public func took(_ bytes: Int, _ mac: [UInt8]) { took(bytes, HardwareKey(mac)) }
+
+    func took(_ bytes: Int, _ key: HardwareKey) {
+        table.withLock { table in
+            if let index = table.entries.index(forKey: key) { table.entries.values[index].bytes += bytes }
+        }
     }
 
-    public func entry(_ mac: [UInt8]) -> Entry? { table.withLock { $0.entries[Key(mac)] } }
+    public func entry(_ mac: [UInt8]) -> Entry? { table.withLock { $0.entries[HardwareKey(mac)] } }
 
     /// The machines at the loader stage that have not been heard of for `seconds` (none of their
     /// requests moved them on), each given out once per time it reaches the stage: a loader that
@@ -138,7 +157,11 @@ public final class MachineProgress: Sendable {
     }
 
     /// The boot file `mac` was offered.
-    public func offered(_ mac: [UInt8]) -> String? { table.withLock { $0.entries[Key(mac)]?.offered } }
+    public func offered(_ mac: [UInt8]) -> String? { offered(HardwareKey(mac)) }
+
+    func offered(_ key: HardwareKey) -> String? {
+        table.withLock { table in table.entries.index(forKey: key).flatMap { table.entries.values[$0].offered } }
+    }
 
     /// Every machine followed, by MAC.
     public var entries: [Entry] { table.withLock { Array($0.entries.values) }.sorted { $0.mac.lexicographicallyPrecedes($1.mac) } }

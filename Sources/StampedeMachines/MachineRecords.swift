@@ -17,7 +17,14 @@ public final class MachineRecords: Sendable {
     public let unknown: MachineBook.UnknownMachines
     /// `--machines-api`: asked first, of every machine; what it does not list is the directory's.
     public let inventory: MachineInventory?
-    private let book: Mutex<MachineBook>
+    /// The book in force, in a box of its own: a reader takes the box (one reference) under the
+    /// lock and reads the book after it, so that the proxy and every file request of every
+    /// machine hold the lock for no more than that; a change puts a new box in.
+    private let book: Mutex<Shelved>
+    private final class Shelved: Sendable {
+        let book: MachineBook
+        init(_ book: MachineBook) { self.book = book }
+    }
     /// What the watch's thread is to write into the directory.
     enum Write: Sendable {
         /// A discovered machine's record.
@@ -35,14 +42,14 @@ public final class MachineRecords: Sendable {
         self.directory = directory
         self.unknown = unknown
         self.inventory = inventory
-        book = Mutex(try directory.read(unknown: unknown))
+        book = Mutex(Shelved(try directory.read(unknown: unknown)))
         wake = stampede_eventfd()
         precondition(wake >= 0, "eventfd: \(Errno(-wake))")
     }
 
     deinit { close(wake) }
 
-    public var current: MachineBook { book.withLock { $0 } }
+    public var current: MachineBook { book.withLock { $0 }.book }
 
     /// The record `machine` is and the book it is chosen by: the inventory's answer when it lists
     /// the machine (`--machines-api`), else the directory's record (or none). nil: the inventory
@@ -65,7 +72,7 @@ public final class MachineRecords: Sendable {
     @discardableResult
     public func reload() throws(RecordFaults) -> MachineBook {
         let fresh = try directory.read(unknown: unknown)
-        book.withLock { $0 = fresh }
+        book.withLock { $0 = Shelved(fresh) }
         return fresh
     }
 
@@ -102,9 +109,11 @@ public final class MachineRecords: Sendable {
             inventory.done(mac)
             return .accepted(record: record.name)
         }
-        let marked: String? = book.withLock { book in
-            guard let record = book.record(for: machine), record.once else { return nil }
+        let marked: String? = book.withLock { shelved in
+            guard let record = shelved.book.record(for: machine), record.once else { return nil }
+            var book = shelved.book
             book.done.insert(mac)
+            shelved = Shelved(book)
             return record.name
         }
         guard let marked else {

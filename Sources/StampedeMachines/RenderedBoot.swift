@@ -23,22 +23,28 @@ public struct RenderedBoot: Equatable, Sendable {
     /// The variables every machine has.
     static let machineVariables = ["mac", "mac:hexhyp", "uuid", "arch", "done-url"]
 
-    /// The boot for one machine: its command line with every `${name}` replaced.
+    /// The boot for one machine: its command line with every `${name}` replaced (the machine's
+    /// own worked out only when named).
     public func rendered(for machine: MachineIdentity, variables: [String: String]) -> RenderedBoot {
-        var values = variables
-        values["mac"] = machine.hardwareAddress.hardwareAddressText(separator: ":")
-        values["mac:hexhyp"] = machine.hardwareAddress.hardwareAddressText(separator: "-")
-        values["uuid"] = machine.uuid ?? ""
-        values["arch"] = machine.firmware?.name ?? machine.architecture.map(String.init) ?? ""
+        func value(_ name: Substring) -> String {
+            switch name {
+            case "mac": machine.hardwareAddress.hardwareAddressText(separator: ":")
+            case "mac:hexhyp": machine.hardwareAddress.hardwareAddressText(separator: "-")
+            case "uuid": machine.uuid ?? ""
+            case "arch": machine.firmware?.name ?? machine.architecture.map(String.init) ?? ""
+            default: variables[String(name)] ?? ""
+            }
+        }
+        var boot = self
+        guard commandLine.containsBytes("${") else { return boot }
         var line = ""
         var rest = Substring(commandLine)
         while let start = rest.byteRange(of: "${"), let end = rest[start.upperBound...].utf8.firstIndex(of: UInt8(ascii: "}")) {
             line += rest[..<start.lowerBound]
-            line += values[String(rest[start.upperBound..<end])] ?? ""
+            line += value(rest[start.upperBound..<end])
             rest = rest[rest.utf8.index(after: end)...]
         }
-        var boot = RenderedBoot(kernel: kernel, initrds: initrds, commandLine: line + rest)
-        boot.message = message
+        boot.commandLine = line + rest
         return boot
     }
 

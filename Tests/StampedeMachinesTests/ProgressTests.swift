@@ -31,6 +31,22 @@ import Testing
         #expect(progress.counts[.dhcp] == 1 && progress.counts[.leftAlone] == 1 && progress.counts[.done] == 0)
     }
 
+    /// A key is its whole address: its bytes and their count (a shorter address that the longer
+    /// begins with, or ends in zeros, is another), and one longer than two words is kept whole.
+    @Test func aHardwareKeyIsItsWholeAddress() {
+        let long = [UInt8](repeating: 7, count: 20)
+        var longer = long
+        longer[19] = 8
+        let addresses: [[UInt8]] = [[], [0], [0, 0], a, b, a + [0], [UInt8](repeating: 0xff, count: 16), long, longer, Array(long.prefix(16))]
+        for (i, x) in addresses.enumerated() {
+            for (j, y) in addresses.enumerated() {
+                #expect((HardwareKey(x) == HardwareKey(y)) == (i == j), "\(x) against \(y)")
+            }
+            #expect(HardwareKey(x).hashValue == HardwareKey(Array(x)).hashValue)
+        }
+        #expect(Set(addresses.map(HardwareKey.init)).count == addresses.count)
+    }
+
     /// A machine that loaded its shim's GRUB and asked for nothing since is given out once, after
     /// the wait; one whose GRUB asked for its configuration is not.
     @Test func aLoaderThatAsksForNothingIsGivenOutOnce() {
@@ -88,7 +104,11 @@ import Testing
     @Test func theJSONReaderReadsEscapesAndRefusesWhatIsNotJSON() throws {
         var reader = JSONReader(bytes: Array(#"{"a":["\u00e9\ud83d\ude00\t",-1.5e2,true,null,{}]}"#.utf8))
         #expect(try reader.value() == .object(["a": .array([.string("é😀\t"), .number(-150), .bool(true), .null, .object([:])])]))
-        for bad in ["{\"a\" 1}", "\"open", "[1,", "{\"a\":\"\\q\"}", String(repeating: "[", count: 100)] {
+        // A string without escapes is its bytes; raw UTF-8 on both sides of an escape stays whole.
+        for (json, text) in [(#""plain text""#, "plain text"), (#""""#, ""), (#""a\"b\\c\/d""#, #"a"b\c/d"#), ("\"über\\nÿ\"", "über\nÿ")] {
+            #expect(try JSONReader.read(Array(json.utf8)) == .string(text), "\(json)")
+        }
+        for bad in ["{\"a\" 1}", "\"open", "\"open\\n", "\"ends in an escape\\", "[1,", "{\"a\":\"\\q\"}", "tru", "nul", "-", String(repeating: "[", count: 100)] {
             var reader = JSONReader(bytes: Array(bad.utf8))
             #expect(throws: JSONReader.Fault.self, "\(bad)") { try reader.value() }
         }

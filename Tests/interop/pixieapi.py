@@ -3,7 +3,9 @@
 bench: answers from a JSON file of MAC -> answer (a machine not in it: 404; a number: that
 status), each after `--delay` seconds, many at once (asyncio: a rack's proxy asks thousands);
 `POST <prefix>/v1/done/<mac>` (Stampede's report of a finished boot) takes the machine out of the
-answers. Every request is printed on standard output, a line each.
+answers. A connection stays open for the next request unless the request says `Connection: close`
+(HTTP/1.1's default, as the Go servers of pixiecore's API and matchbox keep it). Every request is
+printed on standard output, a line each.
 
     python3 pixieapi.py --port 8081 --answers answers.json [--prefix /pixiecore] [--delay 0.02]
 """
@@ -43,14 +45,24 @@ def main():
 
     async def serve(reader, writer):
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            method, target = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")[:2]
-            print(f"{method} {target}", flush=True)
-            await asyncio.sleep(options.delay)
-            status, body = answer(method, target)
-            writer.write(f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}\r\nContent-Type: application/json\r\n"
-                         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
-            await writer.drain()
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, target = lines[0].split(" ")[:2]
+                print(f"{method} {target}", flush=True)
+                fields = {name.strip().lower(): value.strip().lower() for name, _, value in (line.partition(":") for line in lines[1:] if line)}
+                length = int(fields.get("content-length", "0"))
+                if length:
+                    await reader.readexactly(length)
+                close = fields.get("connection") == "close"
+                await asyncio.sleep(options.delay)
+                status, body = answer(method, target)
+                ending = "Connection: close\r\n" if close else ""
+                writer.write(f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}\r\nContent-Type: application/json\r\n"
+                             f"Content-Length: {len(body)}\r\n{ending}\r\n".encode() + body)
+                await writer.drain()
+                if close:
+                    break
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):
             pass
         finally:
