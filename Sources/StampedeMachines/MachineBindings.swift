@@ -12,20 +12,18 @@ public final class MachineBindings: Sendable {
     /// Addresses remembered at most: past it, the half learned longest ago is forgotten.
     public static let capacity = 65_536
 
-    /// A machine as its address's binding holds it, with what each of its requests would
-    /// otherwise work out again: its key in the progress table and its MAC as logs write it.
+    /// A machine as its address's binding holds it (a reference: a request copies no identity),
+    /// with its MAC as logs write it, which each of its requests would otherwise write again.
     public final class Binding: Sendable {
         public let machine: MachineIdentity
         /// `aa:bb:cc:dd:ee:ff`.
         public let macText: String
-        let key: HardwareKey
         /// When it was learned (a counter: the latest DHCP is the largest).
         let learned: UInt64
 
         init(_ machine: MachineIdentity, learned: UInt64) {
             self.machine = machine
             macText = machine.hardwareAddress.hardwareAddressText(separator: ":")
-            key = HardwareKey(machine.hardwareAddress)
             self.learned = learned
         }
     }

@@ -21,6 +21,7 @@ public struct MachineBook: Sendable {
     public let unknown: UnknownMachines
     /// The machines whose `once` boot is done (`.done-<mac>` files in the directory).
     public internal(set) var done: Set<[UInt8]>
+    /// The records by what they select, but a hardware address: those are `byHardwareAddress`'s.
     private let index: [MachineRecord.Selector: Int]
     /// The records that select a hardware address, by it held inline (`HardwareKey`): the lookup
     /// every DHCP packet and file request of a known machine makes first.
@@ -46,10 +47,10 @@ public struct MachineBook: Sendable {
         self.records = records
         self.unknown = unknown
         self.done = done
-        self.index = index
         var byHardwareAddress: [HardwareKey: Int] = [:]
         for case (.hardwareAddress(let address), let number) in index { byHardwareAddress[HardwareKey(address)] = number }
         self.byHardwareAddress = byHardwareAddress
+        self.index = index.filter { if case .hardwareAddress = $0.key { false } else { true } }
     }
 
     /// The record that selects `machine`, if any.

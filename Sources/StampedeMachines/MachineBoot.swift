@@ -94,7 +94,7 @@ public struct MachineBoot: GeneratedFiles {
     /// The machine `client` is, its bytes counted.
     public func took(_ bytes: Int, client: SocketAddress) -> String? {
         guard let binding = bindings.binding(at: client) else { return nil }
-        progress?.took(bytes, binding.key)
+        progress?.took(bytes, binding.machine.hardwareAddress)
         return binding.macText
     }
 
@@ -105,7 +105,7 @@ public struct MachineBoot: GeneratedFiles {
         let machine = binding.machine
         let stage: MachineProgress.Stage
         let isScript = base == "boot.ipxe" || base == "autoexec.ipxe" || base.hasPrefix("grub.cfg") || path.containsBytes("pxelinux.cfg/")
-        let offered = isScript ? nil : progress.offered(binding.key).map(HTTPLocation.path(of:))
+        let offered = isScript ? nil : progress.offered(machine.hardwareAddress).map(HTTPLocation.path(of:))
         if isScript {
             stage = .script
         } else if let offered, offered == path {
@@ -123,7 +123,7 @@ public struct MachineBoot: GeneratedFiles {
         } else {
             return
         }
-        progress.note(binding.key, machine.hardwareAddress, stage, address: address, now: now())
+        progress.note(machine.hardwareAddress, stage, address: address, now: now())
     }
 
     /// Whether `path` is the GRUB that a shim offered as `offered` loads beside itself
@@ -164,9 +164,8 @@ public struct MachineBoot: GeneratedFiles {
         case .boot:
             if iPXE != nil, let own = record.script { return .root(Array(own.utf8)) }
             guard let boot = record.boot else { return nil }
-            var variables = record.variables
-            if boot.commandLine.containsBytes("${done-url}") { variables["done-url"] = doneURL(for: machine.hardwareAddress) }
-            return .made(Array(script(boot.rendered(for: machine, variables: variables), record.name).utf8))
+            let rendered = boot.rendered(for: machine, variables: record.variables) { doneURL(for: machine.hardwareAddress) }
+            return .made(Array(script(rendered, record.name).utf8))
         case .local, .ignore:
             return .made(Array(script(nil, record.name).utf8))
         }

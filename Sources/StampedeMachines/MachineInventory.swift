@@ -170,22 +170,22 @@ public final class MachineInventory: Sendable {
             if let entry, now < entry.expires {
                 // Fresh: answered from memory; past its half-life asked again behind it.
                 guard now >= entry.refresh, let stage, !state.asking.contains(key) else { return (entry.said, false) }
-                return (entry.said, Self.queue(.ask(Ask(machine: machine, stage: stage, relay: relay)), mac, &state))
+                return (entry.said, Self.queue(.ask(Ask(machine: machine, stage: stage, relay: relay)), key, &state))
             }
             guard let stage else { return (nil, false) }
             if state.asking.contains(key) { return (nil, false) }
-            return (nil, Self.queue(.ask(Ask(machine: machine, stage: stage, relay: relay)), mac, &state))
+            return (nil, Self.queue(.ask(Ask(machine: machine, stage: stage, relay: relay)), key, &state))
         }
         if queued { sem_post(ready) }
         return said
     }
 
-    private static func queue(_ task: Task, _ mac: [UInt8], _ state: inout State) -> Bool {
+    private static func queue(_ task: Task, _ key: HardwareKey, _ state: inout State) -> Bool {
         guard state.tasks.count - state.taken < waitingLimit else {
             state.counts[Outcome.overflow.rawValue] += 1
             return false
         }
-        state.asking.insert(HardwareKey(mac))
+        state.asking.insert(key)
         state.tasks.append(task)
         return true
     }

@@ -82,19 +82,14 @@ public final class MachineProgress: Sendable {
     @discardableResult
     public func note(_ mac: [UInt8], _ stage: Stage, record: String? = nil, why: String? = nil, offered: String? = nil,
                      address: SocketAddress? = nil, now: Int) -> Bool {
-        note(HardwareKey(mac), mac, stage, record: record, why: why, offered: offered, address: address, now: now)
-    }
-
-    /// `note`, for a machine whose key its binding holds made (`MachineBindings.Binding`).
-    @discardableResult
-    func note(_ key: HardwareKey, _ mac: [UInt8], _ stage: Stage, record: String? = nil, why: String? = nil, offered: String? = nil,
-              address: SocketAddress? = nil, now: Int) -> Bool {
+        let key = HardwareKey(mac)
         let address = address?.unmapped.clientHost
-        // Changed in place, looked up once: the lock is held for as little as may be, as every
-        // request of every machine passes here.
+        // Changed in place, looked up once: every request of every machine passes here.
         let moved: Entry? = table.withLock { table in
             if let index = table.entries.index(forKey: key) {
-                return Self.update(&table.entries.values[index], key, stage, record, why, offered, address, now, &table.unsaidLoaders)
+                let changed = Self.update(&table.entries.values[index], new: false, key, stage, record, why, offered, address, now,
+                                          &table.unsaidLoaders)
+                return changed ? table.entries.values[index] : nil
             }
             if table.entries.count >= Self.capacity {
                 let cut = table.entries.values.map(\.lastSeen).sorted()[Self.capacity / 2]
@@ -102,7 +97,7 @@ public final class MachineProgress: Sendable {
                 table.unsaidLoaders = table.unsaidLoaders.filter { table.entries[$0] != nil }
             }
             var entry = Entry(mac: mac, stage: stage, lastSeen: now)
-            _ = Self.update(&entry, key, stage, record, why, offered, address, now, &table.unsaidLoaders, new: true)
+            _ = Self.update(&entry, new: true, key, stage, record, why, offered, address, now, &table.unsaidLoaders)
             table.entries[key] = entry
             return entry
         }
@@ -110,30 +105,28 @@ public final class MachineProgress: Sendable {
         return moved != nil
     }
 
-    /// `entry` (`new`: just made, at `stage`) told what happened now (`note`): the entry as it is
-    /// now when its stage changed, nil when it did not.
-    private static func update(_ entry: inout Entry, _ key: HardwareKey, _ stage: Stage, _ record: String?, _ why: String?, _ offered: String?,
-                               _ address: SocketAddress?, _ now: Int, _ unsaidLoaders: inout Set<HardwareKey>, new: Bool = false) -> Entry? {
-        let before = entry.stage
-        let newBoot = stage == .dhcp && (before >= .kernel || before == .leftAlone)
-        if new || stage == .leftAlone || newBoot || stage > before {
+    /// `entry` (`new`: just made) told what happened now (`note`); true when its stage changed.
+    private static func update(_ entry: inout Entry, new: Bool, _ key: HardwareKey, _ stage: Stage, _ record: String?, _ why: String?,
+                               _ offered: String?, _ address: SocketAddress?, _ now: Int, _ unsaidLoaders: inout Set<HardwareKey>) -> Bool {
+        let before = new ? nil : entry.stage
+        let newBoot = stage == .dhcp && (before.map { $0 >= .kernel || $0 == .leftAlone } ?? true)
+        if stage == .leftAlone || newBoot || before.map({ stage > $0 }) ?? true {
             entry.stage = stage
             entry.why = stage == .leftAlone ? why : nil
-            // Only a machine at the loader stage is in the set (it leaves it by this way or by
+            // Only a machine at the loader stage is in the set (it leaves it here or by
             // `stalledLoaders`): one that was not need not be looked for.
-            if stage == .loader { unsaidLoaders.insert(key) } else if before == .loader && !new { unsaidLoaders.remove(key) }
+            if stage == .loader { unsaidLoaders.insert(key) } else if before == .loader { unsaidLoaders.remove(key) }
         }
         if let record { entry.record = record }
         if let offered { entry.offered = offered }
         if let address { entry.address = address }
         entry.lastSeen = now
-        return new || before != entry.stage ? entry : nil
+        return before != entry.stage
     }
 
     /// `mac` took `bytes` of a file (a machine not followed yet is not counted).
-    public func took(_ bytes: Int, _ mac: [UInt8]) { took(bytes, HardwareKey(mac)) }
-
-    func took(_ bytes: Int, _ key: HardwareKey) {
+    public func took(_ bytes: Int, _ mac: [UInt8]) {
+        let key = HardwareKey(mac)
         table.withLock { table in
             if let index = table.entries.index(forKey: key) { table.entries.values[index].bytes += bytes }
         }
@@ -157,10 +150,9 @@ public final class MachineProgress: Sendable {
     }
 
     /// The boot file `mac` was offered.
-    public func offered(_ mac: [UInt8]) -> String? { offered(HardwareKey(mac)) }
-
-    func offered(_ key: HardwareKey) -> String? {
-        table.withLock { table in table.entries.index(forKey: key).flatMap { table.entries.values[$0].offered } }
+    public func offered(_ mac: [UInt8]) -> String? {
+        let key = HardwareKey(mac)
+        return table.withLock { table in table.entries.index(forKey: key).flatMap { table.entries.values[$0].offered } }
     }
 
     /// Every machine followed, by MAC.

@@ -24,10 +24,12 @@ public struct RenderedBoot: Equatable, Sendable {
     static let machineVariables = ["mac", "mac:hexhyp", "uuid", "arch", "done-url"]
 
     /// The boot for one machine: its command line with every `${name}` replaced (the machine's
-    /// own worked out only when named).
-    public func rendered(for machine: MachineIdentity, variables: [String: String]) -> RenderedBoot {
+    /// own worked out only when named; `${done-url}` is `doneURL`'s).
+    public func rendered(for machine: MachineIdentity, variables: [String: String],
+                         doneURL: () -> String = { "" }) -> RenderedBoot {
         func value(_ name: Substring) -> String {
             switch name {
+            case "done-url": doneURL()
             case "mac": machine.hardwareAddress.hardwareAddressText(separator: ":")
             case "mac:hexhyp": machine.hardwareAddress.hardwareAddressText(separator: "-")
             case "uuid": machine.uuid ?? ""
