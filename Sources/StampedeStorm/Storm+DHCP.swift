@@ -4,10 +4,12 @@ import StampedeDHCP
 import StampedeIO
 import StampedeProtocol
 
-/// A profile's `dhcp` stages: each machine's DHCP as its firmware sends it, on one socket per
-/// storm bound to port 68 of the boot network's interface (`--dhcp ADDR`), as every firmware
-/// sends from port 68 and is answered there by broadcast; over IPv6 (ADDR an IPv6 address) on
-/// port 546 of ADDR (Storm+DHCPv6.swift). Answers are told apart by their transaction ID, one per
+/// A profile's `dhcp` stages: each machine's DHCP as its firmware sends it, from port 68 of the
+/// boot network's interface (`--dhcp ADDR`), as every firmware sends from port 68 and is answered
+/// there: the broadcasts on the wildcard address, which every storm on the host hears (several
+/// storms, each with `--slice` and an ADDR of its own, play one rack), and the boot server's
+/// unicast ACKs on ADDR's port 68, which only this storm's socket hears; over IPv6 (ADDR an IPv6
+/// address) on port 546 of ADDR (Storm+DHCPv6.swift). Answers are told apart by their transaction ID, one per
 /// machine, and the machine's MAC (its DUID over IPv6). The grammar is StampedeDHCP's, the one
 /// the server speaks. A class: the storm changes its tables in place.
 final class StormDHCP {
@@ -15,6 +17,9 @@ final class StormDHCP {
     static let tag = UInt64(UInt32.max)
 
     let socket: SocketHandle
+    /// IPv4: the socket on ADDR's port 68 a boot server REQUEST goes out of, so that its ACK
+    /// (sent to the request's source) comes back to this storm and no other; nil over IPv6.
+    let bootServerSocket: SocketHandle?
     /// The storm's address on the boot network: what a boot server REQUEST is sent from.
     let source: SocketAddress
     /// The boot network's interface: where a DHCPv6 multicast goes out.
@@ -24,8 +29,9 @@ final class StormDHCP {
     /// Transaction ID → slot, for the exchanges running.
     var waiting: [UInt32: Int] = [:]
 
-    init(socket: SocketHandle, source: SocketAddress, interface: NetworkInterface, slots: Int) {
+    init(socket: SocketHandle, bootServerSocket: SocketHandle?, source: SocketAddress, interface: NetworkInterface, slots: Int) {
         self.socket = socket
+        self.bootServerSocket = bootServerSocket
         self.source = source
         self.interface = interface
         exchanges = Array(repeating: nil, count: slots)
@@ -104,7 +110,14 @@ extension Storm {
         bound.port = source.isIPv6 ? 546 : 68
         let descriptor = try UDPSocket.dhcpClient(bound, device: interface.name, receiveBuffer: 8 << 20)
         let socket = try backend.adoptListener(descriptor, receiveBuffer: 8 << 20, tag: StormDHCP.tag)
-        return StormDHCP(socket: socket, source: source, interface: interface, slots: plan.slots)
+        var bootServerSocket: SocketHandle?
+        if !source.isIPv6 {
+            var own = source
+            own.port = 68
+            let unicast = try UDPSocket.dhcpClient(own, device: interface.name, receiveBuffer: 8 << 20)
+            bootServerSocket = try backend.adoptListener(unicast, receiveBuffer: 8 << 20, tag: StormDHCP.tag)
+        }
+        return StormDHCP(socket: socket, bootServerSocket: bootServerSocket, source: source, interface: interface, slots: plan.slots)
     }
 
     func isAskingDHCP(_ slot: Int) -> Bool { dhcp?.exchanges[slot] != nil }
@@ -139,7 +152,8 @@ extension Storm {
 
     func sendDHCP(_ slot: Int) {
         guard let state = dhcp, let exchange = state.exchanges[slot] else { return }
-        exchange.message.withUnsafeBytes { backend.send(state.socket, to: exchange.destination, from: nil, packet: $0) }
+        let socket = exchange.atBootServer ? state.bootServerSocket ?? state.socket : state.socket
+        exchange.message.withUnsafeBytes { backend.send(socket, to: exchange.destination, from: nil, packet: $0) }
     }
 
     /// No answer within the interval: sent again, the interval doubled (up to the firmware's

@@ -145,6 +145,9 @@ struct Storm: ParsableCommand {
         try FlagRange.check(retries, FlagRange.retries, "--retries")
         try FlagRange.check(hold, 0...255, "--hold", "seconds")
         try FlagRange.check(threads, 1...1024, "--threads")
+        if let dhcp, threads > 1 {
+            throw ValidationError("--dhcp \(dhcp) --threads \(threads): a storm's DHCP answers come to one socket; use --threads 1, and for more, several storms with --slice, each its own --dhcp address.")
+        }
         guard ["auto", "uring", "glibc"].contains(backend) else { throw ValidationError("--backend \(backend): choose auto, uring or glibc.") }
     }
 
