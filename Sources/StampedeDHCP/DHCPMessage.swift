@@ -152,8 +152,37 @@ public struct DHCPMessage: Equatable, Sendable {
 }
 
 /// DHCP message types (option 53, RFC 2132 §9.6).
-public enum DHCPMessageType: UInt8, Sendable {
+public enum DHCPMessageType: UInt8, Sendable, CustomStringConvertible {
     case discover = 1, offer, request, decline, ack, nak, release, inform
+
+    /// Its name as RFC 2131 writes it, for log lines: DISCOVER, REQUEST, …
+    public var name: String {
+        switch self {
+        case .discover: "DISCOVER"
+        case .offer: "OFFER"
+        case .request: "REQUEST"
+        case .decline: "DECLINE"
+        case .ack: "ACK"
+        case .nak: "NAK"
+        case .release: "RELEASE"
+        case .inform: "INFORM"
+        }
+    }
+
+    /// Its name in lower case, as JSON events say it (written out: an enum without a description
+    /// is printed by reflection, on every request's path).
+    public var description: String {
+        switch self {
+        case .discover: "discover"
+        case .offer: "offer"
+        case .request: "request"
+        case .decline: "decline"
+        case .ack: "ack"
+        case .nak: "nak"
+        case .release: "release"
+        case .inform: "inform"
+        }
+    }
 }
 
 /// An IPv4 address as DHCP carries it: four bytes in network order.

@@ -262,7 +262,7 @@ public final class ProxyDHCPServer: @unchecked Sendable {
             logger.debug("\(source.address):\(source.port): not a DHCP message this server reads (\(error)): ignored")
             return
         }
-        let what = "DHCP \(message.type.map { "\($0)".uppercased() } ?? "message") \(message.hardwareAddress()) on \(network.interface.name)"
+        let what = "DHCP \(message.type?.name ?? "message") \(message.hardwareAddress()) on \(network.interface.name)"
         // Answered or not (a REQUEST to the site's server too): the address it holds or asks for.
         bindings?.learn(from: message, pxeVendors: pxeVendors)
         // The machine asked about, and its record: one look at the records per request.
@@ -294,7 +294,7 @@ public final class ProxyDHCPServer: @unchecked Sendable {
             if case .leftAlone(.discovered) = silence, let asked, let machines {
                 // Written by the records' watch, once per machine.
                 let vendor = sanitizedForLog(message.options[.vendorClass] ?? [], limit: 64)
-                _ = machines.enlist(DiscoveredMachine(identity: asked, said: "\(message.type.map { "\($0)".uppercased() } ?? "a request") on \(network.interface.name), vendor class \(vendor)",
+                _ = machines.enlist(DiscoveredMachine(identity: asked, said: "\(message.type?.name ?? "a request") on \(network.interface.name), vendor class \(vendor)",
                                                       seen: time(nil)))
             }
             switch silence {
@@ -371,7 +371,7 @@ public final class ProxyDHCPServer: @unchecked Sendable {
         if json {
             logger.info("boot", metadata: [
                 "event": "boot", "protocol": "dhcp", "client": "\(message.hardwareAddress())",
-                "request": "\(message.type.map { "\($0)" } ?? "unknown")", "architecture": .stringConvertible(client?.architecture ?? 0),
+                "request": "\(message.type?.description ?? "unknown")", "architecture": .stringConvertible(client?.architecture ?? 0),
                 "uuid": "\(client?.uuid ?? "")", "selector": "\(answer.selector.name)", "boot_file": "\(sanitizedForLog(Array(answer.target.description.utf8)))",
                 "outcome": "\(offer ? "offered" : "acknowledged")", "to": "\(destination)", "chained": .stringConvertible(answer.chained),
             ])
