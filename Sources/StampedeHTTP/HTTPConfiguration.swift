@@ -12,8 +12,9 @@ public struct HTTPConfiguration: Sendable {
     /// Listening TCP sockets systemd passed (a socket unit's ListenStream), served beside
     /// `listenAddresses`: the way to port 80 for a server that runs as an unprivileged user.
     public var inheritedListeners: [Int32] = []
-    /// Connections open at once, all event loops together; past it a new connection is closed
-    /// as soon as it is accepted (and counted), never left waiting in the backlog.
+    /// Connections open at once, all event loops together; at it the loops stop accepting, and a
+    /// new connection waits in the listen queue until one closes (one over it per loop at most:
+    /// loops that accept at the same moment).
     public var maxConnections = 16384
     /// A connection with no request in progress is closed after this long.
     public var idleTimeout: Nanoseconds = 60 * nanosecondsPerSecond

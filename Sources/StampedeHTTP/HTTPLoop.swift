@@ -211,6 +211,19 @@ public final class HTTPLoop: @unchecked Sendable {
     func accept(_ listener: Int, now: Nanoseconds) {
         guard listener < listeners.count, acceptPausedUntil == nil else { return }
         for _ in 0..<256 {
+            // At the server's limit a new connection waits in the listen queue (the kernel has
+            // made it; the client sees a slow answer) until one closes, instead of being closed: a
+            // machine of a rack larger than the limit boots a moment later rather than failing.
+            // (Loops asking at once may each take one: at most one over the limit per loop.)
+            guard open.load(ordering: .relaxed) < http.maxConnections else {
+                pauseAccepting(now: now)
+                metrics.add(.httpAcceptsPaused)
+                logRefusal("""
+                    \(http.maxConnections) connections open (--http-max-connections): new connections wait in the listen \
+                    queue until one closes
+                    """, now: now)
+                return
+            }
             var peer = SocketAddress()
             let fd = stampede_tcp_accept(listeners[listener].fd, &peer.storage)
             if fd < 0 {
@@ -270,16 +283,11 @@ public final class HTTPLoop: @unchecked Sendable {
         }
     }
 
-    /// Whether a new connection from `peer` fits the limits (the server's connections, the
-    /// client's connections and handshakes): counted in if so; counted and said (once a second)
-    /// if not, and the caller closes it.
+    /// Whether a new connection from `peer` fits its client's limits (its connections and
+    /// handshakes, its /64's connections): counted in if so; counted and said (once a second) if
+    /// not, and the caller closes it. (The server's limit is `accept`'s: past it, none is taken.)
     func admit(_ peer: SocketAddress, now: Nanoseconds) -> Bool {
-        guard open.loadThenWrappingIncrement(ordering: .relaxed) < http.maxConnections else {
-            open.wrappingDecrement(ordering: .relaxed)
-            metrics.add(.httpConnectionsRefused)
-            logRefusal("\(peer): connection closed: \(http.maxConnections) connections open (--http-max-connections)", now: now)
-            return false
-        }
+        open.wrappingIncrement(ordering: .relaxed)
         guard let clients, let refusal = clients.open(peer, handshake: http.tls != nil) else { return true }
         open.wrappingDecrement(ordering: .relaxed)
         switch refusal {
@@ -305,8 +313,9 @@ public final class HTTPLoop: @unchecked Sendable {
         return false
     }
 
-    /// How long accepting waits once the process is out of descriptors or memory, unless a
-    /// connection of this loop closes first (nginx waits half a second).
+    /// How long accepting waits once the process is out of descriptors or memory, or the server
+    /// holds its limit of connections, unless a connection of this loop closes first (nginx waits
+    /// half a second).
     static let acceptPause: Nanoseconds = 100_000_000
 
     func pauseAccepting(now: Nanoseconds) {

@@ -103,13 +103,15 @@ struct MetricsCatalog {
                 { workers, _ in workers.reduce(0) { $0 + ($1.served == served ? $1.value(count) : 0) } }
             }
             counter("stampede_file_bytes_total", Self.fileBytes, [("protocol", served.rawValue), ("direction", "sent")], of(.httpFileBytesSent))
-            for (reason, count) in [("server_limit", WorkerMetrics.Count.httpConnectionsRefused),
-                                    ("client_limit", .httpConnectionsRefusedPerClient), ("client_handshakes", .httpHandshakesRefusedPerClient),
-                                    ("prefix_limit", .httpConnectionsRefusedPerPrefix)] {
+            for (reason, count) in [("client_limit", WorkerMetrics.Count.httpConnectionsRefusedPerClient),
+                                    ("client_handshakes", .httpHandshakesRefusedPerClient), ("prefix_limit", .httpConnectionsRefusedPerPrefix)] {
                 counter("stampede_http_connections_refused_total",
-                        "HTTP connections closed at once (protocol http or https): the server's limit was reached (server_limit), the client held --http-max-per-client (client_limit) or a quarter of it in TLS handshakes (client_handshakes), or the client's IPv6 /64 held --http-max-per-prefix (prefix_limit).",
+                        "HTTP connections closed at once (protocol http or https): the client held --http-max-per-client (client_limit) or a quarter of it in TLS handshakes (client_handshakes), or the client's IPv6 /64 held --http-max-per-prefix (prefix_limit).",
                         [("protocol", served.rawValue), ("reason", reason)], of(count))
             }
+            counter("stampede_http_accept_paused_total",
+                    "Times an HTTP event loop stopped accepting (protocol http or https) because the server held --http-max-connections: new connections waited in the listen queue until one closed.",
+                    [("protocol", served.rawValue)], of(.httpAcceptsPaused))
             counter("stampede_http_sent_bytes_total", "HTTP bytes sent, heads and bodies (over TLS: before encryption).",
                     [("protocol", served.rawValue)], of(.httpBytesSent))
         }

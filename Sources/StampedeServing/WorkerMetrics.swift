@@ -48,10 +48,12 @@ public final class WorkerMetrics: @unchecked Sendable {
         case completionsLost
         /// Gauge: HTTP connections open.
         case httpConnections
-        /// HTTP connections closed at once: the connection limit was reached; the client held
-        /// `--http-max-per-client` connections; or a quarter of them in TLS handshakes; or its
-        /// IPv6 /64 held `--http-max-per-prefix`.
-        case httpConnectionsRefused, httpConnectionsRefusedPerClient, httpHandshakesRefusedPerClient, httpConnectionsRefusedPerPrefix
+        /// Times an HTTP loop stopped accepting because the server held `--http-max-connections`
+        /// (new connections waited in the listen queue).
+        case httpAcceptsPaused
+        /// HTTP connections closed at once: the client held `--http-max-per-client` connections;
+        /// or a quarter of them in TLS handshakes; or its IPv6 /64 held `--http-max-per-prefix`.
+        case httpConnectionsRefusedPerClient, httpHandshakesRefusedPerClient, httpConnectionsRefusedPerPrefix
         /// HTTP bytes written, heads and bodies.
         case httpBytesSent
         /// File bytes HTTP responses delivered (all of a 200's or a 206's body the kernel took).
