@@ -91,7 +91,7 @@ public struct WorkerSummary: Sendable {
     public var notFound = 0
     /// Requests left unanswered because the server was busy (their clients retry).
     public var unanswered = 0
-    /// Requests dropped as repeats of a running transfer's (a client's resend), or stale ones.
+    /// Requests dropped as repeats of a running transfer's (a client's resend), copies of an ended one's, or stale ones.
     public var repeated = 0
     public var bytes = 0
     /// Transfer timers that fired `TimerWheel.lateness` or more after their deadline: the loop

@@ -267,7 +267,12 @@ extension Worker {
     /// the client, read seconds late from a long queue by a server short of time, while the
     /// client's answers wait unread too and so make it look quiet (at 20,000 machines this
     /// superseded live transfers, and their clients failed on ERROR 5).
+    /// A copy of the request of a transfer that ended after the kernel took it (`EndedRequests`)
+    /// is dropped too, whether or not another transfer runs from the port now.
     func repeatPolicy(_ incoming: IncomingRequest, now: Nanoseconds) throws(RequestRefusal) {
+        if let received = incoming.received, ended.isLateCopy(incoming.bytes, from: incoming.peer, received: received) {
+            throw .repeated("a copy of the request of a transfer that ended after it was sent")
+        }
         guard let slot = runningTransfer(of: incoming.peer) else { return }
         let answered = table[slot].clientHasAnswered
         let sentAfterProgress = incoming.received.map { $0 > table[slot].clientProgressed } ?? true

@@ -30,6 +30,8 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
     /// Requests whose file is being read, by ticket, and the ticket of each client address's.
     var parked: [UInt64: IncomingRequest] = [:]
     var parkedByPeer: [SocketAddress: UInt64] = [:]
+    /// The requests of the transfers that ended lately: a copy read after its transfer ended is dropped.
+    var ended = EndedRequests()
     /// Transfers of streamed files whose next blocks a disk thread reads ahead, by ticket.
     var readingAhead: [UInt64: Tag] = [:]
     /// Requests waiting while the disk thread reads their files.
@@ -361,6 +363,7 @@ public final class Worker<Backend: DatagramBackend>: @unchecked Sendable {
         log(slot, outcome, now: now)
         wheel.cancel(slot)
         let transfer = table.end(slot)
+        ended.note(transfer.peer, request: transfer.request, at: now)
         if case .own(let socket)? = transfer.socket { backend.close(socket) }
         if case .image(let image)? = transfer.source { pinnedUntilFlush.append(image) }
         // An upload that did not commit: its temporary file goes, on the disk thread.

@@ -131,6 +131,33 @@ final class RoutingRig {
         #expect(RoutingRig.heads(rig.deliver([0, 4, 0, 2], from: client, tag: tag)) == [[0, 3, 0, 3]])
     }
 
+    /// Under load a resend waited in the listener's queue while its transfer was answered,
+    /// served and ended (a small file's three packets): read then, it started a transfer of its
+    /// own to a client that had moved on. Taken by the kernel before the transfer ended, it is a
+    /// copy and is dropped; the same request taken after the end is a client asking again, and
+    /// one whose time the backend does not say is served as before.
+    @Test(arguments: RoutingRig.Mode.allCases)
+    func aCopyOfAnEndedTransfersRequestIsDropped(mode: RoutingRig.Mode) throws {
+        let rig = try RoutingRig(mode)
+        let queued = stampede_monotonic_ns()
+        #expect(RoutingRig.heads(rig.deliver(rig.rrq("g"), from: client, tag: rig.listener(), received: queued)) == [[0, 3, 0, 1]])
+        let tag = try rig.transferTag(of: client)
+        #expect(rig.deliver([0, 4, 0, 1], from: client, tag: tag).isEmpty)
+        #expect(rig.worker.activeTransfers == 0)
+        let sockets = rig.backend.tags.count
+        #expect(rig.deliver(rig.rrq("g"), from: client, tag: rig.listener(), received: queued + 1_000).isEmpty)
+        #expect(rig.backend.tags.count == sockets && rig.worker.activeTransfers == 0 && rig.worker.summary.repeated == 1)
+        // Another request from the port, taken as early, is not a copy of it.
+        #expect(RoutingRig.heads(rig.deliver(rig.rrq("f"), from: client, tag: rig.listener(), received: queued + 2_000)) == [[0, 3, 0, 1]])
+        _ = rig.deliver([0, 5, 0, 0, 0], from: client, tag: try rig.transferTag(of: client))
+        // The same request taken after its transfer ended: asked again, served.
+        #expect(RoutingRig.heads(rig.deliver(rig.rrq("g"), from: client, tag: rig.listener(), received: stampede_monotonic_ns())) == [[0, 3, 0, 1]])
+        _ = rig.deliver([0, 4, 0, 1], from: client, tag: try rig.transferTag(of: client))
+        // Without the kernel's time nothing is told: served.
+        #expect(RoutingRig.heads(rig.deliver(rig.rrq("g"), from: client, tag: rig.listener())) == [[0, 3, 0, 1]])
+        #expect(rig.worker.summary.repeated == 1)
+    }
+
     @Test(arguments: RoutingRig.Mode.allCases)
     func anotherRequestBeforeTheClientAnsweredStartsOver(mode: RoutingRig.Mode) throws {
         let rig = try RoutingRig(mode)

@@ -260,7 +260,7 @@ struct ServerStartup {
         """
         stopped after \(summary.transfers) transfers (\(summary.failed) failed, \(summary.bytes) bytes); \
         \(summary.refused) requests refused (\(summary.notFound) of them for a file not there), \
-        \(summary.unanswered) requests unanswered while busy, \(summary.repeated) repeats of a running transfer's request dropped, \
+        \(summary.unanswered) requests unanswered while busy, \(summary.repeated) repeats of a running or ended transfer's request dropped, \
         \(summary.lateTimers) timers fired 10 ms or more late; \
         \(summary.backend.sendFailures) datagrams the kernel would not send, \
         \(summary.backend.socketQueueDrops) dropped on their way in (full socket queues; \(summary.backend.listenerQueueDrops) of them at the listeners), \
