@@ -48,6 +48,7 @@ public final class EndpointServer: Sendable {
                 everySecond: @escaping @Sendable () -> Void) throws(Errno) {
         var http = HTTPConfiguration(listenAddresses: [])
         http.maxConnections = limits.maxConnections
+        http.closesAtLimit = true
         http.idleTimeout = limits.requestDeadline
         http.requestTimeout = limits.requestDeadline
         http.sendTimeout = limits.requestDeadline

@@ -14,8 +14,12 @@ public struct HTTPConfiguration: Sendable {
     public var inheritedListeners: [Int32] = []
     /// Connections open at once, all event loops together; at it the loops stop accepting, and a
     /// new connection waits in the listen queue until one closes (one over it per loop at most:
-    /// loops that accept at the same moment).
+    /// loops that accept at the same moment), unless `closesAtLimit`.
     public var maxConnections = 16384
+    /// At `maxConnections`, a new connection is closed as soon as it is accepted instead of
+    /// waiting: the metrics listener's, whose 16 connections a flood of idle ones must not hold
+    /// up a scraper behind (it is asked again at the next scrape), where a machine booting waits.
+    public var closesAtLimit = false
     /// A connection with no request in progress is closed after this long.
     public var idleTimeout: Nanoseconds = 60 * nanosecondsPerSecond
     /// From a request's first byte to the end of its head: past it, 408 and the connection

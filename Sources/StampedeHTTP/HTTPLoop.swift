@@ -215,7 +215,7 @@ public final class HTTPLoop: @unchecked Sendable {
             // made it; the client sees a slow answer) until one closes, instead of being closed: a
             // machine of a rack larger than the limit boots a moment later rather than failing.
             // (Loops asking at once may each take one: at most one over the limit per loop.)
-            guard open.load(ordering: .relaxed) < http.maxConnections else {
+            guard http.closesAtLimit || open.load(ordering: .relaxed) < http.maxConnections else {
                 pauseAccepting(now: now)
                 metrics.add(.httpAcceptsPaused)
                 logRefusal("""
@@ -285,9 +285,14 @@ public final class HTTPLoop: @unchecked Sendable {
 
     /// Whether a new connection from `peer` fits its client's limits (its connections and
     /// handshakes, its /64's connections): counted in if so; counted and said (once a second) if
-    /// not, and the caller closes it. (The server's limit is `accept`'s: past it, none is taken.)
+    /// not, and the caller closes it. (The server's limit is `accept`'s: past it none is taken,
+    /// unless the limit closes, `closesAtLimit`.)
     func admit(_ peer: SocketAddress, now: Nanoseconds) -> Bool {
-        open.wrappingIncrement(ordering: .relaxed)
+        guard open.loadThenWrappingIncrement(ordering: .relaxed) < http.maxConnections || !http.closesAtLimit else {
+            open.wrappingDecrement(ordering: .relaxed)
+            logRefusal("\(peer): connection closed: \(http.maxConnections) connections open", now: now)
+            return false
+        }
         guard let clients, let refusal = clients.open(peer, handshake: http.tls != nil) else { return true }
         open.wrappingDecrement(ordering: .relaxed)
         switch refusal {
