@@ -288,7 +288,8 @@ public final class HTTPLoop: @unchecked Sendable {
     /// not, and the caller closes it. (The server's limit is `accept`'s: past it none is taken,
     /// unless the limit closes, `closesAtLimit`.)
     func admit(_ peer: SocketAddress, now: Nanoseconds) -> Bool {
-        guard open.loadThenWrappingIncrement(ordering: .relaxed) < http.maxConnections || !http.closesAtLimit else {
+        let before = open.loadThenWrappingIncrement(ordering: .relaxed)
+        if http.closesAtLimit && before >= http.maxConnections {
             open.wrappingDecrement(ordering: .relaxed)
             logRefusal("\(peer): connection closed: \(http.maxConnections) connections open", now: now)
             return false

@@ -9,9 +9,9 @@ import StampedeProtocol
 /// there: the broadcasts on the wildcard address, which every storm on the host hears (several
 /// storms, each with `--slice` and an ADDR of its own, play one rack), and the boot server's
 /// unicast ACKs on ADDR's port 68, which only this storm's socket hears; over IPv6 (ADDR an IPv6
-/// address) on port 546 of ADDR (Storm+DHCPv6.swift). Answers are told apart by their transaction ID, one per
-/// machine, and the machine's MAC (its DUID over IPv6). The grammar is StampedeDHCP's, the one
-/// the server speaks. A class: the storm changes its tables in place.
+/// address) on port 546 of ADDR (Storm+DHCPv6.swift). Answers are told apart by their
+/// transaction ID, one per machine, and the machine's MAC (its DUID over IPv6). The grammar is
+/// StampedeDHCP's, the one the server speaks. A class: the storm changes its tables in place.
 final class StormDHCP {
     /// The socket's tag: no slot has it.
     static let tag = UInt64(UInt32.max)
