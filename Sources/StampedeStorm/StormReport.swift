@@ -10,6 +10,8 @@ public struct StormReport: Sendable {
     public var ok = 0
     public var failed = 0
     public var failuresByKind: [String: Int] = [:]
+    /// The first few machines' failures described (those that started over are
+    /// `rebootExamples`: a rack's thousands of reboots do not hide the one machine lost).
     public var failureExamples: [String] = []
     /// Bytes of the transfers that succeeded.
     public var bytes = 0
@@ -19,6 +21,7 @@ public struct StormReport: Sendable {
     /// the machines that booted after starting over (within `durations` too).
     public var reboots = 0
     public var rebootCausesByKind: [String: Int] = [:]
+    public var rebootExamples: [String] = []
     public var rebootedDurations: [Nanoseconds] = []
     /// Requests and ACKs we sent again, and DATA the server sent again (duplicates seen).
     public var retransmits = 0
@@ -103,7 +106,7 @@ public struct StormReport: Sendable {
     mutating func recordReboot(_ failure: StormFailure, stage: Int) {
         reboots += 1
         rebootCausesByKind[failure.kind, default: 0] += 1
-        recordStageFailure(failure, stage: stage, after: " (rebooted)")
+        recordStageFailure(failure, stage: stage, rebooted: true)
     }
 
     /// Transfers of every stage that failed, whether their machine started over or not.
@@ -113,18 +116,22 @@ public struct StormReport: Sendable {
     mutating func recordFailure(_ failure: StormFailure, stage: Int? = nil) {
         failed += 1
         failuresByKind[failure.kind, default: 0] += 1
-        recordStageFailure(failure, stage: stage)
+        recordStageFailure(failure, stage: stage, rebooted: false)
     }
 
-    /// A transfer of `stage` failed: counted there, and described if it is among the first few.
-    private mutating func recordStageFailure(_ failure: StormFailure, stage: Int?, after suffix: String = "") {
+    /// Examples kept of each list.
+    static let examplesKept = 5
+
+    /// A transfer of `stage` failed: counted there, and described if it is among the first few
+    /// of its machine's kind (one that started over, or one that failed).
+    private mutating func recordStageFailure(_ failure: StormFailure, stage: Int?, rebooted: Bool) {
         if let stage {
             stages[stage].failed += 1
             stages[stage].failuresByKind[failure.kind, default: 0] += 1
         }
-        guard failureExamples.count < 5 else { return }
-        let prefix = stages.count > 1 ? stage.map { "\(stages[$0].label): " } ?? "" : ""
-        failureExamples.append(prefix + failure.description + suffix)
+        guard (rebooted ? rebootExamples : failureExamples).count < Self.examplesKept else { return }
+        let described = (stages.count > 1 ? stage.map { "\(stages[$0].label): " } ?? "" : "") + failure.description
+        if rebooted { rebootExamples.append(described) } else { failureExamples.append(described) }
     }
 
     /// Adds another thread's report; the wall time is the longest.
@@ -132,7 +139,8 @@ public struct StormReport: Sendable {
         ok += other.ok
         failed += other.failed
         failuresByKind.merge(other.failuresByKind, uniquingKeysWith: +)
-        failureExamples += other.failureExamples.prefix(max(0, 5 - failureExamples.count))
+        failureExamples += other.failureExamples.prefix(max(0, Self.examplesKept - failureExamples.count))
+        rebootExamples += other.rebootExamples.prefix(max(0, Self.examplesKept - rebootExamples.count))
         reboots += other.reboots
         rebootCausesByKind.merge(other.rebootCausesByKind, uniquingKeysWith: +)
         rebootedDurations += other.rebootedDurations
@@ -210,7 +218,7 @@ public struct StormReport: Sendable {
             let time = Self.milliseconds(of: handshakes)
             lines.append("TLS handshakes: \(handshakes.count), p50 \(time.p50) ms, p99 \(time.p99) ms, max \(time.max) ms")
         }
-        lines += failureExamples.map { "  failure: \($0)" }
+        lines += failureExamples.map { "  failure: \($0)" } + rebootExamples.map { "  failure (rebooted): \($0)" }
         if let serverView { lines.append(serverView.text) }
         return lines.joined(separator: "\n")
     }
@@ -227,6 +235,7 @@ public struct StormReport: Sendable {
     public var json: String {
         let latency = Self.milliseconds(of: durations)
         let examples = failureExamples.map(jsonString).joined(separator: ", ")
+        let rebootExamples = rebootExamples.map(jsonString).joined(separator: ", ")
         let rebooted = Self.milliseconds(of: rebootedDurations)
         let handshake = Self.milliseconds(of: handshakes)
         return """
@@ -235,7 +244,7 @@ public struct StormReport: Sendable {
             "sessions_per_s": \(decimalText(sessionsPerSecond, places: 3)), "p50_ms": \(latency.p50), "p99_ms": \(latency.p99), \
             "max_ms": \(latency.max), "retransmits": \(retransmits), "duplicates": \(duplicates), \
             "peak_active": \(peakActive), "client_cpu_s": \(decimalText(clientCPUSeconds, places: 3)), "backend": \(jsonString(backend)), \
-            "reboots": \(reboots), "reboot_causes": {\(Self.countsJSON(rebootCausesByKind))}, \
+            "reboots": \(reboots), "reboot_causes": {\(Self.countsJSON(rebootCausesByKind))}, "reboot_examples": [\(rebootExamples)], \
             "rebooted_ok": \(rebootedDurations.count), "rebooted_p50_ms": \(rebooted.p50), "rebooted_p99_ms": \(rebooted.p99), \
             "transfers_failed": \(transfersFailed), \
             "socket_queue_drops": \(network.socketQueueDrops), "send_failures": \(network.sendFailures), \

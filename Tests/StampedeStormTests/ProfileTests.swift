@@ -299,6 +299,21 @@ import Testing
         #expect(report.stages[1].failed == report.reboots && report.transfersFailed == report.reboots)
         #expect(report.text.contains("machines booted after starting over"), "\(report.text)")
         #expect(report.json.contains("\"reboots\": \(report.reboots)"))
+        #expect(report.failureExamples.isEmpty && report.rebootExamples.first?.contains("server error 1") == true, "\(report.rebootExamples)")
+    }
+
+    /// A rack's many reboots do not take the places of the few machines that failed in the
+    /// examples a report describes.
+    @Test func theMachinesThatFailedAreDescribedWhateverTheRebootsBeforeThem() throws {
+        var report = StormReport(profile: try BootProfile(parsing: "profile p\nfirmware f\nget kernel\nreboot 2"))
+        for _ in 0..<100 { report.recordReboot(.timedOut, stage: 0) }
+        report.recordFailure(.protocolError("an OACK with blksize 9000, asked 1468"), stage: 0)
+        #expect(report.rebootExamples.count == StormReport.examplesKept && report.failureExamples.count == 1)
+        #expect(report.failureExamples.first?.hasSuffix("protocol error: an OACK with blksize 9000, asked 1468") == true)
+        #expect(report.json.contains("\"failure_examples\": [\"") && report.json.contains("\"reboot_examples\": [\""))
+        var merged = StormReport()
+        merged.merge(report)
+        #expect(merged.failureExamples == report.failureExamples && merged.rebootExamples == report.rebootExamples)
     }
 
     @Test func aBootThatNeverSucceedsFailsAfterItsLastRebootAndOnlyWithRebootAsked() throws {
