@@ -74,21 +74,34 @@ public struct MachineBoot: GeneratedFiles {
         let base = path.lastPathComponent
         let binding = bindings.binding(at: client)
         let bound = binding?.machine
-        if let progress, let binding { follow(binding, asking: path, base: base, at: client, progress) }
+        // A script's: what it is, and the machine it was written for.
+        let script: (made: Made, for: MachineIdentity)?
         if base == "boot.ipxe" || base == "autoexec.ipxe" {
-            return render(bound ?? MachineIdentity(hardwareAddress: []), unbound: bound == nil, LoaderScript.iPXE, iPXE: String(base))
+            let machine = bound ?? MachineIdentity(hardwareAddress: [])
+            script = (render(machine, unbound: bound == nil, LoaderScript.iPXE, iPXE: String(base)), machine)
+        } else if base.hasPrefix("grub.cfg-01-"), let mac = MachineRecord.hardwareAddress(base.dropFirst("grub.cfg-01-".count)) {
+            let machine = named(mac, bound)
+            script = (render(machine, unbound: false, LoaderScript.grub), machine)
+        } else if base == "grub.cfg", let bound {
+            script = (render(bound, unbound: false, LoaderScript.grub), bound)
+        } else if base.hasPrefix("01-"), path.hasPrefix("pxelinux.cfg/01-") || path.containsBytes("/pxelinux.cfg/01-"),
+                  let mac = MachineRecord.hardwareAddress(base.dropFirst(3)) {
+            let machine = named(mac, bound)
+            script = (render(machine, unbound: false, LoaderScript.pxelinux), machine)
+        } else {
+            script = nil
         }
-        if base.hasPrefix("grub.cfg-01-"), let mac = MachineRecord.hardwareAddress(base.dropFirst("grub.cfg-01-".count)) {
-            return render(named(mac, bound), unbound: false, LoaderScript.grub)
+        if let progress, let binding {
+            let mac = binding.machine.hardwareAddress
+            if script != nil || base.hasPrefix("grub.cfg") || path.containsBytes("pxelinux.cfg/") {
+                // Its script: what it names are its kernel and initrd stages (when written for it).
+                let named = script.flatMap { $0.for.hardwareAddress == mac ? $0.made.boot.map(MachineProgress.Named.init) : nil }
+                progress.note(mac, .script, address: client, named: named, now: now())
+            } else {
+                progress.asked(mac, for: path, address: client, now: now())
+            }
         }
-        if base == "grub.cfg", let bound {
-            return render(bound, unbound: false, LoaderScript.grub)
-        }
-        if base.hasPrefix("01-"), path.hasPrefix("pxelinux.cfg/01-") || path.containsBytes("/pxelinux.cfg/01-"),
-           let mac = MachineRecord.hardwareAddress(base.dropFirst(3)) {
-            return render(named(mac, bound), unbound: false, LoaderScript.pxelinux)
-        }
-        return nil
+        return script?.made.file
     }
 
     /// The machine `client` is, its bytes counted.
@@ -98,52 +111,22 @@ public struct MachineBoot: GeneratedFiles {
         return binding.macText
     }
 
-    /// The stage a machine's request for `path` says its boot is at: its offered boot file, the
-    /// GRUB its shim loads, its script, its record's kernel or first initrd.
-    private func follow(_ binding: MachineBindings.Binding, asking path: String, base: Substring, at address: SocketAddress,
-                        _ progress: MachineProgress) {
-        let machine = binding.machine
-        let stage: MachineProgress.Stage
-        let isScript = base == "boot.ipxe" || base == "autoexec.ipxe" || base.hasPrefix("grub.cfg") || path.containsBytes("pxelinux.cfg/")
-        let offered = isScript ? nil : progress.offered(machine.hardwareAddress).map(HTTPLocation.path(of:))
-        if isScript {
-            stage = .script
-        } else if let offered, offered == path {
-            stage = .bootFile
-        } else if let offered, Self.isShimsGRUB(path, offered: offered) {
-            stage = .loader
-        } else if let boot = records.record(for: machine, asking: nil)?.record?.boot {
-            if HTTPLocation.path(of: boot.kernel) == path {
-                stage = .kernel
-            } else if let first = boot.initrds.first, HTTPLocation.path(of: first) == path {
-                stage = .initrd
-            } else {
-                return
-            }
-        } else {
-            return
-        }
-        progress.note(machine.hardwareAddress, stage, address: address, now: now())
-    }
-
-    /// Whether `path` is the GRUB that a shim offered as `offered` loads beside itself
-    /// (`grubx64.efi`, `grubaa64.efi` in shim's directory).
-    static func isShimsGRUB(_ path: String, offered: String) -> Bool {
-        let shim = offered.lastPathComponent
-        let grub = path.lastPathComponent
-        return shim.hasPrefixIgnoringCase("shim") && shim.hasSuffixIgnoringCase(".efi") && grub.hasPrefixIgnoringCase("grub")
-            && grub.hasSuffixIgnoringCase(".efi") && path[..<grub.startIndex] == offered[..<shim.startIndex]
-    }
-
     /// The machine a name's MAC names: what DHCP said of it when the asking address is its.
     private func named(_ mac: [UInt8], _ bound: MachineIdentity?) -> MachineIdentity {
         bound?.hardwareAddress == mac ? bound! : MachineIdentity(hardwareAddress: mac)
     }
 
+    /// A script as written for a machine: the file (nil: the root's), and the boot it names, if
+    /// it names one.
+    private struct Made {
+        var file: GeneratedFile?
+        var boot: RenderedBoot?
+    }
+
     /// `iPXE`: the name asked is iPXE's script, which a record's `script` replaces, and which
     /// waits a second and asks again while the machine API is asked.
     private func render(_ machine: MachineIdentity, unbound: Bool, _ script: (RenderedBoot?, String) -> String,
-                        iPXE: String? = nil) -> GeneratedFile? {
+                        iPXE: String? = nil) -> Made {
         let book = records.current
         let record: MachineRecord?
         if unbound {
@@ -151,23 +134,23 @@ public struct MachineBoot: GeneratedFiles {
         } else if let (found, _) = records.record(for: machine, asking: .script) {
             record = found
         } else if let iPXE {
-            return .made(Array(LoaderScript.iPXEWaiting(again: iPXE).utf8))
+            return Made(file: .made(Array(LoaderScript.iPXEWaiting(again: iPXE).utf8)))
         } else {
             record = book.record(for: machine)  // GRUB and PXELINUX cannot wait: the directory's
         }
         guard let record else {
             // Nobody listed it: back to the firmware, unless unknown machines boot as the network says.
-            return book.unknown == .boot ? nil : .made(Array(script(nil, "a machine no record selects").utf8))
+            return Made(file: book.unknown == .boot ? nil : .made(Array(script(nil, "a machine no record selects").utf8)))
         }
-        if book.isDone(record, machine) { return .made(Array(script(nil, record.name).utf8)) }
+        if book.isDone(record, machine) { return Made(file: .made(Array(script(nil, record.name).utf8))) }
         switch record.action {
         case .boot:
-            if iPXE != nil, let own = record.script { return .root(Array(own.utf8)) }
-            guard let boot = record.boot else { return nil }
+            if iPXE != nil, let own = record.script { return Made(file: .root(Array(own.utf8))) }
+            guard let boot = record.boot else { return Made() }
             let rendered = boot.rendered(for: machine, variables: record.variables) { doneURL(for: machine.hardwareAddress) }
-            return .made(Array(script(rendered, record.name).utf8))
+            return Made(file: .made(Array(script(rendered, record.name).utf8)), boot: rendered)
         case .local, .ignore:
-            return .made(Array(script(nil, record.name).utf8))
+            return Made(file: .made(Array(script(nil, record.name).utf8)))
         }
     }
 }

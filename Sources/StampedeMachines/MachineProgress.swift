@@ -1,5 +1,6 @@
 import StampedeBase
 import StampedeDHCP
+import StampedeHTTPWire
 import StampedeIO
 import Synchronization
 
@@ -59,37 +60,61 @@ public final class MachineProgress: Sendable {
         public var lastSeen: Int
         /// What it took of the files it downloaded, since it was first heard of.
         public var bytes = 0
+        /// What the last script it was given names.
+        public var named: Named?
+        /// The path of the boot file it was offered (`offered` as a request names it).
+        var offeredPath: String?
+    }
+
+    /// What a script given to a machine names, as its requests name them (paths beneath the
+    /// root): its kernel and its first initrd. Its requests for them are its kernel and initrd
+    /// stages.
+    public struct Named: Equatable, Sendable {
+        public var kernel: String
+        public var initrd: String?
+
+        public init(kernel: String, initrd: String?) {
+            self.kernel = kernel
+            self.initrd = initrd
+        }
+
+        /// What `boot` names.
+        public init(_ boot: RenderedBoot) {
+            self.init(kernel: HTTPLocation.path(of: boot.kernel), initrd: boot.initrds.first.map(HTTPLocation.path(of:)))
+        }
     }
 
     /// Machines followed at most: past it, the half heard of longest ago is forgotten.
     public static let capacity = 65_536
-    private let table = Mutex(Table())
+    private let table = SleepingLock(Table())
     /// The machines by MAC, and those at the loader stage that `stalledLoaders` has not given
     /// out yet (so that its sweep looks at them, not at the whole rack).
     private struct Table {
         var entries: [HardwareKey: Entry] = [:]
         var unsaidLoaders: Set<HardwareKey> = []
     }
-    /// Told of every change of a machine's stage (the JSON events), on the thread that made it.
-    private let changed: @Sendable (Entry) -> Void
+    /// Told of every change of a machine's stage (the JSON events), on the thread that made it;
+    /// nil: nobody is (and the entry is not copied out for it).
+    private let changed: (@Sendable (Entry) -> Void)?
 
-    public init(changed: @escaping @Sendable (Entry) -> Void = { _ in }) { self.changed = changed }
+    public init(changed: (@Sendable (Entry) -> Void)? = nil) { self.changed = changed }
 
     /// What happened to `mac` now; true when its stage changed. A stage is the furthest its boot
     /// got: a later event of an earlier stage is the same boot going on (iPXE's own DHCP after
     /// its file), except DHCP after its kernel, its initrd or its end (a new boot), and being left
-    /// alone, which is said whenever it happens.
+    /// alone, which is said whenever it happens. `named`: what the script it was given names.
     @discardableResult
     public func note(_ mac: [UInt8], _ stage: Stage, record: String? = nil, why: String? = nil, offered: String? = nil,
-                     address: SocketAddress? = nil, now: Int) -> Bool {
+                     address: SocketAddress? = nil, named: Named? = nil, now: Int) -> Bool {
         let key = HardwareKey(mac)
         let address = address?.unmapped.clientHost
+        let said = Said(record: record, why: why, offered: offered, offeredPath: offered.map(HTTPLocation.path(of:)), named: named)
+        let told = changed != nil
         // Changed in place, looked up once: every request of every machine passes here.
-        let moved: Entry? = table.withLock { table in
+        let (moved, entry): (Bool, Entry?) = table.withLock { table in
             if let index = table.entries.index(forKey: key) {
-                let changed = Self.update(&table.entries.values[index], new: false, key, stage, record, why, offered, address, now,
-                                          &table.unsaidLoaders)
-                return changed ? table.entries.values[index] : nil
+                let moved = Self.update(&table.entries.values[index], new: false, key, stage, said, address, now, &table.unsaidLoaders)
+                return (moved, moved && told ? table.entries.values[index] : nil)
             }
             if table.entries.count >= Self.capacity {
                 let cut = table.entries.values.map(\.lastSeen).sorted()[Self.capacity / 2]
@@ -97,28 +122,78 @@ public final class MachineProgress: Sendable {
                 table.unsaidLoaders = table.unsaidLoaders.filter { table.entries[$0] != nil }
             }
             var entry = Entry(mac: mac, stage: stage, lastSeen: now)
-            _ = Self.update(&entry, new: true, key, stage, record, why, offered, address, now, &table.unsaidLoaders)
+            _ = Self.update(&entry, new: true, key, stage, said, address, now, &table.unsaidLoaders)
             table.entries[key] = entry
-            return entry
+            return (true, entry)
         }
-        if let moved { changed(moved) }
-        return moved != nil
+        if let entry { changed?(entry) }
+        return moved
+    }
+
+    /// A bound machine asked for `path`, not a script: the stage that is, from what it was
+    /// offered and what its last script named (its boot file, the GRUB its shim loads beside
+    /// itself, its kernel, its first initrd), or none for any other file; true when its stage
+    /// changed. One look at the table, whatever the file: every file of every machine passes here.
+    @discardableResult
+    public func asked(_ mac: [UInt8], for path: String, address: SocketAddress?, now: Int) -> Bool {
+        let key = HardwareKey(mac)
+        let address = address?.unmapped.clientHost
+        let told = changed != nil
+        let (moved, entry): (Bool, Entry?) = table.withLock { table in
+            guard let index = table.entries.index(forKey: key), let stage = Self.stage(asking: path, of: &table.entries.values[index]) else {
+                return (false, nil)
+            }
+            let moved = Self.update(&table.entries.values[index], new: false, key, stage, Said(), address, now, &table.unsaidLoaders)
+            return (moved, moved && told ? table.entries.values[index] : nil)
+        }
+        if let entry { changed?(entry) }
+        return moved
+    }
+
+    /// The stage a request for `path` (not a script) says `entry`'s boot is at (`inout`: looked
+    /// at in place, not copied).
+    static func stage(asking path: String, of entry: inout Entry) -> Stage? {
+        if let offered = entry.offeredPath {
+            if offered == path { return .bootFile }
+            if isShimsGRUB(path, offered: offered) { return .loader }
+        }
+        guard let named = entry.named else { return nil }
+        return named.kernel == path ? .kernel : named.initrd == path ? .initrd : nil
+    }
+
+    /// Whether `path` is the GRUB that a shim offered as `offered` loads beside itself
+    /// (`grubx64.efi`, `grubaa64.efi` in shim's directory).
+    static func isShimsGRUB(_ path: String, offered: String) -> Bool {
+        let shim = offered.lastPathComponent
+        let grub = path.lastPathComponent
+        return shim.hasPrefixIgnoringCase("shim") && shim.hasSuffixIgnoringCase(".efi") && grub.hasPrefixIgnoringCase("grub")
+            && grub.hasSuffixIgnoringCase(".efi") && path[..<grub.startIndex] == offered[..<shim.startIndex]
+    }
+
+    /// What an event says of a machine beside its stage (`note`).
+    private struct Said {
+        var record: String?
+        var why: String?
+        var offered: String?
+        var offeredPath: String?
+        var named: Named?
     }
 
     /// `entry` (`new`: just made) told what happened now (`note`); true when its stage changed.
-    private static func update(_ entry: inout Entry, new: Bool, _ key: HardwareKey, _ stage: Stage, _ record: String?, _ why: String?,
-                               _ offered: String?, _ address: SocketAddress?, _ now: Int, _ unsaidLoaders: inout Set<HardwareKey>) -> Bool {
+    private static func update(_ entry: inout Entry, new: Bool, _ key: HardwareKey, _ stage: Stage, _ said: Said, _ address: SocketAddress?,
+                               _ now: Int, _ unsaidLoaders: inout Set<HardwareKey>) -> Bool {
         let before = new ? nil : entry.stage
         let newBoot = stage == .dhcp && (before.map { $0 >= .kernel || $0 == .leftAlone } ?? true)
         if stage == .leftAlone || newBoot || before.map({ stage > $0 }) ?? true {
             entry.stage = stage
-            entry.why = stage == .leftAlone ? why : nil
+            entry.why = stage == .leftAlone ? said.why : nil
             // Only a machine at the loader stage is in the set (it leaves it here or by
             // `stalledLoaders`): one that was not need not be looked for.
             if stage == .loader { unsaidLoaders.insert(key) } else if before == .loader { unsaidLoaders.remove(key) }
         }
-        if let record { entry.record = record }
-        if let offered { entry.offered = offered }
+        if let record = said.record { entry.record = record }
+        if let offered = said.offered { (entry.offered, entry.offeredPath) = (offered, said.offeredPath) }
+        if let named = said.named { entry.named = named }
         if let address { entry.address = address }
         entry.lastSeen = now
         return before != entry.stage
@@ -147,12 +222,6 @@ public final class MachineProgress: Sendable {
             }
             return stalled
         }
-    }
-
-    /// The boot file `mac` was offered.
-    public func offered(_ mac: [UInt8]) -> String? {
-        let key = HardwareKey(mac)
-        return table.withLock { table in table.entries.index(forKey: key).flatMap { table.entries.values[$0].offered } }
     }
 
     /// Every machine followed, by MAC.

@@ -23,7 +23,7 @@ import Testing
         progress.took(1000, a)
         progress.took(24, a)
         #expect(progress.entry(a) == MachineProgress.Entry(mac: a, record: "node07", stage: .initrd, why: nil, offered: "http://10.0.0.1/boot.ipxe",
-                                                           address: from("10.0.0.57:0"), lastSeen: 6, bytes: 1024))
+                                                           address: from("10.0.0.57:0"), lastSeen: 6, bytes: 1024, offeredPath: "boot.ipxe"))
         #expect(progress.note(a, .dhcp, now: 7), "a new boot")
         #expect(progress.note(b, .leftAlone, why: "no machine record selects it", now: 8))
         #expect(!progress.note(b, .leftAlone, why: "no machine record selects it", now: 9))

@@ -145,6 +145,33 @@ import Testing
         #expect(stage(after: "ipxe.efi", asking: "grubx64.efi") == .dhcp, "not after a shim")
     }
 
+    /// A machine's kernel and initrd stages are its requests for what the script it was given
+    /// names: not what its record says now, nor what a script written for another machine names.
+    @Test func theKernelAndInitrdAreWhatItsScriptNamed() throws {
+        let dir = ScratchDirectory()
+        _ = dir.write("node07", Array("mac = 52:54:00:12:34:07\nkernel = http://10.0.0.1:8080/k/vmlinuz\ninitrd = k/initrd.img\ninitrd = k/more.img\n".utf8))
+        _ = dir.write("node08", Array("mac = 52:54:00:12:34:08\nkernel = other/vmlinuz\n".utf8))
+        let progress = MachineProgress()
+        let boot = MachineBoot(records: try MachineRecords(try MachineDirectory(dir.path), unknown: .ignore), bindings: MachineBindings(),
+                               progress: progress)
+        let mac: [UInt8] = [0x52, 0x54, 0, 0x12, 0x34, 7]
+        boot.bindings.learn(from: discover(7, requesting: [10, 0, 0, 57]))
+        progress.note(mac, .dhcp, offered: "ipxe.efi", now: 1)
+        func ask(_ name: String) -> MachineProgress.Stage? {
+            _ = boot.file(Array(name.utf8), for: at("10.0.0.57"))
+            return progress.entry(mac)?.stage
+        }
+        #expect(ask("k/vmlinuz") == .dhcp, "no script named it yet")
+        #expect(ask("ipxe.efi") == .bootFile)
+        #expect(ask("grub.cfg-01-52-54-00-12-34-08") == .script)
+        #expect(ask("other/vmlinuz") == .script, "node08's script named it, not this machine's")
+        #expect(ask("boot.ipxe") == .script)
+        #expect(progress.entry(mac)?.named == MachineProgress.Named(kernel: "k/vmlinuz", initrd: "k/initrd.img"))
+        #expect(ask("k/more.img") == .script, "only the first initrd is a stage")
+        #expect(ask("k/vmlinuz") == .kernel)
+        #expect(ask("k/initrd.img") == .initrd)
+    }
+
     @Test func anAddressIsTheMachineDHCPBoundItTo() throws {
         let (boot, dir) = try rig(records)
         let script = { (address: String) in self.text(boot.contents(of: Array("boot.ipxe".utf8), for: self.at(address))) }
