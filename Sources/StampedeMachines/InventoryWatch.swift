@@ -1,5 +1,6 @@
 import CStampedeSys
 import Glibc
+import StampedeBase
 import StampedeIO
 import Synchronization
 
@@ -10,7 +11,7 @@ import Synchronization
 public final class InventoryWatch: Sendable {
     /// An eventfd (non-blocking), readable when a machine was answered since the last `take`.
     public let wake: Int32
-    private let answered = Mutex<[[UInt8]]>([])
+    private let answered = SleepingLock<[[UInt8]]>([])
 
     init() {
         wake = stampede_eventfd()

@@ -1,3 +1,4 @@
+import StampedeBase
 import StampedeDHCP
 import StampedeIO
 import Synchronization
@@ -30,7 +31,7 @@ public final class MachineBindings: Sendable {
 
     /// Each address's machine (by its host: no port, an IPv4 client on a dual-stack socket as
     /// IPv4).
-    private let table = Mutex<(bindings: [SocketAddress: Binding], clock: UInt64)>(([:], 0))
+    private let table = SleepingLock<(bindings: [SocketAddress: Binding], clock: UInt64)>(([:], 0))
 
     public init() {}
 

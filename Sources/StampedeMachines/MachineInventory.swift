@@ -1,6 +1,7 @@
 import CStampedeSys
 import Glibc
 import Logging
+import StampedeBase
 import StampedeDHCP
 import StampedeHTTPWire
 import StampedeIO
@@ -101,7 +102,7 @@ public final class MachineInventory: Sendable {
         var watches: [InventoryWatch] = []
     }
 
-    private let state = Mutex(State())
+    private let state = SleepingLock(State())
     nonisolated(unsafe) private let ready: UnsafeMutablePointer<sem_t>
     private let fetch: Fetch
     /// Where calls say what went wrong (given at `start`: after the log is set up).

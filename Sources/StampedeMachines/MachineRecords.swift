@@ -1,5 +1,6 @@
 import CStampedeSys
 import Glibc
+import StampedeBase
 import StampedeDHCP
 import StampedeIO
 import Synchronization
@@ -20,7 +21,7 @@ public final class MachineRecords: Sendable {
     /// The book in force, in a box of its own: a reader takes the box (one reference) under the
     /// lock and reads the book after it, so that the proxy and every file request of every
     /// machine hold the lock for no more than that; a change puts a new box in.
-    private let book: Mutex<Shelved>
+    private let book: SleepingLock<Shelved>
     private final class Shelved: Sendable {
         let book: MachineBook
         init(_ book: MachineBook) { self.book = book }
@@ -42,7 +43,7 @@ public final class MachineRecords: Sendable {
         self.directory = directory
         self.unknown = unknown
         self.inventory = inventory
-        book = Mutex(Shelved(try directory.read(unknown: unknown)))
+        book = SleepingLock(Shelved(try directory.read(unknown: unknown)))
         wake = stampede_eventfd()
         precondition(wake >= 0, "eventfd: \(Errno(-wake))")
     }

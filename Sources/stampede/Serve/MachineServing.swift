@@ -19,7 +19,8 @@ struct MachineServing {
     init(records: MachineRecords, watch: RecordWatch, httpBase: String?, logger: Logger, json: Bool) {
         self.records = records
         self.watch = watch
-        progress = MachineProgress { entry in
+        // Told of each change only when it is said: JSON events, or the debug log.
+        let said: @Sendable (MachineProgress.Entry) -> Void = { entry in
             if json {
                 let mac = entry.mac.hardwareAddressText()
                 logger.info("machine", metadata: [
@@ -30,6 +31,7 @@ struct MachineServing {
                 logger.debug("machine \(entry.mac.hardwareAddressText())\(entry.record.map { " (\($0))" } ?? ""): \(entry.stage.label)\(entry.why.map { ": \($0)" } ?? "")")
             }
         }
+        progress = MachineProgress(changed: json || logger.logLevel <= .debug ? said : nil)
         boot = MachineBoot(records: records, bindings: bindings, httpBase: httpBase, progress: progress)
     }
 }
