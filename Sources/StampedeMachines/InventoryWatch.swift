@@ -1,8 +1,6 @@
 import CStampedeSys
 import Glibc
-import StampedeBase
 import StampedeIO
-import Synchronization
 
 /// One that waits for the site's inventory's answers (the IPv4 proxy, the DHCPv6 responder), each
 /// with a watch of its own (`MachineInventory.watch()`): an eventfd it polls, readable when a

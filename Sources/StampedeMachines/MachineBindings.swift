@@ -1,7 +1,5 @@
-import StampedeBase
 import StampedeDHCP
 import StampedeIO
-import Synchronization
 
 /// Which machine holds which address, learned from its DHCP: the address a broadcast REQUEST
 /// asks the site's server for (option 50), the one a boot server REQUEST comes from (ciaddr),

@@ -1,7 +1,6 @@
 import CStampedeSys
 import Glibc
 import Logging
-import StampedeBase
 import StampedeDHCP
 import StampedeHTTPWire
 import StampedeIO

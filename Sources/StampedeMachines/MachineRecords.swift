@@ -1,6 +1,5 @@
 import CStampedeSys
 import Glibc
-import StampedeBase
 import StampedeDHCP
 import StampedeIO
 import Synchronization
