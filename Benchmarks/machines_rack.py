@@ -50,6 +50,9 @@ API_DELAY = 0.02
 # ask 6,700 a second, and at 20 ms an answer 64 calls answer 3,200.
 API_CALLS = int(os.environ.get("BENCH_API_CALLS", "256"))
 SLICES = int(os.environ.get("BENCH_SLICES", "4"))
+# A directory: each run's server is profiled there while its storm runs (perf record, call graphs
+# by frame pointer), {backend}-{configuration}-{round}.data, for `perf report -i`.
+PROFILE = os.environ.get("BENCH_PROFILE")
 
 
 def mac(n):
@@ -122,6 +125,12 @@ def one_round(backend, configuration, index):
                  "--source-range", "10.96.0.1", "--json"]
         if configuration != "none":
             storm += ["--machines", RECORDS]
+        profiler = None
+        if PROFILE:
+            Path(PROFILE).mkdir(parents=True, exist_ok=True)
+            profiler = subprocess.Popen(["perf", "record", "-q", "-F", "499", "-g", "-p", str(server.pid),
+                                         "-o", str(Path(PROFILE) / f"{backend}-{configuration}-{index}.data")],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         storms = [subprocess.Popen([str(a) for a in storm + ["--dhcp", slice_address(i), "--slice", f"{i}/{SLICES}"]],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=limits) for i in range(SLICES)]
         outputs = [p.communicate(timeout=3600) for p in storms]
@@ -129,6 +138,9 @@ def one_round(backend, configuration, index):
             if not out.strip():
                 raise RuntimeError(f"storm printed nothing: {err[-2000:]}")
         slices = [json.loads(out) for out, _ in outputs]
+        if profiler:
+            profiler.send_signal(2)
+            profiler.wait()
         cpu = (group.seconds() if group else 0.0) - before
         user = (group.user_seconds() if group else 0.0) - before_user
     finally:
@@ -146,6 +158,7 @@ def one_round(backend, configuration, index):
         for kind, count in r["failures"].items():
             failures[kind] = failures.get(kind, 0) + count
     return {"ok": ok, "failed": sum(r["failed"] for r in slices), "failures": failures,
+            "failure_examples": [e for r in slices for e in r["failure_examples"]][:5],
             "p50_s": round(sorted(r["p50_ms"] for r in slices)[len(slices) // 2] / 1000, 3),
             "p99_s": round(max(r["p99_ms"] for r in slices) / 1000, 3),
             "uefi_dhcp_p99_s": stage_p99("uefi dhcp pxe arch=7"), "ipxe_dhcp_p99_s": stage_p99("ipxe dhcp ipxe arch=7"),
@@ -188,7 +201,8 @@ def main():
                     rounds[(backend, configuration)].append(r)
                     print(f"round {index + 1} {backend} {configuration}: {r['ok']} ok, {r['failed']} failed, p50 {r['p50_s']} s, "
                           f"p99 {r['p99_s']} s, DHCP p99 {r['uefi_dhcp_p99_s']}/{r['ipxe_dhcp_p99_s']} s, "
-                          f"server CPU {r['server_cpu_s']} s ({r['cpu_us_per_machine']} µs a machine) {r['failures'] or ''}", flush=True)
+                          f"server CPU {r['server_cpu_s']} s ({r['cpu_us_per_machine']} µs a machine) {r['failures'] or ''} "
+                          f"{'; '.join(r['failure_examples'])}", flush=True)
     finally:
         remove_lab()
     markdown = report(rounds)
@@ -234,6 +248,15 @@ def report(rounds):
               "from run to run. What knowing each machine adds is work in user space (records "
               "looked up, scripts written, the API's answers read), which moves far less: the last column is that work, per "
               "machine, against the whole CPU a machine costs without records."]
+    failed = [(b, c, i + 1, r) for (b, c), rs in rounds.items() for i, r in enumerate(rs) if r["failed"]]
+    if not failed:
+        lines += ["", f"No machine failed in any of the {count} rounds."]
+    else:
+        lines += ["", "Rounds in which a machine failed (of every round, not only the median), and what the storm said of the first few:", ""]
+        for backend, configuration, index, r in failed:
+            said = "; ".join(r.get("failure_examples", [])) or "not kept by this run"
+            kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(r["failures"].items()))
+            lines.append(f"- {backend} {configuration}, round {index}: {r['failed']} failed ({kinds}): {said}")
     return "\n".join(lines)
 
 
