@@ -66,8 +66,8 @@ public struct OptionNegotiation: Equatable, Sendable {
     ///   - maxBlockSize: the effective blksize ceiling for this request (`-B`, or the MTU's).
     public init(requested: [(name: String, value: String)], cookie: [UInt8]? = nil, isWrite: Bool, fileSize: Int?,
                 maxBlockSize: Int, limits: OptionLimits) {
-        var asked: [TFTPOption: String] = [:]
-        var spelling: [TFTPOption: String] = [:]
+        var asked = PerOption<String>()
+        var spelling = PerOption<String>()
         // An empty name or value is two NULs in a row, which ends the list for tftp-hpa 7.3: what
         // follows is not read.
         for (name, value) in requested.prefix(while: { !$0.name.isEmpty && !$0.value.isEmpty }) {
@@ -76,7 +76,7 @@ public struct OptionNegotiation: Equatable, Sendable {
             asked[option] = value
             spelling[option] = name
         }
-        var granted: [TFTPOption: [UInt8]] = [:]
+        var granted = PerOption<[UInt8]>()
         func grant(_ option: TFTPOption, _ number: Int) { granted[option] = Array(String(number).utf8) }
         /// The requested number if within the range's floor, clamped or nil above its ceiling.
         func number(_ option: TFTPOption, ceiling: Int? = nil) -> Int? {

@@ -79,6 +79,20 @@ public enum TFTPOption: String, CaseIterable, Sendable {
     /// Whether the value is a decimal number (all but the cookie).
     public var isNumeric: Bool { self != .cookie }
 
+    /// Its row in the table, from 0 (`PerOption`'s slot).
+    var row: Int {
+        switch self {
+        case .blksize: 0
+        case .blksize2: 1
+        case .cookie: 2
+        case .rollover: 3
+        case .timeout: 4
+        case .tsize: 5
+        case .utimeout: 6
+        case .windowsize: 7
+        }
+    }
+
     /// The largest power of two not above `size`: what blksize2 grants.
     public static func powerOfTwo(atMost size: Int) -> Int {
         precondition(size > 0)
@@ -135,6 +149,17 @@ public enum TFTPOption: String, CaseIterable, Sendable {
         case .asAsked: return number == TFTPOption.decimal(asked)
         case .serverStates: return true
         }
+    }
+}
+
+/// A value for each option of the table, held inline: what a request's negotiation reads and
+/// writes per option, without hashing or the heap.
+struct PerOption<Value> {
+    private var values = InlineArray<8, Value?>(repeating: nil)
+
+    subscript(option: TFTPOption) -> Value? {
+        get { values[option.row] }
+        set { values[option.row] = newValue }
     }
 }
 

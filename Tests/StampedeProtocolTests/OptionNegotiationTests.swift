@@ -10,6 +10,15 @@ import Testing
 
     func oack(_ n: OptionNegotiation) -> [String] { n.acknowledged.map { "\($0.name)=\(String(decoding: $0.value, as: UTF8.self))" } }
 
+    /// Each option has a slot of its own in a request's negotiation, one for each row of the
+    /// table (a new option needs its row and a larger `PerOption`).
+    @Test func everyOptionHasASlotOfItsOwn() {
+        #expect(TFTPOption.allCases.map(\.row) == Array(0..<TFTPOption.allCases.count))
+        var values = PerOption<Int>()
+        for option in TFTPOption.allCases { values[option] = option.row * 10 }
+        #expect(TFTPOption.allCases.allSatisfy { values[$0] == $0.row * 10 })
+    }
+
     @Test func noOptionsMeansNoOptionAck() {
         let n = negotiate([])
         #expect(n.acknowledged.isEmpty)
