@@ -186,10 +186,14 @@ public struct ClientTransfer<Address: PeerAddress> {
     /// A datagram from `peer` arrived on this transfer's socket.
     public mutating func receive(_ bytes: UnsafeRawBufferPointer, from peer: Address, now: Nanoseconds) -> Step {
         if !knowsTransferID {
-            // The first reply names the server's transfer port; it must come from the server's host.
+            // The first reply names the server's transfer port; it must come from the server's
+            // host, and it may be no DATA but block 1 and no ACK but 0 (a server answers a request
+            // so). Another is a datagram of an earlier transfer to the port this socket now has
+            // (its server resending its last blocks to a client that had them all and moved on):
+            // taken as the first reply, it would tie this transfer to that one's.
             var host = peer
             host.port = server.port
-            guard host == server else { return Step(.none) }
+            guard host == server, Self.mayAnswerARequest(TransferPacket(bytes)) else { return Step(.none) }
             server = peer
             knowsTransferID = true
         } else if peer != server {
@@ -216,6 +220,16 @@ public struct ClientTransfer<Address: PeerAddress> {
                                                                                           limit: 200))))
         default:
             return Step(.abort, .failed(.protocolError("unexpected packet")))
+        }
+    }
+
+    /// Whether `packet` may be a server's first reply to a request: anything but a DATA of
+    /// another block than 1 or an ACK of another than 0.
+    static func mayAnswerARequest(_ packet: TransferPacket) -> Bool {
+        switch packet {
+        case .data(let block, _): block == 1
+        case .ack(let block): block == 0
+        default: true
         }
     }
 
