@@ -348,7 +348,13 @@ def percentile(sorted_values, p):
 
 
 def stamp() -> dict:
-    """When, from what and where a result was measured."""
+    """When, from what and where a result was measured: the commit is the tree's when the bench
+    started (`AT_START`: the binaries it measures were built from it), not when it ended."""
+    return {**stamp_now(), "commit": AT_START["commit"]}
+
+
+def stamp_now() -> dict:
+    """When, from what and where, now."""
     try:
         commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 timeout=10).stdout.strip() or "unknown"
@@ -365,6 +371,9 @@ def stamp() -> dict:
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": commit + ("+changes" if dirty else ""),
             "machine": {"cpus": os.cpu_count(), "model": model, "kernel": os.uname().release,
                         "memory_gib": round(os.sysconf("SC_PHYS_PAGES") * PAGE / 2**30)}}
+
+
+AT_START = stamp_now()
 
 
 def stamp_line(stamped: dict) -> str:
