@@ -78,9 +78,15 @@ final class Connection {
     }
     /// The answer being written; requests behind it wait in `input`.
     var response: Response? {
-        get { exchange?.response }
+        _read {
+            // Read in place: a `get` would copy the answer (its head, record and body) at each look.
+            if let exchange { yield exchange.response } else { yield nil }
+        }
         _modify { yield &work.response }
     }
+
+    /// The answer, taken out of the connection (which holds none after).
+    func takeResponse() -> Response? { exchange?.response.take() }
     /// The memory the next answer's head is written into: the last answer's, given back when it
     /// ended (a kept-alive connection's answers take no new memory).
     var headMemory: [UInt8] {

@@ -30,10 +30,9 @@ extension HTTPLoop {
     /// write the socket could not take is made again with the same bytes (as TLS requires).
     func write(_ slot: Int, _ connection: Connection, now: Nanoseconds) -> Written {
         let transport = connection.transport
-        while var response = connection.response {
-            if response.isDone { return .done }
-            let headLeft = response.head.count - response.headSent
-            switch next(response, connection, connection.source, transport) {
+        while let (done, headLeft, step) = writeOnce(connection, transport) {
+            if done { return .done }
+            switch step {
             case .fileChanged(let why):
                 abandon(slot, "the file changed while it was sent (\(why)): closed before the last byte", .serverError)
                 return .abandoned
@@ -43,14 +42,20 @@ extension HTTPLoop {
                 return .abandoned
             case .sent(.bytes(let sent), let viaSendfile):
                 let fromHead = min(sent, headLeft)
-                response.headSent += fromHead
                 let bodySent = sent - fromHead
-                response.offset += bodySent
-                if case .file = response.body { metrics.add(.httpFileBytesSent, bodySent) }
+                // The answer's progress, in place.
+                let (fromFile, isDone): (Bool, Bool) = {
+                    guard var response = connection.takeResponse() else { return (false, true) }
+                    defer { connection.response = response }
+                    response.headSent += fromHead
+                    response.offset += bodySent
+                    if case .file = response.body { return (true, response.isDone) }
+                    return (false, response.isDone)
+                }()
+                if fromFile { metrics.add(.httpFileBytesSent, bodySent) }
                 if let path = transport.bodyPath(viaSendfile: viaSendfile) { metrics.add(path, bodySent) }
                 metrics.add(.httpBytesSent, sent)
-                connection.response = response
-                if connection.state.handle(.wrote(sent), now: now) == .yieldTurn && !response.isDone { return .yielded }
+                if connection.state.handle(.wrote(sent), now: now) == .yieldTurn && !isDone { return .yielded }
             case .sent(.wouldBlock, _), .readingAhead:
                 return .blocked
             case .sent(.interrupted, _):
@@ -65,6 +70,16 @@ extension HTTPLoop {
             }
         }
         return .done
+    }
+
+    /// The next write of the connection's answer, on the answer in place: whether it was done
+    /// already, the bytes of its head left before the write, and the write's step; nil: no answer.
+    private func writeOnce(_ connection: Connection, _ transport: Transport) -> (done: Bool, headLeft: Int, step: Step)? {
+        let source = connection.source
+        guard let response = connection.takeResponse() else { return nil }
+        defer { connection.response = response }
+        if response.isDone { return (true, 0, .readingAhead) }
+        return (false, response.head.count - response.headSent, next(response, connection, source, transport))
     }
 
     /// The next write of `response`: the rest of its head (with the start of a body held in

@@ -481,8 +481,7 @@ public final class HTTPLoop: @unchecked Sendable {
     /// The answer ended, written whole or not: its file goes back (a sendfile already queued
     /// holds its pages), the responder logs and counts it.
     func endResponse(_ connection: Connection, abandoned: (why: String, result: WorkerMetrics.Result)?) {
-        guard let response = connection.response else { return }
-        connection.response = nil
+        guard let response = connection.takeResponse() else { return }
         connection.headMemory = response.head
         connection.endLease()
         responder.ended(response, on: connection, abandoned: abandoned)
