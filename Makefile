@@ -20,7 +20,7 @@ TEST_COMMANDS := curl:curl tftp:tftp-hpa atftp:atftp busybox:busybox ip:iproute2
 	qemu-system-x86_64:qemu-system-x86 qemu-system-aarch64:qemu-system-arm prometheus:prometheus promtool:prometheus \
 	systemd-analyze:systemd dpkg-buildpackage:dpkg-dev dh:debhelper lintian:lintian openssl:openssl \
 	kea-dhcp6:kea-dhcp6-server radvd:radvd
-BENCH_COMMANDS := dnsmasq:dnsmasq-base wrk:wrk git:git
+BENCH_COMMANDS := dnsmasq:dnsmasq-base wrk:wrk git:git perf:linux-perf
 commands_of = $(foreach c,$(1),$(word 1,$(subst :, ,$(c))))
 packages_of = $(sort $(foreach c,$(1),$(word 2,$(subst :, ,$(c)))))
 # The firmware the suite boots (Tests/interop/test_firmware.py): OVMF's UEFI, AAVMF (ARM64 UEFI),

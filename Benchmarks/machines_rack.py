@@ -52,8 +52,8 @@ API_DELAY = 0.02
 API_CALLS = int(os.environ.get("BENCH_API_CALLS", "256"))
 SLICES = int(os.environ.get("BENCH_SLICES", "4"))
 # A directory: each run's server is profiled there while its storm runs (perf record, call graphs
-# by frame pointer), {backend}-{configuration}-{round}.data, for `perf report -i`. perf is Debian's
-# linux-perf, which `make deps` does not install: only this asks for it.
+# by frame pointer), {backend}-{configuration}-{round}.data, for `perf report -i` (perf: Debian's
+# linux-perf, which `make bench-deps` installs).
 PROFILE = os.environ.get("BENCH_PROFILE")
 
 
@@ -180,7 +180,7 @@ def main():
     if os.geteuid() != 0:
         sys.exit("bench-machines needs root: network namespaces and cgroups")
     if PROFILE and not shutil.which("perf"):
-        sys.exit("BENCH_PROFILE needs perf: apt-get install linux-perf")
+        sys.exit("BENCH_PROFILE needs perf: make bench-deps (Debian's linux-perf)")
     prepare()
     rounds = {(b, c): [] for b in BACKENDS for c in CONFIGURATIONS}
     remove_lab()
