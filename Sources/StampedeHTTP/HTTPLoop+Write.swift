@@ -30,8 +30,7 @@ extension HTTPLoop {
     /// write the socket could not take is made again with the same bytes (as TLS requires).
     func write(_ slot: Int, _ connection: Connection, now: Nanoseconds) -> Written {
         let transport = connection.transport
-        while let (done, headLeft, step) = writeOnce(connection, transport) {
-            if done { return .done }
+        while let (headLeft, step) = writeOnce(connection, transport) {
             switch step {
             case .fileChanged(let why):
                 abandon(slot, "the file changed while it was sent (\(why)): closed before the last byte", .serverError)
@@ -72,14 +71,14 @@ extension HTTPLoop {
         return .done
     }
 
-    /// The next write of the connection's answer, on the answer in place: whether it was done
-    /// already, the bytes of its head left before the write, and the write's step; nil: no answer.
-    private func writeOnce(_ connection: Connection, _ transport: Transport) -> (done: Bool, headLeft: Int, step: Step)? {
+    /// The next write of the connection's answer, on the answer in place: the bytes of its head
+    /// left before the write, and the write's step; nil: no answer, or all of it written.
+    private func writeOnce(_ connection: Connection, _ transport: Transport) -> (headLeft: Int, step: Step)? {
         let source = connection.source
         guard let response = connection.takeResponse() else { return nil }
         defer { connection.response = response }
-        if response.isDone { return (true, 0, .readingAhead) }
-        return (false, response.head.count - response.headSent, next(response, connection, source, transport))
+        if response.isDone { return nil }
+        return (response.head.count - response.headSent, next(response, connection, source, transport))
     }
 
     /// The next write of `response`: the rest of its head (with the start of a body held in

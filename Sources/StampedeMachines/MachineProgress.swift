@@ -2,7 +2,6 @@ import StampedeBase
 import StampedeDHCP
 import StampedeHTTPWire
 import StampedeIO
-import Synchronization
 
 /// The rack's progress, machine by machine: how far each machine's boot got (DHCP answered or
 /// left alone and why, its boot file, its script, its kernel, its initrd, done), with its record,
