@@ -92,11 +92,12 @@ import Testing
 /// The identity across the protocols: an address is the machine DHCP bound it to, and its
 /// loader's files are rendered from that machine's record.
 @Suite struct MachineBootFiles {
-    func rig(_ files: [String: String], unknown: MachineBook.UnknownMachines = .ignore) throws -> (MachineBoot, ScratchDirectory) {
+    func rig(_ files: [String: String], unknown: MachineBook.UnknownMachines = .ignore,
+             progress: MachineProgress? = nil) throws -> (MachineBoot, ScratchDirectory) {
         let dir = ScratchDirectory()
         for (name, text) in files { _ = dir.write(name, Array(text.utf8)) }
         let records = try MachineRecords(try MachineDirectory(dir.path), unknown: unknown)
-        return (MachineBoot(records: records, bindings: MachineBindings()), dir)
+        return (MachineBoot(records: records, bindings: MachineBindings(), progress: progress), dir)
     }
 
     let records = [
@@ -119,16 +120,20 @@ import Testing
         return message
     }
 
+    /// `files`' boot followed by a progress, and node07 (52:54:00:12:34:07) bound by its DHCP to
+    /// 10.0.0.57.
+    func followed(_ files: [String: String]) throws -> (MachineBoot, MachineProgress, ScratchDirectory) {
+        let progress = MachineProgress()
+        let (boot, dir) = try rig(files, progress: progress)
+        boot.bindings.learn(from: discover(7, requesting: [10, 0, 0, 57]))
+        return (boot, progress, dir)
+    }
+
     /// The GRUB a shim loads is the loader stage: beside the shim that was offered, and only
     /// after a shim.
     @Test func theGRUBBesideAnOfferedShimIsTheLoaderStage() throws {
-        let dir = ScratchDirectory()
-        _ = dir.write("node07", Array("mac = 52:54:00:12:34:07\n".utf8))
-        let progress = MachineProgress()
-        let boot = MachineBoot(records: try MachineRecords(try MachineDirectory(dir.path), unknown: .ignore), bindings: MachineBindings(),
-                               progress: progress)
+        let (boot, progress, _) = try followed(["node07": "mac = 52:54:00:12:34:07\n"])
         let mac: [UInt8] = [0x52, 0x54, 0, 0x12, 0x34, 7]
-        boot.bindings.learn(from: discover(7, requesting: [10, 0, 0, 57]))
         func stage(after offered: String, asking name: String) -> MachineProgress.Stage? {
             progress.note(mac, .dhcp, offered: offered, now: 1)
             _ = boot.file(Array(name.utf8), for: at("10.0.0.57"))
@@ -148,14 +153,11 @@ import Testing
     /// A machine's kernel and initrd stages are its requests for what the script it was given
     /// names: not what its record says now, nor what a script written for another machine names.
     @Test func theKernelAndInitrdAreWhatItsScriptNamed() throws {
-        let dir = ScratchDirectory()
-        _ = dir.write("node07", Array("mac = 52:54:00:12:34:07\nkernel = http://10.0.0.1:8080/k/vmlinuz\ninitrd = k/initrd.img\ninitrd = k/more.img\n".utf8))
-        _ = dir.write("node08", Array("mac = 52:54:00:12:34:08\nkernel = other/vmlinuz\n".utf8))
-        let progress = MachineProgress()
-        let boot = MachineBoot(records: try MachineRecords(try MachineDirectory(dir.path), unknown: .ignore), bindings: MachineBindings(),
-                               progress: progress)
+        let (boot, progress, _) = try followed([
+            "node07": "mac = 52:54:00:12:34:07\nkernel = http://10.0.0.1:8080/k/vmlinuz\ninitrd = k/initrd.img\ninitrd = k/more.img\n",
+            "node08": "mac = 52:54:00:12:34:08\nkernel = other/vmlinuz\n",
+        ])
         let mac: [UInt8] = [0x52, 0x54, 0, 0x12, 0x34, 7]
-        boot.bindings.learn(from: discover(7, requesting: [10, 0, 0, 57]))
         progress.note(mac, .dhcp, offered: "ipxe.efi", now: 1)
         func ask(_ name: String) -> MachineProgress.Stage? {
             _ = boot.file(Array(name.utf8), for: at("10.0.0.57"))
