@@ -17,19 +17,16 @@ public final class MachineBindings: Sendable {
         public let machine: MachineIdentity
         /// `aa:bb:cc:dd:ee:ff`.
         public let macText: String
-        /// When it was learned (a counter: the latest DHCP is the largest).
-        let learned: UInt64
 
-        init(_ machine: MachineIdentity, learned: UInt64) {
+        init(_ machine: MachineIdentity) {
             self.machine = machine
             macText = machine.hardwareAddress.hardwareAddressText(separator: ":")
-            self.learned = learned
         }
     }
 
     /// Each address's machine (by its host: no port, an IPv4 client on a dual-stack socket as
-    /// IPv4).
-    private let table = SleepingLock<(bindings: [SocketAddress: Binding], clock: UInt64)>(([:], 0))
+    /// IPv4), and when it was learned (a counter: the latest DHCP is the largest).
+    private let table = SleepingLock<(bindings: [SocketAddress: (binding: Binding, learned: UInt64)], clock: UInt64)>(([:], 0))
 
     public init() {}
 
@@ -39,16 +36,26 @@ public final class MachineBindings: Sendable {
         learn(SocketAddress(ipv4: address, port: 0), is: machine)
     }
 
-    /// `machine` holds `address` (either family; its port is not part of it) from now on.
+    /// `machine` holds `address` (either family; its port is not part of it) from now on. The
+    /// same machine at the same address again (each of its DHCP requests says so) keeps its
+    /// binding, learned anew: nothing is made for it.
     public func learn(_ address: SocketAddress, is machine: MachineIdentity) {
         let address = address.unmapped.clientHost
+        let known = table.withLock { table in
+            table.clock += 1
+            guard let index = table.bindings.index(forKey: address), table.bindings.values[index].binding.machine == machine else { return false }
+            table.bindings.values[index].learned = table.clock
+            return true
+        }
+        guard !known else { return }
+        let binding = Binding(machine)  // its MAC's text written outside the lock
         table.withLock { table in
             if table.bindings[address] == nil && table.bindings.count >= Self.capacity {
                 let cut = table.bindings.values.map(\.learned).sorted()[Self.capacity / 2]
                 table.bindings = table.bindings.filter { $0.value.learned >= cut }
             }
             table.clock += 1
-            table.bindings[address] = Binding(machine, learned: table.clock)
+            table.bindings[address] = (binding, table.clock)
         }
     }
 
@@ -61,7 +68,7 @@ public final class MachineBindings: Sendable {
     /// The binding of the address a client at `address` (any port) is at, if DHCP said.
     public func binding(at address: SocketAddress) -> Binding? {
         let host = address.unmapped.clientHost
-        return table.withLock { $0.bindings[host] }
+        return table.withLock { $0.bindings[host]?.binding }
     }
 
     public var count: Int { table.withLock { $0.bindings.count } }
@@ -70,12 +77,15 @@ public final class MachineBindings: Sendable {
 extension MachineBindings {
     /// What `message` (from a network-boot client) says of the address it holds or asks for.
     public func learn(from message: DHCPMessage, pxeVendors: [[UInt8]] = []) {
-        guard let client = BootClient(message, pxeVendors: pxeVendors) else { return }
-        let machine = MachineIdentity(message, client)
+        let address: IPv4
         if !message.clientAddress.isAny {
-            learn(message.clientAddress, is: machine)
+            address = message.clientAddress
         } else if message.type == .request, let asked = message.options[.requestedAddress].flatMap(IPv4.init) {
-            learn(asked, is: machine)
+            address = asked
+        } else {
+            return  // a DISCOVER holds and asks for no address
         }
+        guard let client = BootClient(message, pxeVendors: pxeVendors) else { return }
+        learn(address, is: MachineIdentity(message, client))
     }
 }

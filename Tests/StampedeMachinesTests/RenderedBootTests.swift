@@ -239,6 +239,26 @@ import Testing
         #expect(many.count <= MachineBindings.capacity / 2 + 1)
         #expect(many.machine(at: IPv4(10, 1, 0, 0)) != nil && many.machine(at: IPv4(10, 0, 0, 0)) == nil)
     }
+
+    /// The same machine at the same address again keeps its binding, learned anew (the last
+    /// to be forgotten); another machine there replaces it.
+    @Test func aBindingLearnedAgainIsKeptAndRefreshed() {
+        let bindings = MachineBindings()
+        let first = MachineIdentity(hardwareAddress: [1, 2, 3, 4, 5, 6], architecture: 7)
+        bindings.learn(IPv4(10, 9, 0, 1), is: first)
+        let binding = bindings.binding(at: SocketAddress(ipv4: IPv4(10, 9, 0, 1), port: 0))
+        for n in 0..<MachineBindings.capacity - 1 {
+            bindings.learn(IPv4(10, UInt8(n >> 16), UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)), is: MachineIdentity(hardwareAddress: [1]))
+        }
+        bindings.learn(IPv4(10, 9, 0, 1), is: first)
+        #expect(bindings.binding(at: SocketAddress(ipv4: IPv4(10, 9, 0, 1), port: 68)) === binding)
+        bindings.learn(IPv4(10, 9, 0, 2), is: MachineIdentity(hardwareAddress: [2]))  // past the capacity: half goes
+        #expect(bindings.count <= MachineBindings.capacity / 2 + 1)
+        #expect(bindings.machine(at: IPv4(10, 9, 0, 1)) == first && bindings.machine(at: IPv4(10, 0, 0, 0)) == nil)
+        let other = MachineIdentity(hardwareAddress: [6, 5, 4, 3, 2, 1])
+        bindings.learn(IPv4(10, 9, 0, 1), is: other)
+        #expect(bindings.machine(at: IPv4(10, 9, 0, 1)) == other)
+    }
 }
 
 extension MachineBoot {
