@@ -80,7 +80,8 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     /// came.
     private var waiting: InventoryWaits<Waiting>?
     private struct Waiting {
-        var bytes: [UInt8]
+        /// As it was read: not read again.
+        var message: DHCPMessage
         var network: Int
         var port: ProxyAnswer.Port
         var source: (address: IPv4, port: UInt16)
@@ -200,9 +201,7 @@ public final class ProxyDHCPServer: @unchecked Sendable {
     /// answer is in memory now); those that waited too long, dropped.
     private func answerWaiting(now: Nanoseconds) {
         for request in waiting?.answered(now: now) ?? [] {
-            request.bytes.withUnsafeBytes { bytes in
-                handle(bytes, network: request.network, port: request.port, from: request.source, now: now)
-            }
+            handle(request.message, network: request.network, port: request.port, from: request.source, now: now)
         }
     }
 
@@ -251,9 +250,8 @@ public final class ProxyDHCPServer: @unchecked Sendable {
         }
     }
 
-    private func handle(_ bytes: UnsafeRawBufferPointer, network number: Int, port: ProxyAnswer.Port,
+    private func handle(_ bytes: UnsafeRawBufferPointer, network: Int, port: ProxyAnswer.Port,
                         from source: (address: IPv4, port: UInt16), now: Nanoseconds) {
-        let network = networks[number]
         let message: DHCPMessage
         do {
             message = try DHCPMessage.parse(bytes)
@@ -262,7 +260,14 @@ public final class ProxyDHCPServer: @unchecked Sendable {
             logger.debug("\(source.address):\(source.port): not a DHCP message this server reads (\(error)): ignored")
             return
         }
-        let what = "DHCP \(message.type?.name ?? "message") \(message.hardwareAddress()) on \(network.interface.name)"
+        handle(message, network: network, port: port, from: source, now: now)
+    }
+
+    private func handle(_ message: DHCPMessage, network number: Int, port: ProxyAnswer.Port,
+                        from source: (address: IPv4, port: UInt16), now: Nanoseconds) {
+        let network = networks[number]
+        // Written only for a line the log writes (a request waiting for the API is handled twice).
+        func what() -> String { "DHCP \(message.type?.name ?? "message") \(message.hardwareAddress()) on \(network.interface.name)" }
         // Answered or not (a REQUEST to the site's server too): the address it holds or asks for.
         bindings?.learn(from: message, pxeVendors: pxeVendors)
         // The machine asked about, and its record: one look at the records per request.
@@ -282,9 +287,9 @@ public final class ProxyDHCPServer: @unchecked Sendable {
         switch answer {
         case .failure(.leftAlone(.asking)):
             metrics.countBoot(ignored: .machineAPIAsking)
-            guard let asked, waiting?.keep(Waiting(bytes: Array(bytes), network: number, port: port, source: source), of: asked.hardwareAddress,
+            guard let asked, waiting?.keep(Waiting(message: message, network: number, port: port, source: source), of: asked.hardwareAddress,
                                            now: now) == true else { return }
-            logger.debug("\(what): waiting for the machine API's answer")
+            logger.debug("\(what()): waiting for the machine API's answer")
         case .failure(let silence):
             metrics.countBoot(ignored: BootIgnored(silence))
             if case .leftAlone = silence, let asked, let progress {
@@ -304,18 +309,18 @@ public final class ProxyDHCPServer: @unchecked Sendable {
                 guard let unsaid = notices.tell(message.machine, "\(silence)", now: now) else { return }
                 let since = unsaid > 0 ? " (\(unsaid) more of its requests since the last time this was said)" : ""
                 if case .leftAlone = silence {
-                    logger.info("\(what): left alone: \(silence)\(since)")
+                    logger.info("\(what()): left alone: \(silence)\(since)")
                 } else {
-                    logger.warning("\(what): not answered: \(silence)\(since)")
+                    logger.warning("\(what()): not answered: \(silence)\(since)")
                 }
             default:
-                logger.debug("\(what): not answered: \(silence)")
+                logger.debug("\(what()): not answered: \(silence)")
             }
         case .success(let answer):
             let key = BootAnswerLimit.Key(machine: message.machine, request: message.type?.rawValue ?? 0, bootServerPort: port == .bootServer)
             guard answered.allow(key, now: now) else {
                 metrics.countBoot(ignored: .repeated)
-                logger.debug("\(what): answered less than \(BootAnswerLimit.interval / 1_000_000) ms ago: not again")
+                logger.debug("\(what()): answered less than \(BootAnswerLimit.interval / 1_000_000) ms ago: not again")
                 return
             }
             guard send(answer, network: number, arrivedOn: port, now: now) else { return }
@@ -365,7 +370,8 @@ public final class ProxyDHCPServer: @unchecked Sendable {
         return false
     }
 
-    private func log(_ answer: ProxyAnswer, for message: DHCPMessage, _ what: String, offer: Bool) {
+    private func log(_ answer: ProxyAnswer, for message: DHCPMessage, _ what: () -> String, offer: Bool) {
+        guard logger.logLevel <= .info else { return }
         let client = BootClient(message, pxeVendors: pxeVendors)
         let destination = "\(answer.destination)"
         if json {
@@ -378,7 +384,7 @@ public final class ProxyDHCPServer: @unchecked Sendable {
             return
         }
         logger.info("""
-            \(what): \(answer.selector.name) (arch \(client?.architecture ?? 0)\(client?.uuid.map { ", uuid \($0)" } ?? "")): \
+            \(what()): \(answer.selector.name) (arch \(client?.architecture ?? 0)\(client?.uuid.map { ", uuid \($0)" } ?? "")): \
             \(offer ? "offered" : "acknowledged") "\(sanitizedForLog(Array(answer.target.description.utf8)))" to \(destination)\
             \(answer.chained ? " (its iPXE has no HTTP: chained to the full iPXE, which asks again)" : "")
             """)
