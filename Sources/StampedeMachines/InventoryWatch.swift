@@ -29,8 +29,16 @@ public final class InventoryWatch: Sendable {
         }
     }
 
+    /// Only the first machine since the last `take` wakes the watcher: those after it are taken
+    /// with it (`take` reads the eventfd before it takes the machines, so that none told after
+    /// the machines were taken goes unwoken).
     func tell(_ mac: [UInt8]) {
-        answered.withLock { if $0.count < MachineInventory.waitingLimit { $0.append(mac) } }
+        let first = answered.withLock { answered in
+            guard answered.count < MachineInventory.waitingLimit else { return false }
+            answered.append(mac)
+            return answered.count == 1
+        }
+        guard first else { return }
         var one: UInt64 = 1
         _ = write(wake, &one, 8)
     }

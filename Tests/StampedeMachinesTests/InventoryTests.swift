@@ -132,6 +132,22 @@ import Testing
         #expect(inventory.counts[.listed] == 2)
     }
 
+    /// A watch wakes its watcher once for the answers that came before it took them, and again
+    /// for one after.
+    @Test func aWatchWakesOnceForTheAnswersBeforeATake() {
+        let watch = InventoryWatch()
+        var watched = pollfd(fd: watch.wake, events: Int16(POLLIN), revents: 0)
+        #expect(poll(&watched, 1, 0) == 0)
+        watch.tell([1])
+        watch.tell([2])
+        var count: UInt64 = 0
+        #expect(read(watch.wake, &count, 8) == 8 && count == 1)  // one wake for both
+        #expect(watch.take() == [[1], [2]])
+        watch.tell([3])
+        #expect(poll(&watched, 1, 0) == 1)
+        #expect(watch.take() == [[3]] && poll(&watched, 1, 0) == 0)
+    }
+
     @Test func aMachineNotListedIsKeptSoAndAnUnreachableAPIKeepsTheLastAnswerUntilItExpires() throws {
         let fake = FakeAPI()
         let inventory = inventory(fake, lifetime: 20)
