@@ -43,19 +43,46 @@ public enum HTTPClient {
         return try exchangeOnNewConnection(target, method: method, keepAlive: false, deadline: deadline, timeout: timeout).answer
     }
 
+    /// A connection and what its answers are read into, kept together: a kept connection's next
+    /// exchange allocates nothing to read into.
+    struct Connection: Sendable {
+        let fd: Int32
+        let buffer: ReadBuffer
+    }
+
     /// A new connection to `target`'s server and the exchange on it; the connection is closed
     /// unless `keepAlive` and the answer left it open (`open`: then the caller's).
     static func exchangeOnNewConnection(_ target: Target, method: String, keepAlive: Bool, deadline: Int64,
-                                        timeout: Int) throws(Failure) -> (answer: Answer, open: Int32?) {
-        let fd = try connect(target, timeout: timeout)
+                                        timeout: Int) throws(Failure) -> (answer: Answer, open: Connection?) {
+        let connection = Connection(fd: try connect(target, timeout: timeout), buffer: ReadBuffer())
         do throws(ExchangeFailure) {
-            let done = try exchange(on: fd, target, method: method, keepAlive: keepAlive, deadline: deadline, timeout: timeout)
-            if done.reusable { return (done.answer, fd) }
-            close(fd)
+            let done = try exchange(on: connection, target, method: method, keepAlive: keepAlive, deadline: deadline, timeout: timeout)
+            if done.reusable { return (done.answer, connection) }
+            close(connection.fd)
             return (done.answer, nil)
         } catch {
-            close(fd)
+            close(connection.fd)
             throw error.failure
+        }
+    }
+
+    /// Bytes read from a connection, in memory of its own that grows as an answer needs (not
+    /// zeroed, not an array's: nothing is copied to grow it but what was read). One exchange
+    /// uses it at a time: its connection's, which the pool hands to one caller at a time.
+    final class ReadBuffer: @unchecked Sendable {
+        private(set) var bytes: UnsafeMutableRawBufferPointer
+
+        init(capacity: Int = 16 << 10) { bytes = .allocate(byteCount: capacity, alignment: 16) }
+
+        deinit { bytes.deallocate() }
+
+        /// Room for at least `more` bytes after the first `count`, which are kept.
+        func makeRoom(after count: Int, for more: Int) {
+            guard bytes.count - count < more else { return }
+            let larger = UnsafeMutableRawBufferPointer.allocate(byteCount: max(bytes.count * 2, count + more), alignment: 16)
+            larger.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[..<count]))
+            bytes.deallocate()
+            bytes = larger
         }
     }
 
@@ -65,13 +92,13 @@ public enum HTTPClient {
     /// server closed while idle is found when its request gets no byte back: the request goes
     /// once more on a new one.
     public final class Pool: Sendable {
-        private let idle = Mutex<[(authority: String, fd: Int32)]>([])
+        private let idle = Mutex<[(authority: String, connection: Connection)]>([])
         /// Idle connections kept at most (the rest are closed).
         public let limit: Int
 
         public init(limit: Int) { self.limit = max(1, limit) }
 
-        deinit { idle.withLock { $0.forEach { close($0.fd) } } }
+        deinit { idle.withLock { $0.forEach { close($0.connection.fd) } } }
 
         /// Connections idle now.
         public var count: Int { idle.withLock { $0.count } }
@@ -85,7 +112,7 @@ public enum HTTPClient {
                     finish(kept, target.authority, reusable: done.reusable)
                     return done.answer
                 } catch {
-                    close(kept)
+                    close(kept.fd)
                     guard error.nothingBack else { throw error.failure }
                 }
             }
@@ -94,17 +121,17 @@ public enum HTTPClient {
             return done.answer
         }
 
-        private func take(_ authority: String) -> Int32? {
-            idle.withLock { idle in idle.lastIndex { $0.authority == authority }.map { idle.remove(at: $0).fd } }
+        private func take(_ authority: String) -> Connection? {
+            idle.withLock { idle in idle.lastIndex { $0.authority == authority }.map { idle.remove(at: $0).connection } }
         }
 
-        private func finish(_ fd: Int32, _ authority: String, reusable: Bool) {
+        private func finish(_ connection: Connection, _ authority: String, reusable: Bool) {
             let kept = reusable && idle.withLock { idle in
                 guard idle.count < limit else { return false }
-                idle.append((authority, fd))
+                idle.append((authority, connection))
                 return true
             }
-            if !kept { close(fd) }
+            if !kept { close(connection.fd) }
         }
     }
 
@@ -175,9 +202,9 @@ public enum HTTPClient {
         let nothingBack: Bool
     }
 
-    /// The request on `fd` and its answer; `reusable`: the answer left the connection open, all of
-    /// it read.
-    static func exchange(on fd: Int32, _ target: Target, method: String, keepAlive: Bool, deadline: Int64,
+    /// The request on `connection` and its answer; `reusable`: the answer left the connection
+    /// open, all of it read.
+    static func exchange(on connection: Connection, _ target: Target, method: String, keepAlive: Bool, deadline: Int64,
                          timeout: Int) throws(ExchangeFailure) -> (answer: Answer, reusable: Bool) {
         func fail(_ text: String, nothingBack: Bool = false) -> ExchangeFailure {
             ExchangeFailure(failure: Failure(description: "\(target.url): \(text)"), nothingBack: nothingBack)
@@ -187,42 +214,45 @@ public enum HTTPClient {
             while result < 0 && errno == EINTR { result = call() }
             return result
         }
-        let request = "\(method) \(target.path) HTTP/1.1\r\nHost: \(target.authority)\r\n\(method == "GET" ? "" : "Content-Length: 0\r\n")"
+        let fd = connection.fd
+        var request = "\(method) \(target.path) HTTP/1.1\r\nHost: \(target.authority)\r\n\(method == "GET" ? "" : "Content-Length: 0\r\n")"
             + (keepAlive ? "\r\n" : "Connection: close\r\n\r\n")
-        let sent = request.utf8CString.withUnsafeBytes { bytes in again { send(fd, bytes.baseAddress, bytes.count - 1, Int32(MSG_NOSIGNAL)) } }
+        let sent = request.withUTF8 { bytes in again { send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL)) } }
         guard sent == request.utf8.count else { throw fail("cannot send the request: \(Errno.current)", nothingBack: true) }
         // The head is read with the reader of answers (ReceivedResponseHead); the body to its
         // Content-Length, or to the end when it has none.
-        var response: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 16 << 10)
+        let buffer = connection.buffer
+        var filled = 0
         var head: (ReceivedResponseHead, length: Int)?
         var ended = false
         while true {
-            if let (parsed, length) = head, let expected = parsed.contentLength, response.count - length >= expected { break }
+            if let (parsed, length) = head, let expected = parsed.contentLength, filled - length >= expected { break }
             guard stampede_monotonic_ns() < deadline else { throw fail("no whole answer in \(timeout) s") }
-            let count = chunk.withUnsafeMutableBytes { bytes in again { recv(fd, bytes.baseAddress, bytes.count, 0) } }
-            if count < 0 { throw fail("\(Errno.current)", nothingBack: response.isEmpty && errno == ECONNRESET) }
+            buffer.makeRoom(after: filled, for: 4096)
+            let room = UnsafeMutableRawBufferPointer(rebasing: buffer.bytes[filled...])
+            let count = again { recv(fd, room.baseAddress, room.count, 0) }
+            if count < 0 { throw fail("\(Errno.current)", nothingBack: filled == 0 && errno == ECONNRESET) }
             if count == 0 {
-                guard !response.isEmpty else { throw fail("the server closed the connection", nothingBack: true) }
+                guard filled > 0 else { throw fail("the server closed the connection", nothingBack: true) }
                 ended = true
                 break
             }
-            response += chunk[..<count]
-            if response.count > 64 << 20 { throw fail("the answer is over 64 MiB") }
+            filled += count
+            if filled > 64 << 20 { throw fail("the answer is over 64 MiB") }
             if head == nil {
-                let read = response.withUnsafeBytes { bytes in Result { () throws(ReceivedResponseHead.Unreadable) in try ReceivedResponseHead.read(bytes) } }
-                switch read {
-                case .success(let parsed): head = parsed
-                case .failure(let unreadable): throw fail("not an HTTP answer: \(unreadable.reason)")
+                do throws(ReceivedResponseHead.Unreadable) {
+                    head = try ReceivedResponseHead.read(UnsafeRawBufferPointer(rebasing: buffer.bytes[..<filled]))
+                } catch {
+                    throw fail("not an HTTP answer: \(error.reason)")
                 }
             }
         }
         guard let (parsed, length) = head else { throw fail("not an HTTP answer") }
-        let body = response[length...].prefix(parsed.contentLength ?? Int.max)
-        if let expected = parsed.contentLength, body.count < expected {
-            throw fail("the answer ended after \(body.count) of its \(expected) bytes")
+        let end = parsed.contentLength.map { min(filled, length + $0) } ?? filled
+        if let expected = parsed.contentLength, end - length < expected {
+            throw fail("the answer ended after \(end - length) of its \(expected) bytes")
         }
-        let reusable = keepAlive && !ended && parsed.keepAlive && parsed.contentLength.map { response.count - length == $0 } == true
-        return (Answer(status: Int(parsed.status), body: Array(body)), reusable)
+        let reusable = keepAlive && !ended && parsed.keepAlive && parsed.contentLength.map { filled - length == $0 } == true
+        return (Answer(status: Int(parsed.status), body: Array(UnsafeRawBufferPointer(rebasing: buffer.bytes[length..<end]))), reusable)
     }
 }

@@ -208,12 +208,16 @@ public final class MachineInventory: Sendable {
 
     /// `machine`'s query: `<api>/v1/boot/<mac>?arch=N&uuid=U&giaddr=A&stage=S`.
     private func query(_ ask: Ask) -> String {
-        var parameters: [String] = []
-        if let architecture = ask.machine.architecture { parameters.append("arch=\(architecture)") }
-        if let uuid = ask.machine.uuid { parameters.append("uuid=\(uuid)") }
-        if let relay = ask.relay { parameters.append("giaddr=\(relay)") }
-        parameters.append("stage=\(ask.stage.rawValue)")
-        return "\(url)/v1/boot/\(ask.machine.hardwareAddress.hardwareAddressText(separator: ":"))?" + parameters.joined(separator: "&")
+        var query = url
+        query.reserveCapacity(url.utf8.count + 128)
+        query += "/v1/boot/"
+        query += ask.machine.hardwareAddress.hardwareAddressText(separator: ":")
+        if let architecture = ask.machine.architecture { query += "?arch=\(architecture)&" } else { query += "?" }
+        if let uuid = ask.machine.uuid { query += "uuid=\(uuid)&" }
+        if let relay = ask.relay { query += "giaddr=\(relay)&" }
+        query += "stage="
+        query += ask.stage.rawValue
+        return query
     }
 
     /// A caller's thread: a task at a time, until a stop.
@@ -241,7 +245,7 @@ public final class MachineInventory: Sendable {
 
     private func answer(_ ask: Ask) {
         let mac = ask.machine.hardwareAddress
-        let name = mac.hardwareAddressText(separator: ":")
+        var name: String { mac.hardwareAddressText(separator: ":") }  // for a line the log writes
         let outcome: Outcome
         let said: Said
         var now: Int64 = 0
