@@ -14,35 +14,6 @@ extension HTTPLoop {
     /// The most one TLS write takes: a record's plaintext.
     static let tlsRecord = 16384
 
-    /// What the TLS connections together may hold encrypted and not yet sent, an equal share each
-    /// (TCP_NOTSENT_LOWAT). Left to autotuning, each send buffer grows to tcp_wmem's maximum
-    /// (4 MiB) of ciphertext: 2,000 firmware connections then hold gigabytes, the host enters TCP
-    /// memory pressure, receive queues are pruned, and connections stall past a firmware's
-    /// patience (bench-https's rack: 950 of 2,000 machines timed out). A fixed 128 KiB cap booted
-    /// all of them but cost a hundred fast connections a third more CPU per GB (a wakeup per
-    /// 128 KiB); shared out, a hundred get megabytes each and two thousand 128 KiB.
-    static let unsentBudget = 256 << 20
-
-    /// A TLS connection's cap when `open` connections share the budget: at least 128 KiB; nil
-    /// (none: autotuning's own 4 MiB) when the share is 4 MiB or more.
-    static func unsentLimit(open: Int) -> Int32? {
-        let share = unsentBudget / max(1, open)
-        return share >= 4 << 20 ? nil : Int32(max(128 << 10, share))
-    }
-
-    /// Gives a TLS connection's socket the cap of now, if it changed by a quarter or more since it
-    /// was set (at accept, then at the once-a-second sweep, as connections come and go).
-    func capUnsent(_ connection: Connection) {
-        guard connection.tls != nil else { return }
-        let limit = Self.unsentLimit(open: open.load(ordering: .relaxed))
-        let old = connection.unsentLimit.map(Int.init) ?? Int(Int32.max)
-        let new = limit.map(Int.init) ?? Int(Int32.max)
-        guard abs(new - old) * 4 >= old else { return }
-        // Int32.max: no cap of our own (the kernel's default is "unlimited").
-        _ = stampede_tcp_unsent_limit(connection.fd, limit ?? Int32.max)
-        connection.unsentLimit = limit
-    }
-
     /// Goes on with a TLS connection's handshake; what comes next: requests (done), the refusal
     /// of plain HTTP, a wait for the socket, or the close of a failed one.
     func handshake(_ connection: Connection, now: Nanoseconds) -> ConnectionState.Action {
