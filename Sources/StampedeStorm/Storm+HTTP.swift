@@ -37,6 +37,21 @@ final class HTTPEvents {
     /// and push the host into TCP memory pressure, where receive queues drop segments and the
     /// server's retransmissions back off for minutes: a failure of the test, not of the server.
     static let receiveBuffer: Int32 = 256 << 10
+    /// What a storm's connections together ask to hold unread, a share each, so that a storm of
+    /// thousands of machines on the server's host stays out of TCP memory pressure: a rack's
+    /// firmware each have memory of their own, a storm's share the server's kernel. The storm of
+    /// bench-machines (5,000 machines a process, its 256 KiB each: 1.2 GB unread in its queues
+    /// when it fell behind) put the host past tcp_mem's pressure mark (1.5 GB here), and a few
+    /// initrds a run stopped short: their segments dropped and retransmitted after ever longer
+    /// waits, until the server's send timeout.
+    static let receiveBudget = 256 << 20
+
+    /// Each connection's receive buffer when a storm runs `slots` machines at once: 256 KiB
+    /// (iPXE's window) for up to 1,024, then an equal share of `receiveBudget`, at least 64 KiB
+    /// (the kernel books twice that).
+    static func receiveBuffer(slots: Int) -> Int32 {
+        Int32(min(Int(receiveBuffer), max(64 << 10, receiveBudget / max(1, slots))))
+    }
 
     init<Backend: DatagramBackend>(watchedBy backend: Backend) {
         scratch = .allocate(byteCount: 256 << 10, alignment: 64)
@@ -158,7 +173,7 @@ extension Storm {
                                 now: Nanoseconds) throws(Errno) {
         let fd = socket(server.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw Errno.current }
-        var receiveBuffer = HTTPEvents.receiveBuffer
+        var receiveBuffer = HTTPEvents.receiveBuffer(slots: plan.slots)
         _ = setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receiveBuffer, socklen_t(MemoryLayout<Int32>.size))
         let length = socklen_t(server.isIPv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
         do throws(Errno) {

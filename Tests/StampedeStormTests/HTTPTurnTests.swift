@@ -47,6 +47,19 @@ import Testing
     }
 }
 
+/// What each storm connection asks the kernel to hold unread.
+@Suite struct ReceiveBufferSpec {
+    /// iPXE's window for a storm of up to 1,024 machines at once; past it, a share of the
+    /// budget, never under 64 KiB.
+    @Test func aConnectionsReceiveBufferIsIPXEsWindowOrItsShareOfTheBudget() {
+        #expect(HTTPEvents.receiveBuffer(slots: 1) == 256 << 10)
+        #expect(HTTPEvents.receiveBuffer(slots: 1024) == 256 << 10)
+        #expect(HTTPEvents.receiveBuffer(slots: 2048) == 128 << 10)
+        #expect(HTTPEvents.receiveBuffer(slots: 5000) == 64 << 10)
+        #expect(HTTPEvents.receiveBuffer(slots: 0) == 256 << 10)
+    }
+}
+
 /// A fetch whose patience ran out is the storm's lag where the server's bytes wait unread in its
 /// socket, the server's silence where none do.
 @Suite struct PatienceSpec {
