@@ -71,8 +71,9 @@ public enum HTTPClient {
     /// uses it at a time: its connection's, which the pool hands to one caller at a time.
     final class ReadBuffer: @unchecked Sendable {
         private(set) var bytes: UnsafeMutableRawBufferPointer
+        static let capacity = 16 << 10
 
-        init(capacity: Int = 16 << 10) { bytes = .allocate(byteCount: capacity, alignment: 16) }
+        init() { bytes = .allocate(byteCount: Self.capacity, alignment: 16) }
 
         deinit { bytes.deallocate() }
 
@@ -83,6 +84,14 @@ public enum HTTPClient {
             larger.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[..<count]))
             bytes.deallocate()
             bytes = larger
+        }
+
+        /// Back to its first size, when an answer grew it: a kept connection holds no more while
+        /// it waits (an API that once answered megabytes leaves none behind).
+        func shrink() {
+            guard bytes.count > Self.capacity else { return }
+            bytes.deallocate()
+            bytes = .allocate(byteCount: Self.capacity, alignment: 16)
         }
     }
 
@@ -253,6 +262,8 @@ public enum HTTPClient {
             throw fail("the answer ended after \(end - length) of its \(expected) bytes")
         }
         let reusable = keepAlive && !ended && parsed.keepAlive && parsed.contentLength.map { filled - length == $0 } == true
-        return (Answer(status: Int(parsed.status), body: Array(UnsafeRawBufferPointer(rebasing: buffer.bytes[length..<end]))), reusable)
+        let answer = Answer(status: Int(parsed.status), body: Array(UnsafeRawBufferPointer(rebasing: buffer.bytes[length..<end])))
+        buffer.shrink()
+        return (answer, reusable)
     }
 }

@@ -109,6 +109,30 @@ private final class KeepAliveServer: Sendable {
         #expect(try HTTPClient.request("http://127.0.0.1:\(server.port)/y", timeout: 2).body == Array("/y".utf8))
     }
 
+    /// An answer larger than the read buffer is read whole, and the kept connection's next
+    /// answer after it too.
+    @Test func aLargeAnswerIsReadWholeOnAKeptConnection() throws {
+        let server = KeepAliveServer.started()
+        defer { server.stop() }
+        let pool = HTTPClient.Pool(limit: 1)
+        let long = "/" + String(repeating: "a", count: 40_000)
+        #expect(try pool.request("http://127.0.0.1:\(server.port)\(long)", timeout: 2).body == Array(long.utf8))
+        #expect(try pool.request("http://127.0.0.1:\(server.port)/small", timeout: 2).body == Array("/small".utf8))
+        #expect(server.accepted.load(ordering: .relaxed) == 1)
+    }
+
+    /// The read buffer grows keeping what it holds, and goes back to its first size.
+    @Test func aReadBufferGrowsKeepingItsBytesAndShrinksBack() {
+        let buffer = HTTPClient.ReadBuffer()
+        #expect(buffer.bytes.count == HTTPClient.ReadBuffer.capacity)
+        buffer.bytes[0] = 7
+        buffer.bytes[100] = 9
+        buffer.makeRoom(after: 101, for: 20 << 10)
+        #expect(buffer.bytes.count >= 101 + (20 << 10) && buffer.bytes[0] == 7 && buffer.bytes[100] == 9)
+        buffer.shrink()
+        #expect(buffer.bytes.count == HTTPClient.ReadBuffer.capacity)
+    }
+
     @Test func nothingListeningIsAFailure() {
         let pool = HTTPClient.Pool(limit: 1)
         #expect(throws: HTTPClient.Failure.self) { try pool.request("http://127.0.0.1:1/x", timeout: 1) }
