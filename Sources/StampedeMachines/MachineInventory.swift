@@ -208,16 +208,11 @@ public final class MachineInventory: Sendable {
 
     /// `machine`'s query: `<api>/v1/boot/<mac>?arch=N&uuid=U&giaddr=A&stage=S`.
     private func query(_ ask: Ask) -> String {
-        var query = url
-        query.reserveCapacity(url.utf8.count + 128)
-        query += "/v1/boot/"
-        query += ask.machine.hardwareAddress.hardwareAddressText(separator: ":")
-        if let architecture = ask.machine.architecture { query += "?arch=\(architecture)&" } else { query += "?" }
+        var query = "\(url)/v1/boot/\(ask.machine.hardwareAddress.hardwareAddressText(separator: ":"))?"
+        if let architecture = ask.machine.architecture { query += "arch=\(architecture)&" }
         if let uuid = ask.machine.uuid { query += "uuid=\(uuid)&" }
         if let relay = ask.relay { query += "giaddr=\(relay)&" }
-        query += "stage="
-        query += ask.stage.rawValue
-        return query
+        return query + "stage=\(ask.stage.rawValue)"
     }
 
     /// A caller's thread: a task at a time, until a stop.

@@ -36,7 +36,7 @@ final class HTTPEvents {
     /// connections on the server's own host could each grow to tcp_rmem's maximum (32 MiB here)
     /// and push the host into TCP memory pressure, where receive queues drop segments and the
     /// server's retransmissions back off for minutes: a failure of the test, not of the server.
-    static let receiveBuffer: Int32 = 256 << 10
+    static let iPXEWindow = 256 << 10
     /// What a storm's connections together ask to hold unread, a share each, so that a storm of
     /// thousands of machines on the server's host stays out of TCP memory pressure: a rack's
     /// firmware each have memory of their own, a storm's share the server's kernel. The storm of
@@ -50,7 +50,7 @@ final class HTTPEvents {
     /// (iPXE's window) for up to 1,024, then an equal share of `receiveBudget`, at least 64 KiB
     /// (the kernel books twice that).
     static func receiveBuffer(slots: Int) -> Int32 {
-        Int32(min(Int(receiveBuffer), max(64 << 10, receiveBudget / max(1, slots))))
+        Int32(min(iPXEWindow, max(64 << 10, receiveBudget / max(1, slots))))
     }
 
     init<Backend: DatagramBackend>(watchedBy backend: Backend) {
