@@ -60,6 +60,8 @@ public final class MachineInventory: Sendable {
     public static let defaultCallers = 64
     public static let timeout = 2
     public static let waitingLimit = 65_536
+    /// Call times kept until the metrics take them, at most (they take them every second).
+    public static let callTimesLimit = 65_536
     /// Machines whose answers are kept at most (past it, expired answers are dropped; then none kept).
     public static let keptLimit = 262_144
     static let retryAfter: Int64 = 5
@@ -97,6 +99,8 @@ public final class MachineInventory: Sendable {
         var taken = 0
         var counts = [Int](repeating: 0, count: Outcome.allCases.count)
         var lastSaid: Int64?
+        /// How long each call for a machine's boot took (nanoseconds), until the metrics take them.
+        var callTimes: [Int64] = []
         /// Who is told of each answer.
         var watches: [InventoryWatch] = []
     }
@@ -206,6 +210,16 @@ public final class MachineInventory: Sendable {
         return Dictionary(uniqueKeysWithValues: Outcome.allCases.map { ($0, counts[$0.rawValue]) })
     }
 
+    /// How long each call for a machine's boot took, in nanoseconds, from its request to its answer
+    /// read (or its failure), since the last time this was asked: at most `callTimesLimit` (those
+    /// past it are not timed; the calls' counts have them all).
+    public func takeCallTimes() -> [Int64] {
+        state.withLock { state in
+            defer { state.callTimes = [] }
+            return state.callTimes
+        }
+    }
+
     /// `machine`'s query: `<api>/v1/boot/<mac>?arch=N&uuid=U&giaddr=A&stage=S`.
     private func query(_ ask: Ask) -> String {
         var query = "\(url)/v1/boot/\(ask.machine.hardwareAddress.hardwareAddressText(separator: ":"))?"
@@ -244,6 +258,7 @@ public final class MachineInventory: Sendable {
         let outcome: Outcome
         let said: Said
         var now: Int64 = 0
+        let asked = stampede_monotonic_ns()
         do {
             let answer = try fetch(query(ask), "GET", Self.timeout)
             now = clock()
@@ -277,10 +292,12 @@ public final class MachineInventory: Sendable {
                     """)
             }
         }
+        let took = stampede_monotonic_ns() - asked
         let key = HardwareKey(mac)
         let watches = state.withLock { state in
             state.asking.remove(key)
             state.counts[outcome.rawValue] += 1
+            if state.callTimes.count < Self.callTimesLimit { state.callTimes.append(took) }
             if said == .unreachable, let kept = state.kept[key], now < kept.expires {
                 // The last answer holds until it expires; after it, "unreachable" for a while.
                 state.kept[key]!.refresh = min(kept.expires, now + Self.retryAfter)

@@ -45,6 +45,8 @@ public final class MetricsExporter: Sendable {
         var machines: [(stage: String, gauge: Gauge)] = []
         /// `stampede_machines_api_calls_total{outcome}`, with `--machines-api`.
         var apiCalls: [(outcome: String, counter: Counter, total: Int)] = []
+        /// `stampede_machines_api_call_seconds`, with `--machines-api`.
+        var apiCallTimes: DurationHistogram?
     }
 
     /// Machines per stage of their boot (`--machines`): the stages, and the count at each now.
@@ -54,13 +56,17 @@ public final class MetricsExporter: Sendable {
         /// With `--machines-api`: its calls' outcomes, and the count of each since the start.
         public var apiOutcomes: [String]
         public var apiCalls: @Sendable () -> [String: Int]
+        /// With `--machines-api`: how long its calls took (nanoseconds), since they were last taken.
+        public var apiCallTimes: @Sendable () -> [Int64]
 
         public init(stages: [String], counts: @escaping @Sendable () -> [String: Int],
-                    apiOutcomes: [String] = [], apiCalls: @escaping @Sendable () -> [String: Int] = { [:] }) {
+                    apiOutcomes: [String] = [], apiCalls: @escaping @Sendable () -> [String: Int] = { [:] },
+                    apiCallTimes: @escaping @Sendable () -> [Int64] = { [] }) {
             self.stages = stages
             self.counts = counts
             self.apiOutcomes = apiOutcomes
             self.apiCalls = apiCalls
+            self.apiCallTimes = apiCallTimes
         }
     }
 
@@ -70,6 +76,11 @@ public final class MetricsExporter: Sendable {
     /// alone, seconds in a storm, a minute when something is wrong.
     public static let durationBuckets: [Duration] = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300]
         .map { Duration.milliseconds(Int64($0 * 1000)) }
+
+    /// Bucket bounds of the machine API's call times: an API on the LAN answers in milliseconds,
+    /// one that looks a machine up in a database in tens; a call gives up at 2 s.
+    public static let apiCallBuckets: [Duration] = [1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2000]
+        .map { Duration.microseconds(Int64($0 * 1000)) }
 
     /// `process`: opened before `-s` and `-u` (`ProcessFigures`); `tls`: `--https`'s identity.
     public init(workers: [WorkerMetrics], cache: FileCache, fileLabels: FileLabels, build: BuildInfo,
@@ -102,7 +113,10 @@ public final class MetricsExporter: Sendable {
             apiCalls: (machines?.apiOutcomes ?? []).map { outcome in
                 (outcome, registry.makeCounter(descriptor: described("stampede_machines_api_calls_total", "Calls to the machine API (--machines-api) by outcome: listed, not_listed (4xx), refused (an answer not used), unreachable (no answer, a 5xx), overflow (too many machines waiting)."),
                                                labels: [("outcome", outcome)]), 0)
-            }))
+            },
+            apiCallTimes: (machines?.apiOutcomes ?? []).isEmpty ? nil : registry.makeDurationHistogram(
+                descriptor: described("stampede_machines_api_call_seconds", "Time from a call's request to the machine API (--machines-api) to its answer read or its failure, as the server saw it."),
+                buckets: Self.apiCallBuckets)))
     }
 
     /// Makes swift-metrics report into this registry, so that a library instrumented with
@@ -159,13 +173,17 @@ public final class MetricsExporter: Sendable {
         }
     }
 
-    /// Moves the served transfers' durations from the workers' logs into the histogram; the
-    /// listener calls it every second, so that the logs do not fill between scrapes.
+    /// Moves the served transfers' durations from the workers' logs into the histogram (and the
+    /// machine API's call times into theirs); the listener calls it every second, so that the logs
+    /// do not fill between scrapes.
     public func drainDurations() {
         state.withLock { drain(&$0) }
     }
 
     private func drain(_ state: inout State) {
+        if let histogram = state.apiCallTimes, let times = machines?.apiCallTimes() {
+            for nanoseconds in times { histogram.recordNanoseconds(nanoseconds) }
+        }
         var names: [String]?
         for worker in workers {
             worker.durations.drain { entry in

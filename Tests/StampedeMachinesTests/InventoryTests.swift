@@ -132,6 +132,27 @@ import Testing
         #expect(inventory.counts[.listed] == 2)
     }
 
+    /// Each call for a machine's boot is timed, from its request to its answer, for the metrics;
+    /// taking the times empties them.
+    @Test func eachCallIsTimedFromItsRequestToItsAnswer() {
+        let fake = FakeAPI()
+        fake.set("52:54:00:12:34:07", .success(booting))
+        let inventory = inventory(fake)
+        defer { inventory.stop() }
+        let machine = MachineIdentity(hardwareAddress: node07, uuid: nil, firmware: .efiX64, architecture: 7)
+        fake.held.store(true, ordering: .relaxed)
+        #expect(inventory.said(of: machine, stage: .dhcp) == nil)
+        usleep(50_000)
+        fake.held.store(false, ordering: .relaxed)
+        #expect(said(inventory, machine) != nil)
+        let unlisted = MachineIdentity(hardwareAddress: [0x52, 0x54, 0, 0x12, 0x34, 0x08], uuid: nil, firmware: .efiX64, architecture: 7)
+        #expect(said(inventory, unlisted) == .notListed)
+        let times = inventory.takeCallTimes()
+        #expect(times.count == 2)
+        #expect(times.first.map { $0 >= 50_000_000 && $0 < 2_000_000_000 } == true, "the held call: \(times)")
+        #expect(inventory.takeCallTimes().isEmpty)
+    }
+
     /// A watch wakes its watcher once for the answers that came before it took them, and again
     /// for one after.
     @Test func aWatchWakesOnceForTheAnswersBeforeATake() {

@@ -421,6 +421,12 @@ def test_the_machine_api_decides_what_a_machine_boots_as_pixiecores_api_says(pro
     for outcome, count in (("listed", 1), ("not_listed", 1), ("refused", 1)):
         assert f'stampede_machines_api_calls_total{{outcome="{outcome}"}} {count}' in text, text
     assert 'stampede_boot_ignored_total{protocol="dhcp",reason="machine_api_asking"}' in text
+    # Each call timed as the server saw it: the API's half second, in the histogram's buckets.
+    timed = {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line.startswith("stampede_machines_api_call_seconds")}
+    assert timed["stampede_machines_api_call_seconds_count"] == 3, timed
+    assert timed['stampede_machines_api_call_seconds_bucket{le="0.25"}'] == 0, timed
+    assert timed['stampede_machines_api_call_seconds_bucket{le="1.0"}'] == 3, timed
+    assert 1.5 <= timed["stampede_machines_api_call_seconds_sum"] < 6, timed
 
 
 def test_when_the_machine_api_is_down_a_machine_gets_the_directory_and_it_is_said(proxy, machine, tmp_path):
