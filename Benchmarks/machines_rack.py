@@ -102,26 +102,29 @@ def api_priority():
 
 
 def api_call_times():
-    """The server's histogram of its calls to the API (stampede_machines_api_call_seconds), read
-    from its metrics listener at the round's end: the calls, their mean and the buckets their
-    median and 99th percentile fall in, in ms."""
+    """The server's histograms of its calls to the API (stampede_machines_api_call_seconds) and of
+    what the machines waited (..._wait_seconds: the call and the wait for a caller), read from its
+    metrics listener at the round's end: the calls, their mean and the buckets their median and
+    99th percentile fall in, in ms."""
     read = ("import urllib.request; print(urllib.request.urlopen("
             f"'http://127.0.0.1:{METRICS_PORT}/metrics', timeout=10).read().decode())")
     text = subprocess.run(["ip", "netns", "exec", SERVER_NS, sys.executable, "-c", read],
                           capture_output=True, text=True, check=True).stdout
-    buckets, count, total = [], 0, 0.0
-    for line in text.splitlines():
-        if line.startswith('stampede_machines_api_call_seconds_bucket{le="') and '+Inf' not in line:
-            buckets.append((float(line.split('"')[1]), float(line.split()[-1])))
-        elif line.startswith("stampede_machines_api_call_seconds_count"):
-            count = int(float(line.split()[-1]))
-        elif line.startswith("stampede_machines_api_call_seconds_sum"):
-            total = float(line.split()[-1])
+    def histogram(name):
+        buckets, count, total = [], 0, 0.0
+        for line in text.splitlines():
+            if line.startswith(f'{name}_bucket{{le="') and '+Inf' not in line:
+                buckets.append((float(line.split('"')[1]), float(line.split()[-1])))
+            elif line.startswith(f"{name}_count"):
+                count = int(float(line.split()[-1]))
+            elif line.startswith(f"{name}_sum"):
+                total = float(line.split()[-1])
 
-    def bound(share):
-        return next((round(le * 1000, 1) for le, n in sorted(buckets) if n >= share * count), None)
-    return {"calls": count, "mean_ms": round(total / count * 1000, 1) if count else None,
-            "p50_le_ms": bound(0.5), "p99_le_ms": bound(0.99)}
+        def bound(share):
+            return next((round(le * 1000, 1) for le, n in sorted(buckets) if n >= share * count), None)
+        return {"calls": count, "mean_ms": round(total / count * 1000, 1) if count else None,
+                "p50_le_ms": bound(0.5), "p99_le_ms": bound(0.99)}
+    return {**histogram("stampede_machines_api_call_seconds"), "waited": histogram("stampede_machines_api_wait_seconds")}
 
 
 def slice_address(i):
@@ -245,7 +248,8 @@ def main():
                     rounds[(backend, configuration)].append(r)
                     print(f"round {index + 1} {backend} {configuration}: {r['ok']} ok, {r['failed']} failed, p50 {r['p50_s']} s, "
                           f"p99 {r['p99_s']} s, DHCP p99 {r['uefi_dhcp_p99_s']}/{r['ipxe_dhcp_p99_s']} s, "
-                          f"server CPU {r['server_cpu_s']} s ({r['cpu_us_per_machine']} µs a machine) {r['failures'] or ''} "
+                          f"server CPU {r['server_cpu_s']} s ({r['cpu_us_per_machine']} µs a machine, {r['user_us_per_machine']} in user space)"
+                          f"{', API calls ' + api_calls(r) if r.get('api_calls') else ''} {r['failures'] or ''} "
                           f"{'; '.join(r['failure_examples'])}", flush=True)
     finally:
         remove_lab()
@@ -274,8 +278,8 @@ def report(rounds):
              "its part in user space, and what that part adds per machine as a share of the whole CPU without records:", "",
              "| backend | machines known by | booted / failed | boot p50 s | boot p99 s | EDK2 DHCP p99 s | iPXE DHCP p99 s "
              "| DHCP retransmissions | TFTP retransmissions | server CPU µs per machine (spread) | × none | of it in user space (spread) "
-             "| added in user space, % of none's CPU | API call ms as the server saw it: mean, p99 ≤ |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| added in user space, % of none's CPU | API calls: ms each as the server saw it, mean, p99 ≤ | ms a machine waited, mean, p99 ≤ |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for backend in backends:
         base = median(rounds[(backend, "none")], "cpu_us_per_machine")[0]["cpu_us_per_machine"] if "none" in configurations else 0
         base_user = median(rounds[(backend, "none")], "user_us_per_machine")[0]["user_us_per_machine"] if "none" in configurations else 0
@@ -289,8 +293,9 @@ def report(rounds):
                          f"| {u['user_us_per_machine']} ({user_low}–{user_high}) | {added:+.1f} % | {api_calls(r)} |")
     if "api" in configurations:
         lines += ["", f"The API's server (pixieapi.py, Python's asyncio) stands for a service on a host of its own; here it shares "
-                  f"the two cores, so it runs at nice {API_NICE}, and the server times each of its calls (the last column: from "
-                  "stampede_machines_api_call_seconds, read at the round's end; p99 as the bound of the bucket it falls in)."]
+                  f"the two cores, so it runs at nice {API_NICE}, and the server times each of its calls and what each machine waited "
+                  "for one, the call and the wait for a free caller before it (the last two columns: from stampede_machines_api_call_seconds "
+                  "and stampede_machines_api_wait_seconds, read at the round's end; p99 as the bound of the bucket it falls in)."]
     lines += ["", "A rack this size overloads the two cores the server and the storm share: rounds whose boots ran long (a boot "
               "p99 past 20 s) cost more CPU in the kernel, whatever the server knows, so the whole CPU's ratio moves by ±15 % "
               "from run to run. What knowing each machine adds is work in user space (records "
@@ -312,8 +317,9 @@ def api_calls(r):
     """A round's API calls as the report's cell: their mean and the bucket bound of their p99."""
     calls = r.get("api_calls")
     if not calls or not calls["calls"]:
-        return "—"
-    return f"{calls['mean_ms']}, {calls['p99_le_ms']}"
+        return "— | —"
+    waited = calls.get("waited") or {}
+    return f"{calls['calls']}: {calls['mean_ms']}, {calls['p99_le_ms']} | {waited.get('mean_ms')}, {waited.get('p99_le_ms')}"
 
 
 def report_again():

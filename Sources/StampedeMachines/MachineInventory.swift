@@ -82,6 +82,8 @@ public final class MachineInventory: Sendable {
 
     private struct Ask: Sendable {
         var machine: MachineIdentity
+        /// When it was queued (monotonic nanoseconds).
+        var queued: Int64
         var stage: Stage
         var relay: IPv4?
     }
@@ -99,8 +101,8 @@ public final class MachineInventory: Sendable {
         var taken = 0
         var counts = [Int](repeating: 0, count: Outcome.allCases.count)
         var lastSaid: Int64?
-        /// How long each call for a machine's boot took (nanoseconds), until the metrics take them.
-        var callTimes: [Int64] = []
+        /// How long each call for a machine's boot took, until the metrics take them.
+        var callTimes: [CallTime] = []
         /// Who is told of each answer.
         var watches: [InventoryWatch] = []
     }
@@ -174,11 +176,11 @@ public final class MachineInventory: Sendable {
             if let entry, now < entry.expires {
                 // Fresh: answered from memory; past its half-life asked again behind it.
                 guard now >= entry.refresh, let stage, !state.asking.contains(key) else { return (entry.said, false) }
-                return (entry.said, Self.queue(.ask(Ask(machine: machine, stage: stage, relay: relay)), key, &state))
+                return (entry.said, Self.queue(.ask(Ask(machine: machine, queued: stampede_monotonic_ns(), stage: stage, relay: relay)), key, &state))
             }
             guard let stage else { return (nil, false) }
             if state.asking.contains(key) { return (nil, false) }
-            return (nil, Self.queue(.ask(Ask(machine: machine, stage: stage, relay: relay)), key, &state))
+            return (nil, Self.queue(.ask(Ask(machine: machine, queued: stampede_monotonic_ns(), stage: stage, relay: relay)), key, &state))
         }
         if queued { sem_post(ready) }
         return said
@@ -210,10 +212,18 @@ public final class MachineInventory: Sendable {
         return Dictionary(uniqueKeysWithValues: Outcome.allCases.map { ($0, counts[$0.rawValue]) })
     }
 
-    /// How long each call for a machine's boot took, in nanoseconds, from its request to its answer
-    /// read (or its failure), since the last time this was asked: at most `callTimesLimit` (those
-    /// past it are not timed; the calls' counts have them all).
-    public func takeCallTimes() -> [Int64] {
+    /// How long a call for a machine's boot took, in nanoseconds.
+    public struct CallTime: Sendable {
+        /// From its request sent to its answer read (or its failure): the API's time, and the network's.
+        public var call: Int64
+        /// From the machine's ask queued to its answer: what a machine waiting for it waited (the
+        /// call, and before it the wait for a free caller).
+        public var waited: Int64
+    }
+
+    /// The calls for machines' boots since the last time this was asked, timed: at most
+    /// `callTimesLimit` (those past it are not timed; the calls' counts have them all).
+    public func takeCallTimes() -> [CallTime] {
         state.withLock { state in
             defer { state.callTimes = [] }
             return state.callTimes
@@ -292,7 +302,8 @@ public final class MachineInventory: Sendable {
                     """)
             }
         }
-        let took = stampede_monotonic_ns() - asked
+        let answered = stampede_monotonic_ns()
+        let took = CallTime(call: answered - asked, waited: answered - ask.queued)
         let key = HardwareKey(mac)
         let watches = state.withLock { state in
             state.asking.remove(key)

@@ -45,8 +45,8 @@ public final class MetricsExporter: Sendable {
         var machines: [(stage: String, gauge: Gauge)] = []
         /// `stampede_machines_api_calls_total{outcome}`, with `--machines-api`.
         var apiCalls: [(outcome: String, counter: Counter, total: Int)] = []
-        /// `stampede_machines_api_call_seconds`, with `--machines-api`.
-        var apiCallTimes: DurationHistogram?
+        /// `stampede_machines_api_call_seconds` and `stampede_machines_api_wait_seconds`, with `--machines-api`.
+        var apiCallTimes: (call: DurationHistogram, waited: DurationHistogram)?
     }
 
     /// Machines per stage of their boot (`--machines`): the stages, and the count at each now.
@@ -57,11 +57,11 @@ public final class MetricsExporter: Sendable {
         public var apiOutcomes: [String]
         public var apiCalls: @Sendable () -> [String: Int]
         /// With `--machines-api`: how long its calls took (nanoseconds), since they were last taken.
-        public var apiCallTimes: @Sendable () -> [Int64]
+        public var apiCallTimes: @Sendable () -> [(call: Int64, waited: Int64)]
 
         public init(stages: [String], counts: @escaping @Sendable () -> [String: Int],
                     apiOutcomes: [String] = [], apiCalls: @escaping @Sendable () -> [String: Int] = { [:] },
-                    apiCallTimes: @escaping @Sendable () -> [Int64] = { [] }) {
+                    apiCallTimes: @escaping @Sendable () -> [(call: Int64, waited: Int64)] = { [] }) {
             self.stages = stages
             self.counts = counts
             self.apiOutcomes = apiOutcomes
@@ -114,9 +114,13 @@ public final class MetricsExporter: Sendable {
                 (outcome, registry.makeCounter(descriptor: described("stampede_machines_api_calls_total", "Calls to the machine API (--machines-api) by outcome: listed, not_listed (4xx), refused (an answer not used), unreachable (no answer, a 5xx), overflow (too many machines waiting)."),
                                                labels: [("outcome", outcome)]), 0)
             },
-            apiCallTimes: (machines?.apiOutcomes ?? []).isEmpty ? nil : registry.makeDurationHistogram(
-                descriptor: described("stampede_machines_api_call_seconds", "Time from a call's request to the machine API (--machines-api) to its answer read or its failure, as the server saw it."),
-                buckets: Self.apiCallBuckets)))
+            apiCallTimes: (machines?.apiOutcomes ?? []).isEmpty ? nil : (
+                registry.makeDurationHistogram(
+                    descriptor: described("stampede_machines_api_call_seconds", "Time from a call's request to the machine API (--machines-api) to its answer read or its failure, as the server saw it."),
+                    buckets: Self.apiCallBuckets),
+                registry.makeDurationHistogram(
+                    descriptor: described("stampede_machines_api_wait_seconds", "Time from a machine's ask to the machine API (--machines-api) queued to its answer: the call, and the wait for a free caller before it."),
+                    buckets: Self.apiCallBuckets))))
     }
 
     /// Makes swift-metrics report into this registry, so that a library instrumented with
@@ -181,8 +185,11 @@ public final class MetricsExporter: Sendable {
     }
 
     private func drain(_ state: inout State) {
-        if let histogram = state.apiCallTimes, let times = machines?.apiCallTimes() {
-            for nanoseconds in times { histogram.recordNanoseconds(nanoseconds) }
+        if let histograms = state.apiCallTimes, let times = machines?.apiCallTimes() {
+            for time in times {
+                histograms.call.recordNanoseconds(time.call)
+                histograms.waited.recordNanoseconds(time.waited)
+            }
         }
         var names: [String]?
         for worker in workers {

@@ -427,6 +427,10 @@ def test_the_machine_api_decides_what_a_machine_boots_as_pixiecores_api_says(pro
     assert timed['stampede_machines_api_call_seconds_bucket{le="0.25"}'] == 0, timed
     assert timed['stampede_machines_api_call_seconds_bucket{le="1.0"}'] == 3, timed
     assert 1.5 <= timed["stampede_machines_api_call_seconds_sum"] < 6, timed
+    # And what each machine waited: the call, and none for a free caller here.
+    waited = {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line.startswith("stampede_machines_api_wait_seconds")}
+    assert waited["stampede_machines_api_wait_seconds_count"] == 3, waited
+    assert timed["stampede_machines_api_call_seconds_sum"] <= waited["stampede_machines_api_wait_seconds_sum"] < 6, waited
 
 
 def test_when_the_machine_api_is_down_a_machine_gets_the_directory_and_it_is_said(proxy, machine, tmp_path):

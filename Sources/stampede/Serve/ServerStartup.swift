@@ -176,7 +176,7 @@ struct ServerStartup {
                 Dictionary(uniqueKeysWithValues: serving.progress.counts.map { ($0.key.label, $0.value) })
             }, apiOutcomes: serving.records.inventory == nil ? [] : MachineInventory.Outcome.allCases.map(\.label), apiCalls: {
                 Dictionary(uniqueKeysWithValues: (serving.records.inventory?.counts ?? [:]).map { ($0.key.label, $0.value) })
-            }, apiCallTimes: { serving.records.inventory?.takeCallTimes() ?? [] })
+            }, apiCallTimes: { (serving.records.inventory?.takeCallTimes() ?? []).map { ($0.call, $0.waited) } })
         }
     }
 
