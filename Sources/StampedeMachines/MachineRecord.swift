@@ -54,37 +54,92 @@ public struct MachineRecord: Equatable, Sendable {
         }
     }
 
+    /// Its fields, held once and copied on a write: a record is copied at each lookup (the proxy's
+    /// per DHCP request, a file request's, the API's answers kept), which then retains one
+    /// reference, not each of its strings and tables. Unchecked: a `Fields` is written only
+    /// while one record alone holds it.
+    private final class Fields: @unchecked Sendable {
+        var name: String
+        var selectors: [(selector: Selector, line: Int)]
+        var action: Action
+        var bootFiles: [BootSelector: BootTarget]
+        var boot: RenderedBoot?
+        var script: String?
+        var variables: [String: String]
+        var once = false
+
+        init(name: String, selectors: [(selector: Selector, line: Int)], action: Action, bootFiles: [BootSelector: BootTarget],
+             boot: RenderedBoot?, variables: [String: String]) {
+            (self.name, self.selectors, self.action, self.bootFiles, self.boot, self.variables) = (name, selectors, action, bootFiles, boot, variables)
+        }
+
+        func copy() -> Fields {
+            let copy = Fields(name: name, selectors: selectors, action: action, bootFiles: bootFiles, boot: boot, variables: variables)
+            (copy.script, copy.once) = (script, once)
+            return copy
+        }
+    }
+
+    private var fields: Fields
+
+    /// The fields, this record's alone (copied first if another record shares them).
+    private var own: Fields {
+        mutating get {
+            if !isKnownUniquelyReferenced(&fields) { fields = fields.copy() }
+            return fields
+        }
+    }
+
     /// Its file's name: how logs and errors name it.
-    public var name: String
+    public var name: String {
+        get { fields.name }
+        set { own.name = newValue }
+    }
     /// What it selects, each with the line that says so.
-    public var selectors: [(selector: Selector, line: Int)]
-    public var action: Action
+    public var selectors: [(selector: Selector, line: Int)] {
+        get { fields.selectors }
+        set { own.selectors = newValue }
+    }
+    public var action: Action {
+        get { fields.action }
+        set { own.action = newValue }
+    }
     /// `boot-file SELECTOR=NAME`s, over the network's menu (`--boot-file`, the defaults).
-    public var bootFiles: [BootSelector: BootTarget]
+    public var bootFiles: [BootSelector: BootTarget] {
+        get { fields.bootFiles }
+        set { own.bootFiles = newValue }
+    }
     /// `kernel`, `initrd`, `cmdline`: the boot Stampede writes for the loader that asks (nil: the
     /// root's files, as without records).
-    public var boot: RenderedBoot?
+    public var boot: RenderedBoot? {
+        get { fields.boot }
+        set { own.boot = newValue }
+    }
     /// `script = PATH`: the operator's own iPXE script for its machines, a file beneath the root
     /// served in place of `boot.ipxe` and `autoexec.ipxe`.
-    public var script: String?
+    public var script: String? {
+        get { fields.script }
+        set { own.script = newValue }
+    }
     /// `var NAME = VALUE`: what its command line may name.
-    public var variables: [String: String]
+    public var variables: [String: String] {
+        get { fields.variables }
+        set { own.variables = newValue }
+    }
     /// `once = yes`: a machine it selects boots until it says its boot is done (its done URL, or
     /// `stampede machines done MAC`), and from its disk after, as if its record said `local`.
-    public var once = false
+    public var once: Bool {
+        get { fields.once }
+        set { own.once = newValue }
+    }
 
     public init(name: String, selectors: [(selector: Selector, line: Int)], action: Action = .boot, bootFiles: [BootSelector: BootTarget] = [:],
                 boot: RenderedBoot? = nil, variables: [String: String] = [:]) {
-        self.name = name
-        self.selectors = selectors
-        self.action = action
-        self.bootFiles = bootFiles
-        self.boot = boot
-        self.variables = variables
+        fields = Fields(name: name, selectors: selectors, action: action, bootFiles: bootFiles, boot: boot, variables: variables)
     }
 
     public static func == (a: MachineRecord, b: MachineRecord) -> Bool {
-        a.name == b.name && a.action == b.action && a.bootFiles == b.bootFiles && a.boot == b.boot && a.variables == b.variables && a.once == b.once && a.script == b.script
+        a.fields === b.fields || a.name == b.name && a.action == b.action && a.bootFiles == b.bootFiles && a.boot == b.boot && a.variables == b.variables && a.once == b.once && a.script == b.script
             && a.selectors.map(\.selector) == b.selectors.map(\.selector) && a.selectors.map(\.line) == b.selectors.map(\.line)
     }
 
