@@ -59,6 +59,11 @@ public struct BootClient: Equatable, Sendable {
         self.machineIdentifier = machineIdentifier
     }
 
+    /// Whether `message` is iPXE's: its encapsulated options (175), or `iPXE` in its user class.
+    public static func isIPXE(_ message: DHCPMessage) -> Bool {
+        message.options[.iPXEEncapsulated] != nil || contains(message.options[.userClass] ?? [], Array("iPXE".utf8))
+    }
+
     /// `pxeVendors`: vendor classes taken as `PXEClient` besides it (U-Boot's `U-Boot.armv8`, as
     /// dnsmasq's --dhcp-pxe-vendor), each matched at the start of option 60.
     public init?(_ message: DHCPMessage, pxeVendors: [[UInt8]] = []) {
@@ -75,8 +80,7 @@ public struct BootClient: Equatable, Sendable {
         } else {
             architecture = Self.architecture(inVendorClass: vendor) ?? 0
         }
-        let userClass = message.options[.userClass] ?? []
-        isIPXE = message.options[.iPXEEncapsulated] != nil || Self.contains(userClass, Array("iPXE".utf8))
+        isIPXE = Self.isIPXE(message)
         iPXEProtocols = message.options[.iPXEEncapsulated].flatMap(IPXEProtocols.read)
         if let identifier = message.options[.machineIdentifier], identifier.count == 17, identifier[0] == 0 {
             machineIdentifier = identifier

@@ -131,7 +131,7 @@ public struct MachineBoot: GeneratedFiles {
         let record: MachineRecord?
         if unbound {
             record = book.defaultRecord
-        } else if let (found, _) = records.record(for: machine, asking: .script) {
+        } else if let (found, _) = records.record(for: machine, asking: .script, renews: false) {
             record = found
         } else if let iPXE {
             return Made(file: .made(Array(LoaderScript.iPXEWaiting(again: iPXE).utf8)))

@@ -10,8 +10,12 @@ import Synchronization
 /// `GET <api>/v1/boot/<mac>` with what Stampede knows of it as query parameters (`arch`, `uuid`,
 /// `giaddr`, `stage`) — by a few threads of its own, never by an event loop or the proxy's.
 ///
-/// - An answer is kept for `lifetime` seconds, a "not listed" (any 4xx) too, and asked again
-///   once half of it has passed, so that a machine that keeps asking is answered from memory.
+/// - An answer is kept for `lifetime` seconds, a "not listed" (any 4xx) too. A machine whose
+///   firmware starts a boot again once half of it has passed is answered from memory and asked
+///   about again behind it, so that a machine that keeps booting never waits for a call; its
+///   loaders' requests within a boot (iPXE's DHCP, its script) are answered from memory until the
+///   answer expires, and ask nothing (a rack's boots, longer than half a lifetime, would each cost
+///   a second call).
 /// - A machine asked about while its call is out waits for that call: one call per machine.
 /// - At most `callers` calls at once (64 by default), each at most `timeout` seconds; at most `waitingLimit`
 ///   machines wait for one (more are counted, `overflow`, and asked about at their next request).
@@ -166,8 +170,9 @@ public final class MachineInventory: Sendable {
     }
 
     /// What the inventory says of `machine` now; nil while it is being asked (a watch says when
-    /// to ask again). `stage` nil: what is known, asking nothing.
-    public func said(of machine: MachineIdentity, stage: Stage?, relay: IPv4? = nil) -> Said? {
+    /// to ask again). `stage` nil: what is known, asking nothing. `renews`: the machine's firmware
+    /// starts a boot, and an answer past half its lifetime is asked about again behind it.
+    public func said(of machine: MachineIdentity, stage: Stage?, relay: IPv4? = nil, renews: Bool = true) -> Said? {
         let mac = machine.hardwareAddress
         let key = HardwareKey(mac)
         let now = clock()
@@ -175,7 +180,7 @@ public final class MachineInventory: Sendable {
             let entry = state.kept[key]
             if let entry, now < entry.expires {
                 // Fresh: answered from memory; past its half-life asked again behind it.
-                guard now >= entry.refresh, let stage, !state.asking.contains(key) else { return (entry.said, false) }
+                guard renews, now >= entry.refresh, let stage, !state.asking.contains(key) else { return (entry.said, false) }
                 return (entry.said, Self.queue(.ask(Ask(machine: machine, queued: stampede_monotonic_ns(), stage: stage, relay: relay)), key, &state))
             }
             guard let stage else { return (nil, false) }

@@ -55,12 +55,12 @@ public final class MachineRecords: Sendable {
     /// the machine (`--machines-api`), else the directory's record (or none). nil: the inventory
     /// is being asked (a watch of it says when it answered). `stage` nil: what is known now, asking
     /// nothing. A machine known by no MAC (a DHCPv6 DUID-UUID) is not asked of the inventory, which
-    /// names machines by MAC.
-    public func record(for machine: MachineIdentity, asking stage: MachineInventory.Stage?, relay: IPv4? = nil)
+    /// names machines by MAC. `renews`: a firmware starting a boot (`MachineInventory.said`).
+    public func record(for machine: MachineIdentity, asking stage: MachineInventory.Stage?, relay: IPv4? = nil, renews: Bool = true)
         -> (record: MachineRecord?, book: MachineBook)? {
         let book = current
         guard let inventory, !machine.hardwareAddress.isEmpty else { return (book.record(for: machine), book) }
-        switch inventory.said(of: machine, stage: stage, relay: relay) {
+        switch inventory.said(of: machine, stage: stage, relay: relay, renews: renews) {
         case .record(let record)?: return (record, book)
         case .notListed?, .unreachable?: return (book.record(for: machine), book)
         case nil: return stage == nil ? (book.record(for: machine), book) : nil

@@ -280,7 +280,10 @@ public final class ProxyDHCPServer: @unchecked Sendable {
             asked = machine
             guard let machines else { return .boot(network.menu) }
             let relay = message.relayAddress.isAny ? nil : message.relayAddress
-            guard let (found, book) = machines.record(for: machine, asking: .dhcp, relay: relay) else { return .leaveAlone(.asking) }
+            // iPXE's DHCP is a boot going on: only a firmware's starts one (and renews its answer).
+            guard let (found, book) = machines.record(for: machine, asking: .dhcp, relay: relay, renews: !BootClient.isIPXE(message)) else {
+                return .leaveAlone(.asking)
+            }
             record = found
             return book.choice(of: found, for: machine, over: network.menu)
         }

@@ -98,7 +98,7 @@ import Testing
 
     let booting = HTTPClient.Answer(status: 200, body: Array(#"{"kernel": "/vmlinuz", "cmdline": "role=worker"}"#.utf8))
 
-    @Test func anAnswerIsAskedOnceKeptForItsLifetimeAndAskedAgainAfterHalfOfIt() throws {
+    @Test func anAnswerIsAskedOnceKeptForItsLifetimeAndRenewedByABootAfterHalfOfIt() throws {
         let fake = FakeAPI()
         fake.set("52:54:00:12:34:07", .success(booting))
         let inventory = inventory(fake)
@@ -125,10 +125,16 @@ import Testing
         #expect(inventory.said(of: machine, stage: .dhcp) == .record(record))
         usleep(20_000)
         #expect(fake.asked.withLock { $0.count } == 1)
+        // Past it, a loader's request within a boot (iPXE's DHCP, its script) renews nothing: no call.
         fake.now.store(1031, ordering: .relaxed)
-        #expect(inventory.said(of: machine, stage: .script) == .record(record))
+        #expect(inventory.said(of: machine, stage: .dhcp, renews: false) == .record(record))
+        #expect(inventory.said(of: machine, stage: .script, renews: false) == .record(record))
+        usleep(20_000)
+        #expect(fake.asked.withLock { $0.count } == 1)
+        // A firmware starting a boot renews it: answered from memory, asked again behind it.
+        #expect(inventory.said(of: machine, stage: .dhcp) == .record(record))
         for _ in 0..<500 where fake.asked.withLock({ $0.count }) < 2 { usleep(2000) }
-        #expect(fake.asked.withLock { $0.last } == "GET \(api)/v1/boot/52:54:00:12:34:07?arch=7&uuid=8d3a0b1e-0000-4000-8000-000000000007&stage=script")
+        #expect(fake.asked.withLock { $0.last } == "GET \(api)/v1/boot/52:54:00:12:34:07?arch=7&uuid=8d3a0b1e-0000-4000-8000-000000000007&stage=dhcp")
         #expect(inventory.counts[.listed] == 2)
     }
 

@@ -433,6 +433,36 @@ def test_the_machine_api_decides_what_a_machine_boots_as_pixiecores_api_says(pro
     assert timed["stampede_machines_api_call_seconds_sum"] <= waited["stampede_machines_api_wait_seconds_sum"] < 6, waited
 
 
+def test_a_boot_going_on_renews_no_api_answer_and_a_firmware_starting_one_does(proxy, machine, machine_api, boot_link, tmp_path):
+    """Past half of --machines-api-cache, iPXE's DHCP and its script (a boot going on) are answered
+    from the kept answer and call nothing; the firmware's next DHCP (a boot starting) is answered
+    from it too and has the API asked again behind it."""
+    empty = tmp_path / "machines"
+    empty.mkdir()
+    url, asked = machine_api(boot_link[0], {colons(NODE07): {"kernel": "/assets/vmlinuz", "cmdline": "role=worker"}})
+    s = proxy("--machines", str(empty), "--machines-api", url, "--machines-api-cache", "4")
+
+    def calls():
+        return [line for line in asked() if line.startswith(f"GET /pixiecore/v1/boot/{colons(NODE07)}?")]
+    reply = machine.ask(dhcpwire.message(NODE07, arch=7), timeout=3)
+    assert reply and reply["file"] == "ipxe.efi", s.log_text()
+    machine.ask(dhcpwire.message(NODE07, kind=dhcpwire.REQUEST, extra=dhcpwire.option(50, socket.inet_aton(dhcpwire.CLIENT))), timeout=0.3)
+    assert len(calls()) == 1, calls()
+    time.sleep(2.5)
+    ipxe = machine.ask(dhcpwire.message(NODE07, arch=7, xid=0x5151, extra=dhcpwire.option(77, b"iPXE")), timeout=2)
+    assert ipxe, s.log_text()
+    got = boot_link[1].run_inside(["curl", "-sf", f"http://{dhcpwire.SERVER}:8080/boot.ipxe"]).stdout.decode()
+    assert "role=worker" in got, got
+    time.sleep(0.5)
+    assert len(calls()) == 1, calls()
+    reply = machine.ask(dhcpwire.message(NODE07, arch=7, xid=0x6161), timeout=2)
+    assert reply and reply["file"] == "ipxe.efi", s.log_text()
+    deadline = time.time() + 3
+    while len(calls()) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert len(calls()) == 2 and calls()[1].endswith("&stage=dhcp"), calls()
+
+
 def test_when_the_machine_api_is_down_a_machine_gets_the_directory_and_it_is_said(proxy, machine, tmp_path):
     (tmp_path / "machines").mkdir()
     (tmp_path / "machines" / "default").write_text("default = yes\nboot-file = efi-x64=rescue.efi\n")

@@ -267,7 +267,7 @@ struct ServeOptions: ParsableArguments {
                                valueName: "URL"))
     var machinesAPI: String?
     @Option(name: .customLong("machines-api-cache"),
-            help: "Seconds an answer of --machines-api is kept (default 60, from 1), a 4xx too; it is asked again after half of them.")
+            help: "Seconds an answer of --machines-api is kept (default 60, from 1), a 4xx too; a machine's firmware starting a boot after half of them has it asked again behind the kept answer.")
     var machinesAPICache = 60
     @Option(name: .customLong("machines-api-calls"),
             help: "Calls to --machines-api at once, at most (default 64), each on a thread of its own and at most 2 s: what a rack powering on asks at once (a machine's requests wait for its one call).")
