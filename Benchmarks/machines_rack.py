@@ -265,8 +265,9 @@ def summary(rounds):
 
 def report(rounds):
     """The tables, from every round: the median round by server CPU per machine with the spread,
-    the median by its user-space part, and what that part adds, as a share of the whole CPU of
-    the rack without records."""
+    the median by its user-space part; and, paired within each round (whose three racks ran back
+    to back, on the host as it was then), the ratio of the whole to the rack without records and
+    what the user-space part adds as a share of that rack's whole CPU: their medians and spreads."""
     backends = sorted({b for b, _ in rounds}, key=BACKENDS.index)
     configurations = [c for c in CONFIGURATIONS if any(k[1] == c for k in rounds)]
     count = len(next(iter(rounds.values())))
@@ -274,33 +275,39 @@ def report(rounds):
              "(EDK2's DHCP, ipxe.efi 256 KiB over TFTP, iPXE's DHCP, the script the server writes for the machine, the 512 KiB "
              f"kernel and 1 MiB initrd it names over HTTP, every byte compared{'' if SLICES == 1 else f'; the storm in {SLICES} processes, p50 their median, p99 their largest'}), without records, with a record per machine "
              f"(--machines), and with pixiecore's API answering in {int(API_DELAY * 1000)} ms (--machines-api, {API_CALLS} calls at once); {count} interleaved "
-             "rounds, the median round by server CPU per machine (its spread) and its ratio to the rack without records, the median of "
-             "its part in user space, and what that part adds per machine as a share of the whole CPU without records:", "",
+             "rounds, the median round by server CPU per machine (its spread), the median of its part in user space; and, each round's "
+             "racks paired (they ran back to back), the median of each round's ratio to the rack without records and of what the user-space "
+             "part adds per machine as a share of that rack's whole CPU (their spreads):", "",
              "| backend | machines known by | booted / failed | boot p50 s | boot p99 s | EDK2 DHCP p99 s | iPXE DHCP p99 s "
              "| DHCP retransmissions | TFTP retransmissions | server CPU µs per machine (spread) | × none | of it in user space (spread) "
              "| added in user space, % of none's CPU | API calls: ms each as the server saw it, mean, p99 ≤ | ms a machine waited, mean, p99 ≤ |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for backend in backends:
-        base = median(rounds[(backend, "none")], "cpu_us_per_machine")[0]["cpu_us_per_machine"] if "none" in configurations else 0
-        base_user = median(rounds[(backend, "none")], "user_us_per_machine")[0]["user_us_per_machine"] if "none" in configurations else 0
+        bases = rounds.get((backend, "none"), [])
         for configuration in configurations:
             r, low, high = median(rounds[(backend, configuration)], "cpu_us_per_machine")
             u, user_low, user_high = median(rounds[(backend, configuration)], "user_us_per_machine")
-            ratio = r["cpu_us_per_machine"] / base if base else 0
-            added = (u["user_us_per_machine"] - base_user) / base * 100 if base else 0
+            paired = [(x["cpu_us_per_machine"] / n["cpu_us_per_machine"], (x["user_us_per_machine"] - n["user_us_per_machine"]) / n["cpu_us_per_machine"] * 100)
+                      for x, n in zip(rounds[(backend, configuration)], bases) if n["cpu_us_per_machine"]]
+            ratio = paired_cell([p[0] for p in paired], "{:.3f}")
+            added = paired_cell([p[1] for p in paired], "{:+.1f} %")
             lines.append(f"| {backend} | {configuration} | {r['ok']} / {r['failed']} | {r['p50_s']} | {r['p99_s']} | {r['uefi_dhcp_p99_s']} "
-                         f"| {r['ipxe_dhcp_p99_s']} | {r['dhcp_retransmits']} | {r['tftp_retransmits']} | {r['cpu_us_per_machine']} ({low}–{high}) | {ratio:.3f} "
-                         f"| {u['user_us_per_machine']} ({user_low}–{user_high}) | {added:+.1f} % | {api_calls(r)} |")
+                         f"| {r['ipxe_dhcp_p99_s']} | {r['dhcp_retransmits']} | {r['tftp_retransmits']} | {r['cpu_us_per_machine']} ({low}–{high}) | {ratio} "
+                         f"| {u['user_us_per_machine']} ({user_low}–{user_high}) | {added} | {api_calls(r)} |")
     if "api" in configurations:
         lines += ["", f"The API's server (pixieapi.py, Python's asyncio) stands for a service on a host of its own; here it shares "
                   f"the two cores, so it runs at nice {API_NICE}, and the server times each of its calls and what each machine waited "
                   "for one, the call and the wait for a free caller before it (the last two columns: from stampede_machines_api_call_seconds "
                   "and stampede_machines_api_wait_seconds, read at the round's end; p99 as the bound of the bucket it falls in)."]
+    moved = "; ".join(f"{b}: from {min(r['user_us_per_machine'] for r in rounds[(b, 'none')])} to "
+                      f"{max(r['user_us_per_machine'] for r in rounds[(b, 'none')])} µs a machine" for b in backends if (b, "none") in rounds)
     lines += ["", "A rack this size overloads the two cores the server and the storm share: rounds whose boots ran long (a boot "
               "p99 past 20 s) cost more CPU in the kernel, whatever the server knows, so the whole CPU's ratio moves by ±15 % "
               "from run to run. What knowing each machine adds is work in user space (records "
-              "looked up, scripts written, the API's answers read), which moves far less: the last column is that work, per "
-              "machine, against the whole CPU a machine costs without records (the column \"added in user space\")."]
+              "looked up, scripts written, the API's answers read), which moves less, but with the host too (the rack without "
+              f"records took, in user space, {moved} across this run's rounds): the column \"added in "
+              "user space\" is that work, per machine, against the whole CPU a machine costs without records, taken in each "
+              "round against that round's rack without records (the three ran back to back), its median and spread."]
     failed = [(b, c, i + 1, r) for (b, c), rs in rounds.items() for i, r in enumerate(rs) if r["failed"]]
     if not failed:
         lines += ["", f"No machine failed in any of the {count} rounds."]
@@ -311,6 +318,15 @@ def report(rounds):
             kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(r["failures"].items()))
             lines.append(f"- {backend} {configuration}, round {index}: {r['failed']} failed ({kinds}): {said}")
     return "\n".join(lines)
+
+
+def paired_cell(values, form):
+    """The median of a round-by-round figure and its spread, as the report's cell."""
+    if not values:
+        return "—"
+    ordered = sorted(values)
+    middle = form.format(ordered[len(ordered) // 2])
+    return middle if ordered[0] == ordered[-1] else f"{middle} ({form.format(ordered[0])}–{form.format(ordered[-1])})"
 
 
 def api_calls(r):
