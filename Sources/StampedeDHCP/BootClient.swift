@@ -59,9 +59,13 @@ public struct BootClient: Equatable, Sendable {
         self.machineIdentifier = machineIdentifier
     }
 
+    /// The user class iPXE names itself by.
+    private static let iPXEUserClass = Array("iPXE".utf8)
+
     /// Whether `message` is iPXE's: its encapsulated options (175), or `iPXE` in its user class.
+    /// Asked of every request the proxy answers (twice with machine records): nothing allocated.
     public static func isIPXE(_ message: DHCPMessage) -> Bool {
-        message.options[.iPXEEncapsulated] != nil || contains(message.options[.userClass] ?? [], Array("iPXE".utf8))
+        message.options[.iPXEEncapsulated] != nil || message.options[.userClass].map { contains($0, iPXEUserClass) } == true
     }
 
     /// `pxeVendors`: vendor classes taken as `PXEClient` besides it (U-Boot's `U-Boot.armv8`, as

@@ -176,16 +176,17 @@ public final class MachineInventory: Sendable {
         let mac = machine.hardwareAddress
         let key = HardwareKey(mac)
         let now = clock()
+        func ask(_ stage: Stage) -> Task { .ask(Ask(machine: machine, queued: stampede_monotonic_ns(), stage: stage, relay: relay)) }
         let (said, queued): (Said?, Bool) = state.withLock { state in
             let entry = state.kept[key]
             if let entry, now < entry.expires {
                 // Fresh: answered from memory; past its half-life asked again behind it.
                 guard renews, now >= entry.refresh, let stage, !state.asking.contains(key) else { return (entry.said, false) }
-                return (entry.said, Self.queue(.ask(Ask(machine: machine, queued: stampede_monotonic_ns(), stage: stage, relay: relay)), key, &state))
+                return (entry.said, Self.queue(ask(stage), key, &state))
             }
             guard let stage else { return (nil, false) }
             if state.asking.contains(key) { return (nil, false) }
-            return (nil, Self.queue(.ask(Ask(machine: machine, queued: stampede_monotonic_ns(), stage: stage, relay: relay)), key, &state))
+            return (nil, Self.queue(ask(stage), key, &state))
         }
         if queued { sem_post(ready) }
         return said
