@@ -182,7 +182,11 @@ import Testing
     /// its host's memory can finish it before the same read looks again: then the block was in the
     /// page cache when read, and going at once is right. Such a try proves nothing either way, and
     /// is made again with the pages dropped again (a worker that read from the disk would send
-    /// early in every try).
+    /// early in every try). How often a try is lost so depends on the machine's load, not on the
+    /// server: the miss's read completes inside the same preadv2 when the thread is preempted
+    /// between the kernel's submitting it and looking again (with three busy loops and a writer
+    /// beside it, 1 try in 15 here; CI, building beside the suite, lost 5 in a row). Hence up to
+    /// 50 tries: a worker that reads from the disk still fails every one.
     func streamed<Backend: DatagramBackend>(_ backend: Backend) throws {
         let dir = ScratchDirectory.onDisk()
         let big = (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ $0 >> 11) }
@@ -216,7 +220,7 @@ import Testing
         var gate = Gate()
         defer { gate.open() }
         var earlyTries = 0
-        while earlyTries < 5 {
+        while earlyTries < 50 {
             try #require(ScratchDirectory.evict(fd, size: big.count), "the file's pages did not leave the page cache")
             client = LoopbackClient()
             _ = fcntl(client.fd, F_SETFL, O_NONBLOCK)
@@ -242,7 +246,7 @@ import Testing
             gate.open()
             worker.turnSettling(now: stampede_monotonic_ns(), maxWait: 0)
         }
-        #expect(earlyTries < 5, "a block on the disk was read on the worker, in every one of \(earlyTries) tries")
+        #expect(earlyTries < 50, "a block on the disk was read on the worker, in every one of \(earlyTries) tries")
         let optionAck = try #require(answered)
         // A cached file is served meanwhile.
         _ = fcntl(other.fd, F_SETFL, O_NONBLOCK)
