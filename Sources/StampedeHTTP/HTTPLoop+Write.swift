@@ -40,21 +40,12 @@ extension HTTPLoop {
                 abandon(slot, "the file shrank while it was sent: closed before the last byte", .serverError)
                 return .abandoned
             case .sent(.bytes(let sent), let viaSendfile):
-                let fromHead = min(sent, headLeft)
-                let bodySent = sent - fromHead
-                // The answer's progress, in place.
-                let (fromFile, isDone): (Bool, Bool) = {
-                    guard var response = connection.takeResponse() else { return (false, true) }
-                    defer { connection.response = response }
-                    response.headSent += fromHead
-                    response.offset += bodySent
-                    if case .file = response.body { return (true, response.isDone) }
-                    return (false, response.isDone)
-                }()
-                if fromFile { metrics.add(.httpFileBytesSent, bodySent) }
-                if let path = transport.bodyPath(viaSendfile: viaSendfile) { metrics.add(path, bodySent) }
-                metrics.add(.httpBytesSent, sent)
-                if connection.state.handle(.wrote(sent), now: now) == .yieldTurn && !isDone { return .yielded }
+                if took(sent, headLeft: headLeft, viaSendfile: viaSendfile, connection, transport, now: now) == .yieldTurn {
+                    return .yielded
+                }
+            case .sent(.filled(let sent), let viaSendfile):
+                _ = took(sent, headLeft: headLeft, viaSendfile: viaSendfile, connection, transport, now: now)
+                return .blocked
             case .sent(.wouldBlock, _), .readingAhead:
                 return .blocked
             case .sent(.interrupted, _):
@@ -69,6 +60,27 @@ extension HTTPLoop {
             }
         }
         return .done
+    }
+
+    /// The answer's progress by `sent` bytes (the head's first, then the body's), in place, and
+    /// counted: whether the turn's budget is spent with the answer not done.
+    private func took(_ sent: Int, headLeft: Int, viaSendfile: Bool, _ connection: Connection, _ transport: Transport,
+                      now: Nanoseconds) -> ConnectionState.Action? {
+        let fromHead = min(sent, headLeft)
+        let bodySent = sent - fromHead
+        let (fromFile, isDone): (Bool, Bool) = {
+            guard var response = connection.takeResponse() else { return (false, true) }
+            defer { connection.response = response }
+            response.headSent += fromHead
+            response.offset += bodySent
+            if case .file = response.body { return (true, response.isDone) }
+            return (false, response.isDone)
+        }()
+        if fromFile { metrics.add(.httpFileBytesSent, bodySent) }
+        if let path = transport.bodyPath(viaSendfile: viaSendfile) { metrics.add(path, bodySent) }
+        metrics.add(.httpBytesSent, sent)
+        let action = connection.state.handle(.wrote(sent), now: now)
+        return isDone ? nil : action
     }
 
     /// The next write of the connection's answer, on the answer in place: the bytes of its head

@@ -13,6 +13,10 @@ enum Transport {
     /// What one write did.
     enum Sent: Equatable {
         case bytes(Int)
+        /// Some bytes, fewer than asked, and the socket is full: a short sendfile on a socket is
+        /// one whose send found no room (the kernel marked it as waiting for room, so the next
+        /// readiness comes): asking again would only hear EAGAIN.
+        case filled(Int)
         /// The socket is full: its next readiness goes on.
         case wouldBlock
         /// A signal came first (plain): edge-triggered, no readiness would come again.
@@ -103,7 +107,8 @@ enum Transport {
         switch self {
         case .plain(let fd):
             var at = off_t(offset)
-            return Self.sent(Glibc.sendfile(fd, file, &at, count))
+            let result = Glibc.sendfile(fd, file, &at, count)
+            return result > 0 && result < count ? .filled(result) : Self.sent(result)
         case .tls(let session):
             return Self.sent(session.sendfile(from: file, offset: offset, count: count))
         }

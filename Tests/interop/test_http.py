@@ -87,6 +87,40 @@ def test_curl_fetches_whole_files_byte_exact_cached_and_streamed(web, root, tmp_
     assert lines and f"bytes={5 << 20}" in lines[0]
 
 
+def test_readers_slower_than_the_server_get_every_byte(web, root):
+    """Clients that read in bursts with pauses through a small receive buffer: every sendfile
+    fills the socket part way (a short send: the server waits for the socket's next readiness
+    instead of asking again), and each answer, cached or streamed from its file, still comes
+    whole, byte for byte."""
+    big = root / "slow.img"
+    big.write_bytes(os.urandom(3 << 20))
+    big.chmod(0o644)
+    s = web("--cache-file-limit", "2")
+    for name in ("slow.img", "one-mib.bin"):
+        readers = []
+        for _ in range(4):
+            c = socket.socket()
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32768)
+            c.settimeout(10)
+            c.connect(("127.0.0.1", s.http_port))
+            c.sendall(f"GET /{name} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            readers.append([c, b""])
+        expected = (root / name).read_bytes()
+        while readers:
+            for reader in list(readers):
+                chunk = reader[0].recv(48 << 10)
+                assert chunk, f"{name}: the server closed after {len(reader[1])} bytes"
+                reader[1] += chunk
+                (status, headers, body), = responses(reader[1]) if b"\r\n\r\n" in reader[1] else [(0, {}, b"")]
+                if status and len(body) == int(headers["content-length"]):
+                    assert status == 200 and body == expected
+                    reader[0].close()
+                    readers.remove(reader)
+            time.sleep(0.003)
+    lines = s.log_lines('"slow.img" http 200')
+    assert len(lines) == 4 and all(f"bytes={3 << 20}" in line for line in lines)
+
+
 def test_the_response_says_what_firmware_needs_and_never_chunks(web, root):
     s = web()
     with urllib.request.urlopen(f"{s.url}/one-mib.bin") as answer:
