@@ -158,6 +158,39 @@ class Sampler(threading.Thread):
             self.sample()
 
 
+class TCPMemory(threading.Thread):
+    """The host's TCP memory (/proc/net/sockstat's "mem", in pages: the kernel's count for all
+    sockets of every namespace, the storm's too) every 100 ms while a run lasts: its peak, and the
+    seconds it spent at or over the pressure mark (tcp_mem's second figure, read in this, the
+    host's namespace), past which the kernel prunes receive queues and shrinks send buffers."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.pressure = int(Path("/proc/sys/net/ipv4/tcp_mem").read_text().split()[1])
+        self.peak, self.over = 0, 0
+        self.stopping = threading.Event()
+
+    @staticmethod
+    def pages():
+        for line in Path("/proc/net/sockstat").read_text().splitlines():
+            field = line.split()
+            if field and field[0] == "TCP:":
+                return int(field[field.index("mem") + 1])
+        return 0
+
+    def run(self):
+        while not self.stopping.wait(0.1):
+            pages = self.pages()
+            self.peak = max(self.peak, pages)
+            self.over += pages >= self.pressure
+
+    def stop(self) -> dict:
+        self.stopping.set()
+        self.join()
+        return {"peak_mb": round(self.peak * PAGE / 1e6), "pressure_mb": round(self.pressure * PAGE / 1e6),
+                "seconds_over": round(self.over / 10, 1)}
+
+
 def memory(pid: int) -> dict:
     """A process tree's resident memory now, in MiB: in all, and its kinds (/proc/PID/status):
     anonymous (heaps, stacks), shared memory (Stampede's file images are memfds) and mapped files

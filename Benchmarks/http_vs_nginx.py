@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (FD_LIMIT, in_group, memory, ROOT, SID, STAMPEDE, CpuGroup, Sampler, dnsmasq_command, fill_root, free_port, in_sid,  # noqa: E402
+from harness import (FD_LIMIT, in_group, memory, ROOT, SID, STAMPEDE, CpuGroup, Sampler, TCPMemory, dnsmasq_command, fill_root, free_port, in_sid,  # noqa: E402
                      median_spread, nginx_config, RESULTS, stamp_line, with_spread, stop_all, wait_for_tcp, wrk, write_results)
 
 SECONDS = int(os.environ.get("BENCH_HTTP_SECONDS", "8"))
@@ -131,8 +131,11 @@ def one_round(server, index):
     try:
         for name, connections in SCENARIOS:
             before = group.seconds() if group else 0.0
+            tcp = TCPMemory()
+            tcp.start()
             load = wrk(f"http://127.0.0.1:{port}/{name}", connections, SECONDS)
             cpu = (group.seconds() if group else 0.0) - before
+            load["tcp_memory"] = tcp.stop()
             load["cpu_s"] = round(cpu, 3)
             load["cpu_per_gb"] = round(cpu / (load["bytes"] / 1e9), 3) if load["bytes"] else None
             load["gb_per_s"] = round(load["bytes"] / 1e9 / SECONDS, 3)
@@ -214,6 +217,13 @@ def rack_table(rounds):
     return lines, summary
 
 
+def tcp_peak(results, key):
+    """The largest host TCP memory peak (MB) of a server's rounds in a scenario, or — where the
+    rounds were run before it was sampled."""
+    peaks = [r[key]["tcp_memory"]["peak_mb"] for r in results if r[key].get("tcp_memory")]
+    return str(max(peaks)) if peaks else "—"
+
+
 def figure(results, key, per_cpu, rate):
     """One server's figure over the rounds: its median and spread, and the median rate beside it."""
     median, low, high = median_spread([r[key][per_cpu] for r in results])
@@ -241,8 +251,9 @@ def report(rounds, rack_rounds, nginx_version, seconds):
     big = [(name, connections) for name, connections in ALL_SCENARIOS if f"{name} x{connections}" in played]
     small = [(name, connections) for name, connections in ALL_SMALL_SCENARIOS if f"{name} x{connections}" in played]
     table = ["| scenario | Stampede CPU-s/GB (spread) | streamed (spread) | nginx CPU-s/GB (spread) | Stampede ÷ nginx "
-             "| streamed ÷ nginx | GB/s Stampede, streamed, nginx |" + (" baseline (spread) | Stampede ÷ baseline |" if baseline else ""),
-             "|---|---|---|---|---|---|---|" + ("---|---|" if baseline else "")] if big else []
+             "| streamed ÷ nginx | GB/s Stampede, streamed, nginx | host TCP memory peak MB, Stampede, streamed, nginx |"
+             + (" baseline (spread) | Stampede ÷ baseline |" if baseline else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|---|" if baseline else "")] if big else []
     summary = {}
     for name, connections in big:
         key = f"{name} x{connections}"
@@ -252,7 +263,8 @@ def report(rounds, rack_rounds, nginx_version, seconds):
         summary[key] = {**row, "ratio": round(ratio, 2), "streamed_ratio": round(streamed_ratio, 2)}
         s, t, n = row["stampede"], row["stampede-streamed"], row["nginx"]
         line = (f"| {key} | {cell(s)} | {cell(t)} | {cell(n)} | {ratio:.2f} | {streamed_ratio:.2f} "
-                f"| {s['gb_per_s']}, {t['gb_per_s']}, {n['gb_per_s']} |")
+                f"| {s['gb_per_s']}, {t['gb_per_s']}, {n['gb_per_s']} "
+                f"| {', '.join(tcp_peak(rounds[server], key) for server in ('stampede', 'stampede-streamed', 'nginx'))} |")
         table.append(line + (baseline_cells(row, summary[key]) if baseline else ""))
     table += ["", "Small answers: requests per server CPU-second (median, spread; higher is better), a 404 for a file "
               "not there and small files:", "",
@@ -278,6 +290,14 @@ def report(rounds, rack_rounds, nginx_version, seconds):
         # The baseline's own code beside Stampede's, from the same rounds: what a user-space change moved.
         table.append(line + (baseline_cells(row, summary[key]) + f" {row['stampede-baseline']['user_us_per_request']} |"
                              if baseline else ""))
+    pressure = next((r[key]["tcp_memory"]["pressure_mb"] for rs in rounds.values() for r in rs for key in r
+                     if isinstance(r[key], dict) and r[key].get("tcp_memory")), None)
+    if pressure and big:
+        table += ["", f"Host TCP memory: the largest of the rounds' peaks (/proc/net/sockstat every 100 ms, the server's sockets "
+                  f"and wrk's), against the pressure mark, {pressure} MB (tcp_mem), past which the kernel prunes receive queues "
+                  "and shrinks send buffers. Stampede caps what each connection holds unsent at its share of 256 MiB (at 2,000 "
+                  "connections, 128 KiB each), which keeps a rack's boots out of that pressure, at the price of a wakeup per "
+                  "64 KiB sent; nginx leaves the send buffers to autotuning."]
     idle = {server: rounds[server][-1]["idle"] for server in ("stampede", "nginx") if "idle" in rounds[server][-1]}
     if idle:
         table.append("")

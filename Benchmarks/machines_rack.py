@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import RESULTS, ROOT, STAMPEDE, CpuGroup, fill_root, in_group, stamp_line, stop_all, write_results  # noqa: E402
+from harness import RESULTS, ROOT, STAMPEDE, CpuGroup, TCPMemory, fill_root, in_group, stamp_line, stop_all, write_results  # noqa: E402
 from proxy_dhcp import CLIENT, CLIENT_NS, HTTP_PORT, SERVER, SERVER_NS, make_lab, remove_lab  # noqa: E402
 
 RACK = ROOT / "machines-rack"
@@ -174,6 +174,8 @@ def one_round(backend, configuration, index):
             profiler = subprocess.Popen(["perf", "record", "-q", "-F", "499", "-g", "-p", str(server.pid),
                                          "-o", str(Path(PROFILE) / f"{backend}-{configuration}-{index}.data")],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        tcp = TCPMemory()
+        tcp.start()
         storms = [subprocess.Popen([str(a) for a in storm + ["--dhcp", slice_address(i), "--slice", f"{i}/{SLICES}"]],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=limits) for i in range(SLICES)]
         outputs = [p.communicate(timeout=3600) for p in storms]
@@ -181,6 +183,7 @@ def one_round(backend, configuration, index):
             if not out.strip():
                 raise RuntimeError(f"storm printed nothing: {err[-2000:]}")
         slices = [json.loads(out) for out, _ in outputs]
+        tcp_memory = tcp.stop()
         if profiler:
             profiler.send_signal(2)
             profiler.wait()
@@ -211,7 +214,7 @@ def one_round(backend, configuration, index):
             "server_cpu_s": round(cpu, 3), "cpu_us_per_machine": round(cpu / max(1, ok) * 1e6, 1),
             "user_us_per_machine": round(user / max(1, ok) * 1e6, 1),
             "storm_cpu_s": round(sum(r["client_cpu_s"] for r in slices), 3), "seconds": max(r["seconds"] for r in slices),
-            "api_calls": calls}
+            "api_calls": calls, "tcp_memory": tcp_memory}
 
 
 def median(results, key):
@@ -249,7 +252,8 @@ def main():
                     print(f"round {index + 1} {backend} {configuration}: {r['ok']} ok, {r['failed']} failed, p50 {r['p50_s']} s, "
                           f"p99 {r['p99_s']} s, DHCP p99 {r['uefi_dhcp_p99_s']}/{r['ipxe_dhcp_p99_s']} s, "
                           f"server CPU {r['server_cpu_s']} s ({r['cpu_us_per_machine']} µs a machine, {r['user_us_per_machine']} in user space)"
-                          f"{', API calls ' + api_calls(r) if r.get('api_calls') else ''} {r['failures'] or ''} "
+                          f"{', API calls ' + api_calls(r) if r.get('api_calls') else ''}, TCP memory peak {r['tcp_memory']['peak_mb']} MB "
+                          f"({r['tcp_memory']['seconds_over']} s at the pressure mark) {r['failures'] or ''} "
                           f"{'; '.join(r['failure_examples'])}", flush=True)
     finally:
         remove_lab()
@@ -280,8 +284,9 @@ def report(rounds):
              "part adds per machine as a share of that rack's whole CPU (their spreads):", "",
              "| backend | machines known by | booted / failed | boot p50 s | boot p99 s | EDK2 DHCP p99 s | iPXE DHCP p99 s "
              "| DHCP retransmissions | TFTP retransmissions | server CPU µs per machine (spread) | × none | of it in user space (spread) "
-             "| added in user space, % of none's CPU | API calls: ms each as the server saw it, mean, p99 ≤ | ms a machine waited, mean, p99 ≤ |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| added in user space, % of none's CPU | API calls: ms each as the server saw it, mean, p99 ≤ | ms a machine waited, mean, p99 ≤ "
+             "| host TCP memory: peak MB, largest of the rounds (s at the pressure mark) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for backend in backends:
         bases = rounds.get((backend, "none"), [])
         for configuration in configurations:
@@ -293,7 +298,14 @@ def report(rounds):
             added = paired_cell([p[1] for p in paired], "{:+.1f} %")
             lines.append(f"| {backend} | {configuration} | {r['ok']} / {r['failed']} | {r['p50_s']} | {r['p99_s']} | {r['uefi_dhcp_p99_s']} "
                          f"| {r['ipxe_dhcp_p99_s']} | {r['dhcp_retransmits']} | {r['tftp_retransmits']} | {r['cpu_us_per_machine']} ({low}–{high}) | {ratio} "
-                         f"| {u['user_us_per_machine']} ({user_low}–{user_high}) | {added} | {api_calls(r)} |")
+                         f"| {u['user_us_per_machine']} ({user_low}–{user_high}) | {added} | {api_calls(r)} "
+                         f"| {tcp_memory(rounds[(backend, configuration)])} |")
+    pressure = next((r["tcp_memory"]["pressure_mb"] for rs in rounds.values() for r in rs if r.get("tcp_memory")), None)
+    if pressure:
+        lines += ["", f"The host's TCP memory (/proc/net/sockstat, every 100 ms: the server's sockets and the storm's) against "
+                  f"its pressure mark, {pressure} MB (tcp_mem), past which the kernel prunes receive queues and shrinks send "
+                  "buffers, and transfers stall: the server caps what each connection may hold unsent at its share of half "
+                  "the mark (docs/ARCHITECTURE.md)."]
     if "api" in configurations:
         lines += ["", f"The API's server (pixieapi.py, Python's asyncio) stands for a service on a host of its own; here it shares "
                   f"the two cores, so it runs at nice {API_NICE}, and the server times each of its calls and what each machine waited "
@@ -318,6 +330,15 @@ def report(rounds):
             kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(r["failures"].items()))
             lines.append(f"- {backend} {configuration}, round {index}: {r['failed']} failed ({kinds}): {said}")
     return "\n".join(lines)
+
+
+def tcp_memory(results):
+    """The host's TCP memory over a configuration's rounds as the report's cell: the largest peak,
+    and the seconds spent at or over the pressure mark in all of them."""
+    known = [r["tcp_memory"] for r in results if r.get("tcp_memory")]
+    if not known:
+        return "—"
+    return f"{max(t['peak_mb'] for t in known)} ({sum(t['seconds_over'] for t in known):.1f} s)"
 
 
 def paired_cell(values, form):
