@@ -63,8 +63,8 @@ public struct BootClient: Equatable, Sendable {
     private static let iPXEUserClass = Array("iPXE".utf8)
 
     /// Whether `message` is iPXE's: its encapsulated options (175), or `iPXE` in its user class.
-    /// Asked of every request the proxy answers (twice with machine records): nothing allocated.
-    public static func isIPXE(_ message: DHCPMessage) -> Bool {
+    /// Asked of every boot client's request: nothing allocated.
+    private static func isIPXE(_ message: DHCPMessage) -> Bool {
         message.options[.iPXEEncapsulated] != nil || message.options[.userClass].map { contains($0, iPXEUserClass) } == true
     }
 

@@ -101,16 +101,17 @@ public struct ProxyAnswer: Equatable, Sendable {
     /// a server at `server` booting every machine by `menu`; or why there is none.
     public static func to(_ request: DHCPMessage, on port: Port, from source: (address: IPv4, port: UInt16),
                           server: IPv4, pxeVendors: [[UInt8]] = [], mayChain: Bool = true, menu: BootMenu) -> Result<ProxyAnswer, Silence> {
-        to(request, on: port, from: source, server: server, pxeVendors: pxeVendors, mayChain: mayChain) { _ in .boot(menu) }
+        to(request, on: port, from: source, server: server, pxeVendors: pxeVendors, mayChain: mayChain) { _, _ in .boot(menu) }
     }
 
     /// The answer to `request`, with what each machine boots, or that it is left alone, as
-    /// `choose` says (the machine records): asked only of a request this proxy would answer.
+    /// `choose` says (the machine records) of the machine and the boot client it is (a firmware
+    /// or an iPXE): asked only of a request this proxy would answer.
     /// `pxeVendors`: vendor classes answered as `PXEClient` (`BootClient`). `mayChain`: an iPXE
     /// without HTTP may be chained to the full iPXE (false once this machine was, `fullIPXE`).
     public static func to(_ request: DHCPMessage, on port: Port, from source: (address: IPv4, port: UInt16),
                           server: IPv4, pxeVendors: [[UInt8]] = [], mayChain: Bool = true,
-                          choose: (MachineIdentity) -> MachineChoice) -> Result<ProxyAnswer, Silence> {
+                          choose: (MachineIdentity, BootClient) -> MachineChoice) -> Result<ProxyAnswer, Silence> {
         guard request.operation == .request, let type = request.type else { return .failure(.notForProxy) }
         guard request.hops <= 16 else { return .failure(.tooManyHops(request.hops)) }
         guard let client = BootClient(request, pxeVendors: pxeVendors) else { return .failure(.notBootClient) }
@@ -138,7 +139,7 @@ public struct ProxyAnswer: Equatable, Sendable {
             guard itemType == PXEOption.bootstrapServer else { return .failure(.otherBootServerType(itemType)) }
         }
         let menu: BootMenu
-        switch choose(MachineIdentity(request, client)) {
+        switch choose(MachineIdentity(request, client), client) {
         case .boot(let chosen): menu = chosen
         case .leaveAlone(let why): return .failure(.leftAlone(why))
         }

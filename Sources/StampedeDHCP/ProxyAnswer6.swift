@@ -99,13 +99,14 @@ public struct ProxyAnswer6: Equatable, Sendable {
     public static func to(_ bytes: [UInt8], on port: Port, from source: [UInt8]? = nil, serverID: DUID, server: String,
                           pxeVendors: [[UInt8]] = [], derived: DerivedAddresses? = nil, menu: BootMenu) -> Result<ProxyAnswer6, Silence> {
         bytes.withUnsafeBytes { raw in
-            to(raw, on: port, from: source, serverID: serverID, server: server, pxeVendors: pxeVendors, derived: derived) { _ in .boot(menu) }
+            to(raw, on: port, from: source, serverID: serverID, server: server, pxeVendors: pxeVendors, derived: derived) { _, _ in .boot(menu) }
         }
     }
 
     /// The answer to `bytes`, which arrived on `port` from `source` (its 16 bytes), from a server named `serverID` whose
     /// address on the client's link is `server` (the URL's host, without brackets), booting each
-    /// machine as `choose` says (the machine records): asked only of a message it would answer.
+    /// machine as `choose` says (the machine records) of the machine and the boot client it is:
+    /// asked only of a message it would answer.
     /// With `derived`, each IA_NA of a boot client gets its derived address (`DerivedAddresses`),
     /// and the exchanges that keep an address (Request, Renew, Rebind, Confirm, Release, Decline)
     /// are answered as RFC 8415 asks of a server that gave it; a relayed client whose link (the
@@ -113,7 +114,7 @@ public struct ProxyAnswer6: Equatable, Sendable {
     /// server's link would not work on its own), and its exchange is a proxy's.
     public static func to(_ bytes: UnsafeRawBufferPointer, on port: Port, from source: [UInt8]? = nil, serverID: DUID, server: String,
                           pxeVendors: [[UInt8]] = [], derived: DerivedAddresses? = nil,
-                          choose: (MachineIdentity) -> MachineChoice) -> Result<ProxyAnswer6, Silence> {
+                          choose: (MachineIdentity, BootClient) -> MachineChoice) -> Result<ProxyAnswer6, Silence> {
         var message: DHCPv6Message
         var relays: [DHCPv6Message] = []
         do throws(DHCPv6Message.Malformed) {
@@ -152,7 +153,7 @@ public struct ProxyAnswer6: Equatable, Sendable {
         let machine = identity(client, clientID: clientID.map(DUID.init), relays: relays, source: source)
 
         let menu: BootMenu
-        switch choose(machine) {
+        switch choose(machine, client) {
         case .boot(let chosen): menu = chosen
         case .leaveAlone(let why): return .failure(.leftAlone(why))
         }

@@ -276,12 +276,12 @@ public final class ProxyDHCPServer: @unchecked Sendable {
         let mayChain = chainedIPXE.isEmpty
             || chainedIPXE[message.machine].map { $0.transaction == message.transactionID || now - $0.at > Self.chainMemory } ?? true
         let answer = ProxyAnswer.to(message, on: port, from: source, server: network.address, pxeVendors: pxeVendors,
-                                    mayChain: mayChain) { machine in
+                                    mayChain: mayChain) { machine, client in
             asked = machine
             guard let machines else { return .boot(network.menu) }
             let relay = message.relayAddress.isAny ? nil : message.relayAddress
             // iPXE's DHCP is a boot going on: only a firmware's starts one (and renews its answer).
-            guard let (found, book) = machines.record(for: machine, asking: .dhcp, relay: relay, renews: !BootClient.isIPXE(message)) else {
+            guard let (found, book) = machines.record(for: machine, asking: .dhcp, relay: relay, renews: !client.isIPXE) else {
                 return .leaveAlone(.asking)
             }
             record = found

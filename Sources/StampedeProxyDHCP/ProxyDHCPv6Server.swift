@@ -211,10 +211,13 @@ public final class ProxyDHCPv6Server: @unchecked Sendable {
         var record: MachineRecord?
         var asked: MachineIdentity?
         let answer = ProxyAnswer6.to(bytes, on: port, from: source.ipv6Bytes, serverID: serverID, server: network.address.host, pxeVendors: pxeVendors,
-                                     derived: network.derived) { machine in
+                                     derived: network.derived) { machine, client in
             asked = machine
             guard let machines else { return .boot(network.menu) }
-            guard let (found, book) = machines.record(for: machine, asking: .dhcp) else { return .leaveAlone(.asking) }
+            // As over DHCPv4: iPXE's requests are a boot going on, and renew no kept API answer.
+            guard let (found, book) = machines.record(for: machine, asking: .dhcp, renews: !client.isIPXE) else {
+                return .leaveAlone(.asking)
+            }
             record = found
             return book.choice(of: found, for: machine, over: network.menu)
         }

@@ -158,13 +158,24 @@ import Testing
 
     @Test func theRecordsDecide() {
         let answer = ovmfSolicit().withUnsafeBytes { bytes in
-            ProxyAnswer6.to(bytes, on: .dhcp, serverID: serverID, server: server) { machine in
+            ProxyAnswer6.to(bytes, on: .dhcp, serverID: serverID, server: server) { machine, client in
                 #expect(machine.uuid == "8a3c6b5e-1122-3344-5566-778899aabbcc")
                 #expect(machine.architecture == 7)
+                #expect(!client.isIPXE)  // OVMF's firmware: a boot starting
                 return .leaveAlone(.ignored(record: "node-7"))
             }
         }
         #expect(answer == .failure(.leftAlone(.ignored(record: "node-7"))))
+        // iPXE's DHCPv6 is a boot going on (it renews no kept API answer).
+        let iPXE = ovmfSolicit(extra: [0x00, 0x0f, 0x00, 0x06, 0x00, 0x04] + Array("iPXE".utf8))
+        var toldIPXE: Bool?
+        _ = iPXE.withUnsafeBytes { bytes in
+            ProxyAnswer6.to(bytes, on: .dhcp, serverID: serverID, server: server) { _, client in
+                toldIPXE = client.isIPXE
+                return .boot(menu)
+            }
+        }
+        #expect(toldIPXE == true)
     }
 
     /// An architecture the client names only in its vendor class (no option 61).

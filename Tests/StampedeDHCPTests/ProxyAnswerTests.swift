@@ -349,25 +349,33 @@ import Testing
     /// Another PXE server's menu item (dnsmasq numbers its pxe-services from 0x8000; WDS is type
     /// 1), a BIS request, a REQUEST that chose another server: not this proxy's, on either port.
     /// The machine records are asked only of a request the proxy would answer, with the machine's
-    /// identity (its firmware with the iPXE stage set aside); their menu is the one offered, and
-    /// a machine they leave alone gets silence.
+    /// identity (its firmware with the iPXE stage set aside) and the boot client it is (an iPXE
+    /// going on with a boot, or the firmware starting one: only that renews the machine API's
+    /// answer); their menu is the one offered, and a machine they leave alone gets silence.
     @Test func theMachineRecordsChooseWhatAMachineBootsOrLeaveItAlone() throws {
         let message = try parse(edk2Discover(extra: option(77, "iPXE"))).get()
         var asked: [MachineIdentity] = []
         let ours = BootMenu([.ipxe: .file("node07.ipxe")])
-        let booted = ProxyAnswer.to(message, on: .dhcp, from: client, server: server) { machine in
+        let booted = ProxyAnswer.to(message, on: .dhcp, from: client, server: server) { machine, client in
             asked.append(machine)
+            #expect(client.isIPXE)
             return .boot(ours)
         }
         #expect(try booted.get().reply.bootFile == Array("node07.ipxe".utf8))
+        var firmware: BootClient?
+        _ = ProxyAnswer.to(try parse(edk2Discover()).get(), on: .dhcp, from: client, server: server) { _, client in
+            firmware = client
+            return .boot(ours)
+        }
+        #expect(firmware?.isIPXE == false && firmware?.architecture == 7)
         #expect(asked == [MachineIdentity(hardwareAddress: [0x52, 0x54, 0x00, 0x12, 0x34, 0x56], uuid: "01020304-0506-0708-090a-0b0c0d0e0f10",
                                           firmware: .efiX64, architecture: 7)])
         for why in [LeftAlone.unknown, .local(record: "node07"), .ignored(record: "node07")] {
-            #expect(ProxyAnswer.to(message, on: .dhcp, from: client, server: server) { _ in .leaveAlone(why) } == .failure(.leftAlone(why)))
+            #expect(ProxyAnswer.to(message, on: .dhcp, from: client, server: server) { _, _ in .leaveAlone(why) } == .failure(.leftAlone(why)))
         }
         // Not a boot client, or an address request: the records are not asked.
         let laptop = try parse(edk2Discover(vendor: "MSFT 5.0")).get()
-        #expect(ProxyAnswer.to(laptop, on: .dhcp, from: client, server: server) { _ in Issue.record("asked"); return .boot(ours) }
+        #expect(ProxyAnswer.to(laptop, on: .dhcp, from: client, server: server) { _, _ in Issue.record("asked"); return .boot(ours) }
                     == .failure(.notBootClient))
     }
 
