@@ -26,7 +26,7 @@ connection with iPXE's 256 KiB receive window), every byte compared, against Sta
 the servers' CPU and the storm's, in BENCH_RACK_ROUNDS (default 3; 0 skips the rack) interleaved
 rounds.
 BENCH_BASELINE=PATH adds another build (an older one) as "stampede-baseline" in the same rounds,
-and the table its ratio. BENCH_SCENARIOS (a comma list) narrows the run: a file's name keeps its
+and the table its ratio; the rack boots against it too. BENCH_SCENARIOS (a comma list) narrows the run: a file's name keeps its
 scenarios ("absent.cfg"), a scenario's own name keeps it alone ("absent.cfg x2000"), "idle" the
 idle connections and "rack" the rack; BENCH_OUTPUT names the results' files (default bench-http,
 results/bench-http.{json,md}), so that a narrowed run does not replace the whole report's.
@@ -164,14 +164,15 @@ def one_round(server, index):
 
 
 def rack_round(servers, index):
-    """One rack boot against `servers` ("stampede", or "dnsmasq+nginx"), in one cpuacct group."""
+    """One rack boot against `servers` ("stampede", "stampede-baseline" or "dnsmasq+nginx"), in one
+    cpuacct group, the host's TCP memory sampled while it lasts."""
     group = CpuGroup.make(f"rack-{servers.replace('+', '-')}-{index}")
 
     prepare = in_group(group)
     http_port = free_port(socket.SOCK_STREAM)
-    if servers == "stampede":
+    if servers.startswith("stampede"):
         tftp_port = free_port(socket.SOCK_STREAM)
-        commands = [[str(STAMPEDE), "-L", "-a", f"127.0.0.1:{tftp_port}", "--verbosity", "0", "-u", "root",
+        commands = [[str(BASELINE if servers == "stampede-baseline" else STAMPEDE), "-L", "-a", f"127.0.0.1:{tftp_port}", "--verbosity", "0", "-u", "root",
                      "--http", f"127.0.0.1:{http_port}", str(RACK)]]
     else:
         tftp_port = 69  # dnsmasq has no TFTP port option
@@ -181,11 +182,14 @@ def rack_round(servers, index):
         wait_for_tcp(http_port, processes[-1], servers)
         time.sleep(0.5)  # dnsmasq's TFTP socket
         before = group.seconds() if group else 0.0
+        tcp = TCPMemory()
+        tcp.start()
         storm = subprocess.run([str(STAMPEDE), "storm", f"127.0.0.1:{tftp_port}", "--profile", "uefi-ipxe",
                                 "--http", f"127.0.0.1:{http_port}", "--clients", str(RACK_MACHINES), "--ramp", "3",
                                 "--verify-root", str(RACK), "--json"], capture_output=True, text=True, timeout=3600,
                                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT)))
         cpu = (group.seconds() if group else 0.0) - before
+        tcp_memory = tcp.stop()
         result = json.loads(storm.stdout)
         return {"ok": result["ok"], "failed": result["failed"], "failures": result["failures"],
                 "p50_s": round(result["p50_ms"] / 1000, 2), "p99_s": round(result["p99_ms"] / 1000, 2),
@@ -193,7 +197,8 @@ def rack_round(servers, index):
                 "stages": [{k: v for k, v in stage.items() if k != "failures"} for stage in result["stages"]],
                 "stages_p50_s": {stage["stage"]: round(stage["p50_ms"] / 1000, 3) for stage in result["stages"]},
                 "retransmits": result["retransmits"], "server_cpu_s": round(cpu, 2),
-                "storm_cpu_s": result["client_cpu_s"], "seconds": result["seconds"], "bytes": result["bytes"]}
+                "storm_cpu_s": result["client_cpu_s"], "seconds": result["seconds"], "bytes": result["bytes"],
+                "tcp_memory": tcp_memory}
     finally:
         stop_all(processes, group)
 
@@ -203,7 +208,8 @@ def rack_table(rounds):
     lines = [f"Rack with HTTP: {RACK_MACHINES} machines powering on over 3 s, storm --profile uefi-ipxe (ipxe.efi 1 MiB over TFTP, "
              f"a 16 MiB kernel and a 64 MiB initrd over HTTP, every byte compared), {RACK_ROUNDS} interleaved rounds, median round:", "",
              "| servers | booted / failed | boot p50 s (spread) | boot p99 s | boot max s | ipxe.efi p50 s | vmlinuz p50 s "
-             "| initrd p50 s | retransmissions | server CPU s | storm CPU s | wall s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| initrd p50 s | retransmissions | server CPU s | storm CPU s | wall s | host TCP memory peak MB (s at the pressure mark) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     summary = {}
     for servers, results in rounds.items():
         ordered = sorted(results, key=lambda r: r["p50_s"])
@@ -213,8 +219,17 @@ def rack_table(rounds):
         lines.append(f"| {servers} | {r['ok']} / {r['failed']} | {r['p50_s']} ({ordered[0]['p50_s']}–{ordered[-1]['p50_s']}) "
                      f"| {r['p99_s']} | {r['max_s']} | {stages.get('uefi get ipxe.efi')} | {stages.get('ipxe http GET vmlinuz')} "
                      f"| {stages.get('ipxe http GET initrd.img')} | {r['retransmits']} | {r['server_cpu_s']} | {r['storm_cpu_s']} "
-                     f"| {round(r['seconds'], 1)} |")
+                     f"| {round(r['seconds'], 1)} | {rack_tcp_memory(results)} |")
     return lines, summary
+
+
+def rack_tcp_memory(results):
+    """The host's TCP memory over a rack's rounds: the largest peak, and the seconds spent at or
+    over the pressure mark in all of them."""
+    known = [r["tcp_memory"] for r in results if r.get("tcp_memory")]
+    if not known:
+        return "—"
+    return f"{max(t['peak_mb'] for t in known)} ({sum(t['seconds_over'] for t in known):.1f} s)"
 
 
 def tcp_peak(results, key):
@@ -354,9 +369,10 @@ def main():
         for server in servers[index % len(servers):] + servers[:index % len(servers)]:
             print(f"round {index + 1}/{ROUNDS}: {server}", flush=True)
             rounds[server].append(one_round(server, index))
-    rack_rounds = {"stampede": [], "dnsmasq+nginx": []}
+    racks = ["stampede", "dnsmasq+nginx"] + (["stampede-baseline"] if BASELINE else [])
+    rack_rounds = {servers: [] for servers in racks}
     for index in range(RACK_ROUNDS):
-        for servers in ("stampede", "dnsmasq+nginx") if index % 2 == 0 else ("dnsmasq+nginx", "stampede"):
+        for servers in racks[index % len(racks):] + racks[:index % len(racks)]:
             print(f"rack round {index + 1}/{RACK_ROUNDS}: {servers}", flush=True)
             rack_rounds[servers].append(rack_round(servers, index))
     text, summary, idle, rack_summary = report(rounds, rack_rounds, nginx_version, SECONDS)
