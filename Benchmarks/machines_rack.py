@@ -304,8 +304,8 @@ def report(rounds):
     if pressure:
         lines += ["", f"The host's TCP memory (/proc/net/sockstat, every 100 ms: the server's sockets and the storm's) against "
                   f"its pressure mark, {pressure} MB (tcp_mem), past which the kernel prunes receive queues and shrinks send "
-                  "buffers, and transfers stall: the server caps what each connection may hold unsent at its share of half "
-                  "the mark (docs/ARCHITECTURE.md)."]
+                  "buffers, and transfers stall: the server caps what each connection may hold unsent at its share of 256 MiB, "
+                  "at least 128 KiB (docs/ARCHITECTURE.md)."]
     if "api" in configurations:
         lines += ["", f"The API's server (pixieapi.py, Python's asyncio) stands for a service on a host of its own; here it shares "
                   f"the two cores, so it runs at nice {API_NICE}, and the server times each of its calls and what each machine waited "
