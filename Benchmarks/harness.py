@@ -191,6 +191,21 @@ class TCPMemory(threading.Thread):
                 "seconds_over": round(self.over / 10, 1)}
 
 
+def tcp_memory_cell(results) -> str:
+    """The host's TCP memory over rounds (each a dict with a TCPMemory's "tcp_memory", or without
+    one where it was run before it was sampled) as a report's cell: the largest peak, and the
+    seconds spent at or over the pressure mark in all of them."""
+    known = [r["tcp_memory"] for r in results if r.get("tcp_memory")]
+    if not known:
+        return "—"
+    return f"{max(t['peak_mb'] for t in known)} ({sum(t['seconds_over'] for t in known):.1f} s)"
+
+
+def tcp_pressure_mb(results):
+    """The pressure mark (MB) the rounds' TCP memory was sampled against, or None."""
+    return next((r["tcp_memory"]["pressure_mb"] for r in results if r.get("tcp_memory")), None)
+
+
 def memory(pid: int) -> dict:
     """A process tree's resident memory now, in MiB: in all, and its kinds (/proc/PID/status):
     anonymous (heaps, stacks), shared memory (Stampede's file images are memfds) and mapped files

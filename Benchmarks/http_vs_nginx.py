@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (FD_LIMIT, in_group, memory, ROOT, SID, STAMPEDE, CpuGroup, Sampler, TCPMemory, dnsmasq_command, fill_root, free_port, in_sid,  # noqa: E402
+from harness import (FD_LIMIT, in_group, memory, ROOT, SID, STAMPEDE, CpuGroup, Sampler, TCPMemory, tcp_memory_cell, tcp_pressure_mb, dnsmasq_command, fill_root, free_port, in_sid,  # noqa: E402
                      median_spread, nginx_config, RESULTS, stamp_line, with_spread, stop_all, wait_for_tcp, wrk, write_results)
 
 SECONDS = int(os.environ.get("BENCH_HTTP_SECONDS", "8"))
@@ -219,17 +219,8 @@ def rack_table(rounds):
         lines.append(f"| {servers} | {r['ok']} / {r['failed']} | {r['p50_s']} ({ordered[0]['p50_s']}–{ordered[-1]['p50_s']}) "
                      f"| {r['p99_s']} | {r['max_s']} | {stages.get('uefi get ipxe.efi')} | {stages.get('ipxe http GET vmlinuz')} "
                      f"| {stages.get('ipxe http GET initrd.img')} | {r['retransmits']} | {r['server_cpu_s']} | {r['storm_cpu_s']} "
-                     f"| {round(r['seconds'], 1)} | {rack_tcp_memory(results)} |")
+                     f"| {round(r['seconds'], 1)} | {tcp_memory_cell(results)} |")
     return lines, summary
-
-
-def rack_tcp_memory(results):
-    """The host's TCP memory over a rack's rounds: the largest peak, and the seconds spent at or
-    over the pressure mark in all of them."""
-    known = [r["tcp_memory"] for r in results if r.get("tcp_memory")]
-    if not known:
-        return "—"
-    return f"{max(t['peak_mb'] for t in known)} ({sum(t['seconds_over'] for t in known):.1f} s)"
 
 
 def tcp_peak(results, key):
@@ -305,8 +296,7 @@ def report(rounds, rack_rounds, nginx_version, seconds):
         # The baseline's own code beside Stampede's, from the same rounds: what a user-space change moved.
         table.append(line + (baseline_cells(row, summary[key]) + f" {row['stampede-baseline']['user_us_per_request']} |"
                              if baseline else ""))
-    pressure = next((r[key]["tcp_memory"]["pressure_mb"] for rs in rounds.values() for r in rs for key in r
-                     if isinstance(r[key], dict) and r[key].get("tcp_memory")), None)
+    pressure = tcp_pressure_mb([r[f"{name} x{connections}"] for rs in rounds.values() for r in rs for name, connections in big])
     if pressure and big:
         table += ["", f"Host TCP memory: the largest of the rounds' peaks (/proc/net/sockstat every 100 ms, the server's sockets "
                   f"and wrk's), against the pressure mark, {pressure} MB (tcp_mem), past which the kernel prunes receive queues "

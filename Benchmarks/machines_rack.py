@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import RESULTS, ROOT, STAMPEDE, CpuGroup, TCPMemory, fill_root, in_group, stamp_line, stop_all, write_results  # noqa: E402
+from harness import (RESULTS, ROOT, STAMPEDE, CpuGroup, TCPMemory, fill_root, in_group, stamp_line, stop_all, tcp_memory_cell,  # noqa: E402
+                     tcp_pressure_mb, write_results)
 from proxy_dhcp import CLIENT, CLIENT_NS, HTTP_PORT, SERVER, SERVER_NS, make_lab, remove_lab  # noqa: E402
 
 RACK = ROOT / "machines-rack"
@@ -299,8 +300,8 @@ def report(rounds):
             lines.append(f"| {backend} | {configuration} | {r['ok']} / {r['failed']} | {r['p50_s']} | {r['p99_s']} | {r['uefi_dhcp_p99_s']} "
                          f"| {r['ipxe_dhcp_p99_s']} | {r['dhcp_retransmits']} | {r['tftp_retransmits']} | {r['cpu_us_per_machine']} ({low}–{high}) | {ratio} "
                          f"| {u['user_us_per_machine']} ({user_low}–{user_high}) | {added} | {api_calls(r)} "
-                         f"| {tcp_memory(rounds[(backend, configuration)])} |")
-    pressure = next((r["tcp_memory"]["pressure_mb"] for rs in rounds.values() for r in rs if r.get("tcp_memory")), None)
+                         f"| {tcp_memory_cell(rounds[(backend, configuration)])} |")
+    pressure = tcp_pressure_mb([r for rs in rounds.values() for r in rs])
     if pressure:
         lines += ["", f"The host's TCP memory (/proc/net/sockstat, every 100 ms: the server's sockets and the storm's) against "
                   f"its pressure mark, {pressure} MB (tcp_mem), past which the kernel prunes receive queues and shrinks send "
@@ -330,15 +331,6 @@ def report(rounds):
             kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(r["failures"].items()))
             lines.append(f"- {backend} {configuration}, round {index}: {r['failed']} failed ({kinds}): {said}")
     return "\n".join(lines)
-
-
-def tcp_memory(results):
-    """The host's TCP memory over a configuration's rounds as the report's cell: the largest peak,
-    and the seconds spent at or over the pressure mark in all of them."""
-    known = [r["tcp_memory"] for r in results if r.get("tcp_memory")]
-    if not known:
-        return "—"
-    return f"{max(t['peak_mb'] for t in known)} ({sum(t['seconds_over'] for t in known):.1f} s)"
 
 
 def paired_cell(values, form):

@@ -13,9 +13,9 @@ enum Transport {
     /// What one write did.
     enum Sent: Equatable {
         case bytes(Int)
-        /// Some bytes, fewer than asked, and the socket is full: a short sendfile on a socket is
-        /// one whose send found no room (the kernel marked it as waiting for room, so the next
-        /// readiness comes): asking again would only hear EAGAIN.
+        /// Some bytes, fewer than asked, and the socket is full: a short write on a socket (send,
+        /// sendmsg, sendfile) is one whose send found no room (the kernel marked the socket as
+        /// waiting for room, so the next readiness comes): asking again would only hear EAGAIN.
         case filled(Int)
         /// The socket is full: its next readiness goes on.
         case wouldBlock
@@ -67,7 +67,7 @@ enum Transport {
     /// pushes the whole answer out in full segments, with no TCP_CORK set and cleared per answer).
     func write(head: UnsafeRawBufferPointer, more: Bool) -> Sent {
         switch self {
-        case .plain(let fd): Self.sent(send(fd, head.baseAddress, head.count, Int32(MSG_NOSIGNAL) | (more ? Int32(MSG_MORE) : 0)))
+        case .plain(let fd): Self.sent(send(fd, head.baseAddress, head.count, Int32(MSG_NOSIGNAL) | (more ? Int32(MSG_MORE) : 0)), of: head.count)
         case .tls: write(head)
         }
     }
@@ -84,7 +84,7 @@ enum Transport {
                 message.msg_iov = raw.baseAddress!.assumingMemoryBound(to: iovec.self)
                 message.msg_iovlen = 2
                 return sendmsg(fd, &message, Int32(MSG_NOSIGNAL))
-            })
+            }, of: head.count + body.count)
         case .tls(let session):
             let record = UnsafeMutableRawBufferPointer(rebasing: scratch[..<(head.count + body.count)])
             record.copyMemory(from: head)
@@ -96,7 +96,7 @@ enum Transport {
     /// Bytes from memory.
     func write(_ bytes: UnsafeRawBufferPointer) -> Sent {
         switch self {
-        case .plain(let fd): Self.sent(send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL)))
+        case .plain(let fd): Self.sent(send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL)), of: bytes.count)
         case .tls(let session): Self.sent(session.write(bytes))
         }
     }
@@ -107,11 +107,15 @@ enum Transport {
         switch self {
         case .plain(let fd):
             var at = off_t(offset)
-            let result = Glibc.sendfile(fd, file, &at, count)
-            return result > 0 && result < count ? .filled(result) : Self.sent(result)
+            return Self.sent(Glibc.sendfile(fd, file, &at, count), of: count)
         case .tls(let session):
             return Self.sent(session.sendfile(from: file, offset: offset, count: count))
         }
+    }
+
+    /// What a write of `count` bytes on a socket did (`filled`: fewer than asked).
+    private static func sent(_ result: Int, of count: Int) -> Sent {
+        result > 0 && result < count ? .filled(result) : sent(result)
     }
 
     private static func sent(_ result: Int) -> Sent {
