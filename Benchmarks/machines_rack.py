@@ -20,7 +20,13 @@ so the proxy binds it. 5 interleaved rounds (BENCH_ROUNDS; the order
 of the configurations turns each round), the median round and the spread; the server's CPU, and
 the part of it in user space, from a cgroup of its own (the API server's is not in it). Goal: records and the API add at most 5 % of
 server CPU per machine, and the DHCP answers' p99 stays within one EDK2 retry (4 s). Root only.
-Results: results/bench-machines.{json,md}."""
+Results: results/bench-machines.{json,md} (BENCH_OUTPUT names them otherwise, so that a narrowed run
+does not replace the report's).
+
+BENCH_BASELINE=PATH runs another stampede binary (an older build) as the server beside this one,
+each rack twice back to back (which goes first turns each round), as rows `{backend}-baseline`
+(BENCH_BASELINE_LABEL names them otherwise), and a table of this build's ratios to it, paired
+within each round; the storm is this build's in both."""
 import json
 import os
 import resource
@@ -60,6 +66,9 @@ API_CALLS = int(os.environ.get("BENCH_API_CALLS", "256"))
 API_NICE = int(os.environ.get("BENCH_API_NICE", "-10"))
 METRICS_PORT = 9101
 SLICES = int(os.environ.get("BENCH_SLICES", "4"))
+BASELINE = os.environ.get("BENCH_BASELINE")
+BASELINE_LABEL = os.environ.get("BENCH_BASELINE_LABEL", "baseline")
+OUTPUT = os.environ.get("BENCH_OUTPUT", "bench-machines")
 # A directory: each run's server is profiled there while its storm runs (perf record, call graphs
 # by frame pointer), {backend}-{configuration}-{round}.data, for `perf report -i` (perf: Debian's
 # linux-perf, which `make bench-deps` installs).
@@ -134,8 +143,22 @@ def slice_address(i):
     return f"{first}.{int(last) + i}"
 
 
-def server_command(backend, configuration):
-    command = ["ip", "netns", "exec", SERVER_NS, STAMPEDE, "-L", "-a", f"{SERVER}:69", "--verbosity", "0", "-u", "root",
+def server_of(row):
+    """A row's backend and the binary its server runs: this build's, or BENCH_BASELINE's for a
+    `{backend}-{label}` row."""
+    backend, _, label = row.partition("-")
+    return backend, (Path(BASELINE) if label else STAMPEDE)
+
+
+def row_rank(row):
+    """Where a row goes in the report: by backend as BENCH_BACKENDS names them, this build first."""
+    backend, _, label = row.partition("-")
+    return (BACKENDS.index(backend) if backend in BACKENDS else len(BACKENDS), backend, label)
+
+
+def server_command(row, configuration):
+    backend, binary = server_of(row)
+    command = ["ip", "netns", "exec", SERVER_NS, binary, "-L", "-a", f"{SERVER}:69", "--verbosity", "0", "-u", "root",
                "--backend", backend, "--proxy-dhcp", SERVER, "--http", f"{SERVER}:{HTTP_PORT}",
                "--metrics", f"127.0.0.1:{METRICS_PORT}"]
     if configuration == "records":
@@ -146,21 +169,21 @@ def server_command(backend, configuration):
     return [str(a) for a in command + [RACK]]
 
 
-def one_round(backend, configuration, index):
-    group = CpuGroup.make(f"machines-{backend}-{configuration}-{index}")
-    log = open(ROOT / f"bench-machines-{backend}-{configuration}.log", "w")
+def one_round(row, configuration, index):
+    group = CpuGroup.make(f"machines-{row}-{configuration}-{index}")
+    log = open(ROOT / f"bench-machines-{row}-{configuration}.log", "w")
     api = None
     if configuration == "api":
         api = subprocess.Popen(["ip", "netns", "exec", SERVER_NS, sys.executable, str(Path(__file__).resolve().parent.parent / "Tests" / "interop" / "pixieapi.py"),
                                 "--port", str(API_PORT), "--prefix", "/pixiecore", "--answers", str(ROOT / "machines-answers.json"),
                                 "--delay", str(API_DELAY)], stdout=subprocess.DEVNULL, stderr=log, preexec_fn=api_priority)
     joined = in_group(group)
-    server = subprocess.Popen(server_command(backend, configuration), stdout=log, stderr=subprocess.STDOUT,
+    server = subprocess.Popen(server_command(row, configuration), stdout=log, stderr=subprocess.STDOUT,
                               preexec_fn=lambda: (joined(), limits()))
     try:
         time.sleep(2.0)
         if server.poll() is not None:
-            raise RuntimeError(f"{backend} {configuration} exited with {server.returncode}: see {log.name}")
+            raise RuntimeError(f"{row} {configuration} exited with {server.returncode}: see {log.name}")
         before = group.seconds() if group else 0.0
         before_user = group.user_seconds() if group else 0.0
         # The storm in SLICES processes (see MACHINES), each its share of the machines.
@@ -173,7 +196,7 @@ def one_round(backend, configuration, index):
         if PROFILE:
             Path(PROFILE).mkdir(parents=True, exist_ok=True)
             profiler = subprocess.Popen(["perf", "record", "-q", "-F", "499", "-g", "-p", str(server.pid),
-                                         "-o", str(Path(PROFILE) / f"{backend}-{configuration}-{index}.data")],
+                                         "-o", str(Path(PROFILE) / f"{row}-{configuration}-{index}.data")],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         tcp = TCPMemory()
         tcp.start()
@@ -229,7 +252,8 @@ def main():
     if PROFILE and not shutil.which("perf"):
         sys.exit("BENCH_PROFILE needs perf: make bench-deps (Debian's linux-perf)")
     prepare()
-    rounds = {(b, c): [] for b in BACKENDS for c in CONFIGURATIONS}
+    rows = [r for b in BACKENDS for r in [b] + ([f"{b}-{BASELINE_LABEL}"] if BASELINE else [])]
+    rounds = {(r, c): [] for r in rows for c in CONFIGURATIONS}
     remove_lab()
     make_lab()
     # bench-dhcp's lab routes a /20 of machines' addresses; this rack needs more.
@@ -247,10 +271,14 @@ def main():
         for index in range(ROUNDS):
             for backend in BACKENDS:
                 order = CONFIGURATIONS[index % 3:] + CONFIGURATIONS[:index % 3]
-                for configuration in order:
-                    r = one_round(backend, configuration, index)
-                    rounds[(backend, configuration)].append(r)
-                    print(f"round {index + 1} {backend} {configuration}: {r['ok']} ok, {r['failed']} failed, p50 {r['p50_s']} s, "
+                # With a baseline, each rack twice back to back, which build first turning each round.
+                builds = [backend] + ([f"{backend}-{BASELINE_LABEL}"] if BASELINE else [])
+                if index % 2:
+                    builds.reverse()
+                for configuration, row in [(c, b) for c in order for b in builds]:
+                    r = one_round(row, configuration, index)
+                    rounds[(row, configuration)].append(r)
+                    print(f"round {index + 1} {row} {configuration}: {r['ok']} ok, {r['failed']} failed, p50 {r['p50_s']} s, "
                           f"p99 {r['p99_s']} s, DHCP p99 {r['uefi_dhcp_p99_s']}/{r['ipxe_dhcp_p99_s']} s, "
                           f"server CPU {r['server_cpu_s']} s ({r['cpu_us_per_machine']} µs a machine, {r['user_us_per_machine']} in user space)"
                           f"{', API calls ' + api_calls(r) if r.get('api_calls') else ''}, TCP memory peak {r['tcp_memory']['peak_mb']} MB "
@@ -259,7 +287,7 @@ def main():
     finally:
         remove_lab()
     markdown = report(rounds)
-    write_results("bench-machines", {"machines": MACHINES, "api_delay_s": API_DELAY,
+    write_results(OUTPUT, {"machines": MACHINES, "api_delay_s": API_DELAY,
                                      "rounds": {f"{b} {c}": rs for (b, c), rs in rounds.items()}, "summary": summary(rounds)}, markdown)
     print(markdown)
 
@@ -273,7 +301,7 @@ def report(rounds):
     the median by its user-space part; and, paired within each round (whose three racks ran back
     to back, on the host as it was then), the ratio of the whole to the rack without records and
     what the user-space part adds as a share of that rack's whole CPU: their medians and spreads."""
-    backends = sorted({b for b, _ in rounds}, key=BACKENDS.index)
+    backends = sorted({b for b, _ in rounds}, key=row_rank)
     configurations = [c for c in CONFIGURATIONS if any(k[1] == c for k in rounds)]
     count = len(next(iter(rounds.values())))
     lines = [f"What knowing each machine costs: {MACHINES} machines powering on over 3 s, storm --profile uefi-ipxe-follow --dhcp "
@@ -321,6 +349,7 @@ def report(rounds):
               f"records took, in user space, {moved} across this run's rounds): the column \"added in "
               "user space\" is that work, per machine, against the whole CPU a machine costs without records, taken in each "
               "round against that round's rack without records (the three ran back to back), its median and spread."]
+    lines += against_baseline(rounds, backends, configurations)
     failed = [(b, c, i + 1, r) for (b, c), rs in rounds.items() for i, r in enumerate(rs) if r["failed"]]
     if not failed:
         lines += ["", f"No machine failed in any of the {count} rounds."]
@@ -331,6 +360,28 @@ def report(rounds):
             kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(r["failures"].items()))
             lines.append(f"- {backend} {configuration}, round {index}: {r['failed']} failed ({kinds}): {said}")
     return "\n".join(lines)
+
+
+def against_baseline(rounds, backends, configurations):
+    """The rows of this build against its baseline's (BENCH_BASELINE), if any ran: each round's
+    ratio, paired (the two racks ran back to back), the median and spread of each."""
+    pairs = [(b, base) for b in backends for base in backends if "-" not in b and base.startswith(b + "-")]
+    if not pairs:
+        return []
+    lines = ["", "This build against the baseline (another binary, the rows named after it), each rack of one round paired with the "
+             "baseline's of the same round (they ran back to back): the median of each round's ratio and its spread, below 1 where this "
+             "build took less:", "",
+             "| backend | machines known by | server CPU per machine | of it in user space | boot p50 | boot p99 "
+             "| TFTP retransmissions | failed, this / baseline (all rounds) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for backend, base in pairs:
+        for configuration in configurations:
+            this, that = rounds.get((backend, configuration), []), rounds.get((base, configuration), [])
+            def ratio(key):
+                return paired_cell([x[key] / y[key] for x, y in zip(this, that) if y[key]], "{:.3f}")
+            lines.append(f"| {backend} | {configuration} | {ratio('cpu_us_per_machine')} | {ratio('user_us_per_machine')} | {ratio('p50_s')} "
+                         f"| {ratio('p99_s')} | {ratio('tftp_retransmits')} | {sum(r['failed'] for r in this)} / {sum(r['failed'] for r in that)} |")
+    return lines
 
 
 def paired_cell(values, form):
@@ -352,10 +403,11 @@ def api_calls(r):
 
 
 def report_again():
-    """`--report`: results/bench-machines.md written again from its JSON's rounds, under their stamp."""
-    data = json.loads((RESULTS / "bench-machines.json").read_text())
+    """`--report`: results/bench-machines.md (BENCH_OUTPUT's) written again from its JSON's rounds,
+    under their stamp."""
+    data = json.loads((RESULTS / f"{OUTPUT}.json").read_text())
     rounds = {tuple(key.split(" ")): rs for key, rs in data["rounds"].items()}
-    (RESULTS / "bench-machines.md").write_text(f"{stamp_line(data['stamp'])}\n\n{report(rounds).strip()}\n")
+    (RESULTS / f"{OUTPUT}.md").write_text(f"{stamp_line(data['stamp'])}\n\n{report(rounds).strip()}\n")
 
 
 if __name__ == "__main__":
