@@ -150,6 +150,11 @@ def server_of(row):
     return backend, (Path(BASELINE) if label else STAMPEDE)
 
 
+def builds(backend):
+    """The rows a backend's racks run as: this build's, and with BENCH_BASELINE the baseline's."""
+    return [backend] + ([f"{backend}-{BASELINE_LABEL}"] if BASELINE else [])
+
+
 def row_rank(row):
     """Where a row goes in the report: by backend as BENCH_BACKENDS names them, this build first."""
     backend, _, label = row.partition("-")
@@ -252,8 +257,7 @@ def main():
     if PROFILE and not shutil.which("perf"):
         sys.exit("BENCH_PROFILE needs perf: make bench-deps (Debian's linux-perf)")
     prepare()
-    rows = [r for b in BACKENDS for r in [b] + ([f"{b}-{BASELINE_LABEL}"] if BASELINE else [])]
-    rounds = {(r, c): [] for r in rows for c in CONFIGURATIONS}
+    rounds = {(r, c): [] for b in BACKENDS for r in builds(b) for c in CONFIGURATIONS}
     remove_lab()
     make_lab()
     # bench-dhcp's lab routes a /20 of machines' addresses; this rack needs more.
@@ -272,10 +276,8 @@ def main():
             for backend in BACKENDS:
                 order = CONFIGURATIONS[index % 3:] + CONFIGURATIONS[:index % 3]
                 # With a baseline, each rack twice back to back, which build first turning each round.
-                builds = [backend] + ([f"{backend}-{BASELINE_LABEL}"] if BASELINE else [])
-                if index % 2:
-                    builds.reverse()
-                for configuration, row in [(c, b) for c in order for b in builds]:
+                rows = builds(backend)[::-1] if index % 2 else builds(backend)
+                for configuration, row in [(c, r) for c in order for r in rows]:
                     r = one_round(row, configuration, index)
                     rounds[(row, configuration)].append(r)
                     print(f"round {index + 1} {row} {configuration}: {r['ok']} ok, {r['failed']} failed, p50 {r['p50_s']} s, "
@@ -309,7 +311,7 @@ def report(rounds):
              f"kernel and 1 MiB initrd it names over HTTP, every byte compared{'' if SLICES == 1 else f'; the storm in {SLICES} processes, p50 their median, p99 their largest'}), without records, with a record per machine "
              f"(--machines), and with pixiecore's API answering in {int(API_DELAY * 1000)} ms (--machines-api, {API_CALLS} calls at once); {count} interleaved "
              "rounds, the median round by server CPU per machine (its spread), the median of its part in user space; and, each round's "
-             "racks paired (they ran back to back), the median of each round's ratio to the rack without records and of what the user-space "
+             "racks paired (they ran one after another), the median of each round's ratio to the rack without records and of what the user-space "
              "part adds per machine as a share of that rack's whole CPU (their spreads):", "",
              "| backend | machines known by | booted / failed | boot p50 s | boot p99 s | EDK2 DHCP p99 s | iPXE DHCP p99 s "
              "| DHCP retransmissions | TFTP retransmissions | server CPU µs per machine (spread) | × none | of it in user space (spread) "
@@ -348,7 +350,7 @@ def report(rounds):
               "looked up, scripts written, the API's answers read), which moves less, but with the host too (the rack without "
               f"records took, in user space, {moved} across this run's rounds): the column \"added in "
               "user space\" is that work, per machine, against the whole CPU a machine costs without records, taken in each "
-              "round against that round's rack without records (the three ran back to back), its median and spread."]
+              "round against that round's rack without records (a round's racks ran one after another), its median and spread."]
     lines += against_baseline(rounds, backends, configurations)
     failed = [(b, c, i + 1, r) for (b, c), rs in rounds.items() for i, r in enumerate(rs) if r["failed"]]
     if not failed:

@@ -58,6 +58,17 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
         backend.poll(deadline: stampede_monotonic_ns() + 2_000_000_000)
     }
 
+    /// 300 transfer sockets (tags 100 to 399), more than one epoll_wait hands out (256), each
+    /// sent a datagram by `sender`: ready before the test's first poll.
+    func readyTransfers(_ backend: any DatagramBackend, from sender: LoopbackClient) throws -> [(socket: SocketHandle, address: SocketAddress)] {
+        try (0..<300).map { i in
+            let socket = try backend.openClient(local: loopbackAny, largestDatagram: 1472, buffers: SocketBuffers(), tag: UInt64(100 + i))
+            let address = try #require(backend.localAddress(of: socket))
+            sender.send([0, 4, 0, 1], to: address)
+            return (socket, address)
+        }
+    }
+
     /// A transfer socket connected to a port nobody holds any more: its sends draw ICMP.
     func transferToAVanishedClient(_ backend: any DatagramBackend, tag: UInt64) throws -> SocketHandle {
         let client = LoopbackClient()
@@ -282,12 +293,7 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
         let backend = try kind.make()
         let sender = LoopbackClient()
         defer { close(sender.fd) }
-        var transfers: [SocketHandle] = []
-        for i in 0..<300 {
-            let socket = try backend.openClient(local: loopbackAny, largestDatagram: 1472, buffers: SocketBuffers(), tag: UInt64(100 + i))
-            transfers.append(socket)
-            sender.send([0, 4, 0, 1], to: try #require(backend.localAddress(of: socket)))
-        }
+        let transfers = try readyTransfers(backend, from: sender).map(\.socket)
         let (listener, bound) = try loopbackListener(backend, tag: 1)
         sender.send([0, 1, 0x61, 0, 0x6f, 0x63, 0x74, 0x65, 0x74, 0], to: bound)
         usleep(20_000)  // every datagram queued before the poll
@@ -312,12 +318,7 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
         defer { close(sender.fd) }
         var listeners: [(socket: SocketHandle, address: SocketAddress)] = []
         for i in 0..<8 { listeners.append(try loopbackListener(backend, tag: UInt64(1 + i))) }
-        var transfers: [SocketHandle] = []
-        for i in 0..<300 {
-            let socket = try backend.openClient(local: loopbackAny, largestDatagram: 1472, buffers: SocketBuffers(), tag: UInt64(100 + i))
-            transfers.append(socket)
-            sender.send([0, 4, 0, 1], to: try #require(backend.localAddress(of: socket)))
-        }
+        let transfers = try readyTransfers(backend, from: sender).map(\.socket)
         for listener in listeners { sender.send([0, 4, 0, 1], to: listener.address) }
         var heard = Set<UInt64>()
         for _ in 0..<20 {
@@ -349,12 +350,7 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
         let backend = try kind.make()
         let sender = LoopbackClient()
         defer { close(sender.fd) }
-        var transfers: [(socket: SocketHandle, address: SocketAddress)] = []
-        for i in 0..<300 {
-            let socket = try backend.openClient(local: loopbackAny, largestDatagram: 1472, buffers: SocketBuffers(), tag: UInt64(100 + i))
-            transfers.append((socket, try #require(backend.localAddress(of: socket))))
-            sender.send([0, 4, 0, 1], to: transfers[i].address)
-        }
+        let transfers = try readyTransfers(backend, from: sender)
         var heard = Set<UInt64>()
         for _ in 0..<10 {
             for busy in transfers.prefix(100) {
