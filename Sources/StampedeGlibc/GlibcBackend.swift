@@ -47,7 +47,7 @@ public final class GlibcBackend: DatagramBackend {
     /// A descriptor is watched (`watch`).
     private var watching = false
     /// Peer errors (ICMP unreachable) that a send drew instead of a receive, for the next batch.
-    private var peerErrors: [(tag: UInt64, error: Errno)] = []
+    private var peerErrors: [(handle: Int, tag: UInt64, error: Errno)] = []
 
     // Send queue: one mmsghdr per send with its iovecs (2 per datagram: header, payload) from a
     // pool; headers copied into an arena.
@@ -327,7 +327,9 @@ public final class GlibcBackend: DatagramBackend {
                     // client's port is gone) reaches a connected socket's first call, this send:
                     // the transfer hears it as from a receive.
                     if Errno(-sent).meansPeerUnreachable {
-                        if peerErrors.count < receiveCapacity { peerErrors.append((sockets[Int(socket.index)].tag, Errno(-sent))) }
+                        if peerErrors.count < receiveCapacity {
+                            peerErrors.append((Int(socket.index), sockets[Int(socket.index)].tag, Errno(-sent)))
+                        }
                     } else {
                         statistics.sendFailures += Int(sendDatagrams[next])
                     }
@@ -395,11 +397,14 @@ public final class GlibcBackend: DatagramBackend {
     public func poll(deadline: Nanoseconds?) -> Int {
         flush()
         var count = 0
-        for (tag, error) in peerErrors where tag != UInt64.max {
-            received[count] = (tag, 0, error, false)
-            count += 1
+        var told = 0
+        while told < peerErrors.count && count < receiveCapacity {
+            let (handle, tag, error) = peerErrors[told]
+            told += 1
+            if tag != UInt64.max { count += report(error, tag: tag, of: handle, at: count) }
         }
-        peerErrors.removeAll(keepingCapacity: true)
+        // What the batch had no room for is told next turn.
+        peerErrors.removeFirst(told)
         var timeout: Int64 = count > 0 || carriedFirst < carried.count ? 0 : -1
         if count == 0 && carriedFirst == carried.count, let deadline { timeout = max(0, deadline - stampede_monotonic_ns()) }
         let ready = max(0, Int(stampede_epoll_wait(epoll, readyTags, Int32(readyCapacity), timeout)))
@@ -504,9 +509,7 @@ public final class GlibcBackend: DatagramBackend {
         if n < 0 {
             guard n != -EAGAIN else { return 0 }
             // A pending ICMP error on a connected socket: report it to the transfer.
-            received[first] = (socket.tag, 0, Errno(-n), false)
-            receivedAt[first] = 0
-            return 1
+            return report(Errno(-n), tag: socket.tag, of: handle, at: first)
         }
         for i in first..<(first + Int(n)) {
             let message = receiveMessages[i]
@@ -521,6 +524,22 @@ public final class GlibcBackend: DatagramBackend {
             }
         }
         return Int(n)
+    }
+
+    /// A socket's error (ECONNREFUSED: its client's port is closed) into the batch at `first`,
+    /// after the datagrams a transfer's socket holds: the kernel tells a pending error before
+    /// the datagrams queued ahead of it (udp_recvmsg looks at the error first), and a client
+    /// whose last ACK waited there, while a retransmission that found its port closed drew the
+    /// ICMP, finished its transfer rather than failed it. The number of entries written.
+    private func report(_ error: Errno, tag: UInt64, of handle: Int, at first: Int) -> Int {
+        var queued = 0
+        if sockets[handle].fd >= 0, sockets[handle].tag == tag, !sockets[handle].isListener {
+            queued = receive(from: handle, at: first, limit: receiveCapacity - 1)
+        }
+        guard first + queued < receiveCapacity else { return queued }
+        received[first + queued] = (tag, 0, error, false)
+        receivedAt[first + queued] = 0
+        return queued + 1
     }
 
     public func datagram(_ index: Int) -> Datagram {

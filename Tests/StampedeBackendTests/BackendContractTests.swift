@@ -413,6 +413,35 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
         #expect(backend.sendFailures == 0)
     }
 
+    /// A client's last ACK waits in its transfer's socket while a retransmission finds the
+    /// client's port closed: the ACK is heard before the error (the kernel tells a pending error
+    /// first; the Glibc backend failed such transfers that had finished), whether a receive or a
+    /// later send drew the error.
+    @Test(arguments: BackendKind.allCases, [1, 3])
+    func whatAClientSentBeforeItVanishedComesBeforeTheError(kind: BackendKind, sends: Int) throws {
+        let backend = try kind.make()
+        let client = LoopbackClient()
+        let socket = try backend.openTransfer(local: loopbackAny, peer: client.address, ports: nil, largestDatagram: 516,
+                                              buffers: SocketBuffers(), tag: 9)
+        client.send([0, 4, 0, 7], to: try #require(backend.localAddress(of: socket)))
+        close(client.fd)
+        var heard: [String] = []
+        for turn in 0..<(sends + 5) {
+            if turn < sends {
+                [UInt8]([0, 3, 0, 7]).withUnsafeBytes { backend.send(socket, header: $0, payload: UnsafeRawBufferPointer(start: nil, count: 0)) }
+            } else if heard.contains(where: { $0.hasPrefix("error") }) {
+                break
+            }
+            let count = backend.poll(deadline: stampede_monotonic_ns() + (turn < sends ? 0 : 200_000_000))
+            for i in 0..<count where backend.datagram(i).tag == 9 {
+                let datagram = backend.datagram(i)
+                heard.append(datagram.error.map { "error \($0.rawValue)" } ?? "\(Array(datagram.bytes))")
+            }
+        }
+        #expect(heard.first == "[0, 4, 0, 7]")
+        #expect(heard.contains("error \(ECONNREFUSED)"))
+    }
+
     @Test(arguments: BackendKind.allCases)
     func aPortRangeIsHonoured(kind: BackendKind) throws {
         let backend = try kind.make()
