@@ -9,11 +9,17 @@ import StampedeIO
 /// machines on two cores: 32,000 such transfers beside 60,000 real ones). When the kernel took
 /// the request (`Datagram.received`) tells a copy from a client asking again: taken before its
 /// transfer ended, it was sent before the client had its answer. Without that time nothing is
-/// told. State alone: the worker notes each transfer that ends and asks before each request.
+/// told. An ended transfer's request is kept as long as a copy of it may still wait in a
+/// listener's queue: 10 s, and twice the longest wait of the requests read lately when that is
+/// longer (a Glibc worker 20,000 machines overran read its requests up to 13 s after the kernel
+/// took them, and copies read past a 10 s memory each began a transfer to a port its client had
+/// closed, or had since given to another of its transfers). State alone: the worker notes each
+/// transfer that ends and each request's wait, and asks before each request.
 struct EndedRequests {
-    /// How long an ended transfer's request is kept: longer than a request waits in a listener's
-    /// queue.
+    /// How long an ended transfer's request is kept at least.
     static let memory: Nanoseconds = 10 * nanosecondsPerSecond
+    /// How long at most, however late requests are read.
+    static let longestMemory: Nanoseconds = 120 * nanosecondsPerSecond
     /// Ended transfers kept at most; past it the oldest are forgotten early.
     static let capacity = 32_768
 
@@ -26,13 +32,27 @@ struct EndedRequests {
     /// Each note's peer and time, oldest first from `head`: what `forget` walks.
     private var order: [(peer: SocketAddress, at: Nanoseconds)] = []
     private var head = 0
+    /// The longest wait of the requests read in the window that began at `since` (`memory`
+    /// long), and in the one before it.
+    private var waits: (current: Nanoseconds, previous: Nanoseconds, since: Nanoseconds) = (0, 0, 0)
 
     /// Transfers kept now.
     var count: Int { byPeer.count }
 
+    /// How long an ended transfer's request is kept now.
+    var kept: Nanoseconds { min(Self.longestMemory, max(Self.memory, 2 * max(waits.current, waits.previous))) }
+
+    /// A request the kernel took at `received` was read `now`.
+    mutating func heard(received: Nanoseconds, now: Nanoseconds) {
+        if now - waits.since >= Self.memory {
+            waits = (0, now - waits.since >= 2 * Self.memory ? 0 : waits.current, now)
+        }
+        waits.current = max(waits.current, now - received)
+    }
+
     /// `peer`'s transfer of `request` ended `at`.
     mutating func note(_ peer: SocketAddress, request: [UInt8], at: Nanoseconds) {
-        forget(before: at - Self.memory)
+        forget(before: at - kept)
         while byPeer.count >= Self.capacity, head < order.count { drop(order[head]) }
         byPeer[peer] = Ended(request: request, at: at)
         order.append((peer, at))

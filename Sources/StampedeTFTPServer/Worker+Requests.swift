@@ -270,8 +270,11 @@ extension Worker {
     /// A copy of the request of a transfer that ended after the kernel took it (`EndedRequests`)
     /// is dropped too, whether or not another transfer runs from the port now.
     func repeatPolicy(_ incoming: IncomingRequest, now: Nanoseconds) throws(RequestRefusal) {
-        if let received = incoming.received, ended.isLateCopy(incoming.bytes, from: incoming.peer, received: received) {
-            throw .repeated("a copy of the request of a transfer that ended after it was sent")
+        if let received = incoming.received {
+            ended.heard(received: received, now: now)
+            if ended.isLateCopy(incoming.bytes, from: incoming.peer, received: received) {
+                throw .repeated("a copy of the request of a transfer that ended after it was sent")
+            }
         }
         guard let slot = runningTransfer(of: incoming.peer) else { return }
         let answered = table[slot].clientHasAnswered

@@ -29,6 +29,28 @@ import Testing
         #expect(ended.count == 1 && ended.isLateCopy([0, 1, 0x67, 0], from: one, received: 1_500))
     }
 
+    /// Requests read 13 s after the kernel took them (a Glibc worker overrun by a rack): an ended
+    /// transfer's request is kept twice that, so that its copies behind it in the queue are known;
+    /// once requests are read at once again (two windows later), 10 s.
+    @Test func whatIsKeptFollowsHowLateRequestsAreRead() {
+        let second = nanosecondsPerSecond
+        var ended = EndedRequests()
+        #expect(ended.kept == EndedRequests.memory)
+        ended.heard(received: 100 * second, now: 113 * second)
+        #expect(ended.kept == 26 * second)
+        ended.note(one, request: request, at: 114 * second)
+        ended.note(other, request: request, at: 134 * second)
+        #expect(ended.isLateCopy(request, from: one, received: 113 * second), "20 s after it ended, a copy 13 s in the queue")
+        ended.note(other, request: request, at: 141 * second)
+        #expect(!ended.isLateCopy(request, from: one, received: 113 * second), "past 26 s: forgotten")
+        ended.heard(received: 124 * second, now: 124 * second)
+        #expect(ended.kept == 26 * second, "the last window's wait still counts")
+        ended.heard(received: 134 * second, now: 134 * second)
+        #expect(ended.kept == EndedRequests.memory)
+        ended.heard(received: 0, now: 1_000 * second)
+        #expect(ended.kept == EndedRequests.longestMemory, "bounded")
+    }
+
     @Test func whatEndedLongAgoIsForgottenAndTheTableIsBounded() {
         var ended = EndedRequests()
         ended.note(one, request: request, at: 1_000)
