@@ -85,7 +85,10 @@ import Testing
     @Test func theDescriptorsAreSharedOutAndAnImpossibleConnectionLimitIsLowered() throws {
         let tftp = try ServePlan(options(), facts(fileLimit: 65536))
         #expect(tftp.http == nil && tftp.cacheLimits.sharedFrom == nil)
-        #expect(configured(tftp).ownTransferSocketsPerWorker == (65536 - 1024) / 2)
+        #expect(configured(tftp).ownTransferSocketsPerWorker == ServerConfiguration.ownTransferSocketsPerWorkerByDefault)
+        #expect(configured(try ServePlan(options(), facts(fileLimit: 1500))).ownTransferSocketsPerWorker == (1500 - 750) / 2)
+        let asked = try ServePlan(options("--max-transfer-sockets", "30000"), facts(fileLimit: 65536))
+        #expect(configured(asked).ownTransferSocketsPerWorker == 15000, "as asked, past the default")
         let web = try ServePlan(options("--http", ":8080", "--http-max-connections", "5000"), facts(fileLimit: 600))
         #expect(web.http!.maxConnections < 300 && web.warnings.contains { $0.contains("serving at most") })
         #expect(web.cacheLimits.sharedFrom == FileImage.sharedFrom && web.cacheLimits.sharedImages == web.budget.images)

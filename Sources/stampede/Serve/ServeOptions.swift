@@ -187,7 +187,7 @@ struct ServeOptions: ParsableArguments {
     @Option(name: .customLong("max-transfers"), help: "Concurrent transfers in all; further requests are busy (see --when-busy).")
     var maxTransfers = 65536
     @Option(name: .customLong("max-transfer-sockets"),
-            help: "Transfers with a socket of their own, in all; further reads share 64 transfer sockets per worker (default: the open file limit less 1,024, or half of it when that is more; with --http, what HTTP's connections and images leave).")
+            help: "Transfers with a socket of their own, in all; further reads share 64 transfer sockets per worker (default: 1,024 per worker, or fewer when the open file limit less 1,024, or half of it when that is more, holds fewer; with --http, what HTTP's connections and images leave).")
     var maxTransferSockets: Int?
     @Option(name: .customLong("max-per-client"),
             help: "Concurrent transfers per client host, an IPv4 or IPv6 address (default: 64, loopback clients not counted).")

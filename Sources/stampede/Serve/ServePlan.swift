@@ -245,7 +245,12 @@ struct ServePlan {
         if options.maxPerClient != nil || options.maxPerPrefix != nil { configuration.loopbackUncountedPerClient = false }
         configuration.whenBusy = options.whenBusy
         configuration.logFormat = options.logFormat
-        // Beyond this, transfers share sockets instead of running out of descriptors.
+        // Beyond this, transfers share sockets: instead of running out of descriptors, and by
+        // default past the count where sharing costs less.
         configuration.ownTransferSocketsPerWorker = budget.transferSockets / workerCount
+        if options.maxTransferSockets == nil {
+            configuration.ownTransferSocketsPerWorker = min(configuration.ownTransferSocketsPerWorker,
+                                                            ServerConfiguration.ownTransferSocketsPerWorkerByDefault)
+        }
     }
 }
