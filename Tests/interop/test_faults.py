@@ -17,7 +17,8 @@ SO_RCVBUFFORCE = 33
 
 def flood(server, name, sockets=20, each=1000, listen=0.9):
     """Sends sockets × each RRQs as fast as Python can, then counts for `listen` seconds the
-    replies by opcode and code; DATA once per transfer (its server port), not its retransmissions.
+    replies by opcode and code; DATA once per transfer (its client's port and its server port:
+    past 1,024 a worker, transfers share server ports), not its retransmissions.
     The same request again from one port is a duplicate the server drops while its transfer runs:
     requests that should each start a transfer come from ports of their own (each=1)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -50,9 +51,10 @@ def flood(server, name, sockets=20, each=1000, listen=0.9):
                 except BlockingIOError:
                     break
                 if packet[1] == 3:
-                    if sender in transfers:
+                    transfer = (s.getsockname()[1], sender)
+                    if transfer in transfers:
                         continue
-                    transfers.add(sender)
+                    transfers.add(transfer)
                 key_ = (packet[1], packet[3]) if packet[1] == 5 else (packet[1], None)
                 replies[key_] = replies.get(key_, 0) + 1
     selector.close()
