@@ -57,10 +57,7 @@ public struct ServerConfiguration: Sendable {
     /// thousands of transfers a worker's own sockets cost more than shared ones: each own socket
     /// is a receive of its own (a recvmmsg, or an armed receive on the ring) and a send of its
     /// own for every datagram, where a shared socket's batch carries many transfers' datagrams
-    /// in one. Measured at this one count (bench-machines, 20,000 machines with records, 3
-    /// interleaved rounds, 2 workers): against the 3,321 a worker the descriptors allowed there,
-    /// 0.84x the server CPU a machine on io_uring and 0.85x on Glibc, and the machines booted
-    /// sooner (boot p50 0.85x and 0.87x).
+    /// in one. The one count measured; the figures are in docs/serving.md.
     public static let ownTransferSocketsPerWorkerByDefault = 1024
     /// `-m`: tftpd-hpa's filename remapping, applied to every request before the access checks.
     public var remapRules: RemapRuleSet?

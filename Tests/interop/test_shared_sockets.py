@@ -1,7 +1,7 @@
 """More reads than descriptors: beyond --max-transfer-sockets (by default 1,024 a worker, fewer
-when the open file limit less a reserve holds fewer) reads share a worker's pool of transfer sockets. Real clients must not notice, a
-stranger on a shared port gets ERROR 5, and a server held to a few hundred descriptors serves a
-thousand machines at once."""
+when the open file limit less a reserve holds fewer) reads share a worker's pool of transfer
+sockets. Real clients must not notice, a stranger on a shared port gets ERROR 5, and a server held
+to a few hundred descriptors serves a thousand machines at once."""
 import json
 import threading
 import time

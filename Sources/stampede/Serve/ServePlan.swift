@@ -247,10 +247,8 @@ struct ServePlan {
         configuration.logFormat = options.logFormat
         // Beyond this, transfers share sockets: instead of running out of descriptors, and by
         // default past the count where sharing costs less.
-        configuration.ownTransferSocketsPerWorker = budget.transferSockets / workerCount
-        if options.maxTransferSockets == nil {
-            configuration.ownTransferSocketsPerWorker = min(configuration.ownTransferSocketsPerWorker,
-                                                            ServerConfiguration.ownTransferSocketsPerWorkerByDefault)
-        }
+        let descriptors = budget.transferSockets / workerCount
+        configuration.ownTransferSocketsPerWorker = options.maxTransferSockets != nil
+            ? descriptors : min(descriptors, ServerConfiguration.ownTransferSocketsPerWorkerByDefault)
     }
 }
