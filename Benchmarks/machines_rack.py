@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """`make bench-machines`: what knowing each machine costs. A rack (20,000 machines: see MACHINES;
 BENCH_MACHINES to change it) powering on over 3 s through
-Stampede's proxy, TFTP and HTTP, each machine following the iPXE script the server writes for it
-(`storm --profile uefi-ipxe-follow`: EDK2's DHCP, ipxe.efi over TFTP, iPXE's DHCP, the script, and
-the kernel and initrd it names over HTTP, every byte compared), three ways on each backend:
+Stampede's proxy, TFTP and HTTP, each machine following the iPXE script it is given
+(`storm --profile uefi-ipxe-follow`: EDK2's DHCP, ipxe.efi over TFTP, iPXE's autoexec.ipxe over
+TFTP, then, where there is none, iPXE's DHCP and the boot.ipxe it names over HTTP, and the kernel
+and initrd the script names over HTTP, every byte compared), three ways on each backend:
 
-- none: no records; every machine gets the root's boot.ipxe.
-- records: `--machines DIR`, a record per machine (its MAC, its kernel, initrd and its own command
-  line); the storm plays the same directory (`storm --machines`), each script checked against its
-  machine's record.
+- none: no records; autoexec.ipxe is not found, and every machine gets the root's boot.ipxe.
+- records: `--machines DIR`, a record per machine (its MAC, its kernel and initrd as the API's
+  answers name them, http:// URLs, and its own command line): the server writes each machine's
+  autoexec.ipxe, which iPXE 2.0 runs in place of its DHCP and the DHCP-named script; the storm
+  plays the same directory (`storm --machines`), each script checked against its machine's record.
 - api: `--machines-api`, pixieapi.py (a server of pixiecore's API) answering each machine's boot
   after 20 ms (at nice -10, BENCH_API_NICE: it stands for a service on a host of its own), beside
   an empty DIR; the server times each call (its metrics), and the report shows them.
@@ -91,7 +93,8 @@ def prepare():
     answers = {}
     for n in range(MACHINES):
         path = RECORDS / f"node-{n:05d}"
-        text = f"mac = {mac(n + 1)}\nkernel = vmlinuz\ninitrd = initrd.img\ncmdline = hostname=node-{n:05d} quiet\n"
+        text = (f"mac = {mac(n + 1)}\nkernel = http://{SERVER}:{HTTP_PORT}/vmlinuz\ninitrd = http://{SERVER}:{HTTP_PORT}/initrd.img\n"
+                f"cmdline = hostname=node-{n:05d} quiet\n")
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
         answers[mac(n + 1)] = {"kernel": f"http://{SERVER}:{HTTP_PORT}/vmlinuz", "initrd": [f"http://{SERVER}:{HTTP_PORT}/initrd.img"],
@@ -227,7 +230,9 @@ def one_round(row, configuration, index):
     # Summed over the slices; a slice's percentiles cannot be merged exactly: p50 is the slices'
     # median, p99 their largest (an upper bound of the whole rack's).
     def stage_p99(name):
-        return round(max(next(s for s in r["stages"] if s["stage"] == name)["p99_ms"] for r in slices) / 1000, 3)
+        """None when no machine got through it (iPXE's DHCP, where each ran its autoexec.ipxe)."""
+        stages = [next(s for s in r["stages"] if s["stage"] == name) for r in slices]
+        return round(max(s["p99_ms"] for s in stages) / 1000, 3) if any(s["ok"] for s in stages) else None
     ok = sum(r["ok"] for r in slices)
     failures = {}
     for r in slices:
@@ -307,8 +312,9 @@ def report(rounds):
     configurations = [c for c in CONFIGURATIONS if any(k[1] == c for k in rounds)]
     count = len(next(iter(rounds.values())))
     lines = [f"What knowing each machine costs: {MACHINES} machines powering on over 3 s, storm --profile uefi-ipxe-follow --dhcp "
-             "(EDK2's DHCP, ipxe.efi 256 KiB over TFTP, iPXE's DHCP, the script the server writes for the machine, the 512 KiB "
-             f"kernel and 1 MiB initrd it names over HTTP, every byte compared{'' if SLICES == 1 else f'; the storm in {SLICES} processes, p50 their median, p99 their largest'}), without records, with a record per machine "
+             "(EDK2's DHCP, ipxe.efi 256 KiB over TFTP, autoexec.ipxe over TFTP: without records not found, then iPXE's DHCP and the "
+             "root's boot.ipxe over HTTP; with records or the API written for the machine, and run by iPXE in place of its DHCP (— in the "
+             f"iPXE DHCP column); the 512 KiB kernel and 1 MiB initrd the script names over HTTP, every byte compared{'' if SLICES == 1 else f'; the storm in {SLICES} processes, p50 their median, p99 their largest'}), without records, with a record per machine "
              f"(--machines), and with pixiecore's API answering in {int(API_DELAY * 1000)} ms (--machines-api, {API_CALLS} calls at once); {count} interleaved "
              "rounds, the median round by server CPU per machine (its spread), the median of its part in user space; and, each round's "
              "racks paired (they ran one after another), the median of each round's ratio to the rack without records and of what the user-space "
@@ -328,7 +334,7 @@ def report(rounds):
             ratio = paired_cell([p[0] for p in paired], "{:.3f}")
             added = paired_cell([p[1] for p in paired], "{:+.1f} %")
             lines.append(f"| {backend} | {configuration} | {r['ok']} / {r['failed']} | {r['p50_s']} | {r['p99_s']} | {r['uefi_dhcp_p99_s']} "
-                         f"| {r['ipxe_dhcp_p99_s']} | {r['dhcp_retransmits']} | {r['tftp_retransmits']} | {r['cpu_us_per_machine']} ({low}–{high}) | {ratio} "
+                         f"| {'—' if r['ipxe_dhcp_p99_s'] is None else r['ipxe_dhcp_p99_s']} | {r['dhcp_retransmits']} | {r['tftp_retransmits']} | {r['cpu_us_per_machine']} ({low}–{high}) | {ratio} "
                          f"| {u['user_us_per_machine']} ({user_low}–{user_high}) | {added} | {api_calls(r)} "
                          f"| {tcp_memory_cell(rounds[(backend, configuration)])} |")
     pressure = tcp_pressure_mb([r for rs in rounds.values() for r in rs])

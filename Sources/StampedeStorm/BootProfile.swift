@@ -10,16 +10,20 @@ import StampedeProtocol
 ///
 ///     profile NAME
 ///     firmware NAME [retry=SECONDS] [tries=N] [backoff=N]
-///     get   NAME [OPTION=VALUE...]       the whole file; the boot fails without it
-///     try   NAME [OPTION=VALUE...]       the whole file if there is one; "not found" is fine
+///     get   NAME [OPTION=VALUE...] [follow] the whole file; the boot fails without it
+///     try   NAME [OPTION=VALUE...] [follow] the whole file if there is one; "not found" is fine
 ///     first NAME NAME... [OPTION=VALUE...] each name in turn until one is found (a config search)
 ///     probe NAME [OPTION=VALUE...]       a size probe: the OACK, then ERROR 8, as EDK2 does
 ///     head  BYTES NAME [OPTION=VALUE...] that many bytes, then ERROR 0 "closed", as GRUB does
-///     http  GET NAME|URL [follow]        the whole file over HTTP (iPXE's chain, UEFI HTTP Boot);
-///                                        follow: an iPXE script, whose kernel, initrds and chain
-///                                        are fetched next, as iPXE runs it
+///     http  GET NAME|URL [follow]        the whole file over HTTP (iPXE's chain, UEFI HTTP Boot)
 ///     dhcp  pxe|ipxe|http|rpi arch=N     the DHCP exchange that names the boot file (`storm --dhcp`)
 ///     reboot N [after=SECONDS]           a failed boot starts over from the first stage, N times (after 1 s)
+///
+/// `follow`: the file is an iPXE script, run as iPXE runs it: the kernel, initrds and chained
+/// scripts it names are fetched next, a path over the protocol the script came by, an `http://`
+/// URL over HTTP; a script that boots (`boot`, or its end) ends the machine's boot there, and the
+/// profile's later stages are not played (iPXE runs the `autoexec.ipxe` it finds in place of its
+/// own DHCP and the script that DHCP names).
 ///
 /// A `firmware` line starts that firmware's stages: `retry` is its own retransmit interval
 /// when no `timeout` option is negotiated (`250ms` or `4s`), `tries` how often it resends before
@@ -83,8 +87,8 @@ public struct BootProfile: Sendable, Equatable {
         public var answersBlocksOutOfOrder = false
         /// Over HTTP (an `http GET` line) rather than TFTP.
         public var overHTTP = false
-        /// `http GET NAME follow`: NAME is an iPXE script, whose kernel, initrds and chained
-        /// scripts are fetched next (`IPXEScript`), each compared as any file is.
+        /// `follow`: NAME is an iPXE script, whose kernel, initrds and chained scripts are fetched
+        /// next (`IPXEScript`), each compared as any file is; once they are, the machine booted.
         public var follows = false
         /// A `dhcp` line: the DHCP exchange, not a file.
         public var dhcp: DHCPAsk?
@@ -102,7 +106,7 @@ public struct BootProfile: Sendable, Equatable {
             case .head(let bytes): verb = "head \(bytes)"
             }
             let shown = names.count > 2 ? "\(names[0]) … \(names[names.count - 1]) (\(names.count) names)" : names.joined(separator: " ")
-            return "\(firmware) \(verb) \(shown)"
+            return "\(firmware) \(verb) \(shown)\(follows ? " follow" : "")"
         }
 
         /// A "not found" ends this stage well: `try`, and `first` until its last name.
@@ -132,7 +136,11 @@ public struct BootProfile: Sendable, Equatable {
         /// The client plan for one of the stage's names, filled in for `machine`.
         /// `directory`: what `${dir}` is (`Storm.Machine.directory`).
         func plan(name index: Int, for machine: MachineIdentity, directory: String = "", hold: Nanoseconds = 0) -> ClientPlan {
-            let name = machine.expand(names[index], directory: directory)
+            plan(named: machine.expand(names[index], directory: directory), hold: hold)
+        }
+
+        /// The request for `name` as this stage asks it: a file a followed script names.
+        func plan(named name: String, hold: Nanoseconds = 0) -> ClientPlan {
             let request = Request(isWrite: false, filename: Array(name.utf8), mode: "octet", options: options)
             var plan = ClientPlan(request: request, retransmit: retransmit, retries: retries)
             plan.maxBackoff = maxBackoff
@@ -310,6 +318,11 @@ public struct BootProfile: Sendable, Equatable {
         }
         var names: [String] = []
         var options: [(name: String, value: String)] = []
+        let follows = words.last == "follow"
+        if follows {
+            guard action == .get || action == .tryGet else { throw fail("follow goes with get and try: an iPXE script to run") }
+            words.removeLast()
+        }
         for word in words {
             if word.contains("=") || word == "tsize" {
                 let (key, value) = split(word)
@@ -328,7 +341,9 @@ public struct BootProfile: Sendable, Equatable {
         }
         guard !names.isEmpty else { throw fail("\(directive) needs a file name") }
         guard names.count == 1 || action == .first else { throw fail("\(directive) takes one name (first takes several)") }
-        return firmware.stage(action, names: names, options: options)
+        var stage = firmware.stage(action, names: names, options: options)
+        stage.follows = follows
+        return stage
     }
 
     /// A `firmware` line: what the stages after it share.
@@ -357,8 +372,9 @@ public struct BootProfile: Sendable, Equatable {
         return profile
     }
 
-    /// Whether a stage goes over HTTP, so that the storm needs an HTTP server.
-    public var usesHTTP: Bool { stages.contains(where: \.overHTTP) }
+    /// Whether a stage goes over HTTP, or may (a followed script's `http://` URLs, whatever the
+    /// protocol it came by), so that the storm keeps a connection for each machine.
+    public var usesHTTP: Bool { stages.contains { $0.overHTTP || $0.follows } }
 
     /// Whether a stage names its file relative to the storm's HTTP server (not a whole URL).
     public var needsHTTPServer: Bool { stages.contains { $0.overHTTP && !$0.names[0].hasPrefix("http://") } }

@@ -38,18 +38,20 @@ extension BootProfile {
         reboot 3 after=5s
         """
 
-    /// The UEFI PXE loading iPXE over TFTP, and iPXE looking for autoexec.ipxe beside it: where
-    /// the uefi-ipxe chains begin.
+    /// The UEFI PXE loading iPXE over TFTP, and iPXE looking for autoexec.ipxe beside it before
+    /// its own DHCP: where the uefi-ipxe chains begin. iPXE runs the autoexec.ipxe it finds (a
+    /// machine's record writes one) in place of that DHCP and the script it names.
     private static var uefiToIPXE: String {
         """
         \(uefiDHCP)
         \(uefiStages)
         probe ipxe.efi tsize blksize=1468 windowsize=4
         get   ipxe.efi blksize=1468 windowsize=4
+        \(ipxeFirmware)
+        try   autoexec.ipxe blksize=1432 tsize follow
         \(ipxeDHCP)
         dhcp  ipxe arch=7
         \(ipxeFirmware)
-        try   autoexec.ipxe blksize=1432 tsize
         """
     }
 
@@ -69,12 +71,12 @@ extension BootProfile {
 
     /// iPXE 2.0 (and iPXE built since 2022) with no embedded script, as it starts: autoexec.ipxe
     /// beside itself, then at the root (one name twice when it was loaded from the root), before
-    /// its own DHCP, whose answer names the script.
+    /// its own DHCP, whose answer names the script; the one it finds it runs instead.
     private static func ipxeStarts(arch: Int) -> String {
         """
         \(ipxeFirmware)
-        try   autoexec.ipxe blksize=1432 tsize
-        try   autoexec.ipxe blksize=1432 tsize
+        try   autoexec.ipxe blksize=1432 tsize follow
+        try   autoexec.ipxe blksize=1432 tsize follow
         \(ipxeDHCP)
         dhcp  ipxe arch=\(arch)
         \(ipxeFirmware)

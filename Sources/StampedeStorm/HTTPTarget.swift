@@ -17,7 +17,7 @@ struct HTTPTarget: Equatable {
     /// naming a host, a relative name without a server).
     init?(_ expanded: String, server: SocketAddress?, secureServer: Bool = false) {
         var name = Substring(expanded)
-        let scheme = ["http://", "https://"].first { expanded.lowercased().hasPrefix($0) }
+        let scheme = Self.scheme(of: expanded)
         if let scheme {
             secure = scheme == "https://"
             let rest = expanded.dropFirst(scheme.count)
@@ -38,6 +38,15 @@ struct HTTPTarget: Equatable {
         self.name = String(name)
         path = "/" + Self.percentEncoded(self.name)
     }
+
+    /// `http://` or `https://` when `location` begins with it.
+    private static func scheme(of location: String) -> String? {
+        ["http://", "https://"].first { location.lowercased().hasPrefix($0) }
+    }
+
+    /// Whether `location` is an `http://` or `https://` URL (a followed script's file fetched over
+    /// HTTP, whatever protocol the script came by).
+    static func isURL(_ location: String) -> Bool { scheme(of: location) != nil }
 
     private static let hexDigits = Array("0123456789ABCDEF".utf8)
 

@@ -1,6 +1,7 @@
 import CStampedeSys
 import Glibc
 import StampedeBase
+import StampedeHTTPWire
 import StampedeIO
 import StampedeProtocol
 
@@ -242,9 +243,15 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         generations[slot] &+= 1
         let machine = machines[slot]!
         let stage = plan.profile.stages[machine.stage]
-        if stage.overHTTP { return startFetch(slot, now: now) }
+        if stage.overHTTP || machine.fetching.map(HTTPTarget.isURL) == true { return startFetch(slot, now: now) }
         if stage.dhcp != nil { return startDHCP(slot, now: now) }
-        let clientPlan = stage.plan(name: machine.name, for: machine.identity, directory: machine.directory, hold: plan.hold)
+        // A followed script's file: its path beneath the server, as iPXE asks it (no leading `/`).
+        let clientPlan = machine.fetching.map { stage.plan(named: HTTPLocation.path(of: $0), hold: plan.hold) }
+            ?? stage.plan(name: machine.name, for: machine.identity, directory: machine.directory, hold: plan.hold)
+        if stage.follows && machine.fetching == nil {
+            machines[slot]!.script = []  // the stage's own name is the first script
+            machines[slot]!.scripts = 1
+        }
         do {
             sockets[slot] = try backend.openClient(local: plan.source(of: machine.identity.number), largestDatagram: largestDatagram,
                                                    buffers: .receiving(clientPlan.request),
@@ -254,7 +261,10 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
             return false
         }
         machines[slot]!.request = clientPlan.request.encoded()
-        machines[slot]!.expected = expectedBytes(of: String(decoding: clientPlan.request.filename, as: UTF8.self))
+        // A machine of records (storm --machines) gets a script written for it: checked against
+        // its record when read, not against the root's file of that name.
+        let written = machines[slot]!.script != nil && !plan.machineList.isEmpty
+        machines[slot]!.expected = written ? nil : expectedBytes(of: String(decoding: clientPlan.request.filename, as: UTF8.self))
         sessions[slot] = ClientTransfer(plan: clientPlan, server: plan.server, now: now)
         apply(sessions[slot]!.start(now: now), slot: slot, peer: nil, now: now)
         return true
@@ -262,7 +272,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
 
     /// Does what a client's step says: sends, checks delivered bytes, ends, or waits.
     private func apply(_ step: ClientStep, slot: Int, peer: SocketAddress?, now: Nanoseconds) {
-        if let (offset, bytes) = step.delivered, let failure = verify(bytes, at: offset, slot: slot) {
+        if let (offset, bytes) = step.delivered, let failure = verify(bytes, at: offset, slot: slot) ?? keepScript(bytes, at: offset, slot: slot) {
             send(.abort, slot: slot, peer: peer)
             transferEnded(slot, .failed(failure), now: now)
             return
@@ -323,6 +333,15 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     /// Names whose expected bytes the storm keeps (tests: bounded without a root).
     public var knownFiles: Int { expected.count }
 
+    /// A followed script's bytes, kept to be read when it has come whole; a failure past
+    /// `scriptBytes`.
+    private func keepScript(_ bytes: UnsafeRawBufferPointer, at offset: Int, slot: Int) -> StormFailure? {
+        guard let script = machines[slot]!.script, offset == script.count else { return nil }
+        guard offset + bytes.count <= Self.scriptBytes else { return .protocolError("a script over \(Self.scriptBytes) bytes") }
+        machines[slot]!.script!.append(contentsOf: bytes)
+        return nil
+    }
+
     /// Compares delivered bytes with the expected file; the offset of the first difference.
     func verify(_ payload: UnsafeRawBufferPointer, at offset: Int, slot: Int) -> StormFailure? {
         guard payload.count > 0, let expected = machines[slot]!.expected else { return nil }
@@ -349,7 +368,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         }
         wheel.cancel(slot)
         switch end {
-        case .failed(let failure) where failure.isNotFound && stage.notFoundIsFine:
+        case .failed(let failure) where failure.isNotFound && stage.notFoundIsFine && machine.fetching == nil:
             report.stages[machine.stage].notFound += 1
             if stage.action == .first {
                 guard machine.name + 1 < stage.names.count else {
@@ -367,7 +386,9 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
                 let found = machine.identity.expand(stage.names[machine.name], directory: machine.directory)
                 machines[slot]!.directory = found.lastIndex(of: "/").map { String(found[...$0]) } ?? ""
             }
-            nextStage(slot, now: now)
+            // A script run to its end booted what it named: iPXE does not go on to what the
+            // profile says next (its own DHCP after an autoexec.ipxe).
+            nextStage(slot, now: now, booted: stage.follows && machines[slot]!.scripts > 0)
         case .failed:
             machineEnded(slot, end, now: now)
         }
@@ -420,12 +441,12 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
     }
 
     /// The machine got through its stage (a `try` that found nothing does): on to the next, or
-    /// the machine has booted.
-    private func nextStage(_ slot: Int, now: Nanoseconds) {
+    /// the machine has booted (`booted`: whatever stages follow).
+    private func nextStage(_ slot: Int, now: Nanoseconds, booted: Bool = false) {
         let machine = machines[slot]!
         report.stages[machine.stage].ok += 1
         report.stages[machine.stage].durations.append(now - machine.stageStarted)
-        guard machine.stage + 1 < plan.profile.stages.count else {
+        guard !booted && machine.stage + 1 < plan.profile.stages.count else {
             machineEnded(slot, .ok, now: now)
             return
         }

@@ -51,7 +51,7 @@ struct Storm: ParsableCommand {
     var dhcp: String?
     @Flag(help: "A machine whose boot failed starts over from the first stage, as its firmware does: as often and after as long as the profile's reboot line says (default: it counts as failed at once).")
     var reboot = false
-    @Option(help: ArgumentHelp("Play the machines of a server's records (serve --machines DIR): one machine for each record that selects a MAC, with that MAC and the record's UUID, and, where the record has a kernel, its iPXE script (a profile's http GET NAME follow) must name that kernel and those initrds (default --total: one each).", valueName: "DIR"))
+    @Option(help: ArgumentHelp("Play the machines of a server's records (serve --machines DIR): one machine for each record that selects a MAC, with that MAC and the record's UUID, and, where the record has a kernel, its iPXE script (a profile's follow stage) must name that kernel and those initrds (default --total: one each).", valueName: "DIR"))
     var machines: String?
     @Option(help: "Power the machines on spread evenly over this many seconds (default: all at once).")
     var ramp = 0.0

@@ -27,7 +27,7 @@ import Testing
     @Test func theBuiltInFirmwareBeginsWithItsDHCPOnlyWhenAsked() throws {
         let chain = try #require(BootProfile.builtIn("uefi-ipxe", dhcp: true))
         #expect(chain.stages.compactMap(\.dhcp) == [.init(client: .pxe, architecture: 7), .init(client: .ipxe, architecture: 7)])
-        #expect(chain.stages[0].dhcp != nil && chain.stages[3].dhcp?.client == .ipxe)
+        #expect(chain.stages[0].dhcp != nil && chain.stages[4].dhcp?.client == .ipxe)
         #expect(BootProfile.builtIn("uefi-ipxe") == chain.withoutDHCP)
         #expect(try #require(BootProfile.builtIn("pxelinux", dhcp: true)).stages[0].dhcp == .init(client: .pxe, architecture: 0))
     }

@@ -19,8 +19,10 @@ typealias ResponseHead = ReceivedResponseHead
         #expect(chain.stages.map(\.overHTTP) == [false, false, false, true, true, true])
         #expect(chain.stages[3].label == "ipxe http GET boot.ipxe")
         #expect(chain.usesHTTP && chain.needsHTTPServer)
+        // Its autoexec.ipxe, when there is one, may name http:// URLs: the storm keeps a
+        // connection a machine, but needs no --http.
         let tftp = try #require(BootProfile.builtIn("uefi-ipxe-tftp"))
-        #expect(!tftp.usesHTTP && tftp.stages.count == 6)
+        #expect(tftp.usesHTTP && !tftp.needsHTTPServer && tftp.stages.count == 6)
     }
 
     @Test func aURLStageNamesItsOwnServer() throws {
@@ -171,6 +173,33 @@ typealias ResponseHead = ReceivedResponseHead
         rig.dir.write("boot.ipxe", Array("#!ipxe\nsleep 1\nchain boot.ipxe\n".utf8))
         let loops = try run(rig, profile, machines: 1)
         #expect(loops.failed == 1 && loops.failureExamples.first?.contains("more than 8 scripts") == true, "\(loops.failureExamples)")
+    }
+
+    @Test(arguments: BackendKind.allCases)
+    func anAutoexecFoundIsRunInPlaceOfTheRestOfTheChain(_ backend: BackendKind) throws {
+        // iPXE 2.0 runs the autoexec.ipxe beside itself instead of its own DHCP and the script
+        // that names: its paths over TFTP (as the script came), its http:// URLs over HTTP.
+        let rig = try Rig(backend: try GlibcBackend(), http: true)
+        let http = try #require(rig.http?.boundAddresses[0])
+        let efi = randomBytes(100_000), kernel = randomBytes(300_000), initrd = randomBytes(500_001)
+        let autoexec = Array("#!ipxe\nkernel /linux/vmlinuz quiet\ninitrd http://\(http)/initrd.img\nboot\n".utf8)
+        mkdir(rig.dir.path + "/linux", 0o755)
+        rig.dir.write("ipxe.efi", efi)
+        rig.dir.write("autoexec.ipxe", autoexec)
+        rig.dir.write("linux/vmlinuz", kernel)
+        rig.dir.write("initrd.img", initrd)
+        let chain = try #require(BootProfile.builtIn("uefi-ipxe"))
+        #expect(chain.stages[2].label == "ipxe try autoexec.ipxe follow")
+        let report = try run(rig, chain, machines: 3, backend: backend)
+        #expect(report.ok == 3 && report.failed == 0, "\(report.text)")
+        #expect(report.stages.map(\.ok) == [3, 3, 3, 0, 0, 0], "\(report.text)")
+        #expect(report.stages[2].bytes == 3 * (autoexec.count + kernel.count + initrd.count), "\(report.text)")
+        #expect(rig.http!.loops[0].metrics.requests(.get, .served) == 3)  // the initrds; no boot.ipxe
+        // A file the script names that is not there fails the machine, though the stage's own
+        // name may be missing.
+        rig.dir.write("autoexec.ipxe", Array("#!ipxe\nkernel /linux/missing\nboot\n".utf8))
+        let missing = try run(rig, chain, machines: 1, backend: backend)
+        #expect(missing.failed == 1 && missing.stages[2].failed == 1, "\(missing.text)")
     }
 
     @Test func aMissingFileIsTheServers404() throws {

@@ -357,10 +357,13 @@ import Testing
         #expect(HTTPLocation.path(of: "http://10.0.0.1:8080/linux/vmlinuz") == "linux/vmlinuz" && HTTPLocation.path(of: "/a/b") == "a/b")
     }
 
-    @Test func followIsAnHTTPStagesWord() throws {
-        let profile = try BootProfile(parsing: "profile p\nfirmware f\nhttp GET boot.ipxe follow\nhttp GET x")
-        #expect(profile.stages.map(\.follows) == [true, false])
-        #expect(throws: BootProfile.ParseError.self) { try BootProfile(parsing: "profile p\nfirmware f\nhttp GET boot.ipxe chase") }
+    @Test func followEndsAnHTTPGetOrATFTPGetOrTry() throws {
+        let profile = try BootProfile(parsing: "profile p\nfirmware f\nhttp GET boot.ipxe follow\nhttp GET x\ntry autoexec.ipxe tsize follow\nget y follow")
+        #expect(profile.stages.map(\.follows) == [true, false, true, true])
+        #expect(profile.stages[2].options.map(\.name) == ["tsize"] && profile.stages[2].label == "f try autoexec.ipxe follow")
+        for line in ["http GET boot.ipxe chase", "probe x follow", "first a b follow", "get x follow tsize"] {
+            #expect(throws: BootProfile.ParseError.self, "\(line)") { try BootProfile(parsing: "profile p\nfirmware f\n\(line)") }
+        }
         let builtIn = try #require(BootProfile.builtIn("uefi-ipxe-follow"))
         #expect(builtIn.stages.last?.label == "ipxe http GET boot.ipxe follow")
     }

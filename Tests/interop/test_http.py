@@ -560,7 +560,7 @@ def test_storm_plays_the_uefi_ipxe_chain_over_tftp_and_http(web, root, binary):
     assert result["ok"] == machines and result["failed"] == 0
     stages = result["stages"]
     assert [stage["stage"] for stage in stages] == [
-        "uefi probe ipxe.efi", "uefi get ipxe.efi", "ipxe try autoexec.ipxe",
+        "uefi probe ipxe.efi", "uefi get ipxe.efi", "ipxe try autoexec.ipxe follow",
         "ipxe http GET boot.ipxe", "ipxe http GET vmlinuz", "ipxe http GET initrd.img"]
     assert all(stage["ok"] == machines for stage in stages)
     for stage, name in zip(stages[3:], ["boot.ipxe", "vmlinuz", "initrd.img"]):

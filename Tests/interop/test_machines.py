@@ -487,9 +487,11 @@ def test_machines_api_flags_are_checked(root, tmp_path):
 
 def test_the_storm_follows_each_machines_own_chain_from_its_record(proxy, boot_link, root, tmp_path):
     """storm --machines DIR: each of twelve machines has a record's MAC, sends from an address of
-    its own (its 4011 REQUEST's ciaddr, which the proxy binds to it), and runs the boot.ipxe the
-    server writes for it as iPXE would: its own kernel and the shared initrd, every byte compared
-    with the root, and its script's names with its record."""
+    its own (its 4011 REQUEST's ciaddr, which the proxy binds to it), and runs the autoexec.ipxe
+    the server writes for it as iPXE 2.0 does, before and instead of its own DHCP and the
+    DHCP-named boot.ipxe: its own kernel and the shared initrd, named from the root and so read
+    over TFTP as the script was, every byte compared with the root, and its script's names with
+    its record."""
     records = tmp_path / "rack"
     records.mkdir()
     (root / "kernels").mkdir()
@@ -512,10 +514,12 @@ def test_the_storm_follows_each_machines_own_chain_from_its_record(proxy, boot_l
     assert r.returncode == 0, (r.stderr, s.log_text()[-3000:])
     result = json.loads(r.stdout)
     assert result["ok"] == 12 and result["failed"] == 0, result
-    follow = next(stage for stage in result["stages"] if stage["stage"] == "ipxe http GET boot.ipxe follow")
+    stages = {stage["stage"]: stage for stage in result["stages"]}
+    follow = stages["ipxe try autoexec.ipxe follow"]
     scripts = sum(len(f"#!ipxe\n# {records}/node-{n:02d}\nkernel /kernels/node-{n:02d} initrd=initrd.img hostname=node-{n:02d}\n"
                       "initrd /initrd.img\nboot\n") for n in range(12))
     assert follow["ok"] == 12 and follow["bytes"] == scripts + sum(sizes.values()) + 12 * 300_001, follow
+    assert stages["ipxe dhcp ipxe arch=7"]["ok"] == 0 and stages["ipxe http GET boot.ipxe follow"]["ok"] == 0, stages
     # The server saw each machine at its own address, its own MAC on its transfers.
     for n in range(12):
         assert s.log_lines(f"[52:54:00:7a:00:{n:02x}]"), n

@@ -50,7 +50,7 @@ def test_two_thousand_machines_boot_uefi_ipxe_with_fewer_descriptors_than_machin
     stages = [{key: sum(r["stages"][i][key] for r in results) for key in ("ok", "failed", "not_found", "bytes")}
               for i in range(4)]
     assert [stage["stage"] for stage in results[0]["stages"]] == [
-        "uefi probe ipxe.efi", "uefi get ipxe.efi", "ipxe try autoexec.ipxe", "ipxe get boot.ipxe"]
+        "uefi probe ipxe.efi", "uefi get ipxe.efi", "ipxe try autoexec.ipxe follow", "ipxe get boot.ipxe"]
     assert stages[0] == {"ok": MACHINES, "failed": 0, "not_found": 0, "bytes": 0}  # the probe
     assert stages[1] == {"ok": MACHINES, "failed": 0, "not_found": 0, "bytes": MACHINES << 20}
     assert stages[2]["ok"] == MACHINES and stages[2]["not_found"] >= MACHINES  # autoexec.ipxe
