@@ -25,8 +25,9 @@ public final class MachineBindings: Sendable {
     }
 
     /// Each address's machine (by its host: no port, an IPv4 client on a dual-stack socket as
-    /// IPv4), and when it was learned (a counter: the latest DHCP is the largest).
-    private let table = SleepingLock<(bindings: [SocketAddress: (binding: Binding, learned: UInt64)], clock: UInt64)>(([:], 0))
+    /// IPv4; three words a key), and when it was learned (a counter: the latest DHCP is the
+    /// largest).
+    private let table = SleepingLock<(bindings: [AddressKey: (binding: Binding, learned: UInt64)], clock: UInt64)>(([:], 0))
 
     public init() {}
 
@@ -40,7 +41,7 @@ public final class MachineBindings: Sendable {
     /// same machine at the same address again (each of its DHCP requests says so) keeps its
     /// binding, learned anew: nothing is made for it.
     public func learn(_ address: SocketAddress, is machine: MachineIdentity) {
-        let address = address.unmapped.clientHost
+        let address = AddressKey(address.unmapped.clientHost)
         let known = table.withLock { table in
             table.clock += 1
             guard let index = table.bindings.index(forKey: address), table.bindings.values[index].binding.machine == machine else { return false }
@@ -67,7 +68,7 @@ public final class MachineBindings: Sendable {
 
     /// The binding of the address a client at `address` (any port) is at, if DHCP said.
     public func binding(at address: SocketAddress) -> Binding? {
-        let host = address.unmapped.clientHost
+        let host = AddressKey(address.unmapped.clientHost)
         return table.withLock { $0.bindings[host]?.binding }
     }
 

@@ -18,8 +18,8 @@ public final class Admission: Sendable {
 
     private struct Counts {
         var running = 0
-        var perClient: [SocketAddress: Int] = [:]
-        var perPrefix: [SocketAddress: Int] = [:]
+        var perClient: [AddressKey: Int] = [:]
+        var perPrefix: [AddressKey: Int] = [:]
         /// HTTP connections open (`--http`): a server with one is not idle either.
         var connections = 0
         /// When a transfer or an HTTP connection last ended: the idle exit (`-t`) counts from there.
@@ -61,8 +61,8 @@ public final class Admission: Sendable {
     /// Takes a place for a transfer from `peer`, or says which limit leaves none.
     public func admit(_ peer: SocketAddress) -> Refusal? {
         let counted = countsPerClient(peer)
-        let host = counted && maxPerClient != nil ? peer.clientHost : nil
-        let prefix = counted && maxPerPrefix != nil ? peer.clientPrefix : nil
+        let host = counted && maxPerClient != nil ? AddressKey(peer.clientHost) : nil
+        let prefix = counted && maxPerPrefix != nil ? peer.clientPrefix.map(AddressKey.init) : nil
         return counts.withLock { counts in
             guard counts.running < maxTransfers else { return .server }
             if let host, counts.perClient[host, default: 0] >= maxPerClient! {
@@ -82,8 +82,8 @@ public final class Admission: Sendable {
     /// Gives back the place of a transfer that ended.
     public func release(_ peer: SocketAddress) {
         let counted = countsPerClient(peer)
-        let host = counted && maxPerClient != nil ? peer.clientHost : nil
-        let prefix = counted && maxPerPrefix != nil ? peer.clientPrefix : nil
+        let host = counted && maxPerClient != nil ? AddressKey(peer.clientHost) : nil
+        let prefix = counted && maxPerPrefix != nil ? peer.clientPrefix.map(AddressKey.init) : nil
         counts.withLock { counts in
             counts.running -= 1
             counts.lastActivity = stampede_monotonic_ns()
@@ -92,7 +92,7 @@ public final class Admission: Sendable {
         }
     }
 
-    private static func decrement(_ table: inout [SocketAddress: Int], _ key: SocketAddress) {
+    private static func decrement(_ table: inout [AddressKey: Int], _ key: AddressKey) {
         if let current = table[key], current > 1 { table[key] = current - 1 } else { table[key] = nil }
     }
 

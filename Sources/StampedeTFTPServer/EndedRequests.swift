@@ -28,9 +28,9 @@ struct EndedRequests {
         var at: Nanoseconds
     }
 
-    private var byPeer: [SocketAddress: Ended] = [:]
+    private var byPeer: [AddressKey: Ended] = [:]
     /// Each note's peer and time, oldest first from `head`: what `forget` walks.
-    private var order: [(peer: SocketAddress, at: Nanoseconds)] = []
+    private var order: [(peer: AddressKey, at: Nanoseconds)] = []
     private var head = 0
     /// The longest wait of the requests read in the window that began at `since` (`memory`
     /// long), and in the one before it.
@@ -54,6 +54,7 @@ struct EndedRequests {
     mutating func note(_ peer: SocketAddress, request: [UInt8], at: Nanoseconds) {
         forget(before: at - kept)
         while byPeer.count >= Self.capacity, head < order.count { drop(order[head]) }
+        let peer = AddressKey(peer)
         byPeer[peer] = Ended(request: request, at: at)
         order.append((peer, at))
     }
@@ -61,7 +62,7 @@ struct EndedRequests {
     /// Whether `request` from `peer`, which the kernel took at `received`, is a copy of the
     /// request of a transfer that ended after that.
     func isLateCopy(_ request: [UInt8], from peer: SocketAddress, received: Nanoseconds) -> Bool {
-        guard let ended = byPeer[peer] else { return false }
+        guard let ended = byPeer[AddressKey(peer)] else { return false }
         return received < ended.at && ended.request == request
     }
 
@@ -70,7 +71,7 @@ struct EndedRequests {
         while head < order.count, order[head].at < time { drop(order[head]) }
     }
 
-    private mutating func drop(_ entry: (peer: SocketAddress, at: Nanoseconds)) {
+    private mutating func drop(_ entry: (peer: AddressKey, at: Nanoseconds)) {
         head += 1
         // A later note of the same peer stays.
         if byPeer[entry.peer]?.at == entry.at { byPeer[entry.peer] = nil }

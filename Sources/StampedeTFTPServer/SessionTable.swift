@@ -13,8 +13,9 @@ final class SessionTable {
     private(set) var capacity = 0
     private var generations: [UInt32] = []
     private var free: [Int32] = []
-    /// The latest transfer from each client address and port.
-    private var byPeer: [SocketAddress: Int32] = [:]
+    /// The latest transfer from each client address and port (three words a key: looked up for
+    /// every datagram a shared socket reads and every request).
+    private var byPeer: [AddressKey: Int32] = [:]
     /// Transfers running.
     private(set) var count = 0
     /// Transfers running on a shared socket (a shared transfer socket, or the listener).
@@ -66,7 +67,7 @@ final class SessionTable {
     /// and port: a later transfer from the same port takes the index over.
     func start(_ transfer: consuming Transfer, in slot: Int) {
         precondition((slots + slot).pointee.phase == .free && transfer.phase != .free && transfer.socket != nil)
-        byPeer[transfer.peer] = Int32(slot)
+        byPeer[AddressKey(transfer.peer)] = Int32(slot)
         count += 1
         if transfer.socket!.isShared { sharedCount += 1 }
         (slots + slot).pointee = transfer
@@ -78,7 +79,8 @@ final class SessionTable {
         let transfer = (slots + slot).move()
         (slots + slot).initialize(to: Transfer())
         precondition(transfer.phase != .free)
-        if byPeer[transfer.peer] == Int32(slot) { byPeer[transfer.peer] = nil }
+        let peer = AddressKey(transfer.peer)
+        if byPeer[peer] == Int32(slot) { byPeer[peer] = nil }
         count -= 1
         if transfer.socket!.isShared { sharedCount -= 1 }
         generations[slot] = (generations[slot] &+ 1) & Tag.generationMask
@@ -95,7 +97,7 @@ final class SessionTable {
 
     /// The latest running transfer from this client address and port.
     func slot(of peer: SocketAddress) -> Int? {
-        guard let slot = byPeer[peer] else { return nil }
+        guard let slot = byPeer[AddressKey(peer)] else { return nil }
         return Int(slot)
     }
 

@@ -48,3 +48,38 @@ import Testing
         #expect(mismatches.isEmpty, "\(mismatches.prefix(5))")
     }
 }
+
+/// A socket address as a table's key (`AddressKey`): the same key exactly when the same client,
+/// whatever the bytes around it.
+@Suite struct AddressKeys {
+    func key(_ text: String) throws -> AddressKey { AddressKey(try #require(SocketAddress(parsing: text, defaultPort: 0))) }
+
+    @Test func equalAddressesAreOneKeyAndEveryPartTellsTwoApart() throws {
+        let texts = ["10.0.0.1:69", "10.0.0.1:70", "10.0.0.2:69", "0.0.0.0:0", "255.255.255.255:65535",
+                     "[::ffff:10.0.0.1]:69", "[::1]:69", "[::1]:70", "[2001:db8::1]:69", "[2001:db8::1:0]:69",
+                     "[fe80::1%1]:69", "[fe80::1%2]:69", "[fe80::1]:69", "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535"]
+        var keys: [AddressKey] = []
+        for text in texts {
+            guard let address = SocketAddress(parsing: text, defaultPort: 0) else { continue }  // a scope this host has no interface for
+            keys.append(AddressKey(address))
+            #expect(AddressKey(address) == (try key(address.description)), "\(text)")
+        }
+        #expect(keys.count >= texts.count - 2)
+        // The IPv4 address and the same mapped into IPv6 too: their families differ.
+        #expect(Set(keys).count == keys.count, "\(keys)")
+        #expect(Dictionary(keys.map { ($0, 1) }, uniquingKeysWith: +).count == keys.count)
+    }
+
+    @Test func anIPv6FlowLabelIsNotPartOfTheKey() throws {
+        var address = try #require(SocketAddress(parsing: "[2001:db8::7]:4011", defaultPort: 0))
+        let before = AddressKey(address)
+        withUnsafeMutableBytes(of: &address.storage) { raw in
+            var sin6 = raw.load(as: sockaddr_in6.self)
+            sin6.sin6_flowinfo = 0x1234_5678
+            raw.storeBytes(of: sin6, as: sockaddr_in6.self)
+        }
+        #expect(AddressKey(address) == before)
+        address.port = 4012
+        #expect(AddressKey(address) != before)
+    }
+}
