@@ -60,9 +60,7 @@ public final class Admission: Sendable {
 
     /// Takes a place for a transfer from `peer`, or says which limit leaves none.
     public func admit(_ peer: SocketAddress) -> Refusal? {
-        let counted = countsPerClient(peer)
-        let host = counted && maxPerClient != nil ? AddressKey(peer.clientHost) : nil
-        let prefix = counted && maxPerPrefix != nil ? peer.clientPrefix.map(AddressKey.init) : nil
+        let (host, prefix) = keys(of: peer)
         return counts.withLock { counts in
             guard counts.running < maxTransfers else { return .server }
             if let host, counts.perClient[host, default: 0] >= maxPerClient! {
@@ -81,15 +79,19 @@ public final class Admission: Sendable {
 
     /// Gives back the place of a transfer that ended.
     public func release(_ peer: SocketAddress) {
-        let counted = countsPerClient(peer)
-        let host = counted && maxPerClient != nil ? AddressKey(peer.clientHost) : nil
-        let prefix = counted && maxPerPrefix != nil ? peer.clientPrefix.map(AddressKey.init) : nil
+        let (host, prefix) = keys(of: peer)
         counts.withLock { counts in
             counts.running -= 1
             counts.lastActivity = stampede_monotonic_ns()
             if let host { Self.decrement(&counts.perClient, host) }
             if let prefix { Self.decrement(&counts.perPrefix, prefix) }
         }
+    }
+
+    /// The keys `peer` is counted under, its address and its network, where they are limited.
+    private func keys(of peer: SocketAddress) -> (host: AddressKey?, prefix: AddressKey?) {
+        guard countsPerClient(peer) else { return (nil, nil) }
+        return (maxPerClient != nil ? AddressKey(peer.clientHost) : nil, maxPerPrefix != nil ? peer.clientPrefix.map(AddressKey.init) : nil)
     }
 
     private static func decrement(_ table: inout [AddressKey: Int], _ key: AddressKey) {

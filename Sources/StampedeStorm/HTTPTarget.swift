@@ -1,3 +1,4 @@
+import StampedeBase
 import StampedeIO
 
 /// Where an `http` stage's request goes, for one machine: the server, over TLS or not, the
@@ -39,9 +40,9 @@ struct HTTPTarget: Equatable {
         path = "/" + Self.percentEncoded(self.name)
     }
 
-    /// `http://` or `https://` when `location` begins with it.
+    /// `http://` or `https://` when `location` begins with it (either case).
     private static func scheme(of location: String) -> String? {
-        ["http://", "https://"].first { location.lowercased().hasPrefix($0) }
+        location.hasPrefixIgnoringCase("http://") ? "http://" : location.hasPrefixIgnoringCase("https://") ? "https://" : nil
     }
 
     /// Whether `location` is an `http://` or `https://` URL (a followed script's file fetched over

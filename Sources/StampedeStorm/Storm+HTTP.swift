@@ -122,10 +122,6 @@ extension Storm {
             return false
         }
         let name = machine.fetching ?? machine.identity.expand(stage.names[0])
-        if stage.follows && machine.fetching == nil {
-            machines[slot]!.script = []  // the stage's own name is the first script
-            machines[slot]!.scripts = 1
-        }
         guard let target = HTTPTarget(name, server: plan.httpServer, secureServer: plan.httpSecure) else {
             machineEnded(slot, .failed(.protocolError("\(name): no HTTP server to ask (storm --http)")), now: now)
             return false
@@ -134,10 +130,7 @@ extension Storm {
             machineEnded(slot, .failed(.protocolError("\(name): HTTPS needs the CA to trust (storm --tls-ca)")), now: now)
             return false
         }
-        // A machine of records (storm --machines) gets a script written for it: checked against
-        // its record when read, not against the root's file of that name.
-        let written = machines[slot]!.script != nil && !plan.machineList.isEmpty
-        machines[slot]!.expected = written ? nil : expectedBytes(of: target.name)
+        beginFetch(slot, of: target.name)
         if let kept = connections[slot], kept.server != target.server || (kept.tls != nil) != target.secure { closeConnection(slot) }
         if connections[slot] == nil {
             do throws(Errno) {

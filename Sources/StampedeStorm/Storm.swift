@@ -248,10 +248,6 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         // A followed script's file: its path beneath the server, as iPXE asks it (no leading `/`).
         let clientPlan = machine.fetching.map { stage.plan(named: HTTPLocation.path(of: $0), hold: plan.hold) }
             ?? stage.plan(name: machine.name, for: machine.identity, directory: machine.directory, hold: plan.hold)
-        if stage.follows && machine.fetching == nil {
-            machines[slot]!.script = []  // the stage's own name is the first script
-            machines[slot]!.scripts = 1
-        }
         do {
             sockets[slot] = try backend.openClient(local: plan.source(of: machine.identity.number), largestDatagram: largestDatagram,
                                                    buffers: .receiving(clientPlan.request),
@@ -261,10 +257,7 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
             return false
         }
         machines[slot]!.request = clientPlan.request.encoded()
-        // A machine of records (storm --machines) gets a script written for it: checked against
-        // its record when read, not against the root's file of that name.
-        let written = machines[slot]!.script != nil && !plan.machineList.isEmpty
-        machines[slot]!.expected = written ? nil : expectedBytes(of: String(decoding: clientPlan.request.filename, as: UTF8.self))
+        beginFetch(slot, of: String(decoding: clientPlan.request.filename, as: UTF8.self))
         sessions[slot] = ClientTransfer(plan: clientPlan, server: plan.server, now: now)
         apply(sessions[slot]!.start(now: now), slot: slot, peer: nil, now: now)
         return true
@@ -328,6 +321,19 @@ public final class Storm<Backend: DatagramBackend>: @unchecked Sendable {
         let bytes = name.split(separator: "/").contains("..") ? nil : try? readWholeFile(root + "/" + name)
         expected[name] = .some(bytes)
         return bytes
+    }
+
+    /// A fetch of the machine's stage begins, over TFTP or HTTP, of `name` beneath the root: a
+    /// `follow` stage's own name is its first script; and the bytes it must have, but for a
+    /// script a machine of records (storm --machines) gets written for it, checked against its
+    /// record when read, not against the root's file of that name.
+    func beginFetch(_ slot: Int, of name: String) {
+        if plan.profile.stages[machines[slot]!.stage].follows && machines[slot]!.fetching == nil {
+            machines[slot]!.script = []
+            machines[slot]!.scripts = 1
+        }
+        let written = machines[slot]!.script != nil && !plan.machineList.isEmpty
+        machines[slot]!.expected = written ? nil : expectedBytes(of: name)
     }
 
     /// Names whose expected bytes the storm keeps (tests: bounded without a root).

@@ -268,11 +268,13 @@ struct Storm: ParsableCommand {
         return plan
     }
 
-    /// Each machine holds a socket while it boots (and its HTTP connection, which it keeps; its
-    /// DHCP goes through the storm's one socket): said before starting if even the hard fd limit
-    /// is short.
+    /// Each machine holds a socket while it boots (and the HTTP connection of its http stages,
+    /// which it keeps; a followed TFTP script's http:// files come on a connection that takes the
+    /// place of its closed TFTP socket; its DHCP goes through the storm's one socket): said before
+    /// starting if even the hard fd limit is short.
     func checkDescriptors(_ plan: StormPlan) throws {
-        let perMachine = (plan.profile.stages.contains { $0.dhcp == nil && !$0.overHTTP } ? 1 : 0) + (plan.profile.usesHTTP ? 1 : 0)
+        let stages = plan.profile.stages
+        let perMachine = (stages.contains { $0.dhcp == nil && !$0.overHTTP } ? 1 : 0) + (stages.contains(where: \.overHTTP) ? 1 : 0)
         let needed = rlim_t(plan.slots * perMachine + 64)
         if case .success(let limit) = liftFileLimit(), limit < needed {
             throw failure("""
