@@ -260,7 +260,7 @@ bench-deps: deps parity-deps
 	@chroot $(SID) /usr/sbin/in.tftpd -V 2>&1 | head -1; chroot $(SID) /usr/sbin/dnsmasq --version | head -1
 
 # Stampede on both backends and every peer, the same scenarios, one table (results/bench.*).
-bench: build bench-deps .build/floor .build/floor-lockstep
+bench: build bench-deps .build/floor .build/floor-lockstep .build/pixieapi
 	python3 Benchmarks/compare.py
 	python3 Benchmarks/proxy_dhcp.py
 	python3 Benchmarks/machines_rack.py
@@ -295,8 +295,14 @@ bench-dhcp: build bench-deps
 
 # What knowing each machine costs: a rack following each machine's own script, without records,
 # with a record per machine and with pixiecore's API, both backends (root): results/bench-machines.{json,md}.
-bench-machines: build
+bench-machines: build .build/pixieapi
 	python3 Benchmarks/machines_rack.py
+
+# pixiecore's API for bench-machines' api racks, in C (a stand-in for a service on a host of its
+# own that takes little of the cores the server and the storm share).
+.build/pixieapi: Benchmarks/PixieAPI/pixieapi.c | build-deps
+	mkdir -p .build
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror $< -o $@
 
 # PXELINUX's config search (ten names not there per machine), 10,000 machines, both backends
 # beside dnsmasq 2.93: server CPU per request, results/bench-config-search.{json,md}.
@@ -391,7 +397,7 @@ interop: deb deps package-deps boot-kernel secure-boot unstable-boot
 # beside it: two Swift builds at once on 2 cores took longer than one after the other (clean
 # clone: 861 s to the end of the unit tests with them side by side, about 600 s without); after
 # it, they take the CPU the package's lintian and the trees leave.
-test-prepare: deps parity-deps secure-boot unstable-boot package-deps boot-kernel deb sanitize .build/floor-lockstep fuzz-short
+test-prepare: deps parity-deps secure-boot unstable-boot package-deps boot-kernel deb sanitize .build/floor-lockstep .build/pixieapi fuzz-short
 
 # make test's short round of fuzzing (a make fuzz of 5 s a target, unoptimized).
 fuzz-short: build

@@ -11,9 +11,11 @@ and initrd the script names over HTTP, every byte compared), three ways on each 
   answers name them, http:// URLs, and its own command line): the server writes each machine's
   autoexec.ipxe, which iPXE 2.0 runs in place of its DHCP and the DHCP-named script; the storm
   plays the same directory (`storm --machines`), each script checked against its machine's record.
-- api: `--machines-api`, pixieapi.py (a server of pixiecore's API) answering each machine's boot
-  after 20 ms (at nice -10, BENCH_API_NICE: it stands for a service on a host of its own), beside
-  an empty DIR; the server times each call (its metrics), and the report shows them.
+- api: `--machines-api`, .build/pixieapi (Benchmarks/PixieAPI/pixieapi.c, a server of pixiecore's
+  API in C: the tests' pixieapi.py in Python took a core of the two for the seconds 20,000
+  machines ask in) answering each machine's boot after 20 ms (at nice -10, BENCH_API_NICE: it
+  stands for a service on a host of its own), beside an empty DIR; the server times each call
+  (its metrics), and the report shows them and the API server's own CPU.
 
 The lab of bench-dhcp: two namespaces joined by a veth pair, the server at 10.79.0.1, the storm in
 4 processes (BENCH_SLICES), each its DHCP from an address of its own (10.79.0.57 and on), and each
@@ -39,7 +41,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (RESULTS, ROOT, STAMPEDE, CpuGroup, TCPMemory, fill_root, in_group, stamp_line, stop_all, tcp_memory_cell,  # noqa: E402
+from harness import (REPO, RESULTS, ROOT, STAMPEDE, CpuGroup, TCPMemory, fill_root, in_group, stamp_line, stop_all, tcp_memory_cell,  # noqa: E402
                      tcp_pressure_mb, write_results)
 from proxy_dhcp import CLIENT, CLIENT_NS, HTTP_PORT, SERVER, SERVER_NS, make_lab, remove_lab  # noqa: E402
 
@@ -60,12 +62,15 @@ API_DELAY = 0.02
 # Calls to the API at once (--machines-api-calls; the server's default is 64): 20,000 machines in 3 s
 # ask 6,700 a second, and at 20 ms an answer 64 calls answer 3,200.
 API_CALLS = int(os.environ.get("BENCH_API_CALLS", "256"))
-# The API stands for a service on a host of its own; here it shares the two cores with the server
-# and the storms, and at their priority its asyncio loop got a sixth of a core during the burst and
-# answered in seconds, not 20 ms. It runs at this nice value (os.setpriority), so that it answers
-# about as fast as it says; the server times each call (stampede_machines_api_call_seconds, read
-# from METRICS_PORT at each round's end), and the report shows how long they took.
+# The API (in C: `make bench-machines` builds it) stands for a service on a host of its own; here it
+# shares the two cores with the server and the storms (the tests' pixieapi.py, Python's asyncio, got
+# a sixth of a core during the burst at their priority and answered in seconds, not 20 ms; at nice
+# -10 it took most of a core from them for the seconds the machines ask in). It runs at this nice
+# value (os.setpriority), so that it answers about as fast as it says; the server times each call
+# (stampede_machines_api_call_seconds, read from METRICS_PORT at each round's end), and the report
+# shows how long they took, and the API's own CPU.
 API_NICE = int(os.environ.get("BENCH_API_NICE", "-10"))
+PIXIE_API = REPO / ".build" / "pixieapi"
 METRICS_PORT = 9101
 SLICES = int(os.environ.get("BENCH_SLICES", "4"))
 BASELINE = os.environ.get("BENCH_BASELINE")
@@ -99,7 +104,8 @@ def prepare():
             path.write_text(text)
         answers[mac(n + 1)] = {"kernel": f"http://{SERVER}:{HTTP_PORT}/vmlinuz", "initrd": [f"http://{SERVER}:{HTTP_PORT}/initrd.img"],
                                "cmdline": f"hostname=node-{n:05d} quiet"}
-    (ROOT / "machines-answers.json").write_text(json.dumps(answers))
+    # pixieapi.c's answers: a line each, "MAC BODY".
+    (ROOT / "machines-answers.txt").write_text("".join(f"{m} {json.dumps(a)}\n" for m, a in answers.items()))
 
 
 def limits():
@@ -114,15 +120,25 @@ def api_priority():
     os.setpriority(os.PRIO_PROCESS, 0, API_NICE)
 
 
-def api_call_times():
-    """The server's histograms of its calls to the API (stampede_machines_api_call_seconds) and of
-    what the machines waited (..._wait_seconds: the call and the wait for a caller), read from its
-    metrics listener at the round's end: the calls, their mean and the buckets their median and
-    99th percentile fall in, in ms."""
+def process_cpu_seconds(pid):
+    """A process's CPU seconds so far (user and system, /proc/PID/stat), the API server's: it is
+    not in the server's cgroup, but takes from the cores the server and the storm share."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_metrics():
+    """The server's metrics (its listener's text), read at the round's end."""
     read = ("import urllib.request; print(urllib.request.urlopen("
             f"'http://127.0.0.1:{METRICS_PORT}/metrics', timeout=10).read().decode())")
-    text = subprocess.run(["ip", "netns", "exec", SERVER_NS, sys.executable, "-c", read],
+    return subprocess.run(["ip", "netns", "exec", SERVER_NS, sys.executable, "-c", read],
                           capture_output=True, text=True, check=True).stdout
+
+
+def api_call_times(text):
+    """The server's histograms of its calls to the API (stampede_machines_api_call_seconds) and of
+    what the machines waited (..._wait_seconds: the call and the wait for a caller), from its
+    metrics: the calls, their mean and the buckets their median and 99th percentile fall in, in ms."""
     def histogram(name):
         buckets, count, total = [], 0, 0.0
         for line in text.splitlines():
@@ -182,9 +198,9 @@ def one_round(row, configuration, index):
     log = open(ROOT / f"bench-machines-{row}-{configuration}.log", "w")
     api = None
     if configuration == "api":
-        api = subprocess.Popen(["ip", "netns", "exec", SERVER_NS, sys.executable, str(Path(__file__).resolve().parent.parent / "Tests" / "interop" / "pixieapi.py"),
-                                "--port", str(API_PORT), "--prefix", "/pixiecore", "--answers", str(ROOT / "machines-answers.json"),
-                                "--delay", str(API_DELAY)], stdout=subprocess.DEVNULL, stderr=log, preexec_fn=api_priority)
+        api = subprocess.Popen([str(a) for a in ["ip", "netns", "exec", SERVER_NS, PIXIE_API, "--port", API_PORT, "--prefix", "/pixiecore",
+                                                 "--answers", ROOT / "machines-answers.txt", "--delay-ms", round(API_DELAY * 1000)]],
+                               stdout=subprocess.DEVNULL, stderr=log, preexec_fn=api_priority)
     joined = in_group(group)
     server = subprocess.Popen(server_command(row, configuration), stdout=log, stderr=subprocess.STDOUT,
                               preexec_fn=lambda: (joined(), limits()))
@@ -194,6 +210,7 @@ def one_round(row, configuration, index):
             raise RuntimeError(f"{row} {configuration} exited with {server.returncode}: see {log.name}")
         before = group.seconds() if group else 0.0
         before_user = group.user_seconds() if group else 0.0
+        api_before = process_cpu_seconds(api.pid) if api else 0.0
         # The storm in SLICES processes (see MACHINES), each its share of the machines.
         storm = ["ip", "netns", "exec", CLIENT_NS, STAMPEDE, "storm", f"{SERVER}:69", "--profile", "uefi-ipxe-follow",
                  "--http", f"{SERVER}:{HTTP_PORT}", "--clients", MACHINES, "--ramp", "3", "--verify-root", RACK,
@@ -221,7 +238,12 @@ def one_round(row, configuration, index):
             profiler.wait()
         cpu = (group.seconds() if group else 0.0) - before
         user = (group.user_seconds() if group else 0.0) - before_user
-        calls = api_call_times() if api else None
+        metrics = server_metrics()
+        # Kept beside the round's log, for what the table does not show (requests left alone, and why).
+        (ROOT / f"bench-machines-{row}-{configuration}.metrics").write_text(metrics)
+        calls = api_call_times(metrics) if api else None
+        if calls is not None:
+            calls["api_cpu_s"] = round(process_cpu_seconds(api.pid) - api_before, 3)
     finally:
         stop_all([server], group)
         if api:
@@ -248,7 +270,9 @@ def one_round(row, configuration, index):
             "server_cpu_s": round(cpu, 3), "cpu_us_per_machine": round(cpu / max(1, ok) * 1e6, 1),
             "user_us_per_machine": round(user / max(1, ok) * 1e6, 1),
             "storm_cpu_s": round(sum(r["client_cpu_s"] for r in slices), 3), "seconds": max(r["seconds"] for r in slices),
-            "api_calls": calls, "tcp_memory": tcp_memory}
+            "api_calls": calls, "tcp_memory": tcp_memory,
+            # Datagrams the storm's sockets dropped, their receive queues full (SO_RXQ_OVFL).
+            "storm_queue_drops": sum(r.get("socket_queue_drops") or 0 for r in slices)}
 
 
 def median(results, key):
@@ -261,6 +285,8 @@ def main():
         sys.exit("bench-machines needs root: network namespaces and cgroups")
     if PROFILE and not shutil.which("perf"):
         sys.exit("BENCH_PROFILE needs perf: make bench-deps (Debian's linux-perf)")
+    if "api" in CONFIGURATIONS and not PIXIE_API.exists():
+        sys.exit(f"the api racks need {PIXIE_API}: make bench-machines builds it")
     prepare()
     rounds = {(r, c): [] for b in BACKENDS for r in builds(b) for c in CONFIGURATIONS}
     remove_lab()
@@ -289,7 +315,8 @@ def main():
                           f"p99 {r['p99_s']} s, DHCP p99 {r['uefi_dhcp_p99_s']}/{r['ipxe_dhcp_p99_s']} s, "
                           f"server CPU {r['server_cpu_s']} s ({r['cpu_us_per_machine']} µs a machine, {r['user_us_per_machine']} in user space)"
                           f"{', API calls ' + api_calls(r) if r.get('api_calls') else ''}, TCP memory peak {r['tcp_memory']['peak_mb']} MB "
-                          f"({r['tcp_memory']['seconds_over']} s at the pressure mark) {r['failures'] or ''} "
+                          f"({r['tcp_memory']['seconds_over']} s at the pressure mark), the storm's queues dropped {r['storm_queue_drops']} "
+                          f"{r['failures'] or ''} "
                           f"{'; '.join(r['failure_examples'])}", flush=True)
     finally:
         remove_lab()
@@ -322,8 +349,9 @@ def report(rounds):
              "| backend | machines known by | booted / failed | boot p50 s | boot p99 s | EDK2 DHCP p99 s | iPXE DHCP p99 s "
              "| DHCP retransmissions | TFTP retransmissions | server CPU µs per machine (spread) | × none | of it in user space (spread) "
              "| added in user space, % of none's CPU | API calls: ms each as the server saw it, mean, p99 ≤ | ms a machine waited, mean, p99 ≤ "
+             "| the API's server: CPU s "
              "| host TCP memory: peak MB, largest of the rounds (s at the pressure mark) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for backend in backends:
         bases = rounds.get((backend, "none"), [])
         for configuration in configurations:
@@ -344,10 +372,11 @@ def report(rounds):
                   "buffers, and transfers stall: the server caps what each connection may hold unsent at its share of 256 MiB, "
                   "at least 128 KiB (docs/ARCHITECTURE.md)."]
     if "api" in configurations:
-        lines += ["", f"The API's server (pixieapi.py, Python's asyncio) stands for a service on a host of its own; here it shares "
+        lines += ["", f"The API's server (Benchmarks/PixieAPI/pixieapi.c: one thread, epoll) stands for a service on a host of its own; here it shares "
                   f"the two cores, so it runs at nice {API_NICE}, and the server times each of its calls and what each machine waited "
-                  "for one, the call and the wait for a free caller before it (the last two columns: from stampede_machines_api_call_seconds "
-                  "and stampede_machines_api_wait_seconds, read at the round's end; p99 as the bound of the bucket it falls in)."]
+                  "for one, the call and the wait for a free caller before it (from stampede_machines_api_call_seconds "
+                  "and stampede_machines_api_wait_seconds, read at the round's end; p99 as the bound of the bucket it falls in); "
+                  "the API's server's own CPU during the storm is in the column after them (/proc: not in the server's)."]
     moved = "; ".join(f"{b}: from {min(r['user_us_per_machine'] for r in rounds[(b, 'none')])} to "
                       f"{max(r['user_us_per_machine'] for r in rounds[(b, 'none')])} µs a machine" for b in backends if (b, "none") in rounds)
     lines += ["", "A rack this size overloads the two cores the server and the storm share: rounds whose boots ran long (a boot "
@@ -405,9 +434,10 @@ def api_calls(r):
     """A round's API calls as the report's cell: their mean and the bucket bound of their p99."""
     calls = r.get("api_calls")
     if not calls or not calls["calls"]:
-        return "— | —"
+        return "— | — | —"
     waited = calls.get("waited") or {}
-    return f"{calls['calls']}: {calls['mean_ms']}, {calls['p99_le_ms']} | {waited.get('mean_ms')}, {waited.get('p99_le_ms')}"
+    return (f"{calls['calls']}: {calls['mean_ms']}, {calls['p99_le_ms']} | {waited.get('mean_ms')}, {waited.get('p99_le_ms')} "
+            f"| {calls.get('api_cpu_s', '—')}")
 
 
 def report_again():

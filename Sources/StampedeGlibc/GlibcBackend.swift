@@ -17,10 +17,14 @@ public final class GlibcBackend: DatagramBackend {
     struct Socket {
         var fd: Int32 = -1
         var tag: UInt64 = 0
-        var isListener = false
+        /// What it is, which says when it is read in a turn (`poll`).
+        var kind = Kind.transfer
+        var isListener: Bool { kind == .listener }
+        /// Its datagrams come from many peers: each read with its peer and local address.
+        var namesPeers: Bool { kind != .transfer }
         /// Windows go out segmented until the socket's path refuses once.
         var segments = false
-        /// The last turn (`poll`) whose ready list named it (listeners only).
+        /// The last turn (`poll`) whose ready list named it (listeners and shared sockets only).
         var readyInTurn: UInt64 = 0
         /// The last turn that read it (transfers only: one read a turn).
         var readInTurn: UInt64 = 0
@@ -31,7 +35,7 @@ public final class GlibcBackend: DatagramBackend {
     private let epoll: Int32
     private var sockets: [Socket] = []
     private var freeSockets: [Int32] = []
-    /// The listeners' handles, read first in every turn (`poll`).
+    /// The listeners' and the shared transfer sockets' handles, read first in every turn (`poll`).
     private var listeners: [Int32] = []
     /// Where the next turn begins reading listeners in `listeners`: the one after the last read,
     /// so that each is read in its turn however many there are and however busy the others.
@@ -153,7 +157,12 @@ public final class GlibcBackend: DatagramBackend {
 
     // MARK: Sockets
 
-    private func register(_ socket: consuming Descriptor, tag: UInt64, isListener: Bool) throws(Errno) -> SocketHandle {
+    /// A socket's part in a turn: a listener or a shared transfer socket is read first, in the
+    /// listeners' share; a transfer's (or the storm's client) socket when the ready list names
+    /// it, 64 datagrams at most. Only a request listener's drops are requests lost.
+    enum Kind { case transfer, listener, shared }
+
+    private func register(_ socket: consuming Descriptor, tag: UInt64, kind: Kind) throws(Errno) -> SocketHandle {
         let index: Int32
         if let reused = freeSockets.popLast() {
             index = reused
@@ -165,27 +174,31 @@ public final class GlibcBackend: DatagramBackend {
             freeSockets.append(index)
             throw error  // the descriptor closes with its owner
         }
-        sockets[Int(index)] = Socket(fd: socket.release(), tag: tag, isListener: isListener, segments: segmentation.isOn)
-        if isListener { listeners.append(index) }
+        sockets[Int(index)] = Socket(fd: socket.release(), tag: tag, kind: kind, segments: segmentation.isOn)
+        if kind != .transfer { listeners.append(index) }
         socketCount += 1
         return SocketHandle(index)
     }
 
     public func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle {
-        try register(UDPSocket.listener(address, receiveBuffer: receiveBuffer), tag: tag, isListener: true)
+        try register(UDPSocket.listener(address, receiveBuffer: receiveBuffer), tag: tag, kind: .listener)
     }
 
     public func adoptListener(_ socket: consuming Descriptor, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle {
-        try register(UDPSocket.adoptListener(socket, receiveBuffer: receiveBuffer), tag: tag, isListener: true)
+        try register(UDPSocket.adoptListener(socket, receiveBuffer: receiveBuffer), tag: tag, kind: .listener)
+    }
+
+    public func adoptShared(_ socket: consuming Descriptor, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle {
+        try register(UDPSocket.adoptListener(socket, receiveBuffer: receiveBuffer), tag: tag, kind: .shared)
     }
 
     public func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
                              largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle {
-        try register(UDPSocket.transfer(local: local, peer: peer, ports: ports, buffers: buffers), tag: tag, isListener: false)
+        try register(UDPSocket.transfer(local: local, peer: peer, ports: ports, buffers: buffers), tag: tag, kind: .transfer)
     }
 
     public func openClient(local: SocketAddress, largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle {
-        try register(UDPSocket.client(local: local, buffers: buffers), tag: tag, isListener: false)
+        try register(UDPSocket.client(local: local, buffers: buffers), tag: tag, kind: .transfer)
     }
 
     public func localAddress(of socket: SocketHandle) -> SocketAddress? {
@@ -342,7 +355,7 @@ public final class GlibcBackend: DatagramBackend {
         arenaUsed = 0
         vectorsUsed = 0
         for socket in closing {
-            if sockets[Int(socket.index)].isListener { listeners.removeAll { $0 == socket.index } }
+            if sockets[Int(socket.index)].kind != .transfer { listeners.removeAll { $0 == socket.index } }
             Glibc.close(sockets[Int(socket.index)].fd)
             sockets[Int(socket.index)] = Socket()
             socketCount -= 1
@@ -418,20 +431,20 @@ public final class GlibcBackend: DatagramBackend {
         // stopped: read from the first each time (and epoll names ready sockets in the same order
         // turn after turn), 20,000 machines' requests filled the share with the port-69
         // listener's and a shared transfer socket's, and the transfers on the other shared sockets
-        // (listeners too) heard nothing until they timed out.
+        // (read here as listeners are) heard nothing until they timed out.
         turn &+= 1
-        let listenerShare = receiveCapacity / 2
         let everyListener = ready == readyCapacity
         var listenerReady = everyListener
         if !everyListener {
             for i in 0..<ready {
                 let handle = Int(readyTags[i])
-                guard handle < sockets.count, sockets[handle].isListener else { continue }
+                guard handle < sockets.count, sockets[handle].kind != .transfer else { continue }
                 sockets[handle].readyInTurn = turn
                 listenerReady = true
             }
         }
         if listenerReady {
+            let listenerShare = receiveCapacity / 2
             var looked = 0
             while looked < listeners.count && count < listenerShare {
                 let position = (nextListener + looked) % listeners.count
@@ -466,7 +479,7 @@ public final class GlibcBackend: DatagramBackend {
         for i in 0..<ready {
             let handle = Int(readyTags[i])
             guard handle < sockets.count, sockets[handle].fd >= 0, sockets[handle].tag != UInt64.max,
-                  !sockets[handle].isListener, !sockets[handle].carried, sockets[handle].readInTurn != turn else { continue }
+                  sockets[handle].kind == .transfer, !sockets[handle].carried, sockets[handle].readInTurn != turn else { continue }
             guard count < receiveCapacity else {
                 sockets[handle].carried = true
                 carried.append(handle)
@@ -489,7 +502,7 @@ public final class GlibcBackend: DatagramBackend {
     /// socket does not take a whole turn.
     private func receive(from handle: Int, at first: Int, limit: Int) -> Int {
         let socket = sockets[handle]
-        let room = min(limit - first, socket.isListener ? receiveCapacity / 2 : 64)
+        let room = min(limit - first, socket.kind == .transfer ? 64 : receiveCapacity / 2)
         guard room > 0 else { return 0 }
         for i in first..<(first + room) {
             receiveVectors[i] = iovec(iov_base: buffers.baseAddress! + i * bufferSize, iov_len: bufferSize)
@@ -498,7 +511,7 @@ public final class GlibcBackend: DatagramBackend {
             message.msg_iovlen = 1
             message.msg_name = UnsafeMutableRawPointer(receiveNames + i)
             message.msg_namelen = socklen_t(MemoryLayout<sockaddr_storage>.size)
-            if socket.isListener {
+            if socket.namesPeers {
                 message.msg_control = receiveControls + i * receiveControlSpace
                 message.msg_controllen = receiveControlSpace
             }
@@ -516,7 +529,7 @@ public final class GlibcBackend: DatagramBackend {
             // Longer than our buffer: its start, said to be cut (the caller refuses it).
             received[i] = (socket.tag, Int32(message.msg_len), nil, message.msg_hdr.msg_flags & Int32(MSG_TRUNC) != 0)
             receivedAt[i] = 0
-            if socket.isListener {
+            if socket.namesPeers {
                 var local = sockaddr_storage()
                 var header = message.msg_hdr
                 stampede_listener_controls(&header, &local, &receivedAt[i])
@@ -533,7 +546,7 @@ public final class GlibcBackend: DatagramBackend {
     /// ICMP, finished its transfer rather than failed it. The number of entries written.
     private func report(_ error: Errno, tag: UInt64, of handle: Int, at first: Int) -> Int {
         var queued = 0
-        if sockets[handle].fd >= 0, sockets[handle].tag == tag, !sockets[handle].isListener {
+        if sockets[handle].fd >= 0, sockets[handle].tag == tag, !sockets[handle].namesPeers {
             queued = receive(from: handle, at: first, limit: receiveCapacity - 1)
         }
         guard first + queued < receiveCapacity else { return queued }

@@ -20,6 +20,11 @@ public protocol DatagramBackend: AnyObject, CustomStringConvertible, SendableMet
     /// Takes over a bound datagram socket as a listener: inetd's fd 0, systemd's LISTEN_FDS
     /// (see `UDPSocket.adoptListener`). The backend owns it from then on.
     func adoptListener(_ socket: consuming Descriptor, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle
+    /// Takes over a bound, unconnected datagram socket that carries many transfers (a worker's
+    /// shared transfer socket): its datagrams name their peer and local address as a listener's
+    /// do, but they are transfers' ACKs, not requests: what its full queue dropped is not counted
+    /// as requests lost (`BackendStatistics.listenerQueueDrops`).
+    func adoptShared(_ socket: consuming Descriptor, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle
     /// Opens a transfer socket bound to `local` and connected to `peer`. `largestDatagram` is the
     /// biggest packet the client may send on it (blksize + 4 for an upload), so a backend with
     /// pooled receive buffers can pick buffers that fit. `buffers` are the kernel queues its

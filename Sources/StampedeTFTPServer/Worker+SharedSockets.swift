@@ -40,7 +40,7 @@ extension Worker {
         for index in 0..<sharedSocketsPerPool {
             do {
                 let descriptor = try UDPSocket.sharedTransfer(local: bound, ports: configuration.portRange)
-                sockets.append(try backend.adoptListener(descriptor, receiveBuffer: 1 << 20,
+                sockets.append(try backend.adoptShared(descriptor, receiveBuffer: 1 << 20,
                                                          tag: Tag.shared(pool: pool, index: index).rawValue))
             } catch {
                 failure = error

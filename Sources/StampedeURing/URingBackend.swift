@@ -21,6 +21,8 @@ public final class URingBackend: DatagramBackend {
     /// What the kernel dropped on the way into the sockets closed so far (`close`).
     private var socketQueueDrops = 0
     private var listenerQueueDrops = 0
+    /// The shared transfer sockets' slots (`adoptShared`): listeners to the ring, not for the drops.
+    private var shared: Set<Int32> = []
 
     public struct Configuration: Sendable {
         public var entries: UInt32 = 4096
@@ -94,6 +96,14 @@ public final class URingBackend: DatagramBackend {
         try adopt(UDPSocket.adoptListener(socket, receiveBuffer: receiveBuffer), tag: tag, listener: true, large: false)
     }
 
+    public func adoptShared(_ socket: consuming Descriptor, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle {
+        // Received as a listener's (each datagram's peer and local address); every socket's
+        // completions are taken as they come, so only the drops' count tells it apart.
+        let handle = try adopt(UDPSocket.adoptListener(socket, receiveBuffer: receiveBuffer), tag: tag, listener: true, large: false)
+        shared.insert(handle.index)
+        return handle
+    }
+
     public func openTransfer(local: SocketAddress, peer: SocketAddress, ports: ClosedRange<UInt16>?,
                              largestDatagram: Int, buffers: SocketBuffers, tag: UInt64) throws(Errno) -> SocketHandle {
         try adopt(UDPSocket.transfer(local: local, peer: peer, ports: ports, buffers: buffers), tag: tag, listener: false,
@@ -116,7 +126,7 @@ public final class URingBackend: DatagramBackend {
         if fd >= 0 {
             let drops = Int(stampede_socket_drops(fd))
             socketQueueDrops += drops
-            if stampede_ring_socket_is_listener(ring, socket.index) != 0 { listenerQueueDrops += drops }
+            if stampede_ring_socket_is_listener(ring, socket.index) != 0 && shared.remove(socket.index) == nil { listenerQueueDrops += drops }
         }
         stampede_ring_close_socket(ring, socket.index)
     }

@@ -304,10 +304,9 @@ func loopbackListener(_ backend: any DatagramBackend, tag: UInt64) throws -> (so
         _ = backend.poll(deadline: stampede_monotonic_ns())
     }
 
-    /// Issue 58: no socket goes unheard behind a flood on two listeners. Eight listeners (the
-    /// port-69 listener and shared transfer sockets are listeners alike) and 300 ready transfer
-    /// sockets, more than one epoll_wait hands out, while the first two listeners are flooded
-    /// anew before every poll: within 20 polls each listener and each transfer socket has been
+    /// Issue 58: no socket goes unheard behind a flood on two listeners. Eight listeners (a
+    /// server on eight addresses) and 300 ready transfer sockets, more than one epoll_wait hands
+    /// out, while the first two listeners are flooded anew before every poll: within 20 polls each listener and each transfer socket has been
     /// read. (Glibc read every listener from the first on such a turn, up to a full batch: the
     /// two flooded ones took it all, and in a rack of 20,000 machines the transfers on the other
     /// shared sockets and on sockets of their own timed out.)

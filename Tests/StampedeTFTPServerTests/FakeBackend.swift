@@ -28,6 +28,7 @@ final class FakeBackend: DatagramBackend {
     }
     func openListener(_ address: SocketAddress, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle { open(tag) }
     func adoptListener(_ socket: consuming Descriptor, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle { open(tag) }
+    func adoptShared(_ socket: consuming Descriptor, receiveBuffer: Int, tag: UInt64) throws(Errno) -> SocketHandle { open(tag) }
     /// What `openTransfer` throws, as a kernel out of descriptors or ports would.
     var transferSocketError: Errno?
     /// The queues the last transfer socket was opened with.
