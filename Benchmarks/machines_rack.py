@@ -41,8 +41,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (REPO, RESULTS, ROOT, STAMPEDE, CpuGroup, TCPMemory, fill_root, in_group, stamp_line, stop_all, tcp_memory_cell,  # noqa: E402
-                     tcp_pressure_mb, write_results)
+from harness import (REPO, RESULTS, ROOT, STAMPEDE, CpuGroup, TCPMemory, cpu_seconds, fill_root, in_group, stamp_line, stop_all,  # noqa: E402
+                     tcp_memory_cell, tcp_pressure_mb, write_results)
 from proxy_dhcp import CLIENT, CLIENT_NS, HTTP_PORT, SERVER, SERVER_NS, make_lab, remove_lab  # noqa: E402
 
 RACK = ROOT / "machines-rack"
@@ -118,13 +118,6 @@ def api_priority():
     """The API's process before it execs: the descriptor limit, and its priority (API_NICE)."""
     limits()
     os.setpriority(os.PRIO_PROCESS, 0, API_NICE)
-
-
-def process_cpu_seconds(pid):
-    """A process's CPU seconds so far (user and system, /proc/PID/stat), the API server's: it is
-    not in the server's cgroup, but takes from the cores the server and the storm share."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def server_metrics():
@@ -210,7 +203,7 @@ def one_round(row, configuration, index):
             raise RuntimeError(f"{row} {configuration} exited with {server.returncode}: see {log.name}")
         before = group.seconds() if group else 0.0
         before_user = group.user_seconds() if group else 0.0
-        api_before = process_cpu_seconds(api.pid) if api else 0.0
+        api_before = cpu_seconds(api.pid, children=False) if api else 0.0
         # The storm in SLICES processes (see MACHINES), each its share of the machines.
         storm = ["ip", "netns", "exec", CLIENT_NS, STAMPEDE, "storm", f"{SERVER}:69", "--profile", "uefi-ipxe-follow",
                  "--http", f"{SERVER}:{HTTP_PORT}", "--clients", MACHINES, "--ramp", "3", "--verify-root", RACK,
@@ -243,7 +236,8 @@ def one_round(row, configuration, index):
         (ROOT / f"bench-machines-{row}-{configuration}.metrics").write_text(metrics)
         calls = api_call_times(metrics) if api else None
         if calls is not None:
-            calls["api_cpu_s"] = round(process_cpu_seconds(api.pid) - api_before, 3)
+            # The API server's own CPU: not in the server's cgroup, but taken from the cores they share.
+            calls["api_cpu_s"] = round(cpu_seconds(api.pid, children=False) - api_before, 3)
     finally:
         stop_all([server], group)
         if api:

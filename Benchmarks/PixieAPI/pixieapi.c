@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -70,6 +69,9 @@ static size_t connection_slots;
 static struct due *queue;
 static size_t queue_head, queue_tail, queue_size;
 static int epoll_fd;
+/* PREFIX/v1/boot/ and PREFIX/v1/done/, and --delay-ms in nanoseconds. */
+static char boot[256], done[256];
+static int64_t delay = 20 * 1000000LL;
 
 static int64_t now_ns(void) {
     struct timespec t;
@@ -157,10 +159,10 @@ static void push(struct due due) {
     queue[queue_tail++ % queue_size] = due;
 }
 
-static int read_requests(struct connection *c, const char *boot, const char *done, int64_t delay);
+static int read_requests(struct connection *c);
 
 /* The answer due now, on its connection if that is still the one it was for. */
-static void answer_due(struct due *due, const char *boot, const char *done, int64_t delay) {
+static void answer_due(struct due *due) {
     struct connection *c = (size_t)due->fd < connection_slots ? connections[due->fd] : NULL;
     if (!c || c->generation != due->generation) return;
     if (due->status == 200 && due->answer->listed && !c->close_after) {
@@ -181,11 +183,11 @@ static void answer_due(struct due *due, const char *boot, const char *done, int6
                                             c->close_after ? "Connection: close\r\n" : "");
         c->unsent = c->own;
     }
-    if (flush(c) && !c->waiting) read_requests(c, boot, done, delay);
+    if (flush(c) && !c->waiting) read_requests(c);
 }
 
 /* Reads the connection's next request when it has one whole: its answer queued. 0: ended. */
-static int read_requests(struct connection *c, const char *boot, const char *done, int64_t delay) {
+static int read_requests(struct connection *c) {
     for (;;) {
         char *end_of_head = c->filled ? memmem(c->head, c->filled, "\r\n\r\n", 4) : NULL;
         if (end_of_head) {
@@ -228,7 +230,6 @@ static int read_requests(struct connection *c, const char *boot, const char *don
 int main(int argc, char **argv) {
     int port = 0;
     const char *path = NULL, *prefix = "";
-    int64_t delay = 20 * 1000000LL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--port") == 0) port = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--answers") == 0) path = argv[i + 1];
@@ -241,7 +242,6 @@ int main(int argc, char **argv) {
         return 64;
     }
     load(path);
-    char boot[256], done[256];
     snprintf(boot, sizeof boot, "%s/v1/boot/", prefix);
     snprintf(done, sizeof done, "%s/v1/done/", prefix);
 
@@ -292,14 +292,14 @@ int main(int argc, char **argv) {
             struct connection *c = connections[fd];
             if (!c) continue;
             if (c->waiting && c->unsent_length > 0) {
-                if (flush(c) && !c->waiting) read_requests(c, boot, done, delay);
+                if (flush(c) && !c->waiting) read_requests(c);
             } else if (!c->waiting) {
-                read_requests(c, boot, done, delay);
+                read_requests(c);
             }
         }
         for (int64_t now = now_ns(); queue_head < queue_tail && queue[queue_head % queue_size].at <= now;) {
             struct due due = queue[queue_head++ % queue_size];  /* taken before its answer may queue another */
-            answer_due(&due, boot, done, delay);
+            answer_due(&due);
         }
     }
 }

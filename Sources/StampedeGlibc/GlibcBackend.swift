@@ -20,8 +20,9 @@ public final class GlibcBackend: DatagramBackend {
         /// What it is, which says when it is read in a turn (`poll`).
         var kind = Kind.transfer
         var isListener: Bool { kind == .listener }
-        /// Its datagrams come from many peers: each read with its peer and local address.
-        var namesPeers: Bool { kind != .transfer }
+        /// A listener or a shared transfer socket: datagrams from many peers, each read with its
+        /// peer and local address, first in a turn, in the listeners' share.
+        var hearsMany: Bool { kind != .transfer }
         /// Windows go out segmented until the socket's path refuses once.
         var segments = false
         /// The last turn (`poll`) whose ready list named it (listeners and shared sockets only).
@@ -175,7 +176,7 @@ public final class GlibcBackend: DatagramBackend {
             throw error  // the descriptor closes with its owner
         }
         sockets[Int(index)] = Socket(fd: socket.release(), tag: tag, kind: kind, segments: segmentation.isOn)
-        if kind != .transfer { listeners.append(index) }
+        if sockets[Int(index)].hearsMany { listeners.append(index) }
         socketCount += 1
         return SocketHandle(index)
     }
@@ -355,7 +356,7 @@ public final class GlibcBackend: DatagramBackend {
         arenaUsed = 0
         vectorsUsed = 0
         for socket in closing {
-            if sockets[Int(socket.index)].kind != .transfer { listeners.removeAll { $0 == socket.index } }
+            if sockets[Int(socket.index)].hearsMany { listeners.removeAll { $0 == socket.index } }
             Glibc.close(sockets[Int(socket.index)].fd)
             sockets[Int(socket.index)] = Socket()
             socketCount -= 1
@@ -438,7 +439,7 @@ public final class GlibcBackend: DatagramBackend {
         if !everyListener {
             for i in 0..<ready {
                 let handle = Int(readyTags[i])
-                guard handle < sockets.count, sockets[handle].kind != .transfer else { continue }
+                guard handle < sockets.count, sockets[handle].hearsMany else { continue }
                 sockets[handle].readyInTurn = turn
                 listenerReady = true
             }
@@ -479,7 +480,7 @@ public final class GlibcBackend: DatagramBackend {
         for i in 0..<ready {
             let handle = Int(readyTags[i])
             guard handle < sockets.count, sockets[handle].fd >= 0, sockets[handle].tag != UInt64.max,
-                  sockets[handle].kind == .transfer, !sockets[handle].carried, sockets[handle].readInTurn != turn else { continue }
+                  !sockets[handle].hearsMany, !sockets[handle].carried, sockets[handle].readInTurn != turn else { continue }
             guard count < receiveCapacity else {
                 sockets[handle].carried = true
                 carried.append(handle)
@@ -502,7 +503,7 @@ public final class GlibcBackend: DatagramBackend {
     /// socket does not take a whole turn.
     private func receive(from handle: Int, at first: Int, limit: Int) -> Int {
         let socket = sockets[handle]
-        let room = min(limit - first, socket.kind == .transfer ? 64 : receiveCapacity / 2)
+        let room = min(limit - first, socket.hearsMany ? receiveCapacity / 2 : 64)
         guard room > 0 else { return 0 }
         for i in first..<(first + room) {
             receiveVectors[i] = iovec(iov_base: buffers.baseAddress! + i * bufferSize, iov_len: bufferSize)
@@ -511,7 +512,7 @@ public final class GlibcBackend: DatagramBackend {
             message.msg_iovlen = 1
             message.msg_name = UnsafeMutableRawPointer(receiveNames + i)
             message.msg_namelen = socklen_t(MemoryLayout<sockaddr_storage>.size)
-            if socket.namesPeers {
+            if socket.hearsMany {
                 message.msg_control = receiveControls + i * receiveControlSpace
                 message.msg_controllen = receiveControlSpace
             }
@@ -529,7 +530,7 @@ public final class GlibcBackend: DatagramBackend {
             // Longer than our buffer: its start, said to be cut (the caller refuses it).
             received[i] = (socket.tag, Int32(message.msg_len), nil, message.msg_hdr.msg_flags & Int32(MSG_TRUNC) != 0)
             receivedAt[i] = 0
-            if socket.namesPeers {
+            if socket.hearsMany {
                 var local = sockaddr_storage()
                 var header = message.msg_hdr
                 stampede_listener_controls(&header, &local, &receivedAt[i])
@@ -546,7 +547,7 @@ public final class GlibcBackend: DatagramBackend {
     /// ICMP, finished its transfer rather than failed it. The number of entries written.
     private func report(_ error: Errno, tag: UInt64, of handle: Int, at first: Int) -> Int {
         var queued = 0
-        if sockets[handle].fd >= 0, sockets[handle].tag == tag, !sockets[handle].namesPeers {
+        if sockets[handle].fd >= 0, sockets[handle].tag == tag, !sockets[handle].hearsMany {
             queued = receive(from: handle, at: first, limit: receiveCapacity - 1)
         }
         guard first + queued < receiveCapacity else { return queued }

@@ -123,10 +123,14 @@ public final class URingBackend: DatagramBackend {
 
     public func close(_ socket: SocketHandle) {
         let fd = stampede_ring_socket_fd(ring, socket.index)
+        // Forgotten as shared whatever its descriptor, so that a listener given its slot later
+        // is counted as one (only listener slots are looked up: no hash per transfer's close).
+        let listener = stampede_ring_socket_is_listener(ring, socket.index) != 0
+        let requests = listener && shared.remove(socket.index) == nil
         if fd >= 0 {
             let drops = Int(stampede_socket_drops(fd))
             socketQueueDrops += drops
-            if stampede_ring_socket_is_listener(ring, socket.index) != 0 && shared.remove(socket.index) == nil { listenerQueueDrops += drops }
+            if requests { listenerQueueDrops += drops }
         }
         stampede_ring_close_socket(ring, socket.index)
     }
